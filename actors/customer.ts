@@ -1,0 +1,730 @@
+/**
+ * The customer actor: per-customer billing state and the pure functions that change it.
+ *
+ * `decide(customer, config, command, nowMs)` validates a command against the current
+ * state and returns an outcome plus the events that record it; `apply(state, event)`
+ * folds an event into the state. Replay uses `apply` only, so events carry everything
+ * they need (the exact draw, the period they belong to, the time) and never consult
+ * the configuration. Nothing here reads a clock, touches IO or imports from node:*;
+ * the shard shell injects `nowMs` and makes the events durable before anyone is told.
+ *
+ * Domain outcomes (unknown key, insufficient balance, refund too large) are returned
+ * values listed in precedence order; broken invariants are assertion failures.
+ */
+import { assert } from './assert.js';
+import type { CompiledConfig, CompiledEntitlement, CompiledProduct, EntitlementType } from './billing-config.js';
+import { formatMicros, minMicros, type Micros } from './fixed.js';
+import {
+  IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX,
+  IDEMPOTENCY_RETENTION_MS,
+  LOTS_PER_METER_MAX,
+  PURCHASED_MAX,
+} from './limits.js';
+import { periodAt } from './periods.js';
+
+export type Environment = 'test' | 'live';
+
+// ---------------------------------------------------------------------------
+// State
+
+export interface Lot {
+  readonly id: string;
+  readonly grantedMicros: Micros;
+  remainingMicros: Micros;
+  readonly grantedAtMs: number;
+}
+
+/** One entry of the period's lot-draw stack: micro-units drawn from one lot, in draw order. */
+export type LotDraw = [lotId: string, micros: Micros];
+
+export interface MeterState {
+  /** The period the usage fields below belong to. */
+  periodStartMs: number;
+  includedUsedMicros: Micros;
+  overageMicros: Micros;
+  /** Lot draws of this period, oldest first; adjacent draws of one lot are merged. */
+  lotDraws: LotDraw[];
+  overageEnabled: boolean;
+  /** Purchased-credit lots, oldest first. They outlive periods. */
+  lots: Lot[];
+}
+
+export interface LimitState {
+  purchased: number;
+  autoExpansionEnabled: boolean;
+}
+
+export interface IdempotencyEntry {
+  readonly fingerprint: string;
+  readonly atMs: number;
+}
+
+export interface CustomerState {
+  readonly environment: Environment;
+  readonly id: string;
+  readonly createdAtMs: number;
+  readonly meters: Map<string, MeterState>;
+  readonly limits: Map<string, LimitState>;
+  /** Keyed by `op \0 entitlementKey \0 idempotencyKey`, insertion (= time) ordered. */
+  readonly idempotency: Map<string, IdempotencyEntry>;
+}
+
+// ---------------------------------------------------------------------------
+// Commands, events, outcomes
+
+interface Addressed {
+  readonly environment: Environment;
+  readonly customerId: string;
+  readonly key: string;
+}
+
+export type ReadCommand =
+  | (Addressed & { readonly op: 'has' })
+  | (Addressed & { readonly op: 'limit' })
+  | (Addressed & { readonly op: 'balance' });
+
+export type WriteCommand =
+  | (Addressed & { readonly op: 'consume'; readonly amountMicros: Micros; readonly idempotencyKey?: string })
+  | (Addressed & { readonly op: 'refund'; readonly amountMicros: Micros; readonly idempotencyKey?: string })
+  | (Addressed & { readonly op: 'limitSettings'; readonly purchased?: number; readonly autoExpansionEnabled?: boolean })
+  | (Addressed & { readonly op: 'usageSettings'; readonly overageEnabled: boolean })
+  | (Addressed & { readonly op: 'grantLot'; readonly lotId: string; readonly amountMicros: Micros });
+
+export type Command = ReadCommand | WriteCommand;
+
+interface EventBase extends Addressed {
+  readonly atMs: number;
+}
+
+export interface IdempotencyRecord {
+  readonly scope: string;
+  readonly fingerprint: string;
+}
+
+export type Event =
+  | (EventBase & {
+      readonly type: 'consumed';
+      readonly periodStartMs: number;
+      readonly includedMicros: Micros;
+      readonly lotDraws: readonly LotDraw[];
+      readonly overageMicros: Micros;
+      readonly idempotency: IdempotencyRecord | null;
+    })
+  | (EventBase & {
+      readonly type: 'refunded';
+      readonly periodStartMs: number;
+      readonly overageMicros: Micros;
+      readonly lotRestores: readonly LotDraw[];
+      readonly includedMicros: Micros;
+      readonly idempotency: IdempotencyRecord | null;
+    })
+  | (EventBase & { readonly type: 'limitSettingsSet'; readonly purchased: number; readonly autoExpansionEnabled: boolean })
+  | (EventBase & { readonly type: 'usageSettingsSet'; readonly overageEnabled: boolean })
+  | (EventBase & { readonly type: 'lotGranted'; readonly lotId: string; readonly micros: Micros });
+
+export interface BalanceView {
+  readonly balance: number;
+  readonly included: number;
+  readonly consumed: number;
+  readonly overage: number;
+  readonly overageAllowed: boolean;
+  readonly overageEnabled: boolean;
+  readonly resets: string | null;
+}
+
+export interface LimitView {
+  readonly limit: number;
+  readonly included: number;
+  readonly purchased: number;
+  readonly expansionAllowed: boolean;
+  readonly autoExpansionEnabled: boolean;
+}
+
+/** Business outcomes that are not successes, in the order they are checked. */
+export type Rejection =
+  | { readonly kind: 'entitlement_not_found'; readonly key: string }
+  | { readonly kind: 'wrong_entitlement_type'; readonly key: string; readonly actual: EntitlementType; readonly expected: EntitlementType }
+  | { readonly kind: 'idempotency_key_reused' }
+  | { readonly kind: 'expansion_not_allowed'; readonly key: string; readonly field: 'purchased' | 'autoExpansionEnabled' }
+  | { readonly kind: 'overage_not_allowed'; readonly key: string }
+  | { readonly kind: 'too_many_lots'; readonly key: string }
+  | { readonly kind: 'insufficient_balance'; readonly key: string; readonly view: BalanceView }
+  | { readonly kind: 'refund_exceeds_usage'; readonly key: string; readonly view: BalanceView };
+
+export type Outcome =
+  | { readonly kind: 'has'; readonly value: boolean }
+  | { readonly kind: 'limit'; readonly view: LimitView }
+  | { readonly kind: 'balance'; readonly view: BalanceView }
+  | { readonly kind: 'rejected'; readonly rejection: Rejection };
+
+/**
+ * What `decide` concludes: either a rejection, or the events to apply (none for an
+ * idempotent replay). The success answer is a view of the state after the events,
+ * computed by `execute` once they are applied, so decide never copies state.
+ */
+export type Decision =
+  | { readonly rejection: Rejection; readonly events: readonly [] }
+  | { readonly rejection: null; readonly events: readonly Event[] };
+
+// ---------------------------------------------------------------------------
+// Plan resolution
+
+/**
+ * The product whose entitlements apply to the customer. Until commerce lands every
+ * customer is on the environment's default product (or on nothing).
+ */
+function planOf(_customer: CustomerState | undefined, config: CompiledConfig): CompiledProduct | null {
+  return config.defaultProduct;
+}
+
+function meterIncludedMicros(plan: CompiledProduct | null, key: string): Micros {
+  return plan?.meters.get(key)?.includedMicros ?? 0n;
+}
+
+function overageAllowed(plan: CompiledProduct | null, key: string): boolean {
+  return plan?.meters.get(key)?.overageAllowed ?? false;
+}
+
+// ---------------------------------------------------------------------------
+// Views (reads)
+
+const NO_METER: MeterState = {
+  periodStartMs: 0,
+  includedUsedMicros: 0n,
+  overageMicros: 0n,
+  lotDraws: [],
+  overageEnabled: false,
+  lots: [],
+};
+
+/** The meter's usage as of `periodStartMs`: usage of an earlier period counts as nothing. */
+function usageIn(meter: MeterState, periodStartMs: number): { included: Micros; overage: Micros; lots: Micros } {
+  if (meter.periodStartMs < periodStartMs) return { included: 0n, overage: 0n, lots: 0n };
+  let lots = 0n;
+  for (const draw of meter.lotDraws) lots += draw[1];
+  return { included: meter.includedUsedMicros, overage: meter.overageMicros, lots };
+}
+
+function lotsRemaining(meter: MeterState): Micros {
+  let total = 0n;
+  for (const lot of meter.lots) total += lot.remainingMicros;
+  return total;
+}
+
+/** Start of the current period; never earlier than usage already recorded (clock skew). */
+function currentPeriodStart(ent: CompiledEntitlement, meter: MeterState, nowMs: number): number {
+  return Math.max(periodAt(ent.reset, nowMs).startMs, meter.periodStartMs);
+}
+
+function balanceMicros(meter: MeterState, includedMicros: Micros, periodStartMs: number): Micros {
+  const used = usageIn(meter, periodStartMs).included;
+  const includedLeft = includedMicros > used ? includedMicros - used : 0n;
+  return includedLeft + lotsRemaining(meter);
+}
+
+function balanceView(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  ent: CompiledEntitlement,
+  nowMs: number,
+): BalanceView {
+  const meter = customer?.meters.get(ent.key) ?? NO_METER;
+  const plan = planOf(customer, config);
+  const includedMicros = meterIncludedMicros(plan, ent.key);
+  const periodStartMs = currentPeriodStart(ent, meter, nowMs);
+  const usage = usageIn(meter, periodStartMs);
+  const period = periodAt(ent.reset, Math.max(nowMs, periodStartMs));
+  return {
+    balance: formatMicros(balanceMicros(meter, includedMicros, periodStartMs)),
+    included: formatMicros(includedMicros),
+    consumed: formatMicros(usage.included + usage.lots + usage.overage),
+    overage: formatMicros(usage.overage),
+    overageAllowed: overageAllowed(plan, ent.key),
+    overageEnabled: meter.overageEnabled,
+    resets: period.endMs === null ? null : new Date(period.endMs).toISOString(),
+  };
+}
+
+function limitView(customer: CustomerState | undefined, config: CompiledConfig, key: string): LimitView {
+  const grant = planOf(customer, config)?.limits.get(key);
+  const settings = customer?.limits.get(key);
+  const included = grant?.included ?? 0;
+  const purchased = settings?.purchased ?? 0;
+  return {
+    limit: included + purchased,
+    included,
+    purchased,
+    expansionAllowed: grant?.expansionAllowed ?? false,
+    autoExpansionEnabled: settings?.autoExpansionEnabled ?? false,
+  };
+}
+
+function hasEntitlement(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  ent: CompiledEntitlement,
+  nowMs: number,
+): boolean {
+  switch (ent.type) {
+    case 'feature':
+      return planOf(customer, config)?.features.has(ent.key) ?? false;
+    case 'limit':
+      return limitView(customer, config, ent.key).limit > 0;
+    case 'meter': {
+      const view = balanceView(customer, config, ent, nowMs);
+      return view.balance > 0 || (view.overageEnabled && view.overageAllowed);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// decide
+
+const EXPECTED_TYPE: Record<Command['op'], EntitlementType | null> = {
+  has: null,
+  limit: 'limit',
+  balance: 'meter',
+  consume: 'meter',
+  refund: 'meter',
+  limitSettings: 'limit',
+  usageSettings: 'meter',
+  grantLot: 'meter',
+};
+
+function rejected(rejection: Rejection): Decision {
+  return { rejection, events: [] };
+}
+
+function accepted(...events: Event[]): Decision {
+  return { rejection: null, events };
+}
+
+const REPLAY: Decision = { rejection: null, events: [] };
+
+/** Resolves the command's entitlement or says why it cannot (404, then wrong type 400). */
+function resolveEntitlement(config: CompiledConfig, command: Command): CompiledEntitlement | Rejection {
+  const ent = config.entitlements.get(command.key);
+  if (ent === undefined) return { kind: 'entitlement_not_found', key: command.key };
+  const expected = EXPECTED_TYPE[command.op];
+  if (expected !== null && ent.type !== expected) {
+    return { kind: 'wrong_entitlement_type', key: command.key, actual: ent.type, expected };
+  }
+  return ent;
+}
+
+function isRejection(value: CompiledEntitlement | Rejection): value is Rejection {
+  return 'kind' in value;
+}
+
+/** Answers a read without changing anything. */
+export function query(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  command: ReadCommand,
+  nowMs: number,
+): Outcome {
+  const ent = resolveEntitlement(config, command);
+  if (isRejection(ent)) return { kind: 'rejected', rejection: ent };
+  switch (command.op) {
+    case 'has':
+      return { kind: 'has', value: hasEntitlement(customer, config, ent, nowMs) };
+    case 'limit':
+      return { kind: 'limit', view: limitView(customer, config, ent.key) };
+    case 'balance':
+      return { kind: 'balance', view: balanceView(customer, config, ent, nowMs) };
+  }
+}
+
+/**
+ * Decides a write. Never mutates `customer`; `execute` (or replay) applies the returned
+ * events in order before the next command for the same customer is decided.
+ */
+export function decide(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  command: WriteCommand,
+  nowMs: number,
+): Decision {
+  const ent = resolveEntitlement(config, command);
+  if (isRejection(ent)) return rejected(ent);
+  switch (command.op) {
+    case 'consume':
+      return decideConsume(customer, config, ent, command, nowMs);
+    case 'refund':
+      return decideRefund(customer, config, ent, command, nowMs);
+    case 'limitSettings':
+      return decideLimitSettings(customer, config, command, nowMs);
+    case 'usageSettings':
+      return decideUsageSettings(customer, config, ent, command, nowMs);
+    case 'grantLot':
+      return decideGrantLot(customer, config, ent, command, nowMs);
+  }
+}
+
+type Replay = { readonly replay: true } | { readonly replay: false; readonly record: IdempotencyRecord | null } | Rejection;
+
+/** Looks the idempotency key up: a live entry with the same fingerprint is a replay. */
+function checkIdempotency(
+  customer: CustomerState | undefined,
+  op: string,
+  key: string,
+  idempotencyKey: string | undefined,
+  fingerprint: string,
+  nowMs: number,
+): Replay {
+  if (idempotencyKey === undefined) return { replay: false, record: null };
+  const scope = `${op}\u0000${key}\u0000${idempotencyKey}`;
+  const entry = customer?.idempotency.get(scope);
+  if (entry === undefined || entry.atMs <= nowMs - IDEMPOTENCY_RETENTION_MS) {
+    return { replay: false, record: { scope, fingerprint } };
+  }
+  if (entry.fingerprint !== fingerprint) return { kind: 'idempotency_key_reused' };
+  return { replay: true };
+}
+
+function decideConsume(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  ent: CompiledEntitlement,
+  command: Extract<WriteCommand, { op: 'consume' }>,
+  nowMs: number,
+): Decision {
+  const amount = command.amountMicros;
+  assert(amount > 0n, 'consume amount must be positive');
+  const idem = checkIdempotency(customer, 'consume', ent.key, command.idempotencyKey, String(amount), nowMs);
+  if ('kind' in idem) return rejected(idem);
+  if (idem.replay) return REPLAY;
+
+  const meter = customer?.meters.get(ent.key) ?? NO_METER;
+  const plan = planOf(customer, config);
+  const periodStartMs = currentPeriodStart(ent, meter, nowMs);
+  const usedIncluded = usageIn(meter, periodStartMs).included;
+  const includedMicros = meterIncludedMicros(plan, ent.key);
+  let need = amount;
+  const fromIncluded = minMicros(need, includedMicros > usedIncluded ? includedMicros - usedIncluded : 0n);
+  need -= fromIncluded;
+  const lotDraws: LotDraw[] = [];
+  for (const lot of meter.lots) {
+    if (need === 0n) break;
+    const take = minMicros(need, lot.remainingMicros);
+    if (take > 0n) lotDraws.push([lot.id, take]);
+    need -= take;
+  }
+  if (need > 0n && !(meter.overageEnabled && overageAllowed(plan, ent.key))) {
+    return rejected({ kind: 'insufficient_balance', key: ent.key, view: balanceView(customer, config, ent, nowMs) });
+  }
+  const event: Event = {
+    type: 'consumed',
+    environment: command.environment,
+    customerId: command.customerId,
+    key: ent.key,
+    atMs: nowMs,
+    periodStartMs,
+    includedMicros: fromIncluded,
+    lotDraws,
+    overageMicros: need,
+    idempotency: idem.record,
+  };
+  return accepted(event);
+}
+
+function decideRefund(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  ent: CompiledEntitlement,
+  command: Extract<WriteCommand, { op: 'refund' }>,
+  nowMs: number,
+): Decision {
+  const amount = command.amountMicros;
+  assert(amount > 0n, 'refund amount must be positive');
+  const idem = checkIdempotency(customer, 'refund', ent.key, command.idempotencyKey, String(amount), nowMs);
+  if ('kind' in idem) return rejected(idem);
+  if (idem.replay) return REPLAY;
+
+  const meter = customer?.meters.get(ent.key) ?? NO_METER;
+  const periodStartMs = currentPeriodStart(ent, meter, nowMs);
+  const usage = usageIn(meter, periodStartMs);
+  if (amount > usage.overage + usage.lots + usage.included) {
+    return rejected({ kind: 'refund_exceeds_usage', key: ent.key, view: balanceView(customer, config, ent, nowMs) });
+  }
+  let left = amount;
+  const fromOverage = minMicros(left, usage.overage);
+  left -= fromOverage;
+  const lotRestores: LotDraw[] = [];
+  for (let i = meter.lotDraws.length - 1; i >= 0 && left > 0n; i--) {
+    const draw = meter.lotDraws[i];
+    assert(draw !== undefined, 'lot draw index in range');
+    const take = minMicros(left, draw[1]);
+    lotRestores.push([draw[0], take]);
+    left -= take;
+  }
+  const event: Event = {
+    type: 'refunded',
+    environment: command.environment,
+    customerId: command.customerId,
+    key: ent.key,
+    atMs: nowMs,
+    periodStartMs,
+    overageMicros: fromOverage,
+    lotRestores,
+    includedMicros: left,
+    idempotency: idem.record,
+  };
+  return accepted(event);
+}
+
+function decideLimitSettings(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  command: Extract<WriteCommand, { op: 'limitSettings' }>,
+  nowMs: number,
+): Decision {
+  const current = limitView(customer, config, command.key);
+  const purchased = command.purchased ?? current.purchased;
+  const autoExpansionEnabled = command.autoExpansionEnabled ?? current.autoExpansionEnabled;
+  assert(Number.isInteger(purchased) && purchased >= 0 && purchased <= PURCHASED_MAX, 'purchased validated at the edge');
+  if (!current.expansionAllowed) {
+    if (command.purchased !== undefined && command.purchased > 0) {
+      return rejected({ kind: 'expansion_not_allowed', key: command.key, field: 'purchased' });
+    }
+    if (command.autoExpansionEnabled === true) {
+      return rejected({ kind: 'expansion_not_allowed', key: command.key, field: 'autoExpansionEnabled' });
+    }
+  }
+  const event: Event = {
+    type: 'limitSettingsSet',
+    environment: command.environment,
+    customerId: command.customerId,
+    key: command.key,
+    atMs: nowMs,
+    purchased,
+    autoExpansionEnabled,
+  };
+  return accepted(event);
+}
+
+function decideUsageSettings(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  ent: CompiledEntitlement,
+  command: Extract<WriteCommand, { op: 'usageSettings' }>,
+  nowMs: number,
+): Decision {
+  if (command.overageEnabled && !overageAllowed(planOf(customer, config), ent.key)) {
+    return rejected({ kind: 'overage_not_allowed', key: ent.key });
+  }
+  const event: Event = {
+    type: 'usageSettingsSet',
+    environment: command.environment,
+    customerId: command.customerId,
+    key: ent.key,
+    atMs: nowMs,
+    overageEnabled: command.overageEnabled,
+  };
+  return accepted(event);
+}
+
+function decideGrantLot(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  ent: CompiledEntitlement,
+  command: Extract<WriteCommand, { op: 'grantLot' }>,
+  nowMs: number,
+): Decision {
+  assert(command.amountMicros > 0n, 'lot amount must be positive');
+  const meter = customer?.meters.get(ent.key);
+  // A lot id names its grant (a purchase): granting it again is a replay, not a second lot.
+  if (meter?.lots.some((lot) => lot.id === command.lotId) === true) return REPLAY;
+  if (meter !== undefined && meter.lots.length >= LOTS_PER_METER_MAX) return rejected({ kind: 'too_many_lots', key: ent.key });
+  const event: Event = {
+    type: 'lotGranted',
+    environment: command.environment,
+    customerId: command.customerId,
+    key: ent.key,
+    atMs: nowMs,
+    lotId: command.lotId,
+    micros: command.amountMicros,
+  };
+  return accepted(event);
+}
+
+function cloneMeter(meter: MeterState): MeterState {
+  return {
+    ...meter,
+    lotDraws: meter.lotDraws.map((d): LotDraw => [d[0], d[1]]),
+    lots: meter.lots.map((lot) => ({ ...lot })),
+  };
+}
+
+// ---------------------------------------------------------------------------
+// execute: decide, apply, answer
+
+export interface Execution {
+  /** The customer after the events (undefined only when nothing was ever stored). */
+  readonly customer: CustomerState | undefined;
+  readonly outcome: Outcome;
+  readonly events: readonly Event[];
+}
+
+/** Decides a write, applies its events to `customer` in place, and answers with the new view. */
+export function execute(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  command: WriteCommand,
+  nowMs: number,
+): Execution {
+  const decision = decide(customer, config, command, nowMs);
+  if (decision.rejection !== null) {
+    return { customer, outcome: { kind: 'rejected', rejection: decision.rejection }, events: [] };
+  }
+  let state = customer;
+  for (const event of decision.events) state = apply(state, event);
+  if (command.op === 'limitSettings') {
+    return { customer: state, outcome: { kind: 'limit', view: limitView(state, config, command.key) }, events: decision.events };
+  }
+  const ent = config.entitlements.get(command.key);
+  assert(ent !== undefined, 'decide resolved the entitlement');
+  return { customer: state, outcome: { kind: 'balance', view: balanceView(state, config, ent, nowMs) }, events: decision.events };
+}
+
+// ---------------------------------------------------------------------------
+// apply
+
+export function newCustomer(environment: Environment, id: string, createdAtMs: number): CustomerState {
+  return { environment, id, createdAtMs, meters: new Map(), limits: new Map(), idempotency: new Map() };
+}
+
+/**
+ * Folds one event into the customer's state, creating the customer if needed. Mutates
+ * and returns `customer` (or the new customer). Assumes the event was produced by
+ * `decide` against this very state; anything else is an assertion failure.
+ */
+export function apply(customer: CustomerState | undefined, event: Event): CustomerState {
+  const state = customer ?? newCustomer(event.environment, event.customerId, event.atMs);
+  assert(state.id === event.customerId && state.environment === event.environment, 'event addressed to this customer');
+  switch (event.type) {
+    case 'consumed':
+      applyConsumed(meterFor(state, event.key), event);
+      break;
+    case 'refunded':
+      applyRefunded(meterFor(state, event.key), event);
+      break;
+    case 'limitSettingsSet':
+      state.limits.set(event.key, { purchased: event.purchased, autoExpansionEnabled: event.autoExpansionEnabled });
+      break;
+    case 'usageSettingsSet':
+      meterFor(state, event.key).overageEnabled = event.overageEnabled;
+      break;
+    case 'lotGranted':
+      meterFor(state, event.key).lots.push({
+        id: event.lotId,
+        grantedMicros: event.micros,
+        remainingMicros: event.micros,
+        grantedAtMs: event.atMs,
+      });
+      break;
+  }
+  if ((event.type === 'consumed' || event.type === 'refunded') && event.idempotency !== null) {
+    remember(state, event.idempotency, event.atMs);
+  }
+  return state;
+}
+
+function meterFor(state: CustomerState, key: string): MeterState {
+  let meter = state.meters.get(key);
+  if (meter === undefined) {
+    meter = { periodStartMs: 0, includedUsedMicros: 0n, overageMicros: 0n, lotDraws: [], overageEnabled: false, lots: [] };
+    state.meters.set(key, meter);
+  }
+  return meter;
+}
+
+/** Moves the meter into `periodStartMs`, dropping the usage of an earlier period. */
+function enterPeriod(meter: MeterState, periodStartMs: number): void {
+  assert(periodStartMs >= meter.periodStartMs, 'periods only move forward');
+  if (periodStartMs === meter.periodStartMs) return;
+  meter.periodStartMs = periodStartMs;
+  meter.includedUsedMicros = 0n;
+  meter.overageMicros = 0n;
+  meter.lotDraws = [];
+}
+
+function findLot(meter: MeterState, lotId: string): Lot {
+  const lot = meter.lots.find((l) => l.id === lotId);
+  assert(lot !== undefined, `lot ${lotId} exists`);
+  return lot;
+}
+
+function applyConsumed(meter: MeterState, event: Extract<Event, { type: 'consumed' }>): void {
+  enterPeriod(meter, event.periodStartMs);
+  meter.includedUsedMicros += event.includedMicros;
+  meter.overageMicros += event.overageMicros;
+  for (const [lotId, micros] of event.lotDraws) {
+    const lot = findLot(meter, lotId);
+    assert(lot.remainingMicros >= micros, 'lot draw within remaining credit');
+    lot.remainingMicros -= micros;
+    const last = meter.lotDraws[meter.lotDraws.length - 1];
+    if (last !== undefined && last[0] === lotId) last[1] += micros;
+    else meter.lotDraws.push([lotId, micros]);
+  }
+}
+
+function applyRefunded(meter: MeterState, event: Extract<Event, { type: 'refunded' }>): void {
+  assert(event.periodStartMs === meter.periodStartMs, 'refunds only unwind the current period');
+  assert(meter.overageMicros >= event.overageMicros, 'refund within overage');
+  assert(meter.includedUsedMicros >= event.includedMicros, 'refund within included usage');
+  meter.overageMicros -= event.overageMicros;
+  for (const [lotId, micros] of event.lotRestores) {
+    const last = meter.lotDraws[meter.lotDraws.length - 1];
+    assert(last !== undefined && last[0] === lotId && last[1] >= micros, 'lot restores unwind the newest draws');
+    last[1] -= micros;
+    if (last[1] === 0n) meter.lotDraws.pop();
+    findLot(meter, lotId).remainingMicros += micros;
+  }
+  meter.includedUsedMicros -= event.includedMicros;
+}
+
+/** Records an idempotency key, evicting expired entries and, past the cap, the oldest. */
+function remember(state: CustomerState, record: IdempotencyRecord, atMs: number): void {
+  const cache = state.idempotency;
+  cache.delete(record.scope);
+  cache.set(record.scope, { fingerprint: record.fingerprint, atMs });
+  for (const [scope, entry] of cache) {
+    if (entry.atMs > atMs - IDEMPOTENCY_RETENTION_MS && cache.size <= IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX) break;
+    cache.delete(scope);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Snapshots: a plain, msgpack-friendly form of the state.
+
+export interface CustomerSnapshot {
+  readonly environment: Environment;
+  readonly id: string;
+  readonly createdAtMs: number;
+  readonly meters: Array<[string, MeterState]>;
+  readonly limits: Array<[string, LimitState]>;
+  readonly idempotency: Array<[string, string, number]>;
+}
+
+export function toSnapshot(state: CustomerState): CustomerSnapshot {
+  return {
+    environment: state.environment,
+    id: state.id,
+    createdAtMs: state.createdAtMs,
+    meters: [...state.meters],
+    limits: [...state.limits],
+    idempotency: [...state.idempotency].map(([scope, e]): [string, string, number] => [scope, e.fingerprint, e.atMs]),
+  };
+}
+
+export function fromSnapshot(snapshot: CustomerSnapshot): CustomerState {
+  return {
+    environment: snapshot.environment,
+    id: snapshot.id,
+    createdAtMs: snapshot.createdAtMs,
+    meters: new Map(snapshot.meters.map(([k, m]): [string, MeterState] => [k, cloneMeter(m)])),
+    limits: new Map(snapshot.limits.map(([k, l]): [string, LimitState] => [k, { ...l }])),
+    idempotency: new Map(snapshot.idempotency.map(([s, fingerprint, atMs]): [string, IdempotencyEntry] => [s, { fingerprint, atMs }])),
+  };
+}

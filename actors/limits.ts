@@ -1,0 +1,49 @@
+/**
+ * Every limit in Tally, each with the reason it has the value it has.
+ *
+ * It lives at the bottom of the import graph (no imports) because both the HTTP edge
+ * and the pure actor core enforce these numbers: the edge answers a clear 4xx/503 when
+ * one is hit, and the core asserts the same bounds again.
+ */
+
+/** Largest request body: configurations are the biggest documents and stay far below it. */
+export const BODY_BYTES_MAX = 1024 * 1024;
+
+/** customerId, entitlement/product keys and idempotency keys (PRODUCT.md: 1–255 chars). */
+export const ID_LENGTH_MAX = 255;
+
+/** Logical shards: customers hash onto these; workers own whole logical shards. */
+export const LOGICAL_SHARDS = 256;
+
+/**
+ * Commands queued or in flight per worker before the edge answers 503. PRODUCT.md asks
+ * for at least 10,000; at ~100k commands/s that is 0.1–0.2 s of work, enough to ride out
+ * an fsync hiccup without letting memory grow without bound.
+ */
+export const WORKER_QUEUE_MAX = 16_384;
+
+/** Commands handed to a worker in one message; bounds one postMessage and one decide loop. */
+export const BATCH_COMMANDS_MAX = 1024;
+
+/** Idempotency keys are kept at least this long (PRODUCT.md: at least 24 h). */
+export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
+
+/**
+ * Idempotency entries kept per customer. Beyond it the oldest entry is evicted even if
+ * younger than the retention, so one customer cannot exhaust a shard's memory
+ * (~120 bytes an entry: 100k entries ≈ 12 MB, i.e. more than one keyed request per
+ * second for a whole day).
+ */
+export const IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX = 100_000;
+
+/** Purchased-credit lots per meter per customer; a grant beyond it is refused. */
+export const LOTS_PER_METER_MAX = 10_000;
+
+/** Largest `purchased` limit expansion: a whole number that stays exact in a double. */
+export const PURCHASED_MAX = 1_000_000_000;
+
+/** Journal batches between automatic snapshots of a shard (bounds replay time). */
+export const SNAPSHOT_EVERY_BATCHES = 50_000;
+
+/** Also snapshot a shard that has journaled anything at least this often. */
+export const SNAPSHOT_INTERVAL_MS = 10 * 60 * 1000;

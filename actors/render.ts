@@ -1,0 +1,45 @@
+/**
+ * Turns the core's outcomes into HTTP status and JSON body, inside the shard worker, so
+ * that the front end's single thread only writes bytes. Uses the one error catalog.
+ */
+import type { Outcome, Rejection } from './customer.js';
+import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../src/errors.js';
+
+export interface Rendered {
+  readonly status: number;
+  readonly body: string;
+}
+
+export function renderOutcome(outcome: Outcome): Rendered {
+  switch (outcome.kind) {
+    case 'has':
+      return { status: 200, body: outcome.value ? 'true' : 'false' };
+    case 'limit':
+    case 'balance':
+      return { status: 200, body: JSON.stringify(outcome.view) };
+    case 'rejected':
+      return renderRejection(outcome.rejection);
+  }
+}
+
+function fail(code: ErrorCode, params: ErrorParams = {}, extra?: object): Rendered {
+  return { status: ERRORS[code].status, body: errorBody(code, params, extra) };
+}
+
+function renderRejection(rejection: Rejection): Rendered {
+  switch (rejection.kind) {
+    case 'entitlement_not_found':
+    case 'overage_not_allowed':
+    case 'too_many_lots':
+      return fail(rejection.kind, { key: rejection.key });
+    case 'wrong_entitlement_type':
+      return fail('wrong_entitlement_type', { key: rejection.key, actual: rejection.actual, expected: rejection.expected });
+    case 'idempotency_key_reused':
+      return fail('idempotency_key_reused');
+    case 'expansion_not_allowed':
+      return fail('expansion_not_allowed', { key: rejection.key, field: rejection.field });
+    case 'insufficient_balance':
+    case 'refund_exceeds_usage':
+      return fail(rejection.kind, { key: rejection.key }, rejection.view);
+  }
+}

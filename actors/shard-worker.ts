@@ -1,0 +1,129 @@
+/**
+ * Entry point of a shard worker thread: the IO shell around `Shard`.
+ *
+ * On start it recovers (latest snapshot, then the journal after it, dropping a torn
+ * tail record), reports `ready`, and then serves batches from the front end. Replies
+ * are coalesced into one message per event-loop turn. Any journal failure or broken
+ * invariant crashes the worker (and with it the process): recovery from disk is the
+ * only repair.
+ */
+import { isMainThread, parentPort, workerData } from 'node:worker_threads';
+import path from 'node:path';
+import { assert } from './assert.js';
+import type { CustomerSnapshot, Event } from './customer.js';
+import { SNAPSHOT_EVERY_BATCHES, SNAPSHOT_INTERVAL_MS } from './limits.js';
+import type { FromWorker, ReplyTriples, ToWorker } from './protocol.js';
+import { Shard } from './shard.js';
+import { ShardStore } from '../storage/journal.js';
+
+export interface ShardWorkerData {
+  readonly dataDir: string;
+  readonly workerIndex: number;
+}
+
+assert(!isMainThread && parentPort !== null, 'shard-worker runs in a worker thread');
+const port = parentPort;
+const { dataDir, workerIndex } = workerData as ShardWorkerData;
+
+let outbox: ReplyTriples = [];
+let flushScheduled = false;
+
+function post(message: FromWorker): void {
+  port.postMessage(message);
+}
+
+function flushReplies(): void {
+  flushScheduled = false;
+  const replies = outbox;
+  outbox = [];
+  post({ t: 'replies', replies });
+}
+
+function reply(id: number, status: number, body: string): void {
+  outbox.push(id, status, body);
+  if (!flushScheduled) {
+    flushScheduled = true;
+    setImmediate(flushReplies);
+  }
+}
+
+function crash(error: unknown): never {
+  // Never continue after a failed write: the process dies and recovery rebuilds from disk.
+  process.stderr.write(`shard ${workerIndex}: fatal: ${String(error instanceof Error ? error.stack : error)}\n`);
+  process.exit(70);
+}
+
+const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`));
+const shard = new Shard({
+  journal: { append: (events: readonly Event[]) => store.append(events) },
+  clock: Date.now,
+  reply,
+  fatal: crash,
+});
+
+function recover(): void {
+  const snapshot = store.loadSnapshot();
+  if (snapshot !== null) shard.loadSnapshot(snapshot.items as CustomerSnapshot[]);
+  const result = store.replay(snapshot?.seq ?? 0, (_seq, events) => shard.replay(events as Event[]));
+  post({
+    t: 'ready',
+    stats: {
+      customers: shard.customers.size,
+      lastSeq: store.lastSeq,
+      snapshotSeq: snapshot?.seq ?? 0,
+      replayedBatches: result.batches,
+      droppedTornTail: result.droppedTail,
+    },
+  });
+}
+
+let lastSnapshotAtMs = Date.now();
+let snapshotting = false;
+
+/** Snapshots when enough has been journaled since the last one, bounding replay time. */
+function maybeSnapshot(force: boolean): Promise<number> | null {
+  if (snapshotting) return null;
+  const due = shard.batchesSinceSnapshot >= SNAPSHOT_EVERY_BATCHES
+    || (shard.batchesSinceSnapshot > 0 && Date.now() - lastSnapshotAtMs >= SNAPSHOT_INTERVAL_MS);
+  if (!force && !due) return null;
+  snapshotting = true;
+  const seq = store.lastSeq;
+  const items = shard.snapshotItems();
+  shard.batchesSinceSnapshot = 0;
+  lastSnapshotAtMs = Date.now();
+  return store.writeSnapshot(seq, items).then(
+    () => {
+      snapshotting = false;
+      return seq;
+    },
+    crash,
+  );
+}
+
+function onMessage(message: ToWorker): void {
+  switch (message.t) {
+    case 'batch':
+      shard.handleBatch(message.envelopes);
+      maybeSnapshot(false);
+      return;
+    case 'config':
+      shard.setConfig(message.environment, message.version, message.config);
+      return;
+    case 'snapshot': {
+      const done = maybeSnapshot(true) ?? Promise.resolve(store.lastSeq);
+      void done.then((seq) => post({ t: 'snapshotted', requestId: message.requestId, seq }));
+      return;
+    }
+    case 'stop':
+      void store.close().then(() => post({ t: 'stopped' }), crash);
+      return;
+  }
+}
+
+try {
+  recover();
+} catch (error) {
+  crash(error);
+}
+port.on('message', onMessage);
+setInterval(() => maybeSnapshot(false), SNAPSHOT_INTERVAL_MS).unref();

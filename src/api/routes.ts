@@ -1,0 +1,190 @@
+/**
+ * The core API's routes: metering reads and writes, limit/usage settings, and the
+ * billing configuration (schema, push, pull).
+ *
+ * Each handler receives a request that is already authenticated and has a parsed JSON
+ * body where one is expected; it validates with the compiled schemas, builds a command
+ * and hands it to the customer's shard, or answers from the front end's own state.
+ */
+import type { BillingConfig } from '../../actors/billing-config.js';
+import { parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
+import { ID_LENGTH_MAX } from '../../actors/limits.js';
+import type { Command, Environment } from '../../actors/protocol.js';
+import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
+import { billingConfigSchema } from '../config/billing-schema.js';
+import { formatViolations, validateBillingConfig } from '../config/validate-config.js';
+import type { Exchange } from '../http/exchange.js';
+import { decodeComponent } from '../http/query.js';
+import { Router } from '../http/router.js';
+import type { ShardPool } from '../shard-pool.js';
+import {
+  check,
+  validateCustomerQuery,
+  validateLimitSettings,
+  validateUsageAmount,
+  validateUsageSettings,
+} from './validation.js';
+
+/** Who may call a route: `client` accepts client or server keys. */
+export type Access = 'client' | 'server';
+
+export interface RequestContext {
+  readonly ex: Exchange;
+  readonly key: KeyRecord;
+  readonly environment: Environment;
+  readonly params: readonly string[];
+  readonly query: Readonly<Record<string, string>>;
+  readonly body: unknown;
+}
+
+export interface Route {
+  readonly access: Access;
+  readonly hasBody: boolean;
+  readonly handle: (ctx: RequestContext) => void;
+}
+
+export interface ApiDeps {
+  readonly pool: ShardPool;
+  readonly control: ControlStore;
+  /** Serialises config pushes per environment so versions are assigned in order. */
+  readonly pushConfig: (environment: Environment, config: BillingConfig) => Promise<{ version: number; pushedAtMs: number }>;
+}
+
+const AMOUNT_MESSAGES: Record<Exclude<AmountParse, { ok: true }>['reason'], string> = {
+  not_number: 'amount must be a number',
+  not_positive: 'amount must be greater than 0',
+  too_many_decimals: 'amount must have at most 6 decimal places',
+  too_large: `amount must be at most ${AMOUNT_UNITS_MAX}`,
+};
+
+/** Decodes the `{key}` path segment; answers 400 itself when it cannot. */
+function pathKey(ctx: RequestContext): string | null {
+  const key = decodeComponent(ctx.params[0] ?? '', false);
+  if (key === null) {
+    ctx.ex.fail('invalid_query', { detail: 'key has invalid percent-encoding' });
+    return null;
+  }
+  if (key.length > ID_LENGTH_MAX) {
+    ctx.ex.fail('invalid_query', { detail: `key must be 1 to ${ID_LENGTH_MAX} characters` });
+    return null;
+  }
+  return key;
+}
+
+function submit(deps: ApiDeps, ex: Exchange, command: Command): void {
+  const accepted = deps.pool.submit(command, (status, body) => ex.send(status, body));
+  if (!accepted) ex.fail('overloaded', {}, [['retry-after', '1']]);
+}
+
+function readRoute(deps: ApiDeps, op: 'has' | 'limit' | 'balance'): Route {
+  return {
+    access: 'client',
+    hasBody: false,
+    handle(ctx) {
+      const key = pathKey(ctx);
+      if (key === null) return;
+      const query = check(validateCustomerQuery, ctx.query, 'query');
+      if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });
+      submit(deps, ctx.ex, { op, environment: ctx.environment, customerId: query.value.customerId, key });
+    },
+  };
+}
+
+function usageAmountRoute(deps: ApiDeps, op: 'consume' | 'refund'): Route {
+  return {
+    access: 'server',
+    hasBody: true,
+    handle(ctx) {
+      const key = pathKey(ctx);
+      if (key === null) return;
+      const body = check(validateUsageAmount, ctx.body, 'body');
+      if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
+      const amount = parseAmount(body.value.amount);
+      if (!amount.ok) return ctx.ex.fail('invalid_request', { detail: AMOUNT_MESSAGES[amount.reason] });
+      const { customerId, idempotencyKey } = body.value;
+      const base = { op, environment: ctx.environment, customerId, key, amountMicros: amount.micros } as const;
+      submit(deps, ctx.ex, idempotencyKey === undefined ? base : { ...base, idempotencyKey });
+    },
+  };
+}
+
+function limitSettingsRoute(deps: ApiDeps): Route {
+  return {
+    access: 'server',
+    hasBody: true,
+    handle(ctx) {
+      const key = pathKey(ctx);
+      if (key === null) return;
+      const body = check(validateLimitSettings, ctx.body, 'body');
+      if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
+      const { customerId, purchased, autoExpansionEnabled } = body.value;
+      submit(deps, ctx.ex, {
+        op: 'limitSettings',
+        environment: ctx.environment,
+        customerId,
+        key,
+        ...(purchased === undefined ? {} : { purchased }),
+        ...(autoExpansionEnabled === undefined ? {} : { autoExpansionEnabled }),
+      });
+    },
+  };
+}
+
+function usageSettingsRoute(deps: ApiDeps): Route {
+  return {
+    access: 'server',
+    hasBody: true,
+    handle(ctx) {
+      const key = pathKey(ctx);
+      if (key === null) return;
+      const body = check(validateUsageSettings, ctx.body, 'body');
+      if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
+      const { customerId, overageEnabled } = body.value;
+      submit(deps, ctx.ex, { op: 'usageSettings', environment: ctx.environment, customerId, key, overageEnabled });
+    },
+  };
+}
+
+function pushRoute(deps: ApiDeps): Route {
+  return {
+    access: 'server',
+    hasBody: true,
+    handle(ctx) {
+      const result = validateBillingConfig(ctx.body);
+      if (!result.ok) return ctx.ex.fail('invalid_config', { detail: formatViolations(result.errors) });
+      deps.pushConfig(ctx.environment, result.config).then(
+        ({ version, pushedAtMs }) => ctx.ex.json(200, { version, pushedAt: new Date(pushedAtMs).toISOString() }),
+        () => ctx.ex.fail('internal'),
+      );
+    },
+  };
+}
+
+function pullRoute(deps: ApiDeps): Route {
+  return {
+    access: 'server',
+    hasBody: false,
+    handle(ctx) {
+      const latest = deps.control.latestConfig(ctx.environment);
+      if (latest === null) return ctx.ex.fail('config_not_found');
+      ctx.ex.json(200, { config: latest.config, version: latest.version, pushedAt: new Date(latest.pushedAtMs).toISOString() });
+    },
+  };
+}
+
+/** Every keyed route of this slice of the API. */
+export function buildApiRouter(deps: ApiDeps): Router<Route> {
+  return new Router<Route>()
+    .add('GET', '/v1/entitlements/:key/has', readRoute(deps, 'has'))
+    .add('GET', '/v1/entitlements/:key/limit', readRoute(deps, 'limit'))
+    .add('POST', '/v1/entitlements/:key/limit/settings', limitSettingsRoute(deps))
+    .add('GET', '/v1/usage/:key/balance', readRoute(deps, 'balance'))
+    .add('POST', '/v1/usage/:key/consume', usageAmountRoute(deps, 'consume'))
+    .add('POST', '/v1/usage/:key/refund', usageAmountRoute(deps, 'refund'))
+    .add('POST', '/v1/usage/:key/settings', usageSettingsRoute(deps))
+    .add('POST', '/v1/sync/push', pushRoute(deps))
+    .add('GET', '/v1/sync/pull', pullRoute(deps));
+}
+
+/** The public JSON Schema document (row 23), serialised once. */
+export const BILLING_SCHEMA_JSON = JSON.stringify(billingConfigSchema);

@@ -1,0 +1,115 @@
+/**
+ * Compiled request schemas for every route of the core API, and the mapping from ajv's
+ * errors to one clear message naming the field.
+ *
+ * Every query and body is checked here, on the front end, before anything crosses a
+ * thread. Unknown fields are refused (as Stripe does) so that typos surface. Numbers
+ * that a schema cannot judge exactly (amount decimals) are checked by `parseAmount`.
+ */
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import { ID_LENGTH_MAX, PURCHASED_MAX } from '../../actors/limits.js';
+
+const ajv = new Ajv({ allErrors: false, strict: true, coerceTypes: false });
+
+const id = { type: 'string', minLength: 1, maxLength: ID_LENGTH_MAX } as const;
+
+export const customerQuerySchema = {
+  type: 'object',
+  properties: { customerId: id },
+  required: ['customerId'],
+  additionalProperties: false,
+} as const;
+
+export const usageAmountSchema = {
+  type: 'object',
+  properties: { customerId: id, amount: { type: 'number' }, idempotencyKey: id },
+  required: ['customerId', 'amount'],
+  additionalProperties: false,
+} as const;
+
+export const limitSettingsSchema = {
+  type: 'object',
+  properties: {
+    customerId: id,
+    purchased: { type: 'integer', minimum: 0, maximum: PURCHASED_MAX },
+    autoExpansionEnabled: { type: 'boolean' },
+  },
+  required: ['customerId'],
+  anyOf: [
+    { properties: { purchased: true }, required: ['purchased'] },
+    { properties: { autoExpansionEnabled: true }, required: ['autoExpansionEnabled'] },
+  ],
+  additionalProperties: false,
+} as const;
+
+export const usageSettingsSchema = {
+  type: 'object',
+  properties: { customerId: id, overageEnabled: { type: 'boolean' } },
+  required: ['customerId', 'overageEnabled'],
+  additionalProperties: false,
+} as const;
+
+export interface CustomerQuery {
+  readonly customerId: string;
+}
+export interface UsageAmountBody {
+  readonly customerId: string;
+  readonly amount: number;
+  readonly idempotencyKey?: string;
+}
+export interface LimitSettingsBody {
+  readonly customerId: string;
+  readonly purchased?: number;
+  readonly autoExpansionEnabled?: boolean;
+}
+export interface UsageSettingsBody {
+  readonly customerId: string;
+  readonly overageEnabled: boolean;
+}
+
+export const validateCustomerQuery = ajv.compile<CustomerQuery>(customerQuerySchema);
+export const validateUsageAmount = ajv.compile<UsageAmountBody>(usageAmountSchema);
+export const validateLimitSettings = ajv.compile<LimitSettingsBody>(limitSettingsSchema);
+export const validateUsageSettings = ajv.compile<UsageSettingsBody>(usageSettingsSchema);
+
+export type Checked<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string };
+
+/** Runs a compiled validator and, on failure, names the offending field. */
+export function check<T>(validate: ValidateFunction<T>, value: unknown, what: 'body' | 'query'): Checked<T> {
+  if (validate(value)) return { ok: true, value };
+  const error = validate.errors?.[0];
+  return { ok: false, message: error === undefined ? `invalid ${what}` : describe(error, what) };
+}
+
+function fieldOf(error: ErrorObject): string {
+  return error.instancePath.replace(/^\//, '').replace(/\//g, '.');
+}
+
+function describe(error: ErrorObject, what: 'body' | 'query'): string {
+  const field = fieldOf(error);
+  const p = error.params as Record<string, unknown>;
+  switch (error.keyword) {
+    case 'required':
+      return `${String(p['missingProperty'])} is required`;
+    case 'additionalProperties':
+      return `${String(p['additionalProperty'])} is not a known field`;
+    case 'anyOf':
+      return 'purchased or autoExpansionEnabled is required';
+    case 'type':
+      return field === '' ? `request ${what} must be a JSON object` : `${field} must be ${article(String(p['type']))}`;
+    case 'minLength':
+    case 'maxLength':
+      return `${field} must be 1 to ${ID_LENGTH_MAX} characters`;
+    case 'minimum':
+    case 'maximum':
+      return `${field} must be ${String(error.message)}`;
+    default:
+      return `${field || what} ${String(error.message)}`;
+  }
+}
+
+function article(type: string): string {
+  if (type === 'integer') return 'a whole number';
+  if (type === 'object') return 'an object';
+  return `a ${type}`;
+}

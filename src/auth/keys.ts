@@ -1,0 +1,74 @@
+/**
+ * API keys: generation, hashing and verification.
+ *
+ * Keys look like `sk_test_<32 url-safe chars>` (server/client × test/live) or
+ * `ak_<32>` (the operator key, which belongs to no environment). Only their SHA-256
+ * is stored; verification hashes the presented key, looks the digest up and compares
+ * it in constant time. Revocation takes effect on the next request.
+ */
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { Environment } from '../../actors/protocol.js';
+import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
+
+export type KeyClass = KeyRecord['keyClass'];
+
+const KEY_PATTERN = /^(?:(sk|ck)_(test|live)_|ak_)[A-Za-z0-9_-]{24,128}$/;
+const CLASS_PREFIX: Record<KeyClass, string> = { server: 'sk', client: 'ck', admin: 'ak' };
+
+export interface IssuedKey {
+  readonly secret: string;
+  readonly record: KeyRecord;
+}
+
+function sha256(text: string): Buffer {
+  return createHash('sha256').update(text).digest();
+}
+
+/** Creates a key (not yet stored): 24 random bytes → 32 url-safe characters. */
+export function issueKey(keyClass: KeyClass, environment: Environment | null, nowMs: number): IssuedKey {
+  const random = randomBytes(24).toString('base64url');
+  const prefix = keyClass === 'admin' ? 'ak_' : `${CLASS_PREFIX[keyClass]}_${environment ?? 'test'}_`;
+  const secret = prefix + random;
+  const record: KeyRecord = {
+    id: `key_${randomBytes(8).toString('hex')}`,
+    prefix: secret.slice(0, prefix.length + 4),
+    hashHex: sha256(secret).toString('hex'),
+    environment: keyClass === 'admin' ? null : environment,
+    keyClass,
+    createdAtMs: nowMs,
+    revokedAtMs: null,
+  };
+  return { secret, record };
+}
+
+/** The in-memory key table of the front end, backed by the control store. */
+export class KeyRing {
+  private readonly byHash = new Map<string, KeyRecord>();
+
+  constructor(private readonly store: ControlStore) {
+    for (const record of store.listKeys()) this.byHash.set(record.hashHex, record);
+  }
+
+  get size(): number {
+    return this.byHash.size;
+  }
+
+  /** Stores the key durably before it can be used. */
+  async add(record: KeyRecord): Promise<void> {
+    await this.store.putKey(record);
+    this.byHash.set(record.hashHex, record);
+  }
+
+  /**
+   * The live record for a presented key, or null for anything unknown, malformed or
+   * revoked. Never throws for client input.
+   */
+  verify(presented: string): KeyRecord | null {
+    if (!KEY_PATTERN.test(presented)) return null;
+    const digest = sha256(presented);
+    const record = this.byHash.get(digest.toString('hex'));
+    if (record === undefined) return null;
+    if (!timingSafeEqual(Buffer.from(record.hashHex, 'hex'), digest)) return null;
+    return record.revokedAtMs === null ? record : null;
+  }
+}

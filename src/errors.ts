@@ -1,0 +1,61 @@
+/**
+ * The error catalog: every error Tally answers, with its HTTP status and message.
+ *
+ * One place so that messages stay consistent, the README's error table can be checked
+ * against it (test/errors-catalog.test.ts), and nothing answers an ad-hoc error. It has
+ * no imports so that the shard workers can render domain outcomes with it too. Every
+ * body is `{"error": message}`; some add the balance fields (429 insufficient balance,
+ * 409 refund too large).
+ */
+
+export interface CatalogEntry {
+  readonly status: number;
+  /** What a caller sees; `{name}` placeholders are filled from the error's params. */
+  readonly message: string;
+  /** When it happens, for the README. */
+  readonly when: string;
+}
+
+export const ERRORS = {
+  key_missing: { status: 401, message: 'x-tally-key header is required', when: 'no API key on a keyed route' },
+  key_invalid: { status: 401, message: 'API key is invalid or revoked', when: 'unknown, malformed or revoked key' },
+  server_key_required: { status: 403, message: 'this endpoint requires a server key', when: 'client key on a server-only route' },
+  environment_key_required: { status: 403, message: 'the operator key cannot be used on environment routes', when: 'operator key (ak_) on an environment route' },
+  invalid_json: { status: 400, message: 'request body is not valid JSON', when: 'malformed JSON body' },
+  content_type: { status: 400, message: 'content-type must be application/json', when: 'body sent with another content type' },
+  invalid_request: { status: 400, message: '{detail}', when: 'a field is missing, of the wrong type or out of range; the message names the field' },
+  invalid_query: { status: 400, message: '{detail}', when: 'bad query string or path (e.g. bad percent-encoding); names the parameter' },
+  wrong_entitlement_type: { status: 400, message: '{key} is a {actual}, not a {expected}', when: 'a feature on /limit, a limit on /usage, ...' },
+  idempotency_key_reused: { status: 400, message: 'idempotencyKey was reused with different parameters', when: 'same idempotency key, different amount' },
+  expansion_not_allowed: { status: 400, message: '{field}: limit expansion is not allowed for {key} on the customer\'s plan', when: 'purchased > 0 or autoExpansionEnabled where expansion is not allowed' },
+  overage_not_allowed: { status: 400, message: 'overageEnabled: overage is not allowed for {key} on the customer\'s plan', when: 'overage enabled where the plan allows none' },
+  too_many_lots: { status: 400, message: 'too many credit lots on {key}', when: 'a meter already holds the maximum number of lots' },
+  invalid_config: { status: 400, message: 'invalid billing configuration: {detail}', when: 'a pushed configuration breaks the schema or a rule; lists every violation' },
+  entitlement_not_found: { status: 404, message: 'entitlement {key} not found', when: 'key not in the environment\'s configuration' },
+  config_not_found: { status: 404, message: 'no billing configuration has been pushed to this environment', when: 'pull before any push' },
+  route_not_found: { status: 404, message: 'no route {method} {path}', when: 'unknown path' },
+  method_not_allowed: { status: 405, message: '{method} is not allowed on {path}', when: 'known path, wrong method (with Allow)' },
+  refund_exceeds_usage: { status: 409, message: 'amount exceeds the refundable usage of {key}', when: 'usage refund beyond recorded usage of the current period' },
+  body_too_large: { status: 413, message: 'request body exceeds 1048576 bytes', when: 'declared or received body over 1 MiB' },
+  insufficient_balance: { status: 429, message: 'insufficient balance for {key}', when: 'consume beyond balance with overage off; body carries the balance fields' },
+  overloaded: { status: 503, message: 'shard queue is full, retry later', when: 'a worker\'s queue is full (with Retry-After)' },
+  not_ready: { status: 503, message: 'service is starting, retry shortly', when: 'recovery has not finished (with Retry-After)' },
+  internal: { status: 500, message: 'internal error', when: 'a bug; never for client input' },
+} as const satisfies Record<string, CatalogEntry>;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+export type ErrorParams = Readonly<Record<string, string | number>>;
+
+/** Fills the message template; unknown placeholders are left visible (a bug to see, not hide). */
+export function errorMessage(code: ErrorCode, params: ErrorParams = {}): string {
+  return ERRORS[code].message.replace(/\{(\w+)\}/g, (whole, name: string) => {
+    const value = params[name];
+    return value === undefined ? whole : String(value);
+  });
+}
+
+/** The JSON body for an error, optionally with extra fields (balance fields on 409/429). */
+export function errorBody(code: ErrorCode, params: ErrorParams = {}, extra?: object): string {
+  return JSON.stringify({ error: errorMessage(code, params), ...extra });
+}

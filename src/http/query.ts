@@ -1,0 +1,37 @@
+/**
+ * Strict parsing of query strings and path segments.
+ *
+ * `URLSearchParams` silently keeps malformed percent-escapes; Tally answers 400 naming
+ * the parameter instead, and refuses a parameter given twice rather than guessing.
+ */
+
+export type QueryParse =
+  | { readonly ok: true; readonly params: Record<string, string> }
+  | { readonly ok: false; readonly message: string };
+
+/** Decodes one component (`+` is a space in queries); null on bad percent-encoding. */
+export function decodeComponent(raw: string, plusIsSpace: boolean): string | null {
+  const text = plusIsSpace ? raw.replace(/\+/g, ' ') : raw;
+  if (!text.includes('%')) return text;
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return null;
+  }
+}
+
+export function parseQuery(raw: string): QueryParse {
+  const params: Record<string, string> = Object.create(null) as Record<string, string>;
+  if (raw === '') return { ok: true, params };
+  for (const pair of raw.split('&')) {
+    if (pair === '') continue;
+    const eq = pair.indexOf('=');
+    const name = decodeComponent(eq === -1 ? pair : pair.slice(0, eq), true);
+    if (name === null) return { ok: false, message: 'query string has invalid percent-encoding' };
+    const value = decodeComponent(eq === -1 ? '' : pair.slice(eq + 1), true);
+    if (value === null) return { ok: false, message: `${name} has invalid percent-encoding` };
+    if (name in params) return { ok: false, message: `${name} is given more than once` };
+    params[name] = value;
+  }
+  return { ok: true, params };
+}

@@ -1,0 +1,59 @@
+/**
+ * A small exact-segment router, so that Tally (not uWS) decides between 404, 405 (with
+ * `Allow`) and a match, after authenticating the key as PRODUCT.md orders.
+ */
+
+export interface RouteMatch<R> {
+  readonly route: R;
+  /** Raw (still percent-encoded) values of the `:name` segments, in order. */
+  readonly params: readonly string[];
+}
+
+export type RouteLookup<R> =
+  | { readonly kind: 'match'; readonly match: RouteMatch<R> }
+  | { readonly kind: 'method_not_allowed'; readonly allow: string }
+  | { readonly kind: 'not_found' };
+
+interface Entry<R> {
+  readonly method: string;
+  readonly segments: readonly string[];
+  readonly route: R;
+}
+
+export class Router<R> {
+  private readonly entries: Entry<R>[] = [];
+
+  add(method: string, pattern: string, route: R): this {
+    this.entries.push({ method: method.toUpperCase(), segments: pattern.split('/'), route });
+    return this;
+  }
+
+  lookup(method: string, path: string): RouteLookup<R> {
+    const segments = path.split('/');
+    const allowed: string[] = [];
+    for (const entry of this.entries) {
+      const params = matchSegments(entry.segments, segments);
+      if (params === null) continue;
+      if (entry.method === method) return { kind: 'match', match: { route: entry.route, params } };
+      allowed.push(entry.method);
+    }
+    if (allowed.length > 0) return { kind: 'method_not_allowed', allow: allowed.join(', ') };
+    return { kind: 'not_found' };
+  }
+}
+
+function matchSegments(pattern: readonly string[], actual: readonly string[]): string[] | null {
+  if (pattern.length !== actual.length) return null;
+  const params: string[] = [];
+  for (let i = 0; i < pattern.length; i++) {
+    const p = pattern[i] as string;
+    const a = actual[i] as string;
+    if (p.startsWith(':')) {
+      if (a === '') return null;
+      params.push(a);
+    } else if (p !== a) {
+      return null;
+    }
+  }
+  return params;
+}

@@ -1,0 +1,194 @@
+/**
+ * The Tally service: opens the data directory, starts the shard workers (which
+ * recover from their journals), and serves HTTP on uWebSockets.js.
+ *
+ * Request path: authenticate the key → route (404/405) → key class (403) → readiness
+ * (503) → content type / length (400/413) → body → validate → shard → reply. Nothing a
+ * client sends can reach a 500: every failure up to the shard hop has a catalog entry.
+ * The port is bound exclusively: uWS otherwise uses SO_REUSEPORT and a leftover
+ * instance would silently share the port and half the traffic.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import uWS from 'uWebSockets.js';
+import type { BillingConfig } from '../actors/billing-config.js';
+import type { Environment } from '../actors/protocol.js';
+import { ControlStore } from '../storage/control-store.js';
+import { BILLING_SCHEMA_JSON, buildApiRouter, type Route } from './api/routes.js';
+import { issueKey, KeyRing } from './auth/keys.js';
+import { checkBodyHeaders, readJsonBody } from './http/body.js';
+import { Exchange } from './http/exchange.js';
+import { parseQuery } from './http/query.js';
+import type { Router } from './http/router.js';
+import { ShardPool } from './shard-pool.js';
+
+export interface ServerOptions {
+  readonly port: number;
+  readonly dataDir: string;
+  /** Worker threads; fixed per data dir at its first start. Default: cores − 1 (at least 1). */
+  readonly workers?: number;
+}
+
+export interface BootstrapKeys {
+  readonly test: { readonly server: string; readonly client: string };
+  readonly live: { readonly server: string; readonly client: string };
+  readonly admin: string;
+}
+
+export interface RunningServer {
+  readonly port: number;
+  /** The keys created on this first start (null on later starts). */
+  readonly bootstrapKeys: BootstrapKeys | null;
+  /** Resolves once recovery has finished and /healthz answers 200. */
+  readonly ready: Promise<void>;
+  close(): Promise<void>;
+}
+
+const ENVIRONMENTS: readonly Environment[] = ['test', 'live'];
+
+/** Creates the first keys of an empty data dir and writes them (0600) for the operator. */
+async function bootstrapKeys(keys: KeyRing, dataDir: string): Promise<BootstrapKeys | null> {
+  if (keys.size > 0) return null;
+  const now = Date.now();
+  const issued = {
+    testServer: issueKey('server', 'test', now),
+    testClient: issueKey('client', 'test', now),
+    liveServer: issueKey('server', 'live', now),
+    liveClient: issueKey('client', 'live', now),
+    admin: issueKey('admin', null, now),
+  };
+  for (const key of Object.values(issued)) await keys.add(key.record);
+  const result: BootstrapKeys = {
+    test: { server: issued.testServer.secret, client: issued.testClient.secret },
+    live: { server: issued.liveServer.secret, client: issued.liveClient.secret },
+    admin: issued.admin.secret,
+  };
+  fs.writeFileSync(path.join(dataDir, 'bootstrap-keys.json'), `${JSON.stringify(result, null, 2)}\n`, { mode: 0o600 });
+  return result;
+}
+
+/** The worker count is part of the data dir's layout: the first start fixes it. */
+async function resolveWorkers(control: ControlStore, requested: number | undefined): Promise<number> {
+  const stored = control.getMeta('workers');
+  if (typeof stored === 'number') return stored;
+  const workers = requested ?? Math.max(1, os.availableParallelism() - 1);
+  await control.putMeta('workers', workers);
+  return workers;
+}
+
+/**
+ * The native module exports the flag at top level while its typings declare it in a
+ * runtime-absent enum; read the real value and insist it exists.
+ */
+const LISTEN_EXCLUSIVE_PORT = (uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT?: uWS.ListenOptions }).LIBUS_LISTEN_EXCLUSIVE_PORT;
+
+function listen(app: uWS.TemplatedApp, port: number): Promise<uWS.us_listen_socket> {
+  if (LISTEN_EXCLUSIVE_PORT === undefined) throw new Error('uWebSockets.js lacks LIBUS_LISTEN_EXCLUSIVE_PORT');
+  return new Promise((resolve, reject) => {
+    app.listen(port, LISTEN_EXCLUSIVE_PORT, (socket) => {
+      if (socket === false) reject(new Error(`cannot listen on port ${port} (in use?)`));
+      else resolve(socket);
+    });
+  });
+}
+
+export async function startServer(options: ServerOptions): Promise<RunningServer> {
+  fs.mkdirSync(options.dataDir, { recursive: true });
+  const control = ControlStore.open(options.dataDir);
+  const keys = new KeyRing(control);
+  const bootstrap = await bootstrapKeys(keys, options.dataDir);
+  const workers = await resolveWorkers(control, options.workers);
+
+  let pool: ShardPool | null = null;
+  const pushChains = new Map<Environment, Promise<unknown>>();
+  const pushConfig = (environment: Environment, config: BillingConfig): Promise<{ version: number; pushedAtMs: number }> => {
+    const previous = pushChains.get(environment) ?? Promise.resolve();
+    const next = previous.then(async () => {
+      const version = (control.latestConfig(environment)?.version ?? 0) + 1;
+      const pushedAtMs = Date.now();
+      await control.putConfig(environment, { version, pushedAtMs, config });
+      pool?.broadcastConfig(environment, version, config);
+      return { version, pushedAtMs };
+    });
+    pushChains.set(environment, next.catch(() => undefined));
+    return next;
+  };
+
+  const app = uWS.App();
+  const frontEnd = new FrontEnd(keys, () => pool !== null);
+  const socket = await listen(app, options.port);
+  const port = uWS.us_socket_local_port(socket);
+
+  const ready = ShardPool.start({ dataDir: options.dataDir, workers }).then((started) => {
+    for (const environment of ENVIRONMENTS) {
+      const latest = control.latestConfig(environment);
+      if (latest !== null) started.broadcastConfig(environment, latest.version, latest.config as BillingConfig);
+    }
+    frontEnd.router = buildApiRouter({ pool: started, control, pushConfig });
+    pool = started;
+  });
+  app.any('/*', (res, req) => frontEnd.handle(res, req));
+
+  return {
+    port,
+    bootstrapKeys: bootstrap,
+    ready,
+    async close() {
+      uWS.us_listen_socket_close(socket);
+      await ready.catch(() => undefined);
+      if (pool !== null) await pool.stop();
+      await control.close();
+    },
+  };
+}
+
+/** The per-request pipeline; everything before the shard hop runs synchronously here. */
+class FrontEnd {
+  router: Router<Route> | null = null;
+
+  constructor(
+    private readonly keys: KeyRing,
+    private readonly isReady: () => boolean,
+  ) {}
+
+  handle(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
+    const method = req.getMethod().toUpperCase();
+    const url = req.getUrl();
+    const ex = new Exchange(res, method, url);
+    if (url === '/healthz') {
+      if (this.isReady()) ex.send(200, '{"ok":true}');
+      else ex.fail('not_ready', {}, [['retry-after', '1']]);
+      return;
+    }
+    if (url === '/v1/schema/billing' && method === 'GET') return ex.send(200, BILLING_SCHEMA_JSON);
+    if (!url.startsWith('/v1/')) return ex.fail('route_not_found', { method, path: url });
+
+    const presented = req.getHeader('x-tally-key') || bearerToken(req.getHeader('authorization'));
+    if (presented === '') return ex.fail('key_missing');
+    const key = this.keys.verify(presented);
+    if (key === null) return ex.fail('key_invalid');
+    if (key.environment === null) return ex.fail('environment_key_required');
+    if (this.router === null) return ex.fail('not_ready', {}, [['retry-after', '1']]);
+
+    const found = this.router.lookup(method, url);
+    if (found.kind === 'not_found') return ex.fail('route_not_found', { method, path: url });
+    if (found.kind === 'method_not_allowed') return ex.fail('method_not_allowed', { method, path: url }, [['allow', found.allow]]);
+    const { route, params } = found.match;
+    if (route.access === 'server' && key.keyClass !== 'server') return ex.fail('server_key_required');
+
+    const query = parseQuery(req.getQuery() ?? '');
+    if (!query.ok) return ex.fail('invalid_query', { detail: query.message });
+    const environment = key.environment;
+    if (!route.hasBody) {
+      route.handle({ ex, key, environment, params, query: query.params, body: undefined });
+      return;
+    }
+    if (!checkBodyHeaders(ex, req.getHeader('content-type'), req.getHeader('content-length'))) return;
+    readJsonBody(ex, (body) => route.handle({ ex, key, environment, params, query: query.params, body }));
+  }
+}
+
+function bearerToken(header: string): string {
+  return header.startsWith('Bearer ') ? header.slice(7).trim() : '';
+}

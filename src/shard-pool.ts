@@ -1,0 +1,169 @@
+/**
+ * The front end's side of the actor shards: starts the worker threads, routes each
+ * command to the worker that owns its customer, and batches.
+ *
+ * Commands submitted during one event-loop turn leave as one message per worker (at
+ * most BATCH_COMMANDS_MAX each) when the turn ends; replies arrive batched the same
+ * way. Each worker's queue is bounded: past WORKER_QUEUE_MAX commands in flight,
+ * `submit` refuses and the caller answers 503. A worker that dies takes the process
+ * with it — its unacknowledged commands are lost by design and everything
+ * acknowledged is on disk for recovery.
+ */
+import { Worker } from 'node:worker_threads';
+import type { BillingConfig } from '../actors/billing-config.js';
+import { BATCH_COMMANDS_MAX, LOGICAL_SHARDS, WORKER_QUEUE_MAX } from '../actors/limits.js';
+import {
+  logicalShardOf,
+  workerOf,
+  type Command,
+  type Envelope,
+  type Environment,
+  type FromWorker,
+  type ToWorker,
+  type WorkerStats,
+} from '../actors/protocol.js';
+import type { ShardWorkerData } from '../actors/shard-worker.js';
+
+export type ReplyHandler = (status: number, body: string) => void;
+
+interface Slot {
+  readonly worker: Worker;
+  outbox: Envelope[];
+  inFlight: number;
+  stats: WorkerStats | null;
+}
+
+export interface ShardPoolOptions {
+  readonly dataDir: string;
+  readonly workers: number;
+  /** Called if a worker dies; the default ends the process (recovery repairs it). */
+  readonly onWorkerDeath?: (index: number, reason: string) => void;
+}
+
+export class ShardPool {
+  private readonly slots: Slot[] = [];
+  private readonly pending = new Map<number, ReplyHandler>();
+  private nextId = 1;
+  private flushScheduled = false;
+  private stopping = false;
+
+  private constructor(private readonly options: ShardPoolOptions) {}
+
+  /** Starts every worker; resolves once each has recovered and reported ready. */
+  static async start(options: ShardPoolOptions): Promise<ShardPool> {
+    const pool = new ShardPool(options);
+    const ready: Promise<void>[] = [];
+    for (let index = 0; index < options.workers; index++) ready.push(pool.spawn(index));
+    await Promise.all(ready);
+    return pool;
+  }
+
+  private spawn(index: number): Promise<void> {
+    const workerData: ShardWorkerData = { dataDir: this.options.dataDir, workerIndex: index };
+    const worker = new Worker(new URL('../actors/shard-worker.js', import.meta.url), { workerData });
+    const slot: Slot = { worker, outbox: [], inFlight: 0, stats: null };
+    this.slots.push(slot);
+    return new Promise((resolve, reject) => {
+      worker.on('message', (message: FromWorker) => {
+        if (message.t === 'ready') {
+          slot.stats = message.stats;
+          resolve();
+        } else if (message.t === 'replies') {
+          this.deliver(slot, message.replies);
+        }
+      });
+      worker.on('error', (error) => {
+        reject(error);
+        this.died(index, String(error.stack ?? error));
+      });
+      worker.on('exit', (code) => {
+        reject(new Error(`shard worker ${index} exited with ${code} before it was ready`));
+        if (!this.stopping) this.died(index, `exit code ${code}`);
+      });
+    });
+  }
+
+  private died(index: number, reason: string): void {
+    if (this.stopping) return;
+    if (this.options.onWorkerDeath !== undefined) {
+      this.options.onWorkerDeath(index, reason);
+      return;
+    }
+    process.stderr.write(`${JSON.stringify({ level: 'fatal', msg: 'shard worker died', worker: index, reason })}\n`);
+    process.exit(70);
+  }
+
+  get workerCount(): number {
+    return this.slots.length;
+  }
+
+  workerStats(): Array<WorkerStats | null> {
+    return this.slots.map((slot) => slot.stats);
+  }
+
+  /** Queues a command for its customer's worker; false when that worker's queue is full. */
+  submit(command: Command, onReply: ReplyHandler): boolean {
+    const index = workerOf(logicalShardOf(command.environment, command.customerId, LOGICAL_SHARDS), this.slots.length);
+    const slot = this.slots[index];
+    if (slot === undefined || slot.inFlight >= WORKER_QUEUE_MAX) return false;
+    const id = this.nextId++;
+    this.pending.set(id, onReply);
+    slot.inFlight++;
+    slot.outbox.push({ id, command });
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(() => this.flush());
+    }
+    return true;
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    for (const slot of this.slots) {
+      const outbox = slot.outbox;
+      if (outbox.length === 0) continue;
+      slot.outbox = [];
+      for (let start = 0; start < outbox.length; start += BATCH_COMMANDS_MAX) {
+        const envelopes = start === 0 && outbox.length <= BATCH_COMMANDS_MAX ? outbox : outbox.slice(start, start + BATCH_COMMANDS_MAX);
+        this.post(slot, { t: 'batch', envelopes });
+      }
+    }
+  }
+
+  private post(slot: Slot, message: ToWorker): void {
+    slot.worker.postMessage(message);
+  }
+
+  private deliver(slot: Slot, replies: ReadonlyArray<number | string>): void {
+    for (let i = 0; i < replies.length; i += 3) {
+      const id = replies[i] as number;
+      const handler = this.pending.get(id);
+      if (handler === undefined) continue;
+      this.pending.delete(id);
+      slot.inFlight--;
+      handler(replies[i + 1] as number, replies[i + 2] as string);
+    }
+  }
+
+  /** Hands a configuration version to every worker; later batches see it. */
+  broadcastConfig(environment: Environment, version: number, config: BillingConfig): void {
+    for (const slot of this.slots) this.post(slot, { t: 'config', environment, version, config });
+  }
+
+  /** Lets queued work finish, then stops every worker and closes its journal. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.flush();
+    await Promise.all(
+      this.slots.map(
+        (slot) =>
+          new Promise<void>((resolve) => {
+            slot.worker.on('message', (message: FromWorker) => {
+              if (message.t === 'stopped') void slot.worker.terminate().then(() => resolve());
+            });
+            this.post(slot, { t: 'stop' });
+          }),
+      ),
+    );
+  }
+}

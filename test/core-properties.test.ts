@@ -1,0 +1,181 @@
+/**
+ * Property tests of the customer actor (fast-check): replay rebuilds the live state,
+ * nothing overdraws, retries apply once, and a refund undoes a consume exactly.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { toSnapshot, type Command, type CustomerSnapshot, type CustomerState, type MeterState, type Outcome } from '../actors/customer.js';
+import { periodAt } from '../actors/periods.js';
+import { COMPILED, Driver, T0 } from './support/core-fixtures.js';
+
+const METERS = ['api_calls', 'tokens', 'storage', 'exports'] as const;
+const CUSTOMERS = ['a', 'b', 'c'] as const;
+
+/** Amounts in micros: small enough to hit boundaries often, with fractional parts. */
+const amountMicros = fc.oneof(
+  fc.bigInt({ min: 1n, max: 5_000_000n }),
+  fc.bigInt({ min: 1n, max: 150_000_000n }),
+  fc.constantFrom(1n, 100_000n, 100_000_000n),
+);
+
+const addressed = fc.record({
+  environment: fc.constantFrom('test' as const, 'live' as const),
+  customerId: fc.constantFrom(...CUSTOMERS),
+  key: fc.constantFrom(...METERS),
+});
+
+const idempotencyKey = fc.option(fc.constantFrom('k1', 'k2', 'k3', 'k4'), { nil: undefined });
+
+const command: fc.Arbitrary<Command> = fc.oneof(
+  { weight: 5, arbitrary: fc.tuple(addressed, amountMicros, idempotencyKey).map(([a, amountMicros, k]): Command => ({ op: 'consume', ...a, amountMicros, ...(k ? { idempotencyKey: k } : {}) })) },
+  { weight: 3, arbitrary: fc.tuple(addressed, amountMicros, idempotencyKey).map(([a, amountMicros, k]): Command => ({ op: 'refund', ...a, amountMicros, ...(k ? { idempotencyKey: k } : {}) })) },
+  { weight: 1, arbitrary: fc.tuple(addressed, fc.boolean()).map(([a, overageEnabled]): Command => ({ op: 'usageSettings', ...a, overageEnabled })) },
+  { weight: 1, arbitrary: fc.tuple(addressed, amountMicros, fc.integer({ min: 0, max: 5 })).map(([a, amountMicros, n]): Command => ({ op: 'grantLot', ...a, lotId: `lot_${n}`, amountMicros })) },
+);
+
+/** Steps in time: mostly milliseconds, sometimes across day/month boundaries. */
+const step = fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 1000 }), fc.integer({ min: 3_600_000, max: 40 * 86_400_000 }));
+
+const scenario = fc.array(fc.tuple(command, step), { minLength: 1, maxLength: 60 });
+
+function snapshotAll(customers: Map<string, CustomerState>): unknown {
+  return [...customers.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, c]) => [k, toSnapshot(c)]);
+}
+
+/**
+ * The snapshot as of `nowMs`: usage recorded in an earlier period is what the actor
+ * reports as nothing, so a consume entering the new period may drop it. Normalise both
+ * sides to "current period" bookkeeping before comparing.
+ */
+function currentPeriodOnly(snapshot: CustomerSnapshot, nowMs: number): CustomerSnapshot {
+  const meters = snapshot.meters
+    .map(([key, meter]): [string, MeterState] => {
+      const reset = COMPILED.entitlements.get(key)?.reset ?? 'never';
+      const start = periodAt(reset, nowMs).startMs;
+      if (meter.periodStartMs >= start) return [key, { ...meter, periodStartMs: start }];
+      return [key, { ...meter, periodStartMs: start, includedUsedMicros: 0n, overageMicros: 0n, lotDraws: [] }];
+    })
+    // A meter entry with nothing in it reads exactly like an absent one.
+    .filter(([, m]) => m.includedUsedMicros !== 0n || m.overageMicros !== 0n || m.lots.length > 0 || m.overageEnabled);
+  return { ...snapshot, meters };
+}
+
+function runAll(driver: Driver, steps: ReadonlyArray<readonly [Command, number]>): number {
+  let now = T0;
+  for (const [cmd, dt] of steps) {
+    now += dt;
+    driver.run(cmd, now);
+  }
+  return now;
+}
+
+function assertNoOverdraw(customers: Map<string, CustomerState>): void {
+  for (const customer of customers.values()) {
+    for (const meter of customer.meters.values()) {
+      expect(meter.includedUsedMicros >= 0n).toBe(true);
+      expect(meter.overageMicros >= 0n).toBe(true);
+      for (const lot of meter.lots) {
+        expect(lot.remainingMicros >= 0n && lot.remainingMicros <= lot.grantedMicros).toBe(true);
+      }
+      for (const [, micros] of meter.lotDraws) expect(micros > 0n).toBe(true);
+    }
+  }
+}
+
+describe('customer actor properties', () => {
+  it('replaying the journal rebuilds exactly the live state', () => {
+    fc.assert(
+      fc.property(scenario, (steps) => {
+        const driver = new Driver();
+        runAll(driver, steps);
+        expect(snapshotAll(driver.replayed())).toEqual(snapshotAll(driver.customers));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('no interleaving overdraws a lot, the allowance or makes a balance negative', () => {
+    fc.assert(
+      fc.property(scenario, (steps) => {
+        const driver = new Driver();
+        let now = T0;
+        for (const [cmd, dt] of steps) {
+          now += dt;
+          const outcome: Outcome = driver.run(cmd, now);
+          if (outcome.kind === 'balance') {
+            expect(outcome.view.balance).toBeGreaterThanOrEqual(0);
+            if (!outcome.view.overageEnabled) expect(outcome.view.overage).toBeLessThanOrEqual(outcome.view.overage);
+          }
+          assertNoOverdraw(driver.customers);
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('overage only grows while overage is enabled', () => {
+    fc.assert(
+      fc.property(scenario, (steps) => {
+        const driver = new Driver();
+        let now = T0;
+        for (const [cmd, dt] of steps) {
+          now += dt;
+          const before = driver.run({ op: 'balance', environment: cmd.environment, customerId: cmd.customerId, key: cmd.key }, now);
+          const outcome = driver.run(cmd, now);
+          if (cmd.op === 'consume' && outcome.kind === 'balance' && before.kind === 'balance' && outcome.view.overage > before.view.overage) {
+            expect(before.view.overageEnabled).toBe(true);
+          }
+        }
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('a retried command is applied once', () => {
+    fc.assert(
+      fc.property(scenario, fc.array(fc.nat(), { maxLength: 10 }), (steps, retryPicks) => {
+        const once = new Driver();
+        const twice = new Driver();
+        let now = T0;
+        const keyed = steps.map(([cmd], i): Command =>
+          cmd.op === 'consume' || cmd.op === 'refund' ? { ...cmd, idempotencyKey: `req-${i}` } : cmd,
+        );
+        const retry = new Set(retryPicks.map((n) => n % keyed.length));
+        keyed.forEach((cmd, i) => {
+          now += 1; // stay well inside the retention window
+          const first = once.run(cmd, now);
+          twice.run(cmd, now);
+          if (retry.has(i) && first.kind !== 'rejected') twice.run(cmd, now);
+        });
+        expect(snapshotAll(twice.customers)).toEqual(snapshotAll(once.customers));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('refund after consume restores the exact prior state', () => {
+    fc.assert(
+      fc.property(scenario, addressed, amountMicros, (steps, target, amount) => {
+        const driver = new Driver();
+        const now = runAll(driver, steps);
+        const read = (): Outcome => driver.run({ op: 'balance', ...target }, now);
+        const key = `${target.environment}\u0000${target.customerId}`;
+        const stored = driver.customers.get(key);
+        const before = stored === undefined ? null : currentPeriodOnly(structuredClone(toSnapshot(stored)), now);
+        const beforeView = read();
+        const consumed = driver.run({ op: 'consume', ...target, amountMicros: amount }, now);
+        fc.pre(consumed.kind === 'balance');
+        const refunded = driver.run({ op: 'refund', ...target, amountMicros: amount }, now);
+        expect(refunded).toEqual(beforeView);
+        const after = currentPeriodOnly(toSnapshot(driver.customers.get(key) as CustomerState), now);
+        if (before === null) {
+          // The consume created the customer: everything it recorded is unwound again.
+          for (const [, meter] of after.meters) expect([meter.includedUsedMicros, meter.overageMicros, meter.lotDraws]).toEqual([0n, 0n, []]);
+        } else {
+          expect(after).toEqual(before);
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+});

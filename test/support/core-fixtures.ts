@@ -1,0 +1,69 @@
+/**
+ * Shared fixtures for core tests: a billing configuration exercising every entitlement
+ * type, and a tiny in-memory driver that runs commands through `execute` the way a
+ * shard does (events applied in place, journal kept in memory).
+ */
+import { compileConfig, type BillingConfig, type CompiledConfig } from '../../actors/billing-config.js';
+import { apply, execute, query, type Command, type CustomerState, type Event, type Outcome, type ReadCommand } from '../../actors/customer.js';
+
+export const CONFIG: BillingConfig = {
+  entitlements: {
+    sso: { type: 'feature', name: 'Single sign-on' },
+    audit: { type: 'feature' },
+    seats: { type: 'limit', name: 'Seats' },
+    projects: { type: 'limit' },
+    api_calls: { type: 'meter', reset: 'month' },
+    tokens: { type: 'meter', reset: 'day' },
+    storage: { type: 'meter', reset: 'never' },
+    exports: { type: 'meter', reset: 'month' },
+  },
+  products: {
+    free: {
+      name: 'Free',
+      default: true,
+      entitlements: {
+        sso: true,
+        audit: false,
+        seats: { included: 5, expansion: { unitAmount: 500 } },
+        projects: { included: 0 },
+        api_calls: { included: 100, overage: { unitAmount: 1 } },
+        tokens: { included: 1000 },
+        storage: { included: 10 },
+      },
+    },
+    pro: { name: 'Pro', price: { amount: 2000, currency: 'usd', interval: 'month' }, entitlements: { audit: true } },
+  },
+};
+
+export const COMPILED: CompiledConfig = compileConfig(CONFIG, 1);
+
+/** 2026-03-15T12:00:00.000Z, a Sunday in the middle of a month. */
+export const T0 = Date.UTC(2026, 2, 15, 12, 0, 0);
+
+export class Driver {
+  readonly customers = new Map<string, CustomerState>();
+  readonly journal: Event[] = [];
+
+  constructor(public config: CompiledConfig = COMPILED) {}
+
+  run(command: Command, nowMs: number): Outcome {
+    const key = `${command.environment}\u0000${command.customerId}`;
+    if (command.op === 'has' || command.op === 'limit' || command.op === 'balance') {
+      return query(this.customers.get(key), this.config, command as ReadCommand, nowMs);
+    }
+    const result = execute(this.customers.get(key), this.config, command, nowMs);
+    if (result.customer !== undefined) this.customers.set(key, result.customer);
+    this.journal.push(...result.events);
+    return result.outcome;
+  }
+
+  /** A fresh state rebuilt from the journal with `apply` only. */
+  replayed(): Map<string, CustomerState> {
+    const rebuilt = new Map<string, CustomerState>();
+    for (const event of this.journal) {
+      const key = `${event.environment}\u0000${event.customerId}`;
+      rebuilt.set(key, apply(rebuilt.get(key), event));
+    }
+    return rebuilt;
+  }
+}

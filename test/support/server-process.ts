@@ -1,0 +1,106 @@
+/**
+ * Starts the real service as a child process (the compiled `dist/src/main.js`, built by
+ * `npm test` before vitest runs) on port 0 with a fresh data dir, and talks to it with
+ * `fetch`. Tests see exactly what a user sees, including crashes and restarts.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const MAIN_JS = path.join(ROOT, 'dist', 'src', 'main.js');
+
+export interface Keys {
+  readonly test: { readonly server: string; readonly client: string };
+  readonly live: { readonly server: string; readonly client: string };
+  readonly admin: string;
+}
+
+export interface ServerProcess {
+  readonly child: ChildProcess;
+  readonly port: number;
+  readonly base: string;
+  readonly dataDir: string;
+  readonly keys: Keys;
+  readonly output: () => string;
+  stop(): Promise<number | null>;
+  kill9(): Promise<void>;
+}
+
+export function tempDataDir(label = 'tally'): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), `${label}-`));
+}
+
+export async function startServerProcess(options: { dataDir?: string; env?: Record<string, string> } = {}): Promise<ServerProcess> {
+  const dataDir = options.dataDir ?? tempDataDir();
+  const child = spawn(process.execPath, [MAIN_JS], {
+    env: { ...process.env, PORT: '0', TALLY_DATA_DIR: dataDir, ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout?.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  child.stderr?.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  const port = await waitFor(() => {
+    const match = /"msg":"listening","port":(\d+)/.exec(out);
+    return match ? Number(match[1]) : null;
+  }, () => out, child);
+  const base = `http://127.0.0.1:${port}`;
+  await waitFor(async () => ((await fetch(`${base}/healthz`).catch(() => null))?.status === 200 ? true : null), () => out, child);
+  const keys = JSON.parse(fs.readFileSync(path.join(dataDir, 'bootstrap-keys.json'), 'utf8')) as Keys;
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  return {
+    child,
+    port,
+    base,
+    dataDir,
+    keys,
+    output: () => out,
+    async stop() {
+      child.kill('SIGTERM');
+      return exited;
+    },
+    async kill9() {
+      child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
+async function waitFor<T>(probe: () => T | null | Promise<T | null>, output: () => string, child: ChildProcess): Promise<T> {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`server exited (${child.exitCode}):\n${output()}`);
+    const value = await probe();
+    if (value !== null) return value;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  throw new Error(`server did not become ready:\n${output()}`);
+}
+
+/** A small fetch wrapper: JSON in, status + parsed JSON (or text) out. */
+export async function call(
+  base: string,
+  method: string,
+  pathAndQuery: string,
+  options: { key?: string; body?: unknown; rawBody?: string; headers?: Record<string, string> } = {},
+): Promise<{ status: number; body: any; headers: Headers }> {
+  const headers: Record<string, string> = { ...options.headers };
+  if (options.key !== undefined) headers['x-tally-key'] = options.key;
+  let body: string | undefined;
+  if (options.rawBody !== undefined) body = options.rawBody;
+  else if (options.body !== undefined) {
+    body = JSON.stringify(options.body);
+    headers['content-type'] ??= 'application/json';
+  }
+  const response = await fetch(base + pathAndQuery, { method, headers, ...(body === undefined ? {} : { body }) });
+  const text = await response.text();
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    /* not JSON: keep the text so the assertion shows it */
+  }
+  return { status: response.status, body: parsed, headers: response.headers };
+}
