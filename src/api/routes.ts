@@ -118,6 +118,10 @@ function limitSettingsRoute(deps: ApiDeps): Route {
       const body = check(validateLimitSettings, ctx.body, 'body');
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
       const { customerId, purchased, autoExpansionEnabled } = body.value;
+      // A cross-field rule the schema could only phrase as an opaque anyOf error.
+      if (purchased === undefined && autoExpansionEnabled === undefined) {
+        return ctx.ex.fail('invalid_request', { detail: 'purchased or autoExpansionEnabled is required' });
+      }
       submit(deps, ctx.ex, {
         op: 'limitSettings',
         environment: ctx.environment,

@@ -35,10 +35,6 @@ export const limitSettingsSchema = {
     autoExpansionEnabled: { type: 'boolean' },
   },
   required: ['customerId'],
-  anyOf: [
-    { properties: { purchased: true }, required: ['purchased'] },
-    { properties: { autoExpansionEnabled: true }, required: ['autoExpansionEnabled'] },
-  ],
   additionalProperties: false,
 } as const;
 
@@ -93,8 +89,6 @@ function describe(error: ErrorObject, what: 'body' | 'query'): string {
       return `${String(p['missingProperty'])} is required`;
     case 'additionalProperties':
       return `${String(p['additionalProperty'])} is not a known field`;
-    case 'anyOf':
-      return 'purchased or autoExpansionEnabled is required';
     case 'type':
       return field === '' ? `request ${what} must be a JSON object` : `${field} must be ${article(String(p['type']))}`;
     case 'minLength':

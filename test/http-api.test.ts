@@ -1,0 +1,316 @@
+/**
+ * HTTP tests against a real server process: every status of spec §7 this slice can
+ * produce, the 413/405/404 edges of PRODUCT.md, hostile input, and the config routes.
+ */
+import http from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
+
+const CONFIG = {
+  entitlements: {
+    sso: { type: 'feature', name: 'Single sign-on' },
+    seats: { type: 'limit', name: 'Seats' },
+    projects: { type: 'limit' },
+    api_calls: { type: 'meter', name: 'API calls', reset: 'month' },
+    tokens: { type: 'meter', reset: 'never' },
+  },
+  products: {
+    free: {
+      name: 'Free',
+      default: true,
+      entitlements: {
+        sso: true,
+        seats: { included: 5, expansion: { unitAmount: 500 } },
+        projects: { included: 1 },
+        api_calls: { included: 100, overage: { unitAmount: 1 } },
+        tokens: { included: 10 },
+      },
+    },
+    pro: { name: 'Pro', price: { amount: 2000, currency: 'usd', interval: 'month' }, entitlements: { sso: true } },
+  },
+};
+
+let server: ServerProcess;
+let sk: string;
+let ck: string;
+
+beforeAll(async () => {
+  server = await startServerProcess();
+  sk = server.keys.test.server;
+  ck = server.keys.test.client;
+  const pushed = await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG });
+  expect(pushed.status).toBe(200);
+});
+
+afterAll(async () => {
+  await server?.stop();
+});
+
+const get = (path: string, key = ck) => call(server.base, 'GET', path, { key });
+const post = (path: string, body: unknown, key = sk) => call(server.base, 'POST', path, { key, body });
+
+describe('public and health routes', () => {
+  it('GET /healthz answers ok without a key', async () => {
+    expect(await call(server.base, 'GET', '/healthz')).toMatchObject({ status: 200, body: { ok: true } });
+  });
+  it('GET /v1/schema/billing is public and is a JSON Schema', async () => {
+    const res = await call(server.base, 'GET', '/v1/schema/billing');
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ type: 'object' });
+    expect(JSON.stringify(res.body)).toContain('entitlements');
+  });
+});
+
+describe('authentication (401/403)', () => {
+  it.each([
+    ['missing key', undefined, 401, 'x-tally-key header is required'],
+    ['malformed key', 'nope', 401, 'API key is invalid or revoked'],
+    ['unknown well-formed key', 'sk_test_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA', 401, 'API key is invalid or revoked'],
+  ])('%s → %s', async (_label, key, status, error) => {
+    const res = await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=c', key === undefined ? {} : { key });
+    expect(res).toMatchObject({ status, body: { error } });
+  });
+
+  it('accepts the key as a Bearer token too', async () => {
+    const res = await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=c', { headers: { authorization: `Bearer ${ck}` } });
+    expect(res).toMatchObject({ status: 200, body: true });
+  });
+
+  it.each([
+    ['POST', '/v1/usage/api_calls/consume'],
+    ['POST', '/v1/usage/api_calls/refund'],
+    ['POST', '/v1/usage/api_calls/settings'],
+    ['POST', '/v1/entitlements/seats/limit/settings'],
+    ['POST', '/v1/sync/push'],
+    ['GET', '/v1/sync/pull'],
+  ])('client key on %s %s → 403', async (method, path) => {
+    const res = await call(server.base, method, path, { key: ck, ...(method === 'GET' ? {} : { body: { customerId: 'c', amount: 1 } }) });
+    expect(res).toMatchObject({ status: 403, body: { error: 'this endpoint requires a server key' } });
+  });
+
+  it('the operator key is refused on environment routes', async () => {
+    const res = await get('/v1/entitlements/sso/has?customerId=c', server.keys.admin);
+    expect(res.status).toBe(403);
+  });
+
+  it.each([
+    ['/v1/entitlements/sso/has?customerId=c', true],
+    ['/v1/entitlements/seats/limit?customerId=c', { limit: 5 }],
+    ['/v1/usage/tokens/balance?customerId=c', { balance: 10 }],
+  ])('server keys may read too: %s', async (path, body) => {
+    const res = await get(path, sk);
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject(body as object);
+  });
+});
+
+describe('routing (404/405)', () => {
+  it('unknown route → 404 after the key is checked', async () => {
+    expect((await get('/v1/nope')).status).toBe(404);
+    expect((await call(server.base, 'GET', '/v1/nope')).status).toBe(401);
+    expect((await call(server.base, 'GET', '/elsewhere')).status).toBe(404);
+  });
+  it('wrong method → 405 with Allow', async () => {
+    const res = await call(server.base, 'PUT', '/v1/usage/api_calls/consume', { key: sk, body: {} });
+    expect(res.status).toBe(405);
+    expect(res.headers.get('allow')).toBe('POST');
+  });
+  it('unknown entitlement → 404 naming it', async () => {
+    expect(await get('/v1/entitlements/nope/has?customerId=c')).toMatchObject({ status: 404, body: { error: 'entitlement nope not found' } });
+    expect((await post('/v1/usage/nope/consume', { customerId: 'c', amount: 1 })).status).toBe(404);
+  });
+  it('wrong entitlement type → 400', async () => {
+    expect(await get('/v1/entitlements/sso/limit?customerId=c')).toMatchObject({ status: 400, body: { error: 'sso is a feature, not a limit' } });
+    expect((await get('/v1/usage/seats/balance?customerId=c')).status).toBe(400);
+    expect((await post('/v1/usage/sso/consume', { customerId: 'c', amount: 1 })).status).toBe(400);
+  });
+});
+
+describe('metering over HTTP', () => {
+  it('consume draws, answers the balance, and 429 carries the balance fields', async () => {
+    const c = 'http-consume';
+    const first = await post('/v1/usage/api_calls/consume', { customerId: c, amount: 60 });
+    expect(first).toMatchObject({ status: 200, body: { balance: 40, consumed: 60, included: 100, overage: 0 } });
+    expect(first.body.resets).toMatch(/^\d{4}-\d{2}-01T00:00:00\.000Z$/);
+    const short = await post('/v1/usage/api_calls/consume', { customerId: c, amount: 41 });
+    expect(short.status).toBe(429);
+    expect(short.body).toMatchObject({ error: 'insufficient balance for api_calls', balance: 40, consumed: 60 });
+    expect((await get(`/v1/usage/api_calls/balance?customerId=${c}`)).body).toMatchObject({ balance: 40 });
+  });
+
+  it('0.1 + 0.2 = 0.3 exactly', async () => {
+    await post('/v1/usage/api_calls/consume', { customerId: 'exact', amount: 0.1 });
+    const res = await post('/v1/usage/api_calls/consume', { customerId: 'exact', amount: 0.2 });
+    expect(res.body).toMatchObject({ consumed: 0.3, balance: 99.7 });
+  });
+
+  it('overage settings: allowed meter accepts, then consume runs into overage', async () => {
+    const c = 'http-overage';
+    const set = await post('/v1/usage/api_calls/settings', { customerId: c, overageEnabled: true });
+    expect(set).toMatchObject({ status: 200, body: { overageEnabled: true, overageAllowed: true } });
+    expect((await post('/v1/usage/api_calls/consume', { customerId: c, amount: 150 })).body).toMatchObject({ overage: 50, balance: 0 });
+    expect(await post('/v1/usage/tokens/settings', { customerId: c, overageEnabled: true })).toMatchObject({
+      status: 400,
+      body: { error: "overageEnabled: overage is not allowed for tokens on the customer's plan" },
+    });
+  });
+
+  it('refund unwinds, and beyond refundable is 409 with the balance fields', async () => {
+    const c = 'http-refund';
+    await post('/v1/usage/api_calls/consume', { customerId: c, amount: 10 });
+    expect((await post('/v1/usage/api_calls/refund', { customerId: c, amount: 4 })).body).toMatchObject({ consumed: 6, balance: 94 });
+    const over = await post('/v1/usage/api_calls/refund', { customerId: c, amount: 7 });
+    expect(over.status).toBe(409);
+    expect(over.body).toMatchObject({ consumed: 6, balance: 94 });
+    expect(over.body.error).toContain('refundable');
+  });
+
+  it('idempotent consume applies once; different parameters → 400', async () => {
+    const c = 'http-idem';
+    const body = { customerId: c, amount: 5, idempotencyKey: 'order-1' };
+    await post('/v1/usage/api_calls/consume', body);
+    const again = await post('/v1/usage/api_calls/consume', body);
+    expect(again).toMatchObject({ status: 200, body: { consumed: 5 } });
+    expect(await post('/v1/usage/api_calls/consume', { ...body, amount: 6 })).toMatchObject({
+      status: 400,
+      body: { error: 'idempotencyKey was reused with different parameters' },
+    });
+  });
+
+  it('limit settings', async () => {
+    const c = 'http-limit';
+    expect(await post('/v1/entitlements/seats/limit/settings', { customerId: c, purchased: 3, autoExpansionEnabled: true })).toMatchObject({
+      status: 200,
+      body: { limit: 8, included: 5, purchased: 3, expansionAllowed: true, autoExpansionEnabled: true },
+    });
+    expect((await get(`/v1/entitlements/seats/limit?customerId=${c}`)).body).toMatchObject({ limit: 8 });
+    expect((await post('/v1/entitlements/projects/limit/settings', { customerId: c, purchased: 1 })).status).toBe(400);
+    expect((await post('/v1/entitlements/seats/limit/settings', { customerId: c })).body).toEqual({
+      error: 'purchased or autoExpansionEnabled is required',
+    });
+    expect((await post('/v1/entitlements/seats/limit/settings', { customerId: c, purchased: 1.5 })).body).toEqual({
+      error: 'purchased must be a whole number',
+    });
+  });
+
+  it('environments never see each other', async () => {
+    const live = server.keys.live;
+    expect((await call(server.base, 'GET', '/v1/sync/pull', { key: live.server })).status).toBe(404);
+    expect((await get('/v1/entitlements/sso/has?customerId=c', live.client)).status).toBe(404);
+  });
+});
+
+describe('hostile input (400, never 500)', () => {
+  const consume = '/v1/usage/api_calls/consume';
+  it.each([
+    [{ amount: 1 }, 'customerId is required'],
+    [{ customerId: 'c' }, 'amount is required'],
+    [{ customerId: 7, amount: 1 }, 'customerId must be a string'],
+    [{ customerId: '', amount: 1 }, 'customerId must be 1 to 255 characters'],
+    [{ customerId: 'x'.repeat(256), amount: 1 }, 'customerId must be 1 to 255 characters'],
+    [{ customerId: 'c', amount: '1' }, 'amount must be a number'],
+    [{ customerId: 'c', amount: 0 }, 'amount must be greater than 0'],
+    [{ customerId: 'c', amount: -5 }, 'amount must be greater than 0'],
+    [{ customerId: 'c', amount: 0.0000001 }, 'amount must have at most 6 decimal places'],
+    [{ customerId: 'c', amount: 1e300 }, 'amount must be at most 1000000000000'],
+    [{ customerId: 'c', amount: 1, extra: true }, 'extra is not a known field'],
+    [{ customerId: 'c', amount: 1, idempotencyKey: '' }, 'idempotencyKey must be 1 to 255 characters'],
+    [[1, 2], 'request body must be a JSON object'],
+    ['text', 'request body must be a JSON object'],
+    [null, 'request body must be a JSON object'],
+  ])('body %j → %s', async (body, error) => {
+    expect(await post(consume, body)).toMatchObject({ status: 400, body: { error } });
+  });
+
+  it('1e309 (Infinity after parsing) is a 400', async () => {
+    const res = await call(server.base, 'POST', consume, { key: sk, rawBody: '{"customerId":"c","amount":1e309}', headers: { 'content-type': 'application/json' } });
+    expect(res).toMatchObject({ status: 400, body: { error: 'amount must be a number' } });
+  });
+
+  it('malformed JSON and wrong content type', async () => {
+    expect(await call(server.base, 'POST', consume, { key: sk, rawBody: '{"customerId":', headers: { 'content-type': 'application/json' } })).toMatchObject({
+      status: 400,
+      body: { error: 'request body is not valid JSON' },
+    });
+    expect(await call(server.base, 'POST', consume, { key: sk, rawBody: '{}', headers: { 'content-type': 'text/plain' } })).toMatchObject({
+      status: 400,
+      body: { error: 'content-type must be application/json' },
+    });
+    expect((await call(server.base, 'POST', consume, { key: sk, rawBody: '' , headers: { 'content-type': 'application/json' } })).status).toBe(400);
+  });
+
+  it('query strings: missing, duplicated, unknown and badly encoded parameters', async () => {
+    expect(await get('/v1/entitlements/sso/has')).toMatchObject({ status: 400, body: { error: 'customerId is required' } });
+    expect(await get('/v1/entitlements/sso/has?customerId=')).toMatchObject({ status: 400 });
+    expect(await get('/v1/entitlements/sso/has?customerId=a&customerId=b')).toMatchObject({ status: 400, body: { error: 'customerId is given more than once' } });
+    expect(await get('/v1/entitlements/sso/has?customerId=a&foo=1')).toMatchObject({ status: 400, body: { error: 'foo is not a known field' } });
+    expect(await get('/v1/entitlements/sso/has?customerId=%E0%A4%A')).toMatchObject({ status: 400, body: { error: 'customerId has invalid percent-encoding' } });
+    expect(await get('/v1/entitlements/s%ZZo/has?customerId=a')).toMatchObject({ status: 400, body: { error: 'key has invalid percent-encoding' } });
+    expect(await get('/v1/entitlements/sso/has?customerId=caf%C3%A9+x')).toMatchObject({ status: 200, body: true });
+  });
+
+  it('a declared body over 1 MiB → 413 at once', async () => {
+    const res = await call(server.base, 'POST', consume, { key: sk, rawBody: `{"customerId":"${'x'.repeat(1024 * 1024)}","amount":1}`, headers: { 'content-type': 'application/json' } });
+    expect(res).toMatchObject({ status: 413, body: { error: 'request body exceeds 1048576 bytes' } });
+  });
+
+  it('a chunked body that grows past 1 MiB → 413', async () => {
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = http.request(`${server.base}${consume}`, {
+        method: 'POST',
+        headers: { 'x-tally-key': sk, 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+      });
+      req.on('response', (res) => resolve(res.statusCode ?? 0));
+      req.on('error', reject);
+      const chunk = 'x'.repeat(64 * 1024);
+      req.write('{"customerId":"');
+      for (let i = 0; i < 20; i++) req.write(chunk);
+      req.end('"}');
+    });
+    expect(status).toBe(413);
+  });
+
+  it('the server is still healthy after all of the above', async () => {
+    expect((await call(server.base, 'GET', '/healthz')).status).toBe(200);
+  });
+});
+
+describe('configuration sync', () => {
+  it('push validates and lists every violation in one 400', async () => {
+    const bad = {
+      entitlements: { a: { type: 'meter' }, b: { type: 'bogus' } },
+      products: { p: { default: true, entitlements: { missing: true, a: true } }, q: { default: true } },
+    };
+    const res = await post('/v1/sync/push', bad);
+    expect(res.status).toBe(400);
+    expect(res.body.error).toMatch(/^invalid billing configuration: /);
+    expect(res.body.error).toContain('entitlements.b.type');
+  });
+
+  it('semantic violations are listed together', async () => {
+    const bad = { entitlements: { a: { type: 'meter' } }, products: { p: { default: true, entitlements: { missing: true, a: true } }, q: { default: true } } };
+    const res = await post('/v1/sync/push', bad);
+    expect(res.status).toBe(400);
+    expect(res.body.error).toContain('missing');
+    expect(res.body.error).toContain('default');
+  });
+
+  it('pull returns exactly the last pushed document with its version', async () => {
+    const before = await call(server.base, 'GET', '/v1/sync/pull', { key: sk });
+    expect(before.status).toBe(200);
+    expect(before.body.config).toEqual(CONFIG);
+    const pushed = await post('/v1/sync/push', CONFIG);
+    expect(pushed.body.version).toBe(before.body.version + 1);
+    const after = await call(server.base, 'GET', '/v1/sync/pull', { key: sk });
+    expect(after.body).toMatchObject({ config: CONFIG, version: before.body.version + 1 });
+    expect(after.body.pushedAt).toMatch(/Z$/);
+  });
+
+  it('shards see a new configuration without restart', async () => {
+    const more = { ...CONFIG, entitlements: { ...CONFIG.entitlements, beta: { type: 'feature' } }, products: { ...CONFIG.products, free: { ...CONFIG.products.free, entitlements: { ...CONFIG.products.free.entitlements, beta: true } } } };
+    expect((await get('/v1/entitlements/beta/has?customerId=cfg')).status).toBe(404);
+    expect((await post('/v1/sync/push', more)).status).toBe(200);
+    expect(await get('/v1/entitlements/beta/has?customerId=cfg')).toMatchObject({ status: 200, body: true });
+    expect((await post('/v1/sync/push', CONFIG)).status).toBe(200);
+  });
+});
