@@ -1,0 +1,68 @@
+/**
+ * The byte format of every record Tally stores: a checksummed MessagePack frame.
+ *
+ * LMDB itself never tears a committed value, but disks rot bits, and a record written by
+ * a buggy or older build must be told apart from a good one before recovery trusts it. So
+ * each value is framed as [u32 big-endian CRC-32 of the payload][MessagePack payload], and
+ * decoding reports bad bytes as a value instead of throwing, so callers decide whether a
+ * bad record is a droppable torn tail or a reason to refuse to start.
+ *
+ * The frame carries no length: a payload cut short fails its checksum and is reported as
+ * 'checksum'; 'truncated' means there is not even a header plus one payload byte.
+ */
+import { crc32 } from 'node:zlib';
+import { Packr } from 'msgpackr';
+
+/**
+ * The one encoder for stored state. Options are chosen for durability, not speed:
+ * - useRecords: false — plain MessagePack maps, so every record decodes on its own; the
+ *   record extension would need a shared structure table that must itself be stored,
+ *   versioned and kept uncorrupted, all to save a few bytes of key names.
+ * - mapsAsObjects: true — maps decode to plain objects, as they were written.
+ * - int64AsType: 'bigint' — msgpackr writes every bigint as int64/uint64 and numbers as
+ *   ints/floats, so decoding int64 as bigint gives back exactly the types written.
+ *   A bigint beyond 64 bits throws a RangeError when encoding (a programmer error).
+ * - useToJSON: false — store an object's own fields, never the API shape a toJSON() gives.
+ * - copyBuffers: true — a decoded Buffer must not alias the bytes it was read from.
+ */
+export const packr = new Packr({
+  useRecords: false,
+  mapsAsObjects: true,
+  int64AsType: 'bigint',
+  useToJSON: false,
+  copyBuffers: true,
+});
+
+const HEADER_BYTES = 4;
+
+export type DecodeFailure = 'truncated' | 'checksum' | 'decode';
+export type DecodeResult =
+  | { readonly ok: true; readonly value: unknown }
+  | { readonly ok: false; readonly reason: DecodeFailure };
+
+/**
+ * Frames `value` as [crc32][msgpack]. Throws only for values MessagePack cannot hold
+ * (e.g. a bigint wider than 64 bits): that is a programmer error, not a storage failure.
+ */
+export function encodeRecord(value: unknown): Buffer {
+  const payload = packr.pack(value);
+  const frame = Buffer.allocUnsafe(HEADER_BYTES + payload.length);
+  frame.writeUInt32BE(crc32(payload), 0);
+  frame.set(payload, HEADER_BYTES);
+  return frame;
+}
+
+/** Verifies and decodes a frame. Never throws: bad bytes come back as `{ ok: false }`. */
+export function decodeRecord(bytes: Uint8Array): DecodeResult {
+  if (bytes.length <= HEADER_BYTES) return { ok: false, reason: 'truncated' };
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const payload = bytes.subarray(HEADER_BYTES);
+  if (crc32(payload) !== view.getUint32(0, false)) return { ok: false, reason: 'checksum' };
+  try {
+    return { ok: true, value: packr.unpack(payload) };
+  } catch {
+    // The checksum matched, so these bytes were written as they are; they are simply not a
+    // value this build can decode (another format, or trailing bytes).
+    return { ok: false, reason: 'decode' };
+  }
+}

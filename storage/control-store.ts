@@ -1,0 +1,158 @@
+/**
+ * The front end's own durable state: API keys, the pushed billing configurations (every
+ * version, per environment) and a little metadata, in one LMDB environment at
+ * `<dataDir>/control` that only the front-end process writes.
+ *
+ * It exists apart from the shard journals because this state is not per customer and
+ * changes rarely, but it obeys the same rule: a write's promise resolves only once the
+ * write is on disk (lmdb-env.ts explains the options that guarantee it), so the front end
+ * can acknowledge a new key or config only after it would survive a crash.
+ *
+ * Layout: `keys` maps key id → frame(KeyRecord); `configs` maps [environment, version] →
+ * frame(ConfigEntry), so one environment's versions are contiguous and ordered; `meta`
+ * maps name → frame(value). Reads verify each record's checksum and shape and throw on a
+ * corrupt one: the front end must not serve from state it cannot trust.
+ */
+import { join } from 'node:path';
+import { assert } from '../actors/assert.js';
+import { decodeRecord, encodeRecord } from './codec.js';
+import { durableVoid, durableWrite, openDurableEnv, readRecord, type DurableEnv } from './lmdb-env.js';
+
+export type Environment = 'test' | 'live';
+
+export interface KeyRecord {
+  id: string;
+  prefix: string;
+  hashHex: string;
+  environment: Environment | null;
+  keyClass: 'server' | 'client' | 'admin';
+  createdAtMs: number;
+  revokedAtMs: number | null;
+}
+
+export interface ConfigEntry {
+  version: number;
+  pushedAtMs: number;
+  config: unknown;
+}
+
+type DbName = 'keys' | 'configs' | 'meta';
+
+export class ControlStore {
+  readonly #env: DurableEnv<DbName>;
+
+  private constructor(env: DurableEnv<DbName>) {
+    this.#env = env;
+  }
+
+  /** Opens (creating if needed) `<dataDir>/control`. Throws if LMDB cannot open it. */
+  static open(dataDir: string): ControlStore {
+    return new ControlStore(openDurableEnv<DbName>(join(dataDir, 'control'), ['keys', 'configs', 'meta']));
+  }
+
+  /**
+   * Inserts or replaces (e.g. to record a revocation) the key with `record.id`. Resolves
+   * once durable; rejects if the write fails. Throws on a malformed record (programmer error).
+   */
+  putKey(record: KeyRecord): Promise<void> {
+    assert(isKeyRecord(record), 'putKey: malformed KeyRecord');
+    return durableVoid(this.#env.dbs.keys.put(record.id, encodeRecord(record)), `key ${record.id} write`);
+  }
+
+  /** Every key, ordered by id. Throws if any stored key record is corrupt. */
+  listKeys(): KeyRecord[] {
+    const keys: KeyRecord[] = [];
+    for (const { key, value } of this.#env.dbs.keys.getRange({})) {
+      const decoded = decodeRecord(value);
+      if (!decoded.ok || !isKeyRecord(decoded.value) || decoded.value.id !== key) {
+        throw new Error(`control store: key record ${String(key)} is corrupt`);
+      }
+      keys.push(decoded.value);
+    }
+    return keys;
+  }
+
+  /**
+   * Stores a new config version for `environment`. Versions are kept forever and never
+   * overwritten: storing a version that already exists rejects (the caller allocated the
+   * version wrongly). Resolves once durable; rejects if the write fails.
+   */
+  async putConfig(environment: Environment, entry: ConfigEntry): Promise<void> {
+    assertEnvironment(environment);
+    assert(isConfigEntry(entry), 'putConfig: malformed ConfigEntry');
+    const { configs } = this.#env.dbs;
+    const key = [environment, entry.version];
+    const frame = encodeRecord(entry);
+    const written = await durableWrite(
+      configs.ifNoExists(key, () => configs.put(key, frame)),
+      `config ${environment} v${entry.version} write`,
+    );
+    if (!written) {
+      throw new Error(`control store: config version ${entry.version} for ${environment} already exists`);
+    }
+  }
+
+  /** The highest version stored for `environment`, or null. Throws if that record is corrupt. */
+  latestConfig(environment: Environment): ConfigEntry | null {
+    assertEnvironment(environment);
+    const newestFirst = { start: [environment, Number.MAX_SAFE_INTEGER], end: [environment], reverse: true, limit: 1 };
+    for (const { key, value } of this.#env.dbs.configs.getRange(newestFirst)) {
+      const decoded = decodeRecord(value);
+      if (!decoded.ok || !isConfigEntry(decoded.value) || !sameKey(key, [environment, decoded.value.version])) {
+        throw new Error(`control store: config record ${JSON.stringify(key)} is corrupt`);
+      }
+      return decoded.value;
+    }
+    return null;
+  }
+
+  /** Returns the stored value, or undefined. Throws if the stored record is corrupt. */
+  getMeta(name: string): unknown {
+    return readRecord(this.#env.dbs.meta, name, `control meta "${name}"`);
+  }
+
+  /** Stores a value; resolves once durable, rejects if the write fails. */
+  putMeta(name: string, value: unknown): Promise<void> {
+    return durableVoid(this.#env.dbs.meta.put(name, encodeRecord(value)), `control meta "${name}" write`);
+  }
+
+  /** Waits for queued writes to finish, then closes the environment. */
+  close(): Promise<void> {
+    return this.#env.root.close();
+  }
+}
+
+function assertEnvironment(environment: unknown): asserts environment is Environment {
+  assert(environment === 'test' || environment === 'live', `unknown environment ${String(environment)}`);
+}
+
+function isKeyRecord(value: unknown): value is KeyRecord {
+  if (typeof value !== 'object' || value === null) return false;
+  const r = value as Record<string, unknown>;
+  return (
+    typeof r.id === 'string' &&
+    r.id.length > 0 &&
+    typeof r.prefix === 'string' &&
+    typeof r.hashHex === 'string' &&
+    (r.environment === 'test' || r.environment === 'live' || r.environment === null) &&
+    (r.keyClass === 'server' || r.keyClass === 'client' || r.keyClass === 'admin') &&
+    typeof r.createdAtMs === 'number' &&
+    (r.revokedAtMs === null || typeof r.revokedAtMs === 'number')
+  );
+}
+
+function isConfigEntry(value: unknown): value is ConfigEntry {
+  if (typeof value !== 'object' || value === null) return false;
+  const e = value as Record<string, unknown>;
+  return (
+    typeof e.version === 'number' &&
+    Number.isSafeInteger(e.version) &&
+    e.version >= 0 &&
+    typeof e.pushedAtMs === 'number' &&
+    'config' in e
+  );
+}
+
+function sameKey(key: unknown, expected: readonly (string | number)[]): boolean {
+  return Array.isArray(key) && key.length === expected.length && key.every((part, i) => part === expected[i]);
+}

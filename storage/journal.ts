@@ -1,0 +1,312 @@
+/**
+ * A shard worker's durable storage: its write-ahead journal, its latest snapshot and a
+ * little metadata, all in one LMDB environment that only that worker writes.
+ *
+ * Why it exists: a shard replies to a batch of commands only after the batch's events are
+ * on disk, and recovers by loading the latest snapshot and replaying the journal after it.
+ * So this class promises exactly three things:
+ * - `append` assigns sequence numbers synchronously and in order, and its `durable`
+ *   promise resolves only once the record is fsynced (lmdb-env.ts says which option
+ *   guarantees that and why). Appends issued in one event-loop turn share one LMDB
+ *   transaction, hence one fsync.
+ * - `replay` hands back every record after a snapshot, in order, or refuses: a bad LAST
+ *   record (a torn tail: never acknowledged, or rotted) is dropped, a bad or missing record
+ *   anywhere else throws, because skipping it would silently lose acknowledged events.
+ * - `writeSnapshot` replaces the previous snapshot and prunes the journal it covers in ONE
+ *   transaction, so there is never a moment with neither the old snapshot nor the records.
+ *
+ * Layout: `journal` maps seq (ordered-binary number) → frame(events array); `snapshot`
+ * maps 0 → frame(header) and 1..chunkCount → frame(items chunk); `meta` maps name → frame.
+ */
+import { assert } from '../actors/assert.js';
+import { encodeRecord, decodeRecord } from './codec.js';
+import { durableVoid, envInfo, openDurableEnv, readRecord, type BinaryDb, type DurableEnv, type EnvInfo } from './lmdb-env.js';
+
+/**
+ * Largest journal record. A batch holds at most BATCH_COMMANDS_MAX (1,024) commands whose
+ * events are small, i.e. well under a megabyte; a record this large means batching is
+ * broken, and writing it would hold every other append behind one huge fsync.
+ */
+export const JOURNAL_RECORD_BYTES_MAX = 64 * 1024 * 1024;
+
+/**
+ * Items per snapshot chunk. Large enough that per-chunk costs (a key, a checksum, a put)
+ * are noise even for millions of items; small enough that no single encode or decode
+ * builds one huge contiguous buffer.
+ */
+export const SNAPSHOT_CHUNK_ITEMS = 1000;
+
+/** Bump when the snapshot layout changes; loadSnapshot refuses any other version. */
+export const SNAPSHOT_FORMAT_VERSION = 1;
+
+const SNAPSHOT_HEADER_KEY = 0;
+
+interface SnapshotHeader {
+  readonly formatVersion: number;
+  readonly seq: number;
+  readonly chunkCount: number;
+  readonly itemCount: number;
+  readonly createdAtMs: number;
+}
+
+export interface ReplayResult {
+  readonly batches: number;
+  readonly droppedTail: boolean;
+}
+
+export interface ShardStoreStats extends EnvInfo {
+  readonly lastSeq: number;
+  readonly snapshotSeq: number;
+  readonly journalRecords: number;
+}
+
+type DbName = 'journal' | 'snapshot' | 'meta';
+
+export class ShardStore {
+  readonly #env: DurableEnv<DbName>;
+  #lastSeq: number;
+  #snapshotSeq: number;
+  /** Seq of a last record that failed verification at open; replay() drops it. */
+  #tornTailSeq: number | null;
+
+  private constructor(env: DurableEnv<DbName>) {
+    this.#env = env;
+    this.#snapshotSeq = readSnapshotHeader(env.dbs.snapshot)?.seq ?? 0;
+    const tail = lastJournalRecord(env.dbs.journal);
+    this.#lastSeq = Math.max(this.#snapshotSeq, tail?.seq ?? 0);
+    this.#tornTailSeq = tail !== undefined && !decodeRecord(tail.bytes).ok ? tail.seq : null;
+  }
+
+  /**
+   * Opens (creating if needed) the shard environment in directory `path`. Throws if LMDB
+   * cannot open it or if the snapshot header is corrupt (refuse to start).
+   */
+  static open(path: string): ShardStore {
+    const env = openDurableEnv<DbName>(path, ['journal', 'snapshot', 'meta']);
+    try {
+      return new ShardStore(env);
+    } catch (error) {
+      void env.root.close(); // release the environment; the error still stops the caller
+      throw error;
+    }
+  }
+
+  /** Highest seq appended (or covered by the snapshot); 0 for a new store. */
+  get lastSeq(): number {
+    return this.#lastSeq;
+  }
+
+  /**
+   * Appends one batch of events under the next seq, assigned synchronously. `durable`
+   * resolves once the record is on disk and rejects if the write fails — the caller must
+   * then crash the worker. Throws (programmer error) if a torn tail is still pending
+   * (call replay() first), if `events` is not an array or the record is too large.
+   */
+  append(events: readonly unknown[]): { seq: number; durable: Promise<void> } {
+    assert(this.#tornTailSeq === null, `torn journal tail at seq ${this.#tornTailSeq}: replay() before append()`);
+    assert(Array.isArray(events), 'journal record must be an array of events');
+    const seq = this.#lastSeq + 1;
+    assert(Number.isSafeInteger(seq), 'journal seq overflow');
+    const frame = encodeRecord(events);
+    assert(frame.length <= JOURNAL_RECORD_BYTES_MAX, `journal record of ${frame.length} bytes exceeds the limit`);
+    const durable = durableVoid(this.#env.dbs.journal.put(seq, frame), `journal append of seq ${seq}`);
+    this.#lastSeq = seq;
+    return { seq, durable };
+  }
+
+  /**
+   * Calls `onBatch` for every record with seq > `afterSeq`, synchronously and in seq
+   * order. `afterSeq` must be at least the snapshot's seq (records up to it are pruned).
+   * If the last record failed verification at open it is removed (synchronously, with
+   * removeSync: durable on return unless an async batch is open, and in any case ordered
+   * before every later append, which will reuse its seq) and `droppedTail` is true.
+   * Throws if any other record is corrupt or missing: the journal must never be skipped.
+   * Errors thrown by `onBatch` propagate unchanged.
+   */
+  replay(afterSeq: number, onBatch: (seq: number, events: readonly unknown[]) => void): ReplayResult {
+    assert(Number.isSafeInteger(afterSeq) && afterSeq >= 0, 'replay afterSeq must be a non-negative integer');
+    assert(afterSeq >= this.#snapshotSeq, `replay after ${afterSeq} but the snapshot covers up to ${this.#snapshotSeq}`);
+    const range = this.#tornTailSeq === null ? { start: afterSeq + 1 } : { start: afterSeq + 1, end: this.#tornTailSeq };
+    let expectedSeq = afterSeq + 1;
+    for (const { key, value } of this.#env.dbs.journal.getRange(range)) {
+      const seq = journalSeq(key);
+      if (seq !== expectedSeq) {
+        throw new Error(`journal is corrupt: record ${expectedSeq} is missing (next record is ${seq}); refusing to start`);
+      }
+      onBatch(seq, decodeJournalRecord(seq, value));
+      expectedSeq += 1;
+    }
+    return { batches: expectedSeq - afterSeq - 1, droppedTail: this.#dropTornTail() };
+  }
+
+  /**
+   * Stores a snapshot covering every journal record with seq <= `seq`. `items` are
+   * encoded synchronously, before this returns, so the caller may keep mutating its state
+   * right away. In ONE transaction (an lmdb-js child transaction: all or nothing) it
+   * writes the chunks and header, deletes the previous snapshot's extra chunks and prunes
+   * journal records <= `seq`. That transaction runs after every append issued before this
+   * call (lmdb-js runs queued async transaction callbacks after the queued puts), and it
+   * aborts if record `seq` is not in the journal, so a snapshot never covers an append
+   * that failed. Resolves when durable; rejects if the transaction fails or is refused
+   * (nothing of it is then stored, and the previous snapshot stays in force). Throws
+   * synchronously (programmer error) if `seq` is below the current snapshot or above
+   * lastSeq, or if a torn tail is still pending.
+   */
+  writeSnapshot(seq: number, items: readonly unknown[]): Promise<void> {
+    assert(this.#tornTailSeq === null, `torn journal tail at seq ${this.#tornTailSeq}: replay() before writeSnapshot()`);
+    assert(Number.isSafeInteger(seq), 'snapshot seq must be an integer');
+    assert(seq >= this.#snapshotSeq, `snapshot at ${seq} would go back before ${this.#snapshotSeq}`);
+    assert(seq <= this.#lastSeq, `snapshot at ${seq} is beyond the journal (lastSeq ${this.#lastSeq})`);
+    const chunks = encodeChunks(items);
+    const header: SnapshotHeader = {
+      formatVersion: SNAPSHOT_FORMAT_VERSION,
+      seq,
+      chunkCount: chunks.length,
+      itemCount: items.length,
+      createdAtMs: Date.now(),
+    };
+    const { journal, snapshot } = this.#env.dbs;
+    const replaced = snapshot.childTransaction(() => replaceSnapshot(journal, snapshot, header, chunks));
+    return durableVoid(replaced, `snapshot at seq ${seq}`).then(() => {
+      // Only a committed snapshot moves the floor; concurrent requests are ordered (or
+      // refused) inside the transaction by replaceSnapshot.
+      this.#snapshotSeq = Math.max(this.#snapshotSeq, seq);
+    });
+  }
+
+  /**
+   * Loads the latest snapshot, or null if none was ever written. Verifies the header,
+   * every chunk's checksum, that chunks are exactly 1..chunkCount and that the item count
+   * matches; throws a clear Error otherwise (refuse to start on a corrupt snapshot).
+   */
+  loadSnapshot(): { seq: number; items: unknown[] } | null {
+    const { snapshot } = this.#env.dbs;
+    const header = readSnapshotHeader(snapshot);
+    if (header === null) return null;
+    const items: unknown[] = [];
+    let expectedKey = 1;
+    for (const { key, value } of snapshot.getRange({ start: 1 })) {
+      if (key !== expectedKey || expectedKey > header.chunkCount) {
+        throw new Error(`snapshot is corrupt: unexpected chunk key ${String(key)} (chunkCount ${header.chunkCount})`);
+      }
+      for (const item of decodeChunk(expectedKey, value)) items.push(item);
+      expectedKey += 1;
+    }
+    if (expectedKey - 1 !== header.chunkCount || items.length !== header.itemCount) {
+      throw new Error(
+        `snapshot is corrupt: header says ${header.chunkCount} chunks / ${header.itemCount} items, found ${expectedKey - 1} / ${items.length}`,
+      );
+    }
+    return { seq: header.seq, items };
+  }
+
+  /** Returns the stored value, or undefined. Throws if the stored record is corrupt. */
+  getMeta(name: string): unknown {
+    return readRecord(this.#env.dbs.meta, name, `shard meta "${name}"`);
+  }
+
+  /** Stores a value; resolves once durable, rejects if the write fails. */
+  putMeta(name: string, value: unknown): Promise<void> {
+    return durableVoid(this.#env.dbs.meta.put(name, encodeRecord(value)), `shard meta "${name}" write`);
+  }
+
+  /** Cheap counters for logs and metrics (LMDB keeps them; nothing is scanned). */
+  stats(): ShardStoreStats {
+    const { journal } = this.#env.dbs;
+    const { entryCount } = journal.getStats() as { entryCount: number };
+    return { ...envInfo(journal), lastSeq: this.#lastSeq, snapshotSeq: this.#snapshotSeq, journalRecords: entryCount };
+  }
+
+  /** Waits for queued writes to finish, then closes the environment. */
+  close(): Promise<void> {
+    return this.#env.root.close();
+  }
+
+  #dropTornTail(): boolean {
+    if (this.#tornTailSeq === null) return false;
+    const seq = this.#tornTailSeq;
+    this.#env.dbs.journal.removeSync(seq);
+    this.#tornTailSeq = null;
+    this.#lastSeq = Math.max(this.#snapshotSeq, seq - 1);
+    return true;
+  }
+}
+
+function journalSeq(key: unknown): number {
+  assert(typeof key === 'number' && Number.isSafeInteger(key) && key > 0, `journal key ${String(key)} is not a seq`);
+  return key;
+}
+
+function lastJournalRecord(journal: BinaryDb): { seq: number; bytes: Buffer } | undefined {
+  for (const { key, value } of journal.getRange({ reverse: true, limit: 1 })) {
+    return { seq: journalSeq(key), bytes: value };
+  }
+  return undefined;
+}
+
+function decodeJournalRecord(seq: number, bytes: Buffer): readonly unknown[] {
+  const decoded = decodeRecord(bytes);
+  if (!decoded.ok) {
+    throw new Error(`journal is corrupt at seq ${seq} (${decoded.reason}); refusing to start`);
+  }
+  if (!Array.isArray(decoded.value)) {
+    throw new Error(`journal is corrupt at seq ${seq} (record is not an events array); refusing to start`);
+  }
+  return decoded.value;
+}
+
+function encodeChunks(items: readonly unknown[]): Buffer[] {
+  const chunks: Buffer[] = [];
+  for (let start = 0; start < items.length; start += SNAPSHOT_CHUNK_ITEMS) {
+    chunks.push(encodeRecord(items.slice(start, start + SNAPSHOT_CHUNK_ITEMS)));
+  }
+  return chunks;
+}
+
+function decodeChunk(key: number, bytes: Buffer): unknown[] {
+  const decoded = decodeRecord(bytes);
+  if (!decoded.ok) throw new Error(`snapshot is corrupt: chunk ${key} failed verification (${decoded.reason})`);
+  if (!Array.isArray(decoded.value)) throw new Error(`snapshot is corrupt: chunk ${key} is not an array`);
+  return decoded.value;
+}
+
+/** Returns the verified header, null if there is no snapshot; throws if it is corrupt. */
+function readSnapshotHeader(snapshot: BinaryDb): SnapshotHeader | null {
+  const value = readRecord(snapshot, SNAPSHOT_HEADER_KEY, 'snapshot header');
+  if (value === undefined) return null;
+  const header = value as Partial<Record<keyof SnapshotHeader, unknown>> | null;
+  const counts = [header?.seq, header?.chunkCount, header?.itemCount];
+  if (
+    header?.formatVersion !== SNAPSHOT_FORMAT_VERSION ||
+    !counts.every((n) => typeof n === 'number' && Number.isSafeInteger(n) && n >= 0) ||
+    typeof header.createdAtMs !== 'number'
+  ) {
+    throw new Error(`snapshot header is corrupt or of an unknown format: ${JSON.stringify(value, bigintSafe)}`);
+  }
+  return header as SnapshotHeader;
+}
+
+function bigintSafe(_key: string, value: unknown): unknown {
+  return typeof value === 'bigint' ? `${value}n` : value;
+}
+
+/**
+ * Runs inside the snapshot's write transaction (reads see this transaction's writes).
+ * Throwing aborts the child transaction, so nothing of it is committed.
+ */
+function replaceSnapshot(journal: BinaryDb, snapshot: BinaryDb, header: SnapshotHeader, chunks: readonly Buffer[]): void {
+  const previousSeq = readSnapshotHeader(snapshot)?.seq ?? 0;
+  if (header.seq < previousSeq) {
+    throw new Error(`snapshot at ${header.seq} would replace a newer snapshot at ${previousSeq}`);
+  }
+  if (header.seq > previousSeq && !journal.doesExist(header.seq)) {
+    throw new Error(`snapshot at ${header.seq}: journal record ${header.seq} was never committed (did its append fail?)`);
+  }
+  snapshot.putSync(SNAPSHOT_HEADER_KEY, encodeRecord(header));
+  chunks.forEach((chunk, index) => snapshot.putSync(index + 1, chunk));
+  // Collect keys before deleting: never delete under a live cursor.
+  const staleChunks = Array.from(snapshot.getKeys({ start: chunks.length + 1 }));
+  for (const key of staleChunks) snapshot.removeSync(key);
+  const coveredRecords = Array.from(journal.getKeys({ end: header.seq + 1 }));
+  for (const key of coveredRecords) journal.removeSync(key);
+}

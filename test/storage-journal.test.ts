@@ -1,0 +1,263 @@
+/**
+ * ShardStore against a real LMDB environment in a temp directory: append/replay across
+ * reopen, group commit, torn tails, corrupt records, snapshots and metadata.
+ * Damage is done by opening the environment exactly the way the store does.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, it, expect } from 'vitest';
+import { encodeRecord } from '../storage/codec.js';
+import { ShardStore, SNAPSHOT_CHUNK_ITEMS } from '../storage/journal.js';
+import { openDurableEnv } from '../storage/lmdb-env.js';
+
+const dirs: string[] = [];
+const open: ShardStore[] = [];
+
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((store) => store.close()));
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'tally-journal-'));
+  dirs.push(dir);
+  return dir;
+}
+
+function openStore(dir: string): ShardStore {
+  const store = ShardStore.open(dir);
+  open.push(store);
+  return store;
+}
+
+async function closeStore(store: ShardStore): Promise<void> {
+  open.splice(open.indexOf(store), 1);
+  await store.close();
+}
+
+function replayAll(store: ShardStore, afterSeq = 0) {
+  const batches: [number, unknown[]][] = [];
+  const result = store.replay(afterSeq, (seq, events) => batches.push([seq, [...events]]));
+  return { ...result, batches };
+}
+
+/** Writes raw bytes into one of the store's databases, as a disk or a bug might. */
+async function damage(dir: string, db: 'journal' | 'snapshot', key: number, bytes: Buffer | null): Promise<void> {
+  const env = openDurableEnv(dir, [db]);
+  if (bytes === null) env.dbs[db].removeSync(key);
+  else env.dbs[db].putSync(key, bytes);
+  await env.root.close();
+}
+
+function flipLastByte(frame: Buffer): Buffer {
+  const copy = Buffer.from(frame);
+  copy[copy.length - 1] = (copy[copy.length - 1] ?? 0) ^ 0xff;
+  return copy;
+}
+
+const batch = (n: number) => [{ type: 'usage', n, amountMinor: BigInt(n) * 100n }];
+
+describe('ShardStore journal', () => {
+  it('replays exactly the appended batches, in order, after reopen; seq continues', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    expect(store.lastSeq).toBe(0);
+    const appended = [1, 2, 3].map((n) => store.append(batch(n)));
+    expect(appended.map((a) => a.seq)).toEqual([1, 2, 3]);
+    await Promise.all(appended.map((a) => a.durable));
+    await store.append(batch(4)).durable;
+    await closeStore(store);
+
+    const reopened = openStore(dir);
+    expect(reopened.lastSeq).toBe(4);
+    const replay = replayAll(reopened);
+    expect(replay).toEqual({
+      batches: [1, 2, 3, 4].map((n) => [n, batch(n)]),
+      droppedTail: false,
+    });
+    const fifth = reopened.append(batch(5));
+    expect(fifth.seq).toBe(5);
+    await fifth.durable;
+    expect(replayAll(reopened, 3).batches.map(([seq]) => seq)).toEqual([4, 5]);
+  });
+
+  it('commits 200 appends issued in one turn together (group commit)', async () => {
+    const store = openStore(tempDir());
+    const txnIdBefore = store.stats().lastTxnId;
+    const startedMs = performance.now();
+    const appended = Array.from({ length: 200 }, (_, i) => store.append(batch(i)));
+    await Promise.all(appended.map((a) => a.durable));
+    const elapsedMs = performance.now() - startedMs;
+    const transactions = store.stats().lastTxnId - txnIdBefore;
+    console.log(`200 appends in one turn: ${transactions} transaction(s), ${elapsedMs.toFixed(2)} ms`);
+    expect(transactions).toBeGreaterThanOrEqual(1);
+    expect(transactions).toBeLessThanOrEqual(2);
+    expect(appended.map((a) => a.seq)).toEqual(Array.from({ length: 200 }, (_, i) => i + 1));
+    expect(replayAll(store).batches).toEqual(appended.map((a, i) => [a.seq, batch(i)]));
+  });
+
+  it('drops a torn tail, reports it, and reuses the seq for the next append', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    for (const n of [1, 2, 3]) await store.append(batch(n)).durable;
+    await closeStore(store);
+    await damage(dir, 'journal', 4, Buffer.from('torn write garbage'));
+
+    const reopened = openStore(dir);
+    expect(() => reopened.append(batch(99))).toThrow(/torn journal tail at seq 4/);
+    const replay = replayAll(reopened);
+    expect(replay.droppedTail).toBe(true);
+    expect(replay.batches).toEqual([1, 2, 3].map((n) => [n, batch(n)]));
+    expect(reopened.lastSeq).toBe(3);
+    const next = reopened.append(batch(4));
+    expect(next.seq).toBe(4);
+    await next.durable;
+    await closeStore(reopened);
+
+    const again = openStore(dir);
+    expect(replayAll(again)).toEqual({ batches: [1, 2, 3, 4].map((n) => [n, batch(n)]), droppedTail: false });
+  });
+
+  it('refuses to replay past a corrupt middle record', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    for (const n of [1, 2, 3]) await store.append(batch(n)).durable;
+    await closeStore(store);
+    await damage(dir, 'journal', 2, flipLastByte(encodeRecord(batch(2))));
+
+    const reopened = openStore(dir);
+    const seen: number[] = [];
+    expect(() => reopened.replay(0, (seq) => seen.push(seq))).toThrow(/journal is corrupt at seq 2/);
+    expect(seen).toEqual([1]);
+  });
+
+  it('refuses to replay across a missing record', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    for (const n of [1, 2, 3]) await store.append(batch(n)).durable;
+    await closeStore(store);
+    await damage(dir, 'journal', 2, null);
+
+    expect(() => replayAll(openStore(dir))).toThrow(/record 2 is missing/);
+  });
+
+  it('stores and reads metadata durably across reopen', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    expect(store.getMeta('shardId')).toBeUndefined();
+    await store.putMeta('shardId', { id: 7, createdAtMs: 1_700_000_000_000, counter: 5n });
+    await closeStore(store);
+    expect(openStore(dir).getMeta('shardId')).toEqual({ id: 7, createdAtMs: 1_700_000_000_000, counter: 5n });
+  });
+});
+
+describe('ShardStore snapshots', () => {
+  const items = (count: number, tag: string) =>
+    Array.from({ length: count }, (_, i) => ({ customerId: `${tag}-${i}`, balanceMinor: BigInt(i) }));
+
+  it('loads a snapshot after reopen, prunes covered records and replays later ones', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    expect(store.loadSnapshot()).toBeNull();
+    for (const n of [1, 2, 3, 4, 5]) await store.append(batch(n)).durable;
+    const snapshotItems = items(2 * SNAPSHOT_CHUNK_ITEMS + 5, 'a');
+    await store.writeSnapshot(3, snapshotItems);
+    await store.append(batch(6)).durable;
+    await closeStore(store);
+
+    const reopened = openStore(dir);
+    expect(reopened.loadSnapshot()).toEqual({ seq: 3, items: snapshotItems });
+    expect(reopened.stats()).toMatchObject({ snapshotSeq: 3, lastSeq: 6, journalRecords: 3 });
+    expect(replayAll(reopened, 3).batches).toEqual([4, 5, 6].map((n) => [n, batch(n)]));
+    expect(() => reopened.replay(0, () => {})).toThrow(/snapshot covers up to 3/);
+  });
+
+  it('replaces the previous snapshot, leaving no stale chunks', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    for (const n of [1, 2, 3, 4, 5]) await store.append(batch(n)).durable;
+    await store.writeSnapshot(2, items(3 * SNAPSHOT_CHUNK_ITEMS, 'first'));
+    const second = items(SNAPSHOT_CHUNK_ITEMS + 1, 'second');
+    await store.writeSnapshot(5, second);
+    expect(store.loadSnapshot()).toEqual({ seq: 5, items: second });
+    expect(store.stats().journalRecords).toBe(0);
+    await closeStore(store);
+
+    const env = openDurableEnv(dir, ['snapshot']);
+    expect(Array.from(env.dbs.snapshot.getKeys({}))).toEqual([0, 1, 2]);
+    await env.root.close();
+    const reopened = openStore(dir);
+    expect(reopened.lastSeq).toBe(5);
+    expect(reopened.append(batch(6)).seq).toBe(6);
+  });
+
+  it('orders a snapshot after appends issued before it in the same turn', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    const before = [1, 2, 3].map((n) => store.append(batch(n)));
+    const snapshot = store.writeSnapshot(3, items(10, 'x'));
+    const after = store.append(batch(4));
+    await Promise.all([...before.map((a) => a.durable), snapshot, after.durable]);
+    await closeStore(store);
+
+    const reopened = openStore(dir);
+    expect(reopened.loadSnapshot()?.seq).toBe(3);
+    expect(replayAll(reopened, 3).batches).toEqual([[4, batch(4)]]);
+  });
+
+  it('writes an empty snapshot and snapshots captured at call time', async () => {
+    const store = openStore(tempDir());
+    await store.append(batch(1)).durable;
+    await store.writeSnapshot(1, []);
+    expect(store.loadSnapshot()).toEqual({ seq: 1, items: [] });
+    const live = [{ balanceMinor: 1n }];
+    const written = store.writeSnapshot(1, live);
+    live[0] = { balanceMinor: 999n }; // mutation after the call must not leak in
+    await written;
+    expect(store.loadSnapshot()).toEqual({ seq: 1, items: [{ balanceMinor: 1n }] });
+  });
+
+  it('refuses snapshots beyond the journal or older than the current one', async () => {
+    const store = openStore(tempDir());
+    await store.append(batch(1)).durable;
+    await store.append(batch(2)).durable;
+    expect(() => store.writeSnapshot(3, [])).toThrow(/beyond the journal/);
+    await store.writeSnapshot(2, []);
+    expect(() => store.writeSnapshot(1, [])).toThrow(/go back before 2/);
+  });
+
+  it('refuses, inside the transaction, a concurrent snapshot older than the one before it', async () => {
+    const store = openStore(tempDir());
+    for (const n of [1, 2, 3]) await store.append(batch(n)).durable;
+    const newer = store.writeSnapshot(3, items(5, 'newer'));
+    const older = store.writeSnapshot(2, items(5, 'older'));
+    await newer;
+    await expect(older).rejects.toThrow(/snapshot at seq 2 was not committed: .*would replace a newer snapshot at 3/);
+    expect(store.loadSnapshot()).toEqual({ seq: 3, items: items(5, 'newer') });
+    expect(store.stats().snapshotSeq).toBe(3);
+  });
+
+  it('throws on a corrupt chunk, a missing chunk or a corrupt header', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    await store.append(batch(1)).durable;
+    const snapshotItems = items(2 * SNAPSHOT_CHUNK_ITEMS + 1, 'c');
+    await store.writeSnapshot(1, snapshotItems);
+    await closeStore(store);
+    const chunk2 = encodeRecord(snapshotItems.slice(SNAPSHOT_CHUNK_ITEMS, 2 * SNAPSHOT_CHUNK_ITEMS));
+
+    await damage(dir, 'snapshot', 2, flipLastByte(chunk2));
+    let reopened = openStore(dir);
+    expect(() => reopened.loadSnapshot()).toThrow(/chunk 2 failed verification \(checksum\)/);
+    await closeStore(reopened);
+
+    await damage(dir, 'snapshot', 2, null);
+    reopened = openStore(dir);
+    expect(() => reopened.loadSnapshot()).toThrow(/snapshot is corrupt/);
+    await closeStore(reopened);
+
+    await damage(dir, 'snapshot', 0, Buffer.from('not a header'));
+    expect(() => ShardStore.open(dir)).toThrow(/snapshot header is corrupt/);
+  });
+});
