@@ -12,7 +12,7 @@ import path from 'node:path';
 import { assert } from './assert.js';
 import type { CustomerSnapshot, Event } from './customer.js';
 import { SNAPSHOT_EVERY_BATCHES, SNAPSHOT_INTERVAL_MS } from './limits.js';
-import type { FromWorker, ReplyTriples, ToWorker } from './protocol.js';
+import { decodeBatch, type FromWorker, type ReplyTriples, type ToWorker } from './protocol.js';
 import { Shard } from './shard.js';
 import { ShardStore } from '../storage/journal.js';
 
@@ -103,7 +103,7 @@ function maybeSnapshot(force: boolean): Promise<number> | null {
 function onMessage(message: ToWorker): void {
   switch (message.t) {
     case 'batch':
-      shard.handleBatch(message.envelopes);
+      shard.handleBatch(decodeBatch(message.wire));
       maybeSnapshot(false);
       return;
     case 'config':

@@ -13,10 +13,12 @@ import { Worker } from 'node:worker_threads';
 import type { BillingConfig } from '../actors/billing-config.js';
 import { BATCH_COMMANDS_MAX, LOGICAL_SHARDS, WORKER_QUEUE_MAX } from '../actors/limits.js';
 import {
+  COMMAND_SLOTS,
   logicalShardOf,
+  pushCommand,
   workerOf,
   type Command,
-  type Envelope,
+  type WireBatch,
   type Environment,
   type FromWorker,
   type ToWorker,
@@ -28,7 +30,7 @@ export type ReplyHandler = (status: number, body: string) => void;
 
 interface Slot {
   readonly worker: Worker;
-  outbox: Envelope[];
+  outbox: WireBatch;
   inFlight: number;
   stats: WorkerStats | null;
 }
@@ -109,7 +111,7 @@ export class ShardPool {
     const id = this.nextId++;
     this.pending.set(id, onReply);
     slot.inFlight++;
-    slot.outbox.push({ id, command });
+    pushCommand(slot.outbox, id, command);
     if (!this.flushScheduled) {
       this.flushScheduled = true;
       setImmediate(() => this.flush());
@@ -123,9 +125,10 @@ export class ShardPool {
       const outbox = slot.outbox;
       if (outbox.length === 0) continue;
       slot.outbox = [];
-      for (let start = 0; start < outbox.length; start += BATCH_COMMANDS_MAX) {
-        const envelopes = start === 0 && outbox.length <= BATCH_COMMANDS_MAX ? outbox : outbox.slice(start, start + BATCH_COMMANDS_MAX);
-        this.post(slot, { t: 'batch', envelopes });
+      const slotsMax = BATCH_COMMANDS_MAX * COMMAND_SLOTS;
+      for (let start = 0; start < outbox.length; start += slotsMax) {
+        const wire = start === 0 && outbox.length <= slotsMax ? outbox : outbox.slice(start, start + slotsMax);
+        this.post(slot, { t: 'batch', wire });
       }
     }
   }

@@ -9,7 +9,7 @@
  * 3. under strace, with every fdatasync/fsync delayed by DELAY_MS, a real ShardStore in a
  *    child process resolves `durable` only after a sync call has completed, and no sooner
  *    than DELAY_MS after append(). A store that resolved on commit, or with noSync,
- *    fails this. Skipped where strace cannot trace (it says so in the output).
+ *    fails this. strace is required (.ci/run installs it); without it the test fails.
  * And the failure side: when the disk refuses a write, every `durable` of that batch
  * rejects with the cause, and nothing else (no stray unhandled rejection) kills the process.
  */
@@ -70,7 +70,8 @@ describe('storage durability', () => {
     }
   });
 
-  it.skipIf(!straceWorks)('resolves `durable` only after an fsync completes (strace, delayed fdatasync)', () => {
+  it('resolves `durable` only after an fsync completes (strace, delayed fdatasync)', () => {
+    expect(straceWorks, 'strace must be installed (.ci/run installs it)').toBe(true);
     const outDir = compileStorage(probeScript);
     const dataDir = tempDir('strace');
     const tracePath = join(outDir, 'trace.txt');
@@ -94,7 +95,7 @@ describe('storage durability', () => {
     expect(syncsCompleted.length).toBeGreaterThanOrEqual(1);
   });
 
-  it.skipIf(process.platform !== 'linux')('rejects `durable` for every append of a batch the disk refuses', () => {
+  it('rejects `durable` for every append of a batch the disk refuses', () => {
     const outDir = compileStorage(failingProbeScript);
     // A 4 MiB file-size limit (SIGXFSZ ignored, so write() fails with EFBIG instead of
     // killing the process) makes the 8 MiB record's transaction fail.

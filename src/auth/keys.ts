@@ -6,7 +6,7 @@
  * is stored; verification hashes the presented key, looks the digest up and compares
  * it in constant time. Revocation takes effect on the next request.
  */
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHash, hash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Environment } from '../../actors/protocol.js';
 import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
 
@@ -41,12 +41,26 @@ export function issueKey(keyClass: KeyClass, environment: Environment | null, no
   return { secret, record };
 }
 
-/** The in-memory key table of the front end, backed by the control store. */
+interface Entry {
+  readonly record: KeyRecord;
+  readonly digest: Buffer;
+}
+
+/**
+ * The in-memory key table of the front end, backed by the control store. Indexed by the
+ * base64 digest because one-shot `crypto.hash` to base64 is the cheapest way to hash a
+ * presented key on the hot path.
+ */
 export class KeyRing {
-  private readonly byHash = new Map<string, KeyRecord>();
+  private readonly byHash = new Map<string, Entry>();
 
   constructor(private readonly store: ControlStore) {
-    for (const record of store.listKeys()) this.byHash.set(record.hashHex, record);
+    for (const record of store.listKeys()) this.index(record);
+  }
+
+  private index(record: KeyRecord): void {
+    const digest = Buffer.from(record.hashHex, 'hex');
+    this.byHash.set(digest.toString('base64'), { record, digest });
   }
 
   get size(): number {
@@ -56,7 +70,7 @@ export class KeyRing {
   /** Stores the key durably before it can be used. */
   async add(record: KeyRecord): Promise<void> {
     await this.store.putKey(record);
-    this.byHash.set(record.hashHex, record);
+    this.index(record);
   }
 
   /**
@@ -65,10 +79,10 @@ export class KeyRing {
    */
   verify(presented: string): KeyRecord | null {
     if (!KEY_PATTERN.test(presented)) return null;
-    const digest = sha256(presented);
-    const record = this.byHash.get(digest.toString('hex'));
-    if (record === undefined) return null;
-    if (!timingSafeEqual(Buffer.from(record.hashHex, 'hex'), digest)) return null;
-    return record.revokedAtMs === null ? record : null;
+    const digest = hash('sha256', presented, 'base64');
+    const entry = this.byHash.get(digest);
+    if (entry === undefined) return null;
+    if (!timingSafeEqual(Buffer.from(digest, 'base64'), entry.digest)) return null;
+    return entry.record.revokedAtMs === null ? entry.record : null;
   }
 }

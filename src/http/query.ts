@@ -20,9 +20,17 @@ export function decodeComponent(raw: string, plusIsSpace: boolean): string | nul
   }
 }
 
+/** The hot path's only query, `customerId=<plain text>`, needs no splitting or decoding. */
+const PLAIN_CUSTOMER_ID = /^customerId=([^&%+=]+)$/;
+
 export function parseQuery(raw: string): QueryParse {
   const params: Record<string, string> = Object.create(null) as Record<string, string>;
   if (raw === '') return { ok: true, params };
+  const plain = PLAIN_CUSTOMER_ID.exec(raw);
+  if (plain !== null) {
+    params['customerId'] = plain[1] as string;
+    return { ok: true, params };
+  }
   for (const pair of raw.split('&')) {
     if (pair === '') continue;
     const eq = pair.indexOf('=');
