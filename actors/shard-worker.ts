@@ -11,7 +11,7 @@ import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import path from 'node:path';
 import { assert } from './assert.js';
 import type { CustomerSnapshot, Event } from './customer.js';
-import { SNAPSHOT_EVERY_BATCHES, SNAPSHOT_INTERVAL_MS } from './limits.js';
+import { SNAPSHOT_INTERVAL_MS } from './limits.js';
 import { decodeBatch, type FromWorker, type ReplyTriples, type ToWorker } from './protocol.js';
 import { Shard } from './shard.js';
 import { ShardStore } from '../storage/journal.js';
@@ -19,11 +19,13 @@ import { ShardStore } from '../storage/journal.js';
 export interface ShardWorkerData {
   readonly dataDir: string;
   readonly workerIndex: number;
+  /** Journal batches between automatic snapshots (SNAPSHOT_EVERY_BATCHES unless overridden). */
+  readonly snapshotEveryBatches: number;
 }
 
 assert(!isMainThread && parentPort !== null, 'shard-worker runs in a worker thread');
 const port = parentPort;
-const { dataDir, workerIndex } = workerData as ShardWorkerData;
+const { dataDir, workerIndex, snapshotEveryBatches } = workerData as ShardWorkerData;
 
 let outbox: ReplyTriples = [];
 let flushScheduled = false;
@@ -83,7 +85,7 @@ let snapshotting = false;
 /** Snapshots when enough has been journaled since the last one, bounding replay time. */
 function maybeSnapshot(force: boolean): Promise<number> | null {
   if (snapshotting) return null;
-  const due = shard.batchesSinceSnapshot >= SNAPSHOT_EVERY_BATCHES
+  const due = shard.batchesSinceSnapshot >= snapshotEveryBatches
     || (shard.batchesSinceSnapshot > 0 && Date.now() - lastSnapshotAtMs >= SNAPSHOT_INTERVAL_MS);
   if (!force && !due) return null;
   snapshotting = true;

@@ -26,7 +26,15 @@ async function main(): Promise<void> {
   const port = intFromEnv('PORT', 8787) ?? 8787;
   const dataDir = process.env['TALLY_DATA_DIR'] || './.tally';
   const workers = intFromEnv('TALLY_WORKERS', undefined);
-  const server = await startServer({ port, dataDir, ...(workers === undefined || workers === 0 ? {} : { workers }) });
+  const queueMax = intFromEnv('TALLY_QUEUE_MAX', undefined);
+  const snapshotEveryBatches = intFromEnv('TALLY_SNAPSHOT_EVERY_BATCHES', undefined);
+  const server = await startServer({
+    port,
+    dataDir,
+    ...(workers === undefined || workers === 0 ? {} : { workers }),
+    ...(queueMax === undefined || queueMax === 0 ? {} : { queueMax }),
+    ...(snapshotEveryBatches === undefined || snapshotEveryBatches === 0 ? {} : { snapshotEveryBatches }),
+  });
   if (server.bootstrapKeys !== null) {
     process.stdout.write(
       `\nTally created its first API keys (shown once; also in ${dataDir}/bootstrap-keys.json, mode 0600):\n` +

@@ -28,6 +28,10 @@ export interface ServerOptions {
   readonly dataDir: string;
   /** Worker threads; fixed per data dir at its first start. Default: cores − 1 (at least 1). */
   readonly workers?: number;
+  /** Per-worker queue bound before 503 (default WORKER_QUEUE_MAX). */
+  readonly queueMax?: number;
+  /** Journal batches between automatic shard snapshots (default SNAPSHOT_EVERY_BATCHES). */
+  readonly snapshotEveryBatches?: number;
 }
 
 export interface BootstrapKeys {
@@ -120,7 +124,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const socket = await listen(app, options.port);
   const port = uWS.us_socket_local_port(socket);
 
-  const ready = ShardPool.start({ dataDir: options.dataDir, workers }).then((started) => {
+  const poolOptions = {
+    dataDir: options.dataDir,
+    workers,
+    ...(options.queueMax === undefined ? {} : { queueMax: options.queueMax }),
+    ...(options.snapshotEveryBatches === undefined ? {} : { snapshotEveryBatches: options.snapshotEveryBatches }),
+  };
+  const ready = ShardPool.start(poolOptions).then((started) => {
     for (const environment of ENVIRONMENTS) {
       const latest = control.latestConfig(environment);
       if (latest !== null) started.broadcastConfig(environment, latest.version, latest.config as BillingConfig);

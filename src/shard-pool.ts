@@ -11,7 +11,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import type { BillingConfig } from '../actors/billing-config.js';
-import { BATCH_COMMANDS_MAX, LOGICAL_SHARDS, WORKER_QUEUE_MAX } from '../actors/limits.js';
+import { BATCH_COMMANDS_MAX, LOGICAL_SHARDS, SNAPSHOT_EVERY_BATCHES, WORKER_QUEUE_MAX } from '../actors/limits.js';
 import {
   COMMAND_SLOTS,
   logicalShardOf,
@@ -38,6 +38,10 @@ interface Slot {
 export interface ShardPoolOptions {
   readonly dataDir: string;
   readonly workers: number;
+  /** Commands queued or in flight per worker before `submit` refuses (default WORKER_QUEUE_MAX). */
+  readonly queueMax?: number;
+  /** Journal batches between a shard's automatic snapshots (default SNAPSHOT_EVERY_BATCHES). */
+  readonly snapshotEveryBatches?: number;
   /** Called if a worker dies; the default ends the process (recovery repairs it). */
   readonly onWorkerDeath?: (index: number, reason: string) => void;
 }
@@ -49,7 +53,11 @@ export class ShardPool {
   private flushScheduled = false;
   private stopping = false;
 
-  private constructor(private readonly options: ShardPoolOptions) {}
+  private readonly queueMax: number;
+
+  private constructor(private readonly options: ShardPoolOptions) {
+    this.queueMax = options.queueMax ?? WORKER_QUEUE_MAX;
+  }
 
   /** Starts every worker; resolves once each has recovered and reported ready. */
   static async start(options: ShardPoolOptions): Promise<ShardPool> {
@@ -61,7 +69,11 @@ export class ShardPool {
   }
 
   private spawn(index: number): Promise<void> {
-    const workerData: ShardWorkerData = { dataDir: this.options.dataDir, workerIndex: index };
+    const workerData: ShardWorkerData = {
+      dataDir: this.options.dataDir,
+      workerIndex: index,
+      snapshotEveryBatches: this.options.snapshotEveryBatches ?? SNAPSHOT_EVERY_BATCHES,
+    };
     const worker = new Worker(new URL('../actors/shard-worker.js', import.meta.url), { workerData });
     const slot: Slot = { worker, outbox: [], inFlight: 0, stats: null };
     this.slots.push(slot);
@@ -107,7 +119,7 @@ export class ShardPool {
   submit(command: Command, onReply: ReplyHandler): boolean {
     const index = workerOf(logicalShardOf(command.environment, command.customerId, LOGICAL_SHARDS), this.slots.length);
     const slot = this.slots[index];
-    if (slot === undefined || slot.inFlight >= WORKER_QUEUE_MAX) return false;
+    if (slot === undefined || slot.inFlight >= this.queueMax) return false;
     const id = this.nextId++;
     this.pending.set(id, onReply);
     slot.inFlight++;

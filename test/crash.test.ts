@@ -16,9 +16,12 @@ const LOOPS = 40;
 const CUSTOMERS_PER_LOOP = 5;
 
 describe('crash safety', () => {
-  it('keeps every acknowledged consume across kill -9', async () => {
+  it.each([
+    ['journal only', {}],
+    ['snapshots every 20 batches', { TALLY_SNAPSHOT_EVERY_BATCHES: '20' }],
+  ])('keeps every acknowledged consume across kill -9 (%s)', async (_label, env: Record<string, string>) => {
     const dataDir = tempDataDir('tally-crash');
-    const first = await startServerProcess({ dataDir });
+    const first = await startServerProcess({ dataDir, env });
     const sk = first.keys.test.server;
     expect((await call(first.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG })).status).toBe(200);
 
@@ -50,7 +53,7 @@ describe('crash safety', () => {
     const totalAcked = [...acked.values()].reduce((a, b) => a + b, 0);
     expect(totalAcked).toBeGreaterThan(200);
 
-    const second = await startServerProcess({ dataDir });
+    const second = await startServerProcess({ dataDir, env });
     try {
       const maybe = new Set(inFlight.values());
       for (let loopIndex = 0; loopIndex < LOOPS; loopIndex++) {

@@ -1,0 +1,105 @@
+/**
+ * Operational behaviour of the real server process: backpressure (503 with
+ * Retry-After), periodic snapshots that recovery uses, the exclusive port, and the
+ * refusal to run on uWS's slow fallback.
+ */
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ShardStore } from '../storage/journal.js';
+import { call, MAIN_JS, startServerProcess, tempDataDir } from './support/server-process.js';
+
+const CONFIG = {
+  entitlements: { api_calls: { type: 'meter', reset: 'never' } },
+  products: { free: { default: true, entitlements: { api_calls: { included: 1_000_000 } } } },
+};
+
+function runToExit(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [MAIN_JS], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (c: Buffer) => (output += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (output += c.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, output });
+    });
+  });
+}
+
+describe('operations', () => {
+  it('answers 503 with Retry-After when a worker queue is full, and recovers', async () => {
+    const server = await startServerProcess({ env: { TALLY_QUEUE_MAX: '2' } });
+    try {
+      const sk = server.keys.test.server;
+      await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG });
+      const results = await Promise.all(
+        Array.from({ length: 64 }, (_, i) =>
+          call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: `q${i}`, amount: 1 } }),
+        ),
+      );
+      const overloaded = results.filter((r) => r.status === 503);
+      expect(overloaded.length).toBeGreaterThan(0);
+      expect(overloaded[0]?.body).toEqual({ error: 'shard queue is full, retry later' });
+      expect(overloaded[0]?.headers.get('retry-after')).toBe('1');
+      expect(results.every((r) => r.status === 200 || r.status === 503)).toBe(true);
+      // A refused command was never applied; an accepted one was.
+      for (const [i, r] of results.entries()) {
+        const balance = await call(server.base, 'GET', `/v1/usage/api_calls/balance?customerId=q${i}`, { key: sk });
+        expect(balance.body.consumed).toBe(r.status === 200 ? 1 : 0);
+      }
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it('snapshots periodically, prunes the journal, and recovers from snapshot + journal', async () => {
+    const dataDir = tempDataDir('tally-snap');
+    const env = { TALLY_SNAPSHOT_EVERY_BATCHES: '10', TALLY_WORKERS: '1' };
+    const first = await startServerProcess({ dataDir, env });
+    const sk = first.keys.test.server;
+    await call(first.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG });
+    for (let i = 0; i < 37; i++) {
+      const res = await call(first.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: `s${i % 4}`, amount: 0.5 } });
+      expect(res.status).toBe(200);
+    }
+    expect(await first.stop()).toBe(0);
+
+    const store = ShardStore.open(path.join(dataDir, 'shard-0'));
+    const snapshot = store.loadSnapshot();
+    let replayed = 0;
+    store.replay(snapshot?.seq ?? 0, () => replayed++);
+    await store.close();
+    expect(snapshot?.seq).toBeGreaterThanOrEqual(30);
+    expect(replayed).toBeLessThan(10);
+
+    const second = await startServerProcess({ dataDir, env });
+    try {
+      const expected = [5, 4.5, 4.5, 4.5]; // 37 consumes of 0.5 dealt over 4 customers
+      for (let c = 0; c < 4; c++) {
+        const res = await call(second.base, 'GET', `/v1/usage/api_calls/balance?customerId=s${c}`, { key: sk });
+        expect(res.body.consumed).toBe(expected[c]);
+      }
+    } finally {
+      await second.stop();
+    }
+  });
+
+  it('binds its port exclusively: a second instance on the same port refuses to start', async () => {
+    const server = await startServerProcess();
+    try {
+      const second = await runToExit({ PORT: String(server.port), TALLY_DATA_DIR: tempDataDir('tally-port') });
+      expect(second.code).toBe(1);
+      expect(second.output).toContain(`cannot listen on port ${server.port}`);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it("refuses to run on the package's slow pure-JS fallback", async () => {
+    const result = await runToExit({ PORT: '0', TALLY_DATA_DIR: tempDataDir('tally-fallback'), UWS_USE_FALLBACK: '1' });
+    expect(result.code).toBe(1);
+    expect(result.output).toContain('LIBUS_LISTEN_EXCLUSIVE_PORT');
+  });
+});
