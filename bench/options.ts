@@ -1,0 +1,97 @@
+/**
+ * Command-line options of `npm run bench` (`node dist/bench/run.js`), parsed and
+ * checked in one place so the runner only ever sees valid, explicit values.
+ */
+import { parseArgs } from 'node:util';
+import { CUSTOMER_COUNT, SCENARIOS, type Scenario } from './scenarios.js';
+
+export interface BenchOptions {
+  readonly durationSec: number;
+  readonly warmupSec: number;
+  /** Segments per server per scenario, alternated bare/tally/tally/bare/… */
+  readonly rounds: number;
+  readonly connections: number;
+  readonly pipelining: number;
+  readonly scenarios: readonly Scenario[];
+  readonly workers: number | undefined;
+  readonly jsonPath: string | undefined;
+  readonly tiny: boolean;
+  readonly full: boolean;
+}
+
+export const USAGE = `usage: node dist/bench/run.js [options]
+  --duration <s>        measured seconds per server per scenario (default 10; tiny 1)
+  --warmup <s>          unmeasured seconds per server per scenario first (default 2; tiny 0.3)
+  --rounds <n>          measured segments per server per scenario, alternated
+                        bare,tally,tally,bare,... (default 4; tiny 2)
+  --connections <n>     concurrent connections (default 50; tiny 4)
+  --pipelining <n>      pipelined requests per connection (default 1: uWS closes the
+                        connection when a request is pipelined behind a pending async
+                        response, which every Tally response is; see run.ts)
+  --scenarios <list>    comma-separated, from: ${SCENARIOS.map((s) => s.name).join(', ')}
+                        (default: all but the --full-only ones)
+  --workers <n>         TALLY_WORKERS for the Tally process (default: Tally's own)
+  --tiny                a few seconds in all, for the test suite
+  --full                also run the --full-only scenarios (consume at 256 connections)
+  --json <path>         also write the results as JSON
+  --help`;
+
+function positiveNumber(name: string, raw: string | undefined, fallback: number, integer: boolean): number {
+  if (raw === undefined) return fallback;
+  const value = Number(raw);
+  const valid = Number.isFinite(value) && value > 0 && (!integer || Number.isInteger(value));
+  if (!valid) throw new Error(`--${name} must be a positive ${integer ? 'integer' : 'number'}, got ${JSON.stringify(raw)}`);
+  return value;
+}
+
+function pickScenarios(raw: string | undefined, full: boolean): Scenario[] {
+  if (raw === undefined) return SCENARIOS.filter((s) => full || !s.fullOnly);
+  return raw.split(',').map((name) => {
+    const scenario = SCENARIOS.find((s) => s.name === name.trim());
+    if (scenario === undefined) throw new Error(`unknown scenario ${JSON.stringify(name)}; known: ${SCENARIOS.map((s) => s.name).join(', ')}`);
+    return scenario;
+  });
+}
+
+/** Parses argv (without node and script). Throws a usage error on anything invalid. */
+export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
+  const { values } = parseArgs({
+    args: [...argv],
+    strict: true,
+    options: {
+      duration: { type: 'string' },
+      warmup: { type: 'string' },
+      rounds: { type: 'string' },
+      connections: { type: 'string' },
+      pipelining: { type: 'string' },
+      scenarios: { type: 'string' },
+      workers: { type: 'string' },
+      json: { type: 'string' },
+      tiny: { type: 'boolean', default: false },
+      full: { type: 'boolean', default: false },
+      help: { type: 'boolean', default: false },
+    },
+  });
+  if (values.help) return 'help';
+  const tiny = values.tiny;
+  const options: BenchOptions = {
+    durationSec: positiveNumber('duration', values.duration, tiny ? 1 : 10, false),
+    warmupSec: positiveNumber('warmup', values.warmup, tiny ? 0.3 : 2, false),
+    rounds: positiveNumber('rounds', values.rounds, tiny ? 2 : 4, true),
+    connections: positiveNumber('connections', values.connections, tiny ? 4 : 50, true),
+    pipelining: positiveNumber('pipelining', values.pipelining, 1, true),
+    scenarios: pickScenarios(values.scenarios, values.full),
+    workers: values.workers === undefined ? undefined : positiveNumber('workers', values.workers, 1, true),
+    jsonPath: values.json,
+    tiny,
+    full: values.full,
+  };
+  for (const scenario of options.scenarios) {
+    const connections = scenario.connections ?? options.connections;
+    const pipelining = scenario.pipelining ?? options.pipelining;
+    if (Math.floor(CUSTOMER_COUNT / connections) < pipelining) {
+      throw new Error(`${scenario.name}: ${connections} connections x pipelining ${pipelining} needs more than ${CUSTOMER_COUNT} customers`);
+    }
+  }
+  return options;
+}

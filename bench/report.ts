@@ -1,0 +1,191 @@
+/**
+ * Turns load segments into the benchmark's results: per-server statistics, the
+ * Tally/bare ratio, target checks, a printed table and the JSON written by `--json`.
+ *
+ * req/s counts 2xx responses only, so a server that answers errors fast cannot look
+ * fast; non-2xx and connection errors are reported beside it. Latency percentiles are
+ * over 2xx responses, from the 10 µs histogram in latency-histogram.ts. `dropped`
+ * counts requests that were never answered (connections the server closed).
+ */
+import { writeFile } from 'node:fs/promises';
+import { LatencyHistogram } from './latency-histogram.js';
+import type { SegmentResult } from './load.js';
+import type { Scenario, Target } from './scenarios.js';
+
+export interface ServerStats {
+  readonly requests2xx: number;
+  readonly durationSec: number;
+  readonly reqPerSec: number;
+  readonly latencyMsP50: number;
+  readonly latencyMsP99: number;
+  readonly latencyMsMax: number;
+  readonly non2xx: number;
+  readonly errors: number;
+  readonly timeouts: number;
+  /** Requests that were written and never answered (see SegmentResult.dropped). */
+  readonly dropped: number;
+  readonly statusCodes: Readonly<Record<string, number>>;
+  readonly segments: number;
+}
+
+export interface TargetCheck {
+  readonly description: string;
+  /** null when the target does not apply to this run's parameters (or Tally did not run). */
+  readonly pass: boolean | null;
+  readonly note?: string;
+}
+
+export interface ScenarioResult {
+  readonly name: string;
+  readonly method: string;
+  readonly path: string;
+  readonly connections: number;
+  readonly pipelining: number;
+  readonly bare: ServerStats;
+  readonly tally: ServerStats | null;
+  /** tally req/s ÷ bare req/s, both measured in this run. */
+  readonly ratio: number | null;
+  readonly targets: readonly TargetCheck[];
+}
+
+export interface BenchReport {
+  readonly startedAt: string;
+  readonly node: string;
+  readonly availableParallelism: number;
+  /** Other work on the machine skews every number; a high value means "rerun". */
+  readonly loadAverage1mAtStart: number;
+  readonly loadAverage1m: number;
+  readonly cpuModel: string;
+  readonly platform: string;
+  readonly loadGenerator: string;
+  readonly options: Readonly<Record<string, unknown>>;
+  readonly tally: { readonly ran: boolean; readonly note: string };
+  readonly scenarios: readonly ScenarioResult[];
+}
+
+/** Merges the alternating segments of one server into one set of statistics. */
+export function summarize(segments: readonly SegmentResult[]): ServerStats {
+  const latency = new LatencyHistogram();
+  const statusCodes: Record<string, number> = {};
+  let durationSec = 0;
+  let requests2xx = 0;
+  let non2xx = 0;
+  let errors = 0;
+  let timeouts = 0;
+  let dropped = 0;
+  for (const segment of segments) {
+    latency.merge(segment.latency);
+    durationSec += segment.durationSec;
+    requests2xx += segment.ok2xx;
+    non2xx += segment.non2xx;
+    errors += segment.errors;
+    timeouts += segment.timeouts;
+    dropped += segment.dropped;
+    for (const [code, count] of Object.entries(segment.statusCodes)) statusCodes[code] = (statusCodes[code] ?? 0) + count;
+  }
+  return {
+    requests2xx,
+    durationSec,
+    reqPerSec: durationSec > 0 ? requests2xx / durationSec : 0,
+    latencyMsP50: latency.quantileMs(0.5),
+    latencyMsP99: latency.quantileMs(0.99),
+    latencyMsMax: latency.max,
+    non2xx,
+    errors,
+    timeouts,
+    dropped,
+    statusCodes,
+    segments: segments.length,
+  };
+}
+
+function checkTarget(target: Target, tally: ServerStats | null, ratio: number | null, shape: LoadShapeOfResult): TargetCheck {
+  if (target.kind === 'ratio') {
+    const description = `tally/bare >= ${target.min}`;
+    return ratio === null ? { description, pass: null, note: 'tally did not run' } : { description, pass: ratio >= target.min };
+  }
+  const description = `tally p99 <= ${target.maxMs} ms at ${target.atConnections} connections x pipelining ${target.atPipelining}`;
+  if (tally === null) return { description, pass: null, note: 'tally did not run' };
+  if (shape.connections !== target.atConnections || shape.pipelining !== target.atPipelining) {
+    return { description, pass: null, note: `ran at ${shape.connections}x${shape.pipelining}` };
+  }
+  return { description, pass: tally.latencyMsP99 <= target.maxMs };
+}
+
+interface LoadShapeOfResult {
+  readonly connections: number;
+  readonly pipelining: number;
+}
+
+export function scenarioResult(
+  scenario: Scenario,
+  shape: LoadShapeOfResult,
+  bare: ServerStats,
+  tally: ServerStats | null,
+): ScenarioResult {
+  const ratio = tally === null || bare.reqPerSec === 0 ? null : tally.reqPerSec / bare.reqPerSec;
+  return {
+    name: scenario.name,
+    method: scenario.method,
+    path: scenario.path,
+    connections: shape.connections,
+    pipelining: shape.pipelining,
+    bare,
+    tally,
+    ratio,
+    targets: scenario.targets.map((t) => checkTarget(t, tally, ratio, shape)),
+  };
+}
+
+const fixed = (value: number, digits: number): string => (Number.isFinite(value) ? value.toFixed(digits) : '-');
+
+function marker(check: TargetCheck): string {
+  if (check.pass === null) return `[n/a] ${check.description}${check.note === undefined ? '' : ` (${check.note})`}`;
+  return `[${check.pass ? 'PASS' : 'FAIL'}] ${check.description}`;
+}
+
+function row(cells: readonly string[], widths: readonly number[]): string {
+  return cells.map((cell, i) => (i < 2 ? cell.padEnd(widths[i] ?? 0) : cell.padStart(widths[i] ?? 0))).join('  ');
+}
+
+function statsCells(scenario: ScenarioResult, server: 'bare' | 'tally'): string[] {
+  const stats = scenario[server];
+  const load = `${scenario.connections}x${scenario.pipelining}`;
+  const head = [server === 'bare' ? scenario.name : '', `${server} ${scenario.method}`, load];
+  if (stats === null) return [...head, 'not run', '-', '-', '-', '-', '-', '-'];
+  const ratio = server === 'tally' && scenario.ratio !== null ? `${fixed(scenario.ratio, 2)}x` : '';
+  return [
+    ...head,
+    fixed(stats.reqPerSec, 0),
+    fixed(stats.latencyMsP50, 2),
+    fixed(stats.latencyMsP99, 2),
+    String(stats.non2xx),
+    String(stats.errors),
+    String(stats.dropped),
+    ratio,
+  ];
+}
+
+/** The results table, then the target checks, as printable text. */
+export function formatReport(report: BenchReport): string {
+  const header = ['scenario', 'server', 'conn x pipe', 'req/s (2xx)', 'p50 ms', 'p99 ms', 'non-2xx', 'errors', 'dropped', 'vs bare'];
+  const body = report.scenarios.flatMap((s) => [statsCells(s, 'bare'), statsCells(s, 'tally')]);
+  const widths = header.map((h, i) => Math.max(h.length, ...body.map((cells) => (cells[i] ?? '').length)));
+  const lines = [
+    `node ${report.node}, availableParallelism ${report.availableParallelism}, ${report.cpuModel}, ${report.platform}`,
+    `load average (1 min) before: ${fixed(report.loadAverage1mAtStart, 2)}, after: ${fixed(report.loadAverage1m, 2)}`,
+    `load generator: ${report.loadGenerator}, in this process, same machine (loopback)`,
+    `tally: ${report.tally.note}`,
+    '',
+    row(header, widths),
+    ...body.map((cells) => row(cells, widths)),
+    '',
+    'targets (informational; the exit code ignores them):',
+    ...report.scenarios.flatMap((s) => s.targets.map((t) => `  ${s.name}: ${marker(t)}`)),
+  ];
+  return lines.join('\n');
+}
+
+export async function writeJson(path: string, report: BenchReport): Promise<void> {
+  await writeFile(path, `${JSON.stringify(report, null, 2)}\n`);
+}
