@@ -28,14 +28,14 @@ const port = parentPort;
 const { dataDir, workerIndex, snapshotEveryBatches } = workerData as ShardWorkerData;
 
 let outbox: ReplyTriples = [];
-let flushScheduled = false;
 
 function post(message: FromWorker): void {
   port.postMessage(message);
 }
 
+/** Sends every buffered reply in one message (the shard calls it once per batch or group). */
 function flushReplies(): void {
-  flushScheduled = false;
+  if (outbox.length === 0) return;
   const replies = outbox;
   outbox = [];
   post({ t: 'replies', replies });
@@ -43,10 +43,6 @@ function flushReplies(): void {
 
 function reply(id: number, status: number, body: string): void {
   outbox.push(id, status, body);
-  if (!flushScheduled) {
-    flushScheduled = true;
-    setImmediate(flushReplies);
-  }
 }
 
 function crash(error: unknown): never {
@@ -60,6 +56,7 @@ const shard = new Shard({
   journal: { append: (events: readonly Event[]) => store.append(events) },
   clock: Date.now,
   reply,
+  flush: flushReplies,
   fatal: crash,
 });
 
@@ -84,7 +81,9 @@ let snapshotting = false;
 
 /** Snapshots when enough has been journaled since the last one, bounding replay time. */
 function maybeSnapshot(force: boolean): Promise<number> | null {
-  if (snapshotting) return null;
+  // Events decided but not yet appended are in memory only: a snapshot now would hold
+  // them and the journal would later replay them again. Wait for the group to go out.
+  if (snapshotting || shard.hasPendingEvents) return null;
   const due = shard.batchesSinceSnapshot >= snapshotEveryBatches
     || (shard.batchesSinceSnapshot > 0 && Date.now() - lastSnapshotAtMs >= SNAPSHOT_INTERVAL_MS);
   if (!force && !due) return null;

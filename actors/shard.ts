@@ -2,13 +2,18 @@
  * A shard: the customers one worker owns, and the write-ahead discipline around the
  * pure core.
  *
- * `handleBatch` decides every command of a batch against in-memory state, appends the
- * batch's events to the journal as one record, and releases the replies of its writes
- * only when that record is durable. Reads answer at once from memory and never wait
- * for disk. A write that produced no event (a rejection or an idempotent replay) still
- * waits for the journal writes before it, because its answer was computed from state
- * that may not be durable yet. The journal and the clock are injected, so the seeded
- * simulation runs this exact code without threads or disk.
+ * `handleBatch` decides every command of a batch against in-memory state and releases
+ * the replies of its writes only when the journal record holding their events is
+ * durable. Reads answer at once from memory and never wait for disk.
+ *
+ * Group commit: at most one journal append is in flight per shard. Events decided while
+ * it is in flight wait in `pending` and go to disk together as the next record, so a
+ * busy shard pays one fsync for many batches instead of queueing one commit per batch
+ * (measured: per-batch commits saturated LMDB's writer and doubled consume latency).
+ * A write that produced no event (a rejection or an idempotent replay) waits with the
+ * group it was decided in, because its answer was computed from state that may not be
+ * durable yet. The journal and the clock are injected, so the seeded simulation runs
+ * this exact code without threads or disk.
  */
 import { assert } from './assert.js';
 import { compileConfig, EMPTY_CONFIG, type BillingConfig, type CompiledConfig } from './billing-config.js';
@@ -36,8 +41,10 @@ export interface ShardJournal {
 export interface ShardOptions {
   readonly journal: ShardJournal;
   readonly clock: () => number;
-  /** Receives each rendered reply; the worker shell coalesces them into one message a turn. */
+  /** Receives each rendered reply; the shell buffers them until `flush`. */
   readonly reply: (id: number, status: number, body: string) => void;
+  /** Called after a batch's immediate replies and after each group's release: send now. */
+  readonly flush: () => void;
   /** Called when a journal write fails: the shell must crash the worker. */
   readonly fatal: (error: unknown) => void;
 }
@@ -53,7 +60,11 @@ function isRead(command: Command): command is ReadCommand {
 export class Shard {
   readonly customers = new Map<string, CustomerState>();
   private readonly configs = new Map<Environment, CompiledConfig>();
-  private lastDurable: Promise<void> = Promise.resolve();
+  /** True while a journal append is on its way to disk. */
+  private appending = false;
+  /** Events decided since the last append started, and the write replies waiting on them. */
+  private pendingEvents: Event[] = [];
+  private pendingReplies: Array<number | string> = [];
   private lastNowMs = 0;
   /** Journal records appended since the shard last snapshotted. */
   batchesSinceSnapshot = 0;
@@ -78,8 +89,6 @@ export class Shard {
 
   handleBatch(envelopes: readonly Envelope[]): void {
     const nowMs = this.now();
-    const events: Event[] = [];
-    const held: Array<number | string> = [];
     for (const { id, command } of envelopes) {
       const key = customerKeyOf(command.environment, command.customerId);
       const config = this.configs.get(command.environment) ?? EMPTY_CONFIG;
@@ -90,16 +99,38 @@ export class Shard {
       }
       const execution = execute(this.customers.get(key), config, command, nowMs);
       if (execution.customer !== undefined) this.customers.set(key, execution.customer);
-      for (const event of execution.events) events.push(event);
+      for (const event of execution.events) this.pendingEvents.push(event);
       const rendered = renderOutcome(execution.outcome);
-      held.push(id, rendered.status, rendered.body);
+      this.pendingReplies.push(id, rendered.status, rendered.body);
     }
-    if (held.length === 0) return;
-    if (events.length > 0) {
-      this.lastDurable = this.options.journal.append(events).durable;
-      this.batchesSinceSnapshot++;
+    if (!this.appending) this.commitPending();
+    this.options.flush();
+  }
+
+  /** Events decided but not yet handed to the journal (a snapshot must wait for none). */
+  get hasPendingEvents(): boolean {
+    return this.pendingEvents.length > 0;
+  }
+
+  /** Starts the next group's append, or releases its replies if it holds no event. */
+  private commitPending(): void {
+    const events = this.pendingEvents;
+    const replies = this.pendingReplies;
+    this.pendingEvents = [];
+    this.pendingReplies = [];
+    if (events.length === 0) {
+      // Nothing in flight and nothing new: every state these answers saw is durable.
+      this.release(replies);
+      return;
     }
-    this.lastDurable.then(() => this.release(held), this.options.fatal);
+    this.appending = true;
+    this.batchesSinceSnapshot++;
+    this.options.journal.append(events).durable.then(() => {
+      this.appending = false;
+      this.release(replies);
+      if (this.pendingReplies.length > 0) this.commitPending();
+      this.options.flush();
+    }, this.options.fatal);
   }
 
   private release(held: ReadonlyArray<number | string>): void {

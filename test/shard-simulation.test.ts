@@ -40,6 +40,8 @@ interface SimRecord {
 class SimDisk {
   records: SimRecord[] = [];
   snapshot: { seq: number; items: CustomerSnapshot[] } | null = null;
+  /** Called after each append, so the simulator can note the state that record completes. */
+  onAppend: (seq: number) => void = () => undefined;
 
   journal(): ShardJournal {
     return {
@@ -48,6 +50,7 @@ class SimDisk {
         const durable = new Promise<void>((r) => (resolve = r));
         const seq = (this.records.at(-1)?.seq ?? this.snapshot?.seq ?? 0) + 1;
         this.records.push({ seq, events: structuredClone(events), durable: false, resolve });
+        this.onAppend(seq);
         return { seq, durable };
       },
     };
@@ -125,6 +128,7 @@ async function simulate(seed: number, steps: number): Promise<void> {
           if (entry === undefined || entry.atMs <= atMs - IDEMPOTENCY_RETENTION_MS) idempotencyModel.set(scope, { command, atMs });
         }
       },
+      flush: () => undefined,
       fatal: (error) => {
         throw error;
       },
@@ -137,6 +141,9 @@ async function simulate(seed: number, steps: number): Promise<void> {
   };
 
   let shard = boot();
+  // An append carries every event decided so far (group commit), so the live state at
+  // that moment is exactly what recovery must rebuild from records up to it.
+  disk.onAppend = (seq) => stateAfterSeq.set(seq, snapshotOf(shard));
   for (let step = 0; step < steps; step++) {
     const roll = rand();
     nowMs += rand() < 0.05 ? Math.floor(rand() * 20 * 86_400_000) : Math.floor(rand() * 1000);
@@ -152,16 +159,18 @@ async function simulate(seed: number, steps: number): Promise<void> {
         envelopes.push({ id, command });
       }
       shard.handleBatch(envelopes);
-      stateAfterSeq.set(disk.records.at(-1)?.seq ?? disk.snapshot?.seq ?? 0, snapshotOf(shard));
     } else if (roll < 0.8) {
       disk.sync();
       await new Promise((resolve) => setImmediate(resolve));
     } else if (roll < 0.85) {
       disk.sync();
       await new Promise((resolve) => setImmediate(resolve));
-      const seq = disk.lastDurableSeq();
-      disk.snapshot = { seq, items: structuredClone(shard.snapshotItems()) };
-      disk.records = disk.records.filter((r) => r.seq > seq);
+      // Snapshot only a quiescent shard: everything decided is in a durable record.
+      if (disk.records.every((r) => r.durable) && !shard.hasPendingEvents) {
+        const seq = disk.lastDurableSeq();
+        disk.snapshot = { seq, items: structuredClone(shard.snapshotItems()) };
+        disk.records = disk.records.filter((r) => r.seq > seq);
+      }
     } else if (roll < 0.92) {
       disk.crash();
       shard = boot();
