@@ -2,19 +2,15 @@
  * API keys: format, hashed storage, verification and revocation (against a real
  * control store in a temp dir).
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ControlStore } from '../storage/control-store.js';
 import { issueKey, KeyRing } from '../src/auth/keys.js';
-import { tempDataDir } from './support/server-process.js';
+import { storeFixture } from './support/store-fixture.js';
 
-const stores: ControlStore[] = [];
-afterEach(async () => {
-  await Promise.all(stores.splice(0).map((s) => s.close()));
-});
+const { tempDir, openStore, closeStore } = storeFixture('tally-keys-', (dir) => ControlStore.open(dir));
 
-function ring(dir = tempDataDir('tally-keys')): { ring: KeyRing; store: ControlStore; dir: string } {
-  const store = ControlStore.open(dir);
-  stores.push(store);
+function ring(dir = tempDir()): { ring: KeyRing; store: ControlStore; dir: string } {
+  const store = openStore(dir);
   return { ring: new KeyRing(store), store, dir };
 }
 
@@ -46,8 +42,7 @@ describe('API keys', () => {
     await keys.add({ ...a.record, revokedAtMs: 2 });
     expect(keys.verify(a.secret)).toBeNull();
     // Persisted: a new ring over the same store sees the revocation and the other key.
-    await store.close();
-    stores.pop();
+    await closeStore(store);
     const reopened = ring(dir).ring;
     expect(reopened.verify(a.secret)).toBeNull();
     expect(reopened.verify(b.secret)?.id).toBe(b.record.id);

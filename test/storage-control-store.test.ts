@@ -2,37 +2,13 @@
  * ControlStore against a real LMDB environment: keys, versioned configs and metadata
  * persist across reopen; configs are per environment and latest-version-wins.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, it, expect } from 'vitest';
+import { describe, it, expect } from 'vitest';
 import { ControlStore, type KeyRecord } from '../storage/control-store.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
+import { storeFixture } from './support/store-fixture.js';
 
-const dirs: string[] = [];
-const open: ControlStore[] = [];
-
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((store) => store.close()));
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
-
-function tempDir(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'tally-control-'));
-  dirs.push(dir);
-  return dir;
-}
-
-function openStore(dataDir: string): ControlStore {
-  const store = ControlStore.open(dataDir);
-  open.push(store);
-  return store;
-}
-
-async function closeStore(store: ControlStore): Promise<void> {
-  open.splice(open.indexOf(store), 1);
-  await store.close();
-}
+const { tempDir, openStore, closeStore } = storeFixture('tally-control-', (dir) => ControlStore.open(dir));
 
 function key(id: string, overrides: Partial<KeyRecord> = {}): KeyRecord {
   return {

@@ -3,38 +3,13 @@
  * reopen, group commit, torn tails, corrupt records, snapshots and metadata.
  * Damage is done by opening the environment exactly the way the store does.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterEach, describe, it, expect } from 'vitest';
+import { describe, it, expect } from 'vitest';
 import { encodeRecord } from '../storage/codec.js';
 import { ShardStore, SNAPSHOT_CHUNK_ITEMS } from '../storage/journal.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
+import { storeFixture } from './support/store-fixture.js';
 
-const dirs: string[] = [];
-const open: ShardStore[] = [];
-
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((store) => store.close()));
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
-
-function tempDir(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'tally-journal-'));
-  dirs.push(dir);
-  return dir;
-}
-
-function openStore(dir: string): ShardStore {
-  const store = ShardStore.open(dir);
-  open.push(store);
-  return store;
-}
-
-async function closeStore(store: ShardStore): Promise<void> {
-  open.splice(open.indexOf(store), 1);
-  await store.close();
-}
+const { tempDir, openStore, closeStore } = storeFixture('tally-journal-', (dir) => ShardStore.open(dir));
 
 function replayAll(store: ShardStore, afterSeq = 0) {
   const batches: [number, unknown[]][] = [];
