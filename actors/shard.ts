@@ -77,10 +77,6 @@ export class Shard {
     this.configs.set(environment, compileConfig(config, version));
   }
 
-  configVersion(environment: Environment): number {
-    return this.configs.get(environment)?.version ?? 0;
-  }
-
   /** The clock never runs backwards inside a shard, even if the wall clock does. */
   private now(): number {
     this.lastNowMs = Math.max(this.lastNowMs, this.options.clock());

@@ -44,7 +44,7 @@ async function main(): Promise<void> {
   log({ level: 'info', msg: 'listening', port: server.port, dataDir });
   const started = Date.now();
   await server.ready;
-  log({ level: 'info', msg: 'ready', recoveryMs: Date.now() - started });
+  log({ level: 'info', msg: 'ready', recoveryMs: Date.now() - started, shards: server.shardStats() });
   const stop = (signal: string): void => {
     log({ level: 'info', msg: 'stopping', signal });
     server.close().then(

@@ -13,7 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import uWS from 'uWebSockets.js';
 import type { BillingConfig } from '../actors/billing-config.js';
-import type { Environment } from '../actors/protocol.js';
+import type { Environment, WorkerStats } from '../actors/protocol.js';
 import { ControlStore } from '../storage/control-store.js';
 import { BILLING_SCHEMA_JSON, buildApiRouter, type Route } from './api/routes.js';
 import { issueKey, KeyRing } from './auth/keys.js';
@@ -46,6 +46,8 @@ export interface RunningServer {
   readonly bootstrapKeys: BootstrapKeys | null;
   /** Resolves once recovery has finished and /healthz answers 200. */
   readonly ready: Promise<void>;
+  /** What each shard worker recovered (null before it reported ready). */
+  shardStats(): Array<WorkerStats | null>;
   close(): Promise<void>;
 }
 
@@ -144,6 +146,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     port,
     bootstrapKeys: bootstrap,
     ready,
+    shardStats: () => pool?.workerStats() ?? [],
     async close() {
       uWS.us_listen_socket_close(socket);
       await ready.catch(() => undefined);
