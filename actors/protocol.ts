@@ -40,28 +40,28 @@ const OP_CODES: Record<Command['op'], number> = {
   grantLot: 7,
 };
 
-/** Appends one command to a wire batch. */
+/** Appends one command to a wire batch (one push of seven values: no temporary arrays). */
 export function pushCommand(wire: WireBatch, id: number, command: Command): void {
   const env = command.environment === 'live' ? 1 : 0;
-  const head = [id, OP_CODES[command.op], env, command.customerId, command.key] as const;
+  const op = OP_CODES[command.op];
   switch (command.op) {
     case 'has':
     case 'limit':
     case 'balance':
-      wire.push(...head, null, null);
+      wire.push(id, op, env, command.customerId, command.key, null, null);
       return;
     case 'consume':
     case 'refund':
-      wire.push(...head, command.amountMicros, command.idempotencyKey ?? null);
+      wire.push(id, op, env, command.customerId, command.key, command.amountMicros, command.idempotencyKey ?? null);
       return;
     case 'limitSettings':
-      wire.push(...head, command.purchased ?? null, command.autoExpansionEnabled ?? null);
+      wire.push(id, op, env, command.customerId, command.key, command.purchased ?? null, command.autoExpansionEnabled ?? null);
       return;
     case 'usageSettings':
-      wire.push(...head, command.overageEnabled, null);
+      wire.push(id, op, env, command.customerId, command.key, command.overageEnabled, null);
       return;
     case 'grantLot':
-      wire.push(...head, command.amountMicros, command.lotId);
+      wire.push(id, op, env, command.customerId, command.key, command.amountMicros, command.lotId);
       return;
   }
 }

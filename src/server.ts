@@ -166,7 +166,8 @@ class FrontEnd {
   ) {}
 
   handle(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
-    const method = req.getMethod().toUpperCase();
+    // Methods are case-sensitive (RFC 9110); the router knows them in upper case.
+    const method = req.getCaseSensitiveMethod();
     const url = req.getUrl();
     const ex = new Exchange(res, method, url);
     if (url === '/healthz') {

@@ -24,13 +24,11 @@ export function decodeComponent(raw: string, plusIsSpace: boolean): string | nul
 const PLAIN_CUSTOMER_ID = /^customerId=([^&%+=]+)$/;
 
 export function parseQuery(raw: string): QueryParse {
+  const plain = PLAIN_CUSTOMER_ID.exec(raw);
+  if (plain !== null) return { ok: true, params: { customerId: plain[1] as string } };
+  // A null-prototype map: a parameter named __proto__ or constructor is just a name.
   const params: Record<string, string> = Object.create(null) as Record<string, string>;
   if (raw === '') return { ok: true, params };
-  const plain = PLAIN_CUSTOMER_ID.exec(raw);
-  if (plain !== null) {
-    params['customerId'] = plain[1] as string;
-    return { ok: true, params };
-  }
   for (const pair of raw.split('&')) {
     if (pair === '') continue;
     const eq = pair.indexOf('=');
