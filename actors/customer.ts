@@ -20,7 +20,7 @@ import {
   LOTS_PER_METER_MAX,
   PURCHASED_MAX,
 } from './limits.js';
-import { periodAt } from './periods.js';
+import { isoOf, periodAt } from './periods.js';
 
 export type Environment = 'test' | 'live';
 
@@ -241,7 +241,7 @@ function balanceView(
     overage: formatMicros(usage.overage),
     overageAllowed: overageAllowed(plan, ent.key),
     overageEnabled: meter.overageEnabled,
-    resets: period.endMs === null ? null : new Date(period.endMs).toISOString(),
+    resets: period.endMs === null ? null : isoOf(period.endMs),
   };
 }
 

@@ -17,7 +17,34 @@ export interface Period {
 
 const DAY_MS = 86_400_000;
 
+/**
+ * The last period computed per interval. Almost every call falls in the same period as
+ * the one before (a month is 2.6 billion ms), so this memo of a pure function saves a
+ * Date and its calendar arithmetic on every balance answered.
+ */
+const lastPeriod = new Map<ResetInterval, Period>();
+
 export function periodAt(reset: ResetInterval, nowMs: number): Period {
+  const cached = lastPeriod.get(reset);
+  if (cached !== undefined && nowMs >= cached.startMs && (cached.endMs === null || nowMs < cached.endMs)) return cached;
+  const period = computePeriod(reset, nowMs);
+  lastPeriod.set(reset, period);
+  return period;
+}
+
+let lastIsoMs = Number.NaN;
+let lastIso = '';
+
+/** ISO 8601 with milliseconds for an epoch ms, memoised for the common repeated value. */
+export function isoOf(ms: number): string {
+  if (ms !== lastIsoMs) {
+    lastIso = new Date(ms).toISOString();
+    lastIsoMs = ms;
+  }
+  return lastIso;
+}
+
+function computePeriod(reset: ResetInterval, nowMs: number): Period {
   const d = new Date(nowMs);
   const y = d.getUTCFullYear();
   const m = d.getUTCMonth();
