@@ -170,6 +170,11 @@ class FrontEnd {
     const method = req.getCaseSensitiveMethod();
     const url = req.getUrl();
     const ex = new Exchange(res, method, url);
+    ex.guard(() => this.dispatch(ex, req));
+  }
+
+  private dispatch(ex: Exchange, req: uWS.HttpRequest): void {
+    const { method, path: url } = ex;
     if (url === '/healthz') {
       if (this.isReady()) ex.send(200, '{"ok":true}');
       else ex.fail('not_ready', {}, [['retry-after', '1']]);

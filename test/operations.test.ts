@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ShardStore } from '../storage/journal.js';
+import { openDurableEnv } from '../storage/lmdb-env.js';
 import { call, MAIN_JS, startServerProcess, tempDataDir } from './support/server-process.js';
 
 const CONFIG = {
@@ -81,6 +82,35 @@ describe('operations', () => {
         const res = await call(second.base, 'GET', `/v1/usage/api_calls/balance?customerId=s${c}`, { key: sk });
         expect(res.body.consumed).toBe(expected[c]);
       }
+    } finally {
+      await second.stop();
+    }
+  });
+
+  it('drops a torn last journal record at start and keeps everything acknowledged', async () => {
+    const dataDir = tempDataDir('tally-torn');
+    const env = { TALLY_WORKERS: '1' };
+    const first = await startServerProcess({ dataDir, env });
+    const sk = first.keys.test.server;
+    await call(first.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG });
+    for (let i = 0; i < 5; i++) {
+      expect((await call(first.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: 'torn', amount: 2 } })).status).toBe(200);
+    }
+    await first.stop();
+
+    // A record that never finished: garbage under the next seq, as a torn write leaves it.
+    const shardEnv = openDurableEnv(path.join(dataDir, 'shard-0'), ['journal', 'snapshot', 'meta']);
+    const last = [...shardEnv.dbs.journal.getKeys({ reverse: true, limit: 1 })][0] as number;
+    await shardEnv.dbs.journal.put(last + 1, Buffer.from([0xde, 0xad, 0xbe, 0xef, 0x01]));
+    await shardEnv.root.close();
+
+    const second = await startServerProcess({ dataDir, env });
+    try {
+      expect(second.output()).toContain('"droppedTornTail":true');
+      const balance = await call(second.base, 'GET', '/v1/usage/api_calls/balance?customerId=torn', { key: sk });
+      expect(balance.body.consumed).toBe(10);
+      const next = await call(second.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: 'torn', amount: 1 } });
+      expect(next.body.consumed).toBe(11);
     } finally {
       await second.stop();
     }

@@ -51,5 +51,5 @@ function parseAndDeliver(ex: Exchange, text: string, onJson: (value: unknown) =>
     ex.fail('invalid_json');
     return;
   }
-  onJson(value);
+  ex.guard(() => onJson(value));
 }

@@ -62,4 +62,20 @@ export class Exchange {
   json(status: number, value: unknown, headers: Headers = []): void {
     this.send(status, JSON.stringify(value), headers);
   }
+
+  /**
+   * Runs a step of this exchange's handling. A throw here is a bug, not client input:
+   * it is logged and answered 500, because an exception escaping into uWS's native
+   * callback would take the whole service down with every other client's request.
+   */
+  guard(step: () => void): void {
+    try {
+      step();
+    } catch (error) {
+      process.stderr.write(
+        `${JSON.stringify({ level: 'error', msg: 'request handler failed', method: this.method, path: this.path, error: String(error instanceof Error ? error.stack : error) })}\n`,
+      );
+      this.fail('internal');
+    }
+  }
 }
