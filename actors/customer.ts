@@ -188,14 +188,15 @@ function overageAllowed(plan: CompiledProduct | null, key: string): boolean {
 // ---------------------------------------------------------------------------
 // Views (reads)
 
-const NO_METER: MeterState = {
+/** What a meter with nothing stored reads as; frozen, since it is shared by every read. */
+const NO_METER: MeterState = Object.freeze({
   periodStartMs: 0,
   includedUsedMicros: 0n,
   overageMicros: 0n,
-  lotDraws: [],
+  lotDraws: Object.freeze([]) as unknown as LotDraw[],
   overageEnabled: false,
-  lots: [],
-};
+  lots: Object.freeze([]) as unknown as Lot[],
+});
 
 /** The meter's usage as of `periodStartMs`: usage of an earlier period counts as nothing. */
 function usageIn(meter: MeterState, periodStartMs: number): { included: Micros; overage: Micros; lots: Micros } {

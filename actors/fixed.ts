@@ -9,7 +9,6 @@
 
 export type Micros = bigint;
 
-export const MICROS_PER_UNIT = 1_000_000n;
 export const DECIMALS_MAX = 6;
 /** Largest usage amount one request may carry; far above any real single consume. */
 export const AMOUNT_UNITS_MAX = 1e12;
@@ -66,8 +65,4 @@ export function formatMicros(micros: Micros): number {
 
 export function minMicros(a: Micros, b: Micros): Micros {
   return a < b ? a : b;
-}
-
-export function maxMicros(a: Micros, b: Micros): Micros {
-  return a > b ? a : b;
 }
