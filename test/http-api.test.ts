@@ -306,6 +306,16 @@ describe('configuration sync', () => {
     expect(after.body.pushedAt).toMatch(/Z$/);
   });
 
+  it('GET /v1/plans lists the products with their keys (server key only)', async () => {
+    const res = await get('/v1/plans', sk);
+    expect(res.status).toBe(200);
+    expect(res.body.data.map((p: { key: string }) => p.key)).toEqual(['free', 'pro']);
+    expect(res.body.data[0]).toMatchObject({ key: 'free', name: 'Free', default: true, type: 'free', price: null });
+    expect(res.body.data[1]).toMatchObject({ key: 'pro', type: 'recurring', price: { amount: 2000, currency: 'usd', interval: 'month' }, entitlements: { sso: true } });
+    expect((await get('/v1/plans', ck)).status).toBe(403);
+    expect(await get('/v1/plans', server.keys.live.server)).toMatchObject({ status: 200, body: { data: [] } });
+  });
+
   it('shards see a new configuration without restart', async () => {
     const more = { ...CONFIG, entitlements: { ...CONFIG.entitlements, beta: { type: 'feature' } }, products: { ...CONFIG.products, free: { ...CONFIG.products.free, entitlements: { ...CONFIG.products.free.entitlements, beta: true } } } };
     expect((await get('/v1/entitlements/beta/has?customerId=cfg')).status).toBe(404);

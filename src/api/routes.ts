@@ -6,7 +6,7 @@
  * body where one is expected; it validates with the compiled schemas, builds a command
  * and hands it to the customer's shard, or answers from the front end's own state.
  */
-import type { BillingConfig } from '../../actors/billing-config.js';
+import type { BillingConfig, ProductDefinition } from '../../actors/billing-config.js';
 import { parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
 import { ID_LENGTH_MAX } from '../../actors/limits.js';
 import type { Command, Environment } from '../../actors/protocol.js';
@@ -176,6 +176,31 @@ function pullRoute(deps: ApiDeps): Route {
   };
 }
 
+/** One product of the pushed configuration as the plans listing shows it. */
+export function productView(key: string, product: ProductDefinition): Record<string, unknown> {
+  return {
+    key,
+    name: product.name ?? key,
+    type: product.price === undefined ? 'free' : product.price.interval === undefined ? 'one_time' : 'recurring',
+    default: product.default === true,
+    price: product.price ?? null,
+    entitlements: product.entitlements ?? {},
+    grants: product.grants ?? {},
+  };
+}
+
+function plansRoute(deps: ApiDeps): Route {
+  return {
+    access: 'server',
+    hasBody: false,
+    handle(ctx) {
+      const latest = deps.control.latestConfig(ctx.environment);
+      const products = latest === null ? {} : (latest.config as BillingConfig).products;
+      ctx.ex.json(200, { data: Object.entries(products).map(([key, product]) => productView(key, product)) });
+    },
+  };
+}
+
 /** Every keyed route of this slice of the API. */
 export function buildApiRouter(deps: ApiDeps): Router<Route> {
   return new Router<Route>()
@@ -187,7 +212,8 @@ export function buildApiRouter(deps: ApiDeps): Router<Route> {
     .add('POST', '/v1/usage/:key/refund', usageAmountRoute(deps, 'refund'))
     .add('POST', '/v1/usage/:key/settings', usageSettingsRoute(deps))
     .add('POST', '/v1/sync/push', pushRoute(deps))
-    .add('GET', '/v1/sync/pull', pullRoute(deps));
+    .add('GET', '/v1/sync/pull', pullRoute(deps))
+    .add('GET', '/v1/plans', plansRoute(deps));
 }
 
 /** The public JSON Schema document (row 23), serialised once. */
