@@ -8,7 +8,7 @@ import { CUSTOMER_COUNT, SCENARIOS, type Scenario } from './scenarios.js';
 export interface BenchOptions {
   readonly durationSec: number;
   readonly warmupSec: number;
-  /** Segments per server per scenario, alternated bare/tally/tally/bare/… */
+  /** Segments per server per scenario, alternated bare/tally/tally/bare/… (see run.ts `measure`). */
   readonly rounds: number;
   readonly connections: number;
   readonly pipelining: number;
@@ -23,14 +23,15 @@ export const USAGE = `usage: node dist/bench/run.js [options]
   --duration <s>        measured seconds per server per scenario (default 10; tiny 1)
   --warmup <s>          unmeasured seconds per server per scenario first (default 2; tiny 0.3)
   --rounds <n>          measured segments per server per scenario, alternated
-                        bare,tally,tally,bare,... (default 4; tiny 2)
+                        bare,tally,tally,bare,... (has with has-unlimited:
+                        bare,tally,tally-rl-off, then reversed) (default 4; tiny 2)
   --connections <n>     concurrent connections (default 50; tiny 4)
   --pipelining <n>      pipelined requests per connection (default 1: uWS closes the
                         connection when a request is pipelined behind a pending async
                         response, which every Tally response is; see run.ts)
   --scenarios <list>    comma-separated, from: ${SCENARIOS.map((s) => s.name).join(', ')}
                         (default: all but the --full-only ones)
-  --workers <n>         TALLY_WORKERS for the Tally process (default: Tally's own)
+  --workers <n>         TALLY_WORKERS for the Tally processes (default: Tally's own)
   --tiny                a few seconds in all, for the test suite
   --full                also run the --full-only scenarios (consume at 256 connections)
   --json <path>         also write the results as JSON

@@ -6,6 +6,9 @@
  * fast; non-2xx and connection errors are reported beside it. Latency percentiles are
  * over 2xx responses, from the 10 µs histogram in latency-histogram.ts. `dropped`
  * counts requests that were never answered (connections the server closed).
+ *
+ * Targets are checked once every scenario has run, because some compare two scenarios
+ * (`has` with rate limiting on against `has-unlimited` with it off).
  */
 import { writeFile } from 'node:fs/promises';
 import { LatencyHistogram } from './latency-histogram.js';
@@ -35,6 +38,19 @@ export interface TargetCheck {
   readonly note?: string;
 }
 
+/** One scenario's measurements, before its targets are checked. */
+export interface MeasuredScenario {
+  readonly scenario: Scenario;
+  readonly connections: number;
+  readonly pipelining: number;
+  readonly bare: ServerStats;
+  /** Which Tally process `tally` was measured on (tallies.ts). */
+  readonly tallyLabel: string;
+  readonly tally: ServerStats | null;
+  /** The scenario this one was interleaved with, whose bare segments it shares; null when measured alone. */
+  readonly bareSharedWith: string | null;
+}
+
 export interface ScenarioResult {
   readonly name: string;
   readonly method: string;
@@ -42,6 +58,8 @@ export interface ScenarioResult {
   readonly connections: number;
   readonly pipelining: number;
   readonly bare: ServerStats;
+  readonly bareSharedWith: string | null;
+  readonly tallyLabel: string;
   readonly tally: ServerStats | null;
   /** tally req/s ÷ bare req/s, both measured in this run. */
   readonly ratio: number | null;
@@ -60,6 +78,10 @@ export interface BenchReport {
   readonly loadGenerator: string;
   readonly options: Readonly<Record<string, unknown>>;
   readonly tally: { readonly ran: boolean; readonly note: string };
+  /** The rate-limited Tally answered `x-ratelimit-limit` with the bench's huge limit (tallies.ts). */
+  readonly rateLimitHeaderSeen: boolean;
+  /** The rate-limit-off Tally sent that header anyway (it should not); null when it did not run. */
+  readonly rateLimitOffHeaderSeen: boolean | null;
   readonly scenarios: readonly ScenarioResult[];
 }
 
@@ -99,7 +121,26 @@ export function summarize(segments: readonly SegmentResult[]): ServerStats {
   };
 }
 
-function checkTarget(target: Target, tally: ServerStats | null, ratio: number | null, shape: LoadShapeOfResult): TargetCheck {
+interface LoadShapeOfResult {
+  readonly connections: number;
+  readonly pipelining: number;
+}
+
+/** Tally statistics by scenario name, for targets that compare two scenarios. */
+type PeerTallies = ReadonlyMap<string, ServerStats | null>;
+
+function checkVsScenario(target: Extract<Target, { kind: 'vsScenario' }>, tally: ServerStats | null, peers: PeerTallies): TargetCheck {
+  const description = `tally >= ${target.min} x ${target.scenario}'s tally req/s (${target.what})`;
+  const peer = peers.get(target.scenario);
+  if (tally === null || peer === null) return { description, pass: null, note: 'tally did not run' };
+  if (peer === undefined) return { description, pass: null, note: `${target.scenario} did not run` };
+  if (peer.reqPerSec === 0) return { description, pass: false, note: `${target.scenario} had no 2xx` };
+  const ratio = tally.reqPerSec / peer.reqPerSec;
+  return { description, pass: ratio >= target.min, note: `measured ${fixed(ratio, 3)}x` };
+}
+
+function checkTarget(target: Target, tally: ServerStats | null, ratio: number | null, shape: LoadShapeOfResult, peers: PeerTallies): TargetCheck {
+  if (target.kind === 'vsScenario') return checkVsScenario(target, tally, peers);
   if (target.kind === 'ratio') {
     const description = `tally/bare >= ${target.min}`;
     return ratio === null ? { description, pass: null, note: 'tally did not run' } : { description, pass: ratio >= target.min };
@@ -112,36 +153,35 @@ function checkTarget(target: Target, tally: ServerStats | null, ratio: number | 
   return { description, pass: tally.latencyMsP99 <= target.maxMs };
 }
 
-interface LoadShapeOfResult {
-  readonly connections: number;
-  readonly pipelining: number;
-}
-
-export function scenarioResult(
-  scenario: Scenario,
-  shape: LoadShapeOfResult,
-  bare: ServerStats,
-  tally: ServerStats | null,
-): ScenarioResult {
+function scenarioResult(measured: MeasuredScenario, peers: PeerTallies): ScenarioResult {
+  const { scenario, bare, tally } = measured;
   const ratio = tally === null || bare.reqPerSec === 0 ? null : tally.reqPerSec / bare.reqPerSec;
   return {
     name: scenario.name,
     method: scenario.method,
     path: scenario.path,
-    connections: shape.connections,
-    pipelining: shape.pipelining,
+    connections: measured.connections,
+    pipelining: measured.pipelining,
     bare,
+    bareSharedWith: measured.bareSharedWith,
+    tallyLabel: measured.tallyLabel,
     tally,
     ratio,
-    targets: scenario.targets.map((t) => checkTarget(t, tally, ratio, shape)),
+    targets: scenario.targets.map((t) => checkTarget(t, tally, ratio, measured, peers)),
   };
+}
+
+/** Ratios and target checks for every measured scenario (a target may compare two of them). */
+export function scenarioResults(measured: readonly MeasuredScenario[]): ScenarioResult[] {
+  const peers: PeerTallies = new Map(measured.map((m) => [m.scenario.name, m.tally]));
+  return measured.map((m) => scenarioResult(m, peers));
 }
 
 const fixed = (value: number, digits: number): string => (Number.isFinite(value) ? value.toFixed(digits) : '-');
 
 function marker(check: TargetCheck): string {
-  if (check.pass === null) return `[n/a] ${check.description}${check.note === undefined ? '' : ` (${check.note})`}`;
-  return `[${check.pass ? 'PASS' : 'FAIL'}] ${check.description}`;
+  const status = check.pass === null ? 'n/a' : check.pass ? 'PASS' : 'FAIL';
+  return `[${status}] ${check.description}${check.note === undefined ? '' : ` (${check.note})`}`;
 }
 
 function row(cells: readonly string[], widths: readonly number[]): string {
@@ -151,7 +191,8 @@ function row(cells: readonly string[], widths: readonly number[]): string {
 function statsCells(scenario: ScenarioResult, server: 'bare' | 'tally'): string[] {
   const stats = scenario[server];
   const load = `${scenario.connections}x${scenario.pipelining}`;
-  const head = [server === 'bare' ? scenario.name : '', `${server} ${scenario.method}`, load];
+  const label = server === 'tally' ? scenario.tallyLabel : scenario.bareSharedWith === null ? 'bare' : `bare (same as ${scenario.bareSharedWith})`;
+  const head = [server === 'bare' ? scenario.name : '', `${label} ${scenario.method}`, load];
   if (stats === null) return [...head, 'not run', '-', '-', '-', '-', '-', '-'];
   const ratio = server === 'tally' && scenario.ratio !== null ? `${fixed(scenario.ratio, 2)}x` : '';
   return [
@@ -166,6 +207,12 @@ function statsCells(scenario: ScenarioResult, server: 'bare' | 'tally'): string[
   ];
 }
 
+function rateLimitLine(report: BenchReport): string {
+  const on = report.rateLimitHeaderSeen ? 'x-ratelimit-limit header seen on tally' : 'NO x-ratelimit-limit header on tally (limiter not in this build?)';
+  if (report.rateLimitOffHeaderSeen === null) return on;
+  return `${on}; ${report.rateLimitOffHeaderSeen ? 'but ALSO on tally-rl-off (limiter not off!)' : 'none on tally-rl-off'}`;
+}
+
 /** The results table, then the target checks, as printable text. */
 export function formatReport(report: BenchReport): string {
   const header = ['scenario', 'server', 'conn x pipe', 'req/s (2xx)', 'p50 ms', 'p99 ms', 'non-2xx', 'errors', 'dropped', 'vs bare'];
@@ -176,6 +223,7 @@ export function formatReport(report: BenchReport): string {
     `load average (1 min) before: ${fixed(report.loadAverage1mAtStart, 2)}, after: ${fixed(report.loadAverage1m, 2)}`,
     `load generator: ${report.loadGenerator}, in this process, same machine (loopback)`,
     `tally: ${report.tally.note}`,
+    `rate limiting: ${rateLimitLine(report)}`,
     '',
     row(header, widths),
     ...body.map((cells) => row(cells, widths)),

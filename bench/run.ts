@@ -1,6 +1,16 @@
 /**
  * Tally's HTTP benchmark (`npm run bench`; `--tiny` inside `npm test`).
  *
+ * Rate limiting: the bench's Tally runs with the limiter on and a limit of 10^9 requests
+ * per minute per key, so every request pays for the accounting and the `X-RateLimit-*`
+ * headers but none is ever refused. The `has-unlimited` scenario sends the same requests
+ * as `has` to a second Tally with rate limiting off (started only when that scenario is
+ * selected), and when both are selected they are measured in the same alternating
+ * segments (bare, tally, tally-rl-off, then reversed, …) against one shared bare
+ * ceiling; the `has` target "tally >= 0.95 x has-unlimited's tally req/s" is the
+ * limiter's price, measured under the same machine conditions. The JSON report's
+ * `rateLimitHeaderSeen` says whether the rate-limited Tally really sent the header.
+ *
  * What it measures: requests per second and latency of Tally's hottest routes (`has`,
  * `balance`, durable `consume`) over loopback HTTP/1.1 keep-alive, as a ratio of a bare
  * uWebSockets.js server (bench/bare-server.ts) measured in the same run under the same
@@ -27,7 +37,7 @@
  *
  * The exit code is 0 unless something errored (a server would not start, a preflight
  * request failed, autocannon broke): targets are printed as PASS/FAIL markers only.
- * Both child servers are stopped on every exit path, including SIGINT and SIGTERM.
+ * Every child server is stopped on every exit path, including SIGINT and SIGTERM.
  */
 import { createRequire } from 'node:module';
 import { availableParallelism, cpus, loadavg } from 'node:os';
@@ -37,9 +47,10 @@ import type autocannon from 'autocannon';
 import { startChild, stopAll, type Child } from './children.js';
 import { runSegment, type LoadShape, type SegmentResult } from './load.js';
 import { parseOptions, USAGE, type BenchOptions } from './options.js';
-import { formatReport, scenarioResult, summarize, writeJson, type BenchReport, type ScenarioResult } from './report.js';
+import { formatReport, scenarioResults, summarize, writeJson, type BenchReport, type MeasuredScenario, type ScenarioResult } from './report.js';
 import { buildRequests, sliceForConnections, type BenchKeys, type Scenario } from './scenarios.js';
-import { makeDataDir, removeDataDir, startTally, tallyBuilt, type TallyServer } from './tally-server.js';
+import { TALLY_INSTANCES, startTallies, type Tallies } from './tallies.js';
+import { removeDataDir } from './tally-server.js';
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const BARE_SCRIPT = join(benchDir, 'bare-server.js');
@@ -48,9 +59,11 @@ const TALLY_SCRIPT = join(benchDir, '..', 'src', 'main.js');
 const PLACEHOLDER_KEYS: BenchKeys = { server: 'sk_test_bench', client: 'ck_test_bench' };
 
 interface Target {
-  readonly label: 'bare' | 'tally';
+  readonly label: string;
   readonly child: Child;
   readonly baseUrl: string;
+  /** One request list per connection, built with this server's own keys (each Tally has its own). */
+  readonly slices: autocannon.Request[][];
 }
 
 function assertAlive(target: Target): void {
@@ -59,8 +72,10 @@ function assertAlive(target: Target): void {
   throw new Error(`${target.label} died during the run (code ${exitCode}, signal ${signalCode})\n--- output ---\n${target.child.outputTail()}`);
 }
 
-/** Sends the scenario's first request once with fetch and throws unless it answers 2xx. */
-async function preflight(target: Target, request: autocannon.Request): Promise<void> {
+/** Sends the target's first request once with fetch and throws unless it answers 2xx. */
+async function preflight(target: Target): Promise<void> {
+  const request = target.slices[0]?.[0];
+  if (request === undefined) throw new Error(`${target.label}: no requests built`);
   const init: RequestInit = { method: request.method ?? 'GET', headers: request.headers as Record<string, string> };
   if (request.body !== undefined) init.body = request.body;
   const response = await fetch(`${target.baseUrl}${request.path ?? '/'}`, init);
@@ -68,42 +83,85 @@ async function preflight(target: Target, request: autocannon.Request): Promise<v
   if (!response.ok) throw new Error(`preflight ${init.method} ${request.path} on ${target.label} answered ${response.status}: ${text}`);
 }
 
-/** Warm-up for each target, then `rounds` alternating measured segments (ABBA order). */
-async function measure(
-  targets: readonly Target[],
-  slices: autocannon.Request[][],
-  shape: LoadShape,
-  options: BenchOptions,
-): Promise<Map<Target, SegmentResult[]>> {
+/**
+ * Warm-up for each target, then `rounds` measured segments per target, in order on even
+ * rounds and reversed on odd ones (bare, tally, tally-rl-off, tally-rl-off, tally, bare,
+ * …), so over each pair of rounds every target's mean position in time is the same and
+ * a linear drift in machine conditions cancels out.
+ */
+async function measure(targets: readonly Target[], shape: LoadShape, options: BenchOptions): Promise<Map<Target, SegmentResult[]>> {
   const segments = new Map<Target, SegmentResult[]>(targets.map((t) => [t, []]));
   for (const target of targets) {
-    await runSegment(target.baseUrl, slices, { ...shape, durationSec: options.warmupSec });
+    await runSegment(target.baseUrl, target.slices, { ...shape, durationSec: options.warmupSec });
     assertAlive(target);
   }
   const segmentSec = options.durationSec / options.rounds;
   for (let round = 0; round < options.rounds; round++) {
     const order = round % 2 === 0 ? targets : [...targets].reverse();
     for (const target of order) {
-      segments.get(target)?.push(await runSegment(target.baseUrl, slices, { ...shape, durationSec: segmentSec }));
+      segments.get(target)?.push(await runSegment(target.baseUrl, target.slices, { ...shape, durationSec: segmentSec }));
       assertAlive(target);
     }
   }
   return segments;
 }
 
-async function runScenario(scenario: Scenario, bare: Target, tally: Target | undefined, options: BenchOptions, keys: BenchKeys): Promise<ScenarioResult> {
-  const connections = scenario.connections ?? options.connections;
-  const pipelining = scenario.pipelining ?? options.pipelining;
-  const requests = buildRequests(scenario, keys);
-  const first = requests[0];
-  if (first === undefined) throw new Error('no requests built');
-  const targets = tally === undefined ? [bare] : [bare, tally];
-  for (const target of targets) await preflight(target, first);
-  process.stderr.write(`bench: ${scenario.name} (${connections} connections x pipelining ${pipelining}) ...\n`);
-  const shape = { connections, pipelining, durationSec: options.durationSec };
-  const segments = await measure(targets, sliceForConnections(requests, connections), shape, options);
-  const tallySegments = tally === undefined ? undefined : segments.get(tally);
-  return scenarioResult(scenario, { connections, pipelining }, summarize(segments.get(bare) ?? []), tallySegments === undefined ? null : summarize(tallySegments));
+/**
+ * Selected scenarios in measurement groups: one that names another selected scenario in
+ * `interleaveWith` joins its group; every other scenario is a group of its own.
+ */
+function groupScenarios(scenarios: readonly Scenario[]): Scenario[][] {
+  const selected = new Set(scenarios.map((s) => s.name));
+  const groups = new Map<string, Scenario[]>();
+  for (const scenario of scenarios) {
+    const lead = scenario.interleaveWith !== undefined && selected.has(scenario.interleaveWith) ? scenario.interleaveWith : scenario.name;
+    groups.set(lead, [...(groups.get(lead) ?? []), scenario]);
+  }
+  return [...groups.values()];
+}
+
+/** The group's one load shape; interleaved scenarios must agree on it (a SCENARIOS bug otherwise). */
+function groupShape(group: readonly Scenario[], options: BenchOptions): LoadShape {
+  const shapes = group.map((s) => `${s.connections ?? options.connections}x${s.pipelining ?? options.pipelining}`);
+  if (new Set(shapes).size !== 1) throw new Error(`interleaved scenarios ${group.map((s) => s.name).join(', ')} differ in load shape: ${shapes.join(', ')}`);
+  const first = group[0];
+  if (first === undefined) throw new Error('empty scenario group');
+  return { connections: first.connections ?? options.connections, pipelining: first.pipelining ?? options.pipelining, durationSec: options.durationSec };
+}
+
+function makeTarget(label: string, child: Child, scenario: Scenario, keys: BenchKeys, connections: number): Target {
+  const slices = sliceForConnections(buildRequests(scenario, keys), connections);
+  return { label, child, baseUrl: `http://127.0.0.1:${child.port}`, slices };
+}
+
+function tallyTarget(scenario: Scenario, tallies: Tallies, connections: number): Target | undefined {
+  const server = tallies.servers.get(scenario.tally);
+  return server && makeTarget(TALLY_INSTANCES[scenario.tally].label, server.child, scenario, server.keys, connections);
+}
+
+/**
+ * Measures one group: the bare ceiling (sent the lead scenario's requests, with its
+ * Tally's keys, byte for byte) and each scenario's Tally, interleaved in one `measure`.
+ * Every scenario of the group reports the same bare statistics.
+ */
+async function runGroup(group: readonly Scenario[], bareChild: Child, tallies: Tallies, options: BenchOptions): Promise<MeasuredScenario[]> {
+  const shape = groupShape(group, options);
+  const lead = group[0];
+  if (lead === undefined) throw new Error('empty scenario group');
+  const tallyTargets = group.map((s) => tallyTarget(s, tallies, shape.connections));
+  const bare = makeTarget('bare', bareChild, lead, tallies.servers.get(lead.tally)?.keys ?? PLACEHOLDER_KEYS, shape.connections);
+  const targets = [bare, ...tallyTargets.filter((t) => t !== undefined)];
+  for (const target of targets) await preflight(target);
+  const names = group.map((s) => s.name).join(' + ');
+  process.stderr.write(`bench: ${names} (${shape.connections} connections x pipelining ${shape.pipelining}; ${targets.map((t) => t.label).join(', ')}) ...\n`);
+  const segments = await measure(targets, shape, options);
+  const bareStats = summarize(segments.get(bare) ?? []);
+  return group.map((scenario, i) => {
+    const target = tallyTargets[i];
+    const tally = target === undefined ? null : summarize(segments.get(target) ?? []);
+    const bareSharedWith = i === 0 ? null : lead.name;
+    return { scenario, connections: shape.connections, pipelining: shape.pipelining, bare: bareStats, tallyLabel: TALLY_INSTANCES[scenario.tally].label, tally, bareSharedWith };
+  });
 }
 
 function autocannonVersion(): string {
@@ -115,7 +173,7 @@ function autocannonVersion(): string {
   }
 }
 
-function reportShell(options: BenchOptions, tallyNote: string, tallyRan: boolean, scenarios: ScenarioResult[], loadAverage1mAtStart: number): BenchReport {
+function reportShell(options: BenchOptions, tallies: Tallies, scenarios: ScenarioResult[], loadAverage1mAtStart: number): BenchReport {
   return {
     startedAt: new Date().toISOString(),
     node: process.version,
@@ -135,33 +193,21 @@ function reportShell(options: BenchOptions, tallyNote: string, tallyRan: boolean
       tiny: options.tiny,
       full: options.full,
     },
-    tally: { ran: tallyRan, note: tallyNote },
+    tally: { ran: tallies.servers.size > 0, note: tallies.note },
+    rateLimitHeaderSeen: tallies.rateLimitHeaderSeen,
+    rateLimitOffHeaderSeen: tallies.rateLimitOffHeaderSeen,
     scenarios,
   };
-}
-
-async function maybeStartTally(options: BenchOptions, dataDirs: string[]): Promise<TallyServer | undefined> {
-  if (!tallyBuilt(TALLY_SCRIPT)) return undefined;
-  const dataDir = await makeDataDir();
-  dataDirs.push(dataDir);
-  return startTally(TALLY_SCRIPT, dataDir, options.workers);
 }
 
 async function bench(options: BenchOptions, dataDirs: string[]): Promise<void> {
   const loadAverage1m = loadavg()[0] ?? Number.NaN;
   const bareChild = await startChild('bare', BARE_SCRIPT, { PORT: '0' });
-  const bare: Target = { label: 'bare', child: bareChild, baseUrl: `http://127.0.0.1:${bareChild.port}` };
-  const server = await maybeStartTally(options, dataDirs);
-  const tally: Target | undefined = server && { label: 'tally', child: server.child, baseUrl: server.baseUrl };
-  const tallyNote = server === undefined
-    ? `NOT RUN: ${TALLY_SCRIPT} does not exist (run npm run build once the server exists); bare only`
-    : `TALLY_WORKERS=${options.workers ?? '(default)'}, fresh data dir`;
-  if (server === undefined) process.stderr.write(`bench: tally ${tallyNote}\n`);
-  const results: ScenarioResult[] = [];
-  for (const scenario of options.scenarios) {
-    results.push(await runScenario(scenario, bare, tally, options, server?.keys ?? PLACEHOLDER_KEYS));
-  }
-  const report = reportShell(options, tallyNote, server !== undefined, results, loadAverage1m);
+  const tallies = await startTallies(TALLY_SCRIPT, options, dataDirs);
+  if (tallies.servers.size === 0) process.stderr.write(`bench: tally ${tallies.note}\n`);
+  const measured: MeasuredScenario[] = [];
+  for (const group of groupScenarios(options.scenarios)) measured.push(...(await runGroup(group, bareChild, tallies, options)));
+  const report = reportShell(options, tallies, scenarioResults(measured), loadAverage1m);
   process.stdout.write(`${formatReport(report)}\n`);
   if (options.jsonPath !== undefined) await writeJson(options.jsonPath, report);
 }

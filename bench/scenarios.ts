@@ -7,6 +7,10 @@
  * load generator well below the bare server. The bare server gets byte-for-byte the same
  * requests (same path, headers and body), only on another port, so the HTTP parsing cost
  * on both sides is equal.
+ *
+ * Each scenario names the Tally process it runs against (see tallies.ts): the bench's
+ * usual Tally, rate limiting on with a limit no run can reach, or a second one with rate
+ * limiting off, which only `has-unlimited` uses to price the limiter on the `has` route.
  */
 import type autocannon from 'autocannon';
 
@@ -34,8 +38,17 @@ export interface BenchKeys {
   readonly client: string;
 }
 
+/** Which Tally process a scenario measures; tallies.ts says how each is started. */
+export type TallyInstance = 'rate-limited' | 'rate-limit-off';
+
 export type Target =
   | { readonly kind: 'ratio'; readonly min: number }
+  /**
+   * This scenario's Tally req/s ÷ another scenario's Tally req/s, both measured in this
+   * run; only meaningful when the two are interleaved (`interleaveWith`), and `what`
+   * says what the difference between them prices.
+   */
+  | { readonly kind: 'vsScenario'; readonly scenario: string; readonly min: number; readonly what: string }
   /** Latency is only comparable at a fixed load shape (Little's law), so the target names it. */
   | { readonly kind: 'p99'; readonly maxMs: number; readonly atConnections: number; readonly atPipelining: number };
 
@@ -44,6 +57,13 @@ export interface Scenario {
   readonly method: 'GET' | 'POST';
   /** Shown in the report; `{id}` stands for the customer id. */
   readonly path: string;
+  readonly tally: TallyInstance;
+  /**
+   * Measure in the same alternating segments as this other scenario when both are
+   * selected (same requests, same load shape, one shared bare ceiling), so a comparison
+   * between their Tallies sees the same machine conditions.
+   */
+  readonly interleaveWith?: string;
   /** Fixed load shape for this scenario; otherwise the CLI's values apply. */
   readonly connections?: number;
   readonly pipelining?: number;
@@ -66,28 +86,43 @@ function consumeRequest(customerId: string, keys: BenchKeys): autocannon.Request
   };
 }
 
+/** The `has` request for one customer; also the rate-limit header probe in tally-server.ts. */
+export function hasRequest(customerId: string, keys: BenchKeys): autocannon.Request {
+  return getRequest(`/v1/entitlements/sso/has?customerId=${customerId}`, keys.client);
+}
+
+const HAS = {
+  method: 'GET',
+  path: '/v1/entitlements/sso/has?customerId={id}',
+  build: hasRequest,
+} as const;
+
 const CONSUME = {
   method: 'POST',
   path: '/v1/usage/api_calls/consume {"customerId":"{id}","amount":1}',
+  tally: 'rate-limited',
   build: consumeRequest,
 } as const;
 
 export const SCENARIOS: readonly Scenario[] = [
   {
     name: 'has',
-    method: 'GET',
-    path: '/v1/entitlements/sso/has?customerId={id}',
+    ...HAS,
+    tally: 'rate-limited',
     targets: [
       { kind: 'ratio', min: 0.6 },
       { kind: 'p99', maxMs: 2, atConnections: 50, atPipelining: 1 },
+      { kind: 'vsScenario', scenario: 'has-unlimited', min: 0.95, what: 'rate limiting on vs off' },
     ],
     fullOnly: false,
-    build: (id, keys) => getRequest(`/v1/entitlements/sso/has?customerId=${id}`, keys.client),
   },
+  /** The same requests as `has`, against the Tally with rate limiting off: the limiter's price. */
+  { name: 'has-unlimited', ...HAS, tally: 'rate-limit-off', interleaveWith: 'has', targets: [], fullOnly: false },
   {
     name: 'balance',
     method: 'GET',
     path: '/v1/usage/api_calls/balance?customerId={id}',
+    tally: 'rate-limited',
     targets: [],
     fullOnly: false,
     build: (id, keys) => getRequest(`/v1/usage/api_calls/balance?customerId=${id}`, keys.server),

@@ -8,13 +8,15 @@
  * production runs. What it does not reproduce is a production data set: the journal
  * starts empty, so recovery, LMDB page cache and actor state sizes are those of a small
  * database.
+ *
+ * It starts one Tally per call; tallies.ts decides how many run and with what settings.
  */
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startChild, type Child } from './children.js';
-import { BENCH_CONFIG, type BenchKeys } from './scenarios.js';
+import { BENCH_CONFIG, hasRequest, type BenchKeys } from './scenarios.js';
 
 const HEALTH_TIMEOUT_MS = 60_000;
 const POLL_INTERVAL_MS = 50;
@@ -33,11 +35,11 @@ async function waitFor<T>(what: string, child: Child, probe: () => Promise<T | u
   const deadline = Date.now() + HEALTH_TIMEOUT_MS;
   for (;;) {
     if (child.process.exitCode !== null || child.process.signalCode !== null) {
-      throw new Error(`tally exited while waiting for ${what}\n--- tally output ---\n${child.outputTail()}`);
+      throw new Error(`${child.name} exited while waiting for ${what}\n--- ${child.name} output ---\n${child.outputTail()}`);
     }
     const value = await probe().catch(() => undefined);
     if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`tally: no ${what} within ${HEALTH_TIMEOUT_MS} ms\n--- tally output ---\n${child.outputTail()}`);
+    if (Date.now() > deadline) throw new Error(`${child.name}: no ${what} within ${HEALTH_TIMEOUT_MS} ms\n--- ${child.name} output ---\n${child.outputTail()}`);
     await sleep(POLL_INTERVAL_MS);
   }
 }
@@ -55,14 +57,14 @@ async function readKeys(dataDir: string): Promise<BenchKeys | undefined> {
   return { server: test.server, client: test.client };
 }
 
-async function pushConfig(baseUrl: string, keys: BenchKeys): Promise<void> {
+async function pushConfig(name: string, baseUrl: string, keys: BenchKeys): Promise<void> {
   const response = await fetch(`${baseUrl}/v1/sync/push`, {
     method: 'POST',
     headers: { 'x-tally-key': keys.server, 'content-type': 'application/json' },
     body: JSON.stringify(BENCH_CONFIG),
   });
   const text = await response.text();
-  if (!response.ok) throw new Error(`tally: config push answered ${response.status}: ${text}`);
+  if (!response.ok) throw new Error(`${name}: config push answered ${response.status}: ${text}`);
 }
 
 /** True once `npm run build` has produced the server. */
@@ -76,19 +78,37 @@ export function makeDataDir(): Promise<string> {
 }
 
 /**
- * Starts Tally on `dataDir` and returns it ready to measure. `workers` sets
- * TALLY_WORKERS when given. Throws (the child stays registered for `stopAll`) if it does
- * not listen, become healthy, write its keys or accept the configuration in time.
+ * Starts Tally as child `name` on `dataDir`, with `env` added to its environment (the
+ * caller's TALLY_WORKERS, TALLY_RATE_LIMIT_*; PORT and TALLY_DATA_DIR are set here), and
+ * returns it ready to measure. Throws (the child stays registered for `stopAll`) if it
+ * does not listen, become healthy, write its keys or accept the configuration in time.
  */
-export async function startTally(mainScript: string, dataDir: string, workers: number | undefined): Promise<TallyServer> {
-  const env: Record<string, string> = { PORT: '0', TALLY_DATA_DIR: dataDir };
-  if (workers !== undefined) env['TALLY_WORKERS'] = String(workers);
-  const child = await startChild('tally', mainScript, env);
+export async function startTally(
+  mainScript: string,
+  name: string,
+  dataDir: string,
+  env: Readonly<Record<string, string>>,
+): Promise<TallyServer> {
+  const child = await startChild(name, mainScript, { ...env, PORT: '0', TALLY_DATA_DIR: dataDir });
   const baseUrl = `http://127.0.0.1:${child.port}`;
   await waitFor('healthy /healthz', child, () => healthy(baseUrl));
   const keys = await waitFor('bootstrap-keys.json', child, () => readKeys(dataDir));
-  await pushConfig(baseUrl, keys);
+  await pushConfig(name, baseUrl, keys);
   return { child, baseUrl, keys, dataDir };
+}
+
+/**
+ * Sends one `has` request (customer 0, client key) and returns its `x-ratelimit-limit`
+ * header, or null when there is none: what the limiter really runs with, which the
+ * environment alone cannot show (a Tally that ignores TALLY_RATE_LIMIT_* still starts).
+ * Throws unless the request answers 2xx.
+ */
+export async function rateLimitHeader(server: TallyServer): Promise<string | null> {
+  const request = hasRequest('cust-0', server.keys);
+  const response = await fetch(`${server.baseUrl}${request.path ?? '/'}`, { headers: request.headers as Record<string, string> });
+  const text = await response.text();
+  if (!response.ok) throw new Error(`${server.child.name}: rate-limit probe ${request.path} answered ${response.status}: ${text}`);
+  return response.headers.get('x-ratelimit-limit');
 }
 
 /** Removes a data directory made by makeDataDir. Call after the process has stopped. */

@@ -37,6 +37,7 @@ export const ERRORS = {
   method_not_allowed: { status: 405, message: '{method} is not allowed on {path}', when: 'known path, wrong method (with Allow)' },
   refund_exceeds_usage: { status: 409, message: 'amount exceeds the refundable usage of {key}', when: 'usage refund beyond recorded usage of the current period' },
   body_too_large: { status: 413, message: 'request body exceeds 1048576 bytes', when: 'declared or received body over 1 MiB' },
+  rate_limited: { status: 429, message: 'rate limit exceeded: {limit} requests per minute for this key', when: 'the key used up its one-minute window (with Retry-After)' },
   insufficient_balance: { status: 429, message: 'insufficient balance for {key}', when: 'consume beyond balance with overage off; body carries the balance fields' },
   overloaded: { status: 503, message: 'shard queue is full, retry later', when: 'a worker\'s queue is full (with Retry-After)' },
   not_ready: { status: 503, message: 'service is starting, retry shortly', when: 'recovery has not finished (with Retry-After)' },

@@ -5,6 +5,7 @@
  * JSON line `{"msg":"listening","port":n}` when the port is bound; /healthz answers
  * 200 once recovery has finished. SIGINT/SIGTERM stop it cleanly.
  */
+import { DEFAULT_RATE_LIMITS } from './auth/rate-limit.js';
 import { startServer } from './server.js';
 
 function intFromEnv(name: string, fallback: number | undefined): number | undefined {
@@ -28,9 +29,14 @@ async function main(): Promise<void> {
   const workers = intFromEnv('TALLY_WORKERS', undefined);
   const queueMax = intFromEnv('TALLY_QUEUE_MAX', undefined);
   const snapshotEveryBatches = intFromEnv('TALLY_SNAPSHOT_EVERY_BATCHES', undefined);
+  const rateLimits = {
+    server: intFromEnv('TALLY_RATE_LIMIT_SERVER', DEFAULT_RATE_LIMITS.server) ?? DEFAULT_RATE_LIMITS.server,
+    client: intFromEnv('TALLY_RATE_LIMIT_CLIENT', DEFAULT_RATE_LIMITS.client) ?? DEFAULT_RATE_LIMITS.client,
+  };
   const server = await startServer({
     port,
     dataDir,
+    rateLimits,
     ...(workers === undefined || workers === 0 ? {} : { workers }),
     ...(queueMax === undefined || queueMax === 0 ? {} : { queueMax }),
     ...(snapshotEveryBatches === undefined || snapshotEveryBatches === 0 ? {} : { snapshotEveryBatches }),

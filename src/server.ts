@@ -2,7 +2,7 @@
  * The Tally service: opens the data directory, starts the shard workers (which
  * recover from their journals), and serves HTTP on uWebSockets.js.
  *
- * Request path: authenticate the key → route (404/405) → key class (403) → readiness
+ * Request path: authenticate the key → rate limit (429) → route (404/405) → key class (403) → readiness
  * (503) → content type / length (400/413) → body → validate → shard → reply. Nothing a
  * client sends can reach a 500: every failure up to the shard hop has a catalog entry.
  * The port is bound exclusively: uWS otherwise uses SO_REUSEPORT and a leftover
@@ -17,6 +17,7 @@ import type { Environment, WorkerStats } from '../actors/protocol.js';
 import { ControlStore } from '../storage/control-store.js';
 import { BILLING_SCHEMA_JSON, buildApiRouter, type Route } from './api/routes.js';
 import { issueKey, KeyRing } from './auth/keys.js';
+import { DEFAULT_RATE_LIMITS, RateLimiter, type RateLimits } from './auth/rate-limit.js';
 import { checkBodyHeaders, readJsonBody } from './http/body.js';
 import { Exchange } from './http/exchange.js';
 import { parseQuery } from './http/query.js';
@@ -32,6 +33,8 @@ export interface ServerOptions {
   readonly queueMax?: number;
   /** Journal batches between automatic shard snapshots (default SNAPSHOT_EVERY_BATCHES). */
   readonly snapshotEveryBatches?: number;
+  /** Requests per minute per key (default 1000 server / 200 client; 0 = unlimited). */
+  readonly rateLimits?: RateLimits;
 }
 
 export interface BootstrapKeys {
@@ -122,7 +125,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   };
 
   const app = uWS.App();
-  const frontEnd = new FrontEnd(keys, () => pool !== null);
+  const frontEnd = new FrontEnd(keys, new RateLimiter(options.rateLimits ?? DEFAULT_RATE_LIMITS), () => pool !== null);
   const socket = await listen(app, options.port);
   const port = uWS.us_socket_local_port(socket);
 
@@ -162,6 +165,7 @@ class FrontEnd {
 
   constructor(
     private readonly keys: KeyRing,
+    private readonly limiter: RateLimiter,
     private readonly isReady: () => boolean,
   ) {}
 
@@ -187,6 +191,11 @@ class FrontEnd {
     if (presented === '') return ex.fail('key_missing');
     const key = this.keys.verify(presented);
     if (key === null) return ex.fail('key_invalid');
+    const rate = this.limiter.take(key, Date.now());
+    if (rate !== null) {
+      ex.rate = rate;
+      if (!rate.allowed) return ex.fail('rate_limited', { limit: rate.limit }, [['retry-after', String(rate.retryAfterSec)]]);
+    }
     if (key.environment === null) return ex.fail('environment_key_required');
     if (this.router === null) return ex.fail('not_ready', {}, [['retry-after', '1']]);
 

@@ -4,6 +4,9 @@
  * `npm run bench` does, and checks that every scenario moved real traffic without a
  * single error. It asserts nothing about speed: a shared CI box makes throughput
  * numbers noise, while a broken route, key or request shows up here as non-2xx.
+ * It also checks that the bench's Tally really runs with its rate limiter on (the
+ * `x-ratelimit-limit` header) and the `has-unlimited` Tally with it off, since the
+ * has/has-unlimited comparison prices the limiter only if both hold.
  * Needs the compiled dist/ (`npm test` builds first).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -46,7 +49,7 @@ function expectClean(stats: ServerStats, label: string): void {
 
 describe('bench (tiny)', () => {
   it(
-    'runs every scenario against Tally and the bare server without errors',
+    'runs every scenario, has-unlimited included, against Tally and the bare server without errors',
     async () => {
       const dir = await mkdtemp(join(tmpdir(), 'tally-bench-test-'));
       try {
@@ -55,7 +58,9 @@ describe('bench (tiny)', () => {
         expect(code, output).toBe(0);
         const report = JSON.parse(await readFile(jsonPath, 'utf8')) as BenchReport;
         expect(report.tally.ran, report.tally.note).toBe(true);
-        expect(report.scenarios.length).toBeGreaterThan(0);
+        expect(report.scenarios.map((s) => s.name)).toEqual(expect.arrayContaining(['has', 'has-unlimited']));
+        expect(report.rateLimitHeaderSeen, 'rate-limited tally sent x-ratelimit-limit: 1000000000').toBe(true);
+        expect(report.rateLimitOffHeaderSeen, 'tally with rate limiting off sent no x-ratelimit-limit').toBe(false);
         for (const scenario of report.scenarios) {
           expectClean(scenario.bare, `${scenario.name} bare`);
           expect(scenario.tally, `${scenario.name}: tally results`).not.toBeNull();

@@ -7,6 +7,7 @@
  * status, headers and body leave in one syscall.
  */
 import type { HttpResponse } from 'uWebSockets.js';
+import type { RateDecision } from '../auth/rate-limit.js';
 import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../errors.js';
 
 const STATUS_TEXT: Record<number, string> = {
@@ -30,6 +31,8 @@ export type Headers = ReadonlyArray<readonly [string, string]>;
 export class Exchange {
   aborted = false;
   done = false;
+  /** The rate-limit state of a keyed request: its three headers go on every reply. */
+  rate: RateDecision | null = null;
 
   constructor(
     readonly res: HttpResponse,
@@ -50,6 +53,12 @@ export class Exchange {
       // uWS writes "200 OK" itself when no status is given: one native call fewer.
       if (status !== 200) res.writeStatus(STATUS_TEXT[status] ?? String(status));
       res.writeHeader('content-type', 'application/json');
+      const rate = this.rate;
+      if (rate !== null) {
+        res.writeHeader('x-ratelimit-limit', rate.limitText);
+        res.writeHeader('x-ratelimit-remaining', String(rate.remaining));
+        res.writeHeader('x-ratelimit-reset', rate.resetText);
+      }
       for (const [name, value] of headers) res.writeHeader(name, value);
       res.end(body, closeConnection);
     });

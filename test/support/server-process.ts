@@ -36,7 +36,15 @@ export function tempDataDir(label = 'tally'): string {
 export async function startServerProcess(options: { dataDir?: string; env?: Record<string, string> } = {}): Promise<ServerProcess> {
   const dataDir = options.dataDir ?? tempDataDir();
   const child = spawn(process.execPath, [MAIN_JS], {
-    env: { ...process.env, PORT: '0', TALLY_DATA_DIR: dataDir, ...options.env },
+    // Tests that are not about rate limits must not run into them: limits on, but huge.
+    env: {
+      ...process.env,
+      PORT: '0',
+      TALLY_DATA_DIR: dataDir,
+      TALLY_RATE_LIMIT_SERVER: '1000000000',
+      TALLY_RATE_LIMIT_CLIENT: '1000000000',
+      ...options.env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
