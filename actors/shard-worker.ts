@@ -56,7 +56,12 @@ const shard = new Shard({
   journal: { append: (events: readonly Event[]) => store.append(events) },
   clock: Date.now,
   reply,
-  flush: flushReplies,
+  // Right after a group is released the next one has just been handed to the journal, so
+  // nothing is pending: under sustained load this is when a due snapshot can be taken.
+  flush: () => {
+    flushReplies();
+    maybeSnapshot(false);
+  },
   fatal: crash,
 });
 
@@ -105,7 +110,6 @@ function onMessage(message: ToWorker): void {
   switch (message.t) {
     case 'batch':
       shard.handleBatch(decodeBatch(message.wire));
-      maybeSnapshot(false);
       return;
     case 'config':
       shard.setConfig(message.environment, message.version, message.config);
