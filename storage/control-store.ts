@@ -106,6 +106,24 @@ export class ControlStore {
     return null;
   }
 
+  /**
+   * The highest version stored for `environment`, 0 when none, read from the key alone:
+   * a cache keyed by version (the OpenAPI document) checks it on every request without
+   * decoding the whole configuration. Throws if that key is malformed.
+   */
+  latestConfigVersion(environment: Environment): number {
+    assertEnvironment(environment);
+    const newestFirst = { start: [environment, Number.MAX_SAFE_INTEGER], end: [environment], reverse: true, limit: 1 };
+    for (const key of this.#env.dbs.configs.getKeys(newestFirst)) {
+      const version: unknown = Array.isArray(key) ? key[1] : undefined;
+      if (typeof version !== 'number' || !sameKey(key, [environment, version])) {
+        throw new Error(`control store: config key ${JSON.stringify(key)} is corrupt`);
+      }
+      return version;
+    }
+    return 0;
+  }
+
   /** Returns the stored value, or undefined. Throws if the stored record is corrupt. */
   getMeta(name: string): unknown {
     return readRecord(this.#env.dbs.meta, name, `control meta "${name}"`);

@@ -46,6 +46,7 @@ describe('ControlStore', () => {
     const dataDir = tempDir();
     const store = openStore(dataDir);
     expect(store.latestConfig('test')).toBeNull();
+    expect(store.latestConfigVersion('test')).toBe(0);
     await store.putConfig('test', { version: 1, pushedAtMs: 10, config: { plan: 'a' } });
     await store.putConfig('test', { version: 2, pushedAtMs: 20, config: { plan: 'b', priceMinor: 5n } });
     await store.putConfig('live', { version: 9, pushedAtMs: 30, config: { plan: 'live' } });
@@ -55,6 +56,7 @@ describe('ControlStore', () => {
     const reopened = openStore(dataDir);
     expect(reopened.latestConfig('test')).toEqual({ version: 10, pushedAtMs: 40, config: { plan: 'c' } });
     expect(reopened.latestConfig('live')).toEqual({ version: 9, pushedAtMs: 30, config: { plan: 'live' } });
+    expect([reopened.latestConfigVersion('test'), reopened.latestConfigVersion('live')]).toEqual([10, 9]);
     await closeStore(reopened);
 
     const env = openDurableEnv(join(dataDir, 'control'), ['configs']);

@@ -28,6 +28,11 @@ export class Router<R> {
     return this;
   }
 
+  /** Every registered method and pattern, in order: the OpenAPI test compares them with the document. */
+  list(): Array<{ readonly method: string; readonly pattern: string }> {
+    return this.entries.map((entry) => ({ method: entry.method, pattern: entry.segments.join('/') }));
+  }
+
   lookup(method: string, path: string): RouteLookup<R> {
     const segments = path.split('/');
     const allowed: string[] = [];
