@@ -13,7 +13,7 @@
  */
 import { assert } from './assert.js';
 import type { CompiledConfig, CompiledEntitlement, CompiledProduct, EntitlementType } from './billing-config.js';
-import { formatMicros, minMicros, type Micros } from './fixed.js';
+import { formatMicros, minMicros, quantityToMicros, type Micros } from './fixed.js';
 import {
   IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX,
   IDEMPOTENCY_RETENTION_MS,
@@ -59,10 +59,21 @@ export interface IdempotencyEntry {
   readonly atMs: number;
 }
 
+/** A per-customer contract (row 20): custom price and included amounts. */
+export interface Contract {
+  /** Integer minor units of the product currency, per `priceInterval`. */
+  readonly priceAmount: number;
+  readonly priceInterval: 'month' | 'year';
+  /** Replaces the plan's included amount (limits, meters) or grants/denies a feature. */
+  readonly entitlements: Readonly<Record<string, { readonly included: number }>>;
+  readonly updatedAtMs: number;
+}
+
 export interface CustomerState {
   readonly environment: Environment;
   readonly id: string;
   readonly createdAtMs: number;
+  contract: Contract | null;
   readonly meters: Map<string, MeterState>;
   readonly limits: Map<string, LimitState>;
   /** Keyed by `op \0 entitlementKey \0 idempotencyKey`, insertion (= time) ordered. */
@@ -78,17 +89,23 @@ interface Addressed {
   readonly key: string;
 }
 
+export type ContractInput = Omit<Contract, 'updatedAtMs'>;
+
 export type ReadCommand =
   | (Addressed & { readonly op: 'has' })
   | (Addressed & { readonly op: 'limit' })
-  | (Addressed & { readonly op: 'balance' });
+  | (Addressed & { readonly op: 'balance' })
+  /** Customer-level: `key` is unused (''). */
+  | (Addressed & { readonly op: 'getContract' });
 
 export type WriteCommand =
   | (Addressed & { readonly op: 'consume'; readonly amountMicros: Micros; readonly idempotencyKey?: string })
   | (Addressed & { readonly op: 'refund'; readonly amountMicros: Micros; readonly idempotencyKey?: string })
   | (Addressed & { readonly op: 'limitSettings'; readonly purchased?: number; readonly autoExpansionEnabled?: boolean })
   | (Addressed & { readonly op: 'usageSettings'; readonly overageEnabled: boolean })
-  | (Addressed & { readonly op: 'grantLot'; readonly lotId: string; readonly amountMicros: Micros });
+  | (Addressed & { readonly op: 'grantLot'; readonly lotId: string; readonly amountMicros: Micros })
+  | (Addressed & { readonly op: 'putContract'; readonly contract: ContractInput })
+  | (Addressed & { readonly op: 'deleteContract' });
 
 export type Command = ReadCommand | WriteCommand;
 
@@ -120,7 +137,9 @@ export type Event =
     })
   | (EventBase & { readonly type: 'limitSettingsSet'; readonly purchased: number; readonly autoExpansionEnabled: boolean })
   | (EventBase & { readonly type: 'usageSettingsSet'; readonly overageEnabled: boolean })
-  | (EventBase & { readonly type: 'lotGranted'; readonly lotId: string; readonly micros: Micros });
+  | (EventBase & { readonly type: 'lotGranted'; readonly lotId: string; readonly micros: Micros })
+  | (EventBase & { readonly type: 'contractSet'; readonly contract: ContractInput })
+  | (EventBase & { readonly type: 'contractDeleted' });
 
 export interface BalanceView {
   readonly balance: number;
@@ -149,12 +168,24 @@ export type Rejection =
   | { readonly kind: 'overage_not_allowed'; readonly key: string }
   | { readonly kind: 'too_many_lots'; readonly key: string }
   | { readonly kind: 'insufficient_balance'; readonly key: string; readonly view: BalanceView }
-  | { readonly kind: 'refund_exceeds_usage'; readonly key: string; readonly view: BalanceView };
+  | { readonly kind: 'refund_exceeds_usage'; readonly key: string; readonly view: BalanceView }
+  | { readonly kind: 'contract_not_found'; readonly customerId: string }
+  | { readonly kind: 'contract_invalid'; readonly detail: string };
+
+export interface ContractView {
+  readonly customerId: string;
+  readonly priceAmount: number;
+  readonly priceInterval: 'month' | 'year';
+  readonly entitlements: Readonly<Record<string, { readonly included: number }>>;
+  readonly updatedAt: string;
+}
 
 export type Outcome =
   | { readonly kind: 'has'; readonly value: boolean }
   | { readonly kind: 'limit'; readonly view: LimitView }
   | { readonly kind: 'balance'; readonly view: BalanceView }
+  | { readonly kind: 'contract'; readonly view: ContractView }
+  | { readonly kind: 'deleted' }
   | { readonly kind: 'rejected'; readonly rejection: Rejection };
 
 /**
@@ -177,7 +208,18 @@ function planOf(_customer: CustomerState | undefined, config: CompiledConfig): C
   return config.defaultProduct;
 }
 
-function meterIncludedMicros(plan: CompiledProduct | null, key: string): Micros {
+/** The contract's override for `key`, if the customer has a contract naming it. */
+function contractIncluded(customer: CustomerState | undefined, key: string): number | undefined {
+  return customer?.contract?.entitlements[key]?.included;
+}
+
+function meterIncludedMicros(customer: CustomerState | undefined, plan: CompiledProduct | null, key: string): Micros {
+  const override = contractIncluded(customer, key);
+  if (override !== undefined) {
+    const micros = quantityToMicros(override);
+    assert(micros !== null, 'contract amounts validated when the contract was set');
+    return micros;
+  }
   return plan?.meters.get(key)?.includedMicros ?? 0n;
 }
 
@@ -231,7 +273,7 @@ function balanceView(
 ): BalanceView {
   const meter = customer?.meters.get(ent.key) ?? NO_METER;
   const plan = planOf(customer, config);
-  const includedMicros = meterIncludedMicros(plan, ent.key);
+  const includedMicros = meterIncludedMicros(customer, plan, ent.key);
   const periodStartMs = currentPeriodStart(ent, meter, nowMs);
   const usage = usageIn(meter, periodStartMs);
   const period = periodAt(ent.reset, Math.max(nowMs, periodStartMs));
@@ -249,7 +291,7 @@ function balanceView(
 function limitView(customer: CustomerState | undefined, config: CompiledConfig, key: string): LimitView {
   const grant = planOf(customer, config)?.limits.get(key);
   const settings = customer?.limits.get(key);
-  const included = grant?.included ?? 0;
+  const included = contractIncluded(customer, key) ?? grant?.included ?? 0;
   const purchased = settings?.purchased ?? 0;
   return {
     limit: included + purchased,
@@ -267,8 +309,11 @@ function hasEntitlement(
   nowMs: number,
 ): boolean {
   switch (ent.type) {
-    case 'feature':
+    case 'feature': {
+      const override = contractIncluded(customer, ent.key);
+      if (override !== undefined) return override > 0;
       return planOf(customer, config)?.features.has(ent.key) ?? false;
+    }
     case 'limit':
       return limitView(customer, config, ent.key).limit > 0;
     case 'meter': {
@@ -290,6 +335,9 @@ const EXPECTED_TYPE: Record<Command['op'], EntitlementType | null> = {
   limitSettings: 'limit',
   usageSettings: 'meter',
   grantLot: 'meter',
+  getContract: null,
+  putContract: null,
+  deleteContract: null,
 };
 
 function rejected(rejection: Rejection): Decision {
@@ -324,6 +372,11 @@ export function query(
   command: ReadCommand,
   nowMs: number,
 ): Outcome {
+  if (command.op === 'getContract') {
+    const contract = customer?.contract ?? null;
+    if (contract === null) return { kind: 'rejected', rejection: { kind: 'contract_not_found', customerId: command.customerId } };
+    return { kind: 'contract', view: contractView(command.customerId, contract) };
+  }
   const ent = resolveEntitlement(config, command);
   if (isRejection(ent)) return { kind: 'rejected', rejection: ent };
   switch (command.op) {
@@ -346,6 +399,8 @@ export function decide(
   command: WriteCommand,
   nowMs: number,
 ): Decision {
+  if (command.op === 'putContract') return decidePutContract(config, command, nowMs);
+  if (command.op === 'deleteContract') return decideDeleteContract(customer, command, nowMs);
   const ent = resolveEntitlement(config, command);
   if (isRejection(ent)) return rejected(ent);
   switch (command.op) {
@@ -400,7 +455,7 @@ function decideConsume(
   const plan = planOf(customer, config);
   const periodStartMs = currentPeriodStart(ent, meter, nowMs);
   const usedIncluded = usageIn(meter, periodStartMs).included;
-  const includedMicros = meterIncludedMicros(plan, ent.key);
+  const includedMicros = meterIncludedMicros(customer, plan, ent.key);
   let need = amount;
   const fromIncluded = minMicros(need, includedMicros > usedIncluded ? includedMicros - usedIncluded : 0n);
   need -= fromIncluded;
@@ -557,6 +612,57 @@ function cloneMeter(meter: MeterState): MeterState {
   };
 }
 
+/**
+ * A contract may only name entitlements of the current configuration, with amounts the
+ * type can hold: whole numbers for limits, at most 6 decimals for meters, and for a
+ * feature any number (> 0 grants, 0 denies). Returns the first violation, or null.
+ */
+function contractViolation(config: CompiledConfig, contract: ContractInput): string | null {
+  for (const [key, value] of Object.entries(contract.entitlements)) {
+    const ent = config.entitlements.get(key);
+    if (ent === undefined) return `entitlements.${key} is not an entitlement of the billing configuration`;
+    if (ent.type === 'limit' && !Number.isInteger(value.included)) return `entitlements.${key}.included must be a whole number for a limit`;
+    if (ent.type === 'meter' && quantityToMicros(value.included) === null) {
+      return `entitlements.${key}.included must have at most 6 decimal places`;
+    }
+  }
+  return null;
+}
+
+function decidePutContract(config: CompiledConfig, command: Extract<WriteCommand, { op: 'putContract' }>, nowMs: number): Decision {
+  const violation = contractViolation(config, command.contract);
+  if (violation !== null) return rejected({ kind: 'contract_invalid', detail: violation });
+  return accepted({
+    type: 'contractSet',
+    environment: command.environment,
+    customerId: command.customerId,
+    key: '',
+    atMs: nowMs,
+    contract: command.contract,
+  });
+}
+
+function decideDeleteContract(
+  customer: CustomerState | undefined,
+  command: Extract<WriteCommand, { op: 'deleteContract' }>,
+  nowMs: number,
+): Decision {
+  if (customer?.contract === null || customer === undefined) {
+    return rejected({ kind: 'contract_not_found', customerId: command.customerId });
+  }
+  return accepted({ type: 'contractDeleted', environment: command.environment, customerId: command.customerId, key: '', atMs: nowMs });
+}
+
+function contractView(customerId: string, contract: Contract): ContractView {
+  return {
+    customerId,
+    priceAmount: contract.priceAmount,
+    priceInterval: contract.priceInterval,
+    entitlements: contract.entitlements,
+    updatedAt: isoOf(contract.updatedAtMs),
+  };
+}
+
 // ---------------------------------------------------------------------------
 // execute: decide, apply, answer
 
@@ -580,6 +686,11 @@ export function execute(
   }
   let state = customer;
   for (const event of decision.events) state = apply(state, event);
+  if (command.op === 'putContract') {
+    assert(state?.contract != null, 'contractSet applied');
+    return { customer: state, outcome: { kind: 'contract', view: contractView(command.customerId, state.contract) }, events: decision.events };
+  }
+  if (command.op === 'deleteContract') return { customer: state, outcome: { kind: 'deleted' }, events: decision.events };
   if (command.op === 'limitSettings') {
     return { customer: state, outcome: { kind: 'limit', view: limitView(state, config, command.key) }, events: decision.events };
   }
@@ -592,7 +703,7 @@ export function execute(
 // apply
 
 export function newCustomer(environment: Environment, id: string, createdAtMs: number): CustomerState {
-  return { environment, id, createdAtMs, meters: new Map(), limits: new Map(), idempotency: new Map() };
+  return { environment, id, createdAtMs, contract: null, meters: new Map(), limits: new Map(), idempotency: new Map() };
 }
 
 /**
@@ -615,6 +726,12 @@ export function apply(customer: CustomerState | undefined, event: Event): Custom
       break;
     case 'usageSettingsSet':
       meterFor(state, event.key).overageEnabled = event.overageEnabled;
+      break;
+    case 'contractSet':
+      state.contract = { ...event.contract, updatedAtMs: event.atMs };
+      break;
+    case 'contractDeleted':
+      state.contract = null;
       break;
     case 'lotGranted':
       meterFor(state, event.key).lots.push({
@@ -703,6 +820,7 @@ export interface CustomerSnapshot {
   readonly environment: Environment;
   readonly id: string;
   readonly createdAtMs: number;
+  readonly contract: Contract | null;
   readonly meters: Array<[string, MeterState]>;
   readonly limits: Array<[string, LimitState]>;
   readonly idempotency: Array<[string, string, number]>;
@@ -713,6 +831,7 @@ export function toSnapshot(state: CustomerState): CustomerSnapshot {
     environment: state.environment,
     id: state.id,
     createdAtMs: state.createdAtMs,
+    contract: state.contract,
     meters: [...state.meters],
     limits: [...state.limits],
     idempotency: [...state.idempotency].map(([scope, e]): [string, string, number] => [scope, e.fingerprint, e.atMs]),
@@ -724,6 +843,7 @@ export function fromSnapshot(snapshot: CustomerSnapshot): CustomerState {
     environment: snapshot.environment,
     id: snapshot.id,
     createdAtMs: snapshot.createdAtMs,
+    contract: snapshot.contract ?? null,
     meters: new Map(snapshot.meters.map(([k, m]): [string, MeterState] => [k, cloneMeter(m)])),
     limits: new Map(snapshot.limits.map(([k, l]): [string, LimitState] => [k, { ...l }])),
     idempotency: new Map(snapshot.idempotency.map(([s, fingerprint, atMs]): [string, IdempotencyEntry] => [s, { fingerprint, atMs }])),

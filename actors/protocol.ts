@@ -8,7 +8,7 @@
  * core asserts the same invariants again.
  */
 import type { BillingConfig } from './billing-config.js';
-import type { Command, Environment } from './customer.js';
+import type { Command, ContractInput, Environment } from './customer.js';
 
 export type { Command, Environment };
 
@@ -24,11 +24,11 @@ export interface Envelope {
  * (measured: postMessage was the front end's largest cost with objects). Slots:
  * [id, op, environment, customerId, key, a, b] where a/b depend on the op.
  */
-export type WireBatch = Array<number | string | bigint | boolean | null>;
+export type WireBatch = Array<number | string | bigint | boolean | null | ContractInput>;
 
 export const COMMAND_SLOTS = 7;
 
-const OPS = ['has', 'limit', 'balance', 'consume', 'refund', 'limitSettings', 'usageSettings', 'grantLot'] as const;
+const OPS = ['has', 'limit', 'balance', 'consume', 'refund', 'limitSettings', 'usageSettings', 'grantLot', 'getContract', 'putContract', 'deleteContract'] as const;
 const OP_CODES: Record<Command['op'], number> = {
   has: 0,
   limit: 1,
@@ -38,6 +38,9 @@ const OP_CODES: Record<Command['op'], number> = {
   limitSettings: 5,
   usageSettings: 6,
   grantLot: 7,
+  getContract: 8,
+  putContract: 9,
+  deleteContract: 10,
 };
 
 /** Appends one command to a wire batch (one push of seven values: no temporary arrays). */
@@ -62,6 +65,13 @@ export function pushCommand(wire: WireBatch, id: number, command: Command): void
       return;
     case 'grantLot':
       wire.push(id, op, env, command.customerId, command.key, command.amountMicros, command.lotId);
+      return;
+    case 'getContract':
+    case 'deleteContract':
+      wire.push(id, op, env, command.customerId, command.key, null, null);
+      return;
+    case 'putContract':
+      wire.push(id, op, env, command.customerId, command.key, command.contract, null);
       return;
   }
 }
@@ -99,6 +109,11 @@ export function readCommand(wire: WireBatch, offset: number): Envelope {
       return { id, command: { op, ...base, overageEnabled: a as boolean } };
     case 'grantLot':
       return { id, command: { op, ...base, amountMicros: a as bigint, lotId: b as string } };
+    case 'getContract':
+    case 'deleteContract':
+      return { id, command: { op, ...base } };
+    case 'putContract':
+      return { id, command: { op, ...base, contract: a as ContractInput } };
   }
   throw new Error(`unknown op code ${String(wire[offset + 1])}`);
 }

@@ -16,7 +16,10 @@ export function renderOutcome(outcome: Outcome): Rendered {
       return { status: 200, body: outcome.value ? 'true' : 'false' };
     case 'limit':
     case 'balance':
+    case 'contract':
       return { status: 200, body: JSON.stringify(outcome.view) };
+    case 'deleted':
+      return { status: 204, body: '' };
     case 'rejected':
       return renderRejection(outcome.rejection);
   }
@@ -41,5 +44,9 @@ function renderRejection(rejection: Rejection): Rendered {
     case 'insufficient_balance':
     case 'refund_exceeds_usage':
       return fail(rejection.kind, { key: rejection.key }, rejection.view);
+    case 'contract_not_found':
+      return fail('contract_not_found', { customerId: rejection.customerId });
+    case 'contract_invalid':
+      return fail('invalid_request', { detail: rejection.detail });
   }
 }

@@ -54,7 +54,7 @@ export function customerKeyOf(environment: Environment, customerId: string): str
 }
 
 function isRead(command: Command): command is ReadCommand {
-  return command.op === 'has' || command.op === 'limit' || command.op === 'balance';
+  return command.op === 'has' || command.op === 'limit' || command.op === 'balance' || command.op === 'getContract';
 }
 
 export class Shard {

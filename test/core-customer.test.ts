@@ -320,3 +320,55 @@ describe('settings and /has', () => {
     expect(viewOf(live)).toMatchObject({ consumed: 0 });
   });
 });
+
+describe('contracts', () => {
+  const put = (entitlements: Record<string, { included: number }>, customer = customerId): Command => ({
+    op: 'putContract',
+    environment: env,
+    customerId: customer,
+    key: '',
+    contract: { priceAmount: 4900, priceInterval: 'month', entitlements },
+  });
+  const get = (customer = customerId): Command => ({ op: 'getContract', environment: env, customerId: customer, key: '' });
+  const del = (customer = customerId): Command => ({ op: 'deleteContract', environment: env, customerId: customer, key: '' });
+  const limit = (key: string): Command => ({ op: 'limit', environment: env, customerId, key });
+  const has = (key: string): Command => ({ op: 'has', environment: env, customerId, key });
+
+  it('overrides included amounts of limits and meters and grants or denies features', () => {
+    const d = new Driver();
+    const stored = d.run(put({ seats: { included: 50 }, api_calls: { included: 2.5 }, sso: { included: 0 }, audit: { included: 1 } }), T0);
+    expect(stored).toMatchObject({ kind: 'contract', view: { customerId, priceAmount: 4900, priceInterval: 'month', updatedAt: new Date(T0).toISOString() } });
+    expect(d.run(limit('seats'), T0)).toMatchObject({ view: { limit: 50, included: 50, expansionAllowed: true } });
+    expect(viewOf(d.run(balance('api_calls'), T0))).toMatchObject({ included: 2.5, balance: 2.5 });
+    expect(d.run(has('sso'), T0)).toEqual({ kind: 'has', value: false });
+    expect(d.run(has('audit'), T0)).toEqual({ kind: 'has', value: true });
+    expect(rejectionOf(d.run(consume('api_calls', 3), T0))).toBe('insufficient_balance');
+    expect(d.run(get(), T0)).toMatchObject({ kind: 'contract' });
+  });
+
+  it('deleting restores the plan; get and delete of no contract are 404s', () => {
+    const d = new Driver();
+    expect(rejectionOf(d.run(get(), T0))).toBe('contract_not_found');
+    expect(rejectionOf(d.run(del(), T0))).toBe('contract_not_found');
+    d.run(put({ seats: { included: 50 } }), T0);
+    expect(d.run(del(), T0)).toEqual({ kind: 'deleted' });
+    expect(d.run(limit('seats'), T0)).toMatchObject({ view: { limit: 5 } });
+    expect(rejectionOf(d.run(get(), T0))).toBe('contract_not_found');
+  });
+
+  it.each([
+    [{ nope: { included: 1 } }, 'entitlements.nope is not an entitlement of the billing configuration'],
+    [{ seats: { included: 1.5 } }, 'entitlements.seats.included must be a whole number for a limit'],
+    [{ api_calls: { included: 0.0000001 } }, 'entitlements.api_calls.included must have at most 6 decimal places'],
+  ])('refuses %j', (entitlements, detail) => {
+    const d = new Driver();
+    expect(d.run(put(entitlements), T0)).toEqual({ kind: 'rejected', rejection: { kind: 'contract_invalid', detail } });
+    expect(d.journal).toEqual([]);
+  });
+
+  it('a contract for an unknown customer creates the customer', () => {
+    const d = new Driver();
+    d.run(put({}, 'new-customer'), T0);
+    expect(d.customers.has('test\u0000new-customer')).toBe(true);
+  });
+});

@@ -31,6 +31,16 @@ const command: fc.Arbitrary<Command> = fc.oneof(
   { weight: 3, arbitrary: fc.tuple(addressed, amountMicros, idempotencyKey).map(([a, amountMicros, k]): Command => ({ op: 'refund', ...a, amountMicros, ...(k ? { idempotencyKey: k } : {}) })) },
   { weight: 1, arbitrary: fc.tuple(addressed, fc.boolean()).map(([a, overageEnabled]): Command => ({ op: 'usageSettings', ...a, overageEnabled })) },
   { weight: 1, arbitrary: fc.tuple(addressed, amountMicros, fc.integer({ min: 0, max: 5 })).map(([a, amountMicros, n]): Command => ({ op: 'grantLot', ...a, lotId: `lot_${n}`, amountMicros })) },
+  {
+    weight: 1,
+    arbitrary: fc.tuple(addressed, fc.integer({ min: 0, max: 200 }), fc.integer({ min: 0, max: 10 })).map(([a, meterIncluded, seats]): Command => ({
+      op: 'putContract',
+      ...a,
+      key: '',
+      contract: { priceAmount: 1000, priceInterval: 'month', entitlements: { [a.key]: { included: meterIncluded }, seats: { included: seats } } },
+    })),
+  },
+  { weight: 1, arbitrary: addressed.map((a): Command => ({ op: 'deleteContract', ...a, key: '' })) },
 );
 
 /** Steps in time: mostly milliseconds, sometimes across day/month boundaries. */

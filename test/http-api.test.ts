@@ -200,6 +200,47 @@ describe('metering over HTTP', () => {
   });
 });
 
+describe('contracts (row 20)', () => {
+  const contract = { priceAmount: 9900, priceInterval: 'year', entitlements: { seats: { included: 40 }, tokens: { included: 0.5 }, sso: { included: 0 } } };
+
+  it('PUT stores (creating the customer), GET reads, the overrides apply, DELETE restores the plan', async () => {
+    const c = 'contract-customer';
+    const put = await call(server.base, 'PUT', `/v1/contracts/${c}`, { key: sk, body: contract });
+    expect(put).toMatchObject({ status: 200, body: { customerId: c, ...contract } });
+    expect(put.body.updatedAt).toMatch(/Z$/);
+    expect(await get(`/v1/contracts/${c}`, sk)).toMatchObject({ status: 200, body: { customerId: c, priceAmount: 9900 } });
+    expect((await get(`/v1/entitlements/seats/limit?customerId=${c}`)).body).toMatchObject({ limit: 40, included: 40 });
+    expect((await get(`/v1/usage/tokens/balance?customerId=${c}`)).body).toMatchObject({ included: 0.5, balance: 0.5 });
+    expect((await get(`/v1/entitlements/sso/has?customerId=${c}`)).body).toBe(false);
+    const removed = await call(server.base, 'DELETE', `/v1/contracts/${c}`, { key: sk });
+    expect(removed.status).toBe(204);
+    expect((await get(`/v1/entitlements/seats/limit?customerId=${c}`)).body).toMatchObject({ limit: 5 });
+    expect(await get(`/v1/contracts/${c}`, sk)).toMatchObject({ status: 404, body: { error: `customer ${c} has no contract` } });
+    expect((await call(server.base, 'DELETE', `/v1/contracts/${c}`, { key: sk })).status).toBe(404);
+  });
+
+  it.each([
+    [{ ...contract, priceInterval: 'week' }, 'priceInterval must be one of month, year'],
+    [{ ...contract, priceAmount: 1.5 }, 'priceAmount must be a whole number'],
+    [{ ...contract, priceAmount: -1 }, 'priceAmount must be >= 0'],
+    [{ priceInterval: 'month' }, 'priceAmount is required'],
+    [{ ...contract, entitlements: { seats: { included: 'x' } } }, 'entitlements.seats.included must be a number'],
+    [{ ...contract, entitlements: { seats: {} } }, 'entitlements.seats.included is required'],
+    [{ ...contract, entitlements: { seats: { included: 1, extra: 2 } } }, 'entitlements.seats.extra is not a known field'],
+    [{ ...contract, entitlements: { nope: { included: 1 } } }, 'entitlements.nope is not an entitlement of the billing configuration'],
+    [{ ...contract, entitlements: { seats: { included: 2.5 } } }, 'entitlements.seats.included must be a whole number for a limit'],
+  ])('PUT %j → 400 %s', async (body, error) => {
+    expect(await call(server.base, 'PUT', '/v1/contracts/bad', { key: sk, body })).toMatchObject({ status: 400, body: { error } });
+  });
+
+  it('needs a server key, and a customerId path segment', async () => {
+    expect((await get('/v1/contracts/x', ck)).status).toBe(403);
+    expect((await call(server.base, 'PUT', '/v1/contracts/x', { key: ck, body: contract })).status).toBe(403);
+    expect((await get('/v1/contracts/', sk)).status).toBe(404);
+    expect((await call(server.base, 'POST', '/v1/contracts/x', { key: sk, body: contract })).headers.get('allow')).toBe('GET, PUT, DELETE');
+  });
+});
+
 describe('hostile input (400, never 500)', () => {
   const consume = '/v1/usage/api_calls/consume';
   it.each([

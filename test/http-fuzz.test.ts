@@ -13,12 +13,13 @@ const CONFIG = {
   products: { free: { default: true, entitlements: { sso: true, seats: { included: 2, expansion: { unitAmount: 1 } }, api_calls: { included: 50, overage: { unitAmount: 1 } } } } },
 };
 
-const POST_ROUTES = [
-  '/v1/usage/api_calls/consume',
-  '/v1/usage/api_calls/refund',
-  '/v1/usage/api_calls/settings',
-  '/v1/entitlements/seats/limit/settings',
-  '/v1/sync/push',
+const BODY_ROUTES: ReadonlyArray<readonly [string, string]> = [
+  ['POST', '/v1/usage/api_calls/consume'],
+  ['POST', '/v1/usage/api_calls/refund'],
+  ['POST', '/v1/usage/api_calls/settings'],
+  ['POST', '/v1/entitlements/seats/limit/settings'],
+  ['POST', '/v1/sync/push'],
+  ['PUT', '/v1/contracts/fuzz'],
 ];
 const GET_ROUTES = ['/v1/entitlements/sso/has', '/v1/entitlements/seats/limit', '/v1/usage/api_calls/balance'];
 
@@ -47,16 +48,19 @@ const bodies = fc.oneof(
       purchased: fc.oneof(fc.integer({ min: -5, max: 2e9 }), fc.double()),
       autoExpansionEnabled: fc.jsonValue({ maxDepth: 1 }),
       overageEnabled: fc.jsonValue({ maxDepth: 1 }),
+      priceAmount: fc.oneof(fc.integer(), fc.double(), fc.string()),
+      priceInterval: fc.oneof(fc.constantFrom('month', 'year', 'week'), fc.jsonValue({ maxDepth: 1 })),
+      entitlements: fc.oneof(fc.dictionary(fc.constantFrom('seats', 'sso', 'api_calls', 'nope'), fc.record({ included: fc.oneof(fc.double(), fc.integer(), fc.string()) })), fc.jsonValue({ maxDepth: 3 })),
     },
     { requiredKeys: [] },
   ),
 );
 
 describe('generated hostile input', () => {
-  it('JSON bodies on every POST route never produce a 5xx', async () => {
+  it('JSON bodies on every body route never produce a 5xx', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.constantFrom(...POST_ROUTES), bodies, async (route, body) => {
-        const res = await call(server.base, 'POST', route, { key: server.keys.test.server, rawBody: JSON.stringify(body) ?? 'null', headers: { 'content-type': 'application/json' } });
+      fc.asyncProperty(fc.constantFrom(...BODY_ROUTES), bodies, async ([method, route], body) => {
+        const res = await call(server.base, method, route, { key: server.keys.test.server, rawBody: JSON.stringify(body) ?? 'null', headers: { 'content-type': 'application/json' } });
         expectClientOutcome(res.status, `${route} ${JSON.stringify(body)}`);
         if (res.status >= 400) expect(typeof res.body.error).toBe('string');
       }),
@@ -66,19 +70,19 @@ describe('generated hostile input', () => {
 
   it('raw bytes and pathological nesting are 400s', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.constantFrom(...POST_ROUTES), fc.uint8Array({ maxLength: 200 }), async (route, bytes) => {
-        const res = await call(server.base, 'POST', route, { key: server.keys.test.server, rawBody: Buffer.from(bytes).toString('latin1'), headers: { 'content-type': 'application/json' } });
+      fc.asyncProperty(fc.constantFrom(...BODY_ROUTES), fc.uint8Array({ maxLength: 200 }), async ([method, route], bytes) => {
+        const res = await call(server.base, method, route, { key: server.keys.test.server, rawBody: Buffer.from(bytes).toString('latin1'), headers: { 'content-type': 'application/json' } });
         expectClientOutcome(res.status, `${route} bytes`);
       }),
       { numRuns: 200 },
     );
     const deep = `${'['.repeat(200_000)}${']'.repeat(200_000)}`;
-    for (const route of POST_ROUTES) {
-      const res = await call(server.base, 'POST', route, { key: server.keys.test.server, rawBody: deep, headers: { 'content-type': 'application/json' } });
+    for (const [method, route] of BODY_ROUTES) {
+      const res = await call(server.base, method, route, { key: server.keys.test.server, rawBody: deep, headers: { 'content-type': 'application/json' } });
       expect(res.status, route).toBe(400);
     }
     const deepObject = `{"customerId":"c","amount":1,"x":${'{"a":'.repeat(100_000)}1${'}'.repeat(100_000)}}`;
-    expect((await call(server.base, 'POST', POST_ROUTES[0] as string, { key: server.keys.test.server, rawBody: deepObject, headers: { 'content-type': 'application/json' } })).status).toBe(400);
+    expect((await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: server.keys.test.server, rawBody: deepObject, headers: { 'content-type': 'application/json' } })).status).toBe(400);
   });
 
   it('random query strings and path keys on the reads never produce a 5xx', async () => {

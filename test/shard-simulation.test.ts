@@ -91,6 +91,10 @@ function randomCommand(rand: () => number, n: number): Command {
   if (r < 0.62) return { op: 'usageSettings', ...base, overageEnabled: rand() < 0.5 };
   if (r < 0.7) return { op: 'grantLot', ...base, lotId: `lot${n % 7}`, amountMicros };
   if (r < 0.75) return { op: 'limitSettings', ...base, key: 'seats', purchased: Math.floor(rand() * 5) };
+  if (r < 0.77) {
+    return { op: 'putContract', ...base, key: '', contract: { priceAmount: 100, priceInterval: 'month', entitlements: { [base.key]: { included: Math.floor(rand() * 100) } } } };
+  }
+  if (r < 0.78) return { op: 'deleteContract', ...base, key: '' };
   return { op: pick(['has', 'balance'] as const), ...base };
 }
 

@@ -17,11 +17,11 @@
  */
 import type { BillingConfig, EntitlementType } from '../../actors/billing-config.js';
 import { AMOUNT_UNITS_MAX, DECIMALS_MAX } from '../../actors/fixed.js';
-import { BODY_BYTES_MAX } from '../../actors/limits.js';
+import { BODY_BYTES_MAX, ID_LENGTH_MAX } from '../../actors/limits.js';
 import type { Environment } from '../../actors/protocol.js';
 import { billingConfigSchema, CONFIG_KEY_LENGTH_MAX, CONFIG_KEY_PATTERN } from '../config/billing-schema.js';
 import { ERRORS, type ErrorCode } from '../errors.js';
-import { customerQuerySchema, limitSettingsSchema, usageAmountSchema, usageSettingsSchema } from './validation.js';
+import { contractSchema, customerQuerySchema, limitSettingsSchema, usageAmountSchema, usageSettingsSchema } from './validation.js';
 
 type Schema = Readonly<Record<string, unknown>>;
 
@@ -44,20 +44,23 @@ type OperationAccess = 'none' | 'client' | 'server';
 type PathKey = 'entitlement' | 'limit' | 'meter';
 
 interface OperationEntry {
-  readonly method: 'get' | 'post';
+  readonly method: 'get' | 'post' | 'put' | 'delete';
   /** OpenAPI path template; `{key}` is the entitlement key segment. */
   readonly path: string;
   readonly operationId: string;
-  readonly tag: 'service' | 'entitlements' | 'usage' | 'configuration' | 'docs';
+  readonly tag: 'service' | 'entitlements' | 'usage' | 'configuration' | 'contracts' | 'docs';
   readonly summary: string;
   readonly description: string;
   readonly access: OperationAccess;
   readonly pathKey?: PathKey;
+  /** A `{customerId}` path segment (contracts). */
+  readonly pathCustomerId?: boolean;
   readonly query?: ObjectSchema;
   readonly body?: Schema;
   /** Answered by a shard worker, whose queue may be full (503 `overloaded`). */
   readonly sharded?: boolean;
-  readonly ok: { readonly description: string; readonly schema: Schema };
+  /** The success answer; `schema: null` with status 204 means no body. */
+  readonly ok: { readonly description: string; readonly schema: Schema | null; readonly status?: 200 | 204 };
   /** Errors particular to this route; the shared ones follow from access and body. */
   readonly errors: readonly ErrorCode[];
 }
@@ -167,6 +170,27 @@ const OPERATIONS: readonly OperationEntry[] = [
     ok: { description: 'Every product.', schema: ref('PlanList') }, errors: [],
   },
   {
+    method: 'get', path: '/v1/contracts/{customerId}', operationId: 'getContract', tag: 'contracts', access: 'server',
+    pathCustomerId: true, sharded: true,
+    summary: 'A customer\'s contract', description: 'The stored contract; 404 when the customer has none.',
+    ok: { description: 'The contract.', schema: ref('Contract') }, errors: ['contract_not_found'],
+  },
+  {
+    method: 'put', path: '/v1/contracts/{customerId}', operationId: 'putContract', tag: 'contracts', access: 'server',
+    pathCustomerId: true, body: contractSchema, sharded: true,
+    summary: 'Set a customer\'s contract',
+    description: 'Replaces the contract. `entitlements.{key}.included` replaces the plan\'s included amount of a limit or meter; ' +
+      'for a feature, `included > 0` grants it and `0` denies it. Keys must be entitlements of the configuration. ' +
+      'An unknown customer is created.',
+    ok: { description: 'The stored contract.', schema: ref('Contract') }, errors: ['invalid_request'],
+  },
+  {
+    method: 'delete', path: '/v1/contracts/{customerId}', operationId: 'deleteContract', tag: 'contracts', access: 'server',
+    pathCustomerId: true, sharded: true,
+    summary: 'Remove a customer\'s contract', description: 'The plan\'s values apply again.',
+    ok: { description: 'Removed.', schema: null, status: 204 }, errors: ['contract_not_found'],
+  },
+  {
     method: 'get', path: '/v1/docs/openapi.json', operationId: 'getOpenApi', tag: 'docs', access: 'client',
     summary: 'This document', description: 'Generated from the configuration last pushed to the key\'s environment.',
     ok: { description: 'An OpenAPI 3.1 document.', schema: ref('OpenApiDocument') }, errors: [],
@@ -201,6 +225,7 @@ export function buildOpenApi(config: BillingConfig | null, meta: OpenApiMeta): o
       { name: 'entitlements', description: 'Features and limits.' },
       { name: 'usage', description: 'Meters: balances, consumption, refunds.' },
       { name: 'configuration', description: 'The billing configuration and its products.' },
+      { name: 'contracts', description: 'Per-customer prices and included amounts.' },
       { name: 'docs', description: 'This document.' },
     ],
     paths,
@@ -229,6 +254,7 @@ function infoDescription(meta: OpenApiMeta): string {
 function operationObject(op: OperationEntry): Record<string, unknown> {
   const parameters = [
     ...(op.pathKey === undefined ? [] : [{ $ref: `#/components/parameters/${KEY_PARAMETERS[op.pathKey]}` }]),
+    ...(op.pathCustomerId === true ? [CUSTOMER_ID_PARAMETER] : []),
     ...(op.query === undefined ? [] : queryParameters(op.query)),
   ];
   return {
@@ -242,6 +268,14 @@ function operationObject(op: OperationEntry): Record<string, unknown> {
     responses: responsesOf(op),
   };
 }
+
+const CUSTOMER_ID_PARAMETER = {
+  name: 'customerId',
+  in: 'path',
+  required: true,
+  description: 'The application\'s id of the customer (percent-encoded).',
+  schema: { type: 'string', minLength: 1, maxLength: ID_LENGTH_MAX },
+};
 
 const ACCESS_TEXT: Record<OperationAccess, string> = {
   none: 'No key is needed.',
@@ -290,10 +324,10 @@ function responsesOf(op: OperationEntry): Record<string, unknown> {
     byStatus.set(status, codes);
   }
   const responses: Record<string, unknown> = {
-    '200': {
+    [String(op.ok.status ?? 200)]: {
       description: op.ok.description,
       ...(keyed ? { headers: headersOf([]) } : {}),
-      content: { 'application/json': { schema: op.ok.schema } },
+      ...(op.ok.schema === null ? {} : { content: { 'application/json': { schema: op.ok.schema } } }),
     },
   };
   for (const status of [...byStatus.keys()].sort((a, b) => a - b)) {
@@ -459,6 +493,13 @@ function viewSchemas(): Record<string, Schema> {
       grants: { type: 'object', additionalProperties: { type: 'number' } },
     }),
     PlanList: closedObject({ data: { type: 'array', items: ref('Plan') } }),
+    Contract: closedObject({
+      customerId: { type: 'string' },
+      priceAmount: { type: 'integer', minimum: 0, description: 'Integer minor units of the product currency per interval.' },
+      priceInterval: { enum: ['month', 'year'] },
+      entitlements: { type: 'object', additionalProperties: closedObject({ included: { type: 'number', minimum: 0 } }) },
+      updatedAt: isoTime,
+    }),
     JsonSchemaDocument: {
       type: 'object',
       required: ['$schema', 'type', 'properties'],

@@ -22,6 +22,7 @@ import {
   check,
   validateCustomerQuery,
   validateLimitSettings,
+  validateContract,
   validateUsageAmount,
   validateUsageSettings,
 } from './validation.js';
@@ -58,18 +59,22 @@ const AMOUNT_MESSAGES: Record<Exclude<AmountParse, { ok: true }>['reason'], stri
   too_large: `amount must be at most ${AMOUNT_UNITS_MAX}`,
 };
 
-/** Decodes the `{key}` path segment; answers 400 itself when it cannot. */
+/** Decodes the path segment named `name`; answers 400 itself when it cannot. */
+function pathParam(ctx: RequestContext, name: string): string | null {
+  const value = decodeComponent(ctx.params[0] ?? '', false);
+  if (value === null) {
+    ctx.ex.fail('invalid_query', { detail: `${name} has invalid percent-encoding` });
+    return null;
+  }
+  if (value.length === 0 || value.length > ID_LENGTH_MAX) {
+    ctx.ex.fail('invalid_query', { detail: `${name} must be 1 to ${ID_LENGTH_MAX} characters` });
+    return null;
+  }
+  return value;
+}
+
 function pathKey(ctx: RequestContext): string | null {
-  const key = decodeComponent(ctx.params[0] ?? '', false);
-  if (key === null) {
-    ctx.ex.fail('invalid_query', { detail: 'key has invalid percent-encoding' });
-    return null;
-  }
-  if (key.length > ID_LENGTH_MAX) {
-    ctx.ex.fail('invalid_query', { detail: `key must be 1 to ${ID_LENGTH_MAX} characters` });
-    return null;
-  }
-  return key;
+  return pathParam(ctx, 'key');
 }
 
 function submit(deps: ApiDeps, ex: Exchange, command: Command): void {
@@ -177,6 +182,24 @@ function pullRoute(deps: ApiDeps): Route {
   };
 }
 
+/** GET, PUT and DELETE /v1/contracts/{customerId} (row 20): answered by the customer's shard. */
+function contractRoute(deps: ApiDeps, op: 'getContract' | 'putContract' | 'deleteContract'): Route {
+  return {
+    access: 'server',
+    hasBody: op === 'putContract',
+    handle(ctx) {
+      const customerId = pathParam(ctx, 'customerId');
+      if (customerId === null) return;
+      const address = { environment: ctx.environment, customerId, key: '' } as const;
+      if (op !== 'putContract') return submit(deps, ctx.ex, { op, ...address });
+      const body = check(validateContract, ctx.body, 'body');
+      if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
+      const { priceAmount, priceInterval, entitlements } = body.value;
+      submit(deps, ctx.ex, { op, ...address, contract: { priceAmount, priceInterval, entitlements: entitlements ?? {} } });
+    },
+  };
+}
+
 /** One product of the pushed configuration as the plans listing shows it. */
 export function productView(key: string, product: ProductDefinition): Record<string, unknown> {
   return {
@@ -246,6 +269,9 @@ export function buildApiRouter(deps: ApiDeps): Router<Route> {
     .add('POST', '/v1/sync/push', pushRoute(deps))
     .add('GET', '/v1/sync/pull', pullRoute(deps))
     .add('GET', '/v1/plans', plansRoute(deps))
+    .add('GET', '/v1/contracts/:customerId', contractRoute(deps, 'getContract'))
+    .add('PUT', '/v1/contracts/:customerId', contractRoute(deps, 'putContract'))
+    .add('DELETE', '/v1/contracts/:customerId', contractRoute(deps, 'deleteContract'))
     .add('GET', '/v1/docs/openapi.json', openApiRoute(deps));
 }
 

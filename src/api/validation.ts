@@ -45,6 +45,34 @@ export const usageSettingsSchema = {
   additionalProperties: false,
 } as const;
 
+/** PUT /v1/contracts/{customerId} (row 20). */
+export const contractSchema = {
+  type: 'object',
+  properties: {
+    priceAmount: { type: 'integer', minimum: 0, maximum: 1e12 },
+    priceInterval: { enum: ['month', 'year'] },
+    entitlements: {
+      type: 'object',
+      maxProperties: 1000,
+      propertyNames: { type: 'string', minLength: 1, maxLength: ID_LENGTH_MAX },
+      additionalProperties: {
+        type: 'object',
+        properties: { included: { type: 'number', minimum: 0, maximum: 1e12 } },
+        required: ['included'],
+        additionalProperties: false,
+      },
+    },
+  },
+  required: ['priceAmount', 'priceInterval'],
+  additionalProperties: false,
+} as const;
+
+export interface ContractBody {
+  readonly priceAmount: number;
+  readonly priceInterval: 'month' | 'year';
+  readonly entitlements?: Readonly<Record<string, { readonly included: number }>>;
+}
+
 export interface CustomerQuery {
   readonly customerId: string;
 }
@@ -67,6 +95,7 @@ export const validateCustomerQuery = ajv.compile<CustomerQuery>(customerQuerySch
 export const validateUsageAmount = ajv.compile<UsageAmountBody>(usageAmountSchema);
 export const validateLimitSettings = ajv.compile<LimitSettingsBody>(limitSettingsSchema);
 export const validateUsageSettings = ajv.compile<UsageSettingsBody>(usageSettingsSchema);
+export const validateContract = ajv.compile<ContractBody>(contractSchema);
 
 export type Checked<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string };
 
@@ -83,21 +112,24 @@ function fieldOf(error: ErrorObject): string {
 
 function describe(error: ErrorObject, what: 'body' | 'query'): string {
   const field = fieldOf(error);
+  const within = (name: unknown): string => (field === '' ? String(name) : `${field}.${String(name)}`);
   const p = error.params as Record<string, unknown>;
   switch (error.keyword) {
     case 'required':
-      return `${String(p['missingProperty'])} is required`;
+      return `${within(p['missingProperty'])} is required`;
     case 'additionalProperties':
-      return `${String(p['additionalProperty'])} is not a known field`;
+      return `${within(p['additionalProperty'])} is not a known field`;
     case 'type':
       return field === '' ? `request ${what} must be a JSON object` : `${field} must be ${article(String(p['type']))}`;
     case 'minLength':
     case 'maxLength':
       return `${field} must be 1 to ${ID_LENGTH_MAX} characters`;
-    case 'minimum':
-    case 'maximum':
-      return `${field} must be ${String(error.message)}`;
+    case 'enum':
+      return `${field} must be one of ${(p['allowedValues'] as unknown[]).join(', ')}`;
+    case 'propertyNames':
+      return `${field} has a key that is not 1 to ${ID_LENGTH_MAX} characters`;
     default:
+      // ajv's own wording already starts with "must ..." (minimum, maximum, maxProperties).
       return `${field || what} ${String(error.message)}`;
   }
 }

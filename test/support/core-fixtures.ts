@@ -48,7 +48,7 @@ export class Driver {
 
   run(command: Command, nowMs: number): Outcome {
     const key = `${command.environment}\u0000${command.customerId}`;
-    if (command.op === 'has' || command.op === 'limit' || command.op === 'balance') {
+    if (command.op === 'has' || command.op === 'limit' || command.op === 'balance' || command.op === 'getContract') {
       return query(this.customers.get(key), this.config, command as ReadCommand, nowMs);
     }
     const result = execute(this.customers.get(key), this.config, command, nowMs);
