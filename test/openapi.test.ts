@@ -15,35 +15,13 @@ import type { BillingConfig } from '../actors/billing-config.js';
 import { buildOpenApi, DOCUMENTED_OPERATIONS } from '../src/api/openapi.js';
 import { buildApiRouter, type ApiDeps } from '../src/api/routes.js';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
+import { PRODUCT_EXAMPLE_CONFIG } from './support/product-example.js';
 
 // ajv-formats is CommonJS; under NodeNext its default import is the module object.
 const addFormats = ((addFormatsModule as unknown as { default?: unknown }).default ?? addFormatsModule) as (ajv: Ajv2020) => void;
 
 /** The example configuration of PRODUCT.md. */
-const PRODUCT_CONFIG = {
-  entitlements: {
-    sso: { type: 'feature', name: 'Single sign-on' },
-    seats: { type: 'limit', name: 'Seats' },
-    api_calls: { type: 'meter', name: 'API calls', reset: 'month' },
-  },
-  products: {
-    free: { name: 'Free', default: true, entitlements: { api_calls: { included: 100 }, seats: { included: 1 } } },
-    pro: {
-      name: 'Pro',
-      price: { amount: 2000, currency: 'usd', interval: 'month' },
-      entitlements: {
-        sso: true,
-        seats: { included: 5, expansion: { unitAmount: 500 } },
-        api_calls: { included: 10000, overage: { unitAmount: 1 } },
-      },
-    },
-    credits_5k: { name: '5k API credits', price: { amount: 1000, currency: 'usd' }, grants: { api_calls: 5000 } },
-  },
-  webhooks: {
-    devTunnel: true,
-    forwarding: [{ key: 'app', path: '/api/auth/tally', events: '*', integration: 'better-auth', autoRegister: true }],
-  },
-} as const satisfies BillingConfig;
+const PRODUCT_CONFIG: BillingConfig = PRODUCT_EXAMPLE_CONFIG;
 
 type Doc = Record<string, any>;
 
