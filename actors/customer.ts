@@ -15,6 +15,7 @@ import { assert } from './assert.js';
 import type { CompiledConfig, CompiledEntitlement, CompiledProduct, EntitlementType } from './billing-config.js';
 import { formatMicros, minMicros, quantityToMicros, type Micros } from './fixed.js';
 import {
+  METADATA_KEYS_MAX,
   IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX,
   IDEMPOTENCY_RETENTION_MS,
   LOTS_PER_METER_MAX,
@@ -69,10 +70,22 @@ export interface Contract {
   readonly updatedAtMs: number;
 }
 
+/** Customer metadata values (PRODUCT.md): strings, numbers, booleans or null. */
+export type MetadataValue = string | number | boolean | null;
+
+/** The customer record of rows 9–11, kept with the billing state. */
+export interface CustomerProfile {
+  name: string | null;
+  email: string | null;
+  metadata: Record<string, MetadataValue>;
+  updatedAtMs: number;
+}
+
 export interface CustomerState {
   readonly environment: Environment;
   readonly id: string;
   readonly createdAtMs: number;
+  profile: CustomerProfile;
   contract: Contract | null;
   readonly meters: Map<string, MeterState>;
   readonly limits: Map<string, LimitState>;
@@ -91,6 +104,12 @@ interface Addressed {
 
 export type ContractInput = Omit<Contract, 'updatedAtMs'>;
 
+export interface ProfilePatch {
+  readonly name?: string | null;
+  readonly email?: string | null;
+  readonly metadata?: Readonly<Record<string, MetadataValue>>;
+}
+
 export type ReadCommand =
   | (Addressed & { readonly op: 'has' })
   | (Addressed & { readonly op: 'limit' })
@@ -105,6 +124,8 @@ export type WriteCommand =
   | (Addressed & { readonly op: 'usageSettings'; readonly overageEnabled: boolean })
   | (Addressed & { readonly op: 'grantLot'; readonly lotId: string; readonly amountMicros: Micros })
   | (Addressed & { readonly op: 'putContract'; readonly contract: ContractInput })
+  /** Customer-level (`key` ''): fields given replace; metadata merges, null removes a key. */
+  | (Addressed & { readonly op: 'upsertCustomer'; readonly patch: ProfilePatch })
   | (Addressed & { readonly op: 'deleteContract' });
 
 export type Command = ReadCommand | WriteCommand;
@@ -139,7 +160,8 @@ export type Event =
   | (EventBase & { readonly type: 'usageSettingsSet'; readonly overageEnabled: boolean })
   | (EventBase & { readonly type: 'lotGranted'; readonly lotId: string; readonly micros: Micros })
   | (EventBase & { readonly type: 'contractSet'; readonly contract: ContractInput })
-  | (EventBase & { readonly type: 'contractDeleted' });
+  | (EventBase & { readonly type: 'contractDeleted' })
+  | (EventBase & { readonly type: 'customerUpserted'; readonly patch: ProfilePatch });
 
 export interface BalanceView {
   readonly balance: number;
@@ -170,7 +192,17 @@ export type Rejection =
   | { readonly kind: 'insufficient_balance'; readonly key: string; readonly view: BalanceView }
   | { readonly kind: 'refund_exceeds_usage'; readonly key: string; readonly view: BalanceView }
   | { readonly kind: 'contract_not_found'; readonly customerId: string }
-  | { readonly kind: 'contract_invalid'; readonly detail: string };
+  | { readonly kind: 'contract_invalid'; readonly detail: string }
+  | { readonly kind: 'metadata_too_large'; readonly keys: number };
+
+export interface CustomerView {
+  readonly id: string;
+  readonly name: string | null;
+  readonly email: string | null;
+  readonly metadata: Readonly<Record<string, MetadataValue>>;
+  readonly createdAt: string;
+  readonly updatedAt: string;
+}
 
 export interface ContractView {
   readonly customerId: string;
@@ -186,6 +218,7 @@ export type Outcome =
   | { readonly kind: 'balance'; readonly view: BalanceView }
   | { readonly kind: 'contract'; readonly view: ContractView }
   | { readonly kind: 'deleted' }
+  | { readonly kind: 'customer'; readonly view: CustomerView; readonly created: boolean }
   | { readonly kind: 'rejected'; readonly rejection: Rejection };
 
 /**
@@ -337,6 +370,7 @@ const EXPECTED_TYPE: Record<Command['op'], EntitlementType | null> = {
   grantLot: 'meter',
   getContract: null,
   putContract: null,
+  upsertCustomer: null,
   deleteContract: null,
 };
 
@@ -400,6 +434,7 @@ export function decide(
   nowMs: number,
 ): Decision {
   if (command.op === 'putContract') return decidePutContract(config, command, nowMs);
+  if (command.op === 'upsertCustomer') return decideUpsertCustomer(customer, command, nowMs);
   if (command.op === 'deleteContract') return decideDeleteContract(customer, command, nowMs);
   const ent = resolveEntitlement(config, command);
   if (isRejection(ent)) return rejected(ent);
@@ -653,6 +688,35 @@ function decideDeleteContract(
   return accepted({ type: 'contractDeleted', environment: command.environment, customerId: command.customerId, key: '', atMs: nowMs });
 }
 
+function decideUpsertCustomer(
+  customer: CustomerState | undefined,
+  command: Extract<WriteCommand, { op: 'upsertCustomer' }>,
+  nowMs: number,
+): Decision {
+  const merged = { ...(customer?.profile.metadata ?? {}), ...command.patch.metadata };
+  const keys = Object.values(merged).filter((value) => value !== null).length;
+  if (keys > METADATA_KEYS_MAX) return rejected({ kind: 'metadata_too_large', keys });
+  return accepted({
+    type: 'customerUpserted',
+    environment: command.environment,
+    customerId: command.customerId,
+    key: '',
+    atMs: nowMs,
+    patch: command.patch,
+  });
+}
+
+export function customerView(customer: CustomerState): CustomerView {
+  return {
+    id: customer.id,
+    name: customer.profile.name,
+    email: customer.profile.email,
+    metadata: customer.profile.metadata,
+    createdAt: isoOf(customer.createdAtMs),
+    updatedAt: isoOf(customer.profile.updatedAtMs),
+  };
+}
+
 function contractView(customerId: string, contract: Contract): ContractView {
   return {
     customerId,
@@ -691,6 +755,10 @@ export function execute(
     return { customer: state, outcome: { kind: 'contract', view: contractView(command.customerId, state.contract) }, events: decision.events };
   }
   if (command.op === 'deleteContract') return { customer: state, outcome: { kind: 'deleted' }, events: decision.events };
+  if (command.op === 'upsertCustomer') {
+    assert(state !== undefined, 'customerUpserted applied');
+    return { customer: state, outcome: { kind: 'customer', view: customerView(state), created: customer === undefined }, events: decision.events };
+  }
   if (command.op === 'limitSettings') {
     return { customer: state, outcome: { kind: 'limit', view: limitView(state, config, command.key) }, events: decision.events };
   }
@@ -703,7 +771,8 @@ export function execute(
 // apply
 
 export function newCustomer(environment: Environment, id: string, createdAtMs: number): CustomerState {
-  return { environment, id, createdAtMs, contract: null, meters: new Map(), limits: new Map(), idempotency: new Map() };
+  const profile: CustomerProfile = { name: null, email: null, metadata: {}, updatedAtMs: createdAtMs };
+  return { environment, id, createdAtMs, profile, contract: null, meters: new Map(), limits: new Map(), idempotency: new Map() };
 }
 
 /**
@@ -733,6 +802,9 @@ export function apply(customer: CustomerState | undefined, event: Event): Custom
     case 'contractDeleted':
       state.contract = null;
       break;
+    case 'customerUpserted':
+      applyProfile(state.profile, event.patch, event.atMs);
+      break;
     case 'lotGranted':
       meterFor(state, event.key).lots.push({
         id: event.lotId,
@@ -746,6 +818,20 @@ export function apply(customer: CustomerState | undefined, event: Event): Custom
     remember(state, event.idempotency, event.atMs);
   }
   return state;
+}
+
+function applyProfile(profile: CustomerProfile, patch: ProfilePatch, atMs: number): void {
+  if (patch.name !== undefined) profile.name = patch.name;
+  if (patch.email !== undefined) profile.email = patch.email;
+  if (patch.metadata !== undefined) {
+    const metadata = { ...profile.metadata };
+    for (const [key, value] of Object.entries(patch.metadata)) {
+      if (value === null) delete metadata[key];
+      else metadata[key] = value;
+    }
+    profile.metadata = metadata;
+  }
+  profile.updatedAtMs = atMs;
 }
 
 function meterFor(state: CustomerState, key: string): MeterState {
@@ -820,6 +906,7 @@ export interface CustomerSnapshot {
   readonly environment: Environment;
   readonly id: string;
   readonly createdAtMs: number;
+  readonly profile: CustomerProfile;
   readonly contract: Contract | null;
   readonly meters: Array<[string, MeterState]>;
   readonly limits: Array<[string, LimitState]>;
@@ -831,6 +918,7 @@ export function toSnapshot(state: CustomerState): CustomerSnapshot {
     environment: state.environment,
     id: state.id,
     createdAtMs: state.createdAtMs,
+    profile: state.profile,
     contract: state.contract,
     meters: [...state.meters],
     limits: [...state.limits],
@@ -843,6 +931,7 @@ export function fromSnapshot(snapshot: CustomerSnapshot): CustomerState {
     environment: snapshot.environment,
     id: snapshot.id,
     createdAtMs: snapshot.createdAtMs,
+    profile: { ...snapshot.profile, metadata: { ...snapshot.profile.metadata } },
     contract: snapshot.contract ?? null,
     meters: new Map(snapshot.meters.map(([k, m]): [string, MeterState] => [k, cloneMeter(m)])),
     limits: new Map(snapshot.limits.map(([k, l]): [string, LimitState] => [k, { ...l }])),

@@ -47,3 +47,12 @@ export const SNAPSHOT_EVERY_BATCHES = 50_000;
 
 /** Also snapshot a shard that has journaled anything at least this often. */
 export const SNAPSHOT_INTERVAL_MS = 10 * 60 * 1000;
+
+/** Customer metadata (PRODUCT.md): at most 50 keys of at most 40 characters, values ≤ 500. */
+export const METADATA_KEYS_MAX = 50;
+export const METADATA_KEY_LENGTH_MAX = 40;
+export const METADATA_VALUE_LENGTH_MAX = 500;
+
+/** Customer listings: default and largest page (PRODUCT.md). */
+export const LIST_LIMIT_DEFAULT = 20;
+export const LIST_LIMIT_MAX = 100;

@@ -8,7 +8,7 @@
  * core asserts the same invariants again.
  */
 import type { BillingConfig } from './billing-config.js';
-import type { Command, ContractInput, Environment } from './customer.js';
+import type { Command, ContractInput, Environment, ProfilePatch } from './customer.js';
 
 export type { Command, Environment };
 
@@ -24,11 +24,11 @@ export interface Envelope {
  * (measured: postMessage was the front end's largest cost with objects). Slots:
  * [id, op, environment, customerId, key, a, b] where a/b depend on the op.
  */
-export type WireBatch = Array<number | string | bigint | boolean | null | ContractInput>;
+export type WireBatch = Array<number | string | bigint | boolean | null | ContractInput | ProfilePatch>;
 
 export const COMMAND_SLOTS = 7;
 
-const OPS = ['has', 'limit', 'balance', 'consume', 'refund', 'limitSettings', 'usageSettings', 'grantLot', 'getContract', 'putContract', 'deleteContract'] as const;
+const OPS = ['has', 'limit', 'balance', 'consume', 'refund', 'limitSettings', 'usageSettings', 'grantLot', 'getContract', 'putContract', 'deleteContract', 'upsertCustomer'] as const;
 const OP_CODES: Record<Command['op'], number> = {
   has: 0,
   limit: 1,
@@ -41,6 +41,7 @@ const OP_CODES: Record<Command['op'], number> = {
   getContract: 8,
   putContract: 9,
   deleteContract: 10,
+  upsertCustomer: 11,
 };
 
 /** Appends one command to a wire batch (one push of seven values: no temporary arrays). */
@@ -72,6 +73,9 @@ export function pushCommand(wire: WireBatch, id: number, command: Command): void
       return;
     case 'putContract':
       wire.push(id, op, env, command.customerId, command.key, command.contract, null);
+      return;
+    case 'upsertCustomer':
+      wire.push(id, op, env, command.customerId, command.key, command.patch, null);
       return;
   }
 }
@@ -114,6 +118,8 @@ export function readCommand(wire: WireBatch, offset: number): Envelope {
       return { id, command: { op, ...base } };
     case 'putContract':
       return { id, command: { op, ...base, contract: a as ContractInput } };
+    case 'upsertCustomer':
+      return { id, command: { op, ...base, patch: a as ProfilePatch } };
   }
   throw new Error(`unknown op code ${String(wire[offset + 1])}`);
 }

@@ -3,6 +3,7 @@
  * that the front end's single thread only writes bytes. Uses the one error catalog.
  */
 import type { Outcome, Rejection } from './customer.js';
+import { METADATA_KEYS_MAX } from './limits.js';
 import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../src/errors.js';
 
 export interface Rendered {
@@ -20,6 +21,8 @@ export function renderOutcome(outcome: Outcome): Rendered {
       return { status: 200, body: JSON.stringify(outcome.view) };
     case 'deleted':
       return { status: 204, body: '' };
+    case 'customer':
+      return { status: outcome.created ? 201 : 200, body: JSON.stringify(outcome.view) };
     case 'rejected':
       return renderRejection(outcome.rejection);
   }
@@ -48,5 +51,7 @@ function renderRejection(rejection: Rejection): Rendered {
       return fail('contract_not_found', { customerId: rejection.customerId });
     case 'contract_invalid':
       return fail('invalid_request', { detail: rejection.detail });
+    case 'metadata_too_large':
+      return fail('invalid_request', { detail: `metadata may hold at most ${METADATA_KEYS_MAX} keys (would hold ${rejection.keys})` });
   }
 }

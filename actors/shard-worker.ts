@@ -13,7 +13,7 @@ import { assert } from './assert.js';
 import type { CustomerSnapshot, Event } from './customer.js';
 import { SNAPSHOT_INTERVAL_MS } from './limits.js';
 import { decodeBatch, type FromWorker, type ReplyTriples, type ToWorker } from './protocol.js';
-import { Shard } from './shard.js';
+import { Shard, type CustomerIndexEntry } from './shard.js';
 import { ShardStore } from '../storage/journal.js';
 
 export interface ShardWorkerData {
@@ -53,7 +53,13 @@ function crash(error: unknown): never {
 
 const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`));
 const shard = new Shard({
-  journal: { append: (events: readonly Event[]) => store.append(events) },
+  journal: {
+    append: (events: readonly Event[], index: readonly CustomerIndexEntry[]) =>
+      store.append(
+        events,
+        index.map((entry) => ({ environment: entry.environment, id: entry.id, json: Buffer.from(JSON.stringify(entry.view)) })),
+      ),
+  },
   clock: Date.now,
   reply,
   // Right after a group is released the next one has just been handed to the journal, so

@@ -19,6 +19,7 @@ import { assert } from './assert.js';
 import { compileConfig, EMPTY_CONFIG, type BillingConfig, type CompiledConfig } from './billing-config.js';
 import {
   apply,
+  customerView,
   execute,
   fromSnapshot,
   query,
@@ -26,6 +27,7 @@ import {
   type Command,
   type CustomerSnapshot,
   type CustomerState,
+  type CustomerView,
   type Environment,
   type Event,
   type ReadCommand,
@@ -33,9 +35,19 @@ import {
 import type { Envelope } from './protocol.js';
 import { renderOutcome } from './render.js';
 
+/** A customer's row in the shard's customer index, written with the journal record. */
+export interface CustomerIndexEntry {
+  readonly environment: Environment;
+  readonly id: string;
+  readonly view: CustomerView;
+}
+
 export interface ShardJournal {
-  /** Appends one record; `durable` settles once it is on disk (rejects: the shard must crash). */
-  append(events: readonly Event[]): { readonly seq: number; readonly durable: Promise<void> };
+  /**
+   * Appends one record, and the customer index rows it changes, atomically; `durable`
+   * settles once both are on disk (rejects: the shard must crash).
+   */
+  append(events: readonly Event[], index: readonly CustomerIndexEntry[]): { readonly seq: number; readonly durable: Promise<void> };
 }
 
 export interface ShardOptions {
@@ -65,6 +77,8 @@ export class Shard {
   /** Events decided since the last append started, and the write replies waiting on them. */
   private pendingEvents: Event[] = [];
   private pendingReplies: Array<number | string> = [];
+  /** Customers created or re-profiled since the last append: their index rows go with it. */
+  private pendingIndex = new Map<string, CustomerState>();
   private lastNowMs = 0;
   /** Journal records appended since the shard last snapshotted. */
   batchesSinceSnapshot = 0;
@@ -93,8 +107,12 @@ export class Shard {
         this.options.reply(id, rendered.status, rendered.body);
         continue;
       }
-      const execution = execute(this.customers.get(key), config, command, nowMs);
-      if (execution.customer !== undefined) this.customers.set(key, execution.customer);
+      const before = this.customers.get(key);
+      const execution = execute(before, config, command, nowMs);
+      if (execution.customer !== undefined) {
+        this.customers.set(key, execution.customer);
+        if (before === undefined || command.op === 'upsertCustomer') this.pendingIndex.set(key, execution.customer);
+      }
       for (const event of execution.events) this.pendingEvents.push(event);
       const rendered = renderOutcome(execution.outcome);
       this.pendingReplies.push(id, rendered.status, rendered.body);
@@ -112,8 +130,10 @@ export class Shard {
   private commitPending(): void {
     const events = this.pendingEvents;
     const replies = this.pendingReplies;
+    const index = [...this.pendingIndex.values()].map((c): CustomerIndexEntry => ({ environment: c.environment, id: c.id, view: customerView(c) }));
     this.pendingEvents = [];
     this.pendingReplies = [];
+    this.pendingIndex = new Map();
     if (events.length === 0) {
       // Nothing in flight and nothing new: every state these answers saw is durable.
       this.release(replies);
@@ -121,7 +141,7 @@ export class Shard {
     }
     this.appending = true;
     this.batchesSinceSnapshot++;
-    this.options.journal.append(events).durable.then(() => {
+    this.options.journal.append(events, index).durable.then(() => {
       this.appending = false;
       this.release(replies);
       if (this.pendingReplies.length > 0) this.commitPending();

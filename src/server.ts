@@ -14,7 +14,10 @@ import path from 'node:path';
 import uWS from 'uWebSockets.js';
 import type { BillingConfig } from '../actors/billing-config.js';
 import type { Environment, WorkerStats } from '../actors/protocol.js';
+import { LOGICAL_SHARDS } from '../actors/limits.js';
+import { logicalShardOf, workerOf } from '../actors/protocol.js';
 import { ControlStore } from '../storage/control-store.js';
+import { CustomerIndex } from '../storage/customer-index.js';
 import { BILLING_SCHEMA_JSON, buildApiRouter, type Route } from './api/routes.js';
 import { issueKey, KeyRing } from './auth/keys.js';
 import { DEFAULT_RATE_LIMITS, RateLimiter, type RateLimits } from './auth/rate-limit.js';
@@ -135,12 +138,16 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     ...(options.queueMax === undefined ? {} : { queueMax: options.queueMax }),
     ...(options.snapshotEveryBatches === undefined ? {} : { snapshotEveryBatches: options.snapshotEveryBatches }),
   };
+  let customers: CustomerIndex | null = null;
   const ready = ShardPool.start(poolOptions).then((started) => {
     for (const environment of ENVIRONMENTS) {
       const latest = control.latestConfig(environment);
       if (latest !== null) started.broadcastConfig(environment, latest.version, latest.config as BillingConfig);
     }
-    frontEnd.router = buildApiRouter({ pool: started, control, pushConfig });
+    customers = CustomerIndex.open(options.dataDir, workers, (environment, id) =>
+      workerOf(logicalShardOf(environment as Environment, id, LOGICAL_SHARDS), workers),
+    );
+    frontEnd.router = buildApiRouter({ pool: started, control, customers, pushConfig });
     pool = started;
   });
   app.any('/*', (res, req) => frontEnd.handle(res, req));
@@ -154,6 +161,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       uWS.us_listen_socket_close(socket);
       await ready.catch(() => undefined);
       if (pool !== null) await pool.stop();
+      await (customers as CustomerIndex | null)?.close();
       await control.close();
     },
   };

@@ -49,6 +49,16 @@ interface SnapshotHeader {
   readonly createdAtMs: number;
 }
 
+/**
+ * One row of the shard's customer index (`customers`: [environment, id] → the customer's
+ * JSON as the API shows it), read by the front end for listings and lookups.
+ */
+export interface IndexEntry {
+  readonly environment: string;
+  readonly id: string;
+  readonly json: Buffer;
+}
+
 export interface ReplayResult {
   readonly batches: number;
   readonly droppedTail: boolean;
@@ -60,7 +70,7 @@ export interface ShardStoreStats extends EnvInfo {
   readonly journalRecords: number;
 }
 
-type DbName = 'journal' | 'snapshot' | 'meta';
+type DbName = 'journal' | 'snapshot' | 'meta' | 'customers';
 
 export class ShardStore {
   readonly #env: DurableEnv<DbName>;
@@ -82,7 +92,7 @@ export class ShardStore {
    * cannot open it or if the snapshot header is corrupt (refuse to start).
    */
   static open(path: string): ShardStore {
-    const env = openDurableEnv<DbName>(path, ['journal', 'snapshot', 'meta']);
+    const env = openDurableEnv<DbName>(path, ['journal', 'snapshot', 'meta', 'customers']);
     try {
       return new ShardStore(env);
     } catch (error) {
@@ -102,13 +112,17 @@ export class ShardStore {
    * then crash the worker. Throws (programmer error) if a torn tail is still pending
    * (call replay() first), if `events` is not an array or the record is too large.
    */
-  append(events: readonly unknown[]): { seq: number; durable: Promise<void> } {
+  append(events: readonly unknown[], index: readonly IndexEntry[] = []): { seq: number; durable: Promise<void> } {
     assert(this.#tornTailSeq === null, `torn journal tail at seq ${this.#tornTailSeq}: replay() before append()`);
     assert(Array.isArray(events), 'journal record must be an array of events');
     const seq = this.#lastSeq + 1;
     assert(Number.isSafeInteger(seq), 'journal seq overflow');
     const frame = encodeRecord(events);
     assert(frame.length <= JOURNAL_RECORD_BYTES_MAX, `journal record of ${frame.length} bytes exceeds the limit`);
+    // Issued in the same turn as the journal record, the index puts land in the same LMDB
+    // transaction: the customer index never disagrees with the journal, even after a crash.
+    // (A failure fails the whole transaction; the journal record's `durable` reports it.)
+    for (const entry of index) this.#env.dbs.customers.put([entry.environment, entry.id], entry.json).catch(() => undefined);
     const durable = durableVoid(this.#env.dbs.journal.put(seq, frame), `journal append of seq ${seq}`);
     this.#lastSeq = seq;
     return { seq, durable };

@@ -17,11 +17,11 @@
  */
 import type { BillingConfig, EntitlementType } from '../../actors/billing-config.js';
 import { AMOUNT_UNITS_MAX, DECIMALS_MAX } from '../../actors/fixed.js';
-import { BODY_BYTES_MAX, ID_LENGTH_MAX } from '../../actors/limits.js';
+import { BODY_BYTES_MAX, ID_LENGTH_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../../actors/limits.js';
 import type { Environment } from '../../actors/protocol.js';
 import { billingConfigSchema, CONFIG_KEY_LENGTH_MAX, CONFIG_KEY_PATTERN } from '../config/billing-schema.js';
 import { ERRORS, type ErrorCode } from '../errors.js';
-import { contractSchema, customerQuerySchema, limitSettingsSchema, usageAmountSchema, usageSettingsSchema } from './validation.js';
+import { contractSchema, customerListQuerySchema, customerQuerySchema, customerUpsertSchema, limitSettingsSchema, usageAmountSchema, usageSettingsSchema } from './validation.js';
 
 type Schema = Readonly<Record<string, unknown>>;
 
@@ -48,19 +48,19 @@ interface OperationEntry {
   /** OpenAPI path template; `{key}` is the entitlement key segment. */
   readonly path: string;
   readonly operationId: string;
-  readonly tag: 'service' | 'entitlements' | 'usage' | 'configuration' | 'contracts' | 'docs';
+  readonly tag: 'service' | 'entitlements' | 'usage' | 'configuration' | 'customers' | 'contracts' | 'docs';
   readonly summary: string;
   readonly description: string;
   readonly access: OperationAccess;
   readonly pathKey?: PathKey;
-  /** A `{customerId}` path segment (contracts). */
-  readonly pathCustomerId?: boolean;
+  /** A customer id path segment: `{customerId}` (contracts) or `{id}` (customers). */
+  readonly pathCustomer?: 'customerId' | 'id';
   readonly query?: ObjectSchema;
   readonly body?: Schema;
   /** Answered by a shard worker, whose queue may be full (503 `overloaded`). */
   readonly sharded?: boolean;
-  /** The success answer; `schema: null` with status 204 means no body. */
-  readonly ok: { readonly description: string; readonly schema: Schema | null; readonly status?: 200 | 204 };
+  /** The success answer(s); `schema: null` with status 204 means no body. */
+  readonly ok: { readonly description: string; readonly schema: Schema | null; readonly statuses?: readonly (200 | 201 | 204)[] };
   /** Errors particular to this route; the shared ones follow from access and body. */
   readonly errors: readonly ErrorCode[];
 }
@@ -171,13 +171,13 @@ const OPERATIONS: readonly OperationEntry[] = [
   },
   {
     method: 'get', path: '/v1/contracts/{customerId}', operationId: 'getContract', tag: 'contracts', access: 'server',
-    pathCustomerId: true, sharded: true,
+    pathCustomer: 'customerId', sharded: true,
     summary: 'A customer\'s contract', description: 'The stored contract; 404 when the customer has none.',
     ok: { description: 'The contract.', schema: ref('Contract') }, errors: ['contract_not_found'],
   },
   {
     method: 'put', path: '/v1/contracts/{customerId}', operationId: 'putContract', tag: 'contracts', access: 'server',
-    pathCustomerId: true, body: contractSchema, sharded: true,
+    pathCustomer: 'customerId', body: contractSchema, sharded: true,
     summary: 'Set a customer\'s contract',
     description: 'Replaces the contract. `entitlements.{key}.included` replaces the plan\'s included amount of a limit or meter; ' +
       'for a feature, `included > 0` grants it and `0` denies it. Keys must be entitlements of the configuration. ' +
@@ -186,9 +186,31 @@ const OPERATIONS: readonly OperationEntry[] = [
   },
   {
     method: 'delete', path: '/v1/contracts/{customerId}', operationId: 'deleteContract', tag: 'contracts', access: 'server',
-    pathCustomerId: true, sharded: true,
+    pathCustomer: 'customerId', sharded: true,
     summary: 'Remove a customer\'s contract', description: 'The plan\'s values apply again.',
-    ok: { description: 'Removed.', schema: null, status: 204 }, errors: ['contract_not_found'],
+    ok: { description: 'Removed.', schema: null, statuses: [204] }, errors: ['contract_not_found'],
+  },
+  {
+    method: 'post', path: '/v1/customers', operationId: 'upsertCustomer', tag: 'customers', access: 'server',
+    body: customerUpsertSchema, sharded: true,
+    summary: 'Create or update a customer',
+    description: '201 when the customer is new, 200 when it existed (also when a consume created it). Only the fields ' +
+      'given change; metadata keys merge and a `null` value removes a key (at most 50 keys).',
+    ok: { description: 'The stored customer.', schema: ref('Customer'), statuses: [200, 201] }, errors: ['invalid_request'],
+  },
+  {
+    method: 'get', path: '/v1/customers', operationId: 'listCustomers', tag: 'customers', access: 'server',
+    query: customerListQuerySchema,
+    summary: 'Customers in id order',
+    description: `Pages of at most \`limit\` (default ${LIST_LIMIT_DEFAULT}, at most ${LIST_LIMIT_MAX}); pass \`nextCursor\` as \`cursor\` for the next page. ` +
+      'Cursors are opaque and stay valid while customers are added.',
+    ok: { description: 'A page.', schema: ref('CustomerList') }, errors: [],
+  },
+  {
+    method: 'get', path: '/v1/customers/{id}', operationId: 'getCustomer', tag: 'customers', access: 'server',
+    pathCustomer: 'id',
+    summary: 'One customer', description: 'Customers created implicitly by a consume exist too.',
+    ok: { description: 'The customer.', schema: ref('Customer') }, errors: ['customer_not_found'],
   },
   {
     method: 'get', path: '/v1/docs/openapi.json', operationId: 'getOpenApi', tag: 'docs', access: 'client',
@@ -225,6 +247,7 @@ export function buildOpenApi(config: BillingConfig | null, meta: OpenApiMeta): o
       { name: 'entitlements', description: 'Features and limits.' },
       { name: 'usage', description: 'Meters: balances, consumption, refunds.' },
       { name: 'configuration', description: 'The billing configuration and its products.' },
+      { name: 'customers', description: 'Customer records and listings.' },
       { name: 'contracts', description: 'Per-customer prices and included amounts.' },
       { name: 'docs', description: 'This document.' },
     ],
@@ -254,7 +277,7 @@ function infoDescription(meta: OpenApiMeta): string {
 function operationObject(op: OperationEntry): Record<string, unknown> {
   const parameters = [
     ...(op.pathKey === undefined ? [] : [{ $ref: `#/components/parameters/${KEY_PARAMETERS[op.pathKey]}` }]),
-    ...(op.pathCustomerId === true ? [CUSTOMER_ID_PARAMETER] : []),
+    ...(op.pathCustomer === undefined ? [] : [{ ...CUSTOMER_ID_PARAMETER, name: op.pathCustomer }]),
     ...(op.query === undefined ? [] : queryParameters(op.query)),
   ];
   return {
@@ -323,13 +346,14 @@ function responsesOf(op: OperationEntry): Record<string, unknown> {
     if (!codes.includes(code)) codes.push(code);
     byStatus.set(status, codes);
   }
-  const responses: Record<string, unknown> = {
-    [String(op.ok.status ?? 200)]: {
+  const responses: Record<string, unknown> = {};
+  for (const status of op.ok.statuses ?? [200]) {
+    responses[String(status)] = {
       description: op.ok.description,
       ...(keyed ? { headers: headersOf([]) } : {}),
       ...(op.ok.schema === null ? {} : { content: { 'application/json': { schema: op.ok.schema } } }),
-    },
-  };
+    };
+  }
   for (const status of [...byStatus.keys()].sort((a, b) => a - b)) {
     responses[String(status)] = errorResponse(byStatus.get(status) ?? [], keyed);
   }
@@ -493,6 +517,15 @@ function viewSchemas(): Record<string, Schema> {
       grants: { type: 'object', additionalProperties: { type: 'number' } },
     }),
     PlanList: closedObject({ data: { type: 'array', items: ref('Plan') } }),
+    Customer: closedObject({
+      id: { type: 'string' },
+      name: { type: ['string', 'null'] },
+      email: { type: ['string', 'null'] },
+      metadata: { type: 'object', additionalProperties: { type: ['string', 'number', 'boolean', 'null'] } },
+      createdAt: isoTime,
+      updatedAt: isoTime,
+    }),
+    CustomerList: closedObject({ data: { type: 'array', items: ref('Customer') }, nextCursor: { type: ['string', 'null'] } }),
     Contract: closedObject({
       customerId: { type: 'string' },
       priceAmount: { type: 'integer', minimum: 0, description: 'Integer minor units of the product currency per interval.' },

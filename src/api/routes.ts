@@ -8,9 +8,10 @@
  */
 import type { BillingConfig, ProductDefinition } from '../../actors/billing-config.js';
 import { parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
-import { ID_LENGTH_MAX } from '../../actors/limits.js';
+import { ID_LENGTH_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../../actors/limits.js';
 import type { Command, Environment } from '../../actors/protocol.js';
 import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
+import type { CustomerIndex } from '../../storage/customer-index.js';
 import { billingConfigSchema } from '../config/billing-schema.js';
 import { formatViolations, validateBillingConfig } from '../config/validate-config.js';
 import type { Exchange } from '../http/exchange.js';
@@ -23,6 +24,8 @@ import {
   validateCustomerQuery,
   validateLimitSettings,
   validateContract,
+  validateCustomerListQuery,
+  validateCustomerUpsert,
   validateUsageAmount,
   validateUsageSettings,
 } from './validation.js';
@@ -48,6 +51,7 @@ export interface Route {
 export interface ApiDeps {
   readonly pool: ShardPool;
   readonly control: ControlStore;
+  readonly customers: CustomerIndex;
   /** Serialises config pushes per environment so versions are assigned in order. */
   readonly pushConfig: (environment: Environment, config: BillingConfig) => Promise<{ version: number; pushedAtMs: number }>;
 }
@@ -200,6 +204,76 @@ function contractRoute(deps: ApiDeps, op: 'getContract' | 'putContract' | 'delet
   };
 }
 
+/** POST /v1/customers (row 9): 201 created / 200 updated, answered by the customer's shard. */
+function upsertCustomerRoute(deps: ApiDeps): Route {
+  return {
+    access: 'server',
+    hasBody: true,
+    handle(ctx) {
+      const body = check(validateCustomerUpsert, ctx.body, 'body');
+      if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
+      const { id, name, email, metadata } = body.value;
+      const patch = {
+        ...(name === undefined ? {} : { name }),
+        ...(email === undefined ? {} : { email }),
+        ...(metadata === undefined ? {} : { metadata }),
+      };
+      submit(deps, ctx.ex, { op: 'upsertCustomer', environment: ctx.environment, customerId: id, key: '', patch });
+    },
+  };
+}
+
+/** GET /v1/customers/{id} (row 11): read from the customer index, no shard involved. */
+function getCustomerRoute(deps: ApiDeps): Route {
+  return {
+    access: 'server',
+    hasBody: false,
+    handle(ctx) {
+      const id = pathParam(ctx, 'id');
+      if (id === null) return;
+      const json = deps.customers.get(ctx.environment, id);
+      if (json === null) return ctx.ex.fail('customer_not_found', { id });
+      ctx.ex.send(200, json);
+    },
+  };
+}
+
+/** Opaque listing cursors: base64url of the id to continue after. */
+function encodeCursor(after: string): string {
+  return Buffer.from(JSON.stringify({ after }), 'utf8').toString('base64url');
+}
+
+function decodeCursor(cursor: string): string | null {
+  try {
+    const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+    const after = (value as { after?: unknown } | null)?.after;
+    return typeof after === 'string' && after.length > 0 && after.length <= ID_LENGTH_MAX ? after : null;
+  } catch {
+    return null;
+  }
+}
+
+/** GET /v1/customers (row 10): pages in id order, `{data, nextCursor}`, from the index. */
+function listCustomersRoute(deps: ApiDeps): Route {
+  return {
+    access: 'server',
+    hasBody: false,
+    handle(ctx) {
+      const query = check(validateCustomerListQuery, ctx.query, 'query');
+      if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });
+      const limit = query.value.limit === undefined ? LIST_LIMIT_DEFAULT : Number(query.value.limit);
+      if (limit < 1 || limit > LIST_LIMIT_MAX) {
+        return ctx.ex.fail('invalid_query', { detail: `limit must be a whole number from 1 to ${LIST_LIMIT_MAX}` });
+      }
+      const after = query.value.cursor === undefined ? null : decodeCursor(query.value.cursor);
+      if (query.value.cursor !== undefined && after === null) return ctx.ex.fail('invalid_query', { detail: 'cursor is invalid' });
+      const page = deps.customers.page(ctx.environment, after, limit);
+      const next = page.nextAfter === null ? 'null' : JSON.stringify(encodeCursor(page.nextAfter));
+      ctx.ex.send(200, `{"data":[${page.items.join(',')}],"nextCursor":${next}}`);
+    },
+  };
+}
+
 /** One product of the pushed configuration as the plans listing shows it. */
 export function productView(key: string, product: ProductDefinition): Record<string, unknown> {
   return {
@@ -269,6 +343,9 @@ export function buildApiRouter(deps: ApiDeps): Router<Route> {
     .add('POST', '/v1/sync/push', pushRoute(deps))
     .add('GET', '/v1/sync/pull', pullRoute(deps))
     .add('GET', '/v1/plans', plansRoute(deps))
+    .add('POST', '/v1/customers', upsertCustomerRoute(deps))
+    .add('GET', '/v1/customers', listCustomersRoute(deps))
+    .add('GET', '/v1/customers/:id', getCustomerRoute(deps))
     .add('GET', '/v1/contracts/:customerId', contractRoute(deps, 'getContract'))
     .add('PUT', '/v1/contracts/:customerId', contractRoute(deps, 'putContract'))
     .add('DELETE', '/v1/contracts/:customerId', contractRoute(deps, 'deleteContract'))

@@ -7,9 +7,10 @@
  * that a schema cannot judge exactly (amount decimals) are checked by `parseAmount`.
  */
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { ID_LENGTH_MAX, PURCHASED_MAX } from '../../actors/limits.js';
+import { ID_LENGTH_MAX, METADATA_KEY_LENGTH_MAX, METADATA_KEYS_MAX, METADATA_VALUE_LENGTH_MAX, PURCHASED_MAX } from '../../actors/limits.js';
 
-const ajv = new Ajv({ allErrors: false, strict: true, coerceTypes: false });
+// verbose: errors carry their schema, so an anyOf can be described by its branches.
+const ajv = new Ajv({ allErrors: false, strict: true, coerceTypes: false, verbose: true });
 
 const id = { type: 'string', minLength: 1, maxLength: ID_LENGTH_MAX } as const;
 
@@ -73,6 +74,46 @@ export interface ContractBody {
   readonly entitlements?: Readonly<Record<string, { readonly included: number }>>;
 }
 
+/** POST /v1/customers (row 9): create, or update only the fields given. */
+export const customerUpsertSchema = {
+  type: 'object',
+  properties: {
+    id,
+    name: { anyOf: [{ type: 'string', maxLength: ID_LENGTH_MAX }, { type: 'null' }] },
+    email: { anyOf: [{ type: 'string', maxLength: ID_LENGTH_MAX }, { type: 'null' }] },
+    metadata: {
+      type: 'object',
+      maxProperties: METADATA_KEYS_MAX,
+      propertyNames: { type: 'string', minLength: 1, maxLength: METADATA_KEY_LENGTH_MAX },
+      additionalProperties: {
+        anyOf: [{ type: 'string', maxLength: METADATA_VALUE_LENGTH_MAX }, { type: 'number' }, { type: 'boolean' }, { type: 'null' }],
+      },
+    },
+  },
+  required: ['id'],
+  additionalProperties: false,
+} as const;
+
+export interface CustomerUpsertBody {
+  readonly id: string;
+  readonly name?: string | null;
+  readonly email?: string | null;
+  readonly metadata?: Readonly<Record<string, string | number | boolean | null>>;
+}
+
+/** GET /v1/customers (row 10): query values are strings; limit is checked as a number after. */
+export const customerListQuerySchema = {
+  type: 'object',
+  properties: { limit: { type: 'string', pattern: '^[0-9]{1,9}$' }, cursor: { type: 'string', minLength: 1, maxLength: 2048 } },
+  required: [],
+  additionalProperties: false,
+} as const;
+
+export interface CustomerListQuery {
+  readonly limit?: string;
+  readonly cursor?: string;
+}
+
 export interface CustomerQuery {
   readonly customerId: string;
 }
@@ -96,13 +137,16 @@ export const validateUsageAmount = ajv.compile<UsageAmountBody>(usageAmountSchem
 export const validateLimitSettings = ajv.compile<LimitSettingsBody>(limitSettingsSchema);
 export const validateUsageSettings = ajv.compile<UsageSettingsBody>(usageSettingsSchema);
 export const validateContract = ajv.compile<ContractBody>(contractSchema);
+export const validateCustomerUpsert = ajv.compile<CustomerUpsertBody>(customerUpsertSchema);
+export const validateCustomerListQuery = ajv.compile<CustomerListQuery>(customerListQuerySchema);
 
 export type Checked<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string };
 
 /** Runs a compiled validator and, on failure, names the offending field. */
 export function check<T>(validate: ValidateFunction<T>, value: unknown, what: 'body' | 'query'): Checked<T> {
   if (validate(value)) return { ok: true, value };
-  const error = validate.errors?.[0];
+  // A failed anyOf reports its branches' errors first; the anyOf itself says it best.
+  const error = validate.errors?.find((e) => e.keyword === 'anyOf' || e.keyword === 'propertyNames') ?? validate.errors?.[0];
   return { ok: false, message: error === undefined ? `invalid ${what}` : describe(error, what) };
 }
 
@@ -126,8 +170,18 @@ function describe(error: ErrorObject, what: 'body' | 'query'): string {
       return `${field} must be 1 to ${ID_LENGTH_MAX} characters`;
     case 'enum':
       return `${field} must be one of ${(p['allowedValues'] as unknown[]).join(', ')}`;
-    case 'propertyNames':
-      return `${field} has a key that is not 1 to ${ID_LENGTH_MAX} characters`;
+    case 'propertyNames': {
+      const names = error.schema as { minLength?: number; maxLength?: number };
+      return `${field} keys must be ${String(names.minLength ?? 1)} to ${String(names.maxLength)} characters`;
+    }
+    case 'anyOf': {
+      const branches = (error.parentSchema as { anyOf?: Array<{ type?: string; maxLength?: number }> } | undefined)?.anyOf ?? [];
+      const tooLong = branches.find((b) => b.type === 'string' && typeof error.data === 'string' && b.maxLength !== undefined && error.data.length > b.maxLength);
+      if (tooLong !== undefined) return `${field} must be at most ${String(tooLong.maxLength)} characters`;
+      return `${field} must be ${branches.map((b) => article(String(b.type))).join(' or ')}`;
+    }
+    case 'pattern':
+      return `${field} must be a whole number`;
     default:
       // ajv's own wording already starts with "must ..." (minimum, maximum, maxProperties).
       return `${field || what} ${String(error.message)}`;
@@ -137,5 +191,6 @@ function describe(error: ErrorObject, what: 'body' | 'query'): string {
 function article(type: string): string {
   if (type === 'integer') return 'a whole number';
   if (type === 'object') return 'an object';
+  if (type === 'null') return 'null';
   return `a ${type}`;
 }

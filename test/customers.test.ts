@@ -1,0 +1,177 @@
+/**
+ * Customers (rows 9–11): upsert (201/200, merge, null removes a metadata key), lookup and
+ * listing from the shards' customer index. The listing property runs against real
+ * shard stores: any set of upserted ids, spread over shards, pages back in id order with
+ * every customer exactly once, also when more are inserted between pages.
+ */
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CustomerIndex } from '../storage/customer-index.js';
+import { ShardStore } from '../storage/journal.js';
+import { storeFixture } from './support/store-fixture.js';
+import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
+import path from 'node:path';
+
+const SHARDS = 3;
+const { tempDir, openStore } = storeFixture('tally-cindex-', (dir) => ShardStore.open(dir));
+const shardOfId = (_env: string, id: string): number => [...Buffer.from(id)].reduce((a, b) => a + b, 0) % SHARDS;
+
+async function putAll(stores: ShardStore[], ids: readonly string[]): Promise<void> {
+  await Promise.all(
+    ids.map((id) => stores[shardOfId('test', id)]?.append([], [{ environment: 'test', id, json: Buffer.from(JSON.stringify({ id })) }]).durable),
+  );
+}
+
+function listAll(index: CustomerIndex, limit: number, between?: () => Promise<void>): Promise<string[]> {
+  return (async () => {
+    const seen: string[] = [];
+    let after: string | null = null;
+    for (let guard = 0; guard < 10_000; guard++) {
+      const page = index.page('test', after, limit);
+      seen.push(...page.items.map((json) => (JSON.parse(json) as { id: string }).id));
+      if (page.nextAfter === null) return seen;
+      after = page.nextAfter;
+      if (between !== undefined) await between();
+    }
+    throw new Error('listing did not end');
+  })();
+}
+
+const byUtf8 = (a: string, b: string): number => Buffer.compare(Buffer.from(a), Buffer.from(b));
+
+describe('customer index pages', () => {
+  it('lists every customer exactly once, in id order, across shards', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.uniqueArray(fc.string({ minLength: 1, maxLength: 12 }), { maxLength: 60 }), fc.integer({ min: 1, max: 7 }), async (ids, limit) => {
+        const dir = tempDir();
+        const stores = Array.from({ length: SHARDS }, (_, i) => openStore(path.join(dir, `shard-${i}`)));
+        await putAll(stores, ids);
+        const index = CustomerIndex.open(dir, SHARDS, shardOfId);
+        expect(await listAll(index, limit)).toEqual([...ids].sort(byUtf8));
+        expect(index.page('live', null, 10).items).toEqual([]);
+      }),
+      { numRuns: 40 },
+    );
+  });
+
+  it('customers inserted between pages appear once if they sort after the cursor', async () => {
+    const dir = tempDir();
+    const stores = Array.from({ length: SHARDS }, (_, i) => openStore(path.join(dir, `shard-${i}`)));
+    const first = Array.from({ length: 30 }, (_, i) => `c${String(i * 10).padStart(4, '0')}`);
+    await putAll(stores, first);
+    const index = CustomerIndex.open(dir, SHARDS, shardOfId);
+    let n = 0;
+    const later: string[] = [];
+    const seen = await listAll(index, 7, async () => {
+      const id = `c${String(n++ * 37 + 5).padStart(4, '0')}`;
+      later.push(id);
+      await putAll(stores, [id]);
+    });
+    expect(new Set(seen).size).toBe(seen.length);
+    expect([...seen].sort(byUtf8)).toEqual(seen);
+    for (const id of first) expect(seen).toContain(id);
+    expect(later.length).toBeGreaterThanOrEqual(3);
+  });
+});
+
+describe('customers over HTTP', () => {
+  let server: ServerProcess;
+  let sk: string;
+  beforeAll(async () => {
+    server = await startServerProcess();
+    sk = server.keys.test.server;
+    await call(server.base, 'POST', '/v1/sync/push', {
+      key: sk,
+      body: { entitlements: { api_calls: { type: 'meter' } }, products: { free: { default: true, entitlements: { api_calls: { included: 10 } } } } },
+    });
+  });
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  const upsert = (body: unknown) => call(server.base, 'POST', '/v1/customers', { key: sk, body });
+
+  it('creates (201), updates only what is given (200), and merges metadata', async () => {
+    const created = await upsert({ id: 'cus_1', name: 'Ada', email: 'ada@example.com', metadata: { plan: 'gold', seats: 3 } });
+    expect(created).toMatchObject({ status: 201, body: { id: 'cus_1', name: 'Ada', email: 'ada@example.com', metadata: { plan: 'gold', seats: 3 } } });
+    const updated = await upsert({ id: 'cus_1', metadata: { plan: null, vip: true } });
+    expect(updated).toMatchObject({ status: 200, body: { name: 'Ada', metadata: { seats: 3, vip: true } } });
+    expect(updated.body.metadata).not.toHaveProperty('plan');
+    expect(updated.body.createdAt).toBe(created.body.createdAt);
+    expect(await call(server.base, 'GET', '/v1/customers/cus_1', { key: sk })).toMatchObject({ status: 200, body: updated.body });
+    expect(await call(server.base, 'GET', '/v1/customers/nobody', { key: sk })).toMatchObject({ status: 404, body: { error: 'customer nobody not found' } });
+    expect((await upsert({ id: 'cus_1', name: null })).body.name).toBeNull();
+  });
+
+  it('a consume creates the customer implicitly; it is listed and readable', async () => {
+    await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: 'implicit', amount: 1 } });
+    expect(await call(server.base, 'GET', '/v1/customers/implicit', { key: sk })).toMatchObject({ status: 200, body: { id: 'implicit', name: null, metadata: {} } });
+    expect((await upsert({ id: 'implicit', name: 'Known now' })).status).toBe(200);
+  });
+
+  it('pages through 3+ pages while customers are added, each exactly once', async () => {
+    for (let i = 0; i < 25; i++) expect((await upsert({ id: `page-${String(i).padStart(3, '0')}` })).status).toBe(201);
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const res: { status: number; body: any } = await call(server.base, 'GET', `/v1/customers?limit=7${cursor === null ? '' : `&cursor=${cursor}`}`, { key: sk });
+      expect(res.status).toBe(200);
+      seen.push(...res.body.data.map((c: { id: string }) => c.id));
+      cursor = res.body.nextCursor;
+      await upsert({ id: `page-${String(100 + pages).padStart(3, '0')}` });
+      pages++;
+    } while (cursor !== null);
+    expect(pages).toBeGreaterThanOrEqual(4);
+    expect(new Set(seen).size).toBe(seen.length);
+    expect([...seen].sort()).toEqual(seen);
+    for (let i = 0; i < 25; i++) expect(seen).toContain(`page-${String(i).padStart(3, '0')}`);
+    const defaults = await call(server.base, 'GET', '/v1/customers', { key: sk });
+    expect(defaults.body.data).toHaveLength(20);
+    expect((await call(server.base, 'GET', '/v1/customers', { key: server.keys.live.server })).body).toEqual({ data: [], nextCursor: null });
+  });
+
+  it.each([
+    [{ name: 'x' }, 'id is required'],
+    [{ id: '' }, 'id must be 1 to 255 characters'],
+    [{ id: 'x', name: 5 }, 'name must be a string or null'],
+    [{ id: 'x', email: 'e'.repeat(256) }, 'email must be at most 255 characters'],
+    [{ id: 'x', metadata: [] }, 'metadata must be an object'],
+    [{ id: 'x', metadata: { k: { nested: true } } }, 'metadata.k must be a string or a number or a boolean or null'],
+    [{ id: 'x', metadata: { k: 'v'.repeat(501) } }, 'metadata.k must be at most 500 characters'],
+    [{ id: 'x', metadata: { ['k'.repeat(41)]: 1 } }, 'metadata keys must be 1 to 40 characters'],
+    [{ id: 'x', metadata: Object.fromEntries(Array.from({ length: 51 }, (_, i) => [`k${i}`, i])) }, 'metadata must NOT have more than 50 properties'],
+    [{ id: 'x', extra: 1 }, 'extra is not a known field'],
+  ])('POST %j → 400 %s', async (body, error) => {
+    expect(await upsert(body)).toMatchObject({ status: 400, body: { error } });
+  });
+
+  it('merging past 50 metadata keys is refused and changes nothing', async () => {
+    await upsert({ id: 'meta', metadata: Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`k${i}`, i])) });
+    expect(await upsert({ id: 'meta', metadata: { one_more: 1 } })).toMatchObject({ status: 400, body: { error: 'metadata may hold at most 50 keys (would hold 51)' } });
+    expect(Object.keys((await call(server.base, 'GET', '/v1/customers/meta', { key: sk })).body.metadata)).toHaveLength(50);
+  });
+
+  it.each([
+    ['/v1/customers?limit=0', 'limit must be a whole number from 1 to 100'],
+    ['/v1/customers?limit=101', 'limit must be a whole number from 1 to 100'],
+    ['/v1/customers?limit=abc', 'limit must be a whole number'],
+    ['/v1/customers?cursor=not-a-cursor', 'cursor is invalid'],
+    ['/v1/customers?sort=asc', 'sort is not a known field'],
+  ])('GET %s → 400', async (url, error) => {
+    expect(await call(server.base, 'GET', url, { key: sk })).toMatchObject({ status: 400, body: { error } });
+  });
+
+  it('needs a server key', async () => {
+    const ck = server.keys.test.client;
+    expect((await call(server.base, 'GET', '/v1/customers', { key: ck })).status).toBe(403);
+    expect((await call(server.base, 'GET', '/v1/customers/cus_1', { key: ck })).status).toBe(403);
+    expect((await call(server.base, 'POST', '/v1/customers', { key: ck, body: { id: 'x' } })).status).toBe(403);
+  });
+
+  it('customers survive a restart', async () => {
+    await server.stop();
+    server = await startServerProcess({ dataDir: server.dataDir });
+    expect(await call(server.base, 'GET', '/v1/customers/cus_1', { key: sk })).toMatchObject({ status: 200, body: { id: 'cus_1' } });
+  });
+});
