@@ -104,6 +104,19 @@ interface Addressed {
 
 export type ContractInput = Omit<Contract, 'updatedAtMs'>;
 
+export interface ContextRequest {
+  readonly features: readonly string[];
+  readonly usage: readonly string[];
+  readonly limits: readonly string[];
+}
+
+export interface ContextView {
+  readonly customer: CustomerView;
+  readonly features: Readonly<Record<string, boolean>>;
+  readonly usage: Readonly<Record<string, BalanceView>>;
+  readonly limits: Readonly<Record<string, LimitView>>;
+}
+
 export interface ProfilePatch {
   readonly name?: string | null;
   readonly email?: string | null;
@@ -126,6 +139,8 @@ export type WriteCommand =
   | (Addressed & { readonly op: 'putContract'; readonly contract: ContractInput })
   /** Customer-level (`key` ''): fields given replace; metadata merges, null removes a key. */
   | (Addressed & { readonly op: 'upsertCustomer'; readonly patch: ProfilePatch })
+  /** Row 8: upsert the customer, then answer the named features, meters and limits. */
+  | (Addressed & { readonly op: 'context'; readonly patch: ProfilePatch; readonly request: ContextRequest })
   | (Addressed & { readonly op: 'deleteContract' });
 
 export type Command = ReadCommand | WriteCommand;
@@ -219,6 +234,7 @@ export type Outcome =
   | { readonly kind: 'contract'; readonly view: ContractView }
   | { readonly kind: 'deleted' }
   | { readonly kind: 'customer'; readonly view: CustomerView; readonly created: boolean }
+  | { readonly kind: 'context'; readonly view: ContextView }
   | { readonly kind: 'rejected'; readonly rejection: Rejection };
 
 /**
@@ -371,6 +387,7 @@ const EXPECTED_TYPE: Record<Command['op'], EntitlementType | null> = {
   getContract: null,
   putContract: null,
   upsertCustomer: null,
+  context: null,
   deleteContract: null,
 };
 
@@ -435,6 +452,7 @@ export function decide(
 ): Decision {
   if (command.op === 'putContract') return decidePutContract(config, command, nowMs);
   if (command.op === 'upsertCustomer') return decideUpsertCustomer(customer, command, nowMs);
+  if (command.op === 'context') return decideContext(customer, config, command, nowMs);
   if (command.op === 'deleteContract') return decideDeleteContract(customer, command, nowMs);
   const ent = resolveEntitlement(config, command);
   if (isRejection(ent)) return rejected(ent);
@@ -706,6 +724,50 @@ function decideUpsertCustomer(
   });
 }
 
+/** Every key must exist (404) and, for usage and limits, be of that type (400); first failure wins. */
+function contextRejection(config: CompiledConfig, request: ContextRequest): Rejection | null {
+  const lists: ReadonlyArray<readonly [readonly string[], EntitlementType | null]> = [
+    [request.features, null],
+    [request.usage, 'meter'],
+    [request.limits, 'limit'],
+  ];
+  for (const [keys, expected] of lists) {
+    for (const key of keys) {
+      const ent = config.entitlements.get(key);
+      if (ent === undefined) return { kind: 'entitlement_not_found', key };
+      if (expected !== null && ent.type !== expected) return { kind: 'wrong_entitlement_type', key, actual: ent.type, expected };
+    }
+  }
+  return null;
+}
+
+function decideContext(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  command: Extract<WriteCommand, { op: 'context' }>,
+  nowMs: number,
+): Decision {
+  const rejection = contextRejection(config, command.request);
+  if (rejection !== null) return rejected(rejection);
+  const changes = command.patch.name !== undefined || command.patch.email !== undefined || command.patch.metadata !== undefined;
+  if (customer !== undefined && !changes) return REPLAY;
+  return decideUpsertCustomer(customer, { ...command, op: 'upsertCustomer' }, nowMs);
+}
+
+function contextView(customer: CustomerState, config: CompiledConfig, request: ContextRequest, nowMs: number): ContextView {
+  const entitlement = (key: string): CompiledEntitlement => {
+    const ent = config.entitlements.get(key);
+    assert(ent !== undefined, 'context keys resolved by decide');
+    return ent;
+  };
+  return {
+    customer: customerView(customer),
+    features: Object.fromEntries(request.features.map((key) => [key, hasEntitlement(customer, config, entitlement(key), nowMs)])),
+    usage: Object.fromEntries(request.usage.map((key) => [key, balanceView(customer, config, entitlement(key), nowMs)])),
+    limits: Object.fromEntries(request.limits.map((key) => [key, limitView(customer, config, key)])),
+  };
+}
+
 export function customerView(customer: CustomerState): CustomerView {
   return {
     id: customer.id,
@@ -755,6 +817,10 @@ export function execute(
     return { customer: state, outcome: { kind: 'contract', view: contractView(command.customerId, state.contract) }, events: decision.events };
   }
   if (command.op === 'deleteContract') return { customer: state, outcome: { kind: 'deleted' }, events: decision.events };
+  if (command.op === 'context') {
+    assert(state !== undefined, 'context created the customer');
+    return { customer: state, outcome: { kind: 'context', view: contextView(state, config, command.request, nowMs) }, events: decision.events };
+  }
   if (command.op === 'upsertCustomer') {
     assert(state !== undefined, 'customerUpserted applied');
     return { customer: state, outcome: { kind: 'customer', view: customerView(state), created: customer === undefined }, events: decision.events };

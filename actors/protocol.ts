@@ -8,7 +8,7 @@
  * core asserts the same invariants again.
  */
 import type { BillingConfig } from './billing-config.js';
-import type { Command, ContractInput, Environment, ProfilePatch } from './customer.js';
+import type { Command, ContextRequest, ContractInput, Environment, ProfilePatch } from './customer.js';
 
 export type { Command, Environment };
 
@@ -24,11 +24,11 @@ export interface Envelope {
  * (measured: postMessage was the front end's largest cost with objects). Slots:
  * [id, op, environment, customerId, key, a, b] where a/b depend on the op.
  */
-export type WireBatch = Array<number | string | bigint | boolean | null | ContractInput | ProfilePatch>;
+export type WireBatch = Array<number | string | bigint | boolean | null | ContractInput | ProfilePatch | ContextRequest>;
 
 export const COMMAND_SLOTS = 7;
 
-const OPS = ['has', 'limit', 'balance', 'consume', 'refund', 'limitSettings', 'usageSettings', 'grantLot', 'getContract', 'putContract', 'deleteContract', 'upsertCustomer'] as const;
+const OPS = ['has', 'limit', 'balance', 'consume', 'refund', 'limitSettings', 'usageSettings', 'grantLot', 'getContract', 'putContract', 'deleteContract', 'upsertCustomer', 'context'] as const;
 const OP_CODES: Record<Command['op'], number> = {
   has: 0,
   limit: 1,
@@ -42,6 +42,7 @@ const OP_CODES: Record<Command['op'], number> = {
   putContract: 9,
   deleteContract: 10,
   upsertCustomer: 11,
+  context: 12,
 };
 
 /** Appends one command to a wire batch (one push of seven values: no temporary arrays). */
@@ -76,6 +77,9 @@ export function pushCommand(wire: WireBatch, id: number, command: Command): void
       return;
     case 'upsertCustomer':
       wire.push(id, op, env, command.customerId, command.key, command.patch, null);
+      return;
+    case 'context':
+      wire.push(id, op, env, command.customerId, command.key, command.patch, command.request);
       return;
   }
 }
@@ -120,6 +124,8 @@ export function readCommand(wire: WireBatch, offset: number): Envelope {
       return { id, command: { op, ...base, contract: a as ContractInput } };
     case 'upsertCustomer':
       return { id, command: { op, ...base, patch: a as ProfilePatch } };
+    case 'context':
+      return { id, command: { op, ...base, patch: a as ProfilePatch, request: b as ContextRequest } };
   }
   throw new Error(`unknown op code ${String(wire[offset + 1])}`);
 }

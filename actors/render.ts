@@ -23,6 +23,8 @@ export function renderOutcome(outcome: Outcome): Rendered {
       return { status: 204, body: '' };
     case 'customer':
       return { status: outcome.created ? 201 : 200, body: JSON.stringify(outcome.view) };
+    case 'context':
+      return { status: 200, body: JSON.stringify(outcome.view) };
     case 'rejected':
       return renderRejection(outcome.rejection);
   }

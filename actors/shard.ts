@@ -111,7 +111,9 @@ export class Shard {
       const execution = execute(before, config, command, nowMs);
       if (execution.customer !== undefined) {
         this.customers.set(key, execution.customer);
-        if (before === undefined || command.op === 'upsertCustomer') this.pendingIndex.set(key, execution.customer);
+        if (before === undefined || (execution.events.length > 0 && (command.op === 'upsertCustomer' || command.op === 'context'))) {
+          this.pendingIndex.set(key, execution.customer);
+        }
       }
       for (const event of execution.events) this.pendingEvents.push(event);
       const rendered = renderOutcome(execution.outcome);

@@ -175,3 +175,55 @@ describe('customers over HTTP', () => {
     expect(await call(server.base, 'GET', '/v1/customers/cus_1', { key: sk })).toMatchObject({ status: 200, body: { id: 'cus_1' } });
   });
 });
+
+describe('context (row 8)', () => {
+  let server: ServerProcess;
+  let sk: string;
+  beforeAll(async () => {
+    server = await startServerProcess();
+    sk = server.keys.test.server;
+    await call(server.base, 'POST', '/v1/sync/push', {
+      key: sk,
+      body: {
+        entitlements: { sso: { type: 'feature' }, audit: { type: 'feature' }, seats: { type: 'limit' }, api_calls: { type: 'meter' }, tokens: { type: 'meter', reset: 'never' } },
+        products: { free: { name: 'Free', default: true, entitlements: { sso: true, seats: { included: 3 }, api_calls: { included: 100 }, tokens: { included: 5 } } } },
+      },
+    });
+  });
+  afterAll(async () => {
+    await server?.stop();
+  });
+  const context = (body: unknown) => call(server.base, 'POST', '/v1/context', { key: sk, body });
+
+  it('upserts the customer and answers features, usage and limits', async () => {
+    await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: 'ctx', amount: 30 } });
+    const res = await context({ customer: { id: 'ctx', name: 'Ctx Ltd' }, features: ['sso', 'audit', 'seats'], usage: ['api_calls', 'tokens'], limits: ['seats'] });
+    expect(res.status).toBe(200);
+    expect(res.body.customer).toMatchObject({ id: 'ctx', name: 'Ctx Ltd' });
+    expect(res.body.features).toEqual({ sso: true, audit: false, seats: true });
+    expect(res.body.usage.api_calls).toMatchObject({ balance: 70, consumed: 30, included: 100 });
+    expect(res.body.usage.tokens).toMatchObject({ balance: 5, resets: null });
+    expect(res.body.limits).toEqual({ seats: { limit: 3, included: 3, purchased: 0, expansionAllowed: false, autoExpansionEnabled: false } });
+    expect(res.body).not.toHaveProperty('plans');
+    expect(res.body).not.toHaveProperty('subscription');
+    expect((await call(server.base, 'GET', '/v1/customers/ctx', { key: sk })).body).toMatchObject({ name: 'Ctx Ltd' });
+  });
+
+  it('creates an unknown customer and adds plans and subscription when asked', async () => {
+    const res = await context({ customer: { id: 'ctx-new' }, includePlans: true, includeSubscription: true });
+    expect(res).toMatchObject({ status: 200, body: { customer: { id: 'ctx-new', name: null }, features: {}, usage: {}, limits: {}, subscription: null } });
+    expect(res.body.plans.map((p: { key: string }) => p.key)).toEqual(['free']);
+    expect((await call(server.base, 'GET', '/v1/customers/ctx-new', { key: sk })).status).toBe(200);
+  });
+
+  it('unknown keys are 404 naming the key; wrong types 400; nothing is created then', async () => {
+    expect(await context({ customer: { id: 'ctx-bad' }, features: ['nope'] })).toMatchObject({ status: 404, body: { error: 'entitlement nope not found' } });
+    expect(await context({ customer: { id: 'ctx-bad' }, usage: ['seats'] })).toMatchObject({ status: 400, body: { error: 'seats is a limit, not a meter' } });
+    expect(await context({ customer: { id: 'ctx-bad' }, limits: ['api_calls'] })).toMatchObject({ status: 400, body: { error: 'api_calls is a meter, not a limit' } });
+    expect((await call(server.base, 'GET', '/v1/customers/ctx-bad', { key: sk })).status).toBe(404);
+    expect(await context({ features: ['sso'] })).toMatchObject({ status: 400, body: { error: 'customer is required' } });
+    expect(await context({ customer: {} })).toMatchObject({ status: 400, body: { error: 'customer.id is required' } });
+    expect(await context({ customer: { id: 'x' }, features: 'sso' })).toMatchObject({ status: 400, body: { error: 'features must be an array' } });
+    expect((await call(server.base, 'POST', '/v1/context', { key: server.keys.test.client, body: { customer: { id: 'x' } } })).status).toBe(403);
+  });
+});

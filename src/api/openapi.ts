@@ -21,7 +21,7 @@ import { BODY_BYTES_MAX, ID_LENGTH_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } fro
 import type { Environment } from '../../actors/protocol.js';
 import { billingConfigSchema, CONFIG_KEY_LENGTH_MAX, CONFIG_KEY_PATTERN } from '../config/billing-schema.js';
 import { ERRORS, type ErrorCode } from '../errors.js';
-import { contractSchema, customerListQuerySchema, customerQuerySchema, customerUpsertSchema, limitSettingsSchema, usageAmountSchema, usageSettingsSchema } from './validation.js';
+import { contextSchema, contractSchema, customerListQuerySchema, customerQuerySchema, customerUpsertSchema, limitSettingsSchema, usageAmountSchema, usageSettingsSchema } from './validation.js';
 
 type Schema = Readonly<Record<string, unknown>>;
 
@@ -189,6 +189,15 @@ const OPERATIONS: readonly OperationEntry[] = [
     pathCustomer: 'customerId', sharded: true,
     summary: 'Remove a customer\'s contract', description: 'The plan\'s values apply again.',
     ok: { description: 'Removed.', schema: null, statuses: [204] }, errors: ['contract_not_found'],
+  },
+  {
+    method: 'post', path: '/v1/context', operationId: 'getContext', tag: 'customers', access: 'server',
+    body: contextSchema, sharded: true,
+    summary: 'Upsert a customer and read its entitlements in one call',
+    description: '`features` takes any entitlement (as `/has`), `usage` only meters, `limits` only limits. ' +
+      'An unknown key is 404 naming it; a key of the wrong type 400. `plans` and `subscription` (null until commerce) only when asked for.',
+    ok: { description: 'The customer and the requested answers.', schema: ref('Context') },
+    errors: ['invalid_request', 'entitlement_not_found', 'wrong_entitlement_type'],
   },
   {
     method: 'post', path: '/v1/customers', operationId: 'upsertCustomer', tag: 'customers', access: 'server',
@@ -525,6 +534,17 @@ function viewSchemas(): Record<string, Schema> {
       createdAt: isoTime,
       updatedAt: isoTime,
     }),
+    Context: {
+      ...closedObject({
+        customer: ref('Customer'),
+        features: { type: 'object', additionalProperties: { type: 'boolean' } },
+        usage: { type: 'object', additionalProperties: ref('BalanceView') },
+        limits: { type: 'object', additionalProperties: ref('LimitView') },
+        plans: { type: 'array', items: ref('Plan') },
+        subscription: { type: 'null', description: 'Null until subscriptions exist (commerce).' },
+      }),
+      required: ['customer', 'features', 'usage', 'limits'],
+    },
     CustomerList: closedObject({ data: { type: 'array', items: ref('Customer') }, nextCursor: { type: ['string', 'null'] } }),
     Contract: closedObject({
       customerId: { type: 'string' },

@@ -10,6 +10,7 @@ import type { BillingConfig, ProductDefinition } from '../../actors/billing-conf
 import { parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
 import { ID_LENGTH_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../../actors/limits.js';
 import type { Command, Environment } from '../../actors/protocol.js';
+import type { ProfilePatch } from '../../actors/customer.js';
 import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
 import type { CustomerIndex } from '../../storage/customer-index.js';
 import { billingConfigSchema } from '../config/billing-schema.js';
@@ -21,8 +22,10 @@ import type { ShardPool } from '../shard-pool.js';
 import { buildOpenApi } from './openapi.js';
 import {
   check,
+  type CustomerUpsertBody,
   validateCustomerQuery,
   validateLimitSettings,
+  validateContext,
   validateContract,
   validateCustomerListQuery,
   validateCustomerUpsert,
@@ -204,6 +207,15 @@ function contractRoute(deps: ApiDeps, op: 'getContract' | 'putContract' | 'delet
   };
 }
 
+/** The fields of a customer body that change the stored customer. */
+function profilePatch({ name, email, metadata }: CustomerUpsertBody): ProfilePatch {
+  return {
+    ...(name === undefined ? {} : { name }),
+    ...(email === undefined ? {} : { email }),
+    ...(metadata === undefined ? {} : { metadata }),
+  };
+}
+
 /** POST /v1/customers (row 9): 201 created / 200 updated, answered by the customer's shard. */
 function upsertCustomerRoute(deps: ApiDeps): Route {
   return {
@@ -212,13 +224,35 @@ function upsertCustomerRoute(deps: ApiDeps): Route {
     handle(ctx) {
       const body = check(validateCustomerUpsert, ctx.body, 'body');
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
-      const { id, name, email, metadata } = body.value;
-      const patch = {
-        ...(name === undefined ? {} : { name }),
-        ...(email === undefined ? {} : { email }),
-        ...(metadata === undefined ? {} : { metadata }),
-      };
-      submit(deps, ctx.ex, { op: 'upsertCustomer', environment: ctx.environment, customerId: id, key: '', patch });
+      const patch = profilePatch(body.value);
+      submit(deps, ctx.ex, { op: 'upsertCustomer', environment: ctx.environment, customerId: body.value.id, key: '', patch });
+    },
+  };
+}
+
+/**
+ * POST /v1/context (row 8): one call that upserts the customer and answers features,
+ * balances and limits, from the customer's shard. `plans` (from the configuration) and
+ * `subscription` (null until commerce lands) are added here, on the front end.
+ */
+function contextRoute(deps: ApiDeps): Route {
+  return {
+    access: 'server',
+    hasBody: true,
+    handle(ctx) {
+      const body = check(validateContext, ctx.body, 'body');
+      if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
+      const { customer, features = [], usage = [], limits = [], includePlans, includeSubscription } = body.value;
+      const extra = [
+        ...(includePlans === true ? [`"plans":${JSON.stringify(productViews(deps, ctx.environment))}`] : []),
+        ...(includeSubscription === true ? ['"subscription":null'] : []),
+      ];
+      const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch: profilePatch(customer), request: { features, usage, limits } } as const;
+      const accepted = deps.pool.submit(command, (status, reply) =>
+        // The shard renders `{customer, features, usage, limits}`; splice our fields before its closing brace.
+        ctx.ex.send(status, status === 200 && extra.length > 0 ? `${reply.slice(0, -1)},${extra.join(',')}}` : reply),
+      );
+      if (!accepted) ctx.ex.fail('overloaded', {}, [['retry-after', '1']]);
     },
   };
 }
@@ -287,14 +321,18 @@ export function productView(key: string, product: ProductDefinition): Record<str
   };
 }
 
+function productViews(deps: ApiDeps, environment: Environment): Array<Record<string, unknown>> {
+  const latest = deps.control.latestConfig(environment);
+  const products = latest === null ? {} : (latest.config as BillingConfig).products;
+  return Object.entries(products).map(([key, product]) => productView(key, product));
+}
+
 function plansRoute(deps: ApiDeps): Route {
   return {
     access: 'server',
     hasBody: false,
     handle(ctx) {
-      const latest = deps.control.latestConfig(ctx.environment);
-      const products = latest === null ? {} : (latest.config as BillingConfig).products;
-      ctx.ex.json(200, { data: Object.entries(products).map(([key, product]) => productView(key, product)) });
+      ctx.ex.json(200, { data: productViews(deps, ctx.environment) });
     },
   };
 }
@@ -343,6 +381,7 @@ export function buildApiRouter(deps: ApiDeps): Router<Route> {
     .add('POST', '/v1/sync/push', pushRoute(deps))
     .add('GET', '/v1/sync/pull', pullRoute(deps))
     .add('GET', '/v1/plans', plansRoute(deps))
+    .add('POST', '/v1/context', contextRoute(deps))
     .add('POST', '/v1/customers', upsertCustomerRoute(deps))
     .add('GET', '/v1/customers', listCustomersRoute(deps))
     .add('GET', '/v1/customers/:id', getCustomerRoute(deps))

@@ -101,6 +101,32 @@ export interface CustomerUpsertBody {
   readonly metadata?: Readonly<Record<string, string | number | boolean | null>>;
 }
 
+const entitlementKeys = { type: 'array', maxItems: 1000, items: { type: 'string', minLength: 1, maxLength: ID_LENGTH_MAX } } as const;
+
+/** POST /v1/context (row 8). */
+export const contextSchema = {
+  type: 'object',
+  properties: {
+    customer: customerUpsertSchema,
+    features: entitlementKeys,
+    usage: entitlementKeys,
+    limits: entitlementKeys,
+    includePlans: { type: 'boolean' },
+    includeSubscription: { type: 'boolean' },
+  },
+  required: ['customer'],
+  additionalProperties: false,
+} as const;
+
+export interface ContextBody {
+  readonly customer: CustomerUpsertBody;
+  readonly features?: readonly string[];
+  readonly usage?: readonly string[];
+  readonly limits?: readonly string[];
+  readonly includePlans?: boolean;
+  readonly includeSubscription?: boolean;
+}
+
 /** GET /v1/customers (row 10): query values are strings; limit is checked as a number after. */
 export const customerListQuerySchema = {
   type: 'object',
@@ -138,6 +164,7 @@ export const validateLimitSettings = ajv.compile<LimitSettingsBody>(limitSetting
 export const validateUsageSettings = ajv.compile<UsageSettingsBody>(usageSettingsSchema);
 export const validateContract = ajv.compile<ContractBody>(contractSchema);
 export const validateCustomerUpsert = ajv.compile<CustomerUpsertBody>(customerUpsertSchema);
+export const validateContext = ajv.compile<ContextBody>(contextSchema);
 export const validateCustomerListQuery = ajv.compile<CustomerListQuery>(customerListQuerySchema);
 
 export type Checked<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string };
@@ -191,6 +218,7 @@ function describe(error: ErrorObject, what: 'body' | 'query'): string {
 function article(type: string): string {
   if (type === 'integer') return 'a whole number';
   if (type === 'object') return 'an object';
+  if (type === 'array') return 'an array';
   if (type === 'null') return 'null';
   return `a ${type}`;
 }
