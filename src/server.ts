@@ -17,6 +17,7 @@ import type { Environment, WorkerStats } from '../actors/protocol.js';
 import { LOGICAL_SHARDS } from '../actors/limits.js';
 import { logicalShardOf, workerOf } from '../actors/protocol.js';
 import { ControlStore } from '../storage/control-store.js';
+import { AuditLog } from '../storage/audit-log.js';
 import { CustomerIndex } from '../storage/customer-index.js';
 import { BILLING_SCHEMA_JSON, buildApiRouter, type Route } from './api/routes.js';
 import { issueKey, KeyRing } from './auth/keys.js';
@@ -147,7 +148,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     customers = CustomerIndex.open(options.dataDir, workers, (environment, id) =>
       workerOf(logicalShardOf(environment as Environment, id, LOGICAL_SHARDS), workers),
     );
-    frontEnd.router = buildApiRouter({ pool: started, control, customers, pushConfig });
+    frontEnd.router = buildApiRouter({ pool: started, control, customers, audit: new AuditLog(control.auditDb), pushConfig });
     pool = started;
   });
   app.any('/*', (res, req) => frontEnd.handle(res, req));

@@ -16,7 +16,7 @@
 import { join } from 'node:path';
 import { assert } from '../actors/assert.js';
 import { decodeRecord, encodeRecord } from './codec.js';
-import { durableVoid, durableWrite, openDurableEnv, readRecord, type DurableEnv } from './lmdb-env.js';
+import { durableVoid, durableWrite, openDurableEnv, readRecord, type BinaryDb, type DurableEnv } from './lmdb-env.js';
 
 export type Environment = 'test' | 'live';
 
@@ -36,7 +36,7 @@ export interface ConfigEntry {
   config: unknown;
 }
 
-type DbName = 'keys' | 'configs' | 'meta';
+type DbName = 'keys' | 'configs' | 'meta' | 'audit';
 
 export class ControlStore {
   readonly #env: DurableEnv<DbName>;
@@ -45,9 +45,14 @@ export class ControlStore {
     this.#env = env;
   }
 
+  /** The audit log's database (storage/audit-log.ts owns its format). */
+  get auditDb(): BinaryDb {
+    return this.#env.dbs.audit;
+  }
+
   /** Opens (creating if needed) `<dataDir>/control`. Throws if LMDB cannot open it. */
   static open(dataDir: string): ControlStore {
-    return new ControlStore(openDurableEnv<DbName>(join(dataDir, 'control'), ['keys', 'configs', 'meta']));
+    return new ControlStore(openDurableEnv<DbName>(join(dataDir, 'control'), ['keys', 'configs', 'meta', 'audit']));
   }
 
   /**

@@ -21,7 +21,7 @@ import { BODY_BYTES_MAX, ID_LENGTH_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } fro
 import type { Environment } from '../../actors/protocol.js';
 import { billingConfigSchema, CONFIG_KEY_LENGTH_MAX, CONFIG_KEY_PATTERN } from '../config/billing-schema.js';
 import { ERRORS, type ErrorCode } from '../errors.js';
-import { contextSchema, contractSchema, customerListQuerySchema, customerQuerySchema, customerUpsertSchema, limitSettingsSchema, usageAmountSchema, usageSettingsSchema } from './validation.js';
+import { auditQuerySchema, contextSchema, contractSchema, customerListQuerySchema, customerQuerySchema, customerUpsertSchema, limitSettingsSchema, usageAmountSchema, usageSettingsSchema } from './validation.js';
 
 type Schema = Readonly<Record<string, unknown>>;
 
@@ -48,7 +48,7 @@ interface OperationEntry {
   /** OpenAPI path template; `{key}` is the entitlement key segment. */
   readonly path: string;
   readonly operationId: string;
-  readonly tag: 'service' | 'entitlements' | 'usage' | 'configuration' | 'customers' | 'contracts' | 'docs';
+  readonly tag: 'service' | 'entitlements' | 'usage' | 'configuration' | 'customers' | 'contracts' | 'audit' | 'docs';
   readonly summary: string;
   readonly description: string;
   readonly access: OperationAccess;
@@ -191,6 +191,18 @@ const OPERATIONS: readonly OperationEntry[] = [
     ok: { description: 'Removed.', schema: null, statuses: [204] }, errors: ['contract_not_found'],
   },
   {
+    method: 'get', path: '/v1/audit', operationId: 'listAudit', tag: 'audit', access: 'server', query: auditQuerySchema,
+    summary: 'The audit log, newest first',
+    description: 'Every administrative mutation of the environment (config push, customer upsert, contracts, settings, usage refunds), ' +
+      `hash-chained. Filter by \`action\` and \`resourceType\`; \`limit\` (default ${LIST_LIMIT_DEFAULT}, at most ${LIST_LIMIT_MAX}) and \`cursor\` page.`,
+    ok: { description: 'A page.', schema: ref('AuditList') }, errors: [],
+  },
+  {
+    method: 'get', path: '/v1/audit/verify', operationId: 'verifyAudit', tag: 'audit', access: 'server',
+    summary: 'Check the audit chain', description: 'Recomputes every entry\'s hash and link; reports the first entry that breaks the chain.',
+    ok: { description: 'The verdict.', schema: ref('AuditVerification') }, errors: [],
+  },
+  {
     method: 'post', path: '/v1/context', operationId: 'getContext', tag: 'customers', access: 'server',
     body: contextSchema, sharded: true,
     summary: 'Upsert a customer and read its entitlements in one call',
@@ -257,6 +269,7 @@ export function buildOpenApi(config: BillingConfig | null, meta: OpenApiMeta): o
       { name: 'usage', description: 'Meters: balances, consumption, refunds.' },
       { name: 'configuration', description: 'The billing configuration and its products.' },
       { name: 'customers', description: 'Customer records and listings.' },
+      { name: 'audit', description: 'The tamper-evident audit log.' },
       { name: 'contracts', description: 'Per-customer prices and included amounts.' },
       { name: 'docs', description: 'This document.' },
     ],
@@ -546,6 +559,25 @@ function viewSchemas(): Record<string, Schema> {
       required: ['customer', 'features', 'usage', 'limits'],
     },
     CustomerList: closedObject({ data: { type: 'array', items: ref('Customer') }, nextCursor: { type: ['string', 'null'] } }),
+    AuditEntry: closedObject({
+      id: { type: 'string' },
+      seq: { type: 'integer', minimum: 1 },
+      at: isoTime,
+      action: { type: 'string' },
+      resourceType: { type: 'string' },
+      resourceId: { type: 'string' },
+      actor: { type: 'string', description: 'The id of the key that made the change (never the key).' },
+      data: { type: 'object' },
+      prevHash: { type: 'string', pattern: '^[0-9a-f]{64}$' },
+      hash: { type: 'string', pattern: '^[0-9a-f]{64}$' },
+    }),
+    AuditList: closedObject({ data: { type: 'array', items: ref('AuditEntry') }, nextCursor: { type: ['string', 'null'] } }),
+    AuditVerification: {
+      oneOf: [
+        closedObject({ ok: { const: true }, entries: { type: 'integer', minimum: 0 }, lastHash: { type: 'string' } }),
+        closedObject({ ok: { const: false }, entries: { type: 'integer', minimum: 0 }, brokenAt: { type: 'string' }, reason: { type: 'string' } }),
+      ],
+    },
     Contract: closedObject({
       customerId: { type: 'string' },
       priceAmount: { type: 'integer', minimum: 0, description: 'Integer minor units of the product currency per interval.' },

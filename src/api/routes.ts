@@ -12,6 +12,7 @@ import { ID_LENGTH_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../../actors/
 import type { Command, Environment } from '../../actors/protocol.js';
 import type { ProfilePatch } from '../../actors/customer.js';
 import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
+import type { AuditInput, AuditLog } from '../../storage/audit-log.js';
 import type { CustomerIndex } from '../../storage/customer-index.js';
 import { billingConfigSchema } from '../config/billing-schema.js';
 import { formatViolations, validateBillingConfig } from '../config/validate-config.js';
@@ -25,6 +26,7 @@ import {
   type CustomerUpsertBody,
   validateCustomerQuery,
   validateLimitSettings,
+  validateAuditQuery,
   validateContext,
   validateContract,
   validateCustomerListQuery,
@@ -55,6 +57,7 @@ export interface ApiDeps {
   readonly pool: ShardPool;
   readonly control: ControlStore;
   readonly customers: CustomerIndex;
+  readonly audit: AuditLog;
   /** Serialises config pushes per environment so versions are assigned in order. */
   readonly pushConfig: (environment: Environment, config: BillingConfig) => Promise<{ version: number; pushedAtMs: number }>;
 }
@@ -89,6 +92,27 @@ function submit(deps: ApiDeps, ex: Exchange, command: Command): void {
   if (!accepted) ex.fail('overloaded', {}, [['retry-after', '1']]);
 }
 
+/** What an administrative mutation writes to the audit log (the actor is the key's id). */
+type AuditOf = Omit<AuditInput, 'actor'>;
+
+/**
+ * Records a successful mutation in the audit log, durably, before the caller hears of
+ * it; a failed one (4xx) records nothing. A crash between the two leaves the mutation
+ * applied but unacknowledged and unaudited, like any request in flight.
+ */
+function audited(deps: ApiDeps, ctx: RequestContext, audit: AuditOf, status: number, body: string): void {
+  if (status >= 300) return ctx.ex.send(status, body);
+  deps.audit.append(ctx.environment, { ...audit, actor: ctx.key.id }, Date.now()).then(
+    () => ctx.ex.send(status, body),
+    () => ctx.ex.fail('internal'),
+  );
+}
+
+function submitAudited(deps: ApiDeps, ctx: RequestContext, command: Command, audit: AuditOf): void {
+  const accepted = deps.pool.submit(command, (status, body) => audited(deps, ctx, audit, status, body));
+  if (!accepted) ctx.ex.fail('overloaded', {}, [['retry-after', '1']]);
+}
+
 function readRoute(deps: ApiDeps, op: 'has' | 'limit' | 'balance'): Route {
   return {
     access: 'client',
@@ -116,7 +140,10 @@ function usageAmountRoute(deps: ApiDeps, op: 'consume' | 'refund'): Route {
       if (!amount.ok) return ctx.ex.fail('invalid_request', { detail: AMOUNT_MESSAGES[amount.reason] });
       const { customerId, idempotencyKey } = body.value;
       const base = { op, environment: ctx.environment, customerId, key, amountMicros: amount.micros } as const;
-      submit(deps, ctx.ex, idempotencyKey === undefined ? base : { ...base, idempotencyKey });
+      const command = idempotencyKey === undefined ? base : { ...base, idempotencyKey };
+      if (op === 'consume') return submit(deps, ctx.ex, command);
+      const data = { key, amount: body.value.amount, ...(idempotencyKey === undefined ? {} : { idempotencyKey }) };
+      submitAudited(deps, ctx, command, { action: 'usage.refund', resourceType: 'meter', resourceId: customerId, data });
     },
   };
 }
@@ -135,13 +162,15 @@ function limitSettingsRoute(deps: ApiDeps): Route {
       if (purchased === undefined && autoExpansionEnabled === undefined) {
         return ctx.ex.fail('invalid_request', { detail: 'purchased or autoExpansionEnabled is required' });
       }
-      submit(deps, ctx.ex, {
-        op: 'limitSettings',
-        environment: ctx.environment,
-        customerId,
-        key,
+      const settings = {
         ...(purchased === undefined ? {} : { purchased }),
         ...(autoExpansionEnabled === undefined ? {} : { autoExpansionEnabled }),
+      };
+      submitAudited(deps, ctx, { op: 'limitSettings', environment: ctx.environment, customerId, key, ...settings }, {
+        action: 'limit.settings',
+        resourceType: 'limit',
+        resourceId: customerId,
+        data: { key, ...settings },
       });
     },
   };
@@ -157,7 +186,12 @@ function usageSettingsRoute(deps: ApiDeps): Route {
       const body = check(validateUsageSettings, ctx.body, 'body');
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
       const { customerId, overageEnabled } = body.value;
-      submit(deps, ctx.ex, { op: 'usageSettings', environment: ctx.environment, customerId, key, overageEnabled });
+      submitAudited(deps, ctx, { op: 'usageSettings', environment: ctx.environment, customerId, key, overageEnabled }, {
+        action: 'usage.settings',
+        resourceType: 'meter',
+        resourceId: customerId,
+        data: { key, overageEnabled },
+      });
     },
   };
 }
@@ -170,7 +204,10 @@ function pushRoute(deps: ApiDeps): Route {
       const result = validateBillingConfig(ctx.body);
       if (!result.ok) return ctx.ex.fail('invalid_config', { detail: formatViolations(result.errors) });
       deps.pushConfig(ctx.environment, result.config).then(
-        ({ version, pushedAtMs }) => ctx.ex.json(200, { version, pushedAt: new Date(pushedAtMs).toISOString() }),
+        ({ version, pushedAtMs }) => {
+          const body = JSON.stringify({ version, pushedAt: new Date(pushedAtMs).toISOString() });
+          audited(deps, ctx, { action: 'config.push', resourceType: 'config', resourceId: `v${version}`, data: { version } }, 200, body);
+        },
         () => ctx.ex.fail('internal'),
       );
     },
@@ -198,11 +235,14 @@ function contractRoute(deps: ApiDeps, op: 'getContract' | 'putContract' | 'delet
       const customerId = pathParam(ctx, 'customerId');
       if (customerId === null) return;
       const address = { environment: ctx.environment, customerId, key: '' } as const;
-      if (op !== 'putContract') return submit(deps, ctx.ex, { op, ...address });
+      if (op === 'getContract') return submit(deps, ctx.ex, { op, ...address });
+      const audit = { resourceType: 'contract', resourceId: customerId } as const;
+      if (op === 'deleteContract') return submitAudited(deps, ctx, { op, ...address }, { ...audit, action: 'contract.delete', data: {} });
       const body = check(validateContract, ctx.body, 'body');
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
       const { priceAmount, priceInterval, entitlements } = body.value;
-      submit(deps, ctx.ex, { op, ...address, contract: { priceAmount, priceInterval, entitlements: entitlements ?? {} } });
+      const contract = { priceAmount, priceInterval, entitlements: entitlements ?? {} };
+      submitAudited(deps, ctx, { op, ...address, contract }, { ...audit, action: 'contract.put', data: contract });
     },
   };
 }
@@ -225,7 +265,12 @@ function upsertCustomerRoute(deps: ApiDeps): Route {
       const body = check(validateCustomerUpsert, ctx.body, 'body');
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
       const patch = profilePatch(body.value);
-      submit(deps, ctx.ex, { op: 'upsertCustomer', environment: ctx.environment, customerId: body.value.id, key: '', patch });
+      submitAudited(deps, ctx, { op: 'upsertCustomer', environment: ctx.environment, customerId: body.value.id, key: '', patch }, {
+        action: 'customer.upsert',
+        resourceType: 'customer',
+        resourceId: body.value.id,
+        data: { ...patch },
+      });
     },
   };
 }
@@ -308,6 +353,49 @@ function listCustomersRoute(deps: ApiDeps): Route {
   };
 }
 
+/** GET /v1/audit (row 21): newest first, filtered by action and resource type. */
+function auditListRoute(deps: ApiDeps): Route {
+  return {
+    access: 'server',
+    hasBody: false,
+    handle(ctx) {
+      const query = check(validateAuditQuery, ctx.query, 'query');
+      if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });
+      const { action, resourceType, cursor } = query.value;
+      const limit = query.value.limit === undefined ? LIST_LIMIT_DEFAULT : Number(query.value.limit);
+      if (limit < 1 || limit > LIST_LIMIT_MAX) {
+        return ctx.ex.fail('invalid_query', { detail: `limit must be a whole number from 1 to ${LIST_LIMIT_MAX}` });
+      }
+      const before = cursor === undefined ? null : decodeAuditCursor(cursor);
+      if (cursor !== undefined && before === null) return ctx.ex.fail('invalid_query', { detail: 'cursor is invalid' });
+      const filter = { ...(action === undefined ? {} : { action }), ...(resourceType === undefined ? {} : { resourceType }) };
+      const page = deps.audit.page(ctx.environment, filter, limit, before);
+      const nextCursor = page.nextBefore === null ? null : Buffer.from(JSON.stringify({ before: page.nextBefore })).toString('base64url');
+      ctx.ex.json(200, { data: page.data, nextCursor });
+    },
+  };
+}
+
+function decodeAuditCursor(cursor: string): number | null {
+  try {
+    const before = (JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as { before?: unknown } | null)?.before;
+    return typeof before === 'number' && Number.isSafeInteger(before) && before > 0 ? before : null;
+  } catch {
+    return null;
+  }
+}
+
+/** GET /v1/audit/verify: walks the environment's hash chain. */
+function auditVerifyRoute(deps: ApiDeps): Route {
+  return {
+    access: 'server',
+    hasBody: false,
+    handle(ctx) {
+      ctx.ex.json(200, deps.audit.verify(ctx.environment));
+    },
+  };
+}
+
 /** One product of the pushed configuration as the plans listing shows it. */
 export function productView(key: string, product: ProductDefinition): Record<string, unknown> {
   return {
@@ -381,6 +469,8 @@ export function buildApiRouter(deps: ApiDeps): Router<Route> {
     .add('POST', '/v1/sync/push', pushRoute(deps))
     .add('GET', '/v1/sync/pull', pullRoute(deps))
     .add('GET', '/v1/plans', plansRoute(deps))
+    .add('GET', '/v1/audit', auditListRoute(deps))
+    .add('GET', '/v1/audit/verify', auditVerifyRoute(deps))
     .add('POST', '/v1/context', contextRoute(deps))
     .add('POST', '/v1/customers', upsertCustomerRoute(deps))
     .add('GET', '/v1/customers', listCustomersRoute(deps))

@@ -127,6 +127,26 @@ export interface ContextBody {
   readonly includeSubscription?: boolean;
 }
 
+/** GET /v1/audit (row 21). */
+export const auditQuerySchema = {
+  type: 'object',
+  properties: {
+    action: { type: 'string', minLength: 1, maxLength: 64 },
+    resourceType: { type: 'string', minLength: 1, maxLength: 64 },
+    limit: { type: 'string', pattern: '^[0-9]{1,9}$' },
+    cursor: { type: 'string', minLength: 1, maxLength: 2048 },
+  },
+  required: [],
+  additionalProperties: false,
+} as const;
+
+export interface AuditQuery {
+  readonly action?: string;
+  readonly resourceType?: string;
+  readonly limit?: string;
+  readonly cursor?: string;
+}
+
 /** GET /v1/customers (row 10): query values are strings; limit is checked as a number after. */
 export const customerListQuerySchema = {
   type: 'object',
@@ -164,6 +184,7 @@ export const validateLimitSettings = ajv.compile<LimitSettingsBody>(limitSetting
 export const validateUsageSettings = ajv.compile<UsageSettingsBody>(usageSettingsSchema);
 export const validateContract = ajv.compile<ContractBody>(contractSchema);
 export const validateCustomerUpsert = ajv.compile<CustomerUpsertBody>(customerUpsertSchema);
+export const validateAuditQuery = ajv.compile<AuditQuery>(auditQuerySchema);
 export const validateContext = ajv.compile<ContextBody>(contextSchema);
 export const validateCustomerListQuery = ajv.compile<CustomerListQuery>(customerListQuerySchema);
 
