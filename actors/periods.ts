@@ -32,16 +32,19 @@ export function periodAt(reset: ResetInterval, nowMs: number): Period {
   return period;
 }
 
-let lastIsoMs = Number.NaN;
-let lastIso = '';
+/** Recently rendered timestamps: period ends repeat on every balance answered. */
+const isoCache = new Map<number, string>();
+const ISO_CACHE_MAX = 256;
 
-/** ISO 8601 with milliseconds for an epoch ms, memoised for the common repeated value. */
+/** ISO 8601 with milliseconds for an epoch ms, memoised (a small, bounded cache). */
 export function isoOf(ms: number): string {
-  if (ms !== lastIsoMs) {
-    lastIso = new Date(ms).toISOString();
-    lastIsoMs = ms;
+  let iso = isoCache.get(ms);
+  if (iso === undefined) {
+    iso = new Date(ms).toISOString();
+    if (isoCache.size >= ISO_CACHE_MAX) isoCache.clear();
+    isoCache.set(ms, iso);
   }
-  return lastIso;
+  return iso;
 }
 
 function computePeriod(reset: ResetInterval, nowMs: number): Period {

@@ -117,7 +117,10 @@ export class Shard {
       }
       for (const event of execution.events) this.pendingEvents.push(event);
       const rendered = renderOutcome(execution.outcome);
-      this.pendingReplies.push(id, rendered.status, rendered.body);
+      // A context call that changed nothing is a read of several keys: answered at once,
+      // like every read. (A replayed consume is not: it acknowledges the original write.)
+      if (command.op === 'context' && execution.events.length === 0) this.options.reply(id, rendered.status, rendered.body);
+      else this.pendingReplies.push(id, rendered.status, rendered.body);
     }
     if (!this.appending) this.commitPending();
     this.options.flush();

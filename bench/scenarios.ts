@@ -21,14 +21,23 @@ export const CUSTOMER_COUNT = 10_000;
 export const BENCH_CONFIG = {
   entitlements: {
     sso: { type: 'feature' },
+    audit_log: { type: 'feature' },
+    exports: { type: 'feature' },
     seats: { type: 'limit' },
     api_calls: { type: 'meter', reset: 'month' },
+    tokens: { type: 'meter', reset: 'day' },
   },
   products: {
     free: {
       name: 'Free',
       default: true,
-      entitlements: { sso: true, api_calls: { included: 1_000_000_000 }, seats: { included: 5 } },
+      entitlements: {
+        sso: true,
+        exports: true,
+        api_calls: { included: 1_000_000_000 },
+        tokens: { included: 1_000_000 },
+        seats: { included: 5 },
+      },
     },
   },
 } as const;
@@ -75,6 +84,21 @@ export interface Scenario {
 
 function getRequest(path: string, key: string): autocannon.Request {
   return { method: 'GET', path, headers: { 'x-tally-key': key } };
+}
+
+/** Issue 3's context shape: 3 features, 2 meters, 1 limit, upserting the customer. */
+function contextRequest(customerId: string, keys: BenchKeys): autocannon.Request {
+  return {
+    method: 'POST',
+    path: '/v1/context',
+    headers: { 'x-tally-key': keys.server, 'content-type': 'application/json' },
+    body: JSON.stringify({
+      customer: { id: customerId },
+      features: ['sso', 'audit_log', 'exports'],
+      usage: ['api_calls', 'tokens'],
+      limits: ['seats'],
+    }),
+  };
 }
 
 function consumeRequest(customerId: string, keys: BenchKeys): autocannon.Request {
@@ -128,6 +152,15 @@ export const SCENARIOS: readonly Scenario[] = [
     build: (id, keys) => getRequest(`/v1/usage/api_calls/balance?customerId=${id}`, keys.server),
   },
   { name: 'consume', ...CONSUME, targets: [{ kind: 'ratio', min: 0.4 }], fullOnly: false },
+  {
+    name: 'context',
+    method: 'POST',
+    path: '/v1/context {"customer":{"id":"{id}"},"features":[3],"usage":[2],"limits":[1]}',
+    tally: 'rate-limited',
+    targets: [{ kind: 'ratio', min: 0.4 }],
+    fullOnly: false,
+    build: contextRequest,
+  },
   { name: 'consume-256', ...CONSUME, connections: 256, targets: [{ kind: 'ratio', min: 0.4 }], fullOnly: true },
 ];
 

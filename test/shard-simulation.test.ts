@@ -206,3 +206,20 @@ describe('shard simulation', () => {
     }
   });
 });
+
+describe('shard replies', () => {
+  it('answers a context that changed nothing at once, and one that created the customer only when durable', async () => {
+    const disk = new SimDisk();
+    const replies: number[] = [];
+    const shard = new Shard({ journal: disk.journal(), clock: () => T0, reply: (id) => replies.push(id), flush: () => undefined, fatal: (e) => { throw e; } });
+    shard.setConfig('test', 1, CONFIG);
+    const context = { op: 'context', environment: 'test', customerId: 'ctx', key: '', patch: {}, request: { features: ['sso'], usage: [], limits: [] } } as const;
+    shard.handleBatch([{ id: 1, command: context }]);
+    expect(replies).toEqual([]); // it created the customer: a journal write is pending
+    shard.handleBatch([{ id: 2, command: context }]);
+    expect(replies).toEqual([2]); // nothing changed: a read, answered without waiting
+    disk.sync();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(replies).toEqual([2, 1]);
+  });
+});
