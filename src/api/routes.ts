@@ -8,7 +8,7 @@
  */
 import type { BillingConfig, ProductDefinition } from '../../actors/billing-config.js';
 import { parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
-import { ID_LENGTH_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../../actors/limits.js';
+import { ID_LENGTH_MAX } from '../../actors/limits.js';
 import type { Command, Environment } from '../../actors/protocol.js';
 import type { ProfilePatch } from '../../actors/customer.js';
 import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
@@ -21,6 +21,7 @@ import { decodeComponent } from '../http/query.js';
 import { Router } from '../http/router.js';
 import type { ShardPool } from '../shard-pool.js';
 import { buildOpenApi } from './openapi.js';
+import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import {
   check,
   type CustomerUpsertBody,
@@ -317,21 +318,6 @@ function getCustomerRoute(deps: ApiDeps): Route {
   };
 }
 
-/** Opaque listing cursors: base64url of the id to continue after. */
-function encodeCursor(after: string): string {
-  return Buffer.from(JSON.stringify({ after }), 'utf8').toString('base64url');
-}
-
-function decodeCursor(cursor: string): string | null {
-  try {
-    const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-    const after = (value as { after?: unknown } | null)?.after;
-    return typeof after === 'string' && after.length > 0 && after.length <= ID_LENGTH_MAX ? after : null;
-  } catch {
-    return null;
-  }
-}
-
 /** GET /v1/customers (row 10): pages in id order, `{data, nextCursor}`, from the index. */
 function listCustomersRoute(deps: ApiDeps): Route {
   return {
@@ -340,14 +326,17 @@ function listCustomersRoute(deps: ApiDeps): Route {
     handle(ctx) {
       const query = check(validateCustomerListQuery, ctx.query, 'query');
       if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });
-      const limit = query.value.limit === undefined ? LIST_LIMIT_DEFAULT : Number(query.value.limit);
-      if (limit < 1 || limit > LIST_LIMIT_MAX) {
-        return ctx.ex.fail('invalid_query', { detail: `limit must be a whole number from 1 to ${LIST_LIMIT_MAX}` });
+      const limit = pageLimit(ctx.ex, query.value.limit);
+      if (limit === null) return;
+      let after: string | null = null;
+      if (query.value.cursor !== undefined) {
+        after = decodeCursor(ctx.ex, query.value.cursor, ({ after: id }) =>
+          typeof id === 'string' && id.length > 0 && id.length <= ID_LENGTH_MAX ? id : null,
+        );
+        if (after === null) return;
       }
-      const after = query.value.cursor === undefined ? null : decodeCursor(query.value.cursor);
-      if (query.value.cursor !== undefined && after === null) return ctx.ex.fail('invalid_query', { detail: 'cursor is invalid' });
       const page = deps.customers.page(ctx.environment, after, limit);
-      const next = page.nextAfter === null ? 'null' : JSON.stringify(encodeCursor(page.nextAfter));
+      const next = page.nextAfter === null ? 'null' : JSON.stringify(encodeCursor({ after: page.nextAfter }));
       ctx.ex.send(200, `{"data":[${page.items.join(',')}],"nextCursor":${next}}`);
     },
   };
@@ -362,27 +351,21 @@ function auditListRoute(deps: ApiDeps): Route {
       const query = check(validateAuditQuery, ctx.query, 'query');
       if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });
       const { action, resourceType, cursor } = query.value;
-      const limit = query.value.limit === undefined ? LIST_LIMIT_DEFAULT : Number(query.value.limit);
-      if (limit < 1 || limit > LIST_LIMIT_MAX) {
-        return ctx.ex.fail('invalid_query', { detail: `limit must be a whole number from 1 to ${LIST_LIMIT_MAX}` });
+      const limit = pageLimit(ctx.ex, query.value.limit);
+      if (limit === null) return;
+      let before: number | null = null;
+      if (cursor !== undefined) {
+        before = decodeCursor(ctx.ex, cursor, ({ before: seq }) =>
+          typeof seq === 'number' && Number.isSafeInteger(seq) && seq > 0 ? seq : null,
+        );
+        if (before === null) return;
       }
-      const before = cursor === undefined ? null : decodeAuditCursor(cursor);
-      if (cursor !== undefined && before === null) return ctx.ex.fail('invalid_query', { detail: 'cursor is invalid' });
       const filter = { ...(action === undefined ? {} : { action }), ...(resourceType === undefined ? {} : { resourceType }) };
       const page = deps.audit.page(ctx.environment, filter, limit, before);
-      const nextCursor = page.nextBefore === null ? null : Buffer.from(JSON.stringify({ before: page.nextBefore })).toString('base64url');
+      const nextCursor = page.nextBefore === null ? null : encodeCursor({ before: page.nextBefore });
       ctx.ex.json(200, { data: page.data, nextCursor });
     },
   };
-}
-
-function decodeAuditCursor(cursor: string): number | null {
-  try {
-    const before = (JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as { before?: unknown } | null)?.before;
-    return typeof before === 'number' && Number.isSafeInteger(before) && before > 0 ? before : null;
-  } catch {
-    return null;
-  }
 }
 
 /** GET /v1/audit/verify: walks the environment's hash chain. */
