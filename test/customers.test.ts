@@ -78,12 +78,10 @@ describe('customers over HTTP', () => {
   let server: ServerProcess;
   let sk: string;
   beforeAll(async () => {
-    server = await startServerProcess();
-    sk = server.keys.test.server;
-    await call(server.base, 'POST', '/v1/sync/push', {
-      key: sk,
-      body: { entitlements: { api_calls: { type: 'meter' } }, products: { free: { default: true, entitlements: { api_calls: { included: 10 } } } } },
+    server = await startServerProcess({
+      config: { entitlements: { api_calls: { type: 'meter' } }, products: { free: { default: true, entitlements: { api_calls: { included: 10 } } } } },
     });
+    sk = server.keys.test.server;
   });
   afterAll(async () => {
     await server?.stop();
@@ -180,15 +178,13 @@ describe('context (row 8)', () => {
   let server: ServerProcess;
   let sk: string;
   beforeAll(async () => {
-    server = await startServerProcess();
-    sk = server.keys.test.server;
-    await call(server.base, 'POST', '/v1/sync/push', {
-      key: sk,
-      body: {
+    server = await startServerProcess({
+      config: {
         entitlements: { sso: { type: 'feature' }, audit: { type: 'feature' }, seats: { type: 'limit' }, api_calls: { type: 'meter' }, tokens: { type: 'meter', reset: 'never' } },
         products: { free: { name: 'Free', default: true, entitlements: { sso: true, seats: { included: 3 }, api_calls: { included: 100 }, tokens: { included: 5 } } } },
       },
     });
+    sk = server.keys.test.server;
   });
   afterAll(async () => {
     await server?.stop();

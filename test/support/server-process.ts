@@ -33,7 +33,13 @@ export function tempDataDir(label = 'tally'): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), `${label}-`));
 }
 
-export async function startServerProcess(options: { dataDir?: string; env?: Record<string, string> } = {}): Promise<ServerProcess> {
+/**
+ * Starts the server; with `config`, pushes it to the test environment first (and fails
+ * loudly if the push is refused).
+ */
+export async function startServerProcess(
+  options: { dataDir?: string; env?: Record<string, string>; config?: unknown } = {},
+): Promise<ServerProcess> {
   const dataDir = options.dataDir ?? tempDataDir();
   const child = spawn(process.execPath, [MAIN_JS], {
     // Tests that are not about rate limits must not run into them: limits on, but huge.
@@ -58,6 +64,10 @@ export async function startServerProcess(options: { dataDir?: string; env?: Reco
   await waitFor(async () => ((await fetch(`${base}/healthz`).catch(() => null))?.status === 200 ? true : null), () => out, child);
   const keys = JSON.parse(fs.readFileSync(path.join(dataDir, 'bootstrap-keys.json'), 'utf8')) as Keys;
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  if (options.config !== undefined) {
+    const pushed = await call(base, 'POST', '/v1/sync/push', { key: keys.test.server, body: options.config });
+    if (pushed.status !== 200) throw new Error(`config push refused: ${JSON.stringify(pushed.body)}`);
+  }
   return {
     child,
     port,
