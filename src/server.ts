@@ -17,7 +17,9 @@ import type { Environment, WorkerStats } from '../actors/protocol.js';
 import { LOGICAL_SHARDS } from '../actors/limits.js';
 import { logicalShardOf, workerOf } from '../actors/protocol.js';
 import { ControlStore } from '../storage/control-store.js';
+import { Piscina } from 'piscina';
 import { AuditLog } from '../storage/audit-log.js';
+import type { AuditVerifyTask } from '../storage/audit-verify-task.js';
 import { CustomerIndex } from '../storage/customer-index.js';
 import { BILLING_SCHEMA_JSON, buildApiRouter, type Route } from './api/routes.js';
 import { issueKey, KeyRing } from './auth/keys.js';
@@ -140,6 +142,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     ...(options.snapshotEveryBatches === undefined ? {} : { snapshotEveryBatches: options.snapshotEveryBatches }),
   };
   let customers: CustomerIndex | null = null;
+  // CPU-heavy side jobs (audit-chain verification) run on a piscina pool, started on first use.
+  let piscina: Piscina | null = null;
+  const sideJobs = (): Piscina => {
+    piscina ??= new Piscina({ filename: new URL('../storage/audit-verify-task.js', import.meta.url).href, maxThreads: 1, idleTimeout: 30_000 });
+    return piscina;
+  };
   const ready = ShardPool.start(poolOptions).then((started) => {
     for (const environment of ENVIRONMENTS) {
       const latest = control.latestConfig(environment);
@@ -148,7 +156,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     customers = CustomerIndex.open(options.dataDir, workers, (environment, id) =>
       workerOf(logicalShardOf(environment as Environment, id, LOGICAL_SHARDS), workers),
     );
-    frontEnd.router = buildApiRouter({ pool: started, control, customers, audit: new AuditLog(control.auditDb), pushConfig });
+    frontEnd.router = buildApiRouter({
+      pool: started,
+      control,
+      customers,
+      audit: new AuditLog(control.auditDb),
+      verifyAudit: (environment) => sideJobs().run({ dataDir: options.dataDir, environment } satisfies AuditVerifyTask),
+      pushConfig,
+    });
     pool = started;
   });
   app.any('/*', (res, req) => frontEnd.handle(res, req));
@@ -162,6 +177,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       uWS.us_listen_socket_close(socket);
       await ready.catch(() => undefined);
       if (pool !== null) await pool.stop();
+      await (piscina as Piscina | null)?.destroy();
       await (customers as CustomerIndex | null)?.close();
       await control.close();
     },

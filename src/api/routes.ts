@@ -12,7 +12,7 @@ import { ID_LENGTH_MAX } from '../../actors/limits.js';
 import type { Command, Environment } from '../../actors/protocol.js';
 import type { ProfilePatch } from '../../actors/customer.js';
 import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
-import type { AuditInput, AuditLog } from '../../storage/audit-log.js';
+import type { AuditInput, AuditLog, AuditVerification } from '../../storage/audit-log.js';
 import type { CustomerIndex } from '../../storage/customer-index.js';
 import { billingConfigSchema } from '../config/billing-schema.js';
 import { formatViolations, validateBillingConfig } from '../config/validate-config.js';
@@ -59,6 +59,8 @@ export interface ApiDeps {
   readonly control: ControlStore;
   readonly customers: CustomerIndex;
   readonly audit: AuditLog;
+  /** Walks an environment's audit chain off the event loop (a piscina task). */
+  readonly verifyAudit: (environment: Environment) => Promise<AuditVerification>;
   /** Serialises config pushes per environment so versions are assigned in order. */
   readonly pushConfig: (environment: Environment, config: BillingConfig) => Promise<{ version: number; pushedAtMs: number }>;
 }
@@ -374,7 +376,10 @@ function auditVerifyRoute(deps: ApiDeps): Route {
     access: 'server',
     hasBody: false,
     handle(ctx) {
-      ctx.ex.json(200, deps.audit.verify(ctx.environment));
+      deps.verifyAudit(ctx.environment).then(
+        (verdict) => ctx.ex.json(200, verdict),
+        () => ctx.ex.fail('internal'),
+      );
     },
   };
 }
