@@ -76,7 +76,13 @@ export class AuditLog {
     const unhashed = { id: `aud_${environment}_${seq}`, seq, at: new Date(nowMs).toISOString(), ...input, prevHash: tail.hash };
     const entry: AuditEntry = { ...unhashed, hash: hashOf(unhashed) };
     this.last.set(environment, { seq, hash: entry.hash });
-    await durableVoid(this.db.put([environment, seq], encodeRecord(entry)), `audit ${entry.id} write`);
+    try {
+      await durableVoid(this.db.put([environment, seq], encodeRecord(entry)), `audit ${entry.id} write`);
+    } catch (error) {
+      // The entry is not on disk: forget the tail so the next append links to what is.
+      this.last.delete(environment);
+      throw error;
+    }
     return entry;
   }
 
