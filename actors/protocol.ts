@@ -139,7 +139,6 @@ export function decodeBatch(wire: WireBatch): Envelope[] {
 export type ToWorker =
   | { readonly t: 'config'; readonly environment: Environment; readonly version: number; readonly config: BillingConfig }
   | { readonly t: 'batch'; readonly wire: WireBatch }
-  | { readonly t: 'snapshot'; readonly requestId: number }
   | { readonly t: 'stop' };
 
 /** Replies flattened as [id, status, body, id, status, body, ...] to keep cloning cheap. */
@@ -156,7 +155,6 @@ export interface WorkerStats {
 export type FromWorker =
   | { readonly t: 'ready'; readonly stats: WorkerStats }
   | { readonly t: 'replies'; readonly replies: ReplyTriples }
-  | { readonly t: 'snapshotted'; readonly requestId: number; readonly seq: number }
   | { readonly t: 'stopped' };
 
 /**

@@ -66,7 +66,7 @@ const shard = new Shard({
   // nothing is pending: under sustained load this is when a due snapshot can be taken.
   flush: () => {
     flushReplies();
-    maybeSnapshot(false);
+    maybeSnapshot();
   },
   fatal: crash,
 });
@@ -91,25 +91,21 @@ let lastSnapshotAtMs = Date.now();
 let snapshotting = false;
 
 /** Snapshots when enough has been journaled since the last one, bounding replay time. */
-function maybeSnapshot(force: boolean): Promise<number> | null {
+function maybeSnapshot(): void {
   // Events decided but not yet appended are in memory only: a snapshot now would hold
   // them and the journal would later replay them again. Wait for the group to go out.
-  if (snapshotting || shard.hasPendingEvents) return null;
+  if (snapshotting || shard.hasPendingEvents) return;
   const due = shard.batchesSinceSnapshot >= snapshotEveryBatches
     || (shard.batchesSinceSnapshot > 0 && Date.now() - lastSnapshotAtMs >= SNAPSHOT_INTERVAL_MS);
-  if (!force && !due) return null;
+  if (!due) return;
   snapshotting = true;
   const seq = store.lastSeq;
   const items = shard.snapshotItems();
   shard.batchesSinceSnapshot = 0;
   lastSnapshotAtMs = Date.now();
-  return store.writeSnapshot(seq, items).then(
-    () => {
-      snapshotting = false;
-      return seq;
-    },
-    crash,
-  );
+  store.writeSnapshot(seq, items).then(() => {
+    snapshotting = false;
+  }, crash);
 }
 
 function onMessage(message: ToWorker): void {
@@ -120,11 +116,6 @@ function onMessage(message: ToWorker): void {
     case 'config':
       shard.setConfig(message.environment, message.version, message.config);
       return;
-    case 'snapshot': {
-      const done = maybeSnapshot(true) ?? Promise.resolve(store.lastSeq);
-      void done.then((seq) => post({ t: 'snapshotted', requestId: message.requestId, seq }));
-      return;
-    }
     case 'stop':
       void store.close().then(() => post({ t: 'stopped' }), crash);
       return;
@@ -137,4 +128,4 @@ try {
   crash(error);
 }
 port.on('message', onMessage);
-setInterval(() => maybeSnapshot(false), SNAPSHOT_INTERVAL_MS).unref();
+setInterval(() => maybeSnapshot(), SNAPSHOT_INTERVAL_MS).unref();

@@ -65,7 +65,8 @@ export function customerKeyOf(environment: Environment, customerId: string): str
   return `${environment}\u0000${customerId}`;
 }
 
-function isRead(command: Command): command is ReadCommand {
+/** Reads are answered at once from memory; everything else is a write. */
+export function isRead(command: Command): command is ReadCommand {
   return command.op === 'has' || command.op === 'limit' || command.op === 'balance' || command.op === 'getContract';
 }
 

@@ -90,9 +90,14 @@ function pathKey(ctx: RequestContext): string | null {
   return pathParam(ctx, 'key');
 }
 
-function submit(deps: ApiDeps, ex: Exchange, command: Command): void {
-  const accepted = deps.pool.submit(command, (status, body) => ex.send(status, body));
-  if (!accepted) ex.fail('overloaded', {}, [['retry-after', '1']]);
+/** Hands a command to its shard; the reply goes to `onReply` (default: straight back). 503 when the shard is full. */
+function submit(
+  deps: ApiDeps,
+  ex: Exchange,
+  command: Command,
+  onReply: (status: number, body: string) => void = (status, body) => ex.send(status, body),
+): void {
+  if (!deps.pool.submit(command, onReply)) ex.fail('overloaded', {}, [['retry-after', '1']]);
 }
 
 /** What an administrative mutation writes to the audit log (the actor is the key's id). */
@@ -112,8 +117,7 @@ function audited(deps: ApiDeps, ctx: RequestContext, audit: AuditOf, status: num
 }
 
 function submitAudited(deps: ApiDeps, ctx: RequestContext, command: Command, audit: AuditOf): void {
-  const accepted = deps.pool.submit(command, (status, body) => audited(deps, ctx, audit, status, body));
-  if (!accepted) ctx.ex.fail('overloaded', {}, [['retry-after', '1']]);
+  submit(deps, ctx.ex, command, (status, body) => audited(deps, ctx, audit, status, body));
 }
 
 function readRoute(deps: ApiDeps, op: 'has' | 'limit' | 'balance'): Route {
@@ -296,11 +300,10 @@ function contextRoute(deps: ApiDeps): Route {
         ...(includeSubscription === true ? ['"subscription":null'] : []),
       ];
       const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch: profilePatch(customer), request: { features, usage, limits } } as const;
-      const accepted = deps.pool.submit(command, (status, reply) =>
+      submit(deps, ctx.ex, command, (status, reply) =>
         // The shard renders `{customer, features, usage, limits}`; splice our fields before its closing brace.
         ctx.ex.send(status, status === 200 && extra.length > 0 ? `${reply.slice(0, -1)},${extra.join(',')}}` : reply),
       );
-      if (!accepted) ctx.ex.fail('overloaded', {}, [['retry-after', '1']]);
     },
   };
 }

@@ -4,7 +4,8 @@
  * shard does (events applied in place, journal kept in memory).
  */
 import { compileConfig, type BillingConfig, type CompiledConfig } from '../../actors/billing-config.js';
-import { apply, execute, query, type Command, type CustomerState, type Event, type Outcome, type ReadCommand } from '../../actors/customer.js';
+import { apply, execute, query, type Command, type CustomerState, type Event, type Outcome } from '../../actors/customer.js';
+import { isRead } from '../../actors/shard.js';
 
 export const CONFIG: BillingConfig = {
   entitlements: {
@@ -48,8 +49,8 @@ export class Driver {
 
   run(command: Command, nowMs: number): Outcome {
     const key = `${command.environment}\u0000${command.customerId}`;
-    if (command.op === 'has' || command.op === 'limit' || command.op === 'balance' || command.op === 'getContract') {
-      return query(this.customers.get(key), this.config, command as ReadCommand, nowMs);
+    if (isRead(command)) {
+      return query(this.customers.get(key), this.config, command, nowMs);
     }
     const result = execute(this.customers.get(key), this.config, command, nowMs);
     if (result.customer !== undefined) this.customers.set(key, result.customer);
