@@ -797,6 +797,12 @@ export interface Execution {
   readonly customer: CustomerState | undefined;
   readonly outcome: Outcome;
   readonly events: readonly Event[];
+  /**
+   * True when the answer is a read: it acknowledges no write, so it need not wait for the
+   * journal (a context that changed nothing). A replayed consume is not a read: it
+   * acknowledges the original write.
+   */
+  readonly isRead?: true;
 }
 
 /** Decides a write, applies its events to `customer` in place, and answers with the new view. */
@@ -819,7 +825,8 @@ export function execute(
   if (command.op === 'deleteContract') return { customer: state, outcome: { kind: 'deleted' }, events: decision.events };
   if (command.op === 'context') {
     assert(state !== undefined, 'context created the customer');
-    return { customer: state, outcome: { kind: 'context', view: contextView(state, config, command.request, nowMs) }, events: decision.events };
+    const outcome: Outcome = { kind: 'context', view: contextView(state, config, command.request, nowMs) };
+    return decision.events.length === 0 ? { customer: state, outcome, events: [], isRead: true } : { customer: state, outcome, events: decision.events };
   }
   if (command.op === 'upsertCustomer') {
     assert(state !== undefined, 'customerUpserted applied');

@@ -118,9 +118,8 @@ export class Shard {
       }
       for (const event of execution.events) this.pendingEvents.push(event);
       const rendered = renderOutcome(execution.outcome);
-      // A context call that changed nothing is a read of several keys: answered at once,
-      // like every read. (A replayed consume is not: it acknowledges the original write.)
-      if (command.op === 'context' && execution.events.length === 0) this.options.reply(id, rendered.status, rendered.body);
+      // The core says when a write command's answer is only a read (see Execution.isRead).
+      if (execution.isRead === true) this.options.reply(id, rendered.status, rendered.body);
       else this.pendingReplies.push(id, rendered.status, rendered.body);
     }
     if (!this.appending) this.commitPending();
