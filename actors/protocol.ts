@@ -139,6 +139,7 @@ export function decodeBatch(wire: WireBatch): Envelope[] {
 export type ToWorker =
   | { readonly t: 'config'; readonly environment: Environment; readonly version: number; readonly config: BillingConfig }
   | { readonly t: 'batch'; readonly wire: WireBatch }
+  | { readonly t: 'stats'; readonly requestId: number }
   | { readonly t: 'stop' };
 
 /** Replies flattened as [id, status, body, id, status, body, ...] to keep cloning cheap. */
@@ -152,8 +153,22 @@ export interface WorkerStats {
   readonly droppedTornTail: boolean;
 }
 
+/** What a worker reports on request (status, metrics): cheap counters, nothing scanned. */
+export interface ShardLiveStats {
+  readonly customers: number;
+  readonly idempotencyEntries: number;
+  readonly lastSeq: number;
+  readonly snapshotSeq: number;
+  readonly journalRecords: number;
+  /** Bytes of the LMDB environment's data file in use. */
+  readonly usedBytes: number;
+  /** When the shard last stored a snapshot of itself (null: never, since start). */
+  readonly lastSnapshotAtMs: number | null;
+}
+
 export type FromWorker =
   | { readonly t: 'ready'; readonly stats: WorkerStats }
+  | { readonly t: 'stats'; readonly requestId: number; readonly stats: ShardLiveStats }
   | { readonly t: 'replies'; readonly replies: ReplyTriples }
   | { readonly t: 'stopped' };
 

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { assert } from './assert.js';
 import type { CustomerSnapshot, Event } from './customer.js';
 import { SNAPSHOT_INTERVAL_MS } from './limits.js';
-import { decodeBatch, type FromWorker, type ReplyTriples, type ToWorker } from './protocol.js';
+import { decodeBatch, type FromWorker, type ReplyTriples, type ShardLiveStats, type ToWorker } from './protocol.js';
 import { Shard, type CustomerIndexEntry } from './shard.js';
 import { ShardStore } from '../storage/journal.js';
 
@@ -71,9 +71,15 @@ const shard = new Shard({
   fatal: crash,
 });
 
+/** When this shard's latest snapshot was stored (null: it never took one). */
+let lastSnapshotAtMs: number | null = null;
+
 function recover(): void {
   const snapshot = store.loadSnapshot();
-  if (snapshot !== null) shard.loadSnapshot(snapshot.items as CustomerSnapshot[]);
+  if (snapshot !== null) {
+    shard.loadSnapshot(snapshot.items as CustomerSnapshot[]);
+    lastSnapshotAtMs = snapshot.createdAtMs;
+  }
   const result = store.replay(snapshot?.seq ?? 0, (_seq, events) => shard.replay(events as Event[]));
   post({
     t: 'ready',
@@ -87,7 +93,8 @@ function recover(): void {
   });
 }
 
-let lastSnapshotAtMs = Date.now();
+/** Start of the current snapshot interval (SNAPSHOT_INTERVAL_MS counts from here). */
+let intervalStartMs = Date.now();
 let snapshotting = false;
 
 /** Snapshots when enough has been journaled since the last one, bounding replay time. */
@@ -96,16 +103,32 @@ function maybeSnapshot(): void {
   // them and the journal would later replay them again. Wait for the group to go out.
   if (snapshotting || shard.hasPendingEvents) return;
   const due = shard.batchesSinceSnapshot >= snapshotEveryBatches
-    || (shard.batchesSinceSnapshot > 0 && Date.now() - lastSnapshotAtMs >= SNAPSHOT_INTERVAL_MS);
+    || (shard.batchesSinceSnapshot > 0 && Date.now() - intervalStartMs >= SNAPSHOT_INTERVAL_MS);
   if (!due) return;
   snapshotting = true;
   const seq = store.lastSeq;
   const items = shard.snapshotItems();
   shard.batchesSinceSnapshot = 0;
-  lastSnapshotAtMs = Date.now();
+  intervalStartMs = Date.now();
   store.writeSnapshot(seq, items).then(() => {
     snapshotting = false;
+    lastSnapshotAtMs = Date.now();
   }, crash);
+}
+
+function liveStats(): ShardLiveStats {
+  const stored = store.stats();
+  let idempotencyEntries = 0;
+  for (const customer of shard.customers.values()) idempotencyEntries += customer.idempotency.size;
+  return {
+    customers: shard.customers.size,
+    idempotencyEntries,
+    lastSeq: stored.lastSeq,
+    snapshotSeq: stored.snapshotSeq,
+    journalRecords: stored.journalRecords,
+    usedBytes: stored.usedBytes,
+    lastSnapshotAtMs,
+  };
 }
 
 function onMessage(message: ToWorker): void {
@@ -115,6 +138,9 @@ function onMessage(message: ToWorker): void {
       return;
     case 'config':
       shard.setConfig(message.environment, message.version, message.config);
+      return;
+    case 'stats':
+      post({ t: 'stats', requestId: message.requestId, stats: liveStats() });
       return;
     case 'stop':
       void store.close().then(() => post({ t: 'stopped' }), crash);

@@ -16,11 +16,12 @@ import type { BillingConfig } from '../actors/billing-config.js';
 import type { Environment, WorkerStats } from '../actors/protocol.js';
 import { LOGICAL_SHARDS } from '../actors/limits.js';
 import { logicalShardOf, workerOf } from '../actors/protocol.js';
-import { ControlStore } from '../storage/control-store.js';
+import { ControlStore, type KeyRecord } from '../storage/control-store.js';
 import { Piscina } from 'piscina';
-import { AuditLog } from '../storage/audit-log.js';
+import { AuditLog, type AuditVerification } from '../storage/audit-log.js';
 import type { AuditVerifyTask } from '../storage/audit-verify-task.js';
 import { CustomerIndex } from '../storage/customer-index.js';
+import { buildAdminRouter, type AdminRoute } from './api/admin-routes.js';
 import { BILLING_SCHEMA_JSON, buildApiRouter, type Route } from './api/routes.js';
 import { issueKey, KeyRing } from './auth/keys.js';
 import { DEFAULT_RATE_LIMITS, RateLimiter, type RateLimits } from './auth/rate-limit.js';
@@ -148,6 +149,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     piscina ??= new Piscina({ filename: new URL('../storage/audit-verify-task.js', import.meta.url).href, maxThreads: 1, idleTimeout: 30_000 });
     return piscina;
   };
+  const startedAtMs = Date.now();
+  const audit = new AuditLog(control.auditDb);
+  const verifyAudit = (stream: string): Promise<AuditVerification> =>
+    sideJobs().run({ dataDir: options.dataDir, environment: stream } satisfies AuditVerifyTask);
   const ready = ShardPool.start(poolOptions).then((started) => {
     for (const environment of ENVIRONMENTS) {
       const latest = control.latestConfig(environment);
@@ -160,9 +165,18 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       pool: started,
       control,
       customers,
-      audit: new AuditLog(control.auditDb),
-      verifyAudit: (environment) => sideJobs().run({ dataDir: options.dataDir, environment } satisfies AuditVerifyTask),
+      audit,
+      verifyAudit,
       pushConfig,
+    });
+    frontEnd.adminRouter = buildAdminRouter({
+      keys,
+      pool: started,
+      audit,
+      verifyAudit,
+      configVersion: (environment) => control.latestConfigVersion(environment),
+      startedAtMs,
+      dataDir: options.dataDir,
     });
     pool = started;
   });
@@ -187,6 +201,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
 /** The per-request pipeline; everything before the shard hop runs synchronously here. */
 class FrontEnd {
   router: Router<Route> | null = null;
+  adminRouter: Router<AdminRoute> | null = null;
 
   constructor(
     private readonly keys: KeyRing,
@@ -221,6 +236,7 @@ class FrontEnd {
       ex.rate = rate;
       if (!rate.allowed) return ex.fail('rate_limited', { limit: rate.limit }, [['retry-after', String(rate.retryAfterSec)]]);
     }
+    if (url.startsWith('/v1/admin/')) return this.dispatchAdmin(ex, req, key);
     if (key.environment === null) return ex.fail('environment_key_required');
     if (this.router === null) return ex.fail('not_ready', {}, [['retry-after', '1']]);
 
@@ -239,6 +255,22 @@ class FrontEnd {
     }
     if (!checkBodyHeaders(ex, req.getHeader('content-type'), req.getHeader('content-length'))) return;
     readJsonBody(ex, (body) => route.handle({ ex, key, environment, params, query: query.params, body }));
+  }
+
+  /** Operator routes: only the operator key, whatever the route; then route, query, body. */
+  private dispatchAdmin(ex: Exchange, req: uWS.HttpRequest, key: KeyRecord): void {
+    const { method, path: url } = ex;
+    if (key.keyClass !== 'admin') return ex.fail('operator_key_required');
+    if (this.adminRouter === null) return ex.fail('not_ready', {}, [['retry-after', '1']]);
+    const found = this.adminRouter.lookup(method, url);
+    if (found.kind === 'not_found') return ex.fail('route_not_found', { method, path: url });
+    if (found.kind === 'method_not_allowed') return ex.fail('method_not_allowed', { method, path: url }, [['allow', found.allow]]);
+    const { route, params } = found.match;
+    const query = parseQuery(req.getQuery() ?? '');
+    if (!query.ok) return ex.fail('invalid_query', { detail: query.message });
+    if (!route.hasBody) return route.handle({ ex, key, params, query: query.params, body: undefined });
+    if (!checkBodyHeaders(ex, req.getHeader('content-type'), req.getHeader('content-length'))) return;
+    readJsonBody(ex, (body) => route.handle({ ex, key, params, query: query.params, body }));
   }
 }
 

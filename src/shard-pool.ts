@@ -21,6 +21,7 @@ import {
   type WireBatch,
   type Environment,
   type FromWorker,
+  type ShardLiveStats,
   type ToWorker,
   type WorkerStats,
 } from '../actors/protocol.js';
@@ -50,6 +51,9 @@ export class ShardPool {
   private readonly slots: Slot[] = [];
   private readonly pending = new Map<number, ReplyHandler>();
   private nextId = 1;
+  /** Outstanding stats requests: request id → one result slot per worker. */
+  private readonly statsRequests = new Map<number, { results: Array<ShardLiveStats | null>; left: number; done: (stats: ShardLiveStats[]) => void }>();
+  private nextStatsRequest = 1;
   private flushScheduled = false;
   private stopping = false;
 
@@ -84,6 +88,8 @@ export class ShardPool {
           resolve();
         } else if (message.t === 'replies') {
           this.deliver(slot, message.replies);
+        } else if (message.t === 'stats') {
+          this.statsArrived(index, message.requestId, message.stats);
         }
       });
       worker.on('error', (error) => {
@@ -113,6 +119,36 @@ export class ShardPool {
 
   workerStats(): Array<WorkerStats | null> {
     return this.slots.map((slot) => slot.stats);
+  }
+
+  /** Commands queued or in flight per worker, now. */
+  queueDepths(): number[] {
+    return this.slots.map((slot) => slot.inFlight);
+  }
+
+  /**
+   * Asks every worker for its counters. The request queues behind the batches already
+   * sent, so a busy worker answers late but never blocks anything.
+   */
+  liveStats(): Promise<ShardLiveStats[]> {
+    const requestId = this.nextStatsRequest++;
+    return new Promise((resolve) => {
+      this.statsRequests.set(requestId, {
+        results: this.slots.map(() => null),
+        left: this.slots.length,
+        done: resolve,
+      });
+      for (const slot of this.slots) this.post(slot, { t: 'stats', requestId });
+    });
+  }
+
+  private statsArrived(index: number, requestId: number, stats: ShardLiveStats): void {
+    const request = this.statsRequests.get(requestId);
+    if (request === undefined) return;
+    request.results[index] = stats;
+    if (--request.left > 0) return;
+    this.statsRequests.delete(requestId);
+    request.done(request.results as ShardLiveStats[]);
   }
 
   /** Queues a command for its customer's worker; false when that worker's queue is full. */

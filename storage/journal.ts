@@ -193,7 +193,7 @@ export class ShardStore {
    * every chunk's checksum, that chunks are exactly 1..chunkCount and that the item count
    * matches; throws a clear Error otherwise (refuse to start on a corrupt snapshot).
    */
-  loadSnapshot(): { seq: number; items: unknown[] } | null {
+  loadSnapshot(): { seq: number; createdAtMs: number; items: unknown[] } | null {
     const { snapshot } = this.#env.dbs;
     const header = readSnapshotHeader(snapshot);
     if (header === null) return null;
@@ -211,7 +211,7 @@ export class ShardStore {
         `snapshot is corrupt: header says ${header.chunkCount} chunks / ${header.itemCount} items, found ${expectedKey - 1} / ${items.length}`,
       );
     }
-    return { seq: header.seq, items };
+    return { seq: header.seq, createdAtMs: header.createdAtMs, items };
   }
 
   /** Returns the stored value, or undefined. Throws if the stored record is corrupt. */

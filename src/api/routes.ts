@@ -20,6 +20,7 @@ import type { Exchange } from '../http/exchange.js';
 import { decodeComponent } from '../http/query.js';
 import { Router } from '../http/router.js';
 import type { ShardPool } from '../shard-pool.js';
+import { auditPage } from './audit-page.js';
 import { buildOpenApi } from './openapi.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import {
@@ -60,7 +61,7 @@ export interface ApiDeps {
   readonly customers: CustomerIndex;
   readonly audit: AuditLog;
   /** Walks an environment's audit chain off the event loop (a piscina task). */
-  readonly verifyAudit: (environment: Environment) => Promise<AuditVerification>;
+  readonly verifyAudit: (stream: string) => Promise<AuditVerification>;
   /** Serialises config pushes per environment so versions are assigned in order. */
   readonly pushConfig: (environment: Environment, config: BillingConfig) => Promise<{ version: number; pushedAtMs: number }>;
 }
@@ -355,20 +356,7 @@ function auditListRoute(deps: ApiDeps): Route {
     handle(ctx) {
       const query = check(validateAuditQuery, ctx.query, 'query');
       if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });
-      const { action, resourceType, cursor } = query.value;
-      const limit = pageLimit(ctx.ex, query.value.limit);
-      if (limit === null) return;
-      let before: number | null = null;
-      if (cursor !== undefined) {
-        before = decodeCursor(ctx.ex, cursor, ({ before: seq }) =>
-          typeof seq === 'number' && Number.isSafeInteger(seq) && seq > 0 ? seq : null,
-        );
-        if (before === null) return;
-      }
-      const filter = { ...(action === undefined ? {} : { action }), ...(resourceType === undefined ? {} : { resourceType }) };
-      const page = deps.audit.page(ctx.environment, filter, limit, before);
-      const nextCursor = page.nextBefore === null ? null : encodeCursor({ before: page.nextBefore });
-      ctx.ex.json(200, { data: page.data, nextCursor });
+      auditPage(ctx.ex, deps.audit, ctx.environment, query.value);
     },
   };
 }

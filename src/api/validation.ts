@@ -178,6 +178,19 @@ export interface UsageSettingsBody {
   readonly overageEnabled: boolean;
 }
 
+/** POST /v1/admin/keys: an environment key of either class (the operator key only rotates). */
+export const keyCreateSchema = {
+  type: 'object',
+  properties: { environment: { enum: ['test', 'live'] }, class: { enum: ['server', 'client'] } },
+  required: ['environment', 'class'],
+  additionalProperties: false,
+} as const;
+
+export interface KeyCreateBody {
+  readonly environment: 'test' | 'live';
+  readonly class: 'server' | 'client';
+}
+
 export const validateCustomerQuery = ajv.compile<CustomerQuery>(customerQuerySchema);
 export const validateUsageAmount = ajv.compile<UsageAmountBody>(usageAmountSchema);
 export const validateLimitSettings = ajv.compile<LimitSettingsBody>(limitSettingsSchema);
@@ -187,6 +200,7 @@ export const validateCustomerUpsert = ajv.compile<CustomerUpsertBody>(customerUp
 export const validateAuditQuery = ajv.compile<AuditQuery>(auditQuerySchema);
 export const validateContext = ajv.compile<ContextBody>(contextSchema);
 export const validateCustomerListQuery = ajv.compile<CustomerListQuery>(customerListQuerySchema);
+export const validateKeyCreate = ajv.compile<KeyCreateBody>(keyCreateSchema);
 
 export type Checked<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string };
 

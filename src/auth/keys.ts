@@ -73,6 +73,30 @@ export class KeyRing {
     this.index(record);
   }
 
+  /** Every key (live and revoked), oldest first. */
+  list(): KeyRecord[] {
+    return [...this.byHash.values()].map((entry) => entry.record).sort((a, b) => a.createdAtMs - b.createdAtMs || (a.id < b.id ? -1 : 1));
+  }
+
+  find(id: string): KeyRecord | undefined {
+    for (const entry of this.byHash.values()) if (entry.record.id === id) return entry.record;
+    return undefined;
+  }
+
+  /**
+   * Marks the key revoked, durably, and only then stops accepting it: the next request
+   * with it answers 401. Resolves with the revoked record (the same one if it already
+   * was revoked); rejects if the disk write fails, in which case the key still works.
+   */
+  async revoke(id: string, nowMs: number): Promise<KeyRecord | undefined> {
+    const current = this.find(id);
+    if (current === undefined || current.revokedAtMs !== null) return current;
+    const revoked: KeyRecord = { ...current, revokedAtMs: nowMs };
+    await this.store.putKey(revoked);
+    this.index(revoked);
+    return revoked;
+  }
+
   /**
    * The live record for a presented key, or null for anything unknown, malformed or
    * revoked. Never throws for client input.

@@ -1,0 +1,245 @@
+/**
+ * The operator API under `/v1/admin/…` (PRODUCT.md, Start-up): key management, the
+ * operator audit stream, status, snapshots and metrics. Only the operator key (`ak_…`, in
+ * `x-tally-key` or `Authorization: Bearer`) reaches these routes; the front end answers
+ * 403 to every environment key before a handler runs, so no environment key — not even a
+ * live server key — can export or manage another environment's data.
+ *
+ * Every operator mutation (key create/revoke/rotate, snapshot) is written to the
+ * operator audit stream (a hash chain of its own, `operator`) before it is acknowledged;
+ * key changes of an environment are also written to that environment's audit log, so
+ * its owners see them in `GET /v1/audit`.
+ */
+import type { Environment } from '../../actors/protocol.js';
+import type { AuditInput, AuditLog, AuditVerification } from '../../storage/audit-log.js';
+import type { KeyRecord } from '../../storage/control-store.js';
+import { issueKey, type KeyRing } from '../auth/keys.js';
+import type { Exchange } from '../http/exchange.js';
+import { decodeComponent } from '../http/query.js';
+import { Router } from '../http/router.js';
+import type { ShardPool } from '../shard-pool.js';
+import { auditPage } from './audit-page.js';
+import { check, validateAuditQuery, validateKeyCreate } from './validation.js';
+
+/** The operator audit stream's chain name in the audit log. */
+export const OPERATOR_STREAM = 'operator';
+
+export interface AdminContext {
+  readonly ex: Exchange;
+  readonly key: KeyRecord;
+  readonly params: readonly string[];
+  readonly query: Readonly<Record<string, string>>;
+  readonly body: unknown;
+}
+
+export interface AdminRoute {
+  readonly hasBody: boolean;
+  readonly handle: (ctx: AdminContext) => void;
+}
+
+/** Extra routes other modules contribute (snapshots, metrics), each `[method, pattern, route]`. */
+export type AdminRouteEntry = readonly [string, string, AdminRoute];
+
+export interface AdminDeps {
+  readonly keys: KeyRing;
+  readonly pool: ShardPool;
+  readonly audit: AuditLog;
+  readonly verifyAudit: (stream: string) => Promise<AuditVerification>;
+  /** Configuration version per environment (0 = none pushed). */
+  readonly configVersion: (environment: Environment) => number;
+  readonly startedAtMs: number;
+  readonly dataDir: string;
+}
+
+/** The public view of a key: never its secret or hash. */
+export function keyView(record: KeyRecord): Record<string, unknown> {
+  return {
+    id: record.id,
+    prefix: record.prefix,
+    environment: record.environment,
+    class: record.keyClass === 'admin' ? 'operator' : record.keyClass,
+    createdAt: new Date(record.createdAtMs).toISOString(),
+    revokedAt: record.revokedAtMs === null ? null : new Date(record.revokedAtMs).toISOString(),
+  };
+}
+
+/**
+ * Writes `input` (actor = the operator key's id) to the operator stream and, for an
+ * environment's key, to that environment's log; then answers. A failed audit write
+ * answers 500: the mutation itself is already durable.
+ */
+export function auditOperator(
+  deps: Pick<AdminDeps, 'audit'>,
+  ctx: AdminContext,
+  input: Omit<AuditInput, 'actor'>,
+  environment: Environment | null,
+  answer: () => void,
+): void {
+  const entry = { ...input, actor: ctx.key.id };
+  const now = Date.now();
+  const writes = [deps.audit.append(OPERATOR_STREAM, entry, now)];
+  if (environment !== null) writes.push(deps.audit.append(environment, entry, now));
+  Promise.all(writes).then(answer, () => ctx.ex.fail('internal'));
+}
+
+function idParam(ctx: AdminContext): string | null {
+  const id = decodeComponent(ctx.params[0] ?? '', false);
+  if (id === null || id.length === 0 || id.length > 255) {
+    ctx.ex.fail('invalid_query', { detail: 'id must be 1 to 255 characters' });
+    return null;
+  }
+  return id;
+}
+
+function listKeysRoute(deps: AdminDeps): AdminRoute {
+  return {
+    hasBody: false,
+    handle(ctx) {
+      ctx.ex.json(200, { data: deps.keys.list().map(keyView) });
+    },
+  };
+}
+
+/** POST /v1/admin/keys: a new environment key, shown once in the answer. */
+function createKeyRoute(deps: AdminDeps): AdminRoute {
+  return {
+    hasBody: true,
+    handle(ctx) {
+      const body = check(validateKeyCreate, ctx.body, 'body');
+      if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
+      const { environment } = body.value;
+      const issued = issueKey(body.value.class, environment, Date.now());
+      deps.keys.add(issued.record).then(
+        () => {
+          const audit = { action: 'key.create', resourceType: 'key', resourceId: issued.record.id, data: { environment, class: body.value.class, prefix: issued.record.prefix } };
+          auditOperator(deps, ctx, audit, environment, () => ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret }));
+        },
+        () => ctx.ex.fail('internal'),
+      );
+    },
+  };
+}
+
+/** DELETE /v1/admin/keys/{id}: the key answers 401 from the next request on. */
+function revokeKeyRoute(deps: AdminDeps): AdminRoute {
+  return {
+    hasBody: false,
+    handle(ctx) {
+      const id = idParam(ctx);
+      if (id === null) return;
+      const record = deps.keys.find(id);
+      if (record === undefined) return ctx.ex.fail('key_not_found', { id });
+      // Revoking the operator key by id would lock every operator out; rotating replaces it.
+      if (record.keyClass === 'admin' && record.revokedAtMs === null) return ctx.ex.fail('operator_key_not_revocable');
+      if (record.revokedAtMs !== null) return ctx.ex.json(200, keyView(record));
+      deps.keys.revoke(id, Date.now()).then(
+        (revoked) => {
+          const audit = { action: 'key.revoke', resourceType: 'key', resourceId: id, data: { environment: record.environment, class: record.keyClass, prefix: record.prefix } };
+          auditOperator(deps, ctx, audit, record.environment, () => ctx.ex.json(200, keyView(revoked ?? record)));
+        },
+        () => ctx.ex.fail('internal'),
+      );
+    },
+  };
+}
+
+/**
+ * POST /v1/admin/keys/rotate-admin: issues a new operator key and revokes the one that
+ * made the request, online. The new key is stored durably before the old one stops
+ * working, so a crash in between leaves two working operator keys, never none.
+ */
+function rotateAdminRoute(deps: AdminDeps): AdminRoute {
+  return {
+    hasBody: false,
+    handle(ctx) {
+      const issued = issueKey('admin', null, Date.now());
+      const rotate = async (): Promise<void> => {
+        await deps.keys.add(issued.record);
+        await deps.keys.revoke(ctx.key.id, Date.now());
+      };
+      rotate().then(
+        () => {
+          const audit = { action: 'key.rotate', resourceType: 'key', resourceId: issued.record.id, data: { revoked: ctx.key.id, prefix: issued.record.prefix } };
+          auditOperator(deps, ctx, audit, null, () => ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret, revoked: ctx.key.id }));
+        },
+        () => ctx.ex.fail('internal'),
+      );
+    },
+  };
+}
+
+function auditRoute(deps: AdminDeps): AdminRoute {
+  return {
+    hasBody: false,
+    handle(ctx) {
+      const query = check(validateAuditQuery, ctx.query, 'query');
+      if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });
+      auditPage(ctx.ex, deps.audit, OPERATOR_STREAM, query.value);
+    },
+  };
+}
+
+function auditVerifyRoute(deps: AdminDeps): AdminRoute {
+  return {
+    hasBody: false,
+    handle(ctx) {
+      deps.verifyAudit(OPERATOR_STREAM).then(
+        (verdict) => ctx.ex.json(200, verdict),
+        () => ctx.ex.fail('internal'),
+      );
+    },
+  };
+}
+
+/** GET /v1/admin/status: health, shards, journal sizes, snapshots, uptime. */
+function statusRoute(deps: AdminDeps): AdminRoute {
+  return {
+    hasBody: false,
+    handle(ctx) {
+      const depths = deps.pool.queueDepths();
+      deps.pool.liveStats().then(
+        (shards) => {
+          const now = Date.now();
+          ctx.ex.json(200, {
+            ok: true,
+            startedAt: new Date(deps.startedAtMs).toISOString(),
+            uptimeSec: Math.floor((now - deps.startedAtMs) / 1000),
+            node: process.version,
+            workers: shards.length,
+            environments: {
+              test: { configVersion: deps.configVersion('test') },
+              live: { configVersion: deps.configVersion('live') },
+            },
+            shards: shards.map((s, index) => ({
+              index,
+              customers: s.customers,
+              queueDepth: depths[index] ?? 0,
+              idempotencyEntries: s.idempotencyEntries,
+              journalRecords: s.journalRecords,
+              journalBytes: s.usedBytes,
+              lastSeq: s.lastSeq,
+              snapshotSeq: s.snapshotSeq,
+              lastSnapshotAt: s.lastSnapshotAtMs === null ? null : new Date(s.lastSnapshotAtMs).toISOString(),
+            })),
+            customers: shards.reduce((sum, s) => sum + s.customers, 0),
+          });
+        },
+        () => ctx.ex.fail('internal'),
+      );
+    },
+  };
+}
+
+/** Every operator route: the built-in ones and those `extra` contributes. */
+export function buildAdminRouter(deps: AdminDeps, extra: readonly AdminRouteEntry[] = []): Router<AdminRoute> {
+  const router = new Router<AdminRoute>()
+    .add('GET', '/v1/admin/status', statusRoute(deps))
+    .add('GET', '/v1/admin/keys', listKeysRoute(deps))
+    .add('POST', '/v1/admin/keys', createKeyRoute(deps))
+    .add('POST', '/v1/admin/keys/rotate-admin', rotateAdminRoute(deps))
+    .add('DELETE', '/v1/admin/keys/:id', revokeKeyRoute(deps))
+    .add('GET', '/v1/admin/audit', auditRoute(deps))
+    .add('GET', '/v1/admin/audit/verify', auditVerifyRoute(deps));
+  for (const [method, pattern, route] of extra) router.add(method, pattern, route);
+  return router;
+}
