@@ -140,6 +140,8 @@ export type ToWorker =
   | { readonly t: 'config'; readonly environment: Environment; readonly version: number; readonly config: BillingConfig }
   | { readonly t: 'batch'; readonly wire: WireBatch }
   | { readonly t: 'stats'; readonly requestId: number }
+  /** Take this shard's cut of an online snapshot now and write it to `partPath`. */
+  | { readonly t: 'cut'; readonly snapshotId: string; readonly partPath: string }
   | { readonly t: 'stop' };
 
 /** Replies flattened as [id, status, body, id, status, body, ...] to keep cloning cheap. */
@@ -151,6 +153,15 @@ export interface WorkerStats {
   readonly snapshotSeq: number;
   readonly replayedBatches: number;
   readonly droppedTornTail: boolean;
+}
+
+/** A shard's finished part of an online snapshot. */
+export interface CutResult {
+  /** The journal seq holding the last event the cut includes. */
+  readonly position: number;
+  readonly frames: number;
+  readonly customers: number;
+  readonly bytes: number;
 }
 
 /** What a worker reports on request (status, metrics): cheap counters, nothing scanned. */
@@ -169,6 +180,9 @@ export interface ShardLiveStats {
 export type FromWorker =
   | { readonly t: 'ready'; readonly stats: WorkerStats }
   | { readonly t: 'stats'; readonly requestId: number; readonly stats: ShardLiveStats }
+  | { readonly t: 'cutProgress'; readonly snapshotId: string; readonly done: number; readonly total: number }
+  | { readonly t: 'cutDone'; readonly snapshotId: string; readonly result: CutResult }
+  | { readonly t: 'cutFailed'; readonly snapshotId: string; readonly error: string }
   | { readonly t: 'replies'; readonly replies: ReplyTriples }
   | { readonly t: 'stopped' };
 

@@ -14,6 +14,7 @@ import type { CustomerSnapshot, Event } from './customer.js';
 import { SNAPSHOT_INTERVAL_MS } from './limits.js';
 import { decodeBatch, type FromWorker, type ReplyTriples, type ShardLiveStats, type ToWorker } from './protocol.js';
 import { Shard, type CustomerIndexEntry } from './shard.js';
+import { ShardExport } from './shard-export.js';
 import { ShardStore } from '../storage/journal.js';
 
 export interface ShardWorkerData {
@@ -142,10 +143,74 @@ function onMessage(message: ToWorker): void {
     case 'stats':
       post({ t: 'stats', requestId: message.requestId, stats: liveStats() });
       return;
+    case 'cut':
+      startExport(message.snapshotId, message.partPath);
+      return;
     case 'stop':
       void store.close().then(() => post({ t: 'stopped' }), crash);
       return;
   }
+}
+
+/** Customers copied per slice of an online snapshot: a few ms, then batches get a turn. */
+const EXPORT_SLICE_CUSTOMERS = 2000;
+/** Progress is reported every this many slices. */
+const EXPORT_PROGRESS_EVERY_SLICES = 25;
+
+/**
+ * Takes this shard's cut of an online snapshot: the customers as they are now, with every
+ * event decided so far. The part is reported done only once those events are durable, so
+ * a snapshot never holds a write that a crash could still lose.
+ */
+let exporting = false;
+
+function startExport(snapshotId: string, partPath: string): void {
+  if (exporting) {
+    post({ t: 'cutFailed', snapshotId, error: 'this shard is still writing an earlier snapshot' });
+    return;
+  }
+  let exporter: ShardExport;
+  try {
+    exporter = new ShardExport(partPath, shard.customers);
+  } catch (error) {
+    post({ t: 'cutFailed', snapshotId, error: String(error) });
+    return;
+  }
+  const position = store.lastSeq + (shard.hasPendingEvents ? 1 : 0);
+  const durable = new Promise<void>((resolve) => shard.whenDurable(resolve));
+  let failure: unknown = null;
+  exporting = true;
+  shard.beforeWrite = (key, customer) => {
+    try {
+      exporter.capture(key, customer);
+    } catch (error) {
+      // Never let the snapshot's IO fail the batch being decided: fail the snapshot.
+      failure = error;
+      shard.beforeWrite = null;
+    }
+  };
+  let slices = 0;
+  const step = (): void => {
+    try {
+      if (failure !== null) throw failure;
+      if (!exporter.step(EXPORT_SLICE_CUSTOMERS)) {
+        if (++slices % EXPORT_PROGRESS_EVERY_SLICES === 0) post({ t: 'cutProgress', snapshotId, done: exporter.done, total: exporter.total });
+        setImmediate(step);
+        return;
+      }
+      shard.beforeWrite = null;
+      const result = exporter.finish();
+      exporting = false;
+      void durable.then(() => post({ t: 'cutDone', snapshotId, result: { ...result, position } }));
+    } catch (error) {
+      // A failed export (e.g. a full disk) fails the snapshot, not the shard.
+      shard.beforeWrite = null;
+      exporting = false;
+      exporter.abandon();
+      post({ t: 'cutFailed', snapshotId, error: String(error) });
+    }
+  };
+  setImmediate(step);
 }
 
 try {

@@ -83,6 +83,14 @@ export class Shard {
   private lastNowMs = 0;
   /** Journal records appended since the shard last snapshotted. */
   batchesSinceSnapshot = 0;
+  /** Callbacks waiting for the pending group's append, and for the append in flight. */
+  private pendingWaiters: Array<() => void> = [];
+  private inFlightWaiters: Array<() => void> = [];
+  /**
+   * Called with a customer's current state just before a write command is decided against
+   * it (an online snapshot captures the pre-image of customers it has not copied yet).
+   */
+  beforeWrite: ((key: string, customer: CustomerState) => void) | null = null;
 
   constructor(private readonly options: ShardOptions) {}
 
@@ -109,6 +117,7 @@ export class Shard {
         continue;
       }
       const before = this.customers.get(key);
+      if (before !== undefined && this.beforeWrite !== null) this.beforeWrite(key, before);
       const execution = execute(before, config, command, nowMs);
       if (execution.customer !== undefined) {
         this.customers.set(key, execution.customer);
@@ -131,6 +140,16 @@ export class Shard {
     return this.pendingEvents.length > 0;
   }
 
+  /**
+   * Calls `callback` once every event decided so far is durable: at once if nothing is
+   * pending or in flight, else when the append that carries the last of them completes.
+   */
+  whenDurable(callback: () => void): void {
+    if (this.pendingEvents.length > 0) this.pendingWaiters.push(callback);
+    else if (this.appending) this.inFlightWaiters.push(callback);
+    else callback();
+  }
+
   /** Starts the next group's append, or releases its replies if it holds no event. */
   private commitPending(): void {
     const events = this.pendingEvents;
@@ -146,9 +165,14 @@ export class Shard {
     }
     this.appending = true;
     this.batchesSinceSnapshot++;
+    this.inFlightWaiters = this.pendingWaiters;
+    this.pendingWaiters = [];
     this.options.journal.append(events, index).durable.then(() => {
       this.appending = false;
       this.release(replies);
+      const waiters = this.inFlightWaiters;
+      this.inFlightWaiters = [];
+      for (const waiter of waiters) waiter();
       if (this.pendingReplies.length > 0) this.commitPending();
       this.options.flush();
     }, this.options.fatal);

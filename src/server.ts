@@ -17,11 +17,14 @@ import type { Environment, WorkerStats } from '../actors/protocol.js';
 import { LOGICAL_SHARDS } from '../actors/limits.js';
 import { logicalShardOf, workerOf } from '../actors/protocol.js';
 import { ControlStore, type KeyRecord } from '../storage/control-store.js';
+import { claimDataDir } from '../storage/data-dir-lock.js';
 import { Piscina } from 'piscina';
 import { AuditLog, type AuditVerification } from '../storage/audit-log.js';
 import type { AuditVerifyTask } from '../storage/audit-verify-task.js';
 import { CustomerIndex } from '../storage/customer-index.js';
-import { buildAdminRouter, type AdminRoute } from './api/admin-routes.js';
+import { buildAdminRouter, OPERATOR_STREAM, type AdminRoute } from './api/admin-routes.js';
+import { snapshotRoutes } from './api/snapshot-routes.js';
+import { Snapshots } from './snapshots.js';
 import { BILLING_SCHEMA_JSON, buildApiRouter, type Route } from './api/routes.js';
 import { issueKey, KeyRing } from './auth/keys.js';
 import { DEFAULT_RATE_LIMITS, RateLimiter, type RateLimits } from './auth/rate-limit.js';
@@ -110,7 +113,8 @@ function listen(app: uWS.TemplatedApp, port: number): Promise<uWS.us_listen_sock
 }
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
-  fs.mkdirSync(options.dataDir, { recursive: true });
+  // Refuse a data dir another live server (or a restore) is using: two writers would corrupt it.
+  const releaseDataDir = claimDataDir(options.dataDir, 'server');
   const control = ControlStore.open(options.dataDir);
   const keys = new KeyRing(control);
   const bootstrap = await bootstrapKeys(keys, options.dataDir);
@@ -143,16 +147,17 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     ...(options.snapshotEveryBatches === undefined ? {} : { snapshotEveryBatches: options.snapshotEveryBatches }),
   };
   let customers: CustomerIndex | null = null;
-  // CPU-heavy side jobs (audit-chain verification) run on a piscina pool, started on first use.
+  // CPU-heavy side jobs (audit-chain verification, snapshot files) run on a piscina pool,
+  // started on first use; each task names its module.
   let piscina: Piscina | null = null;
-  const sideJobs = (): Piscina => {
-    piscina ??= new Piscina({ filename: new URL('../storage/audit-verify-task.js', import.meta.url).href, maxThreads: 1, idleTimeout: 30_000 });
-    return piscina;
+  const sideJob = <T>(module: string, task: unknown): Promise<T> => {
+    piscina ??= new Piscina({ maxThreads: 1, idleTimeout: 30_000 });
+    return piscina.run(task, { filename: new URL(`../storage/${module}`, import.meta.url).href }) as Promise<T>;
   };
   const startedAtMs = Date.now();
   const audit = new AuditLog(control.auditDb);
   const verifyAudit = (stream: string): Promise<AuditVerification> =>
-    sideJobs().run({ dataDir: options.dataDir, environment: stream } satisfies AuditVerifyTask);
+    sideJob('audit-verify-task.js', { dataDir: options.dataDir, environment: stream } satisfies AuditVerifyTask);
   const ready = ShardPool.start(poolOptions).then((started) => {
     for (const environment of ENVIRONMENTS) {
       const latest = control.latestConfig(environment);
@@ -169,15 +174,32 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       verifyAudit,
       pushConfig,
     });
-    frontEnd.adminRouter = buildAdminRouter({
+    const adminDeps = {
       keys,
       pool: started,
       audit,
       verifyAudit,
-      configVersion: (environment) => control.latestConfigVersion(environment),
+      configVersion: (environment: Environment) => control.latestConfigVersion(environment),
       startedAtMs,
       dataDir: options.dataDir,
+    };
+    const snapshots = new Snapshots({
+      dataDir: options.dataDir,
+      pool: started,
+      control,
+      keys,
+      audit,
+      assemble: (task) => sideJob('snapshot-assemble-task.js', task),
+      record: (action, info, actor) =>
+        audit.append(OPERATOR_STREAM, {
+          action,
+          resourceType: 'snapshot',
+          resourceId: info.id,
+          actor,
+          data: { bytes: info.bytes, customers: info.customers, sha256: info.sha256, error: info.error, journalPositions: info.journalPositions },
+        }, Date.now()),
     });
+    frontEnd.adminRouter = buildAdminRouter(adminDeps, snapshotRoutes(adminDeps, snapshots));
     pool = started;
   });
   app.any('/*', (res, req) => frontEnd.handle(res, req));
@@ -194,6 +216,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       await (piscina as Piscina | null)?.destroy();
       await (customers as CustomerIndex | null)?.close();
       await control.close();
+      releaseDataDir();
     },
   };
 }

@@ -22,6 +22,7 @@ import {
   type Environment,
   type FromWorker,
   type ShardLiveStats,
+  type CutResult,
   type ToWorker,
   type WorkerStats,
 } from '../actors/protocol.js';
@@ -54,6 +55,15 @@ export class ShardPool {
   /** Outstanding stats requests: request id → one result slot per worker. */
   private readonly statsRequests = new Map<number, { results: Array<ShardLiveStats | null>; left: number; done: (stats: ShardLiveStats[]) => void }>();
   private nextStatsRequest = 1;
+  /** The online snapshot being cut, if any: one result slot per worker. */
+  private cutting: {
+    readonly snapshotId: string;
+    readonly results: Array<CutResult | null>;
+    readonly progress: Array<{ done: number; total: number }>;
+    left: number;
+    readonly onProgress: (done: number, total: number) => void;
+    readonly settle: (error: Error | null, results: CutResult[]) => void;
+  } | null = null;
   private flushScheduled = false;
   private stopping = false;
 
@@ -90,6 +100,8 @@ export class ShardPool {
           this.deliver(slot, message.replies);
         } else if (message.t === 'stats') {
           this.statsArrived(index, message.requestId, message.stats);
+        } else if (message.t === 'cutProgress' || message.t === 'cutDone' || message.t === 'cutFailed') {
+          this.cutReport(index, message);
         }
       });
       worker.on('error', (error) => {
@@ -149,6 +161,54 @@ export class ShardPool {
     if (--request.left > 0) return;
     this.statsRequests.delete(requestId);
     request.done(request.results as ShardLiveStats[]);
+  }
+
+  /**
+   * Takes an online snapshot's cut on every worker at one point of the command stream:
+   * everything submitted before this call is in it (the queued batches are sent first),
+   * nothing submitted after. Each worker writes its part to `partPathOf(index)`; resolves
+   * with every part once all are written and durable, rejects if any worker fails.
+   * One cut at a time (programmer error otherwise).
+   */
+  cut(snapshotId: string, partPathOf: (index: number) => string, onProgress: (done: number, total: number) => void): Promise<CutResult[]> {
+    if (this.cutting !== null) throw new Error('a snapshot cut is already in progress');
+    this.flush();
+    return new Promise((resolve, reject) => {
+      this.cutting = {
+        snapshotId,
+        results: this.slots.map(() => null),
+        progress: this.slots.map(() => ({ done: 0, total: 0 })),
+        left: this.slots.length,
+        onProgress,
+        settle: (error, results) => {
+          this.cutting = null;
+          if (error === null) resolve(results);
+          else reject(error);
+        },
+      };
+      this.slots.forEach((slot, index) => this.post(slot, { t: 'cut', snapshotId, partPath: partPathOf(index) }));
+    });
+  }
+
+  private cutReport(index: number, message: Extract<FromWorker, { t: 'cutProgress' | 'cutDone' | 'cutFailed' }>): void {
+    const cut = this.cutting;
+    if (cut === null || cut.snapshotId !== message.snapshotId) return;
+    if (message.t === 'cutFailed') {
+      cut.settle(new Error(`shard ${index}: ${message.error}`), []);
+      return;
+    }
+    if (message.t === 'cutProgress') {
+      cut.progress[index] = { done: message.done, total: message.total };
+    } else {
+      cut.results[index] = message.result;
+      cut.progress[index] = { done: message.result.customers, total: message.result.customers };
+      cut.left--;
+    }
+    cut.onProgress(
+      cut.progress.reduce((sum, p) => sum + p.done, 0),
+      cut.progress.reduce((sum, p) => sum + p.total, 0),
+    );
+    if (cut.left === 0) cut.settle(null, cut.results as CutResult[]);
   }
 
   /** Queues a command for its customer's worker; false when that worker's queue is full. */

@@ -69,6 +69,24 @@ export class AuditLog {
     return tail;
   }
 
+  /** The sequence number of the chain's newest entry (0 when empty). */
+  lastSeq(stream: string): number {
+    return this.tail(stream).seq;
+  }
+
+  /** The stored bytes of entries 1..`upToSeq`, in order: a snapshot copies them verbatim. */
+  *rawEntries(stream: string, upToSeq: number): Generator<[number, Buffer]> {
+    for (const { key, value } of this.db.getRange({ start: [stream, 0], end: [stream, upToSeq + 1] })) {
+      yield [(key as [string, number])[1], value];
+    }
+  }
+
+  /** Stores an entry's bytes as they were (restore); resolves once durable. */
+  putRaw(stream: string, seq: number, bytes: Uint8Array): Promise<void> {
+    this.last.delete(stream);
+    return durableVoid(this.db.put([stream, seq], Buffer.from(bytes)), `audit ${stream} ${seq} restore`);
+  }
+
   /** Appends an entry; resolves with it once durable. Rejects only if the disk fails. */
   async append(environment: string, input: AuditInput, nowMs: number): Promise<AuditEntry> {
     const tail = this.tail(environment);

@@ -97,6 +97,20 @@ export class ControlStore {
     }
   }
 
+  /** Every version of `environment` up to `upToVersion`, oldest first. Throws on a corrupt record. */
+  listConfigs(environment: Environment, upToVersion: number): ConfigEntry[] {
+    assertEnvironment(environment);
+    const entries: ConfigEntry[] = [];
+    for (const { key, value } of this.#env.dbs.configs.getRange({ start: [environment, 0], end: [environment, upToVersion + 1] })) {
+      const decoded = decodeRecord(value);
+      if (!decoded.ok || !isConfigEntry(decoded.value) || !sameKey(key, [environment, decoded.value.version])) {
+        throw new Error(`control store: config record ${JSON.stringify(key)} is corrupt`);
+      }
+      entries.push(decoded.value);
+    }
+    return entries;
+  }
+
   /** The highest version stored for `environment`, or null. Throws if that record is corrupt. */
   latestConfig(environment: Environment): ConfigEntry | null {
     assertEnvironment(environment);

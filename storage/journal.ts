@@ -214,6 +214,15 @@ export class ShardStore {
     return { seq: header.seq, createdAtMs: header.createdAtMs, items };
   }
 
+  /**
+   * Writes customer index rows outside any journal record (restore seeds a fresh store
+   * this way). Resolves once all are durable; rejects if any write fails.
+   */
+  async putIndex(entries: readonly IndexEntry[]): Promise<void> {
+    const { customers } = this.#env.dbs;
+    await Promise.all(entries.map((entry) => durableVoid(customers.put([entry.environment, entry.id], entry.json), `index row ${entry.id}`)));
+  }
+
   /** Returns the stored value, or undefined. Throws if the stored record is corrupt. */
   getMeta(name: string): unknown {
     return readRecord(this.#env.dbs.meta, name, `shard meta "${name}"`);

@@ -13,6 +13,7 @@ import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../errors.j
 const STATUS_TEXT: Record<number, string> = {
   200: '200 OK',
   201: '201 Created',
+  202: '202 Accepted',
   204: '204 No Content',
   400: '400 Bad Request',
   401: '401 Unauthorized',
@@ -41,8 +42,12 @@ export class Exchange {
   ) {
     res.onAborted(() => {
       this.aborted = true;
+      this.onAbort?.();
     });
   }
+
+  /** Set by a reply that holds resources while it streams (a file download). */
+  onAbort: (() => void) | null = null;
 
   /** Writes a JSON reply; a no-op once the client has gone or a reply was sent. */
   send(status: number, body: string, headers: Headers = [], closeConnection = false): void {

@@ -1,0 +1,84 @@
+/**
+ * The operator's snapshot routes: create (202, runs in the background), list, one
+ * snapshot's state and progress, download of a complete file (streamed, with its SHA-256
+ * in a header so the client can check what it saved), and delete.
+ */
+import fs from 'node:fs';
+import { decodeComponent } from '../http/query.js';
+import { streamFile } from '../http/file-stream.js';
+import { SnapshotBusyError, type Snapshots } from '../snapshots.js';
+import { auditOperator, type AdminContext, type AdminDeps, type AdminRouteEntry } from './admin-routes.js';
+
+function snapshotId(ctx: AdminContext): string | null {
+  const id = decodeComponent(ctx.params[0] ?? '', false);
+  if (id === null || !/^snap_[A-Za-z0-9_]{1,64}$/.test(id)) {
+    ctx.ex.fail('invalid_query', { detail: 'id must be a snapshot id (snap_…)' });
+    return null;
+  }
+  return id;
+}
+
+export function snapshotRoutes(deps: Pick<AdminDeps, 'audit'>, snapshots: Snapshots): AdminRouteEntry[] {
+  return [
+    ['POST', '/v1/admin/snapshots', {
+      hasBody: false,
+      handle(ctx) {
+        try {
+          ctx.ex.json(202, snapshots.create(ctx.key.id));
+        } catch (error) {
+          if (!(error instanceof SnapshotBusyError)) throw error;
+          ctx.ex.fail('snapshot_in_progress');
+        }
+      },
+    }],
+    ['GET', '/v1/admin/snapshots', {
+      hasBody: false,
+      handle(ctx) {
+        ctx.ex.json(200, { data: snapshots.list() });
+      },
+    }],
+    ['GET', '/v1/admin/snapshots/:id', {
+      hasBody: false,
+      handle(ctx) {
+        const id = snapshotId(ctx);
+        if (id === null) return;
+        const info = snapshots.get(id);
+        if (info === undefined) return ctx.ex.fail('snapshot_not_found', { id });
+        ctx.ex.json(200, info);
+      },
+    }],
+    ['GET', '/v1/admin/snapshots/:id/file', {
+      hasBody: false,
+      handle(ctx) {
+        const id = snapshotId(ctx);
+        if (id === null) return;
+        const info = snapshots.get(id);
+        if (info === undefined) return ctx.ex.fail('snapshot_not_found', { id });
+        if (info.status !== 'complete' || info.sha256 === null) return ctx.ex.fail('snapshot_not_ready', { id, status: info.status });
+        const file = snapshots.fileOf(id);
+        const size = fs.statSync(file, { throwIfNoEntry: false })?.size;
+        if (size === undefined) return ctx.ex.fail('snapshot_not_found', { id });
+        streamFile(ctx.ex, file, size, [
+          ['content-type', 'application/octet-stream'],
+          ['content-disposition', `attachment; filename="${id}.tsnap"`],
+          ['x-tally-snapshot-sha256', info.sha256],
+        ]);
+      },
+    }],
+    ['DELETE', '/v1/admin/snapshots/:id', {
+      hasBody: false,
+      handle(ctx) {
+        const id = snapshotId(ctx);
+        if (id === null) return;
+        if (snapshots.get(id)?.status === 'running') return ctx.ex.fail('snapshot_not_ready', { id, status: 'running' });
+        snapshots.remove(id).then(
+          (removed) => {
+            if (removed === undefined) return ctx.ex.fail('snapshot_not_found', { id });
+            auditOperator(deps, ctx, { action: 'snapshot.delete', resourceType: 'snapshot', resourceId: id, data: {} }, null, () => ctx.ex.send(204, ''));
+          },
+          () => ctx.ex.fail('internal'),
+        );
+      },
+    }],
+  ];
+}

@@ -1,0 +1,212 @@
+/**
+ * The operator snapshot file: one self-checking file holding everything a data dir needs
+ * to answer exactly what the server answered at the cut — API keys, every configuration
+ * version, the audit chains, and every customer's actor state (balances, lots, settings,
+ * contracts, idempotency caches).
+ *
+ * Layout: the 8-byte magic `TALLYSN1`, then frames, each `[u32 big-endian length][record]`
+ * where a record is codec.ts's `[crc32][msgpack]`. The first frame is the header, the
+ * last is the trailer, which carries the frame count and the SHA-256 of every byte before
+ * it. So a truncated file (no trailer, or a short frame), a flipped bit (a record's CRC,
+ * and the digest) and a file that is not a snapshot at all (magic) are each refused with
+ * a message saying which, before anything is restored.
+ */
+import { createHash, type Hash } from 'node:crypto';
+import fs from 'node:fs';
+import { decodeRecord, encodeRecord } from './codec.js';
+
+export const SNAPSHOT_MAGIC = Buffer.from('TALLYSN1', 'ascii');
+export const SNAPSHOT_FILE_FORMAT = 1;
+/** Largest frame we write or accept; a length beyond it means a corrupt file, not a big one. */
+export const SNAPSHOT_FRAME_BYTES_MAX = 256 * 1024 * 1024;
+/** Customers per `customers` frame. */
+export const SNAPSHOT_FRAME_CUSTOMERS = 1000;
+
+export interface SnapshotHeader {
+  readonly k: 'header';
+  readonly formatVersion: number;
+  readonly id: string;
+  readonly createdAtMs: number;
+  /** Worker count of the data dir the snapshot was taken from (restore may choose another). */
+  readonly workers: number;
+  readonly environments: readonly string[];
+  /** Per worker: the journal seq that holds the last event included in the cut. */
+  readonly journalPositions: readonly number[];
+  /** Latest configuration version per environment at the cut. */
+  readonly configVersions: Readonly<Record<string, number>>;
+  /** Last audit entry per chain (environments and the operator stream) at the cut. */
+  readonly auditSeqs: Readonly<Record<string, number>>;
+}
+
+export type SnapshotFrame =
+  | SnapshotHeader
+  | { readonly k: 'keys'; readonly items: readonly unknown[] }
+  | { readonly k: 'configs'; readonly environment: string; readonly entries: readonly unknown[] }
+  /** Audit entries as stored (framed bytes), so the restored chain verifies exactly. */
+  | { readonly k: 'audit'; readonly stream: string; readonly entries: ReadonlyArray<readonly [number, Uint8Array]> }
+  | { readonly k: 'customers'; readonly items: readonly unknown[] }
+  | SnapshotTrailer;
+
+export interface SnapshotTrailer {
+  readonly k: 'end';
+  /** Frames before the trailer, the header included. */
+  readonly frames: number;
+  readonly customers: number;
+  /** SHA-256 (hex) of every byte before the trailer frame, the magic included. */
+  readonly sha256: string;
+}
+
+/** Encodes one frame with its length prefix. Throws for a frame over the limit (a bug). */
+export function encodeFrame(frame: SnapshotFrame): Buffer {
+  const record = encodeRecord(frame);
+  if (record.length > SNAPSHOT_FRAME_BYTES_MAX) throw new Error(`snapshot frame of ${record.length} bytes exceeds the limit`);
+  const prefix = Buffer.allocUnsafe(4);
+  prefix.writeUInt32BE(record.length, 0);
+  return Buffer.concat([prefix, record]);
+}
+
+/**
+ * Writes a snapshot file front to back, hashing as it goes; `finish` appends the trailer
+ * and fsyncs. Synchronous writes: it runs on a piscina thread or in the offline CLI.
+ */
+export class SnapshotWriter {
+  private readonly hash: Hash = createHash('sha256');
+  /** Of the whole file, trailer included: what `sha256sum` prints for it. */
+  private readonly fileHash: Hash = createHash('sha256');
+  private frames = 0;
+  private customers = 0;
+  bytes = 0;
+
+  constructor(private readonly fd: number) {
+    this.write(SNAPSHOT_MAGIC);
+  }
+
+  private write(bytes: Uint8Array): void {
+    this.hash.update(bytes);
+    this.fileHash.update(bytes);
+    let offset = 0;
+    while (offset < bytes.length) offset += fs.writeSync(this.fd, bytes, offset, bytes.length - offset);
+    this.bytes += bytes.length;
+  }
+
+  frame(frame: Exclude<SnapshotFrame, SnapshotTrailer>): void {
+    this.write(encodeFrame(frame));
+    this.frames++;
+    if (frame.k === 'customers') this.customers += frame.items.length;
+  }
+
+  /**
+   * Copies the frames another writer produced (a shard's part file, already
+   * length-prefixed) in bounded reads. Throws if the file is not `bytes` long.
+   */
+  copyFrames(file: string, part: { readonly frames: number; readonly customers: number; readonly bytes: number }): void {
+    const fd = fs.openSync(file, 'r');
+    try {
+      const buffer = Buffer.allocUnsafe(4 * 1024 * 1024);
+      let copied = 0;
+      for (;;) {
+        const read = fs.readSync(fd, buffer, 0, buffer.length, copied);
+        if (read === 0) break;
+        this.write(buffer.subarray(0, read));
+        copied += read;
+      }
+      if (copied !== part.bytes) throw new Error(`snapshot part ${file} has ${copied} bytes, expected ${part.bytes}`);
+    } finally {
+      fs.closeSync(fd);
+    }
+    this.frames += part.frames;
+    this.customers += part.customers;
+  }
+
+  /** Appends the trailer and fsyncs; answers the trailer and the whole file's SHA-256. */
+  finish(): { trailer: SnapshotTrailer; fileSha256: string } {
+    const trailer: SnapshotTrailer = { k: 'end', frames: this.frames, customers: this.customers, sha256: this.hash.digest('hex') };
+    const bytes = encodeFrame(trailer);
+    this.fileHash.update(bytes);
+    let offset = 0;
+    while (offset < bytes.length) offset += fs.writeSync(this.fd, bytes, offset, bytes.length - offset);
+    this.bytes += bytes.length;
+    fs.fsyncSync(this.fd);
+    return { trailer, fileSha256: this.fileHash.digest('hex') };
+  }
+}
+
+export class SnapshotFileError extends Error {}
+
+/**
+ * Reads a snapshot file frame by frame (synchronously, in bounded reads), verifying the
+ * magic, each frame's length and CRC, the header's format, the trailer's count and
+ * digest, and that nothing follows the trailer. Calls `onFrame` for every frame between
+ * header and trailer. Throws SnapshotFileError naming the first problem found; frames
+ * before it have already been handed to `onFrame`, so a caller that writes state must run
+ * a verifying pass first (`verifySnapshotFile`).
+ */
+export function readSnapshotFile(
+  file: string,
+  onFrame: (frame: Exclude<SnapshotFrame, SnapshotHeader | SnapshotTrailer>) => void,
+  onProgress?: (bytesRead: number, bytesTotal: number) => void,
+): { header: SnapshotHeader; trailer: SnapshotTrailer } {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const size = fs.fstatSync(fd).size;
+    const hash = createHash('sha256');
+    let position = 0;
+    const readExactly = (length: number, what: string): Buffer => {
+      if (position + length > size) throw new SnapshotFileError(`snapshot file is truncated: ${what} at byte ${position} runs past the end (${size} bytes)`);
+      const buffer = Buffer.allocUnsafe(length);
+      let done = 0;
+      while (done < length) done += fs.readSync(fd, buffer, done, length - done, position + done);
+      position += length;
+      return buffer;
+    };
+    const magic = readExactly(SNAPSHOT_MAGIC.length, 'the magic');
+    if (!magic.equals(SNAPSHOT_MAGIC)) throw new SnapshotFileError('not a Tally snapshot file (bad magic)');
+    hash.update(magic);
+    let header: SnapshotHeader | null = null;
+    let frames = 0;
+    for (;;) {
+      if (position === size) throw new SnapshotFileError('snapshot file is truncated: it ends before its trailer');
+      const prefix = readExactly(4, 'a frame length');
+      const length = prefix.readUInt32BE(0);
+      if (length === 0 || length > SNAPSHOT_FRAME_BYTES_MAX) throw new SnapshotFileError(`snapshot file is corrupt: frame ${frames + 1} has length ${length}`);
+      const record = readExactly(length, `frame ${frames + 1}`);
+      const decoded = decodeRecord(record);
+      if (!decoded.ok) throw new SnapshotFileError(`snapshot file is corrupt: frame ${frames + 1} failed verification (${decoded.reason})`);
+      const frame = decoded.value as SnapshotFrame;
+      if (frame.k === 'end') {
+        const digest = hash.digest('hex');
+        if (frame.sha256 !== digest) throw new SnapshotFileError('snapshot file is corrupt: its SHA-256 does not match the trailer');
+        if (frame.frames !== frames) throw new SnapshotFileError(`snapshot file is corrupt: trailer counts ${frame.frames} frames, found ${frames}`);
+        if (position !== size) throw new SnapshotFileError(`snapshot file has ${size - position} unexpected bytes after its trailer`);
+        if (header === null) throw new SnapshotFileError('snapshot file has no header');
+        return { header, trailer: frame };
+      }
+      hash.update(prefix);
+      hash.update(record);
+      frames++;
+      if (frames === 1) {
+        header = checkHeader(frame);
+      } else if (frame.k === 'header') {
+        throw new SnapshotFileError('snapshot file is corrupt: a second header');
+      } else {
+        onFrame(frame);
+      }
+      onProgress?.(position, size);
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function checkHeader(frame: SnapshotFrame): SnapshotHeader {
+  if (frame.k !== 'header') throw new SnapshotFileError('snapshot file is corrupt: it does not start with a header');
+  if (frame.formatVersion !== SNAPSHOT_FILE_FORMAT) {
+    throw new SnapshotFileError(`snapshot file format ${String(frame.formatVersion)} is not supported (this build reads ${SNAPSHOT_FILE_FORMAT})`);
+  }
+  return frame;
+}
+
+/** Reads the whole file without keeping anything: throws SnapshotFileError if it is not intact. */
+export function verifySnapshotFile(file: string, onProgress?: (bytesRead: number, bytesTotal: number) => void): { header: SnapshotHeader; trailer: SnapshotTrailer } {
+  return readSnapshotFile(file, () => undefined, onProgress);
+}
