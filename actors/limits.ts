@@ -45,6 +45,13 @@ export const PURCHASED_MAX = 1_000_000_000;
 /** Journal batches between automatic snapshots of a shard (bounds replay time). */
 export const SNAPSHOT_EVERY_BATCHES = 50_000;
 
+/**
+ * Customers a shard copies per slice of an online snapshot before batches get a turn:
+ * a few milliseconds of work, so a snapshot of millions of customers never stalls
+ * requests for long (TALLY_SNAPSHOT_SLICE overrides).
+ */
+export const EXPORT_SLICE_CUSTOMERS = 2000;
+
 /** Also snapshot a shard that has journaled anything at least this often. */
 export const SNAPSHOT_INTERVAL_MS = 10 * 60 * 1000;
 

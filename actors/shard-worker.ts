@@ -22,11 +22,13 @@ export interface ShardWorkerData {
   readonly workerIndex: number;
   /** Journal batches between automatic snapshots (SNAPSHOT_EVERY_BATCHES unless overridden). */
   readonly snapshotEveryBatches: number;
+  /** Customers copied per slice of an online snapshot. */
+  readonly exportSliceCustomers: number;
 }
 
 assert(!isMainThread && parentPort !== null, 'shard-worker runs in a worker thread');
 const port = parentPort;
-const { dataDir, workerIndex, snapshotEveryBatches } = workerData as ShardWorkerData;
+const { dataDir, workerIndex, snapshotEveryBatches, exportSliceCustomers } = workerData as ShardWorkerData;
 
 let outbox: ReplyTriples = [];
 
@@ -152,8 +154,6 @@ function onMessage(message: ToWorker): void {
   }
 }
 
-/** Customers copied per slice of an online snapshot: a few ms, then batches get a turn. */
-const EXPORT_SLICE_CUSTOMERS = 2000;
 /** Progress is reported every this many slices. */
 const EXPORT_PROGRESS_EVERY_SLICES = 25;
 
@@ -193,7 +193,7 @@ function startExport(snapshotId: string, partPath: string): void {
   const step = (): void => {
     try {
       if (failure !== null) throw failure;
-      if (!exporter.step(EXPORT_SLICE_CUSTOMERS)) {
+      if (!exporter.step(exportSliceCustomers)) {
         if (++slices % EXPORT_PROGRESS_EVERY_SLICES === 0) post({ t: 'cutProgress', snapshotId, done: exporter.done, total: exporter.total });
         setImmediate(step);
         return;

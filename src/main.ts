@@ -29,6 +29,7 @@ async function main(): Promise<void> {
   const workers = intFromEnv('TALLY_WORKERS', undefined);
   const queueMax = intFromEnv('TALLY_QUEUE_MAX', undefined);
   const snapshotEveryBatches = intFromEnv('TALLY_SNAPSHOT_EVERY_BATCHES', undefined);
+  const snapshotSliceCustomers = intFromEnv('TALLY_SNAPSHOT_SLICE', undefined);
   const rateLimits = {
     server: intFromEnv('TALLY_RATE_LIMIT_SERVER', DEFAULT_RATE_LIMITS.server) ?? DEFAULT_RATE_LIMITS.server,
     client: intFromEnv('TALLY_RATE_LIMIT_CLIENT', DEFAULT_RATE_LIMITS.client) ?? DEFAULT_RATE_LIMITS.client,
@@ -40,6 +41,7 @@ async function main(): Promise<void> {
     ...(workers === undefined || workers === 0 ? {} : { workers }),
     ...(queueMax === undefined || queueMax === 0 ? {} : { queueMax }),
     ...(snapshotEveryBatches === undefined || snapshotEveryBatches === 0 ? {} : { snapshotEveryBatches }),
+    ...(snapshotSliceCustomers === undefined || snapshotSliceCustomers === 0 ? {} : { snapshotSliceCustomers }),
   });
   if (server.bootstrapKeys !== null) {
     process.stdout.write(

@@ -43,6 +43,8 @@ export interface ServerOptions {
   readonly queueMax?: number;
   /** Journal batches between automatic shard snapshots (default SNAPSHOT_EVERY_BATCHES). */
   readonly snapshotEveryBatches?: number;
+  /** Customers a shard copies per slice of an online snapshot (default EXPORT_SLICE_CUSTOMERS). */
+  readonly snapshotSliceCustomers?: number;
   /** Requests per minute per key (default 1000 server / 200 client; 0 = unlimited). */
   readonly rateLimits?: RateLimits;
 }
@@ -145,6 +147,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     workers,
     ...(options.queueMax === undefined ? {} : { queueMax: options.queueMax }),
     ...(options.snapshotEveryBatches === undefined ? {} : { snapshotEveryBatches: options.snapshotEveryBatches }),
+    ...(options.snapshotSliceCustomers === undefined ? {} : { snapshotSliceCustomers: options.snapshotSliceCustomers }),
   };
   let customers: CustomerIndex | null = null;
   // CPU-heavy side jobs (audit-chain verification, snapshot files) run on a piscina pool,

@@ -11,7 +11,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import type { BillingConfig } from '../actors/billing-config.js';
-import { BATCH_COMMANDS_MAX, LOGICAL_SHARDS, SNAPSHOT_EVERY_BATCHES, WORKER_QUEUE_MAX } from '../actors/limits.js';
+import { BATCH_COMMANDS_MAX, EXPORT_SLICE_CUSTOMERS, LOGICAL_SHARDS, SNAPSHOT_EVERY_BATCHES, WORKER_QUEUE_MAX } from '../actors/limits.js';
 import {
   COMMAND_SLOTS,
   logicalShardOf,
@@ -44,6 +44,8 @@ export interface ShardPoolOptions {
   readonly queueMax?: number;
   /** Journal batches between a shard's automatic snapshots (default SNAPSHOT_EVERY_BATCHES). */
   readonly snapshotEveryBatches?: number;
+  /** Customers a shard copies per slice of an online snapshot (default EXPORT_SLICE_CUSTOMERS). */
+  readonly snapshotSliceCustomers?: number;
   /** Called if a worker dies; the default ends the process (recovery repairs it). */
   readonly onWorkerDeath?: (index: number, reason: string) => void;
 }
@@ -87,6 +89,7 @@ export class ShardPool {
       dataDir: this.options.dataDir,
       workerIndex: index,
       snapshotEveryBatches: this.options.snapshotEveryBatches ?? SNAPSHOT_EVERY_BATCHES,
+      exportSliceCustomers: this.options.snapshotSliceCustomers ?? EXPORT_SLICE_CUSTOMERS,
     };
     const worker = new Worker(new URL('../actors/shard-worker.js', import.meta.url), { workerData });
     const slot: Slot = { worker, outbox: [], inFlight: 0, stats: null };

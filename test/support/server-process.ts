@@ -38,7 +38,7 @@ export function tempDataDir(label = 'tally'): string {
  * loudly if the push is refused).
  */
 export async function startServerProcess(
-  options: { dataDir?: string; env?: Record<string, string>; config?: unknown } = {},
+  options: { dataDir?: string; env?: Record<string, string>; config?: unknown; keys?: Keys } = {},
 ): Promise<ServerProcess> {
   const dataDir = options.dataDir ?? tempDataDir();
   const child = spawn(process.execPath, [MAIN_JS], {
@@ -62,7 +62,8 @@ export async function startServerProcess(
   }, () => out, child);
   const base = `http://127.0.0.1:${port}`;
   await waitFor(async () => ((await fetch(`${base}/healthz`).catch(() => null))?.status === 200 ? true : null), () => out, child);
-  const keys = JSON.parse(fs.readFileSync(path.join(dataDir, 'bootstrap-keys.json'), 'utf8')) as Keys;
+  // A restored data dir has no bootstrap file: its keys are the original server's.
+  const keys = options.keys ?? (JSON.parse(fs.readFileSync(path.join(dataDir, 'bootstrap-keys.json'), 'utf8')) as Keys);
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   if (options.config !== undefined) {
     const pushed = await call(base, 'POST', '/v1/sync/push', { key: keys.test.server, body: options.config });

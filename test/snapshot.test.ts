@@ -1,0 +1,200 @@
+/**
+ * Online snapshot and offline restore (issue: Operators). A snapshot taken under
+ * concurrent consumes holds every consume acknowledged before the request and none sent
+ * after its 202 — proven on the restored server through the idempotency keys: replaying
+ * a key that is in the snapshot changes nothing, replaying one that is not consumes.
+ * A corrupt, truncated or foreign file and a live or non-empty data dir are refused.
+ */
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SnapshotFileError } from '../storage/snapshot-file.js';
+import { RestoreRefusedError, restoreSnapshot } from '../storage/snapshot-restore.js';
+import { call, MAIN_JS, startServerProcess, tempDataDir, type ServerProcess } from './support/server-process.js';
+
+const CONFIG = {
+  entitlements: { api_calls: { type: 'meter', reset: 'month' }, seats: { type: 'limit' } },
+  products: { free: { default: true, entitlements: { api_calls: { included: 1_000_000_000 }, seats: { included: 3 } } } },
+};
+const CUSTOMERS = 24;
+const CLIENTS = 8;
+const COLD_CUSTOMERS = 2000;
+
+let source: ServerProcess;
+let snapshotFile: string;
+let restoredDir: string;
+let restored: ServerProcess | null = null;
+
+interface Sent {
+  readonly customerId: string;
+  readonly idempotencyKey: string;
+  readonly sentAt: number;
+  ackedAt: number | null;
+}
+const sent: Sent[] = [];
+let postSentAt = 0;
+let acceptedAt = 0;
+
+async function waitComplete(server: ServerProcess, id: string): Promise<Record<string, any>> {
+  for (let i = 0; i < 400; i++) {
+    const res = await call(server.base, 'GET', `/v1/admin/snapshots/${id}`, { key: server.keys.admin });
+    if (res.body.status !== 'running') return res.body;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  throw new Error('snapshot did not finish');
+}
+
+async function download(server: ServerProcess, id: string, file: string): Promise<Response> {
+  const res = await fetch(`${server.base}/v1/admin/snapshots/${id}/file`, { headers: { authorization: `Bearer ${server.keys.admin}` } });
+  fs.writeFileSync(file, Buffer.from(await res.arrayBuffer()));
+  return res;
+}
+
+beforeAll(async () => {
+  // One customer per slice: batches interleave with the copy, so pre-images are exercised.
+  source = await startServerProcess({ config: CONFIG, env: { TALLY_SNAPSHOT_SLICE: '1' } });
+  const sk = source.keys.test.server;
+  await call(source.base, 'POST', '/v1/customers', { key: sk, body: { id: 'named', name: 'Named Co', metadata: { tier: 'gold' } } });
+  await call(source.base, 'POST', '/v1/entitlements/seats/limit/settings', { key: sk, body: { customerId: 'named', purchased: 0 } }).catch(() => null);
+  // Cold customers first: the copy goes in creation order, so the busy customers below are
+  // copied last, long after the 202, while their writes keep arriving (pre-images at work).
+  for (let batch = 0; batch < COLD_CUSTOMERS; batch += 100) {
+    await Promise.all(Array.from({ length: 100 }, (_, i) => call(source.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: `cold-${batch + i}`, amount: 1 } })));
+  }
+  let stop = false;
+  const client = async (c: number): Promise<void> => {
+    for (let n = 0; !stop; n++) {
+      const entry: Sent = { customerId: `cust-${(c * 7 + n) % CUSTOMERS}`, idempotencyKey: `k-${c}-${n}`, sentAt: performance.now(), ackedAt: null };
+      sent.push(entry);
+      const res = await call(source.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: entry.customerId, amount: 1, idempotencyKey: entry.idempotencyKey } });
+      expect(res.status).toBe(200);
+      entry.ackedAt = performance.now();
+    }
+  };
+  const clients = Array.from({ length: CLIENTS }, (_, c) => client(c));
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  postSentAt = performance.now();
+  const created = await call(source.base, 'POST', '/v1/admin/snapshots', { key: source.keys.admin });
+  acceptedAt = performance.now();
+  expect(created.status).toBe(202);
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  stop = true;
+  await Promise.all(clients);
+
+  const info = await waitComplete(source, created.body.id);
+  expect(info.status).toBe('complete');
+  snapshotFile = path.join(tempDataDir('snapfile'), 'snap.tsnap');
+  const res = await download(source, created.body.id, snapshotFile);
+  expect(res.status).toBe(200);
+  expect(res.headers.get('x-tally-snapshot-sha256')).toBe(info.sha256);
+  restoredDir = path.join(tempDataDir('restored'), 'data');
+  await restoreSnapshot(snapshotFile, restoredDir);
+  restored = await startServerProcess({ dataDir: restoredDir, keys: source.keys });
+}, 60_000);
+
+afterAll(async () => {
+  await restored?.stop();
+  await source?.stop();
+});
+
+const consumed = async (server: ServerProcess, customerId: string): Promise<number> => {
+  const res = await call(server.base, 'GET', `/v1/usage/api_calls/balance?customerId=${customerId}`, { key: server.keys.test.server });
+  return res.status === 404 ? 0 : (res.body.consumed as number);
+};
+
+describe('online snapshot → offline restore', () => {
+  it('is a cut: each customer holds every consume acknowledged before the request and none sent after its 202', async () => {
+    const server = restored as ServerProcess;
+    const before = sent.filter((s) => s.ackedAt !== null && s.ackedAt < postSentAt);
+    const after = sent.filter((s) => s.sentAt > acceptedAt);
+    expect(before.length).toBeGreaterThan(20);
+    expect(after.length).toBeGreaterThan(20);
+    const start = new Map<string, number>();
+    for (let c = 0; c < CUSTOMERS; c++) start.set(`cust-${c}`, await consumed(server, `cust-${c}`));
+    for (const [customerId, value] of start) {
+      const lower = before.filter((s) => s.customerId === customerId).length;
+      const upper = sent.filter((s) => s.customerId === customerId && s.sentAt < acceptedAt).length;
+      expect(value, customerId).toBeGreaterThanOrEqual(lower);
+      expect(value, customerId).toBeLessThanOrEqual(upper);
+    }
+    // Replaying an acknowledged-before key is a replay: it is in the snapshot, idempotency cache included.
+    const sk = server.keys.test.server;
+    const replay = (s: Sent) => call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey } });
+    for (const s of before) expect((await replay(s)).status).toBe(200);
+    for (const [customerId, value] of start) expect(await consumed(server, customerId), customerId).toBe(value);
+    // A key sent after the 202 is not in it: replaying it consumes once more.
+    for (const s of after) await replay(s);
+    for (const [customerId, value] of start) {
+      expect(await consumed(server, customerId), customerId).toBe(value + after.filter((s) => s.customerId === customerId).length);
+    }
+  });
+
+  it('answers with the same keys, configuration, customers and verifiable audit chains', async () => {
+    const server = restored as ServerProcess;
+    // bootstrap-keys.json is not restored (secrets stay where they were); the same keys work.
+    expect(fs.existsSync(path.join(restoredDir, 'bootstrap-keys.json'))).toBe(false);
+    expect((await call(server.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).status).toBe(200);
+    const pulled = await call(server.base, 'GET', '/v1/sync/pull', { key: source.keys.test.server });
+    expect(pulled.status).toBe(200);
+    expect(pulled.body.config).toEqual((await call(source.base, 'GET', '/v1/sync/pull', { key: source.keys.test.server })).body.config);
+    const named = await call(server.base, 'GET', '/v1/customers/named', { key: source.keys.test.server });
+    expect(named.body).toMatchObject({ id: 'named', name: 'Named Co', metadata: { tier: 'gold' } });
+    expect((await call(server.base, 'GET', '/v1/audit/verify', { key: source.keys.test.server })).body.ok).toBe(true);
+    const operator = await call(server.base, 'GET', '/v1/admin/audit', { key: source.keys.admin });
+    expect(operator.body.data[0]).toMatchObject({ action: 'snapshot.restore', resourceType: 'snapshot' });
+    expect((await call(server.base, 'GET', '/v1/admin/audit/verify', { key: source.keys.admin })).body.ok).toBe(true);
+  });
+});
+
+describe('restore refuses', () => {
+  const corrupt = (mutate: (bytes: Buffer) => Buffer): string => {
+    const file = path.join(tempDataDir('badsnap'), 'bad.tsnap');
+    fs.writeFileSync(file, mutate(fs.readFileSync(snapshotFile)));
+    return file;
+  };
+
+  it.each([
+    ['a flipped byte', (b: Buffer) => { const c = Buffer.from(b); const i = Math.floor(c.length / 2); c[i] = (c[i] ?? 0) ^ 0xff; return c; }, /corrupt/],
+    ['a truncated file', (b: Buffer) => b.subarray(0, b.length - 10), /truncated|corrupt/],
+    ['a file cut in half', (b: Buffer) => b.subarray(0, Math.floor(b.length / 2)), /truncated/],
+    ['something else', () => Buffer.from('{"not":"a snapshot"}'), /not a Tally snapshot/],
+  ])('%s, writing nothing', async (_name, mutate, message) => {
+    const target = path.join(tempDataDir('target'), 'data');
+    await expect(restoreSnapshot(corrupt(mutate), target)).rejects.toThrow(SnapshotFileError);
+    await expect(restoreSnapshot(corrupt(mutate), target)).rejects.toThrow(message);
+    expect(fs.existsSync(target)).toBe(false);
+  });
+
+  it('a data dir a running server holds, and a non-empty one', async () => {
+    await expect(restoreSnapshot(snapshotFile, source.dataDir)).rejects.toThrow(RestoreRefusedError);
+    await expect(restoreSnapshot(snapshotFile, source.dataDir)).rejects.toThrow(/running Tally server \(pid \d+\)/);
+    const nonEmpty = tempDataDir('nonempty');
+    fs.writeFileSync(path.join(nonEmpty, 'something'), 'x');
+    await expect(restoreSnapshot(snapshotFile, nonEmpty)).rejects.toThrow(/not empty/);
+  });
+
+  it('and a second server will not start on a data dir in use', () => {
+    const result = spawnSync(process.execPath, [MAIN_JS], { env: { ...process.env, PORT: '0', TALLY_DATA_DIR: source.dataDir }, encoding: 'utf8', timeout: 20_000 });
+    expect(result.status).toBe(1);
+    expect(result.stderr).toMatch(/in use by a running Tally server \(pid \d+\)/);
+  });
+});
+
+describe('snapshot management', () => {
+  it('lists, refuses unknown ids, and deletes', async () => {
+    const admin = source.keys.admin;
+    const list = await call(source.base, 'GET', '/v1/admin/snapshots', { key: admin });
+    expect(list.body.data.length).toBeGreaterThanOrEqual(1);
+    const [latest] = list.body.data;
+    expect(latest).toMatchObject({ status: 'complete', customers: expect.any(Number), bytes: expect.any(Number), journalPositions: expect.any(Array) });
+    expect((await call(source.base, 'GET', '/v1/admin/snapshots/snap_nope', { key: admin })).status).toBe(404);
+    expect((await call(source.base, 'GET', '/v1/admin/snapshots/snap_nope/file', { key: admin })).status).toBe(404);
+    expect((await call(source.base, 'GET', '/v1/admin/snapshots/..%2Fcontrol', { key: admin })).status).toBe(400);
+    expect((await call(source.base, 'DELETE', `/v1/admin/snapshots/${latest.id}`, { key: admin })).status).toBe(204);
+    expect((await call(source.base, 'GET', `/v1/admin/snapshots/${latest.id}`, { key: admin })).status).toBe(404);
+    expect(fs.existsSync(path.join(source.dataDir, 'snapshots', `${latest.id}.tsnap`))).toBe(false);
+    const audit = await call(source.base, 'GET', '/v1/admin/audit?resourceType=snapshot', { key: admin });
+    expect(audit.body.data.map((e: { action: string }) => e.action)).toEqual(['snapshot.delete', 'snapshot.create']);
+  });
+});
