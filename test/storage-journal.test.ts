@@ -142,7 +142,7 @@ describe('ShardStore snapshots', () => {
     await closeStore(store);
 
     const reopened = openStore(dir);
-    expect(reopened.loadSnapshot()).toEqual({ seq: 3, items: snapshotItems });
+    expect(reopened.loadSnapshot()).toEqual({ seq: 3, createdAtMs: expect.any(Number), items: snapshotItems });
     expect(reopened.stats()).toMatchObject({ snapshotSeq: 3, lastSeq: 6, journalRecords: 3 });
     expect(replayAll(reopened, 3).batches).toEqual([4, 5, 6].map((n) => [n, batch(n)]));
     expect(() => reopened.replay(0, () => {})).toThrow(/snapshot covers up to 3/);
@@ -155,7 +155,7 @@ describe('ShardStore snapshots', () => {
     await store.writeSnapshot(2, items(3 * SNAPSHOT_CHUNK_ITEMS, 'first'));
     const second = items(SNAPSHOT_CHUNK_ITEMS + 1, 'second');
     await store.writeSnapshot(5, second);
-    expect(store.loadSnapshot()).toEqual({ seq: 5, items: second });
+    expect(store.loadSnapshot()).toEqual({ seq: 5, createdAtMs: expect.any(Number), items: second });
     expect(store.stats().journalRecords).toBe(0);
     await closeStore(store);
 
@@ -185,12 +185,12 @@ describe('ShardStore snapshots', () => {
     const store = openStore(tempDir());
     await store.append(batch(1)).durable;
     await store.writeSnapshot(1, []);
-    expect(store.loadSnapshot()).toEqual({ seq: 1, items: [] });
+    expect(store.loadSnapshot()).toEqual({ seq: 1, createdAtMs: expect.any(Number), items: [] });
     const live = [{ balanceMinor: 1n }];
     const written = store.writeSnapshot(1, live);
     live[0] = { balanceMinor: 999n }; // mutation after the call must not leak in
     await written;
-    expect(store.loadSnapshot()).toEqual({ seq: 1, items: [{ balanceMinor: 1n }] });
+    expect(store.loadSnapshot()).toEqual({ seq: 1, createdAtMs: expect.any(Number), items: [{ balanceMinor: 1n }] });
   });
 
   it('refuses snapshots beyond the journal or older than the current one', async () => {
@@ -209,7 +209,7 @@ describe('ShardStore snapshots', () => {
     const older = store.writeSnapshot(2, items(5, 'older'));
     await newer;
     await expect(older).rejects.toThrow(/snapshot at seq 2 was not committed: .*would replace a newer snapshot at 3/);
-    expect(store.loadSnapshot()).toEqual({ seq: 3, items: items(5, 'newer') });
+    expect(store.loadSnapshot()).toEqual({ seq: 3, createdAtMs: expect.any(Number), items: items(5, 'newer') });
     expect(store.stats().snapshotSeq).toBe(3);
   });
 
