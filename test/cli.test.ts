@@ -156,6 +156,11 @@ describe('push and pull', () => {
     const key = server.keys.test.server;
     const v1 = writeJson('v1.json', CONFIG_V1);
 
+    // Nothing deployed: even an empty document is a change (it would create version 1).
+    const empty = await tally(['push', writeJson('empty.json', { entitlements: {}, products: {} }), '--dry-run'], { key });
+    expect(empty.code, empty.stderr).toBe(0);
+    expect(empty.stdout).toContain('An empty configuration: no entitlements, no products.\nDry run: nothing pushed.');
+
     const refused = await tally(['push', v1], { key });
     expect(refused.code).toBe(2);
     expect(refused.stdout).toContain('Nothing is deployed to the test environment');

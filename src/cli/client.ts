@@ -87,11 +87,16 @@ export class TallyClient {
   /**
    * Sends one request and answers its parsed JSON body. Throws `ServiceError` for a
    * non-2xx answer (with the service's message) and `CliError` when the service cannot
-   * be reached or does not answer within REQUEST_TIMEOUT_MS.
+   * be reached or the whole answer has not arrived within REQUEST_TIMEOUT_MS.
    */
   async json<T>(method: string, path: string, body?: unknown): Promise<T> {
-    const response = await this.raw(method, path, body);
-    const text = await response.text();
+    const response = await this.send(method, path, body, AbortSignal.timeout(REQUEST_TIMEOUT_MS));
+    let text: string;
+    try {
+      text = await response.text();
+    } catch (error) {
+      throw new CliError(`${method} ${path}: the answer broke off: ${describeFetchFailure(error)}`);
+    }
     try {
       return JSON.parse(text) as T;
     } catch {
@@ -101,9 +106,21 @@ export class TallyClient {
 
   /**
    * Sends one request and answers the response once its status is 2xx, body unread, for
-   * callers that stream it (downloads). Failures as for `json`.
+   * callers that stream it (downloads). The timeout covers the wait for the status only:
+   * a large body may take as long as it takes, and the caller's stream reports a broken
+   * connection. Failures as for `json`.
    */
   async raw(method: string, path: string, body?: unknown): Promise<Response> {
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(new DOMException('timed out', 'TimeoutError')), REQUEST_TIMEOUT_MS);
+    try {
+      return await this.send(method, path, body, controller.signal);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async send(method: string, path: string, body: unknown, signal: AbortSignal): Promise<Response> {
     const headers: Record<string, string> = { 'x-tally-key': this.key };
     if (body !== undefined) headers['content-type'] = 'application/json';
     let response: Response;
@@ -111,7 +128,7 @@ export class TallyClient {
       response = await fetch(this.baseUrl + path, {
         method,
         headers,
-        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+        signal,
         ...(body === undefined ? {} : { body: JSON.stringify(body) }),
       });
     } catch (error) {

@@ -69,11 +69,14 @@ async function push(file: string, options: PushOptions): Promise<void> {
   console.log(deployed === null ? `Nothing is deployed to ${target} yet.` : `Deployed to ${target}: version ${deployed.version} (pushed ${deployed.pushedAt}).`);
 
   const diff = diffConfigs(deployed?.config ?? null, config);
-  if (changeCount(diff) === 0) {
+  if (deployed !== null && changeCount(diff) === 0) {
     console.log('No changes: the deployed configuration already matches; nothing pushed.');
     return;
   }
-  for (const line of formatDiff(diff)) console.log(line);
+  const lines = formatDiff(diff);
+  // A first push is a change even when the document is empty: it creates version 1.
+  if (lines.length === 0) lines.push('An empty configuration: no entitlements, no products.');
+  for (const line of lines) console.log(line);
   if (options.dryRun === true) {
     console.log('Dry run: nothing pushed.');
     return;
