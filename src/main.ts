@@ -5,7 +5,8 @@
  * time a secret is ever written to stdout), and otherwise only JSON log lines (pino,
  * level TALLY_LOG_LEVEL, default info): `"msg":"listening"` with `port` when the port is
  * bound, `"msg":"ready"` once recovery has finished (/healthz answers 200 from then on).
- * SIGINT/SIGTERM stop it cleanly.
+ * Start-up failures (a bad setting, a data dir in use, a port taken) are also written to
+ * stderr as plain text for the person starting it. SIGINT/SIGTERM stop it cleanly.
  */
 import { DEFAULT_RATE_LIMITS } from './auth/rate-limit.js';
 import { createLogger, isLogLevel, LOG_LEVELS, stdoutDestination } from './observability/log.js';
@@ -25,7 +26,7 @@ function intFromEnv(name: string, fallback: number | undefined): number | undefi
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
   if (!Number.isInteger(value) || value < 0) {
-    log.fatal({ variable: name, value: raw }, `${name} must be a whole number`);
+    process.stderr.write(`${name} must be a whole number, got ${JSON.stringify(raw)}\n`);
     process.exit(2);
   }
   return value;
@@ -77,6 +78,9 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  log.fatal({ err: error }, `tally failed to start: ${error instanceof Error ? error.message : String(error)}`);
+  // A person starting the service reads stderr; a log collector reads the JSON line.
+  const message = `tally failed to start: ${error instanceof Error ? error.message : String(error)}`;
+  process.stderr.write(`${message}\n`);
+  log.fatal({ err: error }, message);
   process.exit(1);
 });
