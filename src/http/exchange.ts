@@ -67,7 +67,8 @@ export class Exchange {
     res.onAborted(() => {
       this.aborted = true;
       this.onAbort?.();
-      obs.aborted(this);
+      // A streamed download cut short was already counted when its headers went out.
+      if (!this.done) obs.aborted(this);
     });
   }
 
