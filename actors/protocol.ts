@@ -8,6 +8,7 @@
  * core asserts the same invariants again.
  */
 import type { BillingConfig } from './billing-config.js';
+import type { HistogramData } from './histogram.js';
 import type { Command, ContextRequest, ContractInput, Environment, ProfilePatch } from './customer.js';
 
 export type { Command, Environment };
@@ -175,6 +176,10 @@ export interface ShardLiveStats {
   readonly usedBytes: number;
   /** When the shard last stored a snapshot of itself (null: never, since start). */
   readonly lastSnapshotAtMs: number | null;
+  /** Journal appends since start: milliseconds from append issued to durable (metrics). */
+  readonly journalFlushMs: HistogramData;
+  /** Events per journal record since start, i.e. the size of each group commit (metrics). */
+  readonly journalBatchEvents: HistogramData;
 }
 
 export type FromWorker =

@@ -10,6 +10,7 @@
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import path from 'node:path';
 import { assert } from './assert.js';
+import { Histogram, JOURNAL_BATCH_EVENTS_BOUNDS, JOURNAL_FLUSH_BOUNDS_MS } from './histogram.js';
 import type { CustomerSnapshot, Event } from './customer.js';
 import { SNAPSHOT_INTERVAL_MS } from './limits.js';
 import { decodeBatch, type FromWorker, type ReplyTriples, type ShardLiveStats, type ToWorker } from './protocol.js';
@@ -55,14 +56,24 @@ function crash(error: unknown): never {
 }
 
 const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`));
+/** Metrics of this worker's journal, shipped with every stats reply. */
+const journalFlushMs = new Histogram(JOURNAL_FLUSH_BOUNDS_MS);
+const journalBatchEvents = new Histogram(JOURNAL_BATCH_EVENTS_BOUNDS);
+
+function appendTimed(events: readonly Event[], index: readonly CustomerIndexEntry[]): { readonly seq: number; readonly durable: Promise<void> } {
+  const issuedMs = performance.now();
+  const appended = store.append(
+    events,
+    index.map((entry) => ({ environment: entry.environment, id: entry.id, json: Buffer.from(JSON.stringify(entry.view)) })),
+  );
+  journalBatchEvents.observe(events.length);
+  // A failed write is the shard's to handle (it crashes); this handler only measures.
+  appended.durable.then(() => journalFlushMs.observe(performance.now() - issuedMs), () => undefined);
+  return appended;
+}
+
 const shard = new Shard({
-  journal: {
-    append: (events: readonly Event[], index: readonly CustomerIndexEntry[]) =>
-      store.append(
-        events,
-        index.map((entry) => ({ environment: entry.environment, id: entry.id, json: Buffer.from(JSON.stringify(entry.view)) })),
-      ),
-  },
+  journal: { append: appendTimed },
   clock: Date.now,
   reply,
   // Right after a group is released the next one has just been handed to the journal, so
@@ -131,6 +142,8 @@ function liveStats(): ShardLiveStats {
     journalRecords: stored.journalRecords,
     usedBytes: stored.usedBytes,
     lastSnapshotAtMs,
+    journalFlushMs: journalFlushMs.data(),
+    journalBatchEvents: journalBatchEvents.data(),
   };
 }
 

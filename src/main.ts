@@ -1,12 +1,25 @@
 /**
  * `npm start`: runs Tally on its embedded defaults (PORT 8787, data in ./.tally).
  *
- * Prints the bootstrap keys once, on the first start of an empty data dir, and one
- * JSON line `{"msg":"listening","port":n}` when the port is bound; /healthz answers
- * 200 once recovery has finished. SIGINT/SIGTERM stop it cleanly.
+ * Prints the bootstrap keys once, on the first start of an empty data dir (the only
+ * time a secret is ever written to stdout), and otherwise only JSON log lines (pino,
+ * level TALLY_LOG_LEVEL, default info): `"msg":"listening"` with `port` when the port is
+ * bound, `"msg":"ready"` once recovery has finished (/healthz answers 200 from then on).
+ * Start-up failures (a bad setting, a data dir in use, a port taken) are also written to
+ * stderr as plain text for the person starting it. SIGINT/SIGTERM stop it cleanly.
  */
 import { DEFAULT_RATE_LIMITS } from './auth/rate-limit.js';
+import { createLogger, isLogLevel, LOG_LEVELS, stdoutDestination } from './observability/log.js';
 import { startServer } from './server.js';
+
+const levelRaw = process.env['TALLY_LOG_LEVEL'] || 'info';
+if (!isLogLevel(levelRaw)) {
+  process.stderr.write(`TALLY_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(levelRaw)}\n`);
+  process.exit(2);
+}
+// One stdout stream for log lines and the bootstrap block, so they come out in order.
+const stdout = stdoutDestination();
+const log = createLogger(levelRaw, stdout);
 
 function intFromEnv(name: string, fallback: number | undefined): number | undefined {
   const raw = process.env[name];
@@ -17,10 +30,6 @@ function intFromEnv(name: string, fallback: number | undefined): number | undefi
     process.exit(2);
   }
   return value;
-}
-
-function log(fields: Record<string, unknown>): void {
-  process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), ...fields })}\n`);
 }
 
 async function main(): Promise<void> {
@@ -38,26 +47,30 @@ async function main(): Promise<void> {
     port,
     dataDir,
     rateLimits,
+    log,
     ...(workers === undefined || workers === 0 ? {} : { workers }),
     ...(queueMax === undefined || queueMax === 0 ? {} : { queueMax }),
     ...(snapshotEveryBatches === undefined || snapshotEveryBatches === 0 ? {} : { snapshotEveryBatches }),
     ...(snapshotSliceCustomers === undefined || snapshotSliceCustomers === 0 ? {} : { snapshotSliceCustomers }),
   });
   if (server.bootstrapKeys !== null) {
-    process.stdout.write(
+    stdout.write(
       `\nTally created its first API keys (shown once; also in ${dataDir}/bootstrap-keys.json, mode 0600):\n` +
         `${JSON.stringify(server.bootstrapKeys, null, 2)}\n\n`,
     );
   }
-  log({ level: 'info', msg: 'listening', port: server.port, dataDir });
+  log.info({ port: server.port, dataDir }, 'listening');
   const started = Date.now();
   await server.ready;
-  log({ level: 'info', msg: 'ready', recoveryMs: Date.now() - started, shards: server.shardStats() });
+  log.info({ recoveryMs: Date.now() - started, shards: server.shardStats() }, 'ready');
   const stop = (signal: string): void => {
-    log({ level: 'info', msg: 'stopping', signal });
+    log.info({ signal }, 'stopping');
     server.close().then(
       () => process.exit(0),
-      () => process.exit(1),
+      (error: unknown) => {
+        log.error({ err: error }, 'stop failed');
+        process.exit(1);
+      },
     );
   };
   process.once('SIGINT', () => stop('SIGINT'));
@@ -65,6 +78,9 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  process.stderr.write(`tally failed to start: ${error instanceof Error ? error.message : String(error)}\n`);
+  // A person starting the service reads stderr; a log collector reads the JSON line.
+  const message = `tally failed to start: ${error instanceof Error ? error.message : String(error)}`;
+  process.stderr.write(`${message}\n`);
+  log.fatal({ err: error }, message);
   process.exit(1);
 });

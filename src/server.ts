@@ -32,6 +32,9 @@ import { checkBodyHeaders, readJsonBody } from './http/body.js';
 import { Exchange } from './http/exchange.js';
 import { parseQuery } from './http/query.js';
 import type { Router } from './http/router.js';
+import { silentLogger, type Logger } from './observability/log.js';
+import { metricsRoute } from './observability/metrics-route.js';
+import { Observability } from './observability/observability.js';
 import { ShardPool } from './shard-pool.js';
 
 export interface ServerOptions {
@@ -47,6 +50,8 @@ export interface ServerOptions {
   readonly snapshotSliceCustomers?: number;
   /** Requests per minute per key (default 1000 server / 200 client; 0 = unlimited). */
   readonly rateLimits?: RateLimits;
+  /** Where request errors, operator actions and (at debug) access lines go; default: nowhere. */
+  readonly log?: Logger;
 }
 
 export interface BootstrapKeys {
@@ -138,7 +143,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   };
 
   const app = uWS.App();
-  const frontEnd = new FrontEnd(keys, new RateLimiter(options.rateLimits ?? DEFAULT_RATE_LIMITS), () => pool !== null);
+  const obs = new Observability(options.log ?? silentLogger());
+  const frontEnd = new FrontEnd(keys, new RateLimiter(options.rateLimits ?? DEFAULT_RATE_LIMITS), () => pool !== null, obs);
   const socket = await listen(app, options.port);
   const port = uWS.us_socket_local_port(socket);
 
@@ -169,7 +175,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     customers = CustomerIndex.open(options.dataDir, workers, (environment, id) =>
       workerOf(logicalShardOf(environment as Environment, id, LOGICAL_SHARDS), workers),
     );
-    frontEnd.router = buildApiRouter({
+    const apiRouter = buildApiRouter({
       pool: started,
       control,
       customers,
@@ -193,16 +199,24 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       keys,
       audit,
       assemble: (task) => sideJob('snapshot-assemble-task.js', task),
-      record: (action, info, actor) =>
-        audit.append(OPERATOR_STREAM, {
+      record: (action, info, actor) => {
+        const fields = { action, resourceType: 'snapshot', resourceId: info.id, actor, bytes: info.bytes, customers: info.customers, error: info.error };
+        if (info.status === 'failed') obs.log.warn(fields, 'operator action');
+        else obs.log.info(fields, 'operator action');
+        return audit.append(OPERATOR_STREAM, {
           action,
           resourceType: 'snapshot',
           resourceId: info.id,
           actor,
           data: { bytes: info.bytes, customers: info.customers, sha256: info.sha256, error: info.error, journalPositions: info.journalPositions },
-        }, Date.now()),
+        }, Date.now());
+      },
     });
-    frontEnd.adminRouter = buildAdminRouter(adminDeps, snapshotRoutes(adminDeps, snapshots));
+    const adminRouter = buildAdminRouter(adminDeps, [
+      ...snapshotRoutes(adminDeps, snapshots),
+      ['GET', '/v1/admin/metrics', metricsRoute({ pool: started, obs, startedAtMs })],
+    ]);
+    frontEnd.setRouters(apiRouter, adminRouter);
     pool = started;
   });
   app.any('/*', (res, req) => frontEnd.handle(res, req));
@@ -226,31 +240,47 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
 
 /** The per-request pipeline; everything before the shard hop runs synchronously here. */
 class FrontEnd {
-  router: Router<Route> | null = null;
-  adminRouter: Router<AdminRoute> | null = null;
+  private router: Router<Route> | null = null;
+  private adminRouter: Router<AdminRoute> | null = null;
+  /** Metrics series of each router's first route (a match's index is added to it). */
+  private apiSlotBase = 0;
+  private adminSlotBase = 0;
 
   constructor(
     private readonly keys: KeyRing,
     private readonly limiter: RateLimiter,
     private readonly isReady: () => boolean,
+    private readonly obs: Observability,
   ) {}
+
+  /** Installs the routers once the shards are up, and gives each route its metrics series. */
+  setRouters(api: Router<Route>, admin: Router<AdminRoute>): void {
+    this.apiSlotBase = this.obs.metrics.register(api.list());
+    this.adminSlotBase = this.obs.metrics.register(admin.list());
+    this.router = api;
+    this.adminRouter = admin;
+  }
 
   handle(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
     // Methods are case-sensitive (RFC 9110); the router knows them in upper case.
     const method = req.getCaseSensitiveMethod();
     const url = req.getUrl();
-    const ex = new Exchange(res, method, url);
+    const ex = new Exchange(res, method, url, this.obs, req.getHeader('x-request-id'));
     ex.guard(() => this.dispatch(ex, req));
   }
 
   private dispatch(ex: Exchange, req: uWS.HttpRequest): void {
     const { method, path: url } = ex;
     if (url === '/healthz') {
+      ex.slot = this.obs.metrics.fixedSlot('/healthz', method);
       if (this.isReady()) ex.send(200, '{"ok":true}');
       else ex.fail('not_ready', {}, [['retry-after', '1']]);
       return;
     }
-    if (url === '/v1/schema/billing' && method === 'GET') return ex.send(200, BILLING_SCHEMA_JSON);
+    if (url === '/v1/schema/billing' && method === 'GET') {
+      ex.slot = this.obs.metrics.fixedSlot('/v1/schema/billing', method);
+      return ex.send(200, BILLING_SCHEMA_JSON);
+    }
     if (!url.startsWith('/v1/')) return ex.fail('route_not_found', { method, path: url });
 
     const presented = req.getHeader('x-tally-key') || bearerToken(req.getHeader('authorization'));
@@ -270,6 +300,7 @@ class FrontEnd {
     if (found.kind === 'not_found') return ex.fail('route_not_found', { method, path: url });
     if (found.kind === 'method_not_allowed') return ex.fail('method_not_allowed', { method, path: url }, [['allow', found.allow]]);
     const { route, params } = found.match;
+    ex.slot = this.apiSlotBase + found.match.index;
     if (route.access === 'server' && key.keyClass !== 'server') return ex.fail('server_key_required');
 
     const query = parseQuery(req.getQuery() ?? '');
@@ -292,6 +323,7 @@ class FrontEnd {
     if (found.kind === 'not_found') return ex.fail('route_not_found', { method, path: url });
     if (found.kind === 'method_not_allowed') return ex.fail('method_not_allowed', { method, path: url }, [['allow', found.allow]]);
     const { route, params } = found.match;
+    ex.slot = this.adminSlotBase + found.match.index;
     const query = parseQuery(req.getQuery() ?? '');
     if (!query.ok) return ex.fail('invalid_query', { detail: query.message });
     if (!route.hasBody) return route.handle({ ex, key, params, query: query.params, body: undefined });

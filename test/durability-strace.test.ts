@@ -36,7 +36,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { call, MAIN_JS, tempDataDir, type Keys } from './support/server-process.js';
+import { call, listeningPort, MAIN_JS, tempDataDir, type Keys } from './support/server-process.js';
 
 const CONFIG = {
   entitlements: { api_calls: { type: 'meter' } },
@@ -306,10 +306,7 @@ async function startTracedServer(dataDir: string, tracePath: string): Promise<Tr
     strace.kill('SIGKILL');
   };
   try {
-    const port = await waitFor(strace, output, () => {
-      const match = /"msg":"listening","port":(\d+)/.exec(out);
-      return match === null ? null : Number(match[1]);
-    });
+    const port = await waitFor(strace, output, () => listeningPort(out));
     const base = `http://127.0.0.1:${port}`;
     await waitFor(strace, output, async () => ((await fetch(`${base}/healthz`).catch(() => null))?.status === 200 ? true : null));
     const keys = JSON.parse(fs.readFileSync(path.join(dataDir, 'bootstrap-keys.json'), 'utf8')) as Keys;

@@ -1,6 +1,6 @@
 /**
  * Operational behaviour of the real server process: backpressure (503 with
- * Retry-After), periodic snapshots that recovery uses, the exclusive port, and the
+ * Retry-After, a request id and a warning log line), periodic snapshots that recovery uses, the exclusive port, and the
  * refusal to run on uWS's slow fallback.
  */
 import { spawn } from 'node:child_process';
@@ -8,7 +8,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ShardStore } from '../storage/journal.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
-import { call, MAIN_JS, startServerProcess, tempDataDir } from './support/server-process.js';
+import { call, MAIN_JS, startServerProcess, tempDataDir, waitForLogLine } from './support/server-process.js';
 
 const CONFIG = {
   entitlements: { api_calls: { type: 'meter', reset: 'never' } },
@@ -45,6 +45,11 @@ describe('operations', () => {
       expect(overloaded[0]?.body).toEqual({ error: 'shard queue is full, retry later' });
       expect(overloaded[0]?.headers.get('retry-after')).toBe('1');
       expect(results.every((r) => r.status === 200 || r.status === 503)).toBe(true);
+      // Each 503 carries a request id, and the log has a warning line naming one of them (lines are budgeted per second).
+      const ids = new Set(overloaded.map((r) => r.headers.get('x-request-id')));
+      expect(ids.has(null)).toBe(false);
+      const warned = await waitForLogLine(server, (line) => line['level'] === 'warn' && line['status'] === 503 && ids.has(line['requestId'] as string));
+      expect(warned).toMatchObject({ method: 'POST', route: '/v1/usage/:key/consume' });
       // A refused command was never applied; an accepted one was.
       for (const [i, r] of results.entries()) {
         const balance = await call(server.base, 'GET', `/v1/usage/api_calls/balance?customerId=q${i}`, { key: sk });

@@ -65,8 +65,9 @@ export function keyView(record: KeyRecord): Record<string, unknown> {
 
 /**
  * Writes `input` (actor = the operator key's id) to the operator stream and, for an
- * environment's key, to that environment's log; then answers. A failed audit write
- * answers 500: the mutation itself is already durable.
+ * environment's key, to that environment's log; logs it (ids only, never a secret or the
+ * entry's data); then answers. A failed audit write answers 500: the mutation itself is
+ * already durable.
  */
 export function auditOperator(
   deps: Pick<AdminDeps, 'audit'>,
@@ -79,7 +80,13 @@ export function auditOperator(
   const now = Date.now();
   const writes = [deps.audit.append(OPERATOR_STREAM, entry, now)];
   if (environment !== null) writes.push(deps.audit.append(environment, entry, now));
-  Promise.all(writes).then(answer, () => ctx.ex.fail('internal'));
+  Promise.all(writes).then(
+    () => {
+      ctx.ex.logInfo('operator action', { action: input.action, resourceType: input.resourceType, resourceId: input.resourceId, actor: ctx.key.id, environment });
+      answer();
+    },
+    () => ctx.ex.fail('internal'),
+  );
 }
 
 function idParam(ctx: AdminContext): string | null {

@@ -214,6 +214,7 @@ function pushRoute(deps: ApiDeps): Route {
       deps.pushConfig(ctx.environment, result.config).then(
         ({ version, pushedAtMs }) => {
           const body = JSON.stringify({ version, pushedAt: new Date(pushedAtMs).toISOString() });
+          ctx.ex.logInfo('configuration pushed', { environment: ctx.environment, version, actor: ctx.key.id });
           audited(deps, ctx, { action: 'config.push', resourceType: 'config', resourceId: `v${version}`, data: { version } }, 200, body);
         },
         () => ctx.ex.fail('internal'),

@@ -24,7 +24,9 @@ export function snapshotRoutes(deps: Pick<AdminDeps, 'audit'>, snapshots: Snapsh
       hasBody: false,
       handle(ctx) {
         try {
-          ctx.ex.json(202, snapshots.create(ctx.key.id));
+          const info = snapshots.create(ctx.key.id);
+          ctx.ex.logInfo('snapshot started', { resourceId: info.id, actor: ctx.key.id });
+          ctx.ex.json(202, info);
         } catch (error) {
           if (!(error instanceof SnapshotBusyError)) throw error;
           ctx.ex.fail('snapshot_in_progress');

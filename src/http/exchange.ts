@@ -5,10 +5,19 @@
  * uWS invalidates `res` once the client aborts; every reply therefore checks `aborted`
  * first, and replies written outside the route handler's own stack frame are corked so
  * status, headers and body leave in one syscall.
+ *
+ * Each exchange reports its end to the server's Observability (metrics, error and access
+ * log lines) and carries a request id: the client's `x-request-id` when well formed,
+ * else one made on first use. The id is echoed in `x-request-id` on every error answer
+ * (4xx/5xx) and on every answer to a client that sent one; a plain successful answer to
+ * a client that did not ask goes without, because each extra header costs measurable
+ * throughput on the hot path (see README, Performance).
  */
 import type { HttpResponse } from 'uWebSockets.js';
 import type { RateDecision } from '../auth/rate-limit.js';
 import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../errors.js';
+import type { Observability } from '../observability/observability.js';
+import { isWellFormedRequestId } from '../observability/request-id.js';
 
 const STATUS_TEXT: Record<number, string> = {
   200: '200 OK',
@@ -29,44 +38,86 @@ const STATUS_TEXT: Record<number, string> = {
 
 export type Headers = ReadonlyArray<readonly [string, string]>;
 
+const JSON_TYPE = 'application/json';
+
 export class Exchange {
   aborted = false;
   done = false;
   /** The rate-limit state of a keyed request: its three headers go on every reply. */
   rate: RateDecision | null = null;
+  /** Metrics series of the route that matched (HttpMetrics slot); -1 until one did. */
+  slot = -1;
+  /** Set once a handler failure was logged with its cause. */
+  failureLogged = false;
+  readonly startMs = performance.now();
+  /** The client sent an `x-request-id` (well formed or not): every answer echoes ours. */
+  private readonly echoRequestId: boolean;
+  private requestIdText: string;
 
+  /** `incomingRequestId`: the raw `x-request-id` header ('' when absent). */
   constructor(
     readonly res: HttpResponse,
     readonly method: string,
     readonly path: string,
+    private readonly obs: Observability,
+    incomingRequestId = '',
   ) {
+    this.echoRequestId = incomingRequestId !== '';
+    this.requestIdText = this.echoRequestId && isWellFormedRequestId(incomingRequestId) ? incomingRequestId : '';
     res.onAborted(() => {
       this.aborted = true;
       this.onAbort?.();
+      // A streamed download cut short was already counted when its headers went out.
+      if (!this.done) obs.aborted(this);
     });
   }
 
   /** Set by a reply that holds resources while it streams (a file download). */
   onAbort: (() => void) | null = null;
 
+  /** This request's id (the client's, or one made now and kept). */
+  get requestId(): string {
+    if (this.requestIdText === '') this.requestIdText = this.obs.requestIds.next();
+    return this.requestIdText;
+  }
+
   /** Writes a JSON reply; a no-op once the client has gone or a reply was sent. */
   send(status: number, body: string, headers: Headers = [], closeConnection = false): void {
+    this.write(status, JSON_TYPE, body, headers, closeConnection);
+  }
+
+  /** Writes a reply of another content type (the Prometheus text exposition). */
+  sendText(status: number, contentType: string, body: string): void {
+    this.write(status, contentType, body, [], false);
+  }
+
+  private write(status: number, contentType: string, body: string, headers: Headers, closeConnection: boolean): void {
     if (this.aborted || this.done) return;
     this.done = true;
     const res = this.res;
     res.cork(() => {
       // uWS writes "200 OK" itself when no status is given: one native call fewer.
       if (status !== 200) res.writeStatus(STATUS_TEXT[status] ?? String(status));
-      res.writeHeader('content-type', 'application/json');
+      res.writeHeader('content-type', contentType);
       const rate = this.rate;
       if (rate !== null) {
         res.writeHeader('x-ratelimit-limit', rate.limitText);
         res.writeHeader('x-ratelimit-remaining', String(rate.remaining));
         res.writeHeader('x-ratelimit-reset', rate.resetText);
       }
+      if (status >= 400 || this.echoRequestId) res.writeHeader('x-request-id', this.requestId);
       for (const [name, value] of headers) res.writeHeader(name, value);
       res.end(body, closeConnection);
     });
+    this.obs.answered(this, status);
+  }
+
+  /**
+   * Reports an answer whose status and headers were written outside `send` (a streamed
+   * file) to metrics and logs; its latency is the time to its first byte.
+   */
+  streamStarted(status: number): void {
+    this.obs.answered(this, status);
   }
 
   fail(code: ErrorCode, params: ErrorParams = {}, headers: Headers = [], closeConnection = false): void {
@@ -75,6 +126,11 @@ export class Exchange {
 
   json(status: number, value: unknown, headers: Headers = []): void {
     this.send(status, JSON.stringify(value), headers);
+  }
+
+  /** An info line about what this request did (operator actions), with its request id. */
+  logInfo(msg: string, fields: Record<string, unknown>): void {
+    this.obs.log.info({ requestId: this.requestId, ...fields }, msg);
   }
 
   /**
@@ -86,9 +142,8 @@ export class Exchange {
     try {
       step();
     } catch (error) {
-      process.stderr.write(
-        `${JSON.stringify({ level: 'error', msg: 'request handler failed', method: this.method, path: this.path, error: String(error instanceof Error ? error.stack : error) })}\n`,
-      );
+      this.obs.handlerFailed(this, error);
+      this.failureLogged = true;
       this.fail('internal');
     }
   }

@@ -24,6 +24,7 @@ export function streamFile(ex: Exchange, file: string, size: number, headers: He
     for (const [name, value] of headers) res.writeHeader(name, value);
     if (size === 0) res.end();
   });
+  ex.streamStarted(200);
   if (size === 0) return finish();
   stream.on('data', (data) => {
     const chunk = data as Buffer;

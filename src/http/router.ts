@@ -7,6 +7,8 @@ export interface RouteMatch<R> {
   readonly route: R;
   /** Raw (still percent-encoded) values of the `:name` segments, in order. */
   readonly params: readonly string[];
+  /** The route's position in registration order (as in `list()`): its metrics series. */
+  readonly index: number;
 }
 
 export type RouteLookup<R> =
@@ -36,10 +38,11 @@ export class Router<R> {
   lookup(method: string, path: string): RouteLookup<R> {
     const segments = path.split('/');
     const allowed: string[] = [];
-    for (const entry of this.entries) {
+    for (let index = 0; index < this.entries.length; index++) {
+      const entry = this.entries[index] as Entry<R>;
       const params = matchSegments(entry.segments, segments);
       if (params === null) continue;
-      if (entry.method === method) return { kind: 'match', match: { route: entry.route, params } };
+      if (entry.method === method) return { kind: 'match', match: { route: entry.route, params, index } };
       allowed.push(entry.method);
     }
     if (allowed.length > 0) return { kind: 'method_not_allowed', allow: allowed.join(', ') };

@@ -56,10 +56,7 @@ export async function startServerProcess(
   let out = '';
   child.stdout?.on('data', (chunk: Buffer) => (out += chunk.toString()));
   child.stderr?.on('data', (chunk: Buffer) => (out += chunk.toString()));
-  const port = await waitFor(() => {
-    const match = /"msg":"listening","port":(\d+)/.exec(out);
-    return match ? Number(match[1]) : null;
-  }, () => out, child);
+  const port = await waitFor(() => listeningPort(out), () => out, child);
   const base = `http://127.0.0.1:${port}`;
   await waitFor(async () => ((await fetch(`${base}/healthz`).catch(() => null))?.status === 200 ? true : null), () => out, child);
   // A restored data dir has no bootstrap file: its keys are the original server's.
@@ -85,6 +82,48 @@ export async function startServerProcess(
       await exited;
     },
   };
+}
+
+/**
+ * The port of the server's `listening` log line in `output` (JSON lines; the field order
+ * is pino's, so the line is parsed, not matched), or null before it has been printed.
+ */
+export function listeningPort(output: string): number | null {
+  for (const line of output.split('\n')) {
+    if (!line.includes('"listening"')) continue;
+    try {
+      const parsed = JSON.parse(line) as { msg?: unknown; port?: unknown };
+      if (parsed.msg === 'listening' && typeof parsed.port === 'number') return parsed.port;
+    } catch {
+      /* a partial line: not printed in full yet */
+    }
+  }
+  return null;
+}
+
+/** The server's JSON log lines so far (the bootstrap block and any partial last line skipped). */
+export function logLines(output: string): Array<Record<string, unknown>> {
+  const lines: Array<Record<string, unknown>> = [];
+  for (const line of output.split('\n')) {
+    if (!line.startsWith('{"level"')) continue;
+    try {
+      lines.push(JSON.parse(line) as Record<string, unknown>);
+    } catch {
+      /* a partial line: not printed in full yet */
+    }
+  }
+  return lines;
+}
+
+/** Waits (up to 5 s: log lines are written asynchronously) for a log line `predicate` accepts. */
+export async function waitForLogLine(server: ServerProcess, predicate: (line: Record<string, unknown>) => boolean): Promise<Record<string, unknown>> {
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    const found = logLines(server.output()).find(predicate);
+    if (found !== undefined) return found;
+    if (Date.now() > deadline) throw new Error(`no such log line in:\n${server.output()}`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
 }
 
 async function waitFor<T>(probe: () => T | null | Promise<T | null>, output: () => string, child: ChildProcess): Promise<T> {

@@ -1,0 +1,94 @@
+/**
+ * `GET /v1/admin/metrics`: every metric Tally exports, in the Prometheus text format,
+ * for the operator key (in `x-tally-key` or as `Authorization: Bearer`, which is what a
+ * Prometheus scrape config sends). README "Operations → Metrics and logs" lists them.
+ *
+ * Front-end metrics (HTTP, queue depths) are read where they are kept; shard metrics
+ * (journal flush latency and group size, customers, idempotency entries, snapshot age)
+ * come from each worker's stats reply, so a scrape waits behind the batches already
+ * queued to a busy worker but never blocks one.
+ */
+import type { ShardLiveStats } from '../../actors/protocol.js';
+import type { AdminRoute } from '../api/admin-routes.js';
+import type { ShardPool } from '../shard-pool.js';
+import { Exposition, PROMETHEUS_CONTENT_TYPE } from './exposition.js';
+import { statusLabel, type HttpMetrics } from './http-metrics.js';
+import type { Observability } from './observability.js';
+
+export interface MetricsDeps {
+  readonly pool: Pick<ShardPool, 'queueDepths' | 'liveStats'>;
+  readonly obs: Observability;
+  readonly startedAtMs: number;
+}
+
+const MS = 0.001;
+
+function renderHttp(out: Exposition, metrics: HttpMetrics): void {
+  const used = metrics.series.filter((series) => series.latencyMs.count > 0);
+  out.family('tally_http_requests_total', 'counter', 'HTTP requests answered, by route pattern (unmatched: answered before a route matched), method and status.');
+  for (const series of used) {
+    series.statuses.forEach((count, slot) => {
+      if (count > 0) out.sample('tally_http_requests_total', { route: series.route, method: series.method, status: statusLabel(slot) }, count);
+    });
+  }
+  out.family('tally_http_request_duration_seconds', 'histogram', 'Time from receiving a request to writing its answer, by route pattern and method.');
+  for (const series of used) out.histogram('tally_http_request_duration_seconds', { route: series.route, method: series.method }, series.latencyMs.data(), MS);
+  out.family('tally_http_requests_aborted_total', 'counter', 'Requests whose client went away before the answer.');
+  out.sample('tally_http_requests_aborted_total', {}, metrics.aborted);
+}
+
+function renderShards(out: Exposition, depths: readonly number[], shards: readonly ShardLiveStats[], nowMs: number): void {
+  const gauge = (name: string, help: string, value: (s: ShardLiveStats, shard: number) => number | null): void => {
+    out.family(name, 'gauge', help);
+    shards.forEach((s, shard) => {
+      const v = value(s, shard);
+      if (v !== null) out.sample(name, { shard: String(shard) }, v);
+    });
+  };
+  gauge('tally_shard_queue_depth', 'Commands queued or in flight to the shard worker (503 past TALLY_QUEUE_MAX).', (_s, shard) => depths[shard] ?? 0);
+  gauge('tally_shard_customers', 'Customers held in memory by the shard worker.', (s) => s.customers);
+  gauge('tally_shard_idempotency_entries', 'Idempotency keys kept by the shard worker (all its customers).', (s) => s.idempotencyEntries);
+  gauge('tally_shard_journal_records', 'Journal records not yet covered by a snapshot.', (s) => s.journalRecords);
+  gauge('tally_shard_store_bytes', "Bytes in use in the shard's LMDB environment (journal, snapshot, customer index).", (s) => s.usedBytes);
+  gauge('tally_shard_snapshot_age_seconds', 'Seconds since the shard last stored a snapshot (absent: none yet).', (s) =>
+    s.lastSnapshotAtMs === null ? null : Math.max(0, nowMs - s.lastSnapshotAtMs) / 1000,
+  );
+  out.family('tally_journal_flush_duration_seconds', 'histogram', 'Time from a journal append being issued to it being durable (fsynced), per shard worker.');
+  shards.forEach((s, shard) => out.histogram('tally_journal_flush_duration_seconds', { shard: String(shard) }, s.journalFlushMs, MS));
+  out.family('tally_journal_batch_events', 'histogram', 'Events per journal record, i.e. per group commit (one fsync), per shard worker.');
+  shards.forEach((s, shard) => out.histogram('tally_journal_batch_events', { shard: String(shard) }, s.journalBatchEvents));
+}
+
+function renderProcess(out: Exposition, deps: MetricsDeps): void {
+  const memory = process.memoryUsage();
+  out.family('tally_process_start_time_seconds', 'gauge', 'When this process started (Unix epoch seconds).');
+  out.sample('tally_process_start_time_seconds', {}, Math.floor(deps.startedAtMs / 1000));
+  out.family('tally_process_resident_memory_bytes', 'gauge', 'Resident set size of the process (all threads).');
+  out.sample('tally_process_resident_memory_bytes', {}, memory.rss);
+  out.family('tally_process_heap_used_bytes', 'gauge', "V8 heap in use by the front end's thread.");
+  out.sample('tally_process_heap_used_bytes', {}, memory.heapUsed);
+  out.family('tally_log_lines_suppressed_total', 'counter', 'Error log lines not written because more than the per-second budget came at once.');
+  out.sample('tally_log_lines_suppressed_total', {}, deps.obs.suppressedTotal);
+}
+
+/** The whole exposition, from numbers already gathered. */
+export function renderMetrics(deps: MetricsDeps, depths: readonly number[], shards: readonly ShardLiveStats[], nowMs: number): string {
+  const out = new Exposition();
+  renderHttp(out, deps.obs.metrics);
+  renderShards(out, depths, shards, nowMs);
+  renderProcess(out, deps);
+  return out.text();
+}
+
+export function metricsRoute(deps: MetricsDeps): AdminRoute {
+  return {
+    hasBody: false,
+    handle(ctx) {
+      const depths = deps.pool.queueDepths();
+      deps.pool.liveStats().then(
+        (shards) => ctx.ex.sendText(200, PROMETHEUS_CONTENT_TYPE, renderMetrics(deps, depths, shards, Date.now())),
+        () => ctx.ex.fail('internal'),
+      );
+    },
+  };
+}
