@@ -5,13 +5,28 @@
  * a key that is in the snapshot changes nothing, replaying one that is not consumes.
  * A corrupt, truncated or foreign file and a live or non-empty data dir are refused.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SnapshotFileError } from '../storage/snapshot-file.js';
 import { RestoreRefusedError, restoreSnapshot } from '../storage/snapshot-restore.js';
 import { call, MAIN_JS, startServerProcess, tempDataDir, type ServerProcess } from './support/server-process.js';
+
+const BIN = path.join(path.dirname(path.dirname(MAIN_JS)), '..', 'bin', 'tally.js');
+
+/** Runs the real `tally` binary; resolves with its exit code and output. */
+function tally(args: readonly string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
 
 const CONFIG = {
   entitlements: { api_calls: { type: 'meter', reset: 'month' }, seats: { type: 'limit' } },
@@ -89,7 +104,10 @@ beforeAll(async () => {
   expect(res.status).toBe(200);
   expect(res.headers.get('x-tally-snapshot-sha256')).toBe(info.sha256);
   restoredDir = path.join(tempDataDir('restored'), 'data');
-  await restoreSnapshot(snapshotFile, restoredDir);
+  const restore = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', restoredDir]);
+  expect(restore.stderr).toBe('');
+  expect(restore.code).toBe(0);
+  expect(restore.stdout).toContain(`Restored snapshot ${created.body.id}`);
   restored = await startServerProcess({ dataDir: restoredDir, keys: source.keys });
 }, 60_000);
 
@@ -196,5 +214,62 @@ describe('snapshot management', () => {
     expect(fs.existsSync(path.join(source.dataDir, 'snapshots', `${latest.id}.tsnap`))).toBe(false);
     const audit = await call(source.base, 'GET', '/v1/admin/audit?resourceType=snapshot', { key: admin });
     expect(audit.body.data.map((e: { action: string }) => e.action)).toEqual(['snapshot.delete', 'snapshot.create']);
+  });
+});
+
+describe('tally snapshot (the CLI)', () => {
+  it('creates and downloads online, lists, and restores offline into a server that answers the same', async () => {
+    const env = { TALLY_URL: source.base, TALLY_API_KEY: source.keys.admin };
+    const dir = tempDataDir('cli-snap');
+    const out = path.join(dir, 'cli.tsnap');
+    const created = await tally(['snapshot', 'create', '--out', out, '--json'], env);
+    expect(created.stderr).toBe('');
+    expect(created.code).toBe(0);
+    const info = JSON.parse(created.stdout) as { id: string; sha256: string; customers: number };
+    expect(fs.existsSync(`${out}.partial`)).toBe(false);
+    const { createHash } = await import('node:crypto');
+    expect(createHash('sha256').update(fs.readFileSync(out)).digest('hex')).toBe(info.sha256);
+    const listed = await tally(['snapshot', 'list'], env);
+    expect(listed.code).toBe(0);
+    expect(listed.stdout).toContain(info.id);
+    expect(listed.stdout).toContain('complete');
+
+    const target = path.join(dir, 'data');
+    const restore = await tally(['snapshot', 'restore', out, '--data-dir', target, '--workers', '2']);
+    expect(restore.code).toBe(0);
+    const copy = await startServerProcess({ dataDir: target, keys: source.keys });
+    try {
+      // Nothing wrote to the source since the snapshot: every balance is exactly the same,
+      // although the customers are now dealt over two workers.
+      expect((await call(copy.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).body.workers).toBe(2);
+      for (const customerId of [...Array.from({ length: CUSTOMERS }, (_, c) => `cust-${c}`), 'cold-0', 'cold-1999', 'named']) {
+        const a = await call(source.base, 'GET', `/v1/usage/api_calls/balance?customerId=${customerId}`, { key: source.keys.test.server });
+        const b = await call(copy.base, 'GET', `/v1/usage/api_calls/balance?customerId=${customerId}`, { key: source.keys.test.server });
+        expect(b.body, customerId).toEqual(a.body);
+      }
+      expect((await call(copy.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).body.customers).toBe(info.customers);
+    } finally {
+      await copy.stop();
+    }
+  });
+
+  it('refuses a corrupt file and a live data dir with exit 1 and a clear message', async () => {
+    const dir = tempDataDir('cli-bad');
+    const bad = path.join(dir, 'bad.tsnap');
+    const bytes = Buffer.from(fs.readFileSync(snapshotFile));
+    bytes[100] = (bytes[100] ?? 0) ^ 0x55;
+    fs.writeFileSync(bad, bytes);
+    const corrupt = await tally(['snapshot', 'restore', bad, '--data-dir', path.join(dir, 'data')]);
+    expect(corrupt.code).toBe(1);
+    expect(corrupt.stderr).toMatch(/^error: snapshot file is corrupt/);
+    expect(fs.existsSync(path.join(dir, 'data'))).toBe(false);
+    const live = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', source.dataDir]);
+    expect(live.code).toBe(1);
+    expect(live.stderr).toMatch(/held by a running Tally server/);
+    const usage = await tally(['snapshot', 'restore', snapshotFile]);
+    expect(usage.code).toBe(2);
+    const envKey = await tally(['snapshot', 'create', '--out', path.join(dir, 'x.tsnap')], { TALLY_URL: source.base, TALLY_API_KEY: source.keys.live.server });
+    expect(envKey.code).toBe(1);
+    expect(envKey.stderr).toContain('this endpoint requires the operator key');
   });
 });

@@ -175,11 +175,17 @@ const PROGRESS_BAR_WIDTH = 24;
  * A one-line progress bar on `stream` (stderr by default, so stdout stays clean for
  * data). Draws nothing unless `stream` is a terminal. `total` null: counts bytes only.
  */
-export function progressBar(label: string, total: number | null, stream: NodeJS.WriteStream = process.stderr): Progress {
+export function progressBar(
+  label: string,
+  total: number | null,
+  stream: NodeJS.WriteStream = process.stderr,
+  unit: 'bytes' | 'count' = 'bytes',
+): Progress {
+  const formatAmount = unit === 'bytes' ? formatBytes : (n: number): string => n.toLocaleString('en-US');
   let doneBytes = 0;
   let drawnAtMs = 0;
   const draw = (): void => {
-    const amount = total === null ? formatBytes(doneBytes) : `${formatBytes(doneBytes)}/${formatBytes(total)}`;
+    const amount = total === null ? formatAmount(doneBytes) : `${formatAmount(doneBytes)}/${formatAmount(total)}`;
     let bar = '';
     if (total !== null && total > 0) {
       const fraction = Math.min(1, doneBytes / total);

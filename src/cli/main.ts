@@ -14,15 +14,16 @@ import fs from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { CliError, EXIT, type ExitCode } from './client.js';
 import * as keys from './commands/keys.js';
+import * as snapshot from './commands/snapshot.js';
 import * as status from './commands/status.js';
 import * as sync from './commands/sync.js';
 
-const COMMAND_GROUPS: ReadonlyArray<{ register(program: Command): void }> = [sync, keys, status];
+const COMMAND_GROUPS: ReadonlyArray<{ register(program: Command): void }> = [sync, keys, snapshot, status];
 
 /** The whole program, every command registered; parse with `run`. */
 export function buildProgram(): Command {
   const program = new Command('tally')
-    .description('Operate a Tally billing service: push and pull billing configuration, manage keys, check status.')
+    .description('Operate a Tally billing service: push and pull billing configuration, manage keys, take and restore snapshots, check status.')
     .version(packageVersion(), '-V, --version')
     .exitOverride()
     .showHelpAfterError('(run with --help for usage)')
