@@ -17,6 +17,8 @@ export interface BenchOptions {
   readonly jsonPath: string | undefined;
   readonly tiny: boolean;
   readonly full: boolean;
+  /** The load generator: autocannon (default, in this process) or wrk (a C program, if installed). */
+  readonly driver: 'autocannon' | 'wrk';
 }
 
 export const USAGE = `usage: node dist/bench/run.js [options]
@@ -34,6 +36,8 @@ export const USAGE = `usage: node dist/bench/run.js [options]
   --workers <n>         TALLY_WORKERS for the Tally processes (default: Tally's own)
   --tiny                a few seconds in all, for the test suite
   --full                also run the --full-only scenarios (consume at 256 connections)
+  --driver <name>       autocannon (default) or wrk (must be installed; one thread,
+                        pipelining 1): prices the server rather than autocannon's parser
   --json <path>         also write the results as JSON
   --help`;
 
@@ -68,6 +72,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
       scenarios: { type: 'string' },
       workers: { type: 'string' },
       json: { type: 'string' },
+      driver: { type: 'string' },
       tiny: { type: 'boolean', default: false },
       full: { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
@@ -75,7 +80,10 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
   });
   if (values.help) return 'help';
   const tiny = values.tiny;
+  const driver = values.driver ?? 'autocannon';
+  if (driver !== 'autocannon' && driver !== 'wrk') throw new Error(`--driver must be autocannon or wrk, got ${JSON.stringify(driver)}`);
   const options: BenchOptions = {
+    driver,
     durationSec: positiveNumber('duration', values.duration, tiny ? 1 : 10, false),
     warmupSec: positiveNumber('warmup', values.warmup, tiny ? 0.3 : 2, false),
     rounds: positiveNumber('rounds', values.rounds, tiny ? 2 : 4, true),

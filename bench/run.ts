@@ -45,7 +45,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type autocannon from 'autocannon';
 import { startChild, stopAll, type Child } from './children.js';
-import { runSegment, type LoadShape, type SegmentResult } from './load.js';
+import { runSegment as runAutocannonSegment, type LoadShape, type SegmentResult } from './load.js';
+import { runWrkSegment } from './wrk.js';
 import { parseOptions, USAGE, type BenchOptions } from './options.js';
 import { formatReport, scenarioResults, summarize, writeJson, type BenchReport, type MeasuredScenario, type ScenarioResult } from './report.js';
 import { buildRequests, sliceForConnections, type BenchKeys, type Scenario } from './scenarios.js';
@@ -91,6 +92,7 @@ async function preflight(target: Target): Promise<void> {
  */
 async function measure(targets: readonly Target[], shape: LoadShape, options: BenchOptions): Promise<Map<Target, SegmentResult[]>> {
   const segments = new Map<Target, SegmentResult[]>(targets.map((t) => [t, []]));
+  const runSegment = options.driver === 'wrk' ? runWrkSegment : runAutocannonSegment;
   for (const target of targets) {
     await runSegment(target.baseUrl, target.slices, { ...shape, durationSec: options.warmupSec });
     assertAlive(target);
@@ -182,7 +184,7 @@ function reportShell(options: BenchOptions, tallies: Tallies, scenarios: Scenari
     loadAverage1m: loadavg()[0] ?? Number.NaN,
     cpuModel: cpus()[0]?.model ?? 'unknown cpu',
     platform: `${process.platform}-${process.arch}`,
-    loadGenerator: autocannonVersion(),
+    loadGenerator: options.driver === 'wrk' ? 'wrk (1 thread)' : autocannonVersion(),
     options: {
       durationSec: options.durationSec,
       warmupSec: options.warmupSec,
