@@ -23,9 +23,9 @@ export interface ExportResult {
 }
 
 export class ShardExport {
-  /** Customers present at the cut and not yet copied. */
-  private readonly remaining: Set<string>;
-  private readonly order: string[];
+  /** Customers present at the cut and not yet copied (by identity: apply mutates in place). */
+  private readonly remaining: Set<CustomerState>;
+  private readonly order: CustomerState[];
   private next = 0;
   private chunk: CustomerSnapshot[] = [];
   private readonly fd: number;
@@ -34,11 +34,8 @@ export class ShardExport {
   private bytes = 0;
 
   /** Takes the cut now. Throws if the part file cannot be created. */
-  constructor(
-    partPath: string,
-    private readonly customers: ReadonlyMap<string, CustomerState>,
-  ) {
-    this.order = [...customers.keys()];
+  constructor(partPath: string, customers: Iterable<CustomerState>) {
+    this.order = [...customers];
     this.remaining = new Set(this.order);
     this.fd = fs.openSync(partPath, 'wx');
   }
@@ -51,9 +48,9 @@ export class ShardExport {
     return this.copied;
   }
 
-  /** The shard is about to change `key`: copy its state as of the cut if not yet copied. */
-  capture(key: string, customer: CustomerState): void {
-    if (!this.remaining.delete(key)) return;
+  /** The shard is about to change `customer`: copy its state as of the cut if not yet copied. */
+  capture(customer: CustomerState): void {
+    if (!this.remaining.delete(customer)) return;
     this.add(toSnapshot(fromSnapshot(toSnapshot(customer))));
   }
 
@@ -61,11 +58,9 @@ export class ShardExport {
   step(budget: number): boolean {
     const end = Math.min(this.order.length, this.next + budget);
     for (; this.next < end; this.next++) {
-      const key = this.order[this.next] as string;
-      if (!this.remaining.delete(key)) continue;
-      const customer = this.customers.get(key);
-      // A customer never leaves a shard, so one present at the cut is still here.
-      if (customer !== undefined) this.add(toSnapshot(customer));
+      const customer = this.order[this.next] as CustomerState;
+      // Not yet written since the cut (a write would have captured it first): as of the cut.
+      if (this.remaining.delete(customer)) this.add(toSnapshot(customer));
     }
     this.flushChunk();
     return this.next === this.order.length;

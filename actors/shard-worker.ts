@@ -184,7 +184,7 @@ function startExport(snapshotId: string, partPath: string): void {
   }
   let exporter: ShardExport;
   try {
-    exporter = new ShardExport(partPath, shard.customers);
+    exporter = new ShardExport(partPath, shard.customers.values());
   } catch (error) {
     post({ t: 'cutFailed', snapshotId, error: String(error) });
     return;
@@ -193,9 +193,9 @@ function startExport(snapshotId: string, partPath: string): void {
   const durable = new Promise<void>((resolve) => shard.whenDurable(resolve));
   let failure: unknown = null;
   exporting = true;
-  shard.beforeWrite = (key, customer) => {
+  shard.beforeWrite = (customer) => {
     try {
-      exporter.capture(key, customer);
+      exporter.capture(customer);
     } catch (error) {
       // Never let the snapshot's IO fail the batch being decided: fail the snapshot.
       failure = error;

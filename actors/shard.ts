@@ -90,7 +90,7 @@ export class Shard {
    * Called with a customer's current state just before a write command is decided against
    * it (an online snapshot captures the pre-image of customers it has not copied yet).
    */
-  beforeWrite: ((key: string, customer: CustomerState) => void) | null = null;
+  beforeWrite: ((customer: CustomerState) => void) | null = null;
 
   constructor(private readonly options: ShardOptions) {}
 
@@ -117,7 +117,7 @@ export class Shard {
         continue;
       }
       const before = this.customers.get(key);
-      if (before !== undefined && this.beforeWrite !== null) this.beforeWrite(key, before);
+      if (before !== undefined && this.beforeWrite !== null) this.beforeWrite(before);
       const execution = execute(before, config, command, nowMs);
       if (execution.customer !== undefined) {
         this.customers.set(key, execution.customer);
