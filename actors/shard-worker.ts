@@ -72,13 +72,14 @@ const shard = new Shard({
 });
 
 function recover(): void {
-  const snapshot = store.loadSnapshot();
-  if (snapshot !== null) shard.loadSnapshot(snapshot.items as CustomerSnapshot[]);
+  // Chunk by chunk: the decoded items of one chunk become state and are garbage before
+  // the next is read (a failure part-way kills the worker, so partial state never serves).
+  const snapshot = store.readSnapshot((items) => shard.loadSnapshot(items as CustomerSnapshot[]));
   const result = store.replay(snapshot?.seq ?? 0, (_seq, events) => shard.replay(events as Event[]));
   post({
     t: 'ready',
     stats: {
-      customers: shard.customers.size,
+      customers: shard.customerCount,
       lastSeq: store.lastSeq,
       snapshotSeq: snapshot?.seq ?? 0,
       replayedBatches: result.batches,

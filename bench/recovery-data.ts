@@ -242,7 +242,7 @@ export async function buildDataDir(options: BuildOptions): Promise<BuiltDataDir>
   await Promise.all(builders.map((b) => b.flush()));
   const shards = builders.map((b) => ({ lastSeq: b.store.lastSeq, snapshotSeq: b.store.stats().snapshotSeq }));
   for (const builder of builders) {
-    const stored = builder.shard.customers.size;
+    const stored = builder.shard.customerCount;
     if (stored > options.customers) throw new Error(`shard holds ${stored} customers of ${options.customers}`);
   }
   await Promise.all(builders.map((b) => b.store.close()));
