@@ -17,12 +17,15 @@
  * so that building ten million events costs hundreds of fsyncs rather than tens of
  * thousands. Only build speed depends on it; what ends up on disk is the same.
  *
- * The workload is a pure function of (customers, events): event `k` consumes from
- * customer `(k * stride) mod customers`, meter `floor(k / customers) mod 3`, an amount of
- * `1 + k mod 997` thousandths. So every customer gets its events spread through the whole
- * journal (not one customer after another), every customer has all three meters once
- * there are at least three events per customer, and a test can compute any customer's
- * expected usage without trusting Tally (`expectedConsumedMicros`).
+ * The workload is a pure function of (customers, events). Events come in rounds of one
+ * event per customer; in round `r` event `k` consumes from meter `r mod 3` of customer
+ * `(j * stride_r + r) mod customers` (`j = k mod customers`; `stride_r` a prime, so each
+ * round reaches every customer once, each round in another order), an amount of
+ * `1 + k mod 997` thousandths. So every customer's events are spread through the whole
+ * journal, consecutive events hit unrelated customers (no cache-friendly order, as with
+ * many independent clients), every customer has all three meters once there are at least
+ * three rounds, and a test can compute any customer's expected usage without trusting
+ * Tally (`expectedConsumedMicros`).
  */
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
@@ -72,21 +75,22 @@ export function customerIdOf(index: number): string {
 }
 
 /**
- * Multiplier that scatters consecutive events over customers; a prime, so it is coprime
- * to any customer count that is not a multiple of it (which `stride` refuses).
+ * Multipliers that scatter a round's events over customers, one per round in turn: the
+ * 1,000th, 10,000th, ... 10,000,000th primes, so each is coprime to any customer count
+ * that is not a multiple of it (which `eventOf` refuses). `(k mod customers) × stride`
+ * stays an exact integer (below 2^53) for up to CUSTOMERS_MAX customers.
  */
-const STRIDE = 7_919;
-
-function stride(customers: number): number {
-  if (customers % STRIDE === 0) throw new Error(`customer count must not be a multiple of ${STRIDE}`);
-  return STRIDE;
-}
+const STRIDES = [7_919, 104_729, 1_299_709, 15_485_863, 179_424_673] as const;
+export const CUSTOMERS_MAX = 50_000_000;
 
 /** Event `k` of the workload: whom it charges, which meter, how many micro-units. */
 export function eventOf(k: number, customers: number): { customer: number; meter: number; amountMicros: bigint } {
+  const round = Math.floor(k / customers);
+  const stride = STRIDES[round % STRIDES.length] ?? 1;
+  if (customers % stride === 0 || customers > CUSTOMERS_MAX) throw new Error(`customer count must be at most ${CUSTOMERS_MAX} and not a multiple of ${stride}`);
   return {
-    customer: (k * stride(customers)) % customers,
-    meter: Math.floor(k / customers) % RECOVERY_METERS.length,
+    customer: (((k % customers) * stride) + round) % customers,
+    meter: round % RECOVERY_METERS.length,
     amountMicros: BigInt(1 + (k % 997)) * 1000n,
   };
 }
