@@ -132,6 +132,8 @@ export interface BuiltDataDir {
   /** Highest journal seq each shard covers, and its snapshot's seq (0: none). */
   readonly shards: ReadonlyArray<{ readonly lastSeq: number; readonly snapshotSeq: number }>;
   readonly buildMs: number;
+  /** Longest time taking the snapshot held a shard's thread (null: no snapshot). */
+  readonly snapshotBlockedMs: number | null;
 }
 
 /** Records handed to LMDB before the builder waits for them to be durable. */
@@ -177,11 +179,19 @@ class ShardBuilder {
     await Promise.all(durable);
   }
 
-  /** What shard-worker.ts's maybeSnapshot does, minus the timer. */
-  async snapshot(): Promise<void> {
+  /**
+   * What shard-worker.ts's maybeSnapshot does, minus the timer. Returns how long it held
+   * the thread (collecting and encoding every customer): a shard worker answers nothing
+   * meanwhile.
+   */
+  async snapshot(): Promise<number> {
     await this.flush();
     if (this.shard.hasPendingEvents) throw new Error('snapshot with events pending');
-    await this.store.writeSnapshot(this.store.lastSeq, this.shard.snapshotItems());
+    const startedMs = performance.now();
+    const written = this.store.writeSnapshot(this.store.lastSeq, this.shard.snapshotItems());
+    const blockedMs = performance.now() - startedMs;
+    await written;
+    return blockedMs;
   }
 }
 
@@ -227,12 +237,16 @@ export async function buildDataDir(options: BuildOptions): Promise<BuiltDataDir>
     if (builder.unflushed >= RECORDS_PER_FLUSH) await builder.flush();
   };
   const progressEvery = Math.max(1, Math.floor(options.events / 10));
+  let snapshotBlockedMs: number | null = null;
+  const snapshot = async (): Promise<void> => {
+    for (let w = 0; w < builders.length; w++) await handOver(w);
+    const blocked: number[] = [];
+    for (const builder of builders) blocked.push(await builder.snapshot()); // one at a time, as separate threads would
+    snapshotBlockedMs = Math.max(...blocked);
+    log(`snapshot written; it held a shard's thread for up to ${snapshotBlockedMs.toFixed(0)} ms`);
+  };
   for (let k = 0; k < options.events; k++) {
-    if (k === snapshotAt) {
-      for (let w = 0; w < builders.length; w++) await handOver(w);
-      await Promise.all(builders.map((b) => b.snapshot()));
-      log(`snapshot written after ${k} events`);
-    }
+    if (k === snapshotAt) await snapshot();
     const command = consume(k, options.customers);
     const worker = workerOf(logicalShardOf(command.environment, command.customerId, LOGICAL_SHARDS), options.workers);
     const batch = pending[worker];
@@ -242,7 +256,7 @@ export async function buildDataDir(options: BuildOptions): Promise<BuiltDataDir>
     if ((k + 1) % progressEvery === 0) log(`${k + 1} events journaled (${Math.round((Date.now() - startedMs) / 1000)} s)`);
   }
   for (let w = 0; w < builders.length; w++) await handOver(w);
-  if (snapshotAt === options.events) await Promise.all(builders.map((b) => b.snapshot()));
+  if (snapshotAt === options.events) await snapshot();
   await Promise.all(builders.map((b) => b.flush()));
   const shards = builders.map((b) => ({ lastSeq: b.store.lastSeq, snapshotSeq: b.store.stats().snapshotSeq }));
   for (const builder of builders) {
@@ -256,6 +270,7 @@ export async function buildDataDir(options: BuildOptions): Promise<BuiltDataDir>
     records: builders.reduce((sum, b) => sum + b.records, 0),
     shards,
     buildMs: Date.now() - startedMs,
+    snapshotBlockedMs,
   };
 }
 

@@ -125,6 +125,8 @@ export interface RecoveryResult {
   readonly records: number;
   readonly dataDirBytes: number;
   readonly buildMs: number;
+  /** How long taking the snapshot held a shard worker's thread while building (null: none). */
+  readonly snapshotBlockedMs: number | null;
   readonly start: number;
   readonly cold: boolean;
   readonly measurement: StartMeasurement;
@@ -151,7 +153,7 @@ async function runOne(options: RecoveryOptions, workers: number, scenario: Recov
       try {
         const verifiedCustomers = await verifyBalances(server, built.serverKey, options, sampleCustomers(options.customers));
         const { measurement } = server;
-        results.push({ workers, scenario, customers: options.customers, events: options.events, tailEvents, records: built.records, dataDirBytes, buildMs: built.buildMs, start, cold: options.cold, measurement, verifiedCustomers });
+        results.push({ workers, scenario, customers: options.customers, events: options.events, tailEvents, records: built.records, dataDirBytes, buildMs: built.buildMs, snapshotBlockedMs: built.snapshotBlockedMs, start, cold: options.cold, measurement, verifiedCustomers });
         log(`start ${start}: healthz after ${measurement.msToHealthz.toFixed(0)} ms, peak RSS ${(measurement.peakRssBytes / 2 ** 20).toFixed(0)} MiB`);
       } finally {
         await stopServer(server);
@@ -167,7 +169,7 @@ async function runOne(options: RecoveryOptions, workers: number, scenario: Recov
 const mib = (bytes: number): string => (bytes / 2 ** 20).toFixed(0);
 
 function formatTable(results: readonly RecoveryResult[]): string {
-  const header = ['workers', 'scenario', 'customers', 'events', 'tail events', 'records', 'data dir MiB', 'listening ms', 'healthz ms', 'recovery ms', 'peak RSS MiB', 'peak anon MiB', 'RSS MiB', 'file MiB', 'verified'];
+  const header = ['workers', 'scenario', 'customers', 'events', 'tail events', 'records', 'data dir MiB', 'listening ms', 'healthz ms', 'recovery ms', 'peak RSS MiB', 'peak anon MiB', 'RSS MiB', 'file MiB', 'verified', 'snapshot stall ms'];
   const rows = results.map((r) => [
     String(r.workers),
     r.scenario + (r.cold ? ' (cold)' : ''),
@@ -184,6 +186,7 @@ function formatTable(results: readonly RecoveryResult[]): string {
     mib(r.measurement.rssBytes),
     mib(r.measurement.rssFileBytes),
     `${r.verifiedCustomers} customers`,
+    r.snapshotBlockedMs === null ? '-' : r.snapshotBlockedMs.toFixed(0),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((cells) => (cells[i] ?? '').length)));
   const line = (cells: readonly string[]): string => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join('  ');
@@ -198,6 +201,7 @@ function formatTable(results: readonly RecoveryResult[]): string {
     '',
     line(header),
     ...rows.map(line),
+    'snapshot stall: how long taking that snapshot (while building) held a shard worker, answering nothing',
     '',
     'targets (for 1M customers / 10M events; informational, the exit code ignores them):',
     ...checks,
