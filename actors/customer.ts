@@ -88,9 +88,49 @@ export interface CustomerState {
   profile: CustomerProfile;
   contract: Contract | null;
   readonly meters: Map<string, MeterState>;
-  readonly limits: Map<string, LimitState>;
-  /** Keyed by `op \0 entitlementKey \0 idempotencyKey`, insertion (= time) ordered. */
-  readonly idempotency: Map<string, IdempotencyEntry>;
+  /** Null until the first limit setting (see "Memory" below). */
+  limits: Map<string, LimitState> | null;
+  /**
+   * Keyed by `op \0 entitlementKey \0 idempotencyKey`, insertion (= time) ordered. Null
+   * until the first idempotency key (see "Memory" below).
+   */
+  idempotency: Map<string, IdempotencyEntry> | null;
+}
+
+/*
+ * Memory: a shard keeps every customer it owns in memory, millions of them, so the state
+ * shares what is empty instead of allocating it per customer. An empty Map costs about
+ * 180 bytes and an empty array 32, which for a customer with three meters was more than
+ * the billing state itself (measured by `npm run bench:recovery`). Maps nobody has used
+ * are null; empty arrays and metadata are the frozen shared values below, replaced by an
+ * own copy on the first write (a write to a shared one would throw, never leak into
+ * other customers).
+ */
+const NO_LOT_DRAWS = Object.freeze([]) as unknown as LotDraw[];
+const NO_LOTS = Object.freeze([]) as unknown as Lot[];
+const NO_METADATA = Object.freeze({}) as Record<string, MetadataValue>;
+
+/** Bound on `internedKeys`: far more entitlement keys than any configuration has. */
+const INTERNED_KEYS_MAX = 4096;
+const internedKeys = new Map<string, string>();
+
+/**
+ * One copy of an entitlement key string for all meters that use it: events decoded from
+ * the journal each carry their own copy, and a meter keeps the one it was created with.
+ * A bounded memo with no effect on results (like periods.ts's caches).
+ */
+function internKey(key: string): string {
+  const interned = internedKeys.get(key);
+  if (interned !== undefined) return interned;
+  if (internedKeys.size >= INTERNED_KEYS_MAX) internedKeys.clear();
+  internedKeys.set(key, key);
+  return key;
+}
+
+/** The string literal rather than the caller's copy (one per decoded event). */
+function canonicalEnvironment(environment: Environment): Environment {
+  assert(environment === 'test' || environment === 'live', `unknown environment ${String(environment)}`);
+  return environment === 'live' ? 'live' : 'test';
 }
 
 // ---------------------------------------------------------------------------
@@ -284,9 +324,9 @@ const NO_METER: MeterState = Object.freeze({
   periodStartMs: 0,
   includedUsedMicros: 0n,
   overageMicros: 0n,
-  lotDraws: Object.freeze([]) as unknown as LotDraw[],
+  lotDraws: NO_LOT_DRAWS,
   overageEnabled: false,
-  lots: Object.freeze([]) as unknown as Lot[],
+  lots: NO_LOTS,
 });
 
 /** The meter's usage as of `periodStartMs`: usage of an earlier period counts as nothing. */
@@ -339,7 +379,7 @@ function balanceView(
 
 function limitView(customer: CustomerState | undefined, config: CompiledConfig, key: string): LimitView {
   const grant = planOf(customer, config)?.limits.get(key);
-  const settings = customer?.limits.get(key);
+  const settings = customer?.limits?.get(key);
   const included = contractIncluded(customer, key) ?? grant?.included ?? 0;
   const purchased = settings?.purchased ?? 0;
   return {
@@ -483,7 +523,7 @@ function checkIdempotency(
 ): Replay {
   if (idempotencyKey === undefined) return { replay: false, record: null };
   const scope = `${op}\u0000${key}\u0000${idempotencyKey}`;
-  const entry = customer?.idempotency.get(scope);
+  const entry = customer?.idempotency?.get(scope);
   if (entry === undefined || entry.atMs <= nowMs - IDEMPOTENCY_RETENTION_MS) {
     return { replay: false, record: { scope, fingerprint } };
   }
@@ -660,8 +700,8 @@ function decideGrantLot(
 function cloneMeter(meter: MeterState): MeterState {
   return {
     ...meter,
-    lotDraws: meter.lotDraws.map((d): LotDraw => [d[0], d[1]]),
-    lots: meter.lots.map((lot) => ({ ...lot })),
+    lotDraws: meter.lotDraws.length === 0 ? NO_LOT_DRAWS : meter.lotDraws.map((d): LotDraw => [d[0], d[1]]),
+    lots: meter.lots.length === 0 ? NO_LOTS : meter.lots.map((lot) => ({ ...lot })),
   };
 }
 
@@ -844,8 +884,8 @@ export function execute(
 // apply
 
 export function newCustomer(environment: Environment, id: string, createdAtMs: number): CustomerState {
-  const profile: CustomerProfile = { name: null, email: null, metadata: {}, updatedAtMs: createdAtMs };
-  return { environment, id, createdAtMs, profile, contract: null, meters: new Map(), limits: new Map(), idempotency: new Map() };
+  const profile: CustomerProfile = { name: null, email: null, metadata: NO_METADATA, updatedAtMs: createdAtMs };
+  return { environment: canonicalEnvironment(environment), id, createdAtMs, profile, contract: null, meters: new Map(), limits: null, idempotency: null };
 }
 
 /**
@@ -864,7 +904,7 @@ export function apply(customer: CustomerState | undefined, event: Event): Custom
       applyRefunded(meterFor(state, event.key), event);
       break;
     case 'limitSettingsSet':
-      state.limits.set(event.key, { purchased: event.purchased, autoExpansionEnabled: event.autoExpansionEnabled });
+      (state.limits ??= new Map()).set(event.key, { purchased: event.purchased, autoExpansionEnabled: event.autoExpansionEnabled });
       break;
     case 'usageSettingsSet':
       meterFor(state, event.key).overageEnabled = event.overageEnabled;
@@ -879,7 +919,7 @@ export function apply(customer: CustomerState | undefined, event: Event): Custom
       applyProfile(state.profile, event.patch, event.atMs);
       break;
     case 'lotGranted':
-      meterFor(state, event.key).lots.push({
+      ownLots(meterFor(state, event.key)).push({
         id: event.lotId,
         grantedMicros: event.micros,
         remainingMicros: event.micros,
@@ -910,10 +950,21 @@ function applyProfile(profile: CustomerProfile, patch: ProfilePatch, atMs: numbe
 function meterFor(state: CustomerState, key: string): MeterState {
   let meter = state.meters.get(key);
   if (meter === undefined) {
-    meter = { periodStartMs: 0, includedUsedMicros: 0n, overageMicros: 0n, lotDraws: [], overageEnabled: false, lots: [] };
-    state.meters.set(key, meter);
+    meter = { periodStartMs: 0, includedUsedMicros: 0n, overageMicros: 0n, lotDraws: NO_LOT_DRAWS, overageEnabled: false, lots: NO_LOTS };
+    state.meters.set(internKey(key), meter);
   }
   return meter;
+}
+
+/** The meter's own lots array, replacing the shared empty one before the first write. */
+function ownLots(meter: MeterState): Lot[] {
+  if (meter.lots === NO_LOTS) meter.lots = [];
+  return meter.lots;
+}
+
+function ownLotDraws(meter: MeterState): LotDraw[] {
+  if (meter.lotDraws === NO_LOT_DRAWS) meter.lotDraws = [];
+  return meter.lotDraws;
 }
 
 /** Moves the meter into `periodStartMs`, dropping the usage of an earlier period. */
@@ -923,7 +974,7 @@ function enterPeriod(meter: MeterState, periodStartMs: number): void {
   meter.periodStartMs = periodStartMs;
   meter.includedUsedMicros = 0n;
   meter.overageMicros = 0n;
-  meter.lotDraws = [];
+  meter.lotDraws = NO_LOT_DRAWS;
 }
 
 function findLot(meter: MeterState, lotId: string): Lot {
@@ -934,15 +985,16 @@ function findLot(meter: MeterState, lotId: string): Lot {
 
 function applyConsumed(meter: MeterState, event: Extract<Event, { type: 'consumed' }>): void {
   enterPeriod(meter, event.periodStartMs);
-  meter.includedUsedMicros += event.includedMicros;
-  meter.overageMicros += event.overageMicros;
+  // Adding 0n still allocates a new bigint, which the meter would then keep.
+  if (event.includedMicros !== 0n) meter.includedUsedMicros += event.includedMicros;
+  if (event.overageMicros !== 0n) meter.overageMicros += event.overageMicros;
   for (const [lotId, micros] of event.lotDraws) {
     const lot = findLot(meter, lotId);
     assert(lot.remainingMicros >= micros, 'lot draw within remaining credit');
     lot.remainingMicros -= micros;
     const last = meter.lotDraws[meter.lotDraws.length - 1];
     if (last !== undefined && last[0] === lotId) last[1] += micros;
-    else meter.lotDraws.push([lotId, micros]);
+    else ownLotDraws(meter).push([lotId, micros]);
   }
 }
 
@@ -963,7 +1015,7 @@ function applyRefunded(meter: MeterState, event: Extract<Event, { type: 'refunde
 
 /** Records an idempotency key, evicting expired entries and, past the cap, the oldest. */
 function remember(state: CustomerState, record: IdempotencyRecord, atMs: number): void {
-  const cache = state.idempotency;
+  const cache = (state.idempotency ??= new Map());
   cache.delete(record.scope);
   cache.set(record.scope, { fingerprint: record.fingerprint, atMs });
   for (const [scope, entry] of cache) {
@@ -994,20 +1046,25 @@ export function toSnapshot(state: CustomerState): CustomerSnapshot {
     profile: state.profile,
     contract: state.contract,
     meters: [...state.meters],
-    limits: [...state.limits],
-    idempotency: [...state.idempotency].map(([scope, e]): [string, string, number] => [scope, e.fingerprint, e.atMs]),
+    limits: state.limits === null ? [] : [...state.limits],
+    idempotency: state.idempotency === null ? [] : [...state.idempotency].map(([scope, e]): [string, string, number] => [scope, e.fingerprint, e.atMs]),
   };
 }
 
+/** Builds live state from a snapshot item; copies everything, so `snapshot` stays the caller's. */
 export function fromSnapshot(snapshot: CustomerSnapshot): CustomerState {
+  const { metadata } = snapshot.profile;
   return {
-    environment: snapshot.environment,
+    environment: canonicalEnvironment(snapshot.environment),
     id: snapshot.id,
     createdAtMs: snapshot.createdAtMs,
-    profile: { ...snapshot.profile, metadata: { ...snapshot.profile.metadata } },
+    profile: { ...snapshot.profile, metadata: Object.keys(metadata).length === 0 ? NO_METADATA : { ...metadata } },
     contract: snapshot.contract ?? null,
-    meters: new Map(snapshot.meters.map(([k, m]): [string, MeterState] => [k, cloneMeter(m)])),
-    limits: new Map(snapshot.limits.map(([k, l]): [string, LimitState] => [k, { ...l }])),
-    idempotency: new Map(snapshot.idempotency.map(([s, fingerprint, atMs]): [string, IdempotencyEntry] => [s, { fingerprint, atMs }])),
+    meters: new Map(snapshot.meters.map(([k, m]): [string, MeterState] => [internKey(k), cloneMeter(m)])),
+    limits: snapshot.limits.length === 0 ? null : new Map(snapshot.limits.map(([k, l]): [string, LimitState] => [k, { ...l }])),
+    idempotency:
+      snapshot.idempotency.length === 0
+        ? null
+        : new Map(snapshot.idempotency.map(([s, fingerprint, atMs]): [string, IdempotencyEntry] => [s, { fingerprint, atMs }])),
   };
 }

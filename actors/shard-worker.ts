@@ -89,16 +89,15 @@ const shard = new Shard({
 let lastSnapshotAtMs: number | null = null;
 
 function recover(): void {
-  const snapshot = store.loadSnapshot();
-  if (snapshot !== null) {
-    shard.loadSnapshot(snapshot.items as CustomerSnapshot[]);
-    lastSnapshotAtMs = snapshot.createdAtMs;
-  }
+  // Chunk by chunk: the decoded items of one chunk become state and are garbage before
+  // the next is read (a failure part-way kills the worker, so partial state never serves).
+  const snapshot = store.readSnapshot((items) => shard.loadSnapshot(items as CustomerSnapshot[]));
+  if (snapshot !== null) lastSnapshotAtMs = snapshot.createdAtMs;
   const result = store.replay(snapshot?.seq ?? 0, (_seq, events) => shard.replay(events as Event[]));
   post({
     t: 'ready',
     stats: {
-      customers: shard.customers.size,
+      customers: shard.customerCount,
       lastSeq: store.lastSeq,
       snapshotSeq: snapshot?.seq ?? 0,
       replayedBatches: result.batches,
@@ -133,9 +132,9 @@ function maybeSnapshot(): void {
 function liveStats(): ShardLiveStats {
   const stored = store.stats();
   let idempotencyEntries = 0;
-  for (const customer of shard.customers.values()) idempotencyEntries += customer.idempotency.size;
+  for (const customer of shard.allCustomers()) idempotencyEntries += customer.idempotency?.size ?? 0;
   return {
-    customers: shard.customers.size,
+    customers: shard.customerCount,
     idempotencyEntries,
     lastSeq: stored.lastSeq,
     snapshotSeq: stored.snapshotSeq,
@@ -184,7 +183,7 @@ function startExport(snapshotId: string, partPath: string): void {
   }
   let exporter: ShardExport;
   try {
-    exporter = new ShardExport(partPath, shard.customers.values());
+    exporter = new ShardExport(partPath, shard.allCustomers());
   } catch (error) {
     post({ t: 'cutFailed', snapshotId, error: String(error) });
     return;

@@ -61,17 +61,20 @@ export interface ShardOptions {
   readonly fatal: (error: unknown) => void;
 }
 
-export function customerKeyOf(environment: Environment, customerId: string): string {
-  return `${environment}\u0000${customerId}`;
-}
-
 /** Reads are answered at once from memory; everything else is a write. */
 export function isRead(command: Command): command is ReadCommand {
   return command.op === 'has' || command.op === 'limit' || command.op === 'balance' || command.op === 'getContract';
 }
 
 export class Shard {
-  readonly customers = new Map<string, CustomerState>();
+  /**
+   * Customers by environment, then id. Two levels rather than one map keyed by
+   * environment and id together: the key is then the id string the customer already
+   * holds, not a second string per customer, and finding a customer builds no string.
+   */
+  private readonly customers: Readonly<Record<Environment, Map<string, CustomerState>>> = { test: new Map(), live: new Map() };
+  /** False once anything was replayed or decided: a snapshot must load before that. */
+  private loadingSnapshot = true;
   private readonly configs = new Map<Environment, CompiledConfig>();
   /** True while a journal append is on its way to disk. */
   private appending = false;
@@ -79,7 +82,7 @@ export class Shard {
   private pendingEvents: Event[] = [];
   private pendingReplies: Array<number | string> = [];
   /** Customers created or re-profiled since the last append: their index rows go with it. */
-  private pendingIndex = new Map<string, CustomerState>();
+  private pendingIndex = new Set<CustomerState>();
   private lastNowMs = 0;
   /** Journal records appended since the shard last snapshotted. */
   batchesSinceSnapshot = 0;
@@ -94,6 +97,20 @@ export class Shard {
 
   constructor(private readonly options: ShardOptions) {}
 
+  get customerCount(): number {
+    return this.customers.test.size + this.customers.live.size;
+  }
+
+  customer(environment: Environment, customerId: string): CustomerState | undefined {
+    return this.customers[environment].get(customerId);
+  }
+
+  /** Every customer, test environment first. */
+  *allCustomers(): IterableIterator<CustomerState> {
+    yield* this.customers.test.values();
+    yield* this.customers.live.values();
+  }
+
   setConfig(environment: Environment, version: number, config: BillingConfig): void {
     const current = this.configs.get(environment);
     if (current !== undefined && current.version >= version) return;
@@ -107,22 +124,23 @@ export class Shard {
   }
 
   handleBatch(envelopes: readonly Envelope[]): void {
+    this.loadingSnapshot = false;
     const nowMs = this.now();
     for (const { id, command } of envelopes) {
-      const key = customerKeyOf(command.environment, command.customerId);
+      const customers = this.customers[command.environment];
       const config = this.configs.get(command.environment) ?? EMPTY_CONFIG;
       if (isRead(command)) {
-        const rendered = renderOutcome(query(this.customers.get(key), config, command, nowMs));
+        const rendered = renderOutcome(query(customers.get(command.customerId), config, command, nowMs));
         this.options.reply(id, rendered.status, rendered.body);
         continue;
       }
-      const before = this.customers.get(key);
+      const before = customers.get(command.customerId);
       if (before !== undefined && this.beforeWrite !== null) this.beforeWrite(before);
       const execution = execute(before, config, command, nowMs);
       if (execution.customer !== undefined) {
-        this.customers.set(key, execution.customer);
+        customers.set(command.customerId, execution.customer);
         if (before === undefined || (execution.events.length > 0 && (command.op === 'upsertCustomer' || command.op === 'context'))) {
-          this.pendingIndex.set(key, execution.customer);
+          this.pendingIndex.add(execution.customer);
         }
       }
       for (const event of execution.events) this.pendingEvents.push(event);
@@ -154,10 +172,10 @@ export class Shard {
   private commitPending(): void {
     const events = this.pendingEvents;
     const replies = this.pendingReplies;
-    const index = [...this.pendingIndex.values()].map((c): CustomerIndexEntry => ({ environment: c.environment, id: c.id, view: customerView(c) }));
+    const index = [...this.pendingIndex].map((c): CustomerIndexEntry => ({ environment: c.environment, id: c.id, view: customerView(c) }));
     this.pendingEvents = [];
     this.pendingReplies = [];
-    this.pendingIndex = new Map();
+    this.pendingIndex = new Set();
     if (events.length === 0) {
       // Nothing in flight and nothing new: every state these answers saw is durable.
       this.release(replies);
@@ -186,25 +204,38 @@ export class Shard {
 
   /** Recovery: folds journaled events into state; never decides, never journals. */
   replay(events: readonly Event[]): void {
+    this.loadingSnapshot = false;
     for (const event of events) {
-      const key = customerKeyOf(event.environment, event.customerId);
-      this.customers.set(key, apply(this.customers.get(key), event));
-      this.lastNowMs = Math.max(this.lastNowMs, event.atMs);
+      const customers = this.customers[event.environment];
+      assert(customers !== undefined, `event for unknown environment ${String(event.environment)}`);
+      const before = customers.get(event.customerId);
+      // apply changes a known customer in place, so only a new one needs storing.
+      const after = apply(before, event);
+      if (before === undefined) customers.set(after.id, after);
+      if (event.atMs > this.lastNowMs) this.lastNowMs = event.atMs;
     }
   }
 
   snapshotItems(): CustomerSnapshot[] {
     const items: CustomerSnapshot[] = [];
-    for (const customer of this.customers.values()) items.push(toSnapshot(customer));
+    for (const customer of this.allCustomers()) items.push(toSnapshot(customer));
     return items;
   }
 
+  /**
+   * Recovery: adds snapshot items (a whole snapshot, or one chunk of it at a time) to the
+   * shard, before anything is replayed or decided. A customer present twice is a broken
+   * snapshot: assertion failure.
+   */
   loadSnapshot(items: readonly CustomerSnapshot[]): void {
-    assert(this.customers.size === 0, 'snapshot loads into an empty shard');
+    assert(this.loadingSnapshot, 'a snapshot loads before anything is replayed or decided');
     for (const item of items) {
       const customer = fromSnapshot(item);
-      this.customers.set(customerKeyOf(customer.environment, customer.id), customer);
-      for (const meter of customer.meters.values()) this.lastNowMs = Math.max(this.lastNowMs, meter.periodStartMs);
+      const customers = this.customers[customer.environment];
+      const sizeBefore = customers.size; // cheaper than has() then set(): one hash lookup
+      customers.set(customer.id, customer);
+      assert(customers.size === sizeBefore + 1, `snapshot holds customer ${customer.environment}/${customer.id} twice`);
+      for (const meter of customer.meters.values()) if (meter.periodStartMs > this.lastNowMs) this.lastNowMs = meter.periodStartMs;
     }
   }
 }

@@ -57,11 +57,11 @@ async function readKeys(dataDir: string): Promise<BenchKeys | undefined> {
   return { server: test.server, client: test.client };
 }
 
-async function pushConfig(name: string, baseUrl: string, keys: BenchKeys): Promise<void> {
+async function pushConfig(name: string, baseUrl: string, keys: BenchKeys, config: unknown): Promise<void> {
   const response = await fetch(`${baseUrl}/v1/sync/push`, {
     method: 'POST',
     headers: { 'x-tally-key': keys.server, 'content-type': 'application/json' },
-    body: JSON.stringify(BENCH_CONFIG),
+    body: JSON.stringify(config),
   });
   const text = await response.text();
   if (!response.ok) throw new Error(`${name}: config push answered ${response.status}: ${text}`);
@@ -79,8 +79,8 @@ export function makeDataDir(): Promise<string> {
 
 /**
  * Starts Tally as child `name` on `dataDir`, with `env` added to its environment (the
- * caller's TALLY_WORKERS, TALLY_RATE_LIMIT_*; PORT and TALLY_DATA_DIR are set here), and
- * returns it ready to measure. Throws (the child stays registered for `stopAll`) if it
+ * caller's TALLY_WORKERS, TALLY_RATE_LIMIT_*; PORT and TALLY_DATA_DIR are set here), pushes
+ * `config` (the HTTP bench's BENCH_CONFIG unless given) and returns it ready to measure. Throws (the child stays registered for `stopAll`) if it
  * does not listen, become healthy, write its keys or accept the configuration in time.
  */
 export async function startTally(
@@ -88,12 +88,13 @@ export async function startTally(
   name: string,
   dataDir: string,
   env: Readonly<Record<string, string>>,
+  config: unknown = BENCH_CONFIG,
 ): Promise<TallyServer> {
   const child = await startChild(name, mainScript, { ...env, PORT: '0', TALLY_DATA_DIR: dataDir });
   const baseUrl = `http://127.0.0.1:${child.port}`;
   await waitFor('healthy /healthz', child, () => healthy(baseUrl));
   const keys = await waitFor('bootstrap-keys.json', child, () => readKeys(dataDir));
-  await pushConfig(name, baseUrl, keys);
+  await pushConfig(name, baseUrl, keys, config);
   return { child, baseUrl, keys, dataDir };
 }
 

@@ -11,7 +11,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import type { BillingConfig } from '../actors/billing-config.js';
-import { BATCH_COMMANDS_MAX, EXPORT_SLICE_CUSTOMERS, LOGICAL_SHARDS, SNAPSHOT_EVERY_BATCHES, WORKER_QUEUE_MAX } from '../actors/limits.js';
+import { BATCH_COMMANDS_MAX, EXPORT_SLICE_CUSTOMERS, LOGICAL_SHARDS, SHARD_YOUNG_GENERATION_MB, SNAPSHOT_EVERY_BATCHES, WORKER_QUEUE_MAX } from '../actors/limits.js';
 import {
   COMMAND_SLOTS,
   logicalShardOf,
@@ -91,7 +91,10 @@ export class ShardPool {
       snapshotEveryBatches: this.options.snapshotEveryBatches ?? SNAPSHOT_EVERY_BATCHES,
       exportSliceCustomers: this.options.snapshotSliceCustomers ?? EXPORT_SLICE_CUSTOMERS,
     };
-    const worker = new Worker(new URL('../actors/shard-worker.js', import.meta.url), { workerData });
+    const worker = new Worker(new URL('../actors/shard-worker.js', import.meta.url), {
+      workerData,
+      resourceLimits: { maxYoungGenerationSizeMb: SHARD_YOUNG_GENERATION_MB },
+    });
     const slot: Slot = { worker, outbox: [], inFlight: 0, stats: null };
     this.slots.push(slot);
     return new Promise((resolve, reject) => {

@@ -14,11 +14,24 @@ import { crc32 } from 'node:zlib';
 import { Packr } from 'msgpackr';
 
 /**
- * The one encoder for stored state. Options are chosen for durability, not speed:
- * - useRecords: false — plain MessagePack maps, so every record decodes on its own; the
- *   record extension would need a shared structure table that must itself be stored,
- *   versioned and kept uncorrupted, all to save a few bytes of key names.
- * - mapsAsObjects: true — maps decode to plain objects, as they were written.
+ * The one encoder for stored state. Options are chosen for durability first:
+ * - useRecords: true — msgpackr's record extension: an object is written as a reference
+ *   to a structure (its key list), which is defined inline the first time it occurs in
+ *   the same frame. No structure table is shared between frames or stored anywhere
+ *   (no `structures`, `saveStructures` or `sequential` option), so every frame still
+ *   decodes on its own, by any msgpackr decoder, whatever else was written. Why: journal
+ *   records and snapshot chunks repeat one object shape hundreds of times, so records
+ *   are less than half the bytes of maps and decode several times faster (measured by
+ *   `npm run bench:recovery`: decoding maps was most of replay time), because a record
+ *   is read by generated code that builds the object in one go instead of adding one
+ *   named property after another.
+ *   Frames written before this (plain maps: `useRecords: false`) decode to the same
+ *   values with this packr, and msgpackr decoders with either setting read both forms;
+ *   test/storage-codec.test.ts pins an old frame's bytes. A records decoder tells the
+ *   two apart safely: with records on, the encoder writes integers 64–127 as uint8
+ *   rather than fixints, and a fixint in that range is only taken as a record reference
+ *   if this very frame defined that structure, which an old frame never does.
+ * - mapsAsObjects: true — maps (old frames) decode to plain objects, as they were written.
  * - int64AsType: 'bigint' — msgpackr writes every bigint as int64/uint64 and numbers as
  *   ints/floats, so decoding int64 as bigint gives back exactly the types written.
  *   A bigint beyond 64 bits throws a RangeError when encoding (a programmer error).
@@ -26,7 +39,7 @@ import { Packr } from 'msgpackr';
  * - copyBuffers: true — a decoded Buffer must not alias the bytes it was read from.
  */
 export const packr = new Packr({
-  useRecords: false,
+  useRecords: true,
   mapsAsObjects: true,
   int64AsType: 'bigint',
   useToJSON: false,

@@ -189,29 +189,52 @@ export class ShardStore {
   }
 
   /**
-   * Loads the latest snapshot, or null if none was ever written. Verifies the header,
-   * every chunk's checksum, that chunks are exactly 1..chunkCount and that the item count
-   * matches; throws a clear Error otherwise (refuse to start on a corrupt snapshot).
+   * Loads the latest snapshot, or null if none was ever written; see `readSnapshot`,
+   * which this collects into one array.
    */
   loadSnapshot(): { seq: number; createdAtMs: number; items: unknown[] } | null {
+    const items: unknown[] = [];
+    const read = this.readSnapshot((chunk) => {
+      for (const item of chunk) items.push(item);
+    });
+    return read === null ? null : { seq: read.seq, createdAtMs: read.createdAtMs, items };
+  }
+
+  /**
+   * Reads the latest snapshot chunk by chunk, in order, handing each chunk's items to
+   * `onChunk` as soon as it is decoded, so a caller that turns items into state never holds
+   * the whole decoded snapshot as well. Returns the snapshot's seq and item count, or null
+   * if none was ever written. Verifies the header, every chunk's checksum, that chunks are
+   * exactly 1..chunkCount and that the item count matches, and throws a clear Error
+   * otherwise (refuse to start on a corrupt snapshot). A chunk that fails is found only
+   * when reached, after `onChunk` has seen the chunks before it, so on a throw the caller
+   * must discard everything it loaded (the shard worker dies). Errors thrown by
+   * `onChunk` propagate unchanged.
+   */
+  readSnapshot(onChunk: (items: readonly unknown[]) => void): { seq: number; createdAtMs: number; itemCount: number } | null {
     const { snapshot } = this.#env.dbs;
     const header = readSnapshotHeader(snapshot);
     if (header === null) return null;
-    const items: unknown[] = [];
+    let itemCount = 0;
     let expectedKey = 1;
     for (const { key, value } of snapshot.getRange({ start: 1 })) {
       if (key !== expectedKey || expectedKey > header.chunkCount) {
         throw new Error(`snapshot is corrupt: unexpected chunk key ${String(key)} (chunkCount ${header.chunkCount})`);
       }
-      for (const item of decodeChunk(expectedKey, value)) items.push(item);
+      const items = decodeChunk(expectedKey, value);
+      itemCount += items.length;
+      if (itemCount > header.itemCount) {
+        throw new Error(`snapshot is corrupt: header says ${header.itemCount} items, chunk ${expectedKey} goes beyond`);
+      }
+      onChunk(items);
       expectedKey += 1;
     }
-    if (expectedKey - 1 !== header.chunkCount || items.length !== header.itemCount) {
+    if (expectedKey - 1 !== header.chunkCount || itemCount !== header.itemCount) {
       throw new Error(
-        `snapshot is corrupt: header says ${header.chunkCount} chunks / ${header.itemCount} items, found ${expectedKey - 1} / ${items.length}`,
+        `snapshot is corrupt: header says ${header.chunkCount} chunks / ${header.itemCount} items, found ${expectedKey - 1} / ${itemCount}`,
       );
     }
-    return { seq: header.seq, createdAtMs: header.createdAtMs, items };
+    return { seq: header.seq, createdAtMs: header.createdAtMs, itemCount };
   }
 
   /**

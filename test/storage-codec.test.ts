@@ -1,10 +1,65 @@
 /**
- * The record frame: values (bigint included) survive a round trip with their types, and
+ * The record frame: values (bigint included) survive a round trip with their types,
+ * frames written in the earlier plain-map form still decode to the same values, and
  * every kind of damaged bytes is reported as a value, never thrown.
  */
 import { crc32 } from 'node:zlib';
+import fc from 'fast-check';
+import { Packr } from 'msgpackr';
 import { describe, it, expect } from 'vitest';
 import { decodeRecord, encodeRecord, packr } from '../storage/codec.js';
+
+/** How frames were encoded before msgpackr records (codec.ts): plain MessagePack maps. */
+const mapsPackr = new Packr({ useRecords: false, mapsAsObjects: true, int64AsType: 'bigint', useToJSON: false, copyBuffers: true });
+
+/** A journal record written by the plain-map codec, byte for byte (base64 of the frame). */
+const MAPS_FRAME_BASE64 =
+  'lgnTApPeAAqkdHlwZahjb25zdW1lZKtlbnZpcm9ubWVudKR0ZXN0qmN1c3RvbWVySWSmY3VzdC0xo2tlealhcGlfY2FsbHOkYXRNc8tCebdtqoewAK1wZXJpb2RTdGFydE1zy0J5t22qgAAArmluY2x1ZGVkTWljcm9z0wAAAAAAFuNgqGxvdERyYXdzkZKlbG90LTHTAAAAAAAAAECtb3ZlcmFnZU1pY3Jvc9MAAAAAAAAAAKtpZGVtcG90ZW5jed4AAqVzY29wZbRjb25zdW1lAGFwaV9jYWxscwBrMatmaW5nZXJwcmludKcxNTAwMDY03gAHpHR5cGWwbGltaXRTZXR0aW5nc1NldKtlbnZpcm9ubWVudKRsaXZlqmN1c3RvbWVySWSmY3VzdC0yo2tleaVzZWF0c6RhdE1zy0J5t22qh8AAqXB1cmNoYXNlZGS0YXV0b0V4cGFuc2lvbkVuYWJsZWTD3gAGpHR5cGWwY3VzdG9tZXJVcHNlcnRlZKtlbnZpcm9ubWVudKR0ZXN0qmN1c3RvbWVySWSmY3VzdC0xo2tleaCkYXRNc8tCebdtqofQAKVwYXRjaN4AAqRuYW1lpEFjbWWobWV0YWRhdGHeAASkcGxhbqRnb2xkpXNlYXRzQaN2aXDDpGdvbmXA';
+
+/** The events MAPS_FRAME_BASE64 holds (integers 65 and 100 are fixints there: record ids under records). */
+const MAPS_FRAME_EVENTS = [
+  {
+    type: 'consumed',
+    environment: 'test',
+    customerId: 'cust-1',
+    key: 'api_calls',
+    atMs: 1767225600123,
+    periodStartMs: 1767225600000,
+    includedMicros: 1500000n,
+    lotDraws: [['lot-1', 64n]],
+    overageMicros: 0n,
+    idempotency: { scope: 'consume\u0000api_calls\u0000k1', fingerprint: '1500064' },
+  },
+  { type: 'limitSettingsSet', environment: 'live', customerId: 'cust-2', key: 'seats', atMs: 1767225600124, purchased: 100, autoExpansionEnabled: true },
+  {
+    type: 'customerUpserted',
+    environment: 'test',
+    customerId: 'cust-1',
+    key: '',
+    atMs: 1767225600125,
+    patch: { name: 'Acme', metadata: { plan: 'gold', seats: 65, vip: true, gone: null } },
+  },
+];
+
+/**
+ * Values stored state is made of. Left out: -0 (decodes as 0), bigints beyond 64 bits
+ * (refused when encoding), and a `__proto__` key, which msgpackr decodes as `__proto_` in
+ * either form (its guard against prototype pollution).
+ */
+const storedValue = fc.letrec((tie) => ({
+  value: fc.oneof(
+    { depthSize: 'small' },
+    fc.integer(),
+    fc.integer({ min: 0, max: 255 }),
+    fc.double({ noDefaultInfinity: true, noNaN: true }).filter((d) => !Object.is(d, -0)),
+    fc.bigInt({ min: -(2n ** 63n), max: 2n ** 64n - 1n }),
+    fc.string(),
+    fc.boolean(),
+    fc.constant(null),
+    fc.array(tie('value'), { maxLength: 6 }),
+    fc.dictionary(fc.string({ maxLength: 6 }).filter((k) => k !== '__proto__'), tie('value'), { maxKeys: 6 }),
+  ),
+})).value;
 
 const sample = {
   customerId: 'cus_1',
@@ -31,6 +86,41 @@ describe('codec', () => {
   it('round-trips arrays of events (the journal record shape)', () => {
     const events = [{ type: 'usage', qty: 3n }, { type: 'grant', amountMinor: 10n }];
     expect(decodeRecord(encodeRecord(events))).toEqual({ ok: true, value: events });
+  });
+
+  it('decodes a frame written with plain maps (before records) to the same values', () => {
+    const frame = Buffer.from(MAPS_FRAME_BASE64, 'base64');
+    expect(frame.subarray(4)).toEqual(mapsPackr.pack(MAPS_FRAME_EVENTS));
+    // After a records frame, so any structure state left in the decoder would show.
+    expect(decodeRecord(encodeRecord(MAPS_FRAME_EVENTS)).ok).toBe(true);
+    expect(decodeRecord(frame)).toEqual({ ok: true, value: MAPS_FRAME_EVENTS });
+  });
+
+  it('writes records: a repeated object shape is stored once per frame', () => {
+    const events = Array.from({ length: 100 }, (_, i) => ({ type: 'consumed', customerId: `c${i}`, includedMicros: BigInt(i) }));
+    const frame = encodeRecord(events);
+    expect(frame.length).toBeLessThan(mapsPackr.pack(events).length / 2);
+    expect(decodeRecord(frame)).toEqual({ ok: true, value: events });
+  });
+
+  it('round-trips more object shapes in one frame than msgpackr has record ids (64)', () => {
+    const items = Array.from({ length: 300 }, (_, i) => ({ id: i, [`k${i % 150}`]: { [`m${i % 97}`]: i, n: 64 + (i % 64) } }));
+    expect(decodeRecord(encodeRecord(items))).toEqual({ ok: true, value: items });
+  });
+
+  it('property: any stored value round-trips, and decodes the same from a plain-map frame', () => {
+    fc.assert(
+      fc.property(fc.array(storedValue, { maxLength: 8 }), (values) => {
+        expect(decodeRecord(encodeRecord(values))).toEqual({ ok: true, value: values });
+        const payload = mapsPackr.pack(values);
+        const frame = Buffer.alloc(4 + payload.length);
+        frame.writeUInt32BE(crc32(payload), 0);
+        payload.copy(frame, 4);
+        expect(decodeRecord(frame)).toEqual({ ok: true, value: values });
+        expect(mapsPackr.unpack(encodeRecord(values).subarray(4))).toEqual(values);
+      }),
+      { numRuns: 500 },
+    );
   });
 
   it('frames as [u32 BE crc32][msgpack]', () => {
