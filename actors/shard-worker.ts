@@ -192,14 +192,17 @@ function startExport(snapshotId: string, partPath: string): void {
   const durable = new Promise<void>((resolve) => shard.whenDurable(resolve));
   let failure: unknown = null;
   exporting = true;
-  shard.beforeWrite = (customer) => {
-    try {
-      exporter.capture(customer);
-    } catch (error) {
-      // Never let the snapshot's IO fail the batch being decided: fail the snapshot.
-      failure = error;
-      shard.beforeWrite = null;
-    }
+  shard.writeObserver = {
+    before(customer) {
+      try {
+        exporter.capture(customer);
+      } catch (error) {
+        // Never let the snapshot's IO fail the batch being decided: fail the snapshot.
+        failure = error;
+        shard.writeObserver = null;
+      }
+    },
+    created: (customer) => exporter.created(customer),
   };
   let slices = 0;
   const step = (): void => {
@@ -210,13 +213,13 @@ function startExport(snapshotId: string, partPath: string): void {
         setImmediate(step);
         return;
       }
-      shard.beforeWrite = null;
+      shard.writeObserver = null;
       const result = exporter.finish();
       exporting = false;
       void durable.then(() => post({ t: 'cutDone', snapshotId, result: { ...result, position } }));
     } catch (error) {
       // A failed export (e.g. a full disk) fails the snapshot, not the shard.
-      shard.beforeWrite = null;
+      shard.writeObserver = null;
       exporting = false;
       exporter.abandon();
       post({ t: 'cutFailed', snapshotId, error: String(error) });

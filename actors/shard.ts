@@ -90,10 +90,11 @@ export class Shard {
   private pendingWaiters: Array<() => void> = [];
   private inFlightWaiters: Array<() => void> = [];
   /**
-   * Called with a customer's current state just before a write command is decided against
-   * it (an online snapshot captures the pre-image of customers it has not copied yet).
+   * Told of every write: `before` with a customer's state just before a write command is
+   * decided against it, `created` with a customer a write has just created (an online
+   * snapshot captures the pre-image of customers it has not copied yet and skips new ones).
    */
-  beforeWrite: ((customer: CustomerState) => void) | null = null;
+  writeObserver: { before(customer: CustomerState): void; created(customer: CustomerState): void } | null = null;
 
   constructor(private readonly options: ShardOptions) {}
 
@@ -135,10 +136,11 @@ export class Shard {
         continue;
       }
       const before = customers.get(command.customerId);
-      if (before !== undefined && this.beforeWrite !== null) this.beforeWrite(before);
+      if (before !== undefined && this.writeObserver !== null) this.writeObserver.before(before);
       const execution = execute(before, config, command, nowMs);
       if (execution.customer !== undefined) {
         customers.set(command.customerId, execution.customer);
+        if (before === undefined && this.writeObserver !== null) this.writeObserver.created(execution.customer);
         if (before === undefined || (execution.events.length > 0 && (command.op === 'upsertCustomer' || command.op === 'context'))) {
           this.pendingIndex.add(execution.customer);
         }
