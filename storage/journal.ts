@@ -167,16 +167,24 @@ export class ShardStore {
    * lastSeq, or if a torn tail is still pending.
    */
   writeSnapshot(seq: number, items: readonly unknown[]): Promise<void> {
+    return this.writeSnapshotChunks(seq, encodeChunks(items), items.length);
+  }
+
+  /**
+   * `writeSnapshot` for items already encoded as chunks of at most SNAPSHOT_CHUNK_ITEMS
+   * (`encodeSnapshotChunk`), so a caller streaming many items (restore) never holds them
+   * all decoded. Same guarantees and failures as `writeSnapshot`.
+   */
+  writeSnapshotChunks(seq: number, chunks: readonly Buffer[], itemCount: number): Promise<void> {
     assert(this.#tornTailSeq === null, `torn journal tail at seq ${this.#tornTailSeq}: replay() before writeSnapshot()`);
     assert(Number.isSafeInteger(seq), 'snapshot seq must be an integer');
     assert(seq >= this.#snapshotSeq, `snapshot at ${seq} would go back before ${this.#snapshotSeq}`);
     assert(seq <= this.#lastSeq, `snapshot at ${seq} is beyond the journal (lastSeq ${this.#lastSeq})`);
-    const chunks = encodeChunks(items);
     const header: SnapshotHeader = {
       formatVersion: SNAPSHOT_FORMAT_VERSION,
       seq,
       chunkCount: chunks.length,
-      itemCount: items.length,
+      itemCount,
       createdAtMs: Date.now(),
     };
     const { journal, snapshot } = this.#env.dbs;
@@ -301,10 +309,16 @@ function decodeJournalRecord(seq: number, bytes: Buffer): readonly unknown[] {
   return decoded.value;
 }
 
+/** One chunk of a shard snapshot: at most SNAPSHOT_CHUNK_ITEMS items (throws beyond). */
+export function encodeSnapshotChunk(items: readonly unknown[]): Buffer {
+  assert(items.length <= SNAPSHOT_CHUNK_ITEMS, `a snapshot chunk holds at most ${SNAPSHOT_CHUNK_ITEMS} items`);
+  return encodeRecord(items);
+}
+
 function encodeChunks(items: readonly unknown[]): Buffer[] {
   const chunks: Buffer[] = [];
   for (let start = 0; start < items.length; start += SNAPSHOT_CHUNK_ITEMS) {
-    chunks.push(encodeRecord(items.slice(start, start + SNAPSHOT_CHUNK_ITEMS)));
+    chunks.push(encodeSnapshotChunk(items.slice(start, start + SNAPSHOT_CHUNK_ITEMS)));
   }
   return chunks;
 }

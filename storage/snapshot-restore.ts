@@ -17,7 +17,7 @@ import { logicalShardOf, workerOf, type Environment } from '../actors/protocol.j
 import { AuditLog } from './audit-log.js';
 import { ControlStore, type ConfigEntry, type KeyRecord } from './control-store.js';
 import { claimDataDir, dataDirOwner } from './data-dir-lock.js';
-import { ShardStore } from './journal.js';
+import { encodeSnapshotChunk, ShardStore, SNAPSHOT_CHUNK_ITEMS, type IndexEntry } from './journal.js';
 import { readSnapshotFile, verifySnapshotFile, type SnapshotHeader, type SnapshotTrailer } from './snapshot-file.js';
 
 export class RestoreRefusedError extends Error {}
@@ -74,10 +74,38 @@ export async function restoreSnapshot(file: string, dataDir: string, options: Re
   }
 }
 
+/**
+ * One restored shard's contents, built while the file streams by: its snapshot as
+ * encoded chunks and its customer index rows, so a restore of millions of customers
+ * holds bytes, never every customer decoded at once.
+ */
+class ShardContents {
+  readonly chunks: Buffer[] = [];
+  readonly index: IndexEntry[] = [];
+  private pending: CustomerSnapshot[] = [];
+  items = 0;
+
+  add(item: CustomerSnapshot): void {
+    this.pending.push(item);
+    this.items++;
+    this.index.push({ environment: item.environment, id: item.id, json: Buffer.from(JSON.stringify(customerView(fromSnapshot(item)))) });
+    if (this.pending.length === SNAPSHOT_CHUNK_ITEMS) this.seal();
+  }
+
+  seal(): void {
+    if (this.pending.length === 0) return;
+    this.chunks.push(encodeSnapshotChunk(this.pending));
+    this.pending = [];
+  }
+}
+
+/** Index rows written per LMDB batch: bounded promises in flight. */
+const INDEX_ROWS_PER_BATCH = 10_000;
+
 async function writeDataDir(file: string, dataDir: string, workers: number, options: RestoreOptions): Promise<RestoreResult> {
   const control = ControlStore.open(dataDir);
   const audit = new AuditLog(control.auditDb);
-  const perWorker: CustomerSnapshot[][] = Array.from({ length: workers }, () => []);
+  const shards = Array.from({ length: workers }, () => new ShardContents());
   const writes: Array<Promise<void>> = [];
   let keys = 0;
   const { header, trailer } = readSnapshotFile(
@@ -96,7 +124,7 @@ async function writeDataDir(file: string, dataDir: string, workers: number, opti
           return;
         case 'customers':
           for (const item of frame.items as CustomerSnapshot[]) {
-            perWorker[workerOf(logicalShardOf(item.environment, item.id, LOGICAL_SHARDS), workers)]?.push(item);
+            shards[workerOf(logicalShardOf(item.environment, item.id, LOGICAL_SHARDS), workers)]?.add(item);
           }
           return;
       }
@@ -106,7 +134,7 @@ async function writeDataDir(file: string, dataDir: string, workers: number, opti
   writes.push(control.putMeta('workers', workers));
   writes.push(control.putMeta('restoredFrom', { id: header.id, createdAtMs: header.createdAtMs, sha256: trailer.sha256 }));
   await Promise.all(writes);
-  for (let index = 0; index < workers; index++) await writeShard(dataDir, index, perWorker[index] ?? []);
+  for (let index = 0; index < workers; index++) await writeShard(dataDir, index, shards[index] ?? new ShardContents());
   await audit.append('operator', {
     action: 'snapshot.restore',
     resourceType: 'snapshot',
@@ -119,11 +147,14 @@ async function writeDataDir(file: string, dataDir: string, workers: number, opti
 }
 
 /** One worker's environment: its customers as the shard's snapshot, and their index rows. */
-async function writeShard(dataDir: string, index: number, items: readonly CustomerSnapshot[]): Promise<void> {
+async function writeShard(dataDir: string, index: number, contents: ShardContents): Promise<void> {
+  contents.seal();
   const store = ShardStore.open(path.join(dataDir, `shard-${index}`));
   try {
-    await store.writeSnapshot(0, items);
-    await store.putIndex(items.map((item) => ({ environment: item.environment, id: item.id, json: Buffer.from(JSON.stringify(customerView(fromSnapshot(item)))) })));
+    await store.writeSnapshotChunks(0, contents.chunks, contents.items);
+    for (let start = 0; start < contents.index.length; start += INDEX_ROWS_PER_BATCH) {
+      await store.putIndex(contents.index.slice(start, start + INDEX_ROWS_PER_BATCH));
+    }
   } finally {
     await store.close();
   }
