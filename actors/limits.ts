@@ -55,10 +55,10 @@ export const EXPORT_SLICE_CUSTOMERS = 2000;
 /**
  * V8 young generation of a shard worker: V8 makes it three semi-spaces' worth, so this
  * means 64 MB semi-spaces instead of V8's default 16 MB. Loading a snapshot allocates
- * objects that all survive, and with the default V8 spent about a third of recovery in
- * scavenges; with this, recovery from a 1M-customer snapshot plus a 1M-event tail took
- * ~20% less time (`npm run bench:recovery`), for ~100 MB more resident memory, with no
- * change measured for journal-only replay or for `npm run bench` throughput.
+ * objects that all survive, and with the default V8 spent a quarter to a third of
+ * recovery in scavenges; with this, recovery from a 1M-customer snapshot plus a 1M-event
+ * tail took ~20% less time (`npm run bench:recovery`), for ~100 MB more resident memory,
+ * with no change measured for journal-only replay or for `npm run bench` throughput.
  */
 export const SHARD_YOUNG_GENERATION_MB = 192;
 

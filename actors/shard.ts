@@ -102,15 +102,6 @@ export class Shard {
     return this.customers.test.size + this.customers.live.size;
   }
 
-  customer(environment: Environment, customerId: string): CustomerState | undefined {
-    return this.customers[environment].get(customerId);
-  }
-
-  /** Every customer, test environment first. */
-  *allCustomers(): IterableIterator<CustomerState> {
-    yield* this.customers.test.values();
-    yield* this.customers.live.values();
-  }
 
   setConfig(environment: Environment, version: number, config: BillingConfig): void {
     const current = this.configs.get(environment);
@@ -220,7 +211,9 @@ export class Shard {
 
   snapshotItems(): CustomerSnapshot[] {
     const items: CustomerSnapshot[] = [];
-    for (const customer of this.allCustomers()) items.push(toSnapshot(customer));
+    for (const customers of [this.customers.test, this.customers.live]) {
+      for (const customer of customers.values()) items.push(toSnapshot(customer));
+    }
     return items;
   }
 

@@ -223,3 +223,38 @@ describe('shard replies', () => {
     expect(replies).toEqual([2, 1]);
   });
 });
+
+describe('shard recovery', () => {
+  const newShard = (disk = new SimDisk()): Shard => {
+    const shard = new Shard({ journal: disk.journal(), clock: () => T0, reply: () => undefined, flush: () => undefined, fatal: (e) => { throw e; } });
+    shard.setConfig('test', 1, CONFIG);
+    shard.setConfig('live', 1, CONFIG);
+    return shard;
+  };
+  const consume = (environment: 'test' | 'live', customerId: string): Envelope['command'] => ({
+    op: 'consume', environment, customerId, key: 'api_calls', amountMicros: 1_000_000n,
+  });
+  const sortedItems = (shard: Shard): CustomerSnapshot[] =>
+    shard.snapshotItems().sort((x, y) => (`${x.environment}/${x.id}` < `${y.environment}/${y.id}` ? -1 : 1));
+
+  it('loads a snapshot chunk by chunk, refuses a customer twice, and refuses a snapshot after replay', () => {
+    const live = newShard();
+    live.handleBatch(['a', 'b', 'c', 'd'].map((id, i) => ({ id: i, command: consume(i % 2 === 0 ? 'test' : 'live', id) })));
+    const items = structuredClone(live.snapshotItems());
+    expect(items).toHaveLength(4);
+
+    const chunked = newShard();
+    chunked.loadSnapshot(items.slice(0, 3));
+    chunked.loadSnapshot(items.slice(3));
+    expect(chunked.customerCount).toBe(4);
+    expect(sortedItems(chunked)).toEqual(sortedItems(live));
+
+    const twice = newShard();
+    twice.loadSnapshot(items.slice(0, 2));
+    expect(() => twice.loadSnapshot(items.slice(1, 3))).toThrow(/twice/);
+
+    const replayed = newShard();
+    replayed.replay([]);
+    expect(() => replayed.loadSnapshot(items)).toThrow(/before anything is replayed/);
+  });
+});

@@ -213,6 +213,25 @@ describe('ShardStore snapshots', () => {
     expect(store.stats().snapshotSeq).toBe(3);
   });
 
+  it('reads a snapshot chunk by chunk, and stops at a corrupt chunk after handing over the ones before it', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    await store.append(batch(1)).durable;
+    const snapshotItems = items(2 * SNAPSHOT_CHUNK_ITEMS + 1, 'r');
+    await store.writeSnapshot(1, snapshotItems);
+    const chunks: unknown[][] = [];
+    expect(store.readSnapshot((chunk) => chunks.push([...chunk]))).toEqual({ seq: 1, itemCount: snapshotItems.length });
+    expect(chunks.map((c) => c.length)).toEqual([SNAPSHOT_CHUNK_ITEMS, SNAPSHOT_CHUNK_ITEMS, 1]);
+    expect(chunks.flat()).toEqual(snapshotItems);
+    await closeStore(store);
+
+    await damage(dir, 'snapshot', 2, flipLastByte(encodeRecord(snapshotItems.slice(SNAPSHOT_CHUNK_ITEMS, 2 * SNAPSHOT_CHUNK_ITEMS))));
+    const reopened = openStore(dir);
+    const seen: number[] = [];
+    expect(() => reopened.readSnapshot((chunk) => seen.push(chunk.length))).toThrow(/chunk 2 failed verification \(checksum\)/);
+    expect(seen).toEqual([SNAPSHOT_CHUNK_ITEMS]);
+  });
+
   it('throws on a corrupt chunk, a missing chunk or a corrupt header', async () => {
     const dir = tempDir();
     const store = openStore(dir);
