@@ -102,6 +102,12 @@ export class Shard {
     return this.customers.test.size + this.customers.live.size;
   }
 
+  /** Every customer, test environment first. */
+  *allCustomers(): IterableIterator<CustomerState> {
+    yield* this.customers.test.values();
+    yield* this.customers.live.values();
+  }
+
 
   setConfig(environment: Environment, version: number, config: BillingConfig): void {
     const current = this.configs.get(environment);
