@@ -1,48 +1,41 @@
 /**
- * A shard's part of an online snapshot: a consistent copy of every customer as of one
- * point in the shard's command stream (the cut), written while the shard keeps serving.
+ * A consistent copy of a shard's customers as of one point in its command stream (the
+ * cut), made while the shard keeps serving. Both kinds of snapshot use it: the shard's
+ * own periodic snapshot (which bounds replay) and its part of an operator's online
+ * snapshot.
  *
- * At the cut it notes which customers exist. It then copies them a slice at a time
- * between batches. A write that arrives for a customer not yet copied first hands its
+ * At the cut it lists the customers. It then copies them a slice at a time between
+ * batches. A write that arrives for a customer not yet copied first hands over its
  * pre-image (`capture`) — the state as of the cut — so later writes never leak into the
- * copy; customers created after the cut are not in it. The frames go to a part file that
- * the front end splices into the snapshot file (storage/snapshot-file.ts).
- *
- * Copies are made with `toSnapshot` and encoded before the slice ends: `toSnapshot`
- * shares the live meter objects, so nothing of it may be held across a batch. A
- * pre-image is cloned first for the same reason.
+ * copy; customers created after the cut (`created`) are not in it. Copies go to `sink`
+ * in groups of at most SNAPSHOT_FRAME_CUSTOMERS, and the sink must encode them before it
+ * returns: `toSnapshot` shares the live meter objects, so nothing of a copy may be held
+ * across a batch (a pre-image is cloned for the same reason).
  */
 import fs from 'node:fs';
 import { fromSnapshot, toSnapshot, type CustomerSnapshot, type CustomerState } from './customer.js';
 import { encodeFrame, SNAPSHOT_FRAME_CUSTOMERS } from '../storage/snapshot-file.js';
 
-export interface ExportResult {
-  readonly frames: number;
-  readonly customers: number;
-  readonly bytes: number;
-}
-
-export class ShardExport {
+export class ShardCopy {
   /**
    * The customers present at the cut, in copy order. Which are copied already, and which
-   * are newer than the cut, is kept in weak sets filled as the copy goes: building a set
-   * of every customer at the cut held a 1M-customer shard for ~190 ms; listing them takes
-   * a fraction of that. Identity, not id: apply mutates a customer in place.
+   * are newer than the cut, is kept in weak sets filled as the copy goes (a set of every
+   * customer built at the cut would hold a large shard longer). Identity, not id: apply
+   * mutates a customer in place.
    */
   private readonly order: CustomerState[];
   private readonly copied = new WeakSet<CustomerState>();
   private readonly newerThanCut = new WeakSet<CustomerState>();
   private next = 0;
   private chunk: CustomerSnapshot[] = [];
-  private readonly fd: number;
-  private frames = 0;
   private copiedCount = 0;
-  private bytes = 0;
 
-  /** Takes the cut now. Throws if the part file cannot be created. */
-  constructor(partPath: string, customers: Iterable<CustomerState>) {
+  /** Takes the cut now. */
+  constructor(
+    customers: Iterable<CustomerState>,
+    private readonly sink: (items: CustomerSnapshot[]) => void,
+  ) {
     this.order = [...customers];
-    this.fd = fs.openSync(partPath, 'wx');
   }
 
   get total(): number {
@@ -63,7 +56,7 @@ export class ShardExport {
     this.add(toSnapshot(fromSnapshot(toSnapshot(customer))));
   }
 
-  /** A write created `customer` after the cut: it is not part of this snapshot. */
+  /** A write created `customer` after the cut: it is not part of this copy. */
   created(customer: CustomerState): void {
     this.newerThanCut.add(customer);
   }
@@ -78,35 +71,45 @@ export class ShardExport {
       this.copied.add(customer);
       this.add(toSnapshot(customer));
     }
-    this.flushChunk();
+    this.flush();
     return this.next === this.order.length;
   }
 
   private add(item: CustomerSnapshot): void {
     this.chunk.push(item);
     this.copiedCount++;
-    if (this.chunk.length >= SNAPSHOT_FRAME_CUSTOMERS) this.flushChunk();
+    if (this.chunk.length >= SNAPSHOT_FRAME_CUSTOMERS) this.flush();
   }
 
-  private flushChunk(): void {
+  private flush(): void {
     if (this.chunk.length === 0) return;
-    const frame = encodeFrame({ k: 'customers', items: this.chunk });
+    const items = this.chunk;
     this.chunk = [];
+    this.sink(items);
+  }
+}
+
+/** A shard's part file of an online snapshot: `customers` frames, length-prefixed. */
+export class PartFile {
+  private readonly fd: number;
+  frames = 0;
+  bytes = 0;
+
+  /** Throws if the file cannot be created (or already exists). */
+  constructor(path: string) {
+    this.fd = fs.openSync(path, 'wx');
+  }
+
+  /** Writes one frame of customers (synchronously: the sink must be done on return). */
+  write(items: CustomerSnapshot[]): void {
+    const frame = encodeFrame({ k: 'customers', items });
     let offset = 0;
     while (offset < frame.length) offset += fs.writeSync(this.fd, frame, offset, frame.length - offset);
     this.frames++;
     this.bytes += frame.length;
   }
 
-  /** Writes what is left and closes the part file. */
-  finish(): ExportResult {
-    this.flushChunk();
-    fs.closeSync(this.fd);
-    return { frames: this.frames, customers: this.copiedCount, bytes: this.bytes };
-  }
-
-  /** Gives up (e.g. a write failed): closes the file; the caller removes it. */
-  abandon(): void {
+  close(): void {
     try {
       fs.closeSync(this.fd);
     } catch {

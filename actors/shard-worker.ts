@@ -11,12 +11,16 @@ import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import path from 'node:path';
 import { assert } from './assert.js';
 import { Histogram, JOURNAL_BATCH_EVENTS_BOUNDS, JOURNAL_FLUSH_BOUNDS_MS } from './histogram.js';
-import type { CustomerSnapshot, Event } from './customer.js';
+import type { CustomerSnapshot, CustomerState, Event } from './customer.js';
 import { SNAPSHOT_INTERVAL_MS } from './limits.js';
 import { decodeBatch, type FromWorker, type ReplyTriples, type ShardLiveStats, type ToWorker } from './protocol.js';
 import { Shard, type CustomerIndexEntry } from './shard.js';
-import { ShardExport } from './shard-export.js';
-import { ShardStore } from '../storage/journal.js';
+import { PartFile, ShardCopy } from './shard-export.js';
+import { encodeSnapshotChunk, ShardStore, SNAPSHOT_CHUNK_ITEMS } from '../storage/journal.js';
+import { SNAPSHOT_FRAME_CUSTOMERS } from '../storage/snapshot-file.js';
+
+// A copy hands over at most SNAPSHOT_FRAME_CUSTOMERS at a time; periodic snapshots store each as one chunk.
+assert(SNAPSHOT_FRAME_CUSTOMERS <= SNAPSHOT_CHUNK_ITEMS, 'a copy group fits in a snapshot chunk');
 
 export interface ShardWorkerData {
   readonly dataDir: string;
@@ -110,7 +114,12 @@ function recover(): void {
 let intervalStartMs = Date.now();
 let snapshotting = false;
 
-/** Snapshots when enough has been journaled since the last one, bounding replay time. */
+/**
+ * Snapshots when enough has been journaled since the last one, bounding replay time. The
+ * copy is taken as of now (the journal's last seq) and made in slices between batches, so
+ * a shard of a million customers keeps answering while it snapshots (collecting and
+ * encoding them in one go held the thread for 5–14 s); the chunks are stored when it is done.
+ */
 function maybeSnapshot(): void {
   // Events decided but not yet appended are in memory only: a snapshot now would hold
   // them and the journal would later replay them again. Wait for the group to go out.
@@ -120,13 +129,71 @@ function maybeSnapshot(): void {
   if (!due) return;
   snapshotting = true;
   const seq = store.lastSeq;
-  const items = shard.snapshotItems();
+  const chunks: Buffer[] = [];
+  const copy = new ShardCopy(shard.allCustomers(), (items) => chunks.push(encodeSnapshotChunk(items)));
   shard.batchesSinceSnapshot = 0;
   intervalStartMs = Date.now();
-  store.writeSnapshot(seq, items).then(() => {
-    snapshotting = false;
-    lastSnapshotAtMs = Date.now();
+  runCopy(copy, () => {
+    store.writeSnapshotChunks(seq, chunks, copy.done).then(() => {
+      snapshotting = false;
+      lastSnapshotAtMs = Date.now();
+    }, crash);
   }, crash);
+}
+
+/** Copies in progress (a periodic snapshot and an online one may overlap). */
+const running = new Set<{ readonly copy: ShardCopy; failure: unknown }>();
+
+/** Tells every copy in progress about each write (see ShardCopy). */
+const observeWrites = {
+  before(customer: CustomerState): void {
+    for (const run of running) {
+      if (run.failure !== null) continue;
+      try {
+        run.copy.capture(customer);
+      } catch (error) {
+        // Never let a snapshot's IO fail the batch being decided: fail that snapshot.
+        run.failure = error;
+      }
+    }
+  },
+  created(customer: CustomerState): void {
+    for (const run of running) run.copy.created(customer);
+  },
+};
+
+/**
+ * Runs `copy` to the end in slices of `exportSliceCustomers`, one per event-loop turn,
+ * calling `onSlice` after each unfinished one; then `done`, or `failed` with the error its
+ * sink threw (in a slice, or while capturing a pre-image during a batch).
+ */
+function runCopy(copy: ShardCopy, done: () => void, failed: (error: unknown) => void, onSlice: () => void = () => undefined): void {
+  const run = { copy, failure: null as unknown };
+  running.add(run);
+  shard.writeObserver = observeWrites;
+  const finish = (): void => {
+    running.delete(run);
+    if (running.size === 0) shard.writeObserver = null;
+  };
+  const step = (): void => {
+    let finished = false;
+    try {
+      if (run.failure !== null) throw run.failure;
+      finished = copy.step(exportSliceCustomers);
+    } catch (error) {
+      finish();
+      failed(error);
+      return;
+    }
+    if (!finished) {
+      onSlice();
+      setImmediate(step);
+      return;
+    }
+    finish();
+    done();
+  };
+  setImmediate(step);
 }
 
 function liveStats(): ShardLiveStats {
@@ -169,63 +236,48 @@ function onMessage(message: ToWorker): void {
 /** Progress is reported every this many slices. */
 const EXPORT_PROGRESS_EVERY_SLICES = 25;
 
+let exporting = false;
+
 /**
  * Takes this shard's cut of an online snapshot: the customers as they are now, with every
  * event decided so far. The part is reported done only once those events are durable, so
  * a snapshot never holds a write that a crash could still lose.
  */
-let exporting = false;
-
 function startExport(snapshotId: string, partPath: string): void {
   if (exporting) {
     post({ t: 'cutFailed', snapshotId, error: 'this shard is still writing an earlier snapshot' });
     return;
   }
-  let exporter: ShardExport;
+  let part: PartFile;
   try {
-    exporter = new ShardExport(partPath, shard.allCustomers());
+    part = new PartFile(partPath);
   } catch (error) {
     post({ t: 'cutFailed', snapshotId, error: String(error) });
     return;
   }
+  exporting = true;
   const position = store.lastSeq + (shard.hasPendingEvents ? 1 : 0);
   const durable = new Promise<void>((resolve) => shard.whenDurable(resolve));
-  let failure: unknown = null;
-  exporting = true;
-  shard.writeObserver = {
-    before(customer) {
-      try {
-        exporter.capture(customer);
-      } catch (error) {
-        // Never let the snapshot's IO fail the batch being decided: fail the snapshot.
-        failure = error;
-        shard.writeObserver = null;
-      }
-    },
-    created: (customer) => exporter.created(customer),
-  };
+  const copy = new ShardCopy(shard.allCustomers(), (items) => part.write(items));
   let slices = 0;
-  const step = (): void => {
-    try {
-      if (failure !== null) throw failure;
-      if (!exporter.step(exportSliceCustomers)) {
-        if (++slices % EXPORT_PROGRESS_EVERY_SLICES === 0) post({ t: 'cutProgress', snapshotId, done: exporter.done, total: exporter.total });
-        setImmediate(step);
-        return;
-      }
-      shard.writeObserver = null;
-      const result = exporter.finish();
+  runCopy(
+    copy,
+    () => {
+      part.close();
       exporting = false;
-      void durable.then(() => post({ t: 'cutDone', snapshotId, result: { ...result, position } }));
-    } catch (error) {
+      const result = { frames: part.frames, customers: copy.done, bytes: part.bytes, position };
+      void durable.then(() => post({ t: 'cutDone', snapshotId, result }));
+    },
+    (error) => {
       // A failed export (e.g. a full disk) fails the snapshot, not the shard.
-      shard.writeObserver = null;
+      part.close();
       exporting = false;
-      exporter.abandon();
       post({ t: 'cutFailed', snapshotId, error: String(error) });
-    }
-  };
-  setImmediate(step);
+    },
+    () => {
+      if (++slices % EXPORT_PROGRESS_EVERY_SLICES === 0) post({ t: 'cutProgress', snapshotId, done: copy.done, total: copy.total });
+    },
+  );
 }
 
 try {

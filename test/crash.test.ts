@@ -19,6 +19,8 @@ describe('crash safety', () => {
   it.each([
     ['journal only', {}],
     ['snapshots every 20 batches', { TALLY_SNAPSHOT_EVERY_BATCHES: '20' }],
+    // One customer per slice: every snapshot is copied over many turns while consumes land.
+    ['sliced snapshots every 5 batches', { TALLY_SNAPSHOT_EVERY_BATCHES: '5', TALLY_SNAPSHOT_SLICE: '1' }],
   ])('keeps every acknowledged consume across kill -9 (%s)', async (_label, env: Record<string, string>) => {
     const dataDir = tempDataDir('tally-crash');
     const first = await startServerProcess({ dataDir, env });
