@@ -220,7 +220,7 @@ describe('ShardStore snapshots', () => {
     const snapshotItems = items(2 * SNAPSHOT_CHUNK_ITEMS + 1, 'r');
     await store.writeSnapshot(1, snapshotItems);
     const chunks: unknown[][] = [];
-    expect(store.readSnapshot((chunk) => chunks.push([...chunk]))).toEqual({ seq: 1, itemCount: snapshotItems.length });
+    expect(store.readSnapshot((chunk) => chunks.push([...chunk]))).toEqual({ seq: 1, createdAtMs: expect.any(Number), itemCount: snapshotItems.length });
     expect(chunks.map((c) => c.length)).toEqual([SNAPSHOT_CHUNK_ITEMS, SNAPSHOT_CHUNK_ITEMS, 1]);
     expect(chunks.flat()).toEqual(snapshotItems);
     await closeStore(store);
