@@ -12,7 +12,7 @@ import path from 'node:path';
 import { assert } from './assert.js';
 import { Histogram, JOURNAL_BATCH_EVENTS_BOUNDS, JOURNAL_FLUSH_BOUNDS_MS } from './histogram.js';
 import type { CustomerSnapshot, CustomerState, Event } from './customer.js';
-import { SNAPSHOT_INTERVAL_MS } from './limits.js';
+import { SNAPSHOT_EVERY_EVENTS, SNAPSHOT_INTERVAL_MS } from './limits.js';
 import { decodeBatch, type FromWorker, type ReplyTriples, type ShardLiveStats, type ToWorker } from './protocol.js';
 import { Shard, type CustomerIndexEntry } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
@@ -125,6 +125,7 @@ function maybeSnapshot(): void {
   // them and the journal would later replay them again. Wait for the group to go out.
   if (snapshotting || shard.hasPendingEvents) return;
   const due = shard.batchesSinceSnapshot >= snapshotEveryBatches
+    || shard.eventsSinceSnapshot >= SNAPSHOT_EVERY_EVENTS
     || (shard.batchesSinceSnapshot > 0 && Date.now() - intervalStartMs >= SNAPSHOT_INTERVAL_MS);
   if (!due) return;
   snapshotting = true;
@@ -132,6 +133,7 @@ function maybeSnapshot(): void {
   const chunks: Buffer[] = [];
   const copy = new ShardCopy(shard.allCustomers(), (items) => chunks.push(encodeSnapshotChunk(items)));
   shard.batchesSinceSnapshot = 0;
+  shard.eventsSinceSnapshot = 0;
   intervalStartMs = Date.now();
   runCopy(copy, () => {
     store.writeSnapshotChunks(seq, chunks, copy.done).then(() => {

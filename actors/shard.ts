@@ -86,6 +86,8 @@ export class Shard {
   private lastNowMs = 0;
   /** Journal records appended since the shard last snapshotted. */
   batchesSinceSnapshot = 0;
+  /** Events in those records: what replay after the last snapshot would have to fold. */
+  eventsSinceSnapshot = 0;
   /** Callbacks waiting for the pending group's append, and for the append in flight. */
   private pendingWaiters: Array<() => void> = [];
   private inFlightWaiters: Array<() => void> = [];
@@ -182,6 +184,7 @@ export class Shard {
     }
     this.appending = true;
     this.batchesSinceSnapshot++;
+    this.eventsSinceSnapshot += events.length;
     this.inFlightWaiters = this.pendingWaiters;
     this.pendingWaiters = [];
     this.options.journal.append(events, index).durable.then(() => {
