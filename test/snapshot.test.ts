@@ -264,6 +264,51 @@ describe('tally snapshot (the CLI)', () => {
     }
   });
 
+  it('takes a cut under concurrent consumes: restored, it holds every consume acknowledged before the command and none sent after it exited', async () => {
+    const sk = source.keys.test.server;
+    const env = { TALLY_URL: source.base, TALLY_API_KEY: source.keys.admin };
+    const dir = tempDataDir('cli-cut');
+    const out = path.join(dir, 'cut.tsnap');
+    const log: Sent[] = [];
+    let stop = false;
+    const client = async (c: number): Promise<void> => {
+      for (let n = 0; !stop; n++) {
+        const entry: Sent = { customerId: `cust-${(c * 5 + n) % CUSTOMERS}`, idempotencyKey: `cli-${c}-${n}`, sentAt: performance.now(), ackedAt: null };
+        log.push(entry);
+        const res = await call(source.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: entry.customerId, amount: 1, idempotencyKey: entry.idempotencyKey } });
+        expect(res.status).toBe(200);
+        entry.ackedAt = performance.now();
+      }
+    };
+    const clients = Array.from({ length: 4 }, (_, c) => client(c));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const spawnedAt = performance.now();
+    const created = await tally(['snapshot', 'create', '--out', out], env);
+    const exitedAt = performance.now();
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    stop = true;
+    await Promise.all(clients);
+    expect(created.code).toBe(0);
+    const target = path.join(dir, 'data');
+    expect((await tally(['snapshot', 'restore', out, '--data-dir', target])).code).toBe(0);
+    const copy = await startServerProcess({ dataDir: target, keys: source.keys });
+    try {
+      const replay = (s: Sent) => call(copy.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey } });
+      const before = log.filter((s) => s.ackedAt !== null && s.ackedAt < spawnedAt);
+      const after = log.filter((s) => s.sentAt > exitedAt);
+      expect(before.length).toBeGreaterThan(10);
+      expect(after.length).toBeGreaterThan(10);
+      const start = new Map<string, number>();
+      for (let c = 0; c < CUSTOMERS; c++) start.set(`cust-${c}`, await consumed(copy, `cust-${c}`));
+      for (const s of before) await replay(s);
+      for (const [id, value] of start) expect(await consumed(copy, id), `${id}: a key acknowledged before the command was not in the snapshot`).toBe(value);
+      for (const s of after) await replay(s);
+      for (const [id, value] of start) expect(await consumed(copy, id), id).toBe(value + after.filter((s) => s.customerId === id).length);
+    } finally {
+      await copy.stop();
+    }
+  });
+
   it('refuses a corrupt file and a live data dir with exit 1 and a clear message', async () => {
     const dir = tempDataDir('cli-bad');
     const bad = path.join(dir, 'bad.tsnap');
