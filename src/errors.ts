@@ -31,7 +31,7 @@ export const ERRORS = {
   expansion_not_allowed: { status: 400, message: '{field}: limit expansion is not allowed for {key} on the customer\'s plan', when: 'purchased > 0 or autoExpansionEnabled where expansion is not allowed' },
   overage_not_allowed: { status: 400, message: 'overageEnabled: overage is not allowed for {key} on the customer\'s plan', when: 'overage enabled where the plan allows none' },
   too_many_lots: { status: 400, message: 'too many credit lots on {key}', when: 'a meter already holds the maximum number of lots' },
-  invalid_config: { status: 400, message: 'invalid billing configuration: {detail}', when: 'a pushed configuration breaks the schema or a rule; lists every violation' },
+  invalid_config: { status: 400, message: '{detail}', when: 'a pushed configuration breaks the schema or a rule; lists every violation' },
   entitlement_not_found: { status: 404, message: 'entitlement {key} not found', when: 'key not in the environment\'s configuration' },
   customer_not_found: { status: 404, message: 'customer {id} not found', when: 'GET of a customer the environment does not have' },
   contract_not_found: { status: 404, message: 'customer {customerId} has no contract', when: 'GET or DELETE of a contract that does not exist' },

@@ -35,6 +35,15 @@ function errorsOf(doc: unknown): string[] {
   return result.errors;
 }
 
+describe('__proto__ as a key', () => {
+  it('is refused for entitlements and products: msgpackr would rename it in the stored record', () => {
+    const entitlement = JSON.parse('{"entitlements":{"__proto__":{"type":"feature"}},"products":{}}') as unknown;
+    expect(errorsOf(entitlement).join('; ')).toContain('entitlements has invalid key "__proto__"');
+    const product = JSON.parse('{"entitlements":{"sso":{"type":"feature"}},"products":{"__proto__":{"entitlements":{"sso":true}}}}') as unknown;
+    expect(errorsOf(product).join('; ')).toContain('products has invalid key "__proto__"');
+  });
+});
+
 describe('the PRODUCT.md example', () => {
   it('is valid and compiles', () => {
     const result = validateBillingConfig(example());
@@ -75,7 +84,7 @@ describe('the PRODUCT.md example', () => {
 
 const K255 = 'k'.repeat(255);
 const K256 = 'k'.repeat(256);
-const KEY_RULE = 'keys are 1-255 characters of A-Z, a-z, 0-9 and _ . : -';
+const KEY_RULE = 'keys are 1-255 characters of A-Z, a-z, 0-9 and _ . : - (not __proto__)';
 
 /** [what, document, every expected message in order]. */
 const INVALID: ReadonlyArray<readonly [string, Doc, readonly string[]]> = [

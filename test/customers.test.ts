@@ -101,6 +101,17 @@ describe('customers over HTTP', () => {
     expect((await upsert({ id: 'cus_1', name: null })).body.name).toBeNull();
   });
 
+  it('refuses a __proto__ metadata or contract key (stored records would rename it), changing nothing', async () => {
+    const body = JSON.parse('{"id":"cus_proto","metadata":{"__proto__":"x","ok":1}}') as unknown;
+    expect(await upsert(body)).toMatchObject({ status: 400, body: { error: 'metadata key __proto__ is not allowed' } });
+    expect((await call(server.base, 'GET', '/v1/customers/cus_proto', { key: sk })).status).toBe(404);
+    const contract = JSON.parse('{"priceAmount":1,"priceInterval":"month","entitlements":{"__proto__":{"included":1}}}') as unknown;
+    expect(await call(server.base, 'PUT', '/v1/contracts/cus_1', { key: sk, body: contract })).toMatchObject({ status: 400, body: { error: 'entitlements key __proto__ is not allowed' } });
+    // As a value (an id), it is just a name.
+    expect((await upsert({ id: '__proto__', metadata: { a: 1 } })).status).toBe(201);
+    expect((await call(server.base, 'GET', '/v1/customers/__proto__', { key: sk })).body).toMatchObject({ id: '__proto__', metadata: { a: 1 } });
+  });
+
   it('a consume creates the customer implicitly; it is listed and readable', async () => {
     await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: 'implicit', amount: 1 } });
     expect(await call(server.base, 'GET', '/v1/customers/implicit', { key: sk })).toMatchObject({ status: 200, body: { id: 'implicit', name: null, metadata: {} } });

@@ -325,6 +325,7 @@ describe('configuration sync', () => {
     const res = await post('/v1/sync/push', bad);
     expect(res.status).toBe(400);
     expect(res.body.error).toMatch(/^invalid billing configuration: /);
+    expect(res.body.error).not.toMatch(/invalid billing configuration: invalid billing configuration/);
     expect(res.body.error).toContain('entitlements.b.type');
   });
 

@@ -55,7 +55,7 @@ export const contractSchema = {
     entitlements: {
       type: 'object',
       maxProperties: 1000,
-      propertyNames: { type: 'string', minLength: 1, maxLength: ID_LENGTH_MAX },
+      propertyNames: { type: 'string', minLength: 1, maxLength: ID_LENGTH_MAX, not: { const: '__proto__' } },
       additionalProperties: {
         type: 'object',
         properties: { included: { type: 'number', minimum: 0, maximum: 1e12 } },
@@ -84,7 +84,7 @@ export const customerUpsertSchema = {
     metadata: {
       type: 'object',
       maxProperties: METADATA_KEYS_MAX,
-      propertyNames: { type: 'string', minLength: 1, maxLength: METADATA_KEY_LENGTH_MAX },
+      propertyNames: { type: 'string', minLength: 1, maxLength: METADATA_KEY_LENGTH_MAX, not: { const: '__proto__' } },
       additionalProperties: {
         anyOf: [{ type: 'string', maxLength: METADATA_VALUE_LENGTH_MAX }, { type: 'number' }, { type: 'boolean' }, { type: 'null' }],
       },
@@ -233,6 +233,8 @@ function describe(error: ErrorObject, what: 'body' | 'query'): string {
     case 'enum':
       return `${field} must be one of ${(p['allowedValues'] as unknown[]).join(', ')}`;
     case 'propertyNames': {
+      // Stored records decode into objects, where msgpackr renames this one key.
+      if (p['propertyName'] === '__proto__') return `${field} key __proto__ is not allowed`;
       const names = error.schema as { minLength?: number; maxLength?: number };
       return `${field} keys must be ${String(names.minLength ?? 1)} to ${String(names.maxLength)} characters`;
     }

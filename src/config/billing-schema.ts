@@ -16,9 +16,13 @@ import { AMOUNT_UNITS_MAX, DECIMALS_MAX } from '../../actors/fixed.js';
 
 export const BILLING_SCHEMA_ID = 'https://tally.dev/schemas/billing-config.json';
 
-/** Keys are 1–255 characters (PRODUCT.md) and appear in URL paths, so they are URL-safe. */
+/**
+ * Keys are 1–255 characters (PRODUCT.md) and appear in URL paths, so they are URL-safe.
+ * `__proto__` is refused: stored records are MessagePack maps decoded into objects, and
+ * msgpackr renames that key on decode (it would come back as `__proto_` after a restart).
+ */
 export const CONFIG_KEY_LENGTH_MAX = 255;
-export const CONFIG_KEY_PATTERN = '^[A-Za-z0-9_.:-]+$';
+export const CONFIG_KEY_PATTERN = '^(?!__proto__$)[A-Za-z0-9_.:-]+$';
 
 /**
  * Every shard compiles the whole configuration into memory and the OpenAPI document

@@ -110,12 +110,12 @@ function pointerSegments(doc: unknown, pointer: string): PathSegment[] {
 // Schema errors → messages
 
 const PATTERN_PHRASES: ReadonlyMap<string, string> = new Map([
-  [CONFIG_KEY_PATTERN, 'must contain only A-Z, a-z, 0-9 and _ . : -'],
+  [CONFIG_KEY_PATTERN, 'must contain only A-Z, a-z, 0-9 and _ . : - (and must not be __proto__)'],
   ['^[a-z]{3}$', 'must be a three-letter lowercase ISO 4217 currency code, e.g. usd'],
   ['^/\\S*$', 'must start with / and contain no whitespace'],
 ]);
 
-const KEY_RULE = `keys are 1-${CONFIG_KEY_LENGTH_MAX} characters of A-Z, a-z, 0-9 and _ . : -`;
+const KEY_RULE = `keys are 1-${CONFIG_KEY_LENGTH_MAX} characters of A-Z, a-z, 0-9 and _ . : - (not __proto__)`;
 
 function schemaViolations(doc: unknown, errors: readonly ErrorObject[]): string[] {
   const messages: string[] = [];
