@@ -808,7 +808,8 @@ function contextView(customer: CustomerState, config: CompiledConfig, request: C
   };
 }
 
-export function customerView(customer: CustomerState): CustomerView {
+/** The API's customer object; a snapshot item has the same fields, so restore needs no state. */
+export function customerView(customer: Pick<CustomerState, 'id' | 'createdAtMs' | 'profile'>): CustomerView {
   return {
     id: customer.id,
     name: customer.profile.name,

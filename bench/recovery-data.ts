@@ -8,8 +8,8 @@
  * written by the real `Shard` (actors/shard.ts) driven with consume commands, so every
  * journaled event is one the core decided and every customer-index row is one the shard
  * produced; `ShardStore` (storage/journal.ts) frames and stores them, and snapshots are
- * taken with `Shard.snapshotItems` + `ShardStore.writeSnapshot`, exactly as a shard worker
- * does. Each record holds `eventsPerRecord` events, the size group commit gives a busy
+ * taken with `Shard.snapshotItems` + `ShardStore.writeSnapshot` (a shard worker copies in
+ * slices between batches instead; what is stored is the same). Each record holds `eventsPerRecord` events, the size group commit gives a busy
  * shard.
  *
  * The one liberty: the journal adapter tells the shard a record is durable as soon as it
@@ -180,9 +180,9 @@ class ShardBuilder {
   }
 
   /**
-   * What shard-worker.ts's maybeSnapshot does, minus the timer. Returns how long it held
-   * the thread (collecting and encoding every customer): a shard worker answers nothing
-   * meanwhile.
+   * What shard-worker.ts's maybeSnapshot stores, taken in one go rather than in slices.
+   * Returns how long it held the thread (collecting and encoding every customer), what a
+   * one-go snapshot would cost a shard worker.
    */
   async snapshot(): Promise<number> {
     await this.flush();

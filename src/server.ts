@@ -190,7 +190,6 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       verifyAudit,
       configVersion: (environment: Environment) => control.latestConfigVersion(environment),
       startedAtMs,
-      dataDir: options.dataDir,
     };
     const snapshots = new Snapshots({
       dataDir: options.dataDir,

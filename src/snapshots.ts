@@ -160,7 +160,7 @@ export class Snapshots {
     }
   }
 
-  /** Removes a finished snapshot's file and listing; false if there is no such snapshot. */
+  /** Removes a finished snapshot's file and listing; answers it, or undefined if there is none. */
   async remove(id: string): Promise<SnapshotInfo | undefined> {
     const index = this.known.findIndex((info) => info.id === id);
     const info = this.known[index];

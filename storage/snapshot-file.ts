@@ -14,13 +14,14 @@
 import { createHash, type Hash } from 'node:crypto';
 import fs from 'node:fs';
 import { checkRecord, decodeRecord, encodeRecord } from './codec.js';
+import { SNAPSHOT_CHUNK_ITEMS } from './journal.js';
 
 export const SNAPSHOT_MAGIC = Buffer.from('TALLYSN1', 'ascii');
 export const SNAPSHOT_FILE_FORMAT = 1;
 /** Largest frame we write or accept; a length beyond it means a corrupt file, not a big one. */
 export const SNAPSHOT_FRAME_BYTES_MAX = 256 * 1024 * 1024;
-/** Customers per `customers` frame. */
-export const SNAPSHOT_FRAME_CUSTOMERS = 1000;
+/** Customers per `customers` frame: a shard snapshot chunk's size, so a copy's groups serve both. */
+export const SNAPSHOT_FRAME_CUSTOMERS = SNAPSHOT_CHUNK_ITEMS;
 
 export interface SnapshotHeader {
   readonly k: 'header';

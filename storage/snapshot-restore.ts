@@ -11,7 +11,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { customerView, fromSnapshot, type CustomerSnapshot } from '../actors/customer.js';
+import { customerView, type CustomerSnapshot } from '../actors/customer.js';
 import { LOGICAL_SHARDS } from '../actors/limits.js';
 import { logicalShardOf, workerOf, type Environment } from '../actors/protocol.js';
 import { AuditLog } from './audit-log.js';
@@ -88,7 +88,7 @@ class ShardContents {
   add(item: CustomerSnapshot): void {
     this.pending.push(item);
     this.items++;
-    this.index.push({ environment: item.environment, id: item.id, json: Buffer.from(JSON.stringify(customerView(fromSnapshot(item)))) });
+    this.index.push({ environment: item.environment, id: item.id, json: Buffer.from(JSON.stringify(customerView(item))) });
     if (this.pending.length === SNAPSHOT_CHUNK_ITEMS) this.seal();
   }
 

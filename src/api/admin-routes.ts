@@ -48,7 +48,6 @@ export interface AdminDeps {
   /** Configuration version per environment (0 = none pushed). */
   readonly configVersion: (environment: Environment) => number;
   readonly startedAtMs: number;
-  readonly dataDir: string;
 }
 
 /** The public view of a key: never its secret or hash. */

@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import { decodeComponent } from '../http/query.js';
 import { streamFile } from '../http/file-stream.js';
-import { SnapshotBusyError, type Snapshots } from '../snapshots.js';
+import { SnapshotBusyError, type SnapshotInfo, type Snapshots } from '../snapshots.js';
 import { auditOperator, type AdminContext, type AdminDeps, type AdminRouteEntry } from './admin-routes.js';
 
 function snapshotId(ctx: AdminContext): string | null {
@@ -19,6 +19,14 @@ function snapshotId(ctx: AdminContext): string | null {
 }
 
 export function snapshotRoutes(deps: Pick<AdminDeps, 'audit'>, snapshots: Snapshots): AdminRouteEntry[] {
+  /** The snapshot the path names, or null after answering 400 or 404. */
+  const found = (ctx: AdminContext): SnapshotInfo | null => {
+    const id = snapshotId(ctx);
+    if (id === null) return null;
+    const info = snapshots.get(id);
+    if (info === undefined) ctx.ex.fail('snapshot_not_found', { id });
+    return info ?? null;
+  };
   return [
     ['POST', '/v1/admin/snapshots', {
       hasBody: false,
@@ -42,20 +50,16 @@ export function snapshotRoutes(deps: Pick<AdminDeps, 'audit'>, snapshots: Snapsh
     ['GET', '/v1/admin/snapshots/:id', {
       hasBody: false,
       handle(ctx) {
-        const id = snapshotId(ctx);
-        if (id === null) return;
-        const info = snapshots.get(id);
-        if (info === undefined) return ctx.ex.fail('snapshot_not_found', { id });
-        ctx.ex.json(200, info);
+        const info = found(ctx);
+        if (info !== null) ctx.ex.json(200, info);
       },
     }],
     ['GET', '/v1/admin/snapshots/:id/file', {
       hasBody: false,
       handle(ctx) {
-        const id = snapshotId(ctx);
-        if (id === null) return;
-        const info = snapshots.get(id);
-        if (info === undefined) return ctx.ex.fail('snapshot_not_found', { id });
+        const info = found(ctx);
+        if (info === null) return;
+        const { id } = info;
         if (info.status !== 'complete' || info.sha256 === null) return ctx.ex.fail('snapshot_not_ready', { id, status: info.status });
         const file = snapshots.fileOf(id);
         const size = fs.statSync(file, { throwIfNoEntry: false })?.size;
