@@ -16,6 +16,7 @@
 import type { HttpResponse } from 'uWebSockets.js';
 import type { RateDecision } from '../auth/rate-limit.js';
 import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../errors.js';
+import { decimalBytes } from './decimal-bytes.js';
 import type { Observability } from '../observability/observability.js';
 import { isWellFormedRequestId } from '../observability/request-id.js';
 
@@ -102,7 +103,8 @@ export class Exchange {
       const rate = this.rate;
       if (rate !== null) {
         res.writeHeader('x-ratelimit-limit', rate.limitText);
-        res.writeHeader('x-ratelimit-remaining', String(rate.remaining));
+        // Not String(): see decimal-bytes.ts (V8's number-string cache promoted every value).
+        res.writeHeader('x-ratelimit-remaining', decimalBytes(rate.remaining));
         res.writeHeader('x-ratelimit-reset', rate.resetText);
       }
       if (status >= 400 || this.echoRequestId) res.writeHeader('x-request-id', this.requestId);
