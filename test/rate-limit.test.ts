@@ -8,6 +8,8 @@ import { RateLimiter, WINDOW_MS } from '../src/auth/rate-limit.js';
 import type { KeyRecord } from '../storage/control-store.js';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
 
+const text = (bytes: Uint8Array | undefined): string => Buffer.from(bytes ?? new Uint8Array()).toString('latin1');
+
 function key(id: string, keyClass: KeyRecord['keyClass']): KeyRecord {
   return { id, prefix: 'x', hashHex: '00', environment: keyClass === 'admin' ? null : 'test', keyClass, createdAtMs: 0, revokedAtMs: null };
 }
@@ -20,7 +22,9 @@ describe('RateLimiter', () => {
     const client = key('k1', 'client');
     const decisions = [0, 1000, 2000].map((dt) => limiter.take(client, t0 + 30_000 + dt));
     expect(decisions.map((d) => d?.allowed)).toEqual([true, true, false]);
-    expect(decisions[0]).toMatchObject({ limitText: '2', remaining: 1, resetText: String((t0 + WINDOW_MS) / 1000) });
+    expect(decisions[0]).toMatchObject({ remaining: 1 });
+    expect(text(decisions[0]?.limitBytes)).toBe('2');
+    expect(text(decisions[0]?.resetBytes)).toBe(String((t0 + WINDOW_MS) / 1000));
     expect(decisions[2]).toMatchObject({ allowed: false, remaining: 0 });
     expect(decisions[2]?.retryAfterSec).toBe(28);
     // The next minute starts a fresh window; other keys never shared this one.

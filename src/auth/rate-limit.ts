@@ -9,6 +9,7 @@
  * 0 turns rate limiting off.
  */
 import type { KeyRecord } from '../../storage/control-store.js';
+import { asciiBytes } from '../http/rate-limit-header.js';
 
 export const WINDOW_MS = 60_000;
 export const DEFAULT_RATE_LIMITS: RateLimits = { server: 1000, client: 200 };
@@ -24,16 +25,16 @@ export interface RateLimits {
 }
 
 /**
- * The rate-limit state of one request: what its reply's headers say. Kept as plain
- * fields (the window's cached strings plus a number) so that the hot path allocates
- * nothing per request.
+ * The rate-limit state of one request: what its reply's headers say. The limit and
+ * reset values are ASCII bytes encoded once per limiter and per window, so that writing
+ * the headers converts no string per request (src/http/rate-limit-header.ts).
  */
 export interface RateDecision {
   readonly allowed: boolean;
   readonly limit: number;
   /** X-RateLimit-Limit and X-RateLimit-Reset values, shared by the whole window. */
-  readonly limitText: string;
-  readonly resetText: string;
+  readonly limitBytes: Uint8Array;
+  readonly resetBytes: Uint8Array;
   readonly remaining: number;
   /** Whole seconds until the window ends, at least 1 (for Retry-After on a 429). */
   readonly retryAfterSec: number;
@@ -42,17 +43,22 @@ export interface RateDecision {
 interface Window {
   startMs: number;
   count: number;
-  resetText: string;
+  resetBytes: Uint8Array;
+}
+
+/** X-RateLimit-Reset of the window starting at `startMs`: its end in Unix epoch seconds. */
+function resetBytes(startMs: number): Uint8Array {
+  return asciiBytes(String((startMs + WINDOW_MS) / 1000));
 }
 
 export class RateLimiter {
   private readonly windows = new Map<string, Window>();
-  private readonly serverText: string;
-  private readonly clientText: string;
+  private readonly serverBytes: Uint8Array;
+  private readonly clientBytes: Uint8Array;
 
   constructor(private readonly limits: RateLimits) {
-    this.serverText = String(limits.server);
-    this.clientText = String(limits.client);
+    this.serverBytes = asciiBytes(String(limits.server));
+    this.clientBytes = asciiBytes(String(limits.client));
   }
 
   /** Counts one request for `key` at `nowMs`; null when this key class is unlimited. */
@@ -64,19 +70,19 @@ export class RateLimiter {
     let window = this.windows.get(key.id);
     if (window === undefined) {
       if (this.windows.size >= SWEEP_AT_ENTRIES) this.sweep(startMs);
-      window = { startMs, count: 0, resetText: String((startMs + WINDOW_MS) / 1000) };
+      window = { startMs, count: 0, resetBytes: resetBytes(startMs) };
       this.windows.set(key.id, window);
     } else if (window.startMs !== startMs) {
       window.startMs = startMs;
       window.count = 0;
-      window.resetText = String((startMs + WINDOW_MS) / 1000);
+      window.resetBytes = resetBytes(startMs);
     }
     window.count++;
     return {
       allowed: window.count <= limit,
       limit,
-      limitText: client ? this.clientText : this.serverText,
-      resetText: window.resetText,
+      limitBytes: client ? this.clientBytes : this.serverBytes,
+      resetBytes: window.resetBytes,
       remaining: Math.max(0, limit - window.count),
       retryAfterSec: Math.max(1, Math.ceil((startMs + WINDOW_MS - nowMs) / 1000)),
     };

@@ -16,7 +16,7 @@
 import type { HttpResponse } from 'uWebSockets.js';
 import type { RateDecision } from '../auth/rate-limit.js';
 import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../errors.js';
-import { decimalBytes } from './decimal-bytes.js';
+import { RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue } from './rate-limit-header.js';
 import type { Observability } from '../observability/observability.js';
 import { isWellFormedRequestId } from '../observability/request-id.js';
 
@@ -101,12 +101,8 @@ export class Exchange {
       if (status !== 200) res.writeStatus(STATUS_TEXT[status] ?? String(status));
       res.writeHeader('content-type', contentType);
       const rate = this.rate;
-      if (rate !== null) {
-        res.writeHeader('x-ratelimit-limit', rate.limitText);
-        // Not String(): see decimal-bytes.ts (V8's number-string cache promoted every value).
-        res.writeHeader('x-ratelimit-remaining', decimalBytes(rate.remaining));
-        res.writeHeader('x-ratelimit-reset', rate.resetText);
-      }
+      // All three X-RateLimit-* lines in one call, without String(): see rate-limit-header.ts.
+      if (rate !== null) res.writeHeader(RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue(rate.limitBytes, rate.remaining, rate.resetBytes));
       if (status >= 400 || this.echoRequestId) res.writeHeader('x-request-id', this.requestId);
       for (const [name, value] of headers) res.writeHeader(name, value);
       res.end(body, closeConnection);
