@@ -10,6 +10,7 @@
 export type Micros = bigint;
 
 export const DECIMALS_MAX = 6;
+const MICROS_PER_UNIT = 10n ** BigInt(DECIMALS_MAX);
 /** Largest usage amount one request may carry; far above any real single consume. */
 export const AMOUNT_UNITS_MAX = 1e12;
 
@@ -18,19 +19,52 @@ export type AmountParse =
   | { readonly ok: false; readonly reason: 'not_number' | 'not_positive' | 'too_many_decimals' | 'too_large' };
 
 /**
- * Converts a JSON number into micro-units without floating-point arithmetic: the
- * shortest decimal string of the double is what the client wrote, so its digits are
- * taken literally. Fails (as a value) for non-finite, non-positive, over-precise or
- * over-large numbers.
+ * Converts a JSON number into micro-units exactly. The shortest decimal string of the
+ * double is what the client wrote, so its digits are what count; amounts up to
+ * EXACT_UNITS_MAX reach the same answer without building that string (see
+ * `microsWithoutDigits`), and whole amounts are exact as they are. Fails (as a value) for non-finite, non-positive, over-precise
+ * or over-large numbers.
  */
 export function parseAmount(value: unknown): AmountParse {
   if (typeof value !== 'number' || !Number.isFinite(value)) return { ok: false, reason: 'not_number' };
   if (value <= 0) return { ok: false, reason: 'not_positive' };
   if (value > AMOUNT_UNITS_MAX) return { ok: false, reason: 'too_large' };
-  const micros = decimalToMicros(String(value));
+  // Whole amounts (token counts: the common case) are exact as they are (at most 10^12).
+  if (Number.isInteger(value)) return { ok: true, micros: BigInt(value) * MICROS_PER_UNIT };
+  const micros = value <= EXACT_UNITS_MAX ? microsWithoutDigits(value) : microsByDigits(value);
   if (micros === null) return { ok: false, reason: 'too_many_decimals' };
   if (micros === 0n) return { ok: false, reason: 'too_many_decimals' };
   return { ok: true, micros };
+}
+
+/**
+ * Below this many units, value × 10^6 stays under 2^43, where a double's spacing is
+ * 2^-9: the rounding errors of the product (and of the double standing for the client's
+ * decimal) are far below the 0.5 that rounding to the nearest micro-unit tolerates.
+ */
+export const EXACT_UNITS_MAX = 2 ** 43 / 1e6;
+
+/**
+ * The micro-units of `value` (0 < value <= EXACT_UNITS_MAX), or null beyond 6 decimals,
+ * exactly as `microsByDigits` finds them, without String(). Why: String() routes every
+ * distinct number through V8's number-string cache, an old-generation table that keeps
+ * each new string alive into the next scavenge; with amounts that differ per request
+ * that promoted ~4 MB/s on the front end and brought full collections (README,
+ * Performance; src/http/rate-limit-header.ts has the same story for a header).
+ * Correct because: if the client's decimal d has at most 6 decimals, d = k / 10^6 and
+ * value is the double nearest d, so value × 10^6 rounds to k and k / 10^6 (correctly
+ * rounded) is value again; if the check fails, no 6-decimal number has value as its
+ * nearest double, so its shortest decimal has more than 6 decimals.
+ * test/core-customer.test.ts checks it against `microsByDigits` with fast-check.
+ */
+function microsWithoutDigits(value: number): Micros | null {
+  const micros = Math.round(value * 1e6);
+  return micros / 1e6 === value ? BigInt(micros) : null;
+}
+
+/** The micro-units the shortest decimal string of `value` spells, or null beyond 6 decimals. */
+export function microsByDigits(value: number): Micros | null {
+  return decimalToMicros(String(value));
 }
 
 /** Converts a configured non-negative quantity (e.g. `included`) to micro-units, or null. */

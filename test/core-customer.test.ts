@@ -2,10 +2,11 @@
  * Table-driven tests of the pure customer actor: every metering rule of PRODUCT.md,
  * with rejections checked in precedence order.
  */
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { compileConfig } from '../actors/billing-config.js';
 import type { BalanceView, Command, Outcome } from '../actors/customer.js';
-import { parseAmount, type Micros } from '../actors/fixed.js';
+import { AMOUNT_UNITS_MAX, EXACT_UNITS_MAX, microsByDigits, parseAmount, type AmountParse, type Micros } from '../actors/fixed.js';
 import { periodAt } from '../actors/periods.js';
 import { CONFIG, Driver, T0 } from './support/core-fixtures.js';
 
@@ -65,6 +66,25 @@ describe('parseAmount', () => {
     [1e309, 'not_number'],
   ])('rejects %s (%s)', (value, reason) => {
     expect(parseAmount(value)).toEqual({ ok: false, reason });
+  });
+  it('finds without String() exactly the micro-units the digits spell, for any amount', () => {
+    const reference = (value: number): AmountParse => {
+      const micros = microsByDigits(value);
+      return micros === null || micros === 0n ? { ok: false, reason: 'too_many_decimals' } : { ok: true, micros };
+    };
+    const sixDecimals = fc.integer({ min: 1, max: Number.MAX_SAFE_INTEGER }).map((k) => k / 1e6);
+    const sixDecimalsInRange = fc.integer({ min: 1, max: 2 ** 43 }).map((k) => k / 1e6);
+    const sevenDecimals = fc.integer({ min: 1, max: 2 ** 46 }).map((k) => k / 1e7);
+    const anyDouble = fc.double({ min: Number.MIN_VALUE, max: AMOUNT_UNITS_MAX, noNaN: true });
+    const nearLimit = fc.double({ min: EXACT_UNITS_MAX / 2, max: EXACT_UNITS_MAX * 2, noNaN: true });
+    const wholeUnits = fc.integer({ min: 1, max: AMOUNT_UNITS_MAX });
+    fc.assert(
+      fc.property(fc.oneof(sixDecimals, sixDecimalsInRange, sevenDecimals, anyDouble, nearLimit, wholeUnits), (value) => {
+        fc.pre(value > 0 && value <= AMOUNT_UNITS_MAX);
+        expect(parseAmount(value)).toEqual(reference(value));
+      }),
+      { numRuns: 20_000 },
+    );
   });
 });
 
