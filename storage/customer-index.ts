@@ -11,7 +11,7 @@
  * inserted meanwhile.
  */
 import path from 'node:path';
-import { openDurableEnv, type BinaryDb, type DurableEnv } from './lmdb-env.js';
+import { openDurableEnv, SHARD_ENV_OPTIONS, type BinaryDb, type DurableEnv } from './lmdb-env.js';
 
 export interface CustomerPage {
   /** Each customer's JSON, as stored. */
@@ -28,7 +28,7 @@ export class CustomerIndex {
 
   /** Opens the index of every shard worker's environment under `dataDir`. */
   static open(dataDir: string, workers: number, shardOf: (environment: string, id: string) => number): CustomerIndex {
-    const envs = Array.from({ length: workers }, (_, i) => openDurableEnv<'customers'>(path.join(dataDir, `shard-${i}`), ['customers']));
+    const envs = Array.from({ length: workers }, (_, i) => openDurableEnv<'customers'>(path.join(dataDir, `shard-${i}`), ['customers'], SHARD_ENV_OPTIONS));
     return new CustomerIndex(envs, shardOf);
   }
 

@@ -20,7 +20,7 @@
  */
 import { assert } from '../actors/assert.js';
 import { encodeRecord, decodeRecord } from './codec.js';
-import { durableVoid, envInfo, openDurableEnv, readRecord, type BinaryDb, type DurableEnv, type EnvInfo } from './lmdb-env.js';
+import { envInfo, flushedWrite, openDurableEnv, readRecord, SHARD_ENV_OPTIONS, type BinaryDb, type DurableEnv, type EnvInfo } from './lmdb-env.js';
 
 /**
  * Largest journal record. A batch holds at most BATCH_COMMANDS_MAX (1,024) commands whose
@@ -78,6 +78,8 @@ export class ShardStore {
   #snapshotSeq: number;
   /** Seq of a last record that failed verification at open; replay() drops it. */
   #tornTailSeq: number | null;
+  /** A write failed: lmdb-js will never settle that batch's flush (see close()). */
+  #writeFailed = false;
 
   private constructor(env: DurableEnv<DbName>) {
     this.#env = env;
@@ -92,13 +94,24 @@ export class ShardStore {
    * cannot open it or if the snapshot header is corrupt (refuse to start).
    */
   static open(path: string): ShardStore {
-    const env = openDurableEnv<DbName>(path, ['journal', 'snapshot', 'meta', 'customers']);
+    const env = openDurableEnv<DbName>(path, ['journal', 'snapshot', 'meta', 'customers'], SHARD_ENV_OPTIONS);
     try {
       return new ShardStore(env);
     } catch (error) {
       void env.root.close(); // release the environment; the error still stops the caller
       throw error;
     }
+  }
+
+  /** A write of this store, durable: flushed to disk (lmdb-env.ts, SHARD_ENV_OPTIONS). */
+  #flushed(write: Promise<unknown>, what: string): Promise<void> {
+    return flushedWrite(this.#env.root, write, what).then(
+      () => undefined,
+      (error: unknown) => {
+        this.#writeFailed = true;
+        throw error;
+      },
+    );
   }
 
   /** Highest seq appended (or covered by the snapshot); 0 for a new store. */
@@ -123,7 +136,7 @@ export class ShardStore {
     // transaction: the customer index never disagrees with the journal, even after a crash.
     // (A failure fails the whole transaction; the journal record's `durable` reports it.)
     for (const entry of index) this.#env.dbs.customers.put([entry.environment, entry.id], entry.json).catch(() => undefined);
-    const durable = durableVoid(this.#env.dbs.journal.put(seq, frame), `journal append of seq ${seq}`);
+    const durable = this.#flushed(this.#env.dbs.journal.put(seq, frame), `journal append of seq ${seq}`);
     this.#lastSeq = seq;
     return { seq, durable };
   }
@@ -189,7 +202,7 @@ export class ShardStore {
     };
     const { journal, snapshot } = this.#env.dbs;
     const replaced = snapshot.childTransaction(() => replaceSnapshot(journal, snapshot, header, chunks));
-    return durableVoid(replaced, `snapshot at seq ${seq}`).then(() => {
+    return this.#flushed(replaced, `snapshot at seq ${seq}`).then(() => {
       // Only a committed snapshot moves the floor; concurrent requests are ordered (or
       // refused) inside the transaction by replaceSnapshot.
       this.#snapshotSeq = Math.max(this.#snapshotSeq, seq);
@@ -251,7 +264,7 @@ export class ShardStore {
    */
   async putIndex(entries: readonly IndexEntry[]): Promise<void> {
     const { customers } = this.#env.dbs;
-    await Promise.all(entries.map((entry) => durableVoid(customers.put([entry.environment, entry.id], entry.json), `index row ${entry.id}`)));
+    await Promise.all(entries.map((entry) => this.#flushed(customers.put([entry.environment, entry.id], entry.json), `index row ${entry.id}`)));
   }
 
   /** Returns the stored value, or undefined. Throws if the stored record is corrupt. */
@@ -261,7 +274,7 @@ export class ShardStore {
 
   /** Stores a value; resolves once durable, rejects if the write fails. */
   putMeta(name: string, value: unknown): Promise<void> {
-    return durableVoid(this.#env.dbs.meta.put(name, encodeRecord(value)), `shard meta "${name}" write`);
+    return this.#flushed(this.#env.dbs.meta.put(name, encodeRecord(value)), `shard meta "${name}" write`);
   }
 
   /** Cheap counters for logs and metrics (LMDB keeps them; nothing is scanned). */
@@ -271,9 +284,15 @@ export class ShardStore {
     return { ...envInfo(journal), lastSeq: this.#lastSeq, snapshotSeq: this.#snapshotSeq, journalRecords: entryCount };
   }
 
-  /** Waits for queued writes to finish, then closes the environment. */
+  /**
+   * Waits for queued writes to finish, then closes the environment. After a failed write
+   * it resolves at once: in overlappingSync mode lmdb-js (3.5) never settles the failed
+   * batch's flush promise, which its close() waits for, so it would hang forever. The
+   * process is on its way out then anyway (a failed journal write crashes the worker).
+   */
   close(): Promise<void> {
-    return this.#env.root.close();
+    const closing = this.#env.root.close();
+    return this.#writeFailed ? Promise.resolve() : closing;
   }
 
   #dropTornTail(): boolean {

@@ -2,14 +2,16 @@
  * Durability semantics of the storage layer: `await durable` must mean "on disk".
  *
  * Three checks, weakest to strongest:
- * 1. the environments are opened with overlappingSync/noSync off (as lmdb-js reads them back);
+ * 1. the control environment is opened with overlappingSync/noSync off, a shard's with
+ *    overlappingSync on and separateFlushed (as lmdb-js reads them back), both syncing;
  * 2. after `await durable`, a second process opening the directory read-only sees the
  *    record (visibility across processes; by itself this does not prove an fsync, since
  *    the page cache is shared);
  * 3. under strace, with every fdatasync/fsync delayed by DELAY_MS, a real ShardStore in a
  *    child process resolves `durable` only after a sync call has completed, and no sooner
- *    than DELAY_MS after append(). A store that resolved on commit, or with noSync,
- *    fails this. strace is required (.ci/run installs it); without it the test fails.
+ *    than DELAY_MS after append(). A store that resolved on commit (e.g. on the put
+ *    promise instead of its `flushed`, in the shard's overlappingSync mode), or with
+ *    noSync, fails this. strace is required (.ci/run installs it); without it the test fails.
  * And the failure side: when the disk refuses a write, every `durable` of that batch
  * rejects with the cause, and nothing else (no stray unhandled rejection) kills the process.
  */
@@ -20,7 +22,7 @@ import { join, resolve } from 'node:path';
 import { afterEach, describe, it, expect } from 'vitest';
 import { decodeRecord } from '../storage/codec.js';
 import { ShardStore } from '../storage/journal.js';
-import { DURABLE_ENV_OPTIONS, openDurableEnv } from '../storage/lmdb-env.js';
+import { DURABLE_ENV_OPTIONS, openDurableEnv, SHARD_ENV_OPTIONS } from '../storage/lmdb-env.js';
 
 const projectRoot = resolve(import.meta.dirname, '..');
 const DELAY_MS = 150;
@@ -46,6 +48,15 @@ describe('storage durability', () => {
     // overlappingSync off there if the environment on disk was opened without it).
     const effective = env.root as unknown as { overlappingSync: unknown; noSync: unknown };
     expect(effective.overlappingSync).toBe(false);
+    expect(effective.noSync).toBe(false);
+    await env.root.close();
+  });
+
+  it('opens shard environments with overlappingSync and separateFlushed, syncing', async () => {
+    expect(SHARD_ENV_OPTIONS).toMatchObject({ overlappingSync: true, separateFlushed: true, noSync: false, noMetaSync: false });
+    const env = openDurableEnv(tempDir('shard-options'), ['journal'], SHARD_ENV_OPTIONS);
+    const effective = env.root as unknown as { overlappingSync: unknown; noSync: unknown };
+    expect(effective.overlappingSync).toBe(true);
     expect(effective.noSync).toBe(false);
     await env.root.close();
   });
