@@ -145,8 +145,10 @@ export class ShardStore {
    * Calls `onBatch` for every record with seq > `afterSeq`, synchronously and in seq
    * order. `afterSeq` must be at least the snapshot's seq (records up to it are pruned).
    * If the last record failed verification at open it is removed (synchronously, with
-   * removeSync: durable on return unless an async batch is open, and in any case ordered
-   * before every later append, which will reuse its seq) and `droppedTail` is true.
+   * removeSync, committed on return and ordered before every later append, which will
+   * reuse its seq; in overlappingSync mode its sync may come later, but no later append
+   * is acknowledged before its own sync, which covers this transaction too) and
+   * `droppedTail` is true.
    * Throws if any other record is corrupt or missing: the journal must never be skipped.
    * Errors thrown by `onBatch` propagate unchanged.
    */
