@@ -20,10 +20,10 @@ export type AmountParse =
 
 /**
  * Converts a JSON number into micro-units exactly. The shortest decimal string of the
- * double is what the client wrote, so its digits are what count; amounts up to
- * EXACT_UNITS_MAX reach the same answer without building that string (see
- * `microsWithoutDigits`), and whole amounts are exact as they are. Fails (as a value) for non-finite, non-positive, over-precise
- * or over-large numbers.
+ * double is what the client wrote, so its digits are what count; whole amounts are exact
+ * as they are, and fractional ones up to EXACT_UNITS_MAX reach the same answer without
+ * building that string (see `microsWithoutDigits`). Fails (as a value) for non-finite,
+ * non-positive, over-precise or over-large numbers.
  */
 export function parseAmount(value: unknown): AmountParse {
   if (typeof value !== 'number' || !Number.isFinite(value)) return { ok: false, reason: 'not_number' };

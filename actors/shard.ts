@@ -110,14 +110,14 @@ export class Shard {
   private lastNowMs = 0;
   /** Journal records appended since the shard last snapshotted. */
   batchesSinceSnapshot = 0;
+  /** Events in those records: what replay after the last snapshot would have to fold. */
+  eventsSinceSnapshot = 0;
   /**
    * Idempotency entries held by all customers, kept up to date at every write, replay
    * and snapshot load, so that metrics and status read a number instead of walking every
    * customer on the shard thread (tens of ms per scrape at a million customers).
    */
   idempotencyEntries = 0;
-  /** Events in those records: what replay after the last snapshot would have to fold. */
-  eventsSinceSnapshot = 0;
   /** Callbacks waiting for the pending group's append. */
   private pendingWaiters: Array<() => void> = [];
   /**
@@ -181,7 +181,7 @@ export class Shard {
       if (execution.isRead === true) this.options.reply(id, rendered.status, rendered.body);
       else this.pendingReplies.push(id, rendered.status, rendered.body);
     }
-    if (this.inFlight.length < APPENDS_IN_FLIGHT_MAX) this.commitPending();
+    this.commitIfRoom();
     this.options.flush();
   }
 
@@ -202,11 +202,15 @@ export class Shard {
   }
 
   /**
-   * Starts the next group's append. A group without events (rejections, replays) waits
-   * for the newest append in flight, whose state its answers may have seen, or is
-   * released at once when nothing is in flight.
+   * Starts the next group's append, unless APPENDS_IN_FLIGHT_MAX are in flight (the
+   * group then waits for the oldest to complete) or nothing is pending (a batch of reads).
+   * A group without events (rejections, replays) waits for the newest append in
+   * flight, whose state its answers may have seen, or is released at once when nothing
+   * is in flight.
    */
-  private commitPending(): void {
+  private commitIfRoom(): void {
+    if (this.inFlight.length >= APPENDS_IN_FLIGHT_MAX) return;
+    if (this.pendingEvents.length === 0 && this.pendingReplies.length === 0 && this.pendingWaiters.length === 0 && this.pendingIndex.size === 0) return;
     const events = this.pendingEvents;
     const replies = this.pendingReplies;
     const waiters = this.pendingWaiters;
@@ -233,7 +237,7 @@ export class Shard {
     this.options.journal.append(events, index).durable.then(() => {
       append.durable = true;
       this.releaseDurable();
-      if (this.pendingEvents.length > 0 || this.pendingReplies.length > 0 || this.pendingWaiters.length > 0) this.commitPending();
+      this.commitIfRoom();
       this.options.flush();
     }, this.options.fatal);
   }

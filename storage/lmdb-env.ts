@@ -1,11 +1,14 @@
 /**
  * How Tally opens an LMDB environment. It lives in one place because Tally's durability
  * rule — a write's promise resolves only once the write is on disk, so a reply can never
- * leave before its data is durable — depends entirely on these options, and the shard
- * journals and the front end's control store must get exactly the same ones.
+ * leave before its data is durable — depends entirely on these options and on which
+ * promise a caller waits for. There are two option sets: DURABLE_ENV_OPTIONS (the
+ * control store: keys, configuration, audit), described here, where the write's own
+ * promise means on disk; and SHARD_ENV_OPTIONS (the shard journals, below), where only
+ * its `flushed` promise does, so shard stores wait through `flushedWrite`.
  *
- * What guarantees what (read in lmdb-js 3.5.6's source, and checked with strace by
- * test/storage-durability.test.ts):
+ * What guarantees what for DURABLE_ENV_OPTIONS (read in lmdb-js 3.5.6's source, and
+ * checked with strace by test/storage-durability.test.ts):
  * - `overlappingSync: false`: the write thread begins each batch transaction WITHOUT
  *   MDB_NOSYNC (src/writer.cpp, WriteWorker::Write), so `mdb_txn_commit` fdatasyncs the
  *   data pages and then writes the meta page through the O_DSYNC descriptor before it

@@ -8,7 +8,6 @@
  * Tests run in file order against one server; each says which environment it changes.
  * The push flow owns the test environment's configuration, the round trip the live one.
  */
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -16,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildProgram } from '../src/cli/main.js';
+import { runProcess, type Ran } from './support/run-process.js';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -37,12 +37,6 @@ afterAll(async () => {
   if (tmp !== undefined) fs.rmSync(tmp, { recursive: true, force: true });
 });
 
-interface Ran {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
 /**
  * Runs `tally args…` with TALLY_URL pointing at the test server and no TALLY_API_KEY
  * unless given; stdin is /dev/null (not a terminal), so nothing can wait on a prompt.
@@ -52,15 +46,7 @@ function tally(args: readonly string[], options: { key?: string; env?: Record<st
   delete env.TALLY_API_KEY;
   if (options.key !== undefined) env.TALLY_API_KEY = options.key;
   const [command, ...prefix] = options.command ?? [process.execPath, options.bin ?? BIN];
-  return new Promise((resolve, reject) => {
-    const child = spawn(command ?? process.execPath, [...prefix, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
+  return runProcess(command ?? process.execPath, [...prefix, ...args], { cwd: ROOT, env });
 }
 
 function writeJson(name: string, value: unknown): string {

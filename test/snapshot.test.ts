@@ -5,27 +5,20 @@
  * a key that is in the snapshot changes nothing, replaying one that is not consumes.
  * A corrupt, truncated or foreign file and a live or non-empty data dir are refused.
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SnapshotFileError } from '../storage/snapshot-file.js';
 import { RestoreRefusedError, restoreSnapshot } from '../storage/snapshot-restore.js';
+import { runProcess, type Ran } from './support/run-process.js';
 import { call, MAIN_JS, startServerProcess, tempDataDir, type ServerProcess } from './support/server-process.js';
 
 const BIN = path.join(path.dirname(path.dirname(MAIN_JS)), '..', 'bin', 'tally.js');
 
 /** Runs the real `tally` binary; resolves with its exit code and output. */
-function tally(args: readonly string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
+function tally(args: readonly string[], env: Record<string, string> = {}): Promise<Ran> {
+  return runProcess(process.execPath, [BIN, ...args], { env: { ...process.env, ...env } });
 }
 
 const CONFIG = {

@@ -41,7 +41,7 @@ function tempDir(tag: string): string {
 const straceWorks = spawnSync('strace', ['-f', '-o', '/dev/null', 'true']).status === 0;
 
 describe('storage durability', () => {
-  it('opens environments with overlappingSync and noSync off', async () => {
+  it('opens the control environment with overlappingSync and noSync off', async () => {
     expect(DURABLE_ENV_OPTIONS).toMatchObject({ overlappingSync: false, noSync: false, noMetaSync: false });
     const env = openDurableEnv(tempDir('options'), ['journal']);
     // lmdb-js copies the effective root options onto the root store (and turns
