@@ -8,7 +8,10 @@
  * counts requests that were never answered (connections the server closed).
  *
  * Targets are checked once every scenario has run, because some compare two scenarios
- * (`has` with rate limiting on against `has-unlimited` with it off).
+ * (`has` with rate limiting on against `has-unlimited` with it off). A target's verdict
+ * is on the whole run; beside it stands the same ratio round by round (each round's
+ * segments ran back to back), because on a shared 2-core machine one run's ratio moves
+ * by ±10–20% and a verdict is worth only as much as the spread under it.
  */
 import { writeFile } from 'node:fs/promises';
 import { LatencyHistogram } from './latency-histogram.js';
@@ -29,6 +32,10 @@ export interface ServerStats {
   readonly dropped: number;
   readonly statusCodes: Readonly<Record<string, number>>;
   readonly segments: number;
+  /** 2xx req/s of each segment, in the order measured (segment r belongs to round r). */
+  readonly reqPerSecBySegment: readonly number[];
+  /** p99 latency of each segment's 2xx responses, in the same order. */
+  readonly latencyMsP99BySegment: readonly number[];
 }
 
 export interface TargetCheck {
@@ -63,6 +70,8 @@ export interface ScenarioResult {
   readonly tally: ServerStats | null;
   /** tally req/s ÷ bare req/s, both measured in this run. */
   readonly ratio: number | null;
+  /** The same ratio per round (tally's segment r ÷ bare's segment r); empty when tally did not run. */
+  readonly ratioByRound: readonly number[];
   readonly targets: readonly TargetCheck[];
 }
 
@@ -118,6 +127,8 @@ export function summarize(segments: readonly SegmentResult[]): ServerStats {
     dropped,
     statusCodes,
     segments: segments.length,
+    reqPerSecBySegment: segments.map((segment) => (segment.durationSec > 0 ? segment.ok2xx / segment.durationSec : 0)),
+    latencyMsP99BySegment: segments.map((segment) => segment.latency.quantileMs(0.99)),
   };
 }
 
@@ -129,6 +140,38 @@ interface LoadShapeOfResult {
 /** Tally statistics by scenario name, for targets that compare two scenarios. */
 type PeerTallies = ReadonlyMap<string, ServerStats | null>;
 
+/** Segment r of `numerator` ÷ segment r of `denominator`, for the rounds both have (a zero denominator: skipped). */
+export function roundRatios(numerator: ServerStats, denominator: ServerStats): number[] {
+  const ratios: number[] = [];
+  const rounds = Math.min(numerator.reqPerSecBySegment.length, denominator.reqPerSecBySegment.length);
+  for (let r = 0; r < rounds; r++) {
+    const below = denominator.reqPerSecBySegment[r] ?? 0;
+    if (below > 0) ratios.push((numerator.reqPerSecBySegment[r] ?? 0) / below);
+  }
+  return ratios;
+}
+
+function median(sorted: readonly number[]): number {
+  const middle = sorted.length / 2;
+  return sorted.length % 2 === 1 ? (sorted[Math.floor(middle)] ?? 0) : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2;
+}
+
+/**
+ * How a target fared round by round: "rounds: 3 of 4 >= 0.4, median 0.420x, 0.370x-0.450x"
+ * for a minimum (`unit` 'x'), "rounds: 1 of 4 <= 2, median 2.31 ms, ..." for a maximum.
+ * Empty when there are no rounds.
+ */
+export function roundsNote(values: readonly number[], bound: { readonly min: number } | { readonly max: number }, unit: 'x' | ' ms' = 'x'): string {
+  if (values.length === 0) return '';
+  const sorted = [...values].sort((a, b) => a - b);
+  const digits = unit === 'x' ? 3 : 2;
+  const show = (value: number): string => `${fixed(value, digits)}${unit}`;
+  const [met, test] = 'min' in bound
+    ? [values.filter((value) => value >= bound.min).length, `>= ${bound.min}`]
+    : [values.filter((value) => value <= bound.max).length, `<= ${bound.max}`];
+  return `rounds: ${met} of ${values.length} ${test}, median ${show(median(sorted))}, ${show(sorted[0] ?? 0)}-${show(sorted.at(-1) ?? 0)}`;
+}
+
 function checkVsScenario(target: Extract<Target, { kind: 'vsScenario' }>, tally: ServerStats | null, peers: PeerTallies): TargetCheck {
   const description = `tally >= ${target.min} x ${target.scenario}'s tally req/s (${target.what})`;
   const peer = peers.get(target.scenario);
@@ -136,26 +179,31 @@ function checkVsScenario(target: Extract<Target, { kind: 'vsScenario' }>, tally:
   if (peer === undefined) return { description, pass: null, note: `${target.scenario} did not run` };
   if (peer.reqPerSec === 0) return { description, pass: false, note: `${target.scenario} had no 2xx` };
   const ratio = tally.reqPerSec / peer.reqPerSec;
-  return { description, pass: ratio >= target.min, note: `measured ${fixed(ratio, 3)}x` };
+  const rounds = roundsNote(roundRatios(tally, peer), { min: target.min });
+  return { description, pass: ratio >= target.min, note: `measured ${fixed(ratio, 3)}x${rounds === '' ? '' : `; ${rounds}`}` };
 }
 
-function checkTarget(target: Target, tally: ServerStats | null, ratio: number | null, shape: LoadShapeOfResult, peers: PeerTallies): TargetCheck {
+function checkTarget(target: Target, tally: ServerStats | null, ratio: number | null, ratioByRound: readonly number[], shape: LoadShapeOfResult, peers: PeerTallies): TargetCheck {
   if (target.kind === 'vsScenario') return checkVsScenario(target, tally, peers);
   if (target.kind === 'ratio') {
     const description = `tally/bare >= ${target.min}`;
-    return ratio === null ? { description, pass: null, note: 'tally did not run' } : { description, pass: ratio >= target.min };
+    if (ratio === null) return { description, pass: null, note: 'tally did not run' };
+    const rounds = roundsNote(ratioByRound, { min: target.min });
+    return { description, pass: ratio >= target.min, ...(rounds === '' ? {} : { note: `measured ${fixed(ratio, 3)}x; ${rounds}` }) };
   }
   const description = `tally p99 <= ${target.maxMs} ms at ${target.atConnections} connections x pipelining ${target.atPipelining}`;
   if (tally === null) return { description, pass: null, note: 'tally did not run' };
   if (shape.connections !== target.atConnections || shape.pipelining !== target.atPipelining) {
     return { description, pass: null, note: `ran at ${shape.connections}x${shape.pipelining}` };
   }
-  return { description, pass: tally.latencyMsP99 <= target.maxMs };
+  const rounds = roundsNote(tally.latencyMsP99BySegment, { max: target.maxMs }, ' ms');
+  return { description, pass: tally.latencyMsP99 <= target.maxMs, ...(rounds === '' ? {} : { note: `measured ${fixed(tally.latencyMsP99, 2)} ms; ${rounds}` }) };
 }
 
 function scenarioResult(measured: MeasuredScenario, peers: PeerTallies): ScenarioResult {
   const { scenario, bare, tally } = measured;
   const ratio = tally === null || bare.reqPerSec === 0 ? null : tally.reqPerSec / bare.reqPerSec;
+  const ratioByRound = tally === null ? [] : roundRatios(tally, bare);
   return {
     name: scenario.name,
     method: scenario.method,
@@ -167,7 +215,8 @@ function scenarioResult(measured: MeasuredScenario, peers: PeerTallies): Scenari
     tallyLabel: measured.tallyLabel,
     tally,
     ratio,
-    targets: scenario.targets.map((t) => checkTarget(t, tally, ratio, measured, peers)),
+    ratioByRound,
+    targets: scenario.targets.map((t) => checkTarget(t, tally, ratio, ratioByRound, measured, peers)),
   };
 }
 

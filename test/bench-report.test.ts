@@ -1,0 +1,66 @@
+/**
+ * The bench report's round-by-round view: each round's Tally segment against the bare
+ * segment measured next to it, and the notes beside a target's whole-run verdict.
+ * Synthetic segments, so every expected number is worked out by hand.
+ */
+import { describe, expect, it } from 'vitest';
+import { LatencyHistogram } from '../bench/latency-histogram.js';
+import type { SegmentResult } from '../bench/load.js';
+import { roundRatios, roundsNote, scenarioResults, summarize } from '../bench/report.js';
+import { SCENARIOS } from '../bench/scenarios.js';
+
+/** One second of `ok2xx` answers, every one taking `latencyMs`. */
+function segment(ok2xx: number, latencyMs: number): SegmentResult {
+  const latency = new LatencyHistogram();
+  for (let i = 0; i < 100; i++) latency.record(latencyMs);
+  return { durationSec: 1, ok2xx, dropped: 0, non2xx: 0, errors: 0, timeouts: 0, statusCodes: { 200: ok2xx }, latency };
+}
+
+function scenario(name: string) {
+  const found = SCENARIOS.find((s) => s.name === name);
+  if (found === undefined) throw new Error(`no scenario ${name}`);
+  return found;
+}
+
+describe('bench report, round by round', () => {
+  it('divides each round of tally by the same round of bare, in measurement order', () => {
+    const bare = summarize([segment(1000, 1), segment(800, 1), segment(1000, 1)]);
+    const tally = summarize([segment(400, 1), segment(360, 1), segment(300, 1)]);
+    expect(tally.reqPerSecBySegment).toEqual([400, 360, 300]);
+    expect(roundRatios(tally, bare)).toEqual([0.4, 0.45, 0.3]);
+    // The whole run is 1060 / 2800, which the rounds' spread puts in context.
+    expect(tally.reqPerSec / bare.reqPerSec).toBeCloseTo(0.3786, 4);
+  });
+
+  it('skips a round whose denominator answered nothing rather than dividing by zero', () => {
+    const bare = summarize([segment(1000, 1), segment(0, 1)]);
+    const tally = summarize([segment(500, 1), segment(500, 1)]);
+    expect(roundRatios(tally, bare)).toEqual([0.5]);
+  });
+
+  it('counts the rounds that meet a minimum or a maximum and gives the median and range', () => {
+    expect(roundsNote([0.4, 0.45, 0.3], { min: 0.4 })).toBe('rounds: 2 of 3 >= 0.4, median 0.400x, 0.300x-0.450x');
+    expect(roundsNote([0.3, 0.5, 0.45, 0.35], { min: 0.4 })).toBe('rounds: 2 of 4 >= 0.4, median 0.400x, 0.300x-0.500x');
+    expect(roundsNote([2.5, 1.5, 1.9], { max: 2 }, ' ms')).toBe('rounds: 2 of 3 <= 2, median 1.90 ms, 1.50 ms-2.50 ms');
+    expect(roundsNote([], { min: 0.4 })).toBe('');
+  });
+
+  it('puts the rounds beside every kind of target', () => {
+    const bare = summarize([segment(1000, 1), segment(1000, 1)]);
+    const rateLimited = summarize([segment(700, 2.5), segment(600, 1.5)]);
+    const unlimited = summarize([segment(700, 1), segment(700, 1)]);
+    const results = scenarioResults([
+      { scenario: scenario('has'), connections: 50, pipelining: 1, bare, tallyLabel: 'tally', tally: rateLimited, bareSharedWith: null },
+      { scenario: scenario('has-unlimited'), connections: 50, pipelining: 1, bare, tallyLabel: 'tally-rl-off', tally: unlimited, bareSharedWith: 'has' },
+    ]);
+    const has = results[0];
+    expect(has?.ratioByRound).toEqual([0.7, 0.6]);
+    const notes = has?.targets.map((t) => `${t.pass === null ? 'n/a' : t.pass ? 'PASS' : 'FAIL'} ${t.note ?? ''}`);
+    expect(notes).toEqual([
+      'PASS measured 0.650x; rounds: 2 of 2 >= 0.6, median 0.650x, 0.600x-0.700x',
+      // Half the answers took 2.5 ms, so the run's p99 fails while one round passes.
+      expect.stringMatching(/^FAIL measured 2\.5\d ms; rounds: 1 of 2 <= 2, median 2\.0\d ms, 1\.5\d ms-2\.5\d ms$/),
+      'FAIL measured 0.929x; rounds: 1 of 2 >= 0.95, median 0.929x, 0.857x-1.000x',
+    ]);
+  });
+});
