@@ -6,7 +6,7 @@
  * is stored; verification hashes the presented key, looks the digest up and compares
  * it in constant time. Revocation takes effect on the next request.
  */
-import { createHash, hash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHash, hash, randomBytes } from 'node:crypto';
 import type { Environment } from '../../actors/protocol.js';
 import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
 
@@ -43,13 +43,28 @@ export function issueKey(keyClass: KeyClass, environment: Environment | null, no
 
 interface Entry {
   readonly record: KeyRecord;
-  readonly digest: Buffer;
+  /** The SHA-256 digest as a 32-character latin1 string (one character per byte). */
+  readonly digest: string;
+}
+
+/**
+ * Compares two digests of equal length without stopping at the first difference. Both
+ * are latin1 strings, so the loop reads the bytes themselves: no buffers to allocate,
+ * which `timingSafeEqual` would need on every request (0.26 µs of 0.72 per
+ * verification, measured in isolation).
+ */
+function digestsEqual(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  let difference = 0;
+  for (let i = 0; i < a.length; i++) difference |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return difference === 0;
 }
 
 /**
  * The in-memory key table of the front end, backed by the control store. Indexed by the
- * base64 digest because one-shot `crypto.hash` to base64 is the cheapest way to hash a
- * presented key on the hot path.
+ * digest as a latin1 string because one-shot `crypto.hash` straight to a string is the
+ * cheapest way to hash a presented key on the hot path (a Buffer costs three times as
+ * much), and latin1 is the cheapest string encoding of it.
  */
 export class KeyRing {
   private readonly byHash = new Map<string, Entry>();
@@ -59,8 +74,8 @@ export class KeyRing {
   }
 
   private index(record: KeyRecord): void {
-    const digest = Buffer.from(record.hashHex, 'hex');
-    this.byHash.set(digest.toString('base64'), { record, digest });
+    const digest = Buffer.from(record.hashHex, 'hex').toString('latin1');
+    this.byHash.set(digest, { record, digest });
   }
 
   get size(): number {
@@ -103,10 +118,10 @@ export class KeyRing {
    */
   verify(presented: string): KeyRecord | null {
     if (!KEY_PATTERN.test(presented)) return null;
-    const digest = hash('sha256', presented, 'base64');
+    const digest = hash('sha256', presented, 'binary'); // 'binary' is Node's name for latin1 here
     const entry = this.byHash.get(digest);
     if (entry === undefined) return null;
-    if (!timingSafeEqual(Buffer.from(digest, 'base64'), entry.digest)) return null;
+    if (!digestsEqual(digest, entry.digest)) return null;
     return entry.record.revokedAtMs === null ? entry.record : null;
   }
 }
