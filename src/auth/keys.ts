@@ -3,8 +3,11 @@
  *
  * Keys look like `sk_test_<32 url-safe chars>` (server/client × test/live) or
  * `ak_<32>` (the operator key, which belongs to no environment). Only their SHA-256
- * is stored; verification hashes the presented key, looks the digest up and compares
- * it in constant time. Revocation takes effect on the next request.
+ * is stored; verification hashes the presented key and looks the digest up. No
+ * comparison ever runs over a stored key's secret, so the time an answer takes cannot
+ * tell a guesser how much of a real key it got right, which is what a constant-time
+ * comparison is for: the map compares digests, and a digest reveals nothing of a key
+ * that matches it in part. Revocation takes effect on the next request.
  */
 import { createHash, hash, randomBytes } from 'node:crypto';
 import type { Environment } from '../../actors/protocol.js';
@@ -41,41 +44,23 @@ export function issueKey(keyClass: KeyClass, environment: Environment | null, no
   return { secret, record };
 }
 
-interface Entry {
-  readonly record: KeyRecord;
-  /** The SHA-256 digest as a 32-character latin1 string (one character per byte). */
-  readonly digest: string;
-}
-
 /**
- * Compares two digests of equal length without stopping at the first difference. Both
- * are latin1 strings, so the loop reads the bytes themselves: no buffers to allocate,
- * which `timingSafeEqual` would need on every request (0.26 µs of 0.72 per
- * verification, measured in isolation).
- */
-function digestsEqual(a: string, b: string): boolean {
-  if (a.length !== b.length) return false;
-  let difference = 0;
-  for (let i = 0; i < a.length; i++) difference |= a.charCodeAt(i) ^ b.charCodeAt(i);
-  return difference === 0;
-}
-
-/**
- * The in-memory key table of the front end, backed by the control store. Indexed by the
- * digest as a latin1 string because one-shot `crypto.hash` straight to a string is the
- * cheapest way to hash a presented key on the hot path (a Buffer costs three times as
- * much), and latin1 is the cheapest string encoding of it.
+ * The in-memory key table of the front end, backed by the control store, by SHA-256
+ * digest as a 32-character latin1 string (one character per byte): one-shot
+ * `crypto.hash` straight to a string is the cheapest way to hash a presented key on the
+ * hot path (a Buffer costs three times as much), and latin1 the cheapest encoding of it.
+ * (An earlier version also ran `timingSafeEqual` over the digest it had just found, which
+ * compared the digest with itself and cost a Buffer per request.)
  */
 export class KeyRing {
-  private readonly byHash = new Map<string, Entry>();
+  private readonly byHash = new Map<string, KeyRecord>();
 
   constructor(private readonly store: ControlStore) {
     for (const record of store.listKeys()) this.index(record);
   }
 
   private index(record: KeyRecord): void {
-    const digest = Buffer.from(record.hashHex, 'hex').toString('latin1');
-    this.byHash.set(digest, { record, digest });
+    this.byHash.set(Buffer.from(record.hashHex, 'hex').toString('latin1'), record);
   }
 
   get size(): number {
@@ -90,11 +75,11 @@ export class KeyRing {
 
   /** Every key (live and revoked), oldest first. */
   list(): KeyRecord[] {
-    return [...this.byHash.values()].map((entry) => entry.record).sort((a, b) => a.createdAtMs - b.createdAtMs || (a.id < b.id ? -1 : 1));
+    return [...this.byHash.values()].sort((a, b) => a.createdAtMs - b.createdAtMs || (a.id < b.id ? -1 : 1));
   }
 
   find(id: string): KeyRecord | undefined {
-    for (const entry of this.byHash.values()) if (entry.record.id === id) return entry.record;
+    for (const record of this.byHash.values()) if (record.id === id) return record;
     return undefined;
   }
 
@@ -118,10 +103,8 @@ export class KeyRing {
    */
   verify(presented: string): KeyRecord | null {
     if (!KEY_PATTERN.test(presented)) return null;
-    const digest = hash('sha256', presented, 'binary'); // 'binary' is Node's name for latin1 here
-    const entry = this.byHash.get(digest);
-    if (entry === undefined) return null;
-    if (!digestsEqual(digest, entry.digest)) return null;
-    return entry.record.revokedAtMs === null ? entry.record : null;
+    // 'binary' is Node's name for latin1 in `crypto.hash`.
+    const record = this.byHash.get(hash('sha256', presented, 'binary'));
+    return record !== undefined && record.revokedAtMs === null ? record : null;
   }
 }
