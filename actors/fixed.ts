@@ -31,7 +31,7 @@ export function parseAmount(value: unknown): AmountParse {
   if (value > AMOUNT_UNITS_MAX) return { ok: false, reason: 'too_large' };
   // Whole amounts (token counts: the common case) are exact as they are (at most 10^12).
   if (Number.isInteger(value)) return { ok: true, micros: BigInt(value) * MICROS_PER_UNIT };
-  const micros = value <= EXACT_UNITS_MAX ? microsWithoutDigits(value) : microsByDigits(value);
+  const micros = value <= EXACT_UNITS_MAX ? microsWithoutDigits(value) : quantityToMicros(value);
   if (micros === null) return { ok: false, reason: 'too_many_decimals' };
   if (micros === 0n) return { ok: false, reason: 'too_many_decimals' };
   return { ok: true, micros };
@@ -46,28 +46,28 @@ export const EXACT_UNITS_MAX = 2 ** 43 / 1e6;
 
 /**
  * The micro-units of `value` (0 < value <= EXACT_UNITS_MAX), or null beyond 6 decimals,
- * exactly as `microsByDigits` finds them, without String(). Why: String() routes every
- * distinct number through V8's number-string cache, an old-generation table that keeps
- * each new string alive into the next scavenge; with amounts that differ per request
- * that promoted ~4 MB/s on the front end and brought full collections (README,
- * Performance; src/http/rate-limit-header.ts has the same story for a header).
+ * exactly as the digit path (`quantityToMicros`) finds them, without String(). Why:
+ * String() routes every distinct number through V8's number-string cache, an
+ * old-generation table that keeps each new string alive into the next scavenge; with
+ * amounts that differ per request that promoted ~4 MB/s on the front end and brought
+ * full collections (README, Performance; src/http/rate-limit-header.ts has the same
+ * story for a header).
  * Correct because: if the client's decimal d has at most 6 decimals, d = k / 10^6 and
  * value is the double nearest d, so value × 10^6 rounds to k and k / 10^6 (correctly
  * rounded) is value again; if the check fails, no 6-decimal number has value as its
  * nearest double, so its shortest decimal has more than 6 decimals.
- * test/core-customer.test.ts checks it against `microsByDigits` with fast-check.
+ * test/core-customer.test.ts checks it against `quantityToMicros` with fast-check.
  */
 function microsWithoutDigits(value: number): Micros | null {
   const micros = Math.round(value * 1e6);
   return micros / 1e6 === value ? BigInt(micros) : null;
 }
 
-/** The micro-units the shortest decimal string of `value` spells, or null beyond 6 decimals. */
-export function microsByDigits(value: number): Micros | null {
-  return decimalToMicros(String(value));
-}
-
-/** Converts a configured non-negative quantity (e.g. `included`) to micro-units, or null. */
+/**
+ * Converts a non-negative number to the micro-units its shortest decimal string spells
+ * (a configured quantity such as `included`, or an amount beyond EXACT_UNITS_MAX), or
+ * null beyond 6 decimals.
+ */
 export function quantityToMicros(value: number): Micros | null {
   if (!Number.isFinite(value) || value < 0) return null;
   return decimalToMicros(String(value));

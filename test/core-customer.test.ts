@@ -6,7 +6,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { compileConfig } from '../actors/billing-config.js';
 import type { BalanceView, Command, Outcome } from '../actors/customer.js';
-import { AMOUNT_UNITS_MAX, EXACT_UNITS_MAX, microsByDigits, parseAmount, type AmountParse, type Micros } from '../actors/fixed.js';
+import { AMOUNT_UNITS_MAX, EXACT_UNITS_MAX, parseAmount, quantityToMicros, type AmountParse, type Micros } from '../actors/fixed.js';
 import { periodAt } from '../actors/periods.js';
 import { CONFIG, Driver, T0 } from './support/core-fixtures.js';
 
@@ -69,7 +69,7 @@ describe('parseAmount', () => {
   });
   it('finds without String() exactly the micro-units the digits spell, for any amount', () => {
     const reference = (value: number): AmountParse => {
-      const micros = microsByDigits(value);
+      const micros = quantityToMicros(value);
       return micros === null || micros === 0n ? { ok: false, reason: 'too_many_decimals' } : { ok: true, micros };
     };
     const sixDecimals = fc.integer({ min: 1, max: Number.MAX_SAFE_INTEGER }).map((k) => k / 1e6);
