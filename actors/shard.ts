@@ -139,7 +139,6 @@ export class Shard {
     yield* this.customers.live.values();
   }
 
-
   setConfig(environment: Environment, version: number, config: BillingConfig): void {
     const current = this.configs.get(environment);
     if (current !== undefined && current.version >= version) return;
@@ -274,11 +273,7 @@ export class Shard {
   }
 
   snapshotItems(): CustomerSnapshot[] {
-    const items: CustomerSnapshot[] = [];
-    for (const customers of [this.customers.test, this.customers.live]) {
-      for (const customer of customers.values()) items.push(toSnapshot(customer));
-    }
-    return items;
+    return Array.from(this.allCustomers(), (customer) => toSnapshot(customer));
   }
 
   /**

@@ -9,8 +9,8 @@
  * journaled event is one the core decided and every customer-index row is one the shard
  * produced; `ShardStore` (storage/journal.ts) frames and stores them, and snapshots are
  * taken with `Shard.snapshotItems` + `ShardStore.writeSnapshot` (a shard worker copies in
- * slices between batches instead; what is stored is the same). Each record holds `eventsPerRecord` events, the size group commit gives a busy
- * shard.
+ * slices between batches instead; what is stored is the same). Each record holds
+ * `eventsPerRecord` events, the size group commit gives a busy shard.
  *
  * The one liberty: the journal adapter tells the shard a record is durable as soon as it
  * is handed to LMDB, and the builder waits for the real fsyncs every few hundred records,
