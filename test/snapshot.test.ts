@@ -46,6 +46,36 @@ const firstSent = new Map<string, number>();
 let postSentAt = 0;
 let acceptedAt = 0;
 
+/**
+ * Starts `clients` loops of idempotent consumes on `server` (customer `cust-<n>`, one
+ * key per request), logging each into `log` with when it was sent and acknowledged;
+ * `after` runs after each acknowledged consume. Resolves `stop()` once every loop ended.
+ */
+function startConsumers(
+  server: ServerProcess,
+  options: { readonly clients: number; readonly stride: number; readonly keyPrefix: string; readonly log: Sent[]; readonly after?: (client: number, n: number) => Promise<void> },
+): { stop(): Promise<void> } {
+  const sk = server.keys.test.server;
+  let stopped = false;
+  const client = async (c: number): Promise<void> => {
+    for (let n = 0; !stopped; n++) {
+      const entry: Sent = { customerId: `cust-${(c * options.stride + n) % CUSTOMERS}`, idempotencyKey: `${options.keyPrefix}-${c}-${n}`, sentAt: performance.now(), ackedAt: null };
+      options.log.push(entry);
+      const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: entry.customerId, amount: 1, idempotencyKey: entry.idempotencyKey } });
+      expect(res.status).toBe(200);
+      entry.ackedAt = performance.now();
+      await options.after?.(c, n);
+    }
+  };
+  const loops = Array.from({ length: options.clients }, (_, c) => client(c));
+  return {
+    async stop() {
+      stopped = true;
+      await Promise.all(loops);
+    },
+  };
+}
+
 async function waitComplete(server: ServerProcess, id: string): Promise<Record<string, any>> {
   for (let i = 0; i < 400; i++) {
     const res = await call(server.base, 'GET', `/v1/admin/snapshots/${id}`, { key: server.keys.admin });
@@ -72,30 +102,26 @@ beforeAll(async () => {
   for (let batch = 0; batch < COLD_CUSTOMERS; batch += 100) {
     await Promise.all(Array.from({ length: 100 }, (_, i) => call(source.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: `cold-${batch + i}`, amount: 1 } })));
   }
-  let stop = false;
-  const client = async (c: number): Promise<void> => {
-    for (let n = 0; !stop; n++) {
-      const entry: Sent = { customerId: `cust-${(c * 7 + n) % CUSTOMERS}`, idempotencyKey: `k-${c}-${n}`, sentAt: performance.now(), ackedAt: null };
-      sent.push(entry);
-      const res = await call(source.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: entry.customerId, amount: 1, idempotencyKey: entry.idempotencyKey } });
-      expect(res.status).toBe(200);
-      entry.ackedAt = performance.now();
-      // New customers keep appearing too, each written several times (so a write to one
-      // created after the cut reaches the snapshot's pre-image path).
+  const consumers = startConsumers(source, {
+    clients: CLIENTS,
+    stride: 7,
+    keyPrefix: 'k',
+    log: sent,
+    // New customers keep appearing too, each written several times (so a write to one
+    // created after the cut reaches the snapshot's pre-image path).
+    async after(c, n) {
       const late = `late-${c}-${Math.floor(n / 3)}`;
       if (!firstSent.has(late)) firstSent.set(late, performance.now());
       expect((await call(source.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: late, amount: 1 } })).status).toBe(200);
-    }
-  };
-  const clients = Array.from({ length: CLIENTS }, (_, c) => client(c));
+    },
+  });
   await new Promise((resolve) => setTimeout(resolve, 300));
   postSentAt = performance.now();
   const created = await call(source.base, 'POST', '/v1/admin/snapshots', { key: source.keys.admin });
   acceptedAt = performance.now();
   expect(created.status).toBe(202);
   await new Promise((resolve) => setTimeout(resolve, 300));
-  stop = true;
-  await Promise.all(clients);
+  await consumers.stop();
 
   const info = await waitComplete(source, created.body.id);
   expect(info.status).toBe('complete');
@@ -263,24 +289,13 @@ describe('tally snapshot (the CLI)', () => {
     const dir = tempDataDir('cli-cut');
     const out = path.join(dir, 'cut.tsnap');
     const log: Sent[] = [];
-    let stop = false;
-    const client = async (c: number): Promise<void> => {
-      for (let n = 0; !stop; n++) {
-        const entry: Sent = { customerId: `cust-${(c * 5 + n) % CUSTOMERS}`, idempotencyKey: `cli-${c}-${n}`, sentAt: performance.now(), ackedAt: null };
-        log.push(entry);
-        const res = await call(source.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: entry.customerId, amount: 1, idempotencyKey: entry.idempotencyKey } });
-        expect(res.status).toBe(200);
-        entry.ackedAt = performance.now();
-      }
-    };
-    const clients = Array.from({ length: 4 }, (_, c) => client(c));
+    const consumers = startConsumers(source, { clients: 4, stride: 5, keyPrefix: 'cli', log });
     await new Promise((resolve) => setTimeout(resolve, 200));
     const spawnedAt = performance.now();
     const created = await tally(['snapshot', 'create', '--out', out], env);
     const exitedAt = performance.now();
     await new Promise((resolve) => setTimeout(resolve, 200));
-    stop = true;
-    await Promise.all(clients);
+    await consumers.stop();
     expect(created.code).toBe(0);
     const target = path.join(dir, 'data');
     expect((await tally(['snapshot', 'restore', out, '--data-dir', target])).code).toBe(0);

@@ -33,6 +33,7 @@ function flipLastByte(frame: Buffer): Buffer {
 
 const batch = (n: number) => [{ type: 'usage', n, amountMinor: BigInt(n) * 100n }];
 
+
 describe('ShardStore journal', () => {
   it('replays exactly the appended batches, in order, after reopen; seq continues', async () => {
     const dir = tempDir();
@@ -131,6 +132,20 @@ describe('ShardStore snapshots', () => {
   const items = (count: number, tag: string) =>
     Array.from({ length: count }, (_, i) => ({ customerId: `${tag}-${i}`, balanceMinor: BigInt(i) }));
 
+  /**
+   * A store in a new directory with one record and a snapshot of three chunks (two full,
+   * one of a single item), at seq 1; also the bytes of its second chunk, to damage.
+   */
+  async function storeWithThreeChunkSnapshot(tag: string) {
+    const dir = tempDir();
+    const store = openStore(dir);
+    await store.append(batch(1)).durable;
+    const snapshotItems = items(2 * SNAPSHOT_CHUNK_ITEMS + 1, tag);
+    await store.writeSnapshot(1, snapshotItems);
+    const chunk2 = encodeRecord(snapshotItems.slice(SNAPSHOT_CHUNK_ITEMS, 2 * SNAPSHOT_CHUNK_ITEMS));
+    return { dir, store, snapshotItems, chunk2 };
+  }
+
   it('loads a snapshot after reopen, prunes covered records and replays later ones', async () => {
     const dir = tempDir();
     const store = openStore(dir);
@@ -214,18 +229,14 @@ describe('ShardStore snapshots', () => {
   });
 
   it('reads a snapshot chunk by chunk, and stops at a corrupt chunk after handing over the ones before it', async () => {
-    const dir = tempDir();
-    const store = openStore(dir);
-    await store.append(batch(1)).durable;
-    const snapshotItems = items(2 * SNAPSHOT_CHUNK_ITEMS + 1, 'r');
-    await store.writeSnapshot(1, snapshotItems);
+    const { dir, store, snapshotItems, chunk2 } = await storeWithThreeChunkSnapshot('r');
     const chunks: unknown[][] = [];
     expect(store.readSnapshot((chunk) => chunks.push([...chunk]))).toEqual({ seq: 1, createdAtMs: expect.any(Number), itemCount: snapshotItems.length });
     expect(chunks.map((c) => c.length)).toEqual([SNAPSHOT_CHUNK_ITEMS, SNAPSHOT_CHUNK_ITEMS, 1]);
     expect(chunks.flat()).toEqual(snapshotItems);
     await closeStore(store);
 
-    await damage(dir, 'snapshot', 2, flipLastByte(encodeRecord(snapshotItems.slice(SNAPSHOT_CHUNK_ITEMS, 2 * SNAPSHOT_CHUNK_ITEMS))));
+    await damage(dir, 'snapshot', 2, flipLastByte(chunk2));
     const reopened = openStore(dir);
     const seen: number[] = [];
     expect(() => reopened.readSnapshot((chunk) => seen.push(chunk.length))).toThrow(/chunk 2 failed verification \(checksum\)/);
@@ -233,13 +244,8 @@ describe('ShardStore snapshots', () => {
   });
 
   it('throws on a corrupt chunk, a missing chunk or a corrupt header', async () => {
-    const dir = tempDir();
-    const store = openStore(dir);
-    await store.append(batch(1)).durable;
-    const snapshotItems = items(2 * SNAPSHOT_CHUNK_ITEMS + 1, 'c');
-    await store.writeSnapshot(1, snapshotItems);
+    const { dir, store, chunk2 } = await storeWithThreeChunkSnapshot('c');
     await closeStore(store);
-    const chunk2 = encodeRecord(snapshotItems.slice(SNAPSHOT_CHUNK_ITEMS, 2 * SNAPSHOT_CHUNK_ITEMS));
 
     await damage(dir, 'snapshot', 2, flipLastByte(chunk2));
     let reopened = openStore(dir);
