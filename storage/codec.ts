@@ -34,7 +34,12 @@ import { Packr } from 'msgpackr';
  * - mapsAsObjects: true — maps (old frames) decode to plain objects, as they were written.
  * - int64AsType: 'bigint' — msgpackr writes every bigint as int64/uint64 and numbers as
  *   ints/floats, so decoding int64 as bigint gives back exactly the types written.
- *   A bigint beyond 64 bits throws a RangeError when encoding (a programmer error).
+ * - useBigIntExtension: true — a bigint beyond 64 bits is written as msgpackr's bigint
+ *   extension (type 0x42) instead of throwing. Usage totals are unbounded bigints of
+ *   micro-units: a meter with overage enabled passes 2^64 micro-units (1.8 × 10^13 units)
+ *   after a few dozen consumes of the largest amount, and without this the shard's
+ *   snapshot threw and took the process down at every start. Every msgpackr decoder
+ *   reads the extension; frames without such a bigint are byte for byte what they were.
  * - useToJSON: false — store an object's own fields, never the API shape a toJSON() gives.
  * - copyBuffers: true — a decoded Buffer must not alias the bytes it was read from.
  */
@@ -42,6 +47,7 @@ export const packr = new Packr({
   useRecords: true,
   mapsAsObjects: true,
   int64AsType: 'bigint',
+  useBigIntExtension: true,
   useToJSON: false,
   copyBuffers: true,
 });
@@ -54,8 +60,8 @@ export type DecodeResult =
   | { readonly ok: false; readonly reason: DecodeFailure };
 
 /**
- * Frames `value` as [crc32][msgpack]. Throws only for values MessagePack cannot hold
- * (e.g. a bigint wider than 64 bits): that is a programmer error, not a storage failure.
+ * Frames `value` as [crc32][msgpack]. Throws only for values this packr cannot hold
+ * (a symbol, say): that is a programmer error, not a storage failure.
  */
 export function encodeRecord(value: unknown): Buffer {
   const payload = packr.pack(value);

@@ -92,6 +92,40 @@ describe('operations', () => {
     }
   });
 
+  it('snapshots and recovers a meter whose overage outgrew 64 bits of micro-units', async () => {
+    // 25 consumes of the largest amount put 2.5 x 10^19 micro-units in overage, past
+    // 2^64: the snapshot used to throw on it and take the process down at every start.
+    const dataDir = tempDataDir('tally-huge');
+    const env = { TALLY_SNAPSHOT_EVERY_BATCHES: '10', TALLY_WORKERS: '1' };
+    const config = {
+      entitlements: { tokens: { type: 'meter', reset: 'never' } },
+      products: { free: { default: true, entitlements: { tokens: { included: 10, overage: { unitAmount: 1 } } } } },
+    };
+    const first = await startServerProcess({ dataDir, env, config });
+    const sk = first.keys.test.server;
+    expect((await call(first.base, 'POST', '/v1/usage/tokens/settings', { key: sk, body: { customerId: 'big', overageEnabled: true } })).status).toBe(200);
+    for (let i = 0; i < 25; i++) {
+      expect((await call(first.base, 'POST', '/v1/usage/tokens/consume', { key: sk, body: { customerId: 'big', amount: 1e12 } })).status).toBe(200);
+    }
+    for (let i = 0; i < 15; i++) {
+      expect((await call(first.base, 'POST', '/v1/usage/tokens/consume', { key: sk, body: { customerId: 'big', amount: 1 } })).status).toBe(200);
+    }
+    expect(await first.stop()).toBe(0);
+
+    const store = ShardStore.open(path.join(dataDir, 'shard-0'));
+    const snapshot = store.loadSnapshot();
+    await store.close();
+    expect(snapshot?.seq).toBeGreaterThanOrEqual(30);
+
+    const second = await startServerProcess({ dataDir, env });
+    try {
+      const balance = await call(second.base, 'GET', '/v1/usage/tokens/balance?customerId=big', { key: sk });
+      expect(balance.body).toMatchObject({ consumed: 25_000_000_000_015, overage: 25_000_000_000_005 });
+    } finally {
+      await second.stop();
+    }
+  });
+
   it('drops a torn last journal record at start and keeps everything acknowledged', async () => {
     const dataDir = tempDataDir('tally-torn');
     const env = { TALLY_WORKERS: '1' };

@@ -10,7 +10,7 @@ import { describe, it, expect } from 'vitest';
 import { decodeRecord, encodeRecord, packr } from '../storage/codec.js';
 
 /** How frames were encoded before msgpackr records (codec.ts): plain MessagePack maps. */
-const mapsPackr = new Packr({ useRecords: false, mapsAsObjects: true, int64AsType: 'bigint', useToJSON: false, copyBuffers: true });
+const mapsPackr = new Packr({ useRecords: false, mapsAsObjects: true, int64AsType: 'bigint', useBigIntExtension: true, useToJSON: false, copyBuffers: true });
 
 /** A journal record written by the plain-map codec, byte for byte (base64 of the frame). */
 const MAPS_FRAME_BASE64 =
@@ -42,9 +42,9 @@ const MAPS_FRAME_EVENTS = [
 ];
 
 /**
- * Values stored state is made of. Left out: -0 (decodes as 0), bigints beyond 64 bits
- * (refused when encoding), and a `__proto__` key, which msgpackr decodes as `__proto_` in
- * either form (its guard against prototype pollution).
+ * Values stored state is made of, bigints of any width included (usage totals are
+ * unbounded). Left out: -0 (decodes as 0) and a `__proto__` key, which msgpackr decodes
+ * as `__proto_` in either form (its guard against prototype pollution).
  */
 const storedValue = fc.letrec((tie) => ({
   value: fc.oneof(
@@ -53,6 +53,7 @@ const storedValue = fc.letrec((tie) => ({
     fc.integer({ min: 0, max: 255 }),
     fc.double({ noDefaultInfinity: true, noNaN: true }).filter((d) => !Object.is(d, -0)),
     fc.bigInt({ min: -(2n ** 63n), max: 2n ** 64n - 1n }),
+    fc.bigInt({ min: -(2n ** 200n), max: 2n ** 200n }),
     fc.string(),
     fc.boolean(),
     fc.constant(null),
@@ -81,6 +82,11 @@ describe('codec', () => {
     expect(typeof value.amountMinor).toBe('bigint');
     expect(typeof value.plainNumber).toBe('number');
     expect(typeof value.bigNumber).toBe('number');
+  });
+
+  it("round-trips bigints wider than 64 bits (a meter's overage total can outgrow int64)", () => {
+    const totals = { overageMicros: 25_000_000_000_000_000_000n, deficit: -(2n ** 70n) - 3n, edge: 2n ** 64n };
+    expect(decodeRecord(encodeRecord(totals))).toEqual({ ok: true, value: totals });
   });
 
   it('round-trips arrays of events (the journal record shape)', () => {
