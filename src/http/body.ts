@@ -11,13 +11,14 @@ import type { Exchange } from './exchange.js';
 
 /** Checks the content type and length headers; answers and returns false on failure. */
 export function checkBodyHeaders(ex: Exchange, contentType: string, contentLength: string): boolean {
-  if (contentLength !== '' && Number(contentLength) > BODY_BYTES_MAX) {
-    ex.fail('body_too_large', {}, [], true);
-    return false;
-  }
+  // The order the README's error precedence gives: content type (400), then declared length (413).
   const mediaType = contentType.split(';', 1)[0]?.trim().toLowerCase();
   if (mediaType !== 'application/json') {
     ex.fail('content_type');
+    return false;
+  }
+  if (contentLength !== '' && Number(contentLength) > BODY_BYTES_MAX) {
+    ex.fail('body_too_large', {}, [], true);
     return false;
   }
   return true;
@@ -51,5 +52,41 @@ function parseAndDeliver(ex: Exchange, text: string, onJson: (value: unknown) =>
     ex.fail('invalid_json');
     return;
   }
+  // Only a `\u` escape can spell a lone surrogate: decoding the bytes as UTF-8 already
+  // turned any invalid sequence into U+FFFD. So bodies without one skip the walk.
+  const broken = text.includes('\\u') ? loneSurrogateAt(value, '') : null;
+  if (broken !== null) {
+    ex.fail('invalid_request', { detail: `${broken === '' ? 'request body' : broken} holds a lone surrogate (\\uD800-\\uDFFF without its pair): strings must be valid Unicode` });
+    return;
+  }
   ex.guard(() => onJson(value));
+}
+
+/**
+ * The dotted path of the first string or object key in `value` holding a lone surrogate
+ * ('' for `value` itself), or null if every string is well formed.
+ *
+ * Why bodies with one are refused: stored state goes through MessagePack, which writes
+ * strings as UTF-8, where a lone surrogate cannot exist; it was stored as U+FFFD, so an
+ * id, an idempotency key or a name came back from the journal as a different string
+ * (usage moved to another customer, a retried consume applied twice, two customers with
+ * one id in a snapshot). JSON has the same rule in I-JSON (RFC 7493 §2.1).
+ */
+function loneSurrogateAt(value: unknown, path: string): string | null {
+  if (typeof value === 'string') return value.isWellFormed() ? null : path;
+  if (typeof value !== 'object' || value === null) return null;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = loneSurrogateAt(value[i], path === '' ? String(i) : `${path}.${i}`);
+      if (found !== null) return found;
+    }
+    return null;
+  }
+  for (const [key, item] of Object.entries(value)) {
+    const at = path === '' ? key : `${path}.${key}`;
+    if (!key.isWellFormed()) return path === '' ? 'a field name' : `a field name in ${path}`;
+    const found = loneSurrogateAt(item, at);
+    if (found !== null) return found;
+  }
+  return null;
 }
