@@ -30,7 +30,7 @@ import { issueKey, KeyRing } from './auth/keys.js';
 import { DEFAULT_RATE_LIMITS, RateLimiter, type RateLimits } from './auth/rate-limit.js';
 import { checkBodyHeaders, readJsonBody } from './http/body.js';
 import { Exchange } from './http/exchange.js';
-import { parseQuery } from './http/query.js';
+import { routeQuery } from './http/query.js';
 import type { Router } from './http/router.js';
 import { silentLogger, type Logger } from './observability/log.js';
 import { metricsRoute } from './observability/metrics-route.js';
@@ -302,7 +302,7 @@ class FrontEnd {
     ex.slot = this.apiSlotBase + found.match.index;
     if (route.access === 'server' && key.keyClass !== 'server') return ex.fail('server_key_required');
 
-    const query = parseQuery(req.getQuery() ?? '');
+    const query = routeQuery(req.getQuery() ?? '', route.takesQuery === true);
     if (!query.ok) return ex.fail('invalid_query', { detail: query.message });
     const environment = key.environment;
     if (!route.hasBody) {
@@ -323,7 +323,7 @@ class FrontEnd {
     if (found.kind === 'method_not_allowed') return ex.fail('method_not_allowed', { method, path: url }, [['allow', found.allow]]);
     const { route, params } = found.match;
     ex.slot = this.adminSlotBase + found.match.index;
-    const query = parseQuery(req.getQuery() ?? '');
+    const query = routeQuery(req.getQuery() ?? '', route.takesQuery === true);
     if (!query.ok) return ex.fail('invalid_query', { detail: query.message });
     if (!route.hasBody) return route.handle({ ex, key, params, query: query.params, body: undefined });
     if (!checkBodyHeaders(ex, req.getHeader('content-type'), req.getHeader('content-length'))) return;
@@ -331,6 +331,7 @@ class FrontEnd {
   }
 }
 
+/** The token of `Authorization: Bearer <token>`; the scheme name is case-insensitive (RFC 9110 §11.1). */
 function bearerToken(header: string): string {
-  return header.startsWith('Bearer ') ? header.slice(7).trim() : '';
+  return header.length > 7 && header.slice(0, 7).toLowerCase() === 'bearer ' ? header.slice(7).trim() : '';
 }

@@ -34,6 +34,8 @@ export interface AdminContext {
 
 export interface AdminRoute {
   readonly hasBody: boolean;
+  /** The route reads (and validates) query parameters; every other route refuses any. */
+  readonly takesQuery?: true;
   readonly handle: (ctx: AdminContext) => void;
 }
 
@@ -177,6 +179,7 @@ function rotateAdminRoute(deps: AdminDeps): AdminRoute {
 function auditRoute(deps: AdminDeps): AdminRoute {
   return {
     hasBody: false,
+    takesQuery: true,
     handle(ctx) {
       const query = check(validateAuditQuery, ctx.query, 'query');
       if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });

@@ -25,6 +25,7 @@ import { buildOpenApi } from './openapi.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import {
   check,
+  isIdLength,
   type CustomerUpsertBody,
   validateCustomerQuery,
   validateLimitSettings,
@@ -52,6 +53,8 @@ export interface RequestContext {
 export interface Route {
   readonly access: Access;
   readonly hasBody: boolean;
+  /** The route reads (and validates) query parameters; every other route refuses any. */
+  readonly takesQuery?: true;
   readonly handle: (ctx: RequestContext) => void;
 }
 
@@ -80,7 +83,7 @@ function pathParam(ctx: RequestContext, name: string): string | null {
     ctx.ex.fail('invalid_query', { detail: `${name} has invalid percent-encoding` });
     return null;
   }
-  if (value.length === 0 || value.length > ID_LENGTH_MAX) {
+  if (!isIdLength(value)) {
     ctx.ex.fail('invalid_query', { detail: `${name} must be 1 to ${ID_LENGTH_MAX} characters` });
     return null;
   }
@@ -125,6 +128,7 @@ function readRoute(deps: ApiDeps, op: 'has' | 'limit' | 'balance'): Route {
   return {
     access: 'client',
     hasBody: false,
+    takesQuery: true,
     handle(ctx) {
       const key = pathKey(ctx);
       if (key === null) return;
@@ -330,6 +334,7 @@ function listCustomersRoute(deps: ApiDeps): Route {
   return {
     access: 'server',
     hasBody: false,
+    takesQuery: true,
     handle(ctx) {
       const query = check(validateCustomerListQuery, ctx.query, 'query');
       if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });
@@ -338,7 +343,7 @@ function listCustomersRoute(deps: ApiDeps): Route {
       let after: string | null = null;
       if (query.value.cursor !== undefined) {
         after = decodeCursor(ctx.ex, query.value.cursor, ({ after: id }) =>
-          typeof id === 'string' && id.length > 0 && id.length <= ID_LENGTH_MAX ? id : null,
+          typeof id === 'string' && isIdLength(id) ? id : null,
         );
         if (after === null) return;
       }
@@ -354,6 +359,7 @@ function auditListRoute(deps: ApiDeps): Route {
   return {
     access: 'server',
     hasBody: false,
+    takesQuery: true,
     handle(ctx) {
       const query = check(validateAuditQuery, ctx.query, 'query');
       if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });

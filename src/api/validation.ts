@@ -202,6 +202,18 @@ export const validateContext = ajv.compile<ContextBody>(contextSchema);
 export const validateCustomerListQuery = ajv.compile<CustomerListQuery>(customerListQuerySchema);
 export const validateKeyCreate = ajv.compile<KeyCreateBody>(keyCreateSchema);
 
+/**
+ * Whether an id taken from a path or a cursor has 1 to ID_LENGTH_MAX characters counted
+ * as the schemas count them (ajv: code points, so an emoji is one), so that an id the
+ * body and query schemas accept is accepted in a path too.
+ */
+export function isIdLength(value: string): boolean {
+  if (value.length <= ID_LENGTH_MAX) return value.length > 0;
+  let codePoints = 0;
+  for (const _ of value) if (++codePoints > ID_LENGTH_MAX) return false;
+  return true;
+}
+
 export type Checked<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string };
 
 /** Runs a compiled validator and, on failure, names the offending field. */

@@ -41,3 +41,16 @@ export function parseQuery(raw: string): QueryParse {
   }
   return { ok: true, params };
 }
+
+/**
+ * The query of a request to a route. A route that reads a query (`takesQuery`) gets it
+ * parsed, and its own schema judges the names; a route that reads none refuses any
+ * parameter, as an unknown body field is refused, so that `?dryRun=1` on a push or
+ * `?customerId=` on a consume never passes silently.
+ */
+export function routeQuery(raw: string, takesQuery: boolean): QueryParse {
+  const query = parseQuery(raw);
+  if (!query.ok || takesQuery) return query;
+  for (const name in query.params) return { ok: false, message: `${name} is not a known field` };
+  return query;
+}
