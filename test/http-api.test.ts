@@ -71,9 +71,11 @@ describe('authentication (401/403)', () => {
     expect(res).toMatchObject({ status, body: { error } });
   });
 
-  it('accepts the key as a Bearer token too', async () => {
-    const res = await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=c', { headers: { authorization: `Bearer ${ck}` } });
-    expect(res).toMatchObject({ status: 200, body: true });
+  it('accepts the key as a Bearer token too, the scheme in any case', async () => {
+    for (const scheme of ['Bearer', 'bearer', 'BEARER']) {
+      const res = await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=c', { headers: { authorization: `${scheme} ${ck}` } });
+      expect(res, scheme).toMatchObject({ status: 200, body: true });
+    }
   });
 
   it.each([
@@ -288,6 +290,49 @@ describe('hostile input (400, never 500)', () => {
     expect(await get('/v1/entitlements/sso/has?customerId=%E0%A4%A')).toMatchObject({ status: 400, body: { error: 'customerId has invalid percent-encoding' } });
     expect(await get('/v1/entitlements/s%ZZo/has?customerId=a')).toMatchObject({ status: 400, body: { error: 'key has invalid percent-encoding' } });
     expect(await get('/v1/entitlements/sso/has?customerId=caf%C3%A9+x')).toMatchObject({ status: 200, body: true });
+  });
+
+  it('routes that read no query refuse any parameter, naming it (nothing is silently ignored)', async () => {
+    const cases: Array<[string, string, unknown]> = [
+      ['POST', '/v1/usage/api_calls/consume?foo=1', { customerId: 'q1', amount: 1 }],
+      ['POST', '/v1/usage/api_calls/consume?customerId=other', { customerId: 'q1', amount: 1 }],
+      ['POST', '/v1/entitlements/seats/limit/settings?dryRun=true', { customerId: 'q1', purchased: 1 }],
+      ['POST', '/v1/sync/push?dryRun=1', CONFIG],
+      ['GET', '/v1/sync/pull?foo=1', undefined],
+      ['GET', '/v1/plans?x=', undefined],
+    ];
+    const before = await call(server.base, 'GET', '/v1/sync/pull', { key: sk });
+    for (const [method, path, body] of cases) {
+      const name = path.slice(path.indexOf('?') + 1).split('=')[0];
+      const res = await call(server.base, method, path, { key: sk, ...(body === undefined ? {} : { body }) });
+      expect(res, `${method} ${path}`).toMatchObject({ status: 400, body: { error: `${name} is not a known field` } });
+    }
+    // Nothing was applied: no usage for q1, no new configuration version.
+    expect((await get('/v1/usage/api_calls/balance?customerId=q1', sk)).body).toMatchObject({ consumed: 0 });
+    expect((await call(server.base, 'GET', '/v1/sync/pull', { key: sk })).body.version).toBe(before.body.version);
+  });
+
+  it('content type is judged before the declared length (400 before 413)', async () => {
+    const res = await call(server.base, 'POST', consume, { key: sk, rawBody: `{"customerId":"${'x'.repeat(1024 * 1024)}","amount":1}`, headers: { 'content-type': 'text/plain' } });
+    expect(res).toMatchObject({ status: 400, body: { error: 'content-type must be application/json' } });
+  });
+
+  it('refuses a body string holding a lone surrogate, naming the field; well-formed non-BMP text passes', async () => {
+    const raw = (json: string) => call(server.base, 'POST', consume, { key: sk, rawBody: json, headers: { 'content-type': 'application/json' } });
+    expect(await raw('{"customerId":"\\ud800","amount":1}')).toMatchObject({ status: 400, body: { error: expect.stringMatching(/^customerId holds a lone surrogate/) } });
+    expect(await raw('{"customerId":"ok","amount":1,"idempotencyKey":"a\\udc00b"}')).toMatchObject({ status: 400, body: { error: expect.stringMatching(/^idempotencyKey holds a lone surrogate/) } });
+    const upsert = await call(server.base, 'POST', '/v1/customers', { key: sk, rawBody: '{"id":"m1","metadata":{"k":"\\udbff"}}', headers: { 'content-type': 'application/json' } });
+    expect(upsert).toMatchObject({ status: 400, body: { error: expect.stringMatching(/^metadata\.k holds a lone surrogate/) } });
+    const pair = await raw('{"customerId":"\\ud83d\\ude00-emoji","amount":1}');
+    expect(pair).toMatchObject({ status: 200, body: { consumed: 1 } });
+    expect((await get(`/v1/usage/api_calls/balance?customerId=${encodeURIComponent('\u{1F600}-emoji')}`)).body).toMatchObject({ consumed: 1 });
+  });
+
+  it('a path id is measured in characters as the body schemas measure it (an emoji is one)', async () => {
+    const id = '\u{1F600}'.repeat(200); // 200 characters, 400 UTF-16 units
+    expect((await post('/v1/customers', { id })).status).toBe(201);
+    expect(await call(server.base, 'GET', `/v1/customers/${encodeURIComponent(id)}`, { key: sk })).toMatchObject({ status: 200, body: { id } });
+    expect((await call(server.base, 'GET', `/v1/customers/${encodeURIComponent('\u{1F600}'.repeat(256))}`, { key: sk })).status).toBe(400);
   });
 
   it('a declared body over 1 MiB → 413 at once', async () => {
