@@ -13,7 +13,7 @@
  */
 import { assert } from './assert.js';
 import type { CompiledConfig, CompiledEntitlement, CompiledProduct, EntitlementType } from './billing-config.js';
-import { formatMicros, minMicros, quantityToMicros, type Micros } from './fixed.js';
+import { formatMicros, minMicros, quantityToMicros, type AmountJson, type Micros } from './fixed.js';
 import {
   METADATA_KEYS_MAX,
   IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX,
@@ -219,10 +219,11 @@ export type Event =
   | (EventBase & { readonly type: 'customerUpserted'; readonly patch: ProfilePatch });
 
 export interface BalanceView {
-  readonly balance: number;
-  readonly included: number;
-  readonly consumed: number;
-  readonly overage: number;
+  // Exact at any size once rendered through exactJson (actors/fixed.ts).
+  readonly balance: AmountJson;
+  readonly included: AmountJson;
+  readonly consumed: AmountJson;
+  readonly overage: AmountJson;
   readonly overageAllowed: boolean;
   readonly overageEnabled: boolean;
   readonly resets: string | null;
@@ -354,16 +355,20 @@ function balanceMicros(meter: MeterState, includedMicros: Micros, periodStartMs:
   return includedLeft + lotsRemaining(meter);
 }
 
+/** A customer's meter as of `nowMs`: its state, plan, included allowance and current period. */
+function meterAt(customer: CustomerState | undefined, config: CompiledConfig, ent: CompiledEntitlement, nowMs: number) {
+  const meter = customer?.meters.get(ent.key) ?? NO_METER;
+  const plan = planOf(customer, config);
+  return { meter, plan, includedMicros: meterIncludedMicros(customer, plan, ent.key), periodStartMs: currentPeriodStart(ent, meter, nowMs) };
+}
+
 function balanceView(
   customer: CustomerState | undefined,
   config: CompiledConfig,
   ent: CompiledEntitlement,
   nowMs: number,
 ): BalanceView {
-  const meter = customer?.meters.get(ent.key) ?? NO_METER;
-  const plan = planOf(customer, config);
-  const includedMicros = meterIncludedMicros(customer, plan, ent.key);
-  const periodStartMs = currentPeriodStart(ent, meter, nowMs);
+  const { meter, plan, includedMicros, periodStartMs } = meterAt(customer, config, ent, nowMs);
   const usage = usageIn(meter, periodStartMs);
   const period = periodAt(ent.reset, Math.max(nowMs, periodStartMs));
   return {
@@ -406,8 +411,9 @@ function hasEntitlement(
     case 'limit':
       return limitView(customer, config, ent.key).limit > 0;
     case 'meter': {
-      const view = balanceView(customer, config, ent, nowMs);
-      return view.balance > 0 || (view.overageEnabled && view.overageAllowed);
+      // Judged on micro-units: the view's amounts are for rendering only.
+      const { meter, plan, includedMicros, periodStartMs } = meterAt(customer, config, ent, nowMs);
+      return balanceMicros(meter, includedMicros, periodStartMs) > 0n || (meter.overageEnabled && overageAllowed(plan, ent.key));
     }
   }
 }

@@ -4,7 +4,15 @@
  * Usage is metered in micro-units (10^-6) held as bigint so that sums never drift
  * (0.1 + 0.2 consumed is exactly 0.3) and so that a busy meter cannot overflow the
  * 2^53 range of a double within a period. Amounts cross the HTTP edge as JSON
- * numbers; `parseAmount` is the only way in and `formatMicros` the only way out.
+ * numbers; `parseAmount` is the only way in and `formatMicros` (with `exactJson` on the
+ * rendered reply) the only way out.
+ *
+ * Exact at both ends, beyond what a double holds: JSON.parse rounds a number literal of
+ * more than 15 significant digits (123456789012.345678 became 123456789012.34566, and
+ * 1.0000000000000000000001 became 1, passing the 6-decimal rule), so for such a body the
+ * front end hands `parseAmount` the literal's own text (src/http/json-source.ts); and a
+ * total of 10^9 units or more does not print exactly from a double, so `formatMicros`
+ * gives those as marked decimal text that `exactJson` writes as a bare JSON number.
  */
 
 export type Micros = bigint;
@@ -18,16 +26,21 @@ export type AmountParse =
   | { readonly ok: true; readonly micros: Micros }
   | { readonly ok: false; readonly reason: 'not_number' | 'not_positive' | 'too_many_decimals' | 'too_large' };
 
+const AMOUNT_MICROS_MAX = BigInt(AMOUNT_UNITS_MAX) * MICROS_PER_UNIT;
+
 /**
- * Converts a JSON number into micro-units exactly. The shortest decimal string of the
- * double is what the client wrote, so its digits are what count; whole amounts are exact
- * as they are, and fractional ones up to EXACT_UNITS_MAX reach the same answer without
- * building that string (see `microsWithoutDigits`). Fails (as a value) for non-finite,
- * non-positive, over-precise or over-large numbers.
+ * Converts a JSON number into micro-units exactly. `literal` is the number's text as the
+ * client wrote it, required whenever that text has more than 15 significant digits
+ * (a double does not hold it; `mayRoundInJson` tells). Without it, the shortest decimal
+ * string of the double is what the client wrote, so its digits are what count; whole
+ * amounts are exact as they are, and fractional ones up to EXACT_UNITS_MAX reach the same
+ * answer without building that string (see `microsWithoutDigits`). Fails (as a value)
+ * for non-finite, non-positive, over-precise or over-large numbers.
  */
-export function parseAmount(value: unknown): AmountParse {
+export function parseAmount(value: unknown, literal?: string): AmountParse {
   if (typeof value !== 'number' || !Number.isFinite(value)) return { ok: false, reason: 'not_number' };
   if (value <= 0) return { ok: false, reason: 'not_positive' };
+  if (literal !== undefined) return literalAmount(literal);
   if (value > AMOUNT_UNITS_MAX) return { ok: false, reason: 'too_large' };
   // Whole amounts (token counts: the common case) are exact as they are (at most 10^12).
   if (Number.isInteger(value)) return { ok: true, micros: BigInt(value) * MICROS_PER_UNIT };
@@ -36,6 +49,25 @@ export function parseAmount(value: unknown): AmountParse {
   if (micros === 0n) return { ok: false, reason: 'too_many_decimals' };
   return { ok: true, micros };
 }
+
+/** The amount a positive JSON number literal spells, judged on its exact value. */
+function literalAmount(literal: string): AmountParse {
+  const micros = decimalToMicros(literal);
+  if (micros === null) return { ok: false, reason: 'too_many_decimals' };
+  if (micros > AMOUNT_MICROS_MAX) return { ok: false, reason: 'too_large' };
+  if (micros === 0n) return { ok: false, reason: 'too_many_decimals' };
+  return { ok: true, micros };
+}
+
+/**
+ * Whether JSON text may hold a number literal that JSON.parse rounds: one with more than
+ * 15 significant digits, i.e. 16 digits in a row, a decimal point allowed among them. A
+ * match elsewhere (a long digit run inside a string) only costs the exact path.
+ */
+export function mayRoundInJson(text: string): boolean {
+  return SIXTEEN_DIGITS.test(text);
+}
+const SIXTEEN_DIGITS = /\d(?:\.?\d){15}/;
 
 /**
  * Below this many units, value × 10^6 stays under 2^43, where a double's spacing is
@@ -73,9 +105,12 @@ export function quantityToMicros(value: number): Micros | null {
   return decimalToMicros(String(value));
 }
 
-/** Parses "123", "0.25" or "1e-7"-style shortest double strings; null beyond 6 decimals. */
+/**
+ * Parses a non-negative decimal such as "123", "0.25", "1e-7" or "1.5E+3" (a shortest
+ * double string or a JSON number literal); null beyond 6 decimals or if not such text.
+ */
 function decimalToMicros(text: string): Micros | null {
-  const match = /^(\d+)(?:\.(\d+))?(?:e([+-]?\d+))?$/.exec(text);
+  const match = /^(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(text);
   if (match === null) return null;
   const intPart = match[1] ?? '0';
   const fracPart = match[2] ?? '';
@@ -92,9 +127,49 @@ function decimalToMicros(text: string): Micros | null {
   return BigInt(digits) * 10n ** BigInt(DECIMALS_MAX - fracDigits);
 }
 
-/** Renders micro-units as a JSON-ready number (exact for anything below 2^53 micros). */
-export function formatMicros(micros: Micros): number {
-  return Number(micros) / 1e6;
+/**
+ * Below this many micro-units (10^9 units) an amount has at most 15 significant digits,
+ * so the double nearest it prints as exactly its decimal.
+ */
+const EXACT_NUMBER_MICROS = 10n ** 15n;
+
+/**
+ * Marks decimal text that `exactJson` must write as a bare number. A lone surrogate: no
+ * string a client sends can hold one (src/http/body.ts refuses them), and JSON.stringify
+ * escapes it as `\udfff`, so the mark cannot be forged or survive unnoticed.
+ */
+const LARGE_MARK = '\udfff';
+const LARGE_MARKED = /"\\udfff(-?\d+(?:\.\d+)?)"/g;
+
+/** An amount ready for JSON.stringify: a number, or decimal text marked for `exactJson`. */
+export type AmountJson = number | (string & { readonly __largeAmount: true });
+
+/** Renders micro-units for a reply: exact at any size once the reply passes `exactJson`. */
+export function formatMicros(micros: Micros): AmountJson {
+  if (micros < EXACT_NUMBER_MICROS && micros > -EXACT_NUMBER_MICROS) return Number(micros) / 1e6;
+  return (LARGE_MARK + microsToDecimal(micros)) as AmountJson;
+}
+
+/** Exact decimal text of micro-units: "12", "0.5", "-3.000001". */
+export function microsToDecimal(micros: Micros): string {
+  const sign = micros < 0n ? '-' : '';
+  const magnitude = micros < 0n ? -micros : micros;
+  const whole = magnitude / MICROS_PER_UNIT;
+  const fraction = (magnitude % MICROS_PER_UNIT).toString().padStart(DECIMALS_MAX, '0').replace(/0+$/, '');
+  return `${sign}${whole}${fraction === '' ? '' : `.${fraction}`}`;
+}
+
+/**
+ * An amount as a plain JSON value for stored records (the audit log): a number while a
+ * double spells it exactly (below 10^9 units), else its exact decimal text.
+ */
+export function exactAmountValue(micros: Micros): number | string {
+  return micros < EXACT_NUMBER_MICROS && micros > -EXACT_NUMBER_MICROS ? Number(micros) / 1e6 : microsToDecimal(micros);
+}
+
+/** Writes every marked amount in JSON text (made by JSON.stringify) as the bare number it spells. */
+export function exactJson(json: string): string {
+  return json.includes('"\\udfff') ? json.replace(LARGE_MARKED, '$1') : json;
 }
 
 export function minMicros(a: Micros, b: Micros): Micros {

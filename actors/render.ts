@@ -1,8 +1,11 @@
 /**
  * Turns the core's outcomes into HTTP status and JSON body, inside the shard worker, so
  * that the front end's single thread only writes bytes. Uses the one error catalog.
+ * Replies that carry usage amounts go through `exactJson`, which writes amounts of 10^9
+ * units and more exactly (actors/fixed.ts).
  */
 import type { Outcome, Rejection } from './customer.js';
+import { exactJson } from './fixed.js';
 import { METADATA_KEYS_MAX } from './limits.js';
 import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../src/errors.js';
 
@@ -16,22 +19,24 @@ export function renderOutcome(outcome: Outcome): Rendered {
     case 'has':
       return { status: 200, body: outcome.value ? 'true' : 'false' };
     case 'limit':
-    case 'balance':
     case 'contract':
       return { status: 200, body: JSON.stringify(outcome.view) };
+    case 'balance':
+      return { status: 200, body: exactJson(JSON.stringify(outcome.view)) };
     case 'deleted':
       return { status: 204, body: '' };
     case 'customer':
       return { status: outcome.created ? 201 : 200, body: JSON.stringify(outcome.view) };
     case 'context':
-      return { status: 200, body: JSON.stringify(outcome.view) };
+      return { status: 200, body: exactJson(JSON.stringify(outcome.view)) };
     case 'rejected':
       return renderRejection(outcome.rejection);
   }
 }
 
 function fail(code: ErrorCode, params: ErrorParams = {}, extra?: object): Rendered {
-  return { status: ERRORS[code].status, body: errorBody(code, params, extra) };
+  const body = errorBody(code, params, extra);
+  return { status: ERRORS[code].status, body: extra === undefined ? body : exactJson(body) };
 }
 
 function renderRejection(rejection: Rejection): Rendered {

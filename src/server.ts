@@ -306,11 +306,11 @@ class FrontEnd {
     if (!query.ok) return ex.fail('invalid_query', { detail: query.message });
     const environment = key.environment;
     if (!route.hasBody) {
-      route.handle({ ex, key, environment, params, query: query.params, body: undefined });
+      route.handle({ ex, key, environment, params, query: query.params, body: undefined, bodyText: '' });
       return;
     }
     if (!checkBodyHeaders(ex, req.getHeader('content-type'), req.getHeader('content-length'))) return;
-    readJsonBody(ex, (body) => route.handle({ ex, key, environment, params, query: query.params, body }));
+    readJsonBody(ex, (body, bodyText) => route.handle({ ex, key, environment, params, query: query.params, body, bodyText }));
   }
 
   /** Operator routes: only the operator key, whatever the route; then route, query, body. */

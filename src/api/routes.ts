@@ -7,7 +7,7 @@
  * and hands it to the customer's shard, or answers from the front end's own state.
  */
 import type { BillingConfig, ProductDefinition } from '../../actors/billing-config.js';
-import { parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
+import { exactAmountValue, mayRoundInJson, parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
 import { ID_LENGTH_MAX } from '../../actors/limits.js';
 import type { Command, Environment } from '../../actors/protocol.js';
 import type { ProfilePatch } from '../../actors/customer.js';
@@ -17,6 +17,7 @@ import type { CustomerIndex } from '../../storage/customer-index.js';
 import { billingConfigSchema } from '../config/billing-schema.js';
 import { formatViolations, validateBillingConfig } from '../config/validate-config.js';
 import type { Exchange } from '../http/exchange.js';
+import { memberSource } from '../http/json-source.js';
 import { decodeComponent } from '../http/query.js';
 import { Router } from '../http/router.js';
 import type { ShardPool } from '../shard-pool.js';
@@ -48,6 +49,8 @@ export interface RequestContext {
   readonly params: readonly string[];
   readonly query: Readonly<Record<string, string>>;
   readonly body: unknown;
+  /** The body as received ('' without one): amounts beyond a double's precision are read from it. */
+  readonly bodyText: string;
 }
 
 export interface Route {
@@ -148,13 +151,15 @@ function usageAmountRoute(deps: ApiDeps, op: 'consume' | 'refund'): Route {
       if (key === null) return;
       const body = check(validateUsageAmount, ctx.body, 'body');
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
-      const amount = parseAmount(body.value.amount);
+      // A literal JSON.parse may have rounded is read exactly from the text (actors/fixed.ts).
+      const literal = mayRoundInJson(ctx.bodyText) ? memberSource(ctx.bodyText, 'amount') : undefined;
+      const amount = parseAmount(body.value.amount, literal);
       if (!amount.ok) return ctx.ex.fail('invalid_request', { detail: AMOUNT_MESSAGES[amount.reason] });
       const { customerId, idempotencyKey } = body.value;
       const base = { op, environment: ctx.environment, customerId, key, amountMicros: amount.micros } as const;
       const command = idempotencyKey === undefined ? base : { ...base, idempotencyKey };
       if (op === 'consume') return submit(deps, ctx.ex, command);
-      const data = { key, amount: body.value.amount, ...(idempotencyKey === undefined ? {} : { idempotencyKey }) };
+      const data = { key, amount: exactAmountValue(amount.micros), ...(idempotencyKey === undefined ? {} : { idempotencyKey }) };
       submitAudited(deps, ctx, command, { action: 'usage.refund', resourceType: 'meter', resourceId: customerId, data });
     },
   };

@@ -24,8 +24,8 @@ export function checkBodyHeaders(ex: Exchange, contentType: string, contentLengt
   return true;
 }
 
-/** Reads the body, then calls `onJson` with the parsed value; answers 400/413 itself. */
-export function readJsonBody(ex: Exchange, onJson: (value: unknown) => void): void {
+/** Reads the body, then calls `onJson` with the parsed value and its text; answers 400/413 itself. */
+export function readJsonBody(ex: Exchange, onJson: (value: unknown, text: string) => void): void {
   const chunks: Buffer[] = [];
   let size = 0;
   ex.res.onData((chunk, isLast) => {
@@ -44,7 +44,7 @@ export function readJsonBody(ex: Exchange, onJson: (value: unknown) => void): vo
   });
 }
 
-function parseAndDeliver(ex: Exchange, text: string, onJson: (value: unknown) => void): void {
+function parseAndDeliver(ex: Exchange, text: string, onJson: (value: unknown, text: string) => void): void {
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -59,7 +59,7 @@ function parseAndDeliver(ex: Exchange, text: string, onJson: (value: unknown) =>
     ex.fail('invalid_request', { detail: `${broken === '' ? 'request body' : broken} holds a lone surrogate (\\uD800-\\uDFFF without its pair): strings must be valid Unicode` });
     return;
   }
-  ex.guard(() => onJson(value));
+  ex.guard(() => onJson(value, text));
 }
 
 /**
