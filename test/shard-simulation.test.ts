@@ -15,7 +15,7 @@ import { parseAmount } from '../actors/fixed.js';
 import { IDEMPOTENCY_RETENTION_MS } from '../actors/limits.js';
 import type { Envelope } from '../actors/protocol.js';
 import { Shard, type ShardJournal } from '../actors/shard.js';
-import { CONFIG, T0 } from './support/core-fixtures.js';
+import { CONFIG, T0, throughCodec } from './support/core-fixtures.js';
 
 /** mulberry32: tiny, fast, good enough to drive a simulation deterministically. */
 function rng(seed: number): () => number {
@@ -49,7 +49,7 @@ class SimDisk {
         let resolve!: () => void;
         const durable = new Promise<void>((r) => (resolve = r));
         const seq = (this.records.at(-1)?.seq ?? this.snapshot?.seq ?? 0) + 1;
-        this.records.push({ seq, events: structuredClone(events), durable: false, resolve });
+        this.records.push({ seq, events: throughCodec(events), durable: false, resolve });
         this.onAppend(seq);
         return { seq, durable };
       },
@@ -188,7 +188,7 @@ async function simulate(seed: number, steps: number): Promise<void> {
       // Snapshot only a quiescent shard: everything decided is in a durable record.
       if (disk.records.every((r) => r.durable) && !shard.hasPendingEvents) {
         const seq = disk.lastDurableSeq();
-        disk.snapshot = { seq, items: structuredClone(shard.snapshotItems()) };
+        disk.snapshot = { seq, items: throughCodec(shard.snapshotItems()) };
         disk.records = disk.records.filter((r) => r.seq > seq);
       }
     } else if (roll < 0.92) {

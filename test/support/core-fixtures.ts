@@ -6,6 +6,7 @@
 import { compileConfig, type BillingConfig, type CompiledConfig } from '../../actors/billing-config.js';
 import { apply, execute, query, type Command, type CustomerState, type Event, type Outcome } from '../../actors/customer.js';
 import { isRead } from '../../actors/shard.js';
+import { decodeRecord, encodeRecord } from '../../storage/codec.js';
 
 export const CONFIG: BillingConfig = {
   entitlements: {
@@ -58,13 +59,23 @@ export class Driver {
     return result.outcome;
   }
 
-  /** A fresh state rebuilt from the journal with `apply` only. */
+  /**
+   * A fresh state rebuilt from the journal with `apply` only, the events read back
+   * through the storage codec as recovery reads them (so an encoding loss shows).
+   */
   replayed(): Map<string, CustomerState> {
     const rebuilt = new Map<string, CustomerState>();
-    for (const event of this.journal) {
+    for (const event of throughCodec(this.journal)) {
       const key = `${event.environment}\u0000${event.customerId}`;
       rebuilt.set(key, apply(rebuilt.get(key), event));
     }
     return rebuilt;
   }
+}
+
+/** `value` written and read back by the storage codec, as a journal record or snapshot chunk is. */
+export function throughCodec<T>(value: T): T {
+  const decoded = decodeRecord(encodeRecord(value));
+  if (!decoded.ok) throw new Error(`codec round trip failed: ${decoded.reason}`);
+  return decoded.value as T;
 }
