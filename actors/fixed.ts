@@ -40,22 +40,15 @@ const AMOUNT_MICROS_MAX = BigInt(AMOUNT_UNITS_MAX) * MICROS_PER_UNIT;
 export function parseAmount(value: unknown, literal?: string): AmountParse {
   if (typeof value !== 'number' || !Number.isFinite(value)) return { ok: false, reason: 'not_number' };
   if (value <= 0) return { ok: false, reason: 'not_positive' };
-  if (literal !== undefined) return literalAmount(literal);
-  if (value > AMOUNT_UNITS_MAX) return { ok: false, reason: 'too_large' };
-  // Whole amounts (token counts: the common case) are exact as they are (at most 10^12).
-  if (Number.isInteger(value)) return { ok: true, micros: BigInt(value) * MICROS_PER_UNIT };
-  const micros = value <= EXACT_UNITS_MAX ? microsWithoutDigits(value) : quantityToMicros(value);
-  if (micros === null) return { ok: false, reason: 'too_many_decimals' };
-  if (micros === 0n) return { ok: false, reason: 'too_many_decimals' };
-  return { ok: true, micros };
-}
-
-/** The amount a positive JSON number literal spells, judged on its exact value. */
-function literalAmount(literal: string): AmountParse {
-  const micros = decimalToMicros(literal);
-  if (micros === null) return { ok: false, reason: 'too_many_decimals' };
+  if (literal === undefined) {
+    if (value > AMOUNT_UNITS_MAX) return { ok: false, reason: 'too_large' };
+    // Whole amounts (token counts: the common case) are exact as they are (at most 10^12).
+    if (Number.isInteger(value)) return { ok: true, micros: BigInt(value) * MICROS_PER_UNIT };
+  }
+  // A literal is judged on its exact value, so its size too (the double may have rounded below the cap).
+  const micros = literal !== undefined ? decimalToMicros(literal) : value <= EXACT_UNITS_MAX ? microsWithoutDigits(value) : quantityToMicros(value);
+  if (micros === null || micros === 0n) return { ok: false, reason: 'too_many_decimals' };
   if (micros > AMOUNT_MICROS_MAX) return { ok: false, reason: 'too_large' };
-  if (micros === 0n) return { ok: false, reason: 'too_many_decimals' };
   return { ok: true, micros };
 }
 
@@ -146,8 +139,8 @@ export type AmountJson = number | (string & { readonly __largeAmount: true });
 
 /** Renders micro-units for a reply: exact at any size once the reply passes `exactJson`. */
 export function formatMicros(micros: Micros): AmountJson {
-  if (micros < EXACT_NUMBER_MICROS && micros > -EXACT_NUMBER_MICROS) return Number(micros) / 1e6;
-  return (LARGE_MARK + microsToDecimal(micros)) as AmountJson;
+  const value = exactAmountValue(micros);
+  return typeof value === 'number' ? value : ((LARGE_MARK + value) as AmountJson);
 }
 
 /** Exact decimal text of micro-units: "12", "0.5", "-3.000001". */
