@@ -275,7 +275,8 @@ export type Outcome =
   | { readonly kind: 'contract'; readonly view: ContractView }
   | { readonly kind: 'deleted' }
   | { readonly kind: 'customer'; readonly view: CustomerView; readonly created: boolean }
-  | { readonly kind: 'context'; readonly view: ContextView }
+  /** `wrote`: the call created or changed the customer (the front end audits it). */
+  | { readonly kind: 'context'; readonly view: ContextView; readonly wrote: boolean }
   | { readonly kind: 'rejected'; readonly rejection: Rejection };
 
 /**
@@ -795,9 +796,19 @@ function decideContext(
 ): Decision {
   const rejection = contextRejection(config, command.request);
   if (rejection !== null) return rejected(rejection);
-  const changes = command.patch.name !== undefined || command.patch.email !== undefined || command.patch.metadata !== undefined;
-  if (customer !== undefined && !changes) return REPLAY;
+  // The application's hot path repeats the same profile on every call: only a change is written (and audited).
+  if (customer !== undefined && !patchChanges(customer.profile, command.patch)) return REPLAY;
   return decideUpsertCustomer(customer, { ...command, op: 'upsertCustomer' }, nowMs);
+}
+
+/** Whether applying `patch` would change anything in `profile` (besides its update time). */
+function patchChanges(profile: CustomerProfile, patch: ProfilePatch): boolean {
+  if (patch.name !== undefined && patch.name !== profile.name) return true;
+  if (patch.email !== undefined && patch.email !== profile.email) return true;
+  for (const [key, value] of Object.entries(patch.metadata ?? {})) {
+    if (value === null ? Object.hasOwn(profile.metadata, key) : profile.metadata[key] !== value) return true;
+  }
+  return false;
 }
 
 function contextView(customer: CustomerState, config: CompiledConfig, request: ContextRequest, nowMs: number): ContextView {
@@ -872,7 +883,7 @@ export function execute(
   if (command.op === 'deleteContract') return { customer: state, outcome: { kind: 'deleted' }, events: decision.events };
   if (command.op === 'context') {
     assert(state !== undefined, 'context created the customer');
-    const outcome: Outcome = { kind: 'context', view: contextView(state, config, command.request, nowMs) };
+    const outcome: Outcome = { kind: 'context', view: contextView(state, config, command.request, nowMs), wrote: decision.events.length > 0 };
     return decision.events.length === 0 ? { customer: state, outcome, events: [], isRead: true } : { customer: state, outcome, events: decision.events };
   }
   if (command.op === 'upsertCustomer') {

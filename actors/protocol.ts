@@ -145,6 +145,13 @@ export type ToWorker =
   | { readonly t: 'cut'; readonly snapshotId: string; readonly partPath: string }
   | { readonly t: 'stop' };
 
+/**
+ * The status a shard gives a `context` reply that created or changed the customer, so the
+ * front end can record it in the audit log (as `customer.upsert`) before answering 200.
+ * It never reaches a client.
+ */
+export const CONTEXT_WROTE_STATUS = 201;
+
 /** Replies flattened as [id, status, body, id, status, body, ...] to keep cloning cheap. */
 export type ReplyTriples = Array<number | string>;
 

@@ -7,6 +7,7 @@
 import type { Outcome, Rejection } from './customer.js';
 import { exactJson } from './fixed.js';
 import { METADATA_KEYS_MAX } from './limits.js';
+import { CONTEXT_WROTE_STATUS } from './protocol.js';
 import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../src/errors.js';
 
 export interface Rendered {
@@ -28,7 +29,7 @@ export function renderOutcome(outcome: Outcome): Rendered {
     case 'customer':
       return { status: outcome.created ? 201 : 200, body: JSON.stringify(outcome.view) };
     case 'context':
-      return { status: 200, body: exactJson(JSON.stringify(outcome.view)) };
+      return { status: outcome.wrote ? CONTEXT_WROTE_STATUS : 200, body: exactJson(JSON.stringify(outcome.view)) };
     case 'rejected':
       return renderRejection(outcome.rejection);
   }

@@ -145,11 +145,15 @@ describe('customers over HTTP', () => {
     [{ id: '' }, 'id must be 1 to 255 characters'],
     [{ id: 'x', name: 5 }, 'name must be a string or null'],
     [{ id: 'x', email: 'e'.repeat(256) }, 'email must be at most 255 characters'],
+    [{ id: 'x', email: 'Jane Doe' }, 'email must be an email address (name@domain)'],
+    [{ id: 'x', email: '' }, 'email must be an email address (name@domain)'],
+    [{ id: 'x', email: 'jane doe@example.com' }, 'email must be an email address (name@domain)'],
+    [{ id: 'x', email: 'a@b@c' }, 'email must be an email address (name@domain)'],
     [{ id: 'x', metadata: [] }, 'metadata must be an object'],
     [{ id: 'x', metadata: { k: { nested: true } } }, 'metadata.k must be a string or a number or a boolean or null'],
     [{ id: 'x', metadata: { k: 'v'.repeat(501) } }, 'metadata.k must be at most 500 characters'],
     [{ id: 'x', metadata: { ['k'.repeat(41)]: 1 } }, 'metadata keys must be 1 to 40 characters'],
-    [{ id: 'x', metadata: Object.fromEntries(Array.from({ length: 51 }, (_, i) => [`k${i}`, i])) }, 'metadata must NOT have more than 50 properties'],
+    [{ id: 'x', metadata: Object.fromEntries(Array.from({ length: 51 }, (_, i) => [`k${i}`, i])) }, 'metadata may hold at most 50 keys'],
     [{ id: 'x', extra: 1 }, 'extra is not a known field'],
   ])('POST %j → 400 %s', async (body, error) => {
     expect(await upsert(body)).toMatchObject({ status: 400, body: { error } });
@@ -221,6 +225,26 @@ describe('context (row 8)', () => {
     expect(res).toMatchObject({ status: 200, body: { customer: { id: 'ctx-new', name: null }, features: {}, usage: {}, limits: {}, subscription: null } });
     expect(res.body.plans.map((p: { key: string }) => p.key)).toEqual(['free']);
     expect((await call(server.base, 'GET', '/v1/customers/ctx-new', { key: sk })).status).toBe(200);
+  });
+
+  it('writes (and audits as customer.upsert) only a call that creates or changes the customer', async () => {
+    const entries = async () =>
+      (await call(server.base, 'GET', '/v1/audit?resourceType=customer&limit=100', { key: sk })).body.data.filter((e: { resourceId: string }) => e.resourceId === 'ctx-aud');
+    const stored = async () => (await call(server.base, 'GET', '/v1/customers/ctx-aud', { key: sk })).body;
+    expect((await context({ customer: { id: 'ctx-aud', name: 'N', metadata: { tier: 'a' } } })).status).toBe(200);
+    const created = await stored();
+    expect(await entries()).toMatchObject([{ action: 'customer.upsert', data: { name: 'N', metadata: { tier: 'a' } } }]);
+    // The same profile again, a subset of it, or removing a key it does not have: nothing to write.
+    for (const customer of [{ id: 'ctx-aud', name: 'N', metadata: { tier: 'a' } }, { id: 'ctx-aud', name: 'N' }, { id: 'ctx-aud', metadata: { gone: null } }, { id: 'ctx-aud' }]) {
+      expect((await context({ customer })).status).toBe(200);
+    }
+    expect(await stored()).toEqual(created);
+    expect(await entries()).toHaveLength(1);
+    // A change is written, stamped and audited.
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    expect((await context({ customer: { id: 'ctx-aud', metadata: { tier: null } } })).body.customer).toMatchObject({ name: 'N', metadata: {} });
+    expect((await stored()).updatedAt > created.updatedAt).toBe(true);
+    expect(await entries()).toMatchObject([{ action: 'customer.upsert', data: { metadata: { tier: null } } }, { data: { name: 'N' } }]);
   });
 
   it('unknown keys are 404 naming the key; wrong types 400; nothing is created then', async () => {

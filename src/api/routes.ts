@@ -9,7 +9,7 @@
 import type { BillingConfig, ProductDefinition } from '../../actors/billing-config.js';
 import { exactAmountValue, mayRoundInJson, parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
 import { ID_LENGTH_MAX } from '../../actors/limits.js';
-import type { Command, Environment } from '../../actors/protocol.js';
+import { CONTEXT_WROTE_STATUS, type Command, type Environment } from '../../actors/protocol.js';
 import type { ProfilePatch } from '../../actors/customer.js';
 import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
 import type { AuditInput, AuditLog, AuditVerification } from '../../storage/audit-log.js';
@@ -310,11 +310,16 @@ function contextRoute(deps: ApiDeps): Route {
         ...(includePlans === true ? [`"plans":${JSON.stringify(productViews(deps, ctx.environment))}`] : []),
         ...(includeSubscription === true ? ['"subscription":null'] : []),
       ];
-      const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch: profilePatch(customer), request: { features, usage, limits } } as const;
-      submit(deps, ctx.ex, command, (status, reply) =>
+      const patch = profilePatch(customer);
+      const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch, request: { features, usage, limits } } as const;
+      submit(deps, ctx.ex, command, (status, reply) => {
+        if (status !== 200 && status !== CONTEXT_WROTE_STATUS) return ctx.ex.send(status, reply);
         // The shard renders `{customer, features, usage, limits}`; splice our fields before its closing brace.
-        ctx.ex.send(status, status === 200 && extra.length > 0 ? `${reply.slice(0, -1)},${extra.join(',')}}` : reply),
-      );
+        const body = extra.length > 0 ? `${reply.slice(0, -1)},${extra.join(',')}}` : reply;
+        if (status === 200) return ctx.ex.send(200, body);
+        // It created or changed the customer: audited like POST /v1/customers.
+        audited(deps, ctx, { action: 'customer.upsert', resourceType: 'customer', resourceId: customer.id, data: { ...patch } }, 200, body);
+      });
     },
   };
 }
