@@ -74,13 +74,20 @@ export interface ContractBody {
   readonly entitlements?: Readonly<Record<string, { readonly included: number }>>;
 }
 
+/**
+ * What an email must look like: one `@` with something on each side and no spaces.
+ * Deliberately loose (as Stripe is): mailbox syntax is the mail server's business; this
+ * only catches a value that is plainly not an address, such as a name in the wrong field.
+ */
+const EMAIL_PATTERN = '^[^\\s@]+@[^\\s@]+$';
+
 /** POST /v1/customers (row 9): create, or update only the fields given. */
 export const customerUpsertSchema = {
   type: 'object',
   properties: {
     id,
     name: { anyOf: [{ type: 'string', maxLength: ID_LENGTH_MAX }, { type: 'null' }] },
-    email: { anyOf: [{ type: 'string', maxLength: ID_LENGTH_MAX }, { type: 'null' }] },
+    email: { anyOf: [{ type: 'string', maxLength: ID_LENGTH_MAX, pattern: EMAIL_PATTERN, description: 'an email address (name@domain)' }, { type: 'null' }] },
     metadata: {
       type: 'object',
       maxProperties: METADATA_KEYS_MAX,
@@ -251,13 +258,18 @@ function describe(error: ErrorObject, what: 'body' | 'query'): string {
       return `${field} keys must be ${String(names.minLength ?? 1)} to ${String(names.maxLength)} characters`;
     }
     case 'anyOf': {
-      const branches = (error.parentSchema as { anyOf?: Array<{ type?: string; maxLength?: number }> } | undefined)?.anyOf ?? [];
-      const tooLong = branches.find((b) => b.type === 'string' && typeof error.data === 'string' && b.maxLength !== undefined && error.data.length > b.maxLength);
+      const branches = (error.parentSchema as { anyOf?: Array<{ type?: string; maxLength?: number; pattern?: string; description?: string }> } | undefined)?.anyOf ?? [];
+      const text = typeof error.data === 'string' ? error.data : null;
+      const tooLong = branches.find((b) => b.type === 'string' && text !== null && b.maxLength !== undefined && text.length > b.maxLength);
       if (tooLong !== undefined) return `${field} must be at most ${String(tooLong.maxLength)} characters`;
+      const misshapen = branches.find((b) => b.type === 'string' && text !== null && b.pattern !== undefined && !new RegExp(b.pattern, 'u').test(text));
+      if (misshapen !== undefined) return `${field} must be ${misshapen.description ?? 'well formed'}`;
       return `${field} must be ${branches.map((b) => article(String(b.type))).join(' or ')}`;
     }
     case 'pattern':
       return `${field} must be a whole number`;
+    case 'maxProperties':
+      return `${field} may hold at most ${String(p['limit'])} keys`;
     default:
       // ajv's own wording already starts with "must ..." (minimum, maximum, maxProperties).
       return `${field || what} ${String(error.message)}`;
