@@ -3,6 +3,7 @@
  * produce, the 413/405/404 edges of PRODUCT.md, hostile input, and the config routes.
  */
 import http from 'node:http';
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
 
@@ -219,6 +220,30 @@ describe('contracts (row 20)', () => {
     expect((await get(`/v1/entitlements/seats/limit?customerId=${c}`)).body).toMatchObject({ limit: 5 });
     expect(await get(`/v1/contracts/${c}`, sk)).toMatchObject({ status: 404, body: { error: `customer ${c} has no contract` } });
     expect((await call(server.base, 'DELETE', `/v1/contracts/${c}`, { key: sk })).status).toBe(404);
+  });
+
+  it('answers DELETE with a bare 204: no Content-Length, no content type, and the connection stays usable', async () => {
+    const c = 'contract-204';
+    expect((await call(server.base, 'PUT', `/v1/contracts/${c}`, { key: sk, body: contract })).status).toBe(200);
+    const { hostname, port } = new URL(server.base);
+    const socket = net.connect(Number(port), hostname);
+    let received = '';
+    socket.setEncoding('latin1').on('data', (chunk: string) => (received += chunk));
+    const until = async (done: () => boolean): Promise<void> => {
+      while (!done()) await new Promise((resolve) => setTimeout(resolve, 5));
+    };
+    socket.write(`DELETE /v1/contracts/${c} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\n\r\n`);
+    await until(() => received.includes('\r\n\r\n'));
+    const [head] = received.split('\r\n\r\n');
+    expect(head).toMatch(/^HTTP\/1\.1 204 No Content\r\n/);
+    expect(head?.toLowerCase()).not.toMatch(/\r\n(content-length|content-type|transfer-encoding):/);
+    expect(head?.toLowerCase()).toContain('\r\nx-ratelimit-remaining: ');
+    // Nothing follows the head, and the same connection answers the next request.
+    received = '';
+    socket.write(`GET /v1/contracts/${c} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\n\r\n`);
+    await until(() => received.includes('has no contract'));
+    expect(received).toMatch(/^HTTP\/1\.1 404 Not Found\r\n/);
+    socket.destroy();
   });
 
   it.each([

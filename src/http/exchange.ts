@@ -99,13 +99,15 @@ export class Exchange {
     res.cork(() => {
       // uWS writes "200 OK" itself when no status is given: one native call fewer.
       if (status !== 200) res.writeStatus(STATUS_TEXT[status] ?? String(status));
-      res.writeHeader('content-type', contentType);
+      // A 204 has no body, hence no content type and (RFC 9110 §8.6) no Content-Length.
+      if (status !== 204) res.writeHeader('content-type', contentType);
       const rate = this.rate;
       // All three X-RateLimit-* lines in one call, without String(): see rate-limit-header.ts.
       if (rate !== null) res.writeHeader(RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue(rate.limitBytes, rate.remaining, rate.resetBytes));
       if (status >= 400 || this.echoRequestId) res.writeHeader('x-request-id', this.requestId);
       for (const [name, value] of headers) res.writeHeader(name, value);
-      res.end(body, closeConnection);
+      if (status === 204) res.endWithoutBody();
+      else res.end(body, closeConnection);
     });
     this.obs.answered(this, status);
   }
