@@ -85,6 +85,10 @@ describe('audit log', () => {
     expect(seen).toEqual((await list()).body.data.map((e: { id: string }) => e.id));
     expect((await list('?limit=0')).status).toBe(400);
     expect((await list('?cursor=zzz')).status).toBe(400);
+    // A filter value the log cannot hold is a typo: 400 naming the allowed values, not an empty page.
+    expect(await list('?action=contract.update')).toMatchObject({ status: 400, body: { error: expect.stringMatching(/^action must be one of config\.push, customer\.upsert, .*key\.revoke$/) } });
+    expect(await list('?resourceType=Customer')).toMatchObject({ status: 400, body: { error: expect.stringMatching(/^resourceType must be one of config, customer, /) } });
+    expect((await list('?action=key.create')).body.data.every((e: { action: string }) => e.action === 'key.create')).toBe(true);
     expect((await list('', server.keys.test.client)).status).toBe(403);
     expect((await list('', server.keys.live.server)).body).toEqual({ data: [], nextCursor: null });
   });

@@ -19,7 +19,7 @@ import { decodeComponent } from '../http/query.js';
 import { Router } from '../http/router.js';
 import type { ShardPool } from '../shard-pool.js';
 import { auditPage } from './audit-page.js';
-import { check, validateAuditQuery, validateKeyCreate } from './validation.js';
+import { check, validateKeyCreate, validateOperatorAuditQuery } from './validation.js';
 
 /** The operator audit stream's chain name in the audit log. */
 export const OPERATOR_STREAM = 'operator';
@@ -181,7 +181,7 @@ function auditRoute(deps: AdminDeps): AdminRoute {
     hasBody: false,
     takesQuery: true,
     handle(ctx) {
-      const query = check(validateAuditQuery, ctx.query, 'query');
+      const query = check(validateOperatorAuditQuery, ctx.query, 'query');
       if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });
       auditPage(ctx.ex, deps.audit, OPERATOR_STREAM, query.value);
     },

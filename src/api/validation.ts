@@ -134,17 +134,38 @@ export interface ContextBody {
   readonly includeSubscription?: boolean;
 }
 
+/**
+ * Every action and resource type an environment's audit log can hold (PRODUCT.md, Audit),
+ * including those of routes still to come (commerce, webhooks), so a filter with a typo
+ * is a 400 naming the allowed values rather than an empty page.
+ */
+export const AUDIT_ACTIONS = [
+  'config.push', 'customer.upsert', 'contract.put', 'contract.delete', 'limit.settings', 'usage.settings', 'usage.refund',
+  'checkout.create', 'subscription.change', 'subscription.refund', 'purchase.refund', 'webhook.register', 'key.create', 'key.revoke',
+] as const;
+export const AUDIT_RESOURCE_TYPES = ['config', 'customer', 'contract', 'limit', 'meter', 'checkout', 'subscription', 'purchase', 'webhook', 'key'] as const;
+
 /** GET /v1/audit (row 21). */
 export const auditQuerySchema = {
   type: 'object',
   properties: {
-    action: { type: 'string', minLength: 1, maxLength: 64 },
-    resourceType: { type: 'string', minLength: 1, maxLength: 64 },
+    action: { type: 'string', enum: AUDIT_ACTIONS },
+    resourceType: { type: 'string', enum: AUDIT_RESOURCE_TYPES },
     limit: { type: 'string', pattern: '^[0-9]{1,9}$' },
     cursor: { type: 'string', minLength: 1, maxLength: 2048 },
   },
   required: [],
   additionalProperties: false,
+} as const;
+
+/** GET /v1/admin/audit: the operator stream's actions are the operator's own (README, Operations). */
+export const operatorAuditQuerySchema = {
+  ...auditQuerySchema,
+  properties: {
+    ...auditQuerySchema.properties,
+    action: { type: 'string', minLength: 1, maxLength: 64 },
+    resourceType: { type: 'string', minLength: 1, maxLength: 64 },
+  },
 } as const;
 
 export interface AuditQuery {
@@ -205,6 +226,7 @@ export const validateUsageSettings = ajv.compile<UsageSettingsBody>(usageSetting
 export const validateContract = ajv.compile<ContractBody>(contractSchema);
 export const validateCustomerUpsert = ajv.compile<CustomerUpsertBody>(customerUpsertSchema);
 export const validateAuditQuery = ajv.compile<AuditQuery>(auditQuerySchema);
+export const validateOperatorAuditQuery = ajv.compile<AuditQuery>(operatorAuditQuerySchema);
 export const validateContext = ajv.compile<ContextBody>(contextSchema);
 export const validateCustomerListQuery = ajv.compile<CustomerListQuery>(customerListQuerySchema);
 export const validateKeyCreate = ajv.compile<KeyCreateBody>(keyCreateSchema);
@@ -247,8 +269,10 @@ function describe(error: ErrorObject, what: 'body' | 'query'): string {
     case 'type':
       return field === '' ? `request ${what} must be a JSON object` : `${field} must be ${article(String(p['type']))}`;
     case 'minLength':
-    case 'maxLength':
-      return `${field} must be 1 to ${ID_LENGTH_MAX} characters`;
+    case 'maxLength': {
+      const bounds = error.parentSchema as { minLength?: number; maxLength?: number } | undefined;
+      return `${field} must be ${String(bounds?.minLength ?? 0)} to ${String(bounds?.maxLength ?? ID_LENGTH_MAX)} characters`;
+    }
     case 'enum':
       return `${field} must be one of ${(p['allowedValues'] as unknown[]).join(', ')}`;
     case 'propertyNames': {
