@@ -153,11 +153,21 @@ export function microsToDecimal(micros: Micros): string {
 }
 
 /**
- * An amount as a plain JSON value for stored records (the audit log): a number while a
- * double spells it exactly (below 10^9 units), else its exact decimal text.
+ * Whole units below this (10^15) are integers a double holds exactly, and JSON.stringify
+ * prints them digit for digit (it switches to exponents only from 10^21).
+ */
+const EXACT_WHOLE_MICROS = 10n ** 21n;
+
+/**
+ * An amount as a plain JSON value (replies, the audit log): a number while a double
+ * spells it exactly (below 10^9 units, or a whole number of units below 10^15), else its
+ * exact decimal text. The whole-number case keeps large allowances such as 10^9 included
+ * API calls off the slower text path.
  */
 export function exactAmountValue(micros: Micros): number | string {
-  return micros < EXACT_NUMBER_MICROS && micros > -EXACT_NUMBER_MICROS ? Number(micros) / 1e6 : microsToDecimal(micros);
+  if (micros < EXACT_NUMBER_MICROS && micros > -EXACT_NUMBER_MICROS) return Number(micros) / 1e6;
+  if (micros < EXACT_WHOLE_MICROS && micros > -EXACT_WHOLE_MICROS && micros % MICROS_PER_UNIT === 0n) return Number(micros / MICROS_PER_UNIT);
+  return microsToDecimal(micros);
 }
 
 /** Writes every marked amount in JSON text (made by JSON.stringify) as the bare number it spells. */

@@ -93,6 +93,21 @@ describe('writing amounts exactly', () => {
     );
   });
 
+  it('property: whole units below 10^15 are plain numbers that print exactly; larger ones are marked', () => {
+    fc.assert(
+      fc.property(fc.bigInt({ min: -(10n ** 16n), max: 10n ** 16n }), (units) => {
+        const micros = units * 1_000_000n;
+        const value = formatMicros(micros);
+        const small = units < 10n ** 15n && units > -(10n ** 15n);
+        expect(typeof value).toBe(small ? 'number' : 'string');
+        expect(exactJson(JSON.stringify([value]))).toBe(`[${units}]`);
+      }),
+      { numRuns: 1000 },
+    );
+    expect(formatMicros(999_999_999_999_999_000_000n)).toBe(999_999_999_999_999);
+    expect(formatMicros(1_000_000_000_000_000_000_000n)).not.toBe(1e15);
+  });
+
   it('leaves strings that only look like a mark alone', () => {
     const json = JSON.stringify({ name: '\\udfff12', other: 'udfff3' });
     expect(exactJson(json)).toBe(json);
@@ -101,6 +116,7 @@ describe('writing amounts exactly', () => {
   it('stored records get a number while a double is exact, else the decimal text', () => {
     expect(exactAmountValue(2_500_000n)).toBe(2.5);
     expect(exactAmountValue(123_456_789_012_345_678n)).toBe('123456789012.345678');
+    expect(exactAmountValue(1_000_000_000_000_000n)).toBe(1_000_000_000);
   });
 });
 
