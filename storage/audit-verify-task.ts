@@ -6,6 +6,7 @@
  */
 import { join } from 'node:path';
 import { AuditLog, type AuditVerification } from './audit-log.js';
+import type { RootDatabase } from 'lmdb';
 import { openDurableEnv } from './lmdb-env.js';
 
 export interface AuditVerifyTask {
@@ -13,13 +14,23 @@ export interface AuditVerifyTask {
   readonly environment: string;
 }
 
-const logs = new Map<string, AuditLog>();
+interface OpenLog {
+  readonly root: RootDatabase;
+  readonly log: AuditLog;
+}
+
+const logs = new Map<string, OpenLog>();
 
 export default function verifyAuditChain(task: AuditVerifyTask): AuditVerification {
-  let log = logs.get(task.dataDir);
-  if (log === undefined) {
-    log = new AuditLog(openDurableEnv(join(task.dataDir, 'control'), ['audit']).dbs.audit);
-    logs.set(task.dataDir, log);
+  let open = logs.get(task.dataDir);
+  if (open === undefined) {
+    const env = openDurableEnv(join(task.dataDir, 'control'), ['audit']);
+    open = { root: env.root, log: new AuditLog(env.dbs.audit) };
+    logs.set(task.dataDir, open);
   }
-  return log.verify(task.environment);
+  // lmdb-js keeps a thread's read snapshot until a timer resets it, and piscina waits for
+  // the next task with Atomics.wait, so timers never run here: without this reset every
+  // later verify would read the chain as it was at the first one.
+  open.root.resetReadTxn();
+  return open.log.verify(task.environment);
 }

@@ -95,6 +95,10 @@ describe('audit log', () => {
 
   it('verify reports an intact chain, and a tampered entry after a restart', async () => {
     expect((await call(server.base, 'GET', '/v1/audit/verify', { key: sk })).body).toMatchObject({ ok: true, entries: 7 });
+    // Each verify reads the chain as it is now, not as the pool thread first saw it.
+    expect((await call(server.base, 'POST', '/v1/customers', { key: sk, body: { id: 'aud-2' } })).status).toBe(201);
+    const newest = (await list('?limit=1')).body.data[0];
+    expect((await call(server.base, 'GET', '/v1/audit/verify', { key: sk })).body).toEqual({ ok: true, entries: 8, lastHash: newest.hash });
     await server.stop();
     const control = openDurableEnv(path.join(server.dataDir, 'control'), ['audit']);
     const key = ['test', 3];
