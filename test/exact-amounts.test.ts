@@ -6,6 +6,7 @@
  */
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { roundedNumberPath } from '../src/http/json-source.js';
 import { exactAmountValue, exactJson, formatMicros, mayRoundInJson, microsToDecimal, parseAmount } from '../actors/fixed.js';
 import { memberSource } from '../src/http/json-source.js';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
@@ -120,6 +121,38 @@ describe('writing amounts exactly', () => {
   });
 });
 
+describe('numbers JSON.parse did not keep exactly', () => {
+  it.each([
+    ['{"a":1}', null],
+    ['{"a":99999999999.999999}', 'a'],
+    ['{"entitlements":{"t":{"included":99999999999.999999}}}', 'entitlements.t.included'],
+    ['{"x":[1,2,12345678901234567890]}', 'x.2'],
+    ['{"a":100000000000.0000}', null],
+    ['{"a":1.0000000000000000000001}', 'a'],
+    ['{"s":"99999999999.999999"}', null],
+    ['{"a":-12345678901234567}', 'a'],
+    ['{"a":9007199254740993}', 'a'],
+    ['{"a":9007199254740992}', null],
+    ['{"a":0.0000000000000000}', null],
+    ['{"a":1.2345678901234567e300}', null],
+    ['{"a":1.23456789012345678901e300}', 'a'],
+    ['{"k\\"ey":{"x y":12345678901234567}}', 'k"ey.x y'],
+    [' [ {"a" : 1} , { "b" : [ 12345678901234567 ] } ] ', '1.b.0'],
+  ])('%s → %s', (text, path) => {
+    JSON.parse(text); // the walker only ever sees text JSON.parse accepted
+    expect(roundedNumberPath(text)).toBe(path);
+  });
+
+  it('property: whatever JSON.stringify writes comes back unchanged', () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), (value) => {
+        expect(roundedNumberPath(JSON.stringify(value) ?? 'null')).toBeNull();
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
+
 describe('exact amounts over HTTP', () => {
   let server: ServerProcess;
   let sk: string;
@@ -138,10 +171,28 @@ describe('exact amounts over HTTP', () => {
   });
 
   /** POSTs raw JSON and returns the status and the reply's text (not parsed: a double would round it). */
-  async function raw(path: string, text: string): Promise<{ status: number; text: string }> {
-    const res = await fetch(server.base + path, { method: 'POST', headers: { 'x-tally-key': sk, 'content-type': 'application/json' }, body: text });
+  async function raw(path: string, text: string, method = 'POST'): Promise<{ status: number; text: string }> {
+    const res = await fetch(server.base + path, { method, headers: { 'x-tally-key': sk, 'content-type': 'application/json' }, body: text });
     return { status: res.status, text: await res.text() };
   }
+
+  it('refuses, naming the field, a stored number JSON.parse would have changed; stores one it keeps', async () => {
+    const refused = (path: string) => ({ status: 400, text: JSON.stringify({ error: `${path} cannot be stored exactly: a JSON number keeps at most 15 significant digits` }) });
+    const contract = (included: string) => `{"priceAmount":100,"priceInterval":"month","entitlements":{"tokens":{"included":${included}}}}`;
+    expect(await raw('/v1/contracts/lit', contract('99999999999.999999'), 'PUT')).toEqual(refused('entitlements.tokens.included'));
+    expect(await raw('/v1/contracts/lit', contract('1.0000000000000000000001'), 'PUT')).toEqual(refused('entitlements.tokens.included'));
+    expect(await raw('/v1/contracts/lit', '{"priceAmount":5.0000000000000001,"priceInterval":"month"}', 'PUT')).toEqual(refused('priceAmount'));
+    expect((await call(server.base, 'GET', '/v1/contracts/lit', { key: sk })).status).toBe(404);
+    expect(await raw('/v1/customers', '{"id":"lit","metadata":{"order":12345678901234567890}}')).toEqual(refused('metadata.order'));
+    expect(await raw('/v1/context', '{"customer":{"id":"lit","metadata":{"n":12345678901234567890}}}')).toEqual(refused('customer.metadata.n'));
+    expect((await call(server.base, 'GET', '/v1/customers/lit', { key: sk })).status).toBe(404);
+    const pushed = `{"entitlements":{"tokens":{"type":"meter","reset":"never"}},"products":{"free":{"default":true,"entitlements":{"tokens":{"included":99999999999.999999}}}}}`;
+    expect(await raw('/v1/sync/push', pushed)).toEqual(refused('products.free.entitlements.tokens.included'));
+    expect((await call(server.base, 'GET', '/v1/sync/pull', { key: sk })).body.version).toBe(1);
+    // Sixteen digits a double holds exactly are fine.
+    expect((await raw('/v1/contracts/lit', contract('100000000000.0000'), 'PUT')).status).toBe(200);
+    expect((await call(server.base, 'GET', '/v1/usage/tokens/balance?customerId=lit', { key: sk })).body).toMatchObject({ included: 100_000_000_000 });
+  });
 
   it('records and answers an amount of 17 significant digits exactly, and refunds it exactly', async () => {
     const consumed = await raw('/v1/usage/tokens/consume', '{"customerId":"x","amount":99999999999.999999}');

@@ -17,7 +17,7 @@ import type { CustomerIndex } from '../../storage/customer-index.js';
 import { billingConfigSchema } from '../config/billing-schema.js';
 import { formatViolations, validateBillingConfig } from '../config/validate-config.js';
 import type { Exchange } from '../http/exchange.js';
-import { memberSource } from '../http/json-source.js';
+import { memberSource, roundedNumberPath } from '../http/json-source.js';
 import { decodeComponent } from '../http/query.js';
 import { Router } from '../http/router.js';
 import type { ShardPool } from '../shard-pool.js';
@@ -127,6 +127,20 @@ function submitAudited(deps: ApiDeps, ctx: RequestContext, command: Command, aud
   submit(deps, ctx.ex, command, (status, body) => audited(deps, ctx, audit, status, body));
 }
 
+/**
+ * Refuses (400 naming the field) a body holding a number JSON.parse did not keep exactly,
+ * such as `99999999999.999999` or a 20-digit id in metadata: stored as parsed, it would
+ * silently become another value. Usage amounts are read exactly from the text instead
+ * (usageAmountRoute); everything else that is stored takes this check. Returns false
+ * when it answered.
+ */
+function keepsEveryNumber(ctx: RequestContext): boolean {
+  const path = mayRoundInJson(ctx.bodyText) ? roundedNumberPath(ctx.bodyText) : null;
+  if (path === null) return true;
+  ctx.ex.fail('invalid_request', { detail: `${path} cannot be stored exactly: a JSON number keeps at most 15 significant digits` });
+  return false;
+}
+
 function readRoute(deps: ApiDeps, op: 'has' | 'limit' | 'balance'): Route {
   return {
     access: 'client',
@@ -174,6 +188,7 @@ function limitSettingsRoute(deps: ApiDeps): Route {
       if (key === null) return;
       const body = check(validateLimitSettings, ctx.body, 'body');
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
+      if (!keepsEveryNumber(ctx)) return;
       const { customerId, purchased, autoExpansionEnabled } = body.value;
       // A cross-field rule the schema could only phrase as an opaque anyOf error.
       if (purchased === undefined && autoExpansionEnabled === undefined) {
@@ -220,6 +235,7 @@ function pushRoute(deps: ApiDeps): Route {
     handle(ctx) {
       const result = validateBillingConfig(ctx.body);
       if (!result.ok) return ctx.ex.fail('invalid_config', { detail: formatViolations(result.errors) });
+      if (!keepsEveryNumber(ctx)) return;
       deps.pushConfig(ctx.environment, result.config).then(
         ({ version, pushedAtMs }) => {
           const body = JSON.stringify({ version, pushedAt: new Date(pushedAtMs).toISOString() });
@@ -258,6 +274,7 @@ function contractRoute(deps: ApiDeps, op: 'getContract' | 'putContract' | 'delet
       if (op === 'deleteContract') return submitAudited(deps, ctx, { op, ...address }, { ...audit, action: 'contract.delete', data: {} });
       const body = check(validateContract, ctx.body, 'body');
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
+      if (!keepsEveryNumber(ctx)) return;
       const { priceAmount, priceInterval, entitlements } = body.value;
       const contract = { priceAmount, priceInterval, entitlements: entitlements ?? {} };
       submitAudited(deps, ctx, { op, ...address, contract }, { ...audit, action: 'contract.put', data: contract });
@@ -282,6 +299,7 @@ function upsertCustomerRoute(deps: ApiDeps): Route {
     handle(ctx) {
       const body = check(validateCustomerUpsert, ctx.body, 'body');
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
+      if (!keepsEveryNumber(ctx)) return;
       const patch = profilePatch(body.value);
       submitAudited(deps, ctx, { op: 'upsertCustomer', environment: ctx.environment, customerId: body.value.id, key: '', patch }, {
         action: 'customer.upsert',
@@ -305,6 +323,7 @@ function contextRoute(deps: ApiDeps): Route {
     handle(ctx) {
       const body = check(validateContext, ctx.body, 'body');
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
+      if (!keepsEveryNumber(ctx)) return;
       const { customer, features = [], usage = [], limits = [], includePlans, includeSubscription } = body.value;
       const extra = [
         ...(includePlans === true ? [`"plans":${JSON.stringify(productViews(deps, ctx.environment))}`] : []),
