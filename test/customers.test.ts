@@ -168,7 +168,8 @@ describe('customers over HTTP', () => {
   it.each([
     ['/v1/customers?limit=0', 'limit must be a whole number from 1 to 100'],
     ['/v1/customers?limit=101', 'limit must be a whole number from 1 to 100'],
-    ['/v1/customers?limit=abc', 'limit must be a whole number'],
+    ['/v1/customers?limit=abc', 'limit must be a whole number from 1 to 100'],
+    ['/v1/customers?limit=007', 'limit must be a whole number from 1 to 100'],
     ['/v1/customers?cursor=not-a-cursor', 'cursor is invalid'],
     ['/v1/customers?sort=asc', 'sort is not a known field'],
   ])('GET %s → 400', async (url, error) => {

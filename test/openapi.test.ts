@@ -163,6 +163,17 @@ describe('buildOpenApi', () => {
     }
   });
 
+  it("a listing's documented limit accepts exactly what the server accepts: 1 to 100", () => {
+    const doc = docOf(PRODUCT_CONFIG);
+    for (const path of ['/v1/customers', '/v1/audit']) {
+      const limit = (doc.paths[path].get.parameters as Array<{ name: string; schema: object }>).find((p) => p.name === 'limit');
+      const accepts = new Ajv2020({ strict: false }).compile(limit?.schema ?? {});
+      const accepted = Array.from({ length: 1001 }, (_, n) => String(n)).filter((text) => accepts(text));
+      expect(accepted, path).toEqual(Array.from({ length: 100 }, (_, n) => String(n + 1)));
+      for (const text of ['007', '1.5', '-1', 'abc', '']) expect(accepts(text), `${path} ${text}`).toBe(false);
+    }
+  });
+
   it('documents exactly the routes the server serves', () => {
     // The handlers are closures over deps; building the router calls none of them.
     const router = buildApiRouter({} as ApiDeps);

@@ -7,7 +7,7 @@
  * that a schema cannot judge exactly (amount decimals) are checked by `parseAmount`.
  */
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { ID_LENGTH_MAX, METADATA_KEY_LENGTH_MAX, METADATA_KEYS_MAX, METADATA_VALUE_LENGTH_MAX, PURCHASED_MAX } from '../../actors/limits.js';
+import { ID_LENGTH_MAX, LIST_LIMIT_MAX, METADATA_KEY_LENGTH_MAX, METADATA_KEYS_MAX, METADATA_VALUE_LENGTH_MAX, PURCHASED_MAX } from '../../actors/limits.js';
 
 // verbose: errors carry their schema, so an anyOf can be described by its branches.
 const ajv = new Ajv({ allErrors: false, strict: true, coerceTypes: false, verbose: true });
@@ -135,6 +135,13 @@ export interface ContextBody {
 }
 
 /**
+ * A listing's `limit` as the query gives it (a string): a whole number from 1 to 100. The
+ * pattern says the range too, so the OpenAPI document (which publishes these schemas)
+ * refuses what the server refuses; `description` is also the error's wording.
+ */
+const LIST_LIMIT_QUERY = { type: 'string', pattern: '^(?:[1-9][0-9]?|100)$', description: `a whole number from 1 to ${LIST_LIMIT_MAX}` } as const;
+
+/**
  * Every action and resource type an environment's audit log can hold (PRODUCT.md, Audit),
  * including those of routes still to come (commerce, webhooks), so a filter with a typo
  * is a 400 naming the allowed values rather than an empty page.
@@ -151,7 +158,7 @@ export const auditQuerySchema = {
   properties: {
     action: { type: 'string', enum: AUDIT_ACTIONS },
     resourceType: { type: 'string', enum: AUDIT_RESOURCE_TYPES },
-    limit: { type: 'string', pattern: '^[0-9]{1,9}$' },
+    limit: LIST_LIMIT_QUERY,
     cursor: { type: 'string', minLength: 1, maxLength: 2048 },
   },
   required: [],
@@ -178,7 +185,7 @@ export interface AuditQuery {
 /** GET /v1/customers (row 10): query values are strings; limit is checked as a number after. */
 export const customerListQuerySchema = {
   type: 'object',
-  properties: { limit: { type: 'string', pattern: '^[0-9]{1,9}$' }, cursor: { type: 'string', minLength: 1, maxLength: 2048 } },
+  properties: { limit: LIST_LIMIT_QUERY, cursor: { type: 'string', minLength: 1, maxLength: 2048 } },
   required: [],
   additionalProperties: false,
 } as const;
@@ -291,7 +298,7 @@ function describe(error: ErrorObject, what: 'body' | 'query'): string {
       return `${field} must be ${branches.map((b) => article(String(b.type))).join(' or ')}`;
     }
     case 'pattern':
-      return `${field} must be a whole number`;
+      return `${field} must be ${(error.parentSchema as { description?: string } | undefined)?.description ?? 'well formed'}`;
     case 'maxProperties':
       return `${field} may hold at most ${String(p['limit'])} keys`;
     default:
