@@ -274,7 +274,8 @@ export type Outcome =
   | { readonly kind: 'balance'; readonly view: BalanceView }
   | { readonly kind: 'contract'; readonly view: ContractView }
   | { readonly kind: 'deleted' }
-  | { readonly kind: 'customer'; readonly view: CustomerView; readonly created: boolean }
+  /** `changed`: the call created or changed the customer (else it repeated what is stored). */
+  | { readonly kind: 'customer'; readonly view: CustomerView; readonly created: boolean; readonly changed: boolean }
   /** `wrote`: the call created or changed the customer (the front end audits it). */
   | { readonly kind: 'context'; readonly view: ContextView; readonly wrote: boolean }
   | { readonly kind: 'rejected'; readonly rejection: Rejection };
@@ -498,7 +499,11 @@ export function decide(
   nowMs: number,
 ): Decision {
   if (command.op === 'putContract') return decidePutContract(config, command, nowMs);
-  if (command.op === 'upsertCustomer') return decideUpsertCustomer(customer, command, nowMs);
+  if (command.op === 'upsertCustomer') {
+    // An update that changes nothing is not a mutation: nothing written, stamped or audited.
+    if (customer !== undefined && !patchChanges(customer.profile, command.patch)) return REPLAY;
+    return decideUpsertCustomer(customer, command, nowMs);
+  }
   if (command.op === 'context') return decideContext(customer, config, command, nowMs);
   if (command.op === 'deleteContract') return decideDeleteContract(customer, command, nowMs);
   const ent = resolveEntitlement(config, command);
@@ -888,7 +893,8 @@ export function execute(
   }
   if (command.op === 'upsertCustomer') {
     assert(state !== undefined, 'customerUpserted applied');
-    return { customer: state, outcome: { kind: 'customer', view: customerView(state), created: customer === undefined }, events: decision.events };
+    const outcome: Outcome = { kind: 'customer', view: customerView(state), created: customer === undefined, changed: decision.events.length > 0 };
+    return { customer: state, outcome, events: decision.events };
   }
   if (command.op === 'limitSettings') {
     return { customer: state, outcome: { kind: 'limit', view: limitView(state, config, command.key) }, events: decision.events };

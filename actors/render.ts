@@ -7,7 +7,7 @@
 import type { Outcome, Rejection } from './customer.js';
 import { exactJson } from './fixed.js';
 import { METADATA_KEYS_MAX } from './limits.js';
-import { CONTEXT_WROTE_STATUS } from './protocol.js';
+import { CONTEXT_WROTE_STATUS, UPSERT_UNCHANGED_STATUS } from './protocol.js';
 import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../src/errors.js';
 
 export interface Rendered {
@@ -27,7 +27,7 @@ export function renderOutcome(outcome: Outcome): Rendered {
     case 'deleted':
       return { status: 204, body: '' };
     case 'customer':
-      return { status: outcome.created ? 201 : 200, body: JSON.stringify(outcome.view) };
+      return { status: outcome.created ? 201 : outcome.changed ? 200 : UPSERT_UNCHANGED_STATUS, body: JSON.stringify(outcome.view) };
     case 'context':
       return { status: outcome.wrote ? CONTEXT_WROTE_STATUS : 200, body: exactJson(JSON.stringify(outcome.view)) };
     case 'rejected':

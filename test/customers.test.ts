@@ -159,6 +159,18 @@ describe('customers over HTTP', () => {
     expect(await upsert(body)).toMatchObject({ status: 400, body: { error } });
   });
 
+  it('an update that changes nothing answers the stored customer, unchanged and unaudited', async () => {
+    const entries = async () =>
+      (await call(server.base, 'GET', '/v1/audit?action=customer.upsert&limit=100', { key: sk })).body.data.filter((e: { resourceId: string }) => e.resourceId === 'same');
+    const created = (await upsert({ id: 'same', name: 'S', metadata: { plan: 'x' } })).body;
+    for (const body of [{ id: 'same' }, { id: 'same', name: 'S' }, { id: 'same', metadata: { plan: 'x', gone: null } }]) {
+      expect(await upsert(body)).toMatchObject({ status: 200, body: created });
+    }
+    expect(await entries()).toHaveLength(1);
+    expect((await upsert({ id: 'same', name: 'T' })).body).toMatchObject({ name: 'T', metadata: { plan: 'x' } });
+    expect(await entries()).toHaveLength(2);
+  });
+
   it('merging past 50 metadata keys is refused and changes nothing', async () => {
     await upsert({ id: 'meta', metadata: Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`k${i}`, i])) });
     expect(await upsert({ id: 'meta', metadata: { one_more: 1 } })).toMatchObject({ status: 400, body: { error: 'metadata may hold at most 50 keys (would hold 51)' } });

@@ -9,7 +9,7 @@
 import type { BillingConfig, ProductDefinition } from '../../actors/billing-config.js';
 import { exactAmountValue, mayRoundInJson, parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
 import { ID_LENGTH_MAX } from '../../actors/limits.js';
-import { CONTEXT_WROTE_STATUS, type Command, type Environment } from '../../actors/protocol.js';
+import { CONTEXT_WROTE_STATUS, UPSERT_UNCHANGED_STATUS, type Command, type Environment } from '../../actors/protocol.js';
 import type { ProfilePatch } from '../../actors/customer.js';
 import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
 import type { AuditInput, AuditLog, AuditVerification } from '../../storage/audit-log.js';
@@ -301,12 +301,11 @@ function upsertCustomerRoute(deps: ApiDeps): Route {
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
       if (!keepsEveryNumber(ctx)) return;
       const patch = profilePatch(body.value);
-      submitAudited(deps, ctx, { op: 'upsertCustomer', environment: ctx.environment, customerId: body.value.id, key: '', patch }, {
-        action: 'customer.upsert',
-        resourceType: 'customer',
-        resourceId: body.value.id,
-        data: { ...patch },
-      });
+      const audit = { action: 'customer.upsert', resourceType: 'customer', resourceId: body.value.id, data: { ...patch } } as const;
+      submit(deps, ctx.ex, { op: 'upsertCustomer', environment: ctx.environment, customerId: body.value.id, key: '', patch }, (status, reply) =>
+        // An update that changed nothing answers 200 with the stored customer, unaudited.
+        status === UPSERT_UNCHANGED_STATUS ? ctx.ex.send(200, reply) : audited(deps, ctx, audit, status, reply),
+      );
     },
   };
 }
