@@ -129,12 +129,17 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
 
   let pool: ShardPool | null = null;
   const pushChains = new Map<Environment, Promise<unknown>>();
-  const pushConfig = (environment: Environment, config: BillingConfig): Promise<{ version: number; pushedAtMs: number }> => {
+  const pushConfig = (environment: Environment, config: BillingConfig, actor: string): Promise<{ version: number; pushedAtMs: number }> => {
     const previous = pushChains.get(environment) ?? Promise.resolve();
     const next = previous.then(async () => {
       const version = (control.latestConfig(environment)?.version ?? 0) + 1;
       const pushedAtMs = Date.now();
-      await control.putConfig(environment, { version, pushedAtMs, config });
+      // Both writes are issued in this one turn, so the control store commits them in one
+      // transaction (eventTurnBatching, lmdb-env.ts): a crash keeps the version and its
+      // audit entry together or neither.
+      const stored = control.putConfig(environment, { version, pushedAtMs, config });
+      const entry = { action: 'config.push', resourceType: 'config', resourceId: `v${version}`, actor, data: { version } };
+      await Promise.all([stored, audit.append(environment, entry, pushedAtMs)]);
       pool?.broadcastConfig(environment, version, config);
       return { version, pushedAtMs };
     });

@@ -6,7 +6,7 @@
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encodeRecord, decodeRecord } from '../storage/codec.js';
-import { openDurableEnv } from '../storage/lmdb-env.js';
+import { envInfo, openDurableEnv } from '../storage/lmdb-env.js';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
 
 const CONFIG = {
@@ -110,5 +110,18 @@ describe('audit log', () => {
     server = await startServerProcess({ dataDir: server.dataDir });
     const verdict = await call(server.base, 'GET', '/v1/audit/verify', { key: sk });
     expect(verdict.body).toEqual({ ok: false, entries: 2, brokenAt: 'aud_test_3', reason: 'content does not match its hash' });
+  });
+
+  it('a config push stores the new version and its audit entry in one transaction', async () => {
+    // Another reader of the same environment sees every commit: one push, one transaction.
+    const control = openDurableEnv(path.join(server.dataDir, 'control'), ['audit']);
+    try {
+      const before = envInfo(control.dbs.audit).lastTxnId;
+      expect((await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG })).status).toBe(200);
+      expect(envInfo(control.dbs.audit).lastTxnId - before).toBe(1);
+      expect((await list('?action=config.push&limit=1')).body.data[0]).toMatchObject({ resourceId: 'v2', actor: skId, data: { version: 2 } });
+    } finally {
+      await control.root.close();
+    }
   });
 });

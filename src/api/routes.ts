@@ -69,7 +69,8 @@ export interface ApiDeps {
   /** Walks an environment's audit chain off the event loop (a piscina task). */
   readonly verifyAudit: (stream: string) => Promise<AuditVerification>;
   /** Serialises config pushes per environment so versions are assigned in order. */
-  readonly pushConfig: (environment: Environment, config: BillingConfig) => Promise<{ version: number; pushedAtMs: number }>;
+  /** Stores a new configuration version and its `config.push` audit entry (by `actor`) in one transaction. */
+  readonly pushConfig: (environment: Environment, config: BillingConfig, actor: string) => Promise<{ version: number; pushedAtMs: number }>;
 }
 
 const AMOUNT_MESSAGES: Record<Exclude<AmountParse, { ok: true }>['reason'], string> = {
@@ -236,11 +237,10 @@ function pushRoute(deps: ApiDeps): Route {
       const result = validateBillingConfig(ctx.body);
       if (!result.ok) return ctx.ex.fail('invalid_config', { detail: formatViolations(result.errors) });
       if (!keepsEveryNumber(ctx)) return;
-      deps.pushConfig(ctx.environment, result.config).then(
+      deps.pushConfig(ctx.environment, result.config, ctx.key.id).then(
         ({ version, pushedAtMs }) => {
-          const body = JSON.stringify({ version, pushedAt: new Date(pushedAtMs).toISOString() });
           ctx.ex.logInfo('configuration pushed', { environment: ctx.environment, version, actor: ctx.key.id });
-          audited(deps, ctx, { action: 'config.push', resourceType: 'config', resourceId: `v${version}`, data: { version } }, 200, body);
+          ctx.ex.send(200, JSON.stringify({ version, pushedAt: new Date(pushedAtMs).toISOString() }));
         },
         () => ctx.ex.fail('internal'),
       );
