@@ -4,7 +4,9 @@
  * created / listed / revoked / rotated online, and every operator action lands in the
  * operator audit stream (and key changes also in the environment's own log).
  */
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { envInfo, openDurableEnv } from '../storage/lmdb-env.js';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
 
 let server: ServerProcess;
@@ -157,5 +159,32 @@ describe('key management', () => {
     const verify = await admin('GET', '/v1/admin/audit/verify');
     expect(verify.body).toMatchObject({ ok: true });
     expect(verify.body.entries).toBeGreaterThanOrEqual(2);
+  });
+
+  it('commits each key change together with its audit entries: one transaction per change', async () => {
+    // Another reader of the control store sees every commit; a crash can only keep both or neither.
+    const control = openDurableEnv(path.join(server.dataDir, 'control'), ['keys']);
+    const txnId = () => envInfo(control.dbs.keys).lastTxnId;
+    try {
+      let before = txnId();
+      const created = await admin('POST', '/v1/admin/keys', { body: { environment: 'live', class: 'client' } });
+      expect(created.status).toBe(201);
+      expect(txnId() - before).toBe(1);
+      before = txnId();
+      expect((await admin('DELETE', `/v1/admin/keys/${created.body.id}`)).status).toBe(200);
+      expect(txnId() - before).toBe(1);
+      const other = await startServerProcess();
+      const otherControl = openDurableEnv(path.join(other.dataDir, 'control'), ['keys']);
+      try {
+        const otherBefore = envInfo(otherControl.dbs.keys).lastTxnId;
+        expect((await call(other.base, 'POST', '/v1/admin/keys/rotate-admin', { key: other.keys.admin })).status).toBe(201);
+        expect(envInfo(otherControl.dbs.keys).lastTxnId - otherBefore).toBe(1);
+      } finally {
+        await otherControl.root.close();
+        await other.stop();
+      }
+    } finally {
+      await control.root.close();
+    }
   });
 });

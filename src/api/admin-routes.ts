@@ -67,24 +67,28 @@ export function keyView(record: KeyRecord): Record<string, unknown> {
 /**
  * Writes `input` (actor = the operator key's id) to the operator stream and, for an
  * environment's key, to that environment's log; logs it (ids only, never a secret or the
- * entry's data); then answers. A failed audit write answers 500: the mutation itself is
- * already durable.
+ * entry's data); then answers with the mutation's result. `mutation` is a control-store
+ * write the caller has just issued, in this same turn: the entries are issued before the
+ * turn ends, so the control store commits the change and its entries in one transaction
+ * (eventTurnBatching, lmdb-env.ts) and a crash keeps both or neither. A mutation outside
+ * the control store (a snapshot file) passes its settled result. A failed write answers 500.
  */
-export function auditOperator(
+export function auditOperator<T>(
   deps: Pick<AdminDeps, 'audit'>,
   ctx: AdminContext,
   input: Omit<AuditInput, 'actor'>,
   environment: Environment | null,
-  answer: () => void,
+  mutation: Promise<T>,
+  answer: (result: T) => void,
 ): void {
   const entry = { ...input, actor: ctx.key.id };
   const now = Date.now();
   const writes = [deps.audit.append(OPERATOR_STREAM, entry, now)];
   if (environment !== null) writes.push(deps.audit.append(environment, entry, now));
-  Promise.all(writes).then(
-    () => {
+  Promise.all([mutation, ...writes]).then(
+    ([result]) => {
       ctx.ex.logInfo('operator action', { action: input.action, resourceType: input.resourceType, resourceId: input.resourceId, actor: ctx.key.id, environment });
-      answer();
+      answer(result);
     },
     () => ctx.ex.fail('internal'),
   );
@@ -117,13 +121,8 @@ function createKeyRoute(deps: AdminDeps): AdminRoute {
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
       const { environment } = body.value;
       const issued = issueKey(body.value.class, environment, Date.now());
-      deps.keys.add(issued.record).then(
-        () => {
-          const audit = { action: 'key.create', resourceType: 'key', resourceId: issued.record.id, data: { environment, class: body.value.class, prefix: issued.record.prefix } };
-          auditOperator(deps, ctx, audit, environment, () => ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret }));
-        },
-        () => ctx.ex.fail('internal'),
-      );
+      const audit = { action: 'key.create', resourceType: 'key', resourceId: issued.record.id, data: { environment, class: body.value.class, prefix: issued.record.prefix } };
+      auditOperator(deps, ctx, audit, environment, deps.keys.add(issued.record), () => ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret }));
     },
   };
 }
@@ -140,38 +139,26 @@ function revokeKeyRoute(deps: AdminDeps): AdminRoute {
       // Revoking the operator key by id would lock every operator out; rotating replaces it.
       if (record.keyClass === 'admin' && record.revokedAtMs === null) return ctx.ex.fail('operator_key_not_revocable');
       if (record.revokedAtMs !== null) return ctx.ex.json(200, keyView(record));
-      deps.keys.revoke(id, Date.now()).then(
-        (revoked) => {
-          const audit = { action: 'key.revoke', resourceType: 'key', resourceId: id, data: { environment: record.environment, class: record.keyClass, prefix: record.prefix } };
-          auditOperator(deps, ctx, audit, record.environment, () => ctx.ex.json(200, keyView(revoked ?? record)));
-        },
-        () => ctx.ex.fail('internal'),
-      );
+      const audit = { action: 'key.revoke', resourceType: 'key', resourceId: id, data: { environment: record.environment, class: record.keyClass, prefix: record.prefix } };
+      auditOperator(deps, ctx, audit, record.environment, deps.keys.revoke(id, Date.now()), (revoked) => ctx.ex.json(200, keyView(revoked ?? record)));
     },
   };
 }
 
 /**
  * POST /v1/admin/keys/rotate-admin: issues a new operator key and revokes the one that
- * made the request, online. The new key is stored durably before the old one stops
- * working, so a crash in between leaves two working operator keys, never none.
+ * made the request, online. Both writes and the audit entry are issued in one turn, so
+ * they commit in one transaction: a crash leaves the old key alone or the new one, never
+ * none and never an unaudited rotation.
  */
 function rotateAdminRoute(deps: AdminDeps): AdminRoute {
   return {
     hasBody: false,
     handle(ctx) {
       const issued = issueKey('admin', null, Date.now());
-      const rotate = async (): Promise<void> => {
-        await deps.keys.add(issued.record);
-        await deps.keys.revoke(ctx.key.id, Date.now());
-      };
-      rotate().then(
-        () => {
-          const audit = { action: 'key.rotate', resourceType: 'key', resourceId: issued.record.id, data: { revoked: ctx.key.id, prefix: issued.record.prefix } };
-          auditOperator(deps, ctx, audit, null, () => ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret, revoked: ctx.key.id }));
-        },
-        () => ctx.ex.fail('internal'),
-      );
+      const rotated = Promise.all([deps.keys.add(issued.record), deps.keys.revoke(ctx.key.id, Date.now())]);
+      const audit = { action: 'key.rotate', resourceType: 'key', resourceId: issued.record.id, data: { revoked: ctx.key.id, prefix: issued.record.prefix } };
+      auditOperator(deps, ctx, audit, null, rotated, () => ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret, revoked: ctx.key.id }));
     },
   };
 }

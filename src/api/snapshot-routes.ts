@@ -80,7 +80,7 @@ export function snapshotRoutes(deps: Pick<AdminDeps, 'audit'>, snapshots: Snapsh
         snapshots.remove(id).then(
           (removed) => {
             if (removed === undefined) return ctx.ex.fail('snapshot_not_found', { id });
-            auditOperator(deps, ctx, { action: 'snapshot.delete', resourceType: 'snapshot', resourceId: id, data: {} }, null, () => ctx.ex.send(204, ''));
+            auditOperator(deps, ctx, { action: 'snapshot.delete', resourceType: 'snapshot', resourceId: id, data: {} }, null, Promise.resolve(), () => ctx.ex.send(204, ''));
           },
           () => ctx.ex.fail('internal'),
         );
