@@ -13,21 +13,45 @@ import type { Command, ContextRequest, ContractInput, Environment, ProfilePatch 
 
 export type { Command, Environment };
 
+/**
+ * The audit entry of an audited write, travelling with its command so that the shard
+ * stores it in the same transaction as the change (journal.ts, `audits`). `ref` is unique
+ * per request; the audit chain records it too, so recovery can tell which stored entries
+ * the chain still lacks (a crash between the two writes) and append exactly those.
+ */
+export interface JournaledAudit {
+  readonly ref: string;
+  readonly environment: Environment;
+  readonly action: string;
+  readonly resourceType: string;
+  readonly resourceId: string;
+  readonly actor: string;
+  readonly data: Readonly<Record<string, unknown>>;
+}
+
+/** A journaled audit entry as the shard stores it: with the time the change was decided. */
+export interface PendingAudit extends JournaledAudit {
+  readonly atMs: number;
+}
+
 /** A command with the front end's request id, which the reply carries back. */
 export interface Envelope {
   readonly id: number;
   readonly command: Command;
+  /** Present on audited writes: stored with the change if it changes anything. */
+  readonly audit?: JournaledAudit;
 }
 
 /**
  * Commands on the wire: a flat array of primitives, COMMAND_SLOTS per command, because
  * structured cloning a flat array costs a fraction of cloning one object per command
  * (measured: postMessage was the front end's largest cost with objects). Slots:
- * [id, op, environment, customerId, key, a, b] where a/b depend on the op.
+ * [id, op, environment, customerId, key, a, b, audit] where a/b depend on the op and
+ * audit is the command's JournaledAudit or null.
  */
-export type WireBatch = Array<number | string | bigint | boolean | null | ContractInput | ProfilePatch | ContextRequest>;
+export type WireBatch = Array<number | string | bigint | boolean | null | ContractInput | ProfilePatch | ContextRequest | JournaledAudit>;
 
-export const COMMAND_SLOTS = 7;
+export const COMMAND_SLOTS = 8;
 
 const OPS = ['has', 'limit', 'balance', 'consume', 'refund', 'limitSettings', 'usageSettings', 'grantLot', 'getContract', 'putContract', 'deleteContract', 'upsertCustomer', 'context'] as const;
 const OP_CODES: Record<Command['op'], number> = {
@@ -46,47 +70,53 @@ const OP_CODES: Record<Command['op'], number> = {
   context: 12,
 };
 
-/** Appends one command to a wire batch (one push of seven values: no temporary arrays). */
-export function pushCommand(wire: WireBatch, id: number, command: Command): void {
+/** Appends one command to a wire batch (one push of eight values: no temporary arrays). */
+export function pushCommand(wire: WireBatch, id: number, command: Command, audit: JournaledAudit | null = null): void {
   const env = command.environment === 'live' ? 1 : 0;
   const op = OP_CODES[command.op];
   switch (command.op) {
     case 'has':
     case 'limit':
     case 'balance':
-      wire.push(id, op, env, command.customerId, command.key, null, null);
+      wire.push(id, op, env, command.customerId, command.key, null, null, audit);
       return;
     case 'consume':
     case 'refund':
-      wire.push(id, op, env, command.customerId, command.key, command.amountMicros, command.idempotencyKey ?? null);
+      wire.push(id, op, env, command.customerId, command.key, command.amountMicros, command.idempotencyKey ?? null, audit);
       return;
     case 'limitSettings':
-      wire.push(id, op, env, command.customerId, command.key, command.purchased ?? null, command.autoExpansionEnabled ?? null);
+      wire.push(id, op, env, command.customerId, command.key, command.purchased ?? null, command.autoExpansionEnabled ?? null, audit);
       return;
     case 'usageSettings':
-      wire.push(id, op, env, command.customerId, command.key, command.overageEnabled, null);
+      wire.push(id, op, env, command.customerId, command.key, command.overageEnabled, null, audit);
       return;
     case 'grantLot':
-      wire.push(id, op, env, command.customerId, command.key, command.amountMicros, command.lotId);
+      wire.push(id, op, env, command.customerId, command.key, command.amountMicros, command.lotId, audit);
       return;
     case 'getContract':
     case 'deleteContract':
-      wire.push(id, op, env, command.customerId, command.key, null, null);
+      wire.push(id, op, env, command.customerId, command.key, null, null, audit);
       return;
     case 'putContract':
-      wire.push(id, op, env, command.customerId, command.key, command.contract, null);
+      wire.push(id, op, env, command.customerId, command.key, command.contract, null, audit);
       return;
     case 'upsertCustomer':
-      wire.push(id, op, env, command.customerId, command.key, command.patch, null);
+      wire.push(id, op, env, command.customerId, command.key, command.patch, null, audit);
       return;
     case 'context':
-      wire.push(id, op, env, command.customerId, command.key, command.patch, command.request);
+      wire.push(id, op, env, command.customerId, command.key, command.patch, command.request, audit);
       return;
   }
 }
 
 /** Reads the command at `offset` of a wire batch (the inverse of pushCommand). */
 export function readCommand(wire: WireBatch, offset: number): Envelope {
+  const envelope = readBareCommand(wire, offset);
+  const audit = wire[offset + 7] as JournaledAudit | null;
+  return audit === null ? envelope : { ...envelope, audit };
+}
+
+function readBareCommand(wire: WireBatch, offset: number): Envelope {
   const id = wire[offset] as number;
   const op = OPS[wire[offset + 1] as number];
   const base = {
@@ -143,6 +173,8 @@ export type ToWorker =
   | { readonly t: 'stats'; readonly requestId: number }
   /** Take this shard's cut of an online snapshot now and write it to `partPath`. */
   | { readonly t: 'cut'; readonly snapshotId: string; readonly partPath: string }
+  /** These audit entries are durable in the chain: the shard may forget its copies. */
+  | { readonly t: 'auditsRecorded'; readonly refs: readonly string[] }
   | { readonly t: 'stop' };
 
 /**
@@ -196,7 +228,8 @@ export interface ShardLiveStats {
 }
 
 export type FromWorker =
-  | { readonly t: 'ready'; readonly stats: WorkerStats }
+  /** `pendingAudits`: stored audit entries not yet confirmed in the audit chain (a crash came between). */
+  | { readonly t: 'ready'; readonly stats: WorkerStats; readonly pendingAudits: readonly PendingAudit[] }
   | { readonly t: 'stats'; readonly requestId: number; readonly stats: ShardLiveStats }
   | { readonly t: 'cutProgress'; readonly snapshotId: string; readonly done: number; readonly total: number }
   | { readonly t: 'cutDone'; readonly snapshotId: string; readonly result: CutResult }

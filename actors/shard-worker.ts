@@ -13,7 +13,7 @@ import { assert } from './assert.js';
 import { Histogram, JOURNAL_BATCH_EVENTS_BOUNDS, JOURNAL_FLUSH_BOUNDS_MS } from './histogram.js';
 import type { CustomerSnapshot, CustomerState, Event } from './customer.js';
 import { SNAPSHOT_EVERY_EVENTS, SNAPSHOT_INTERVAL_MS } from './limits.js';
-import { decodeBatch, type FromWorker, type ReplyTriples, type ShardLiveStats, type ToWorker } from './protocol.js';
+import { decodeBatch, type FromWorker, type PendingAudit, type ReplyTriples, type ShardLiveStats, type ToWorker } from './protocol.js';
 import { Shard, type CustomerIndexEntry } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
 import { encodeSnapshotChunk, ShardStore } from '../storage/journal.js';
@@ -60,11 +60,12 @@ const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`));
 const journalFlushMs = new Histogram(JOURNAL_FLUSH_BOUNDS_MS);
 const journalBatchEvents = new Histogram(JOURNAL_BATCH_EVENTS_BOUNDS);
 
-function appendTimed(events: readonly Event[], index: readonly CustomerIndexEntry[]): { readonly seq: number; readonly durable: Promise<void> } {
+function appendTimed(events: readonly Event[], index: readonly CustomerIndexEntry[], audits: readonly PendingAudit[]): { readonly seq: number; readonly durable: Promise<void> } {
   const issuedMs = performance.now();
   const appended = store.append(
     events,
     index.map((entry) => ({ environment: entry.environment, id: entry.id, json: Buffer.from(JSON.stringify(entry.view)) })),
+    audits,
   );
   journalBatchEvents.observe(events.length);
   // A failed write is the shard's to handle (it crashes); this handler only measures.
@@ -96,6 +97,7 @@ function recover(): void {
   const result = store.replay(snapshot?.seq ?? 0, (_seq, events) => shard.replay(events as Event[]));
   post({
     t: 'ready',
+    pendingAudits: store.pendingAudits() as PendingAudit[],
     stats: {
       customers: shard.customerCount,
       lastSeq: store.lastSeq,
@@ -222,6 +224,9 @@ function onMessage(message: ToWorker): void {
       return;
     case 'cut':
       startExport(message.snapshotId, message.partPath);
+      return;
+    case 'auditsRecorded':
+      store.forgetAudits(message.refs).catch(crash);
       return;
     case 'stop':
       void store.close().then(() => post({ t: 'stopped' }), crash);

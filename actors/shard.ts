@@ -41,7 +41,7 @@ import {
   type Event,
   type ReadCommand,
 } from './customer.js';
-import type { Envelope } from './protocol.js';
+import type { Envelope, PendingAudit } from './protocol.js';
 import { renderOutcome } from './render.js';
 
 /** A customer's row in the shard's customer index, written with the journal record. */
@@ -53,10 +53,11 @@ export interface CustomerIndexEntry {
 
 export interface ShardJournal {
   /**
-   * Appends one record, and the customer index rows it changes, atomically; `durable`
-   * settles once both are on disk (rejects: the shard must crash).
+   * Appends one record, the customer index rows it changes and the audit entries of the
+   * audited writes in it, atomically; `durable` settles once all are on disk (rejects:
+   * the shard must crash).
    */
-  append(events: readonly Event[], index: readonly CustomerIndexEntry[]): { readonly seq: number; readonly durable: Promise<void> };
+  append(events: readonly Event[], index: readonly CustomerIndexEntry[], audits: readonly PendingAudit[]): { readonly seq: number; readonly durable: Promise<void> };
 }
 
 export interface ShardOptions {
@@ -107,6 +108,8 @@ export class Shard {
   private pendingReplies: Array<number | string> = [];
   /** Customers created or re-profiled since the last append: their index rows go with it. */
   private pendingIndex = new Set<CustomerState>();
+  /** Audit entries of the pending events' audited writes, stored in the same record's transaction. */
+  private pendingAudits: PendingAudit[] = [];
   private lastNowMs = 0;
   /** Journal records appended since the shard last snapshotted. */
   batchesSinceSnapshot = 0;
@@ -154,7 +157,7 @@ export class Shard {
   handleBatch(envelopes: readonly Envelope[]): void {
     this.loadingSnapshot = false;
     const nowMs = this.now();
-    for (const { id, command } of envelopes) {
+    for (const { id, command, audit } of envelopes) {
       const customers = this.customers[command.environment];
       const config = this.configs.get(command.environment) ?? EMPTY_CONFIG;
       if (isRead(command)) {
@@ -175,6 +178,8 @@ export class Shard {
         }
       }
       for (const event of execution.events) this.pendingEvents.push(event);
+      // An audited write that changed something stores its entry with the change.
+      if (audit !== undefined && execution.events.length > 0) this.pendingAudits.push({ ...audit, atMs: nowMs });
       const rendered = renderOutcome(execution.outcome);
       // The core says when a write command's answer is only a read (see Execution.isRead).
       if (execution.isRead === true) this.options.reply(id, rendered.status, rendered.body);
@@ -214,6 +219,8 @@ export class Shard {
     const replies = this.pendingReplies;
     const waiters = this.pendingWaiters;
     const index = [...this.pendingIndex].map((c): CustomerIndexEntry => ({ environment: c.environment, id: c.id, view: customerView(c) }));
+    const audits = this.pendingAudits;
+    this.pendingAudits = [];
     this.pendingEvents = [];
     this.pendingReplies = [];
     this.pendingWaiters = [];
@@ -233,7 +240,7 @@ export class Shard {
     this.inFlight.push(append);
     this.batchesSinceSnapshot++;
     this.eventsSinceSnapshot += events.length;
-    this.options.journal.append(events, index).durable.then(() => {
+    this.options.journal.append(events, index, audits).durable.then(() => {
       append.durable = true;
       this.releaseDurable();
       this.commitIfRoom();

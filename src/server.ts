@@ -169,10 +169,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     return piscina.run(task, { filename: new URL(`../storage/${module}`, import.meta.url).href }) as Promise<T>;
   };
   const startedAtMs = Date.now();
-  const audit = new AuditLog(control.auditDb);
+  const audit = new AuditLog(control.auditDb, control.auditRefsDb);
   const verifyAudit = (stream: string): Promise<AuditVerification> =>
     sideJob('audit-verify-task.js', { dataDir: options.dataDir, environment: stream } satisfies AuditVerifyTask);
-  const ready = ShardPool.start(poolOptions).then((started) => {
+  const ready = ShardPool.start(poolOptions).then(async (started) => {
+    await appendRecoveredAudits(started, audit);
     for (const environment of ENVIRONMENTS) {
       const latest = control.latestConfig(environment);
       if (latest !== null) started.broadcastConfig(environment, latest.version, latest.config as BillingConfig);
@@ -339,4 +340,19 @@ class FrontEnd {
 /** The token of `Authorization: Bearer <token>`; the scheme name is case-insensitive (RFC 9110 §11.1). */
 function bearerToken(header: string): string {
   return header.length > 7 && header.slice(0, 7).toLowerCase() === 'bearer ' ? header.slice(7).trim() : '';
+}
+
+/**
+ * Before serving: every audit entry a shard stored with its change but the chain lacks (the
+ * process died after the change was durable and before its entry was) is appended now, in
+ * the order the changes were decided, with the time they were decided; then the shards
+ * may forget their copies. Entries the chain already holds are only forgotten.
+ */
+async function appendRecoveredAudits(pool: ShardPool, audit: AuditLog): Promise<void> {
+  const recovered = pool.takeRecoveredAudits().sort((a, b) => a.atMs - b.atMs || (a.ref < b.ref ? -1 : 1));
+  for (const entry of recovered) {
+    const { ref, environment, action, resourceType, resourceId, actor, data, atMs } = entry;
+    if (!audit.hasRef(ref)) await audit.append(environment, { action, resourceType, resourceId, actor, data }, atMs, ref);
+  }
+  for (const entry of recovered) pool.auditsRecorded(entry.environment, entry.resourceId, [entry.ref]);
 }

@@ -21,6 +21,8 @@ import {
   type WireBatch,
   type Environment,
   type FromWorker,
+  type JournaledAudit,
+  type PendingAudit,
   type ShardLiveStats,
   type CutResult,
   type ToWorker,
@@ -53,6 +55,7 @@ export interface ShardPoolOptions {
 export class ShardPool {
   private readonly slots: Slot[] = [];
   private readonly pending = new Map<number, ReplyHandler>();
+  private readonly recoveredAudits: PendingAudit[] = [];
   private nextId = 1;
   /** Outstanding stats requests: request id → one result slot per worker. */
   private readonly statsRequests = new Map<number, { results: Array<ShardLiveStats | null>; left: number; done: (stats: ShardLiveStats[]) => void }>();
@@ -101,6 +104,7 @@ export class ShardPool {
       worker.on('message', (message: FromWorker) => {
         if (message.t === 'ready') {
           slot.stats = message.stats;
+          for (const audit of message.pendingAudits) this.recoveredAudits.push(audit);
           resolve();
         } else if (message.t === 'replies') {
           this.deliver(slot, message.replies);
@@ -217,20 +221,37 @@ export class ShardPool {
     if (cut.left === 0) cut.settle(null, cut.results as CutResult[]);
   }
 
-  /** Queues a command for its customer's worker; false when that worker's queue is full. */
-  submit(command: Command, onReply: ReplyHandler): boolean {
+  /**
+   * Queues a command for its customer's worker; false when that worker's queue is full.
+   * `audit`: an audited write's entry, which the shard stores with the change (protocol.ts).
+   */
+  submit(command: Command, onReply: ReplyHandler, audit: JournaledAudit | null = null): boolean {
     const index = workerOf(logicalShardOf(command.environment, command.customerId, LOGICAL_SHARDS), this.slots.length);
     const slot = this.slots[index];
     if (slot === undefined || slot.inFlight >= this.queueMax) return false;
     const id = this.nextId++;
     this.pending.set(id, onReply);
     slot.inFlight++;
-    pushCommand(slot.outbox, id, command);
+    pushCommand(slot.outbox, id, command, audit);
     if (!this.flushScheduled) {
       this.flushScheduled = true;
       setImmediate(() => this.flush());
     }
     return true;
+  }
+
+  /**
+   * The audit entries the shards had stored at start but the chain may lack (a crash came
+   * between the change and its entry). The server appends the missing ones before serving.
+   */
+  takeRecoveredAudits(): PendingAudit[] {
+    return this.recoveredAudits.splice(0);
+  }
+
+  /** Tells the shard holding `customerId` that these audit entries are durable in the chain. */
+  auditsRecorded(environment: Environment, customerId: string, refs: readonly string[]): void {
+    const slot = this.slots[workerOf(logicalShardOf(environment, customerId, LOGICAL_SHARDS), this.slots.length)];
+    if (slot !== undefined && refs.length > 0) this.post(slot, { t: 'auditsRecorded', refs });
   }
 
   private flush(): void {

@@ -54,7 +54,19 @@ function hashOf(entry: Omit<AuditEntry, 'hash'>): string {
 export class AuditLog {
   private readonly last = new Map<string, { seq: number; hash: string }>();
 
-  constructor(private readonly db: BinaryDb) {}
+  /**
+   * `refs` (ref → [stream, seq]) records which entries arrived with a reference: those a
+   * shard stored with its change too, so recovery appends only the ones the chain lacks.
+   */
+  constructor(
+    private readonly db: BinaryDb,
+    private readonly refs: BinaryDb | null = null,
+  ) {}
+
+  /** Whether an entry with this reference is in a chain. */
+  hasRef(ref: string): boolean {
+    return this.refs?.get(ref) !== undefined;
+  }
 
   private tail(environment: string): { seq: number; hash: string } {
     let tail = this.last.get(environment);
@@ -87,15 +99,21 @@ export class AuditLog {
     return durableVoid(this.db.put([stream, seq], Buffer.from(bytes)), `audit ${stream} ${seq} restore`);
   }
 
-  /** Appends an entry; resolves with it once durable. Rejects only if the disk fails. */
-  async append(environment: string, input: AuditInput, nowMs: number): Promise<AuditEntry> {
+  /**
+   * Appends an entry, and its `ref` (if any) in the same transaction; resolves with it once
+   * durable. Rejects only if the disk fails.
+   */
+  async append(environment: string, input: AuditInput, nowMs: number, ref?: string): Promise<AuditEntry> {
     const tail = this.tail(environment);
     const seq = tail.seq + 1;
     const unhashed = { id: `aud_${environment}_${seq}`, seq, at: new Date(nowMs).toISOString(), ...input, prevHash: tail.hash };
     const entry: AuditEntry = { ...unhashed, hash: hashOf(unhashed) };
     this.last.set(environment, { seq, hash: entry.hash });
     try {
-      await durableVoid(this.db.put([environment, seq], encodeRecord(entry)), `audit ${entry.id} write`);
+      const written = durableVoid(this.db.put([environment, seq], encodeRecord(entry)), `audit ${entry.id} write`);
+      // Issued in the same turn as the entry: the control store commits both in one transaction.
+      if (ref !== undefined && this.refs !== null) this.refs.put(ref, encodeRecord([environment, seq])).catch(() => undefined);
+      await written;
     } catch (error) {
       // The entry is not on disk: forget the tail so the next append links to what is.
       this.last.delete(environment);

@@ -36,7 +36,7 @@ export interface ConfigEntry {
   config: unknown;
 }
 
-type DbName = 'keys' | 'configs' | 'meta' | 'audit';
+type DbName = 'keys' | 'configs' | 'meta' | 'audit' | 'auditRefs';
 
 export class ControlStore {
   readonly #env: DurableEnv<DbName>;
@@ -50,9 +50,14 @@ export class ControlStore {
     return this.#env.dbs.audit;
   }
 
+  /** Audit entry references (ref → [stream, seq]) of entries a shard also stored: see AuditLog. */
+  get auditRefsDb(): BinaryDb {
+    return this.#env.dbs.auditRefs;
+  }
+
   /** Opens (creating if needed) `<dataDir>/control`. Throws if LMDB cannot open it. */
   static open(dataDir: string): ControlStore {
-    return new ControlStore(openDurableEnv<DbName>(join(dataDir, 'control'), ['keys', 'configs', 'meta', 'audit']));
+    return new ControlStore(openDurableEnv<DbName>(join(dataDir, 'control'), ['keys', 'configs', 'meta', 'audit', 'auditRefs']));
   }
 
   /**

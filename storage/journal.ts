@@ -70,7 +70,7 @@ export interface ShardStoreStats extends EnvInfo {
   readonly journalRecords: number;
 }
 
-type DbName = 'journal' | 'snapshot' | 'meta' | 'customers';
+type DbName = 'journal' | 'snapshot' | 'meta' | 'customers' | 'audits';
 
 export class ShardStore {
   readonly #env: DurableEnv<DbName>;
@@ -94,7 +94,7 @@ export class ShardStore {
    * cannot open it or if the snapshot header is corrupt (refuse to start).
    */
   static open(path: string): ShardStore {
-    const env = openDurableEnv<DbName>(path, ['journal', 'snapshot', 'meta', 'customers'], SHARD_ENV_OPTIONS);
+    const env = openDurableEnv<DbName>(path, ['journal', 'snapshot', 'meta', 'customers', 'audits'], SHARD_ENV_OPTIONS);
     try {
       return new ShardStore(env);
     } catch (error) {
@@ -125,7 +125,7 @@ export class ShardStore {
    * then crash the worker. Throws (programmer error) if a torn tail is still pending
    * (call replay() first), if `events` is not an array or the record is too large.
    */
-  append(events: readonly unknown[], index: readonly IndexEntry[] = []): { seq: number; durable: Promise<void> } {
+  append(events: readonly unknown[], index: readonly IndexEntry[] = [], audits: ReadonlyArray<{ readonly ref: string }> = []): { seq: number; durable: Promise<void> } {
     assert(this.#tornTailSeq === null, `torn journal tail at seq ${this.#tornTailSeq}: replay() before append()`);
     assert(Array.isArray(events), 'journal record must be an array of events');
     const seq = this.#lastSeq + 1;
@@ -136,9 +136,24 @@ export class ShardStore {
     // transaction: the customer index never disagrees with the journal, even after a crash.
     // (A failure fails the whole transaction; the journal record's `durable` reports it.)
     for (const entry of index) this.#env.dbs.customers.put([entry.environment, entry.id], entry.json).catch(() => undefined);
+    // The audit entries of audited writes, likewise: kept until the front end has them in
+    // the audit chain (forgetAudits), and handed to it again after a crash (pendingAudits).
+    for (const audit of audits) this.#env.dbs.audits.put(audit.ref, encodeRecord(audit)).catch(() => undefined);
     const durable = this.#flushed(this.#env.dbs.journal.put(seq, frame), `journal append of seq ${seq}`);
     this.#lastSeq = seq;
     return { seq, durable };
+  }
+
+  /** Every stored audit entry not yet forgotten, in no particular order. Throws on a corrupt one. */
+  pendingAudits(): unknown[] {
+    const audits: unknown[] = [];
+    for (const { key } of this.#env.dbs.audits.getRange({})) audits.push(readRecord(this.#env.dbs.audits, key as string, `pending audit ${String(key)}`));
+    return audits;
+  }
+
+  /** Drops the stored copies of audit entries the chain now holds; resolves once durable. */
+  forgetAudits(refs: readonly string[]): Promise<void> {
+    return Promise.all(refs.map((ref) => this.#flushed(this.#env.dbs.audits.remove(ref), `pending audit ${ref} removal`))).then(() => undefined);
   }
 
   /**

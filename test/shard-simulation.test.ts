@@ -249,6 +249,27 @@ describe('shard replies', () => {
   });
 });
 
+describe('audited writes', () => {
+  it("hand their audit entry to the journal with the change, and only when something changed", () => {
+    const appended: unknown[][] = [];
+    const journal: ShardJournal = {
+      append: (_events, _index, audits) => {
+        appended.push([...audits]);
+        return { seq: appended.length, durable: new Promise<void>(() => undefined) };
+      },
+    };
+    const shard = new Shard({ journal, clock: () => T0, reply: () => undefined, flush: () => undefined, fatal: (e) => { throw e; } });
+    shard.setConfig('test', 1, CONFIG);
+    const audit = { ref: 'r1', environment: 'test', action: 'customer.upsert', resourceType: 'customer', resourceId: 'aud', actor: 'key_1', data: { name: 'A' } } as const;
+    const upsert = { op: 'upsertCustomer', environment: 'test', customerId: 'aud', key: '', patch: { name: 'A' } } as const;
+    shard.handleBatch([{ id: 1, command: upsert, audit }]);
+    expect(appended).toEqual([[{ ...audit, atMs: T0 }]]);
+    // The same profile again changes nothing: no record, so no stored entry.
+    shard.handleBatch([{ id: 2, command: upsert, audit: { ...audit, ref: 'r2' } }]);
+    expect(appended).toHaveLength(1);
+  });
+});
+
 describe('shard recovery', () => {
   const newShard = (disk = new SimDisk()): Shard => {
     const shard = new Shard({ journal: disk.journal(), clock: () => T0, reply: () => undefined, flush: () => undefined, fatal: (e) => { throw e; } });

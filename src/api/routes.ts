@@ -6,10 +6,11 @@
  * body where one is expected; it validates with the compiled schemas, builds a command
  * and hands it to the customer's shard, or answers from the front end's own state.
  */
+import { randomBytes } from 'node:crypto';
 import type { BillingConfig, ProductDefinition } from '../../actors/billing-config.js';
 import { exactAmountValue, mayRoundInJson, parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
 import { ID_LENGTH_MAX } from '../../actors/limits.js';
-import { CONTEXT_WROTE_STATUS, UPSERT_UNCHANGED_STATUS, type Command, type Environment } from '../../actors/protocol.js';
+import { CONTEXT_WROTE_STATUS, UPSERT_UNCHANGED_STATUS, type Command, type Environment, type JournaledAudit } from '../../actors/protocol.js';
 import type { ProfilePatch } from '../../actors/customer.js';
 import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
 import type { AuditInput, AuditLog, AuditVerification } from '../../storage/audit-log.js';
@@ -104,28 +105,50 @@ function submit(
   ex: Exchange,
   command: Command,
   onReply: (status: number, body: string) => void = (status, body) => ex.send(status, body),
+  audit: JournaledAudit | null = null,
 ): void {
-  if (!deps.pool.submit(command, onReply)) ex.fail('overloaded', {}, [['retry-after', '1']]);
+  if (!deps.pool.submit(command, onReply, audit)) ex.fail('overloaded', {}, [['retry-after', '1']]);
 }
 
 /** What an administrative mutation writes to the audit log (the actor is the key's id). */
 type AuditOf = Omit<AuditInput, 'actor'>;
 
 /**
- * Records a successful mutation in the audit log, durably, before the caller hears of
- * it; a failed one (4xx) records nothing. A crash between the two leaves the mutation
- * applied but unacknowledged and unaudited, like any request in flight.
+ * The audit entry of an audited shard write, with a fresh reference. It travels with the
+ * command, and the shard stores it in the change's own transaction (if the write changes
+ * anything), so a crash before the entry reaches the chain cannot lose it: the server
+ * appends it at the next start (server.ts, appendRecoveredAudits).
  */
-function audited(deps: ApiDeps, ctx: RequestContext, audit: AuditOf, status: number, body: string): void {
+function journaledAudit(ctx: RequestContext, audit: AuditOf): JournaledAudit {
+  return { ref: `${REF_PREFIX}${(refCounter++).toString(36)}`, environment: ctx.environment, ...audit, actor: ctx.key.id };
+}
+
+/**
+ * References are a random per-process prefix and a counter: unique across restarts without
+ * a crypto call per request (context, on the application's hot path, carries one each time).
+ */
+const REF_PREFIX = `${randomBytes(9).toString('base64url')}.`;
+let refCounter = 0;
+
+/**
+ * Records a successful mutation in the audit log, durably, before the caller hears of
+ * it; a failed one (4xx) records nothing. For a shard write, `journaled` is the copy the
+ * shard stored: the chain records its reference, and the shard then forgets it.
+ */
+function audited(deps: ApiDeps, ctx: RequestContext, audit: AuditOf, status: number, body: string, journaled: JournaledAudit | null = null): void {
   if (status >= 300) return ctx.ex.send(status, body);
-  deps.audit.append(ctx.environment, { ...audit, actor: ctx.key.id }, Date.now()).then(
-    () => ctx.ex.send(status, body),
+  deps.audit.append(ctx.environment, { ...audit, actor: ctx.key.id }, Date.now(), journaled?.ref).then(
+    () => {
+      ctx.ex.send(status, body);
+      if (journaled !== null) deps.pool.auditsRecorded(ctx.environment, journaled.resourceId, [journaled.ref]);
+    },
     () => ctx.ex.fail('internal'),
   );
 }
 
 function submitAudited(deps: ApiDeps, ctx: RequestContext, command: Command, audit: AuditOf): void {
-  submit(deps, ctx.ex, command, (status, body) => audited(deps, ctx, audit, status, body));
+  const journaled = journaledAudit(ctx, audit);
+  submit(deps, ctx.ex, command, (status, body) => audited(deps, ctx, audit, status, body, journaled), journaled);
 }
 
 /**
@@ -302,9 +325,12 @@ function upsertCustomerRoute(deps: ApiDeps): Route {
       if (!keepsEveryNumber(ctx)) return;
       const patch = profilePatch(body.value);
       const audit = { action: 'customer.upsert', resourceType: 'customer', resourceId: body.value.id, data: { ...patch } } as const;
-      submit(deps, ctx.ex, { op: 'upsertCustomer', environment: ctx.environment, customerId: body.value.id, key: '', patch }, (status, reply) =>
+      const journaled = journaledAudit(ctx, audit);
+      const command = { op: 'upsertCustomer', environment: ctx.environment, customerId: body.value.id, key: '', patch } as const;
+      submit(deps, ctx.ex, command, (status, reply) =>
         // An update that changed nothing answers 200 with the stored customer, unaudited.
-        status === UPSERT_UNCHANGED_STATUS ? ctx.ex.send(200, reply) : audited(deps, ctx, audit, status, reply),
+        status === UPSERT_UNCHANGED_STATUS ? ctx.ex.send(200, reply) : audited(deps, ctx, audit, status, reply, journaled),
+        journaled,
       );
     },
   };
@@ -329,6 +355,9 @@ function contextRoute(deps: ApiDeps): Route {
         ...(includeSubscription === true ? ['"subscription":null'] : []),
       ];
       const patch = profilePatch(customer);
+      // Stored by the shard only if the call creates or changes the customer.
+      const audit = { action: 'customer.upsert', resourceType: 'customer', resourceId: customer.id, data: { ...patch } } as const;
+      const journaled = journaledAudit(ctx, audit);
       const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch, request: { features, usage, limits } } as const;
       submit(deps, ctx.ex, command, (status, reply) => {
         if (status !== 200 && status !== CONTEXT_WROTE_STATUS) return ctx.ex.send(status, reply);
@@ -336,8 +365,8 @@ function contextRoute(deps: ApiDeps): Route {
         const body = extra.length > 0 ? `${reply.slice(0, -1)},${extra.join(',')}}` : reply;
         if (status === 200) return ctx.ex.send(200, body);
         // It created or changed the customer: audited like POST /v1/customers.
-        audited(deps, ctx, { action: 'customer.upsert', resourceType: 'customer', resourceId: customer.id, data: { ...patch } }, 200, body);
-      });
+        audited(deps, ctx, audit, 200, body, journaled);
+      }, journaled);
     },
   };
 }
