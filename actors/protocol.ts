@@ -24,6 +24,7 @@ export interface JournaledAudit {
   readonly environment: Environment;
   readonly action: string;
   readonly resourceType: string;
+  /** Always the customer's id (every shard write is one customer's), so it also finds the shard. */
   readonly resourceId: string;
   readonly actor: string;
   readonly data: Readonly<Record<string, unknown>>;

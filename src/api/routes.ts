@@ -119,7 +119,7 @@ type AuditOf = Omit<AuditInput, 'actor'>;
  * anything), so a crash before the entry reaches the chain cannot lose it: the server
  * appends it at the next start (server.ts, appendRecoveredAudits).
  */
-function journaledAudit(ctx: RequestContext, audit: AuditOf): JournaledAudit {
+function journaledAudit(ctx: RequestContext, audit: AuditOf & { readonly resourceId: string }): JournaledAudit {
   return { ref: `${REF_PREFIX}${(refCounter++).toString(36)}`, environment: ctx.environment, ...audit, actor: ctx.key.id };
 }
 
