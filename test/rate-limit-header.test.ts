@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { asciiBytes, RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue } from '../src/http/rate-limit-header.js';
+import { asciiBytes, jsonWithRateLimitValue, RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue } from '../src/http/rate-limit-header.js';
 
 const text = (bytes: Uint8Array): string => Buffer.from(bytes).toString('latin1');
 /** What uWS puts on the wire for one writeHeader(name, value) call. */
@@ -36,5 +36,22 @@ describe('rateLimitHeaderValue', () => {
   it('refuses a limit or reset longer than 16 digits', () => {
     expect(() => rateLimitHeaderValue(asciiBytes('1'.repeat(17)), 1, asciiBytes('1'))).toThrow(RangeError);
     expect(() => rateLimitHeaderValue(asciiBytes('1'), 1, asciiBytes('1'.repeat(17)))).toThrow(RangeError);
+  });
+});
+
+describe('jsonWithRateLimitValue', () => {
+  it('puts the content type and the three lines on the wire in one call, interleaved with the other value as the buffer is reused', () => {
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.boolean(), fc.maxSafeNat(), fc.maxSafeNat(), fc.maxSafeNat()), { minLength: 1, maxLength: 20 }), (calls) => {
+        for (const [withJson, limit, remaining, reset] of calls) {
+          if (!withJson) {
+            expect(wire(rateLimitHeaderValue(asciiBytes(String(limit)), remaining, asciiBytes(String(reset))))).toBe(expected(limit, remaining, reset));
+            continue;
+          }
+          const value = jsonWithRateLimitValue(asciiBytes(String(limit)), remaining, asciiBytes(String(reset)));
+          expect(`content-type: ${text(value)}\r\n`).toBe(`content-type: application/json\r\n${expected(limit, remaining, reset)}`);
+        }
+      }),
+    );
   });
 });

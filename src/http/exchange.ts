@@ -16,7 +16,7 @@
 import type { HttpResponse } from 'uWebSockets.js';
 import type { RateDecision } from '../auth/rate-limit.js';
 import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../errors.js';
-import { RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue } from './rate-limit-header.js';
+import { jsonWithRateLimitValue, RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue } from './rate-limit-header.js';
 import type { Observability } from '../observability/observability.js';
 import { isWellFormedRequestId } from '../observability/request-id.js';
 
@@ -99,11 +99,16 @@ export class Exchange {
     res.cork(() => {
       // uWS writes "200 OK" itself when no status is given: one native call fewer.
       if (status !== 200) res.writeStatus(STATUS_TEXT[status] ?? String(status));
-      // A 204 has no body, hence no content type and (RFC 9110 §8.6) no Content-Length.
-      if (status !== 204) res.writeHeader('content-type', contentType);
       const rate = this.rate;
-      // All three X-RateLimit-* lines in one call, without String(): see rate-limit-header.ts.
-      if (rate !== null) res.writeHeader(RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue(rate.limitBytes, rate.remaining, rate.resetBytes));
+      // All three X-RateLimit-* lines in one call, without String(), and for a JSON reply in
+      // the content type's call: see rate-limit-header.ts.
+      // A 204 has no body, hence no content type and (RFC 9110 §8.6) no Content-Length.
+      if (rate !== null && status !== 204 && contentType === JSON_TYPE) {
+        res.writeHeader('content-type', jsonWithRateLimitValue(rate.limitBytes, rate.remaining, rate.resetBytes));
+      } else {
+        if (status !== 204) res.writeHeader('content-type', contentType);
+        if (rate !== null) res.writeHeader(RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue(rate.limitBytes, rate.remaining, rate.resetBytes));
+      }
       if (status >= 400 || this.echoRequestId) res.writeHeader('x-request-id', this.requestId);
       for (const [name, value] of headers) res.writeHeader(name, value);
       if (status === 204) res.endWithoutBody();

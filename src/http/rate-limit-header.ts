@@ -32,9 +32,16 @@ export const RATE_LIMIT_HEADER_NAME = 'x-ratelimit-limit';
 const REMAINING_LINE = asciiBytes('\r\nx-ratelimit-remaining: ');
 const RESET_LINE = asciiBytes('\r\nx-ratelimit-reset: ');
 
+/**
+ * A JSON reply's content type and the three lines in one call: written under
+ * `content-type`, with this before the limit (`jsonWithRateLimitValue`). One native call
+ * fewer per keyed JSON reply than writing the content type on its own.
+ */
+const JSON_THEN_LIMIT = asciiBytes('application/json\r\nx-ratelimit-limit: ');
+
 /** Number.MAX_SAFE_INTEGER has 16 decimal digits; the limit and reset are such numbers too. */
 const DIGITS_MAX = 16;
-const VALUE_BYTES_MAX = DIGITS_MAX * 3 + REMAINING_LINE.length + RESET_LINE.length;
+const VALUE_BYTES_MAX = JSON_THEN_LIMIT.length + DIGITS_MAX * 3 + REMAINING_LINE.length + RESET_LINE.length;
 
 const scratch = new Uint8Array(VALUE_BYTES_MAX);
 /** views[n]: the first n bytes of `scratch`. */
@@ -49,10 +56,23 @@ const ZERO = 0x30;
  * anything else throws a RangeError (a caller bug: the limiter makes these).
  */
 export function rateLimitHeaderValue(limit: Uint8Array, remaining: number, reset: Uint8Array): Uint8Array {
+  return headerValue(0, limit, remaining, reset);
+}
+
+/**
+ * The value to write under `content-type` for a keyed JSON reply: `application/json`, then
+ * the three lines as `rateLimitHeaderValue` writes them. Same rules and lifetime.
+ */
+export function jsonWithRateLimitValue(limit: Uint8Array, remaining: number, reset: Uint8Array): Uint8Array {
+  scratch.set(JSON_THEN_LIMIT, 0);
+  return headerValue(JSON_THEN_LIMIT.length, limit, remaining, reset);
+}
+
+function headerValue(start: number, limit: Uint8Array, remaining: number, reset: Uint8Array): Uint8Array {
   if (!Number.isSafeInteger(remaining) || remaining < 0) throw new RangeError(`remaining must be a non-negative safe integer, got ${remaining}`);
   if (limit.length > DIGITS_MAX || reset.length > DIGITS_MAX) throw new RangeError('limit and reset must be at most 16 digits');
-  scratch.set(limit, 0);
-  let at = limit.length;
+  scratch.set(limit, start);
+  let at = start + limit.length;
   scratch.set(REMAINING_LINE, at);
   at += REMAINING_LINE.length;
   let digits = 1;
