@@ -14,12 +14,18 @@ import type { Command, ContextRequest, ContractInput, Environment, ProfilePatch 
 export type { Command, Environment };
 
 /**
- * The audit entry of an audited write, travelling with its command so that the shard
- * stores it in the same transaction as the change (journal.ts, `audits`). `ref` is unique
- * per request; the audit chain records it too, so recovery can tell which stored entries
- * the chain still lacks (a crash between the two writes) and append exactly those.
+ * Marks an audited write: who made it (the key's id) and a reference unique per request.
+ * The shard derives the entry itself (audit-of.ts) and, if the write changes anything,
+ * stores it in the change's own transaction (journal.ts, `audits`); the audit chain records
+ * the reference too, so recovery appends exactly the stored entries the chain lacks.
  */
-export interface JournaledAudit {
+export interface AuditTag {
+  readonly ref: string;
+  readonly actor: string;
+}
+
+/** An audited write's entry as the shard stores it: with the time the change was decided. */
+export interface PendingAudit {
   readonly ref: string;
   readonly environment: Environment;
   readonly action: string;
@@ -28,10 +34,6 @@ export interface JournaledAudit {
   readonly resourceId: string;
   readonly actor: string;
   readonly data: Readonly<Record<string, unknown>>;
-}
-
-/** A journaled audit entry as the shard stores it: with the time the change was decided. */
-export interface PendingAudit extends JournaledAudit {
   readonly atMs: number;
 }
 
@@ -39,8 +41,8 @@ export interface PendingAudit extends JournaledAudit {
 export interface Envelope {
   readonly id: number;
   readonly command: Command;
-  /** Present on audited writes: stored with the change if it changes anything. */
-  readonly audit?: JournaledAudit;
+  /** Present on audited writes: their entry is stored with the change if it changes anything. */
+  readonly audit?: AuditTag;
 }
 
 /**
@@ -48,9 +50,9 @@ export interface Envelope {
  * structured cloning a flat array costs a fraction of cloning one object per command
  * (measured: postMessage was the front end's largest cost with objects). Slots:
  * [id, op, environment, customerId, key, a, b, audit] where a/b depend on the op and
- * audit is the command's JournaledAudit or null.
+ * audit is the command's AuditTag as `actor ref` (two short strings: cheap to clone) or null.
  */
-export type WireBatch = Array<number | string | bigint | boolean | null | ContractInput | ProfilePatch | ContextRequest | JournaledAudit>;
+export type WireBatch = Array<number | string | bigint | boolean | null | ContractInput | ProfilePatch | ContextRequest>;
 
 export const COMMAND_SLOTS = 8;
 
@@ -72,7 +74,8 @@ const OP_CODES: Record<Command['op'], number> = {
 };
 
 /** Appends one command to a wire batch (one push of eight values: no temporary arrays). */
-export function pushCommand(wire: WireBatch, id: number, command: Command, audit: JournaledAudit | null = null): void {
+export function pushCommand(wire: WireBatch, id: number, command: Command, tag: AuditTag | null = null): void {
+  const audit = tag === null ? null : `${tag.actor} ${tag.ref}`;
   const env = command.environment === 'live' ? 1 : 0;
   const op = OP_CODES[command.op];
   switch (command.op) {
@@ -113,8 +116,10 @@ export function pushCommand(wire: WireBatch, id: number, command: Command, audit
 /** Reads the command at `offset` of a wire batch (the inverse of pushCommand). */
 export function readCommand(wire: WireBatch, offset: number): Envelope {
   const envelope = readBareCommand(wire, offset);
-  const audit = wire[offset + 7] as JournaledAudit | null;
-  return audit === null ? envelope : { ...envelope, audit };
+  const audit = wire[offset + 7] as string | null;
+  if (audit === null) return envelope;
+  const space = audit.indexOf(' ');
+  return { ...envelope, audit: { actor: audit.slice(0, space), ref: audit.slice(space + 1) } };
 }
 
 function readBareCommand(wire: WireBatch, offset: number): Envelope {

@@ -25,6 +25,7 @@
  * this exact code without threads or disk.
  */
 import { assert } from './assert.js';
+import { auditOf } from './audit-of.js';
 import { compileConfig, EMPTY_CONFIG, type BillingConfig, type CompiledConfig } from './billing-config.js';
 import {
   apply,
@@ -179,7 +180,10 @@ export class Shard {
       }
       for (const event of execution.events) this.pendingEvents.push(event);
       // An audited write that changed something stores its entry with the change.
-      if (audit !== undefined && execution.events.length > 0) this.pendingAudits.push({ ...audit, atMs: nowMs });
+      if (audit !== undefined && execution.events.length > 0) {
+        const fields = auditOf(command);
+        if (fields !== null) this.pendingAudits.push({ ref: audit.ref, environment: command.environment, ...fields, actor: audit.actor, atMs: nowMs });
+      }
       const rendered = renderOutcome(execution.outcome);
       // The core says when a write command's answer is only a read (see Execution.isRead).
       if (execution.isRead === true) this.options.reply(id, rendered.status, rendered.body);

@@ -21,7 +21,7 @@ import {
   type WireBatch,
   type Environment,
   type FromWorker,
-  type JournaledAudit,
+  type AuditTag,
   type PendingAudit,
   type ShardLiveStats,
   type CutResult,
@@ -223,9 +223,9 @@ export class ShardPool {
 
   /**
    * Queues a command for its customer's worker; false when that worker's queue is full.
-   * `audit`: an audited write's entry, which the shard stores with the change (protocol.ts).
+   * `audit`: an audited write's tag; the shard stores its entry with the change (protocol.ts).
    */
-  submit(command: Command, onReply: ReplyHandler, audit: JournaledAudit | null = null): boolean {
+  submit(command: Command, onReply: ReplyHandler, audit: AuditTag | null = null): boolean {
     const index = workerOf(logicalShardOf(command.environment, command.customerId, LOGICAL_SHARDS), this.slots.length);
     const slot = this.slots[index];
     if (slot === undefined || slot.inFlight >= this.queueMax) return false;

@@ -260,12 +260,13 @@ describe('audited writes', () => {
     };
     const shard = new Shard({ journal, clock: () => T0, reply: () => undefined, flush: () => undefined, fatal: (e) => { throw e; } });
     shard.setConfig('test', 1, CONFIG);
-    const audit = { ref: 'r1', environment: 'test', action: 'customer.upsert', resourceType: 'customer', resourceId: 'aud', actor: 'key_1', data: { name: 'A' } } as const;
     const upsert = { op: 'upsertCustomer', environment: 'test', customerId: 'aud', key: '', patch: { name: 'A' } } as const;
-    shard.handleBatch([{ id: 1, command: upsert, audit }]);
-    expect(appended).toEqual([[{ ...audit, atMs: T0 }]]);
+    shard.handleBatch([{ id: 1, command: upsert, audit: { ref: 'r1', actor: 'key_1' } }]);
+    expect(appended).toEqual([
+      [{ ref: 'r1', environment: 'test', action: 'customer.upsert', resourceType: 'customer', resourceId: 'aud', actor: 'key_1', data: { name: 'A' }, atMs: T0 }],
+    ]);
     // The same profile again changes nothing: no record, so no stored entry.
-    shard.handleBatch([{ id: 2, command: upsert, audit: { ...audit, ref: 'r2' } }]);
+    shard.handleBatch([{ id: 2, command: upsert, audit: { ref: 'r2', actor: 'key_1' } }]);
     expect(appended).toHaveLength(1);
   });
 });

@@ -8,12 +8,14 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { BillingConfig, ProductDefinition } from '../../actors/billing-config.js';
-import { exactAmountValue, mayRoundInJson, parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
+import { mayRoundInJson, parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
 import { ID_LENGTH_MAX } from '../../actors/limits.js';
-import { CONTEXT_WROTE_STATUS, UPSERT_UNCHANGED_STATUS, type Command, type Environment, type JournaledAudit } from '../../actors/protocol.js';
+import { CONTEXT_WROTE_STATUS, UPSERT_UNCHANGED_STATUS, type AuditTag, type Command, type Environment } from '../../actors/protocol.js';
+import { auditOf, type AuditFields } from '../../actors/audit-of.js';
+import type { WriteCommand } from '../../actors/customer.js';
 import type { ProfilePatch } from '../../actors/customer.js';
 import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
-import type { AuditInput, AuditLog, AuditVerification } from '../../storage/audit-log.js';
+import type { AuditLog, AuditVerification } from '../../storage/audit-log.js';
 import type { CustomerIndex } from '../../storage/customer-index.js';
 import { billingConfigSchema } from '../config/billing-schema.js';
 import { formatViolations, validateBillingConfig } from '../config/validate-config.js';
@@ -105,22 +107,20 @@ function submit(
   ex: Exchange,
   command: Command,
   onReply: (status: number, body: string) => void = (status, body) => ex.send(status, body),
-  audit: JournaledAudit | null = null,
+  audit: AuditTag | null = null,
 ): void {
   if (!deps.pool.submit(command, onReply, audit)) ex.fail('overloaded', {}, [['retry-after', '1']]);
 }
 
-/** What an administrative mutation writes to the audit log (the actor is the key's id). */
-type AuditOf = Omit<AuditInput, 'actor'>;
 
 /**
- * The audit entry of an audited shard write, with a fresh reference. It travels with the
- * command, and the shard stores it in the change's own transaction (if the write changes
- * anything), so a crash before the entry reaches the chain cannot lose it: the server
- * appends it at the next start (server.ts, appendRecoveredAudits).
+ * The tag of an audited shard write: its actor and a fresh reference. The shard derives the
+ * entry from the command (actors/audit-of.ts) and stores it in the change's own
+ * transaction (if the write changes anything), so a crash before the entry reaches the
+ * chain cannot lose it: the server appends it at the next start (appendRecoveredAudits).
  */
-function journaledAudit(ctx: RequestContext, audit: AuditOf & { readonly resourceId: string }): JournaledAudit {
-  return { ref: `${REF_PREFIX}${(refCounter++).toString(36)}`, environment: ctx.environment, ...audit, actor: ctx.key.id };
+function tagOf(ctx: RequestContext): AuditTag {
+  return { ref: `${REF_PREFIX}${(refCounter++).toString(36)}`, actor: ctx.key.id };
 }
 
 /**
@@ -131,25 +131,34 @@ const REF_PREFIX = `${randomBytes(9).toString('base64url')}.`;
 let refCounter = 0;
 
 /**
- * Records a successful mutation in the audit log, durably, before the caller hears of
- * it; a failed one (4xx) records nothing. For a shard write, `journaled` is the copy the
- * shard stored: the chain records its reference, and the shard then forgets it.
+ * Records a successful shard write in the audit log, durably, before the caller hears of
+ * it; a failed one (4xx) records nothing. The chain records the tag's reference, and the
+ * shard then forgets its stored copy.
  */
-function audited(deps: ApiDeps, ctx: RequestContext, audit: AuditOf, status: number, body: string, journaled: JournaledAudit | null = null): void {
+function audited(deps: ApiDeps, ctx: RequestContext, fields: AuditFields, tag: AuditTag, status: number, body: string): void {
   if (status >= 300) return ctx.ex.send(status, body);
-  deps.audit.append(ctx.environment, { ...audit, actor: ctx.key.id }, Date.now(), journaled?.ref).then(
+  deps.audit.append(ctx.environment, { ...fields, actor: tag.actor }, Date.now(), tag.ref).then(
     () => {
       ctx.ex.send(status, body);
-      if (journaled !== null) deps.pool.auditsRecorded(ctx.environment, journaled.resourceId, [journaled.ref]);
+      deps.pool.auditsRecorded(ctx.environment, fields.resourceId, [tag.ref]);
     },
     () => ctx.ex.fail('internal'),
   );
 }
 
-function submitAudited(deps: ApiDeps, ctx: RequestContext, command: Command, audit: AuditOf): void {
-  const journaled = journaledAudit(ctx, audit);
-  submit(deps, ctx.ex, command, (status, body) => audited(deps, ctx, audit, status, body, journaled), journaled);
+/** The audit fields of a write that is audited (a programmer error otherwise). */
+function fieldsOf(command: WriteCommand): AuditFields {
+  const fields = auditOf(command);
+  if (fields === null) throw new Error(`${command.op} is not audited`);
+  return fields;
 }
+
+function submitAudited(deps: ApiDeps, ctx: RequestContext, command: WriteCommand): void {
+  const fields = fieldsOf(command);
+  const tag = tagOf(ctx);
+  submit(deps, ctx.ex, command, (status, body) => audited(deps, ctx, fields, tag, status, body), tag);
+}
+
 
 /**
  * Refuses (400 naming the field) a body holding a number JSON.parse did not keep exactly,
@@ -197,8 +206,7 @@ function usageAmountRoute(deps: ApiDeps, op: 'consume' | 'refund'): Route {
       const base = { op, environment: ctx.environment, customerId, key, amountMicros: amount.micros } as const;
       const command = idempotencyKey === undefined ? base : { ...base, idempotencyKey };
       if (op === 'consume') return submit(deps, ctx.ex, command);
-      const data = { key, amount: exactAmountValue(amount.micros), ...(idempotencyKey === undefined ? {} : { idempotencyKey }) };
-      submitAudited(deps, ctx, command, { action: 'usage.refund', resourceType: 'meter', resourceId: customerId, data });
+      submitAudited(deps, ctx, command);
     },
   };
 }
@@ -222,12 +230,7 @@ function limitSettingsRoute(deps: ApiDeps): Route {
         ...(purchased === undefined ? {} : { purchased }),
         ...(autoExpansionEnabled === undefined ? {} : { autoExpansionEnabled }),
       };
-      submitAudited(deps, ctx, { op: 'limitSettings', environment: ctx.environment, customerId, key, ...settings }, {
-        action: 'limit.settings',
-        resourceType: 'limit',
-        resourceId: customerId,
-        data: { key, ...settings },
-      });
+      submitAudited(deps, ctx, { op: 'limitSettings', environment: ctx.environment, customerId, key, ...settings });
     },
   };
 }
@@ -242,12 +245,7 @@ function usageSettingsRoute(deps: ApiDeps): Route {
       const body = check(validateUsageSettings, ctx.body, 'body');
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
       const { customerId, overageEnabled } = body.value;
-      submitAudited(deps, ctx, { op: 'usageSettings', environment: ctx.environment, customerId, key, overageEnabled }, {
-        action: 'usage.settings',
-        resourceType: 'meter',
-        resourceId: customerId,
-        data: { key, overageEnabled },
-      });
+      submitAudited(deps, ctx, { op: 'usageSettings', environment: ctx.environment, customerId, key, overageEnabled });
     },
   };
 }
@@ -293,14 +291,13 @@ function contractRoute(deps: ApiDeps, op: 'getContract' | 'putContract' | 'delet
       if (customerId === null) return;
       const address = { environment: ctx.environment, customerId, key: '' } as const;
       if (op === 'getContract') return submit(deps, ctx.ex, { op, ...address });
-      const audit = { resourceType: 'contract', resourceId: customerId } as const;
-      if (op === 'deleteContract') return submitAudited(deps, ctx, { op, ...address }, { ...audit, action: 'contract.delete', data: {} });
+      if (op === 'deleteContract') return submitAudited(deps, ctx, { op, ...address });
       const body = check(validateContract, ctx.body, 'body');
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
       if (!keepsEveryNumber(ctx)) return;
       const { priceAmount, priceInterval, entitlements } = body.value;
       const contract = { priceAmount, priceInterval, entitlements: entitlements ?? {} };
-      submitAudited(deps, ctx, { op, ...address, contract }, { ...audit, action: 'contract.put', data: contract });
+      submitAudited(deps, ctx, { op, ...address, contract });
     },
   };
 }
@@ -324,13 +321,13 @@ function upsertCustomerRoute(deps: ApiDeps): Route {
       if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
       if (!keepsEveryNumber(ctx)) return;
       const patch = profilePatch(body.value);
-      const audit = { action: 'customer.upsert', resourceType: 'customer', resourceId: body.value.id, data: { ...patch } } as const;
-      const journaled = journaledAudit(ctx, audit);
       const command = { op: 'upsertCustomer', environment: ctx.environment, customerId: body.value.id, key: '', patch } as const;
+      const fields = fieldsOf(command);
+      const tag = tagOf(ctx);
       submit(deps, ctx.ex, command, (status, reply) =>
         // An update that changed nothing answers 200 with the stored customer, unaudited.
-        status === UPSERT_UNCHANGED_STATUS ? ctx.ex.send(200, reply) : audited(deps, ctx, audit, status, reply, journaled),
-        journaled,
+        status === UPSERT_UNCHANGED_STATUS ? ctx.ex.send(200, reply) : audited(deps, ctx, fields, tag, status, reply),
+        tag,
       );
     },
   };
@@ -355,18 +352,17 @@ function contextRoute(deps: ApiDeps): Route {
         ...(includeSubscription === true ? ['"subscription":null'] : []),
       ];
       const patch = profilePatch(customer);
-      // Stored by the shard only if the call creates or changes the customer.
-      const audit = { action: 'customer.upsert', resourceType: 'customer', resourceId: customer.id, data: { ...patch } } as const;
-      const journaled = journaledAudit(ctx, audit);
       const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch, request: { features, usage, limits } } as const;
+      // The shard stores the entry only if the call creates or changes the customer.
+      const tag = tagOf(ctx);
       submit(deps, ctx.ex, command, (status, reply) => {
         if (status !== 200 && status !== CONTEXT_WROTE_STATUS) return ctx.ex.send(status, reply);
         // The shard renders `{customer, features, usage, limits}`; splice our fields before its closing brace.
         const body = extra.length > 0 ? `${reply.slice(0, -1)},${extra.join(',')}}` : reply;
         if (status === 200) return ctx.ex.send(200, body);
         // It created or changed the customer: audited like POST /v1/customers.
-        audited(deps, ctx, audit, 200, body, journaled);
-      }, journaled);
+        audited(deps, ctx, fieldsOf(command), tag, 200, body);
+      }, tag);
     },
   };
 }
