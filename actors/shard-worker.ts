@@ -60,12 +60,24 @@ const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`));
 const journalFlushMs = new Histogram(JOURNAL_FLUSH_BOUNDS_MS);
 const journalBatchEvents = new Histogram(JOURNAL_BATCH_EVENTS_BOUNDS);
 
+/**
+ * Audit entries the chain now holds, whose stored copies this shard may drop. They go
+ * with the next journal append rather than in a write of their own: a forget needs no
+ * fsync (a copy that survives a crash is only forgotten again at the next start, because
+ * the chain already has its reference), and an extra sync would hold up every consume
+ * queued behind it. A clean stop writes what is left.
+ */
+let auditsToForget: string[] = [];
+
 function appendTimed(events: readonly Event[], index: readonly CustomerIndexEntry[], audits: readonly PendingAudit[]): { readonly seq: number; readonly durable: Promise<void> } {
   const issuedMs = performance.now();
+  const forget = auditsToForget;
+  auditsToForget = [];
   const appended = store.append(
     events,
     index.map((entry) => ({ environment: entry.environment, id: entry.id, json: Buffer.from(JSON.stringify(entry.view)) })),
     audits,
+    forget,
   );
   journalBatchEvents.observe(events.length);
   // A failed write is the shard's to handle (it crashes); this handler only measures.
@@ -226,10 +238,13 @@ function onMessage(message: ToWorker): void {
       startExport(message.snapshotId, message.partPath);
       return;
     case 'auditsRecorded':
-      store.forgetAudits(message.refs).catch(crash);
+      for (const ref of message.refs) auditsToForget.push(ref);
       return;
     case 'stop':
-      void store.close().then(() => post({ t: 'stopped' }), crash);
+      void store
+        .forgetAudits(auditsToForget)
+        .then(() => store.close())
+        .then(() => post({ t: 'stopped' }), crash);
       return;
   }
 }

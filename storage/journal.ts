@@ -125,7 +125,12 @@ export class ShardStore {
    * then crash the worker. Throws (programmer error) if a torn tail is still pending
    * (call replay() first), if `events` is not an array or the record is too large.
    */
-  append(events: readonly unknown[], index: readonly IndexEntry[] = [], audits: ReadonlyArray<{ readonly ref: string }> = []): { seq: number; durable: Promise<void> } {
+  append(
+    events: readonly unknown[],
+    index: readonly IndexEntry[] = [],
+    audits: ReadonlyArray<{ readonly ref: string }> = [],
+    forget: readonly string[] = [],
+  ): { seq: number; durable: Promise<void> } {
     assert(this.#tornTailSeq === null, `torn journal tail at seq ${this.#tornTailSeq}: replay() before append()`);
     assert(Array.isArray(events), 'journal record must be an array of events');
     const seq = this.#lastSeq + 1;
@@ -137,8 +142,10 @@ export class ShardStore {
     // (A failure fails the whole transaction; the journal record's `durable` reports it.)
     for (const entry of index) this.#env.dbs.customers.put([entry.environment, entry.id], entry.json).catch(() => undefined);
     // The audit entries of audited writes, likewise: kept until the front end has them in
-    // the audit chain (forgetAudits), and handed to it again after a crash (pendingAudits).
+    // the audit chain (`forget`, which rides on a later append), and handed to it again
+    // after a crash (pendingAudits).
     for (const audit of audits) this.#env.dbs.audits.put(audit.ref, encodeRecord(audit)).catch(() => undefined);
+    for (const ref of forget) this.#env.dbs.audits.remove(ref).catch(() => undefined);
     const durable = this.#flushed(this.#env.dbs.journal.put(seq, frame), `journal append of seq ${seq}`);
     this.#lastSeq = seq;
     return { seq, durable };
@@ -151,7 +158,10 @@ export class ShardStore {
     return audits;
   }
 
-  /** Drops the stored copies of audit entries the chain now holds; resolves once durable. */
+  /**
+   * Drops the stored copies of audit entries the chain now holds, in a write of its own;
+   * resolves once durable. Only for a clean stop: while running, forgets ride on appends.
+   */
   forgetAudits(refs: readonly string[]): Promise<void> {
     return Promise.all(refs.map((ref) => this.#flushed(this.#env.dbs.audits.remove(ref), `pending audit ${ref} removal`))).then(() => undefined);
   }

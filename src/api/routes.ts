@@ -112,7 +112,6 @@ function submit(
   if (!deps.pool.submit(command, onReply, audit)) ex.fail('overloaded', {}, [['retry-after', '1']]);
 }
 
-
 /**
  * The tag of an audited shard write: its actor and a fresh reference. The shard derives the
  * entry from the command (actors/audit-of.ts) and stores it in the change's own
@@ -158,7 +157,6 @@ function submitAudited(deps: ApiDeps, ctx: RequestContext, command: WriteCommand
   const tag = tagOf(ctx);
   submit(deps, ctx.ex, command, (status, body) => audited(deps, ctx, fields, tag, status, body), tag);
 }
-
 
 /**
  * Refuses (400 naming the field) a body holding a number JSON.parse did not keep exactly,
