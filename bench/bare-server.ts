@@ -8,6 +8,14 @@
  * It does no routing, no auth, no JSON parsing, no validation and no disk IO: whatever
  * Tally does beyond this is what the ratio prices.
  *
+ * With `RATE_LIMIT_HEADERS=<limit>` every reply also carries the three `X-RateLimit-*`
+ * lines Tally's rate limiter adds (same names, values of the same length), written the
+ * way Tally writes them: in the content type's `writeHeader` call. This second ceiling is
+ * the control for the limiter's price: the load generator parses every header line of
+ * every reply (autocannon does so in JavaScript), so "Tally with the limiter ÷ Tally
+ * without" includes the generator's own cost of reading three more lines; the same ratio
+ * between the two bare servers is that cost alone (bench/report.ts divides it out).
+ *
  * It runs as its own child process (`node dist/bench/bare-server.js`) so it never shares
  * an event loop with the load generator. Env: `PORT` (0 = any free port). When it is
  * listening it prints one JSON line, `{"msg":"listening","port":n,"native":true}`.
@@ -25,6 +33,31 @@ const BODY_BYTES_MAX = 64 * 1024;
 const CONTENT_TYPE = 'application/json';
 const GET_BODY = 'true';
 const POST_BODY = '{"ok":true}';
+
+/**
+ * The content-type value to write: plain, or followed by the three rate-limit lines when
+ * RATE_LIMIT_HEADERS is set, in Tally's order. Remaining is `limit - 1` and reset the end
+ * of the current minute, refreshed each second, so the lines are as long as Tally's.
+ */
+function contentTypeValue(limit: number | null): () => string {
+  if (limit === null) return () => CONTENT_TYPE;
+  const render = (): string => {
+    const resetSec = Math.ceil((Date.now() + 1) / 60_000) * 60;
+    return `${CONTENT_TYPE}\r\nx-ratelimit-limit: ${limit}\r\nx-ratelimit-reset: ${resetSec}\r\nx-ratelimit-remaining: ${limit - 1}`;
+  };
+  let value = render();
+  setInterval(() => (value = render()), 1000).unref();
+  return () => value;
+}
+
+function parseLimit(raw: string | undefined): number | null {
+  if (raw === undefined || raw === '') return null;
+  const limit = Number(raw);
+  if (!Number.isSafeInteger(limit) || limit < 1) throw new Error(`RATE_LIMIT_HEADERS must be a positive integer, got ${raw}`);
+  return limit;
+}
+
+const contentType = contentTypeValue(parseLimit(process.env['RATE_LIMIT_HEADERS']));
 
 /**
  * The native binding exports `LIBUS_LISTEN_EXCLUSIVE_PORT` as a plain number (the typings
@@ -46,7 +79,7 @@ function parsePort(raw: string | undefined): number {
 }
 
 function answerGet(res: uWS.HttpResponse): void {
-  res.writeStatus('200 OK').writeHeader('content-type', CONTENT_TYPE).end(GET_BODY);
+  res.writeStatus('200 OK').writeHeader('content-type', contentType()).end(GET_BODY);
 }
 
 /** Reads the body to the end (copying each chunk: uWS detaches it after the callback), then answers. */
@@ -63,7 +96,7 @@ function answerPost(res: uWS.HttpResponse): void {
     if (!isLast || aborted) return;
     const status = bodyBytes <= BODY_BYTES_MAX ? '200 OK' : '413 Payload Too Large';
     res.cork(() => {
-      res.writeStatus(status).writeHeader('content-type', CONTENT_TYPE).end(POST_BODY);
+      res.writeStatus(status).writeHeader('content-type', contentType()).end(POST_BODY);
     });
   });
 }

@@ -51,6 +51,11 @@ export interface MeasuredScenario {
   readonly connections: number;
   readonly pipelining: number;
   readonly bare: ServerStats;
+  /**
+   * The bare server that adds the three rate-limit lines (bare-server.ts), measured in the
+   * same segments as `bare`; null unless a target of the group is judged net of them.
+   */
+  readonly headerControl: ServerStats | null;
   /** Which Tally process `tally` was measured on (tallies.ts). */
   readonly tallyLabel: string;
   readonly tally: ServerStats | null;
@@ -65,6 +70,7 @@ export interface ScenarioResult {
   readonly connections: number;
   readonly pipelining: number;
   readonly bare: ServerStats;
+  readonly headerControl: ServerStats | null;
   readonly bareSharedWith: string | null;
   readonly tallyLabel: string;
   readonly tally: ServerStats | null;
@@ -140,6 +146,12 @@ interface LoadShapeOfResult {
 /** Tally statistics by scenario name, for targets that compare two scenarios. */
 type PeerTallies = ReadonlyMap<string, ServerStats | null>;
 
+/** The two bare ceilings of a scenario's group: without and with the rate-limit lines. */
+interface Ceilings {
+  readonly bare: ServerStats;
+  readonly headerControl: ServerStats | null;
+}
+
 /** Segment r of `numerator` ÷ segment r of `denominator`, for the rounds both have (a zero denominator: skipped). */
 export function roundRatios(numerator: ServerStats, denominator: ServerStats): number[] {
   const ratios: number[] = [];
@@ -172,19 +184,44 @@ export function roundsNote(values: readonly number[], bound: { readonly min: num
   return `rounds: ${met} of ${values.length} ${test}, median ${show(median(sorted))}, ${show(sorted[0] ?? 0)}-${show(sorted.at(-1) ?? 0)}`;
 }
 
-function checkVsScenario(target: Extract<Target, { kind: 'vsScenario' }>, tally: ServerStats | null, peers: PeerTallies): TargetCheck {
-  const description = `tally >= ${target.min} x ${target.scenario}'s tally req/s (${target.what})`;
+function checkVsScenario(target: Extract<Target, { kind: 'vsScenario' }>, tally: ServerStats | null, peers: PeerTallies, ceilings: Ceilings): TargetCheck {
+  const net = target.netOfRateLimitHeaders === true;
+  const description = `tally >= ${target.min} x ${target.scenario}'s tally req/s (${target.what}${net ? ', net of the load generator parsing the three headers' : ''})`;
   const peer = peers.get(target.scenario);
   if (tally === null || peer === null) return { description, pass: null, note: 'tally did not run' };
   if (peer === undefined) return { description, pass: null, note: `${target.scenario} did not run` };
   if (peer.reqPerSec === 0) return { description, pass: false, note: `${target.scenario} had no 2xx` };
   const ratio = tally.reqPerSec / peer.reqPerSec;
-  const rounds = roundsNote(roundRatios(tally, peer), { min: target.min });
-  return { description, pass: ratio >= target.min, note: `measured ${fixed(ratio, 3)}x${rounds === '' ? '' : `; ${rounds}`}` };
+  if (!net) {
+    const rounds = roundsNote(roundRatios(tally, peer), { min: target.min });
+    return { description, pass: ratio >= target.min, note: `measured ${fixed(ratio, 3)}x${rounds === '' ? '' : `; ${rounds}`}` };
+  }
+  const control = ceilings.headerControl;
+  if (control === null || control.reqPerSec === 0 || ceilings.bare.reqPerSec === 0) return { description, pass: null, note: 'the header control did not run' };
+  const harness = control.reqPerSec / ceilings.bare.reqPerSec;
+  const netRatio = ratio / harness;
+  const harnessByRound = roundRatios(control, ceilings.bare);
+  const netByRound = roundRatios(tally, peer).flatMap((r, i) => {
+    const h = harnessByRound[i];
+    return h === undefined || h === 0 ? [] : [r / h];
+  });
+  const rounds = roundsNote(netByRound, { min: target.min });
+  return {
+    description,
+    pass: netRatio >= target.min,
+    note: `measured ${fixed(netRatio, 3)}x net = ${fixed(ratio, 3)}x raw / ${fixed(harness, 3)}x bare with the headers vs without${rounds === '' ? '' : `; net ${rounds}`}`,
+  };
 }
 
-function checkTarget(target: Target, tally: ServerStats | null, ratio: number | null, ratioByRound: readonly number[], shape: LoadShapeOfResult, peers: PeerTallies): TargetCheck {
-  if (target.kind === 'vsScenario') return checkVsScenario(target, tally, peers);
+function checkTarget(
+  target: Target,
+  tally: ServerStats | null,
+  ratio: number | null,
+  ratioByRound: readonly number[],
+  measured: LoadShapeOfResult & Ceilings,
+  peers: PeerTallies,
+): TargetCheck {
+  if (target.kind === 'vsScenario') return checkVsScenario(target, tally, peers, measured);
   if (target.kind === 'ratio') {
     const description = `tally/bare >= ${target.min}`;
     if (ratio === null) return { description, pass: null, note: 'tally did not run' };
@@ -193,8 +230,8 @@ function checkTarget(target: Target, tally: ServerStats | null, ratio: number | 
   }
   const description = `tally p99 <= ${target.maxMs} ms at ${target.atConnections} connections x pipelining ${target.atPipelining}`;
   if (tally === null) return { description, pass: null, note: 'tally did not run' };
-  if (shape.connections !== target.atConnections || shape.pipelining !== target.atPipelining) {
-    return { description, pass: null, note: `ran at ${shape.connections}x${shape.pipelining}` };
+  if (measured.connections !== target.atConnections || measured.pipelining !== target.atPipelining) {
+    return { description, pass: null, note: `ran at ${measured.connections}x${measured.pipelining}` };
   }
   const rounds = roundsNote(tally.latencyMsP99BySegment, { max: target.maxMs }, ' ms');
   return { description, pass: tally.latencyMsP99 <= target.maxMs, ...(rounds === '' ? {} : { note: `measured ${fixed(tally.latencyMsP99, 2)} ms; ${rounds}` }) };
@@ -211,6 +248,7 @@ function scenarioResult(measured: MeasuredScenario, peers: PeerTallies): Scenari
     connections: measured.connections,
     pipelining: measured.pipelining,
     bare,
+    headerControl: measured.headerControl,
     bareSharedWith: measured.bareSharedWith,
     tallyLabel: measured.tallyLabel,
     tally,
@@ -237,13 +275,19 @@ function row(cells: readonly string[], widths: readonly number[]): string {
   return cells.map((cell, i) => (i < 2 ? cell.padEnd(widths[i] ?? 0) : cell.padStart(widths[i] ?? 0))).join('  ');
 }
 
-function statsCells(scenario: ScenarioResult, server: 'bare' | 'tally'): string[] {
+function statsCells(scenario: ScenarioResult, server: 'bare' | 'headerControl' | 'tally'): string[] {
   const stats = scenario[server];
   const load = `${scenario.connections}x${scenario.pipelining}`;
-  const label = server === 'tally' ? scenario.tallyLabel : scenario.bareSharedWith === null ? 'bare' : `bare (same as ${scenario.bareSharedWith})`;
+  const shared = scenario.bareSharedWith === null ? '' : ` (same as ${scenario.bareSharedWith})`;
+  const label = server === 'tally' ? scenario.tallyLabel : server === 'bare' ? `bare${shared}` : `bare + rate-limit headers${shared}`;
   const head = [server === 'bare' ? scenario.name : '', `${label} ${scenario.method}`, load];
   if (stats === null) return [...head, 'not run', '-', '-', '-', '-', '-', '-'];
-  const ratio = server === 'tally' && scenario.ratio !== null ? `${fixed(scenario.ratio, 2)}x` : '';
+  const ratio =
+    server === 'tally' && scenario.ratio !== null
+      ? `${fixed(scenario.ratio, 2)}x`
+      : server === 'headerControl' && stats !== null && scenario.bare.reqPerSec > 0
+        ? `${fixed(stats.reqPerSec / scenario.bare.reqPerSec, 2)}x`
+        : '';
   return [
     ...head,
     fixed(stats.reqPerSec, 0),
@@ -265,7 +309,7 @@ function rateLimitLine(report: BenchReport): string {
 /** The results table, then the target checks, as printable text. */
 export function formatReport(report: BenchReport): string {
   const header = ['scenario', 'server', 'conn x pipe', 'req/s (2xx)', 'p50 ms', 'p99 ms', 'non-2xx', 'errors', 'dropped', 'vs bare'];
-  const body = report.scenarios.flatMap((s) => [statsCells(s, 'bare'), statsCells(s, 'tally')]);
+  const body = report.scenarios.flatMap((s) => [statsCells(s, 'bare'), ...(s.headerControl === null ? [] : [statsCells(s, 'headerControl')]), statsCells(s, 'tally')]);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((cells) => (cells[i] ?? '').length)));
   const lines = [
     `node ${report.node}, availableParallelism ${report.availableParallelism}, ${report.cpuModel}, ${report.platform}`,

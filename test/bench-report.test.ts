@@ -50,8 +50,8 @@ describe('bench report, round by round', () => {
     const rateLimited = summarize([segment(700, 2.5), segment(600, 1.5)]);
     const unlimited = summarize([segment(700, 1), segment(700, 1)]);
     const results = scenarioResults([
-      { scenario: scenario('has'), connections: 50, pipelining: 1, bare, tallyLabel: 'tally', tally: rateLimited, bareSharedWith: null },
-      { scenario: scenario('has-unlimited'), connections: 50, pipelining: 1, bare, tallyLabel: 'tally-rl-off', tally: unlimited, bareSharedWith: 'has' },
+      { scenario: scenario('has'), connections: 50, pipelining: 1, bare, headerControl: bare, tallyLabel: 'tally', tally: rateLimited, bareSharedWith: null },
+      { scenario: scenario('has-unlimited'), connections: 50, pipelining: 1, bare, headerControl: bare, tallyLabel: 'tally-rl-off', tally: unlimited, bareSharedWith: 'has' },
     ]);
     const has = results[0];
     expect(has?.ratioByRound).toEqual([0.7, 0.6]);
@@ -60,7 +60,29 @@ describe('bench report, round by round', () => {
       'PASS measured 0.650x; rounds: 2 of 2 >= 0.6, median 0.650x, 0.600x-0.700x',
       // Half the answers took 2.5 ms, so the run's p99 fails while one round passes.
       expect.stringMatching(/^FAIL measured 2\.5\d ms; rounds: 1 of 2 <= 2, median 2\.0\d ms, 1\.5\d ms-2\.5\d ms$/),
-      'FAIL measured 0.929x; rounds: 1 of 2 >= 0.95, median 0.929x, 0.857x-1.000x',
+      // The header control answered as fast as bare, so net and raw agree.
+      'FAIL measured 0.929x net = 0.929x raw / 1.000x bare with the headers vs without; net rounds: 1 of 2 >= 0.95, median 0.929x, 0.857x-1.000x',
     ]);
+  });
+
+  it("judges the limiter's price net of the load generator's cost of parsing the three headers, round by round", () => {
+    const bare = summarize([segment(1000, 1), segment(1000, 1)]);
+    // The bare server that adds the lines: 10% and 20% slower in the two rounds.
+    const headerControl = summarize([segment(900, 1), segment(800, 1)]);
+    const rateLimited = summarize([segment(700, 1), segment(600, 1)]);
+    const unlimited = summarize([segment(700, 1), segment(700, 1)]);
+    const measured = (headers: typeof headerControl | null) =>
+      scenarioResults([
+        { scenario: scenario('has'), connections: 50, pipelining: 1, bare, headerControl: headers, tallyLabel: 'tally', tally: rateLimited, bareSharedWith: null },
+        { scenario: scenario('has-unlimited'), connections: 50, pipelining: 1, bare, headerControl: headers, tallyLabel: 'tally-rl-off', tally: unlimited, bareSharedWith: 'has' },
+      ])[0]?.targets[2];
+    // Raw 1300/1400 = 0.929; the generator's share 1700/2000 = 0.85; net 0.929/0.85 = 1.092.
+    // Rounds: 1.0/0.9 = 1.111 and (600/700)/0.8 = 1.071.
+    expect(measured(headerControl)).toMatchObject({
+      pass: true,
+      note: 'measured 1.092x net = 0.929x raw / 0.850x bare with the headers vs without; net rounds: 2 of 2 >= 0.95, median 1.091x, 1.071x-1.111x',
+    });
+    // Without the control there is no verdict rather than a raw one.
+    expect(measured(null)).toMatchObject({ pass: null, note: 'the header control did not run' });
   });
 });

@@ -63,6 +63,11 @@ describe('bench (tiny)', () => {
         expect(report.rateLimitOffHeaderSeen, 'tally with rate limiting off sent no x-ratelimit-limit').toBe(false);
         for (const scenario of report.scenarios) {
           expectClean(scenario.bare, `${scenario.name} bare`);
+          // has and has-unlimited are priced net of the rate-limit headers' parsing cost.
+          if (scenario.name.startsWith('has')) {
+            expect(scenario.headerControl, `${scenario.name}: bare + rate-limit headers results`).not.toBeNull();
+            if (scenario.headerControl !== null) expectClean(scenario.headerControl, `${scenario.name} bare + rate-limit headers`);
+          }
           expect(scenario.tally, `${scenario.name}: tally results`).not.toBeNull();
           if (scenario.tally !== null) expectClean(scenario.tally, `${scenario.name} tally`);
         }

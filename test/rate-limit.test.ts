@@ -23,8 +23,7 @@ describe('RateLimiter', () => {
     const decisions = [0, 1000, 2000].map((dt) => limiter.take(client, t0 + 30_000 + dt));
     expect(decisions.map((d) => d?.allowed)).toEqual([true, true, false]);
     expect(decisions[0]).toMatchObject({ remaining: 1 });
-    expect(text(decisions[0]?.limitBytes)).toBe('2');
-    expect(text(decisions[0]?.resetBytes)).toBe(String((t0 + WINDOW_MS) / 1000));
+    expect(text(decisions[0]?.lines)).toBe(`application/json\r\nx-ratelimit-limit: 2\r\nx-ratelimit-reset: ${(t0 + WINDOW_MS) / 1000}\r\nx-ratelimit-remaining: `);
     expect(decisions[2]).toMatchObject({ allowed: false, remaining: 0 });
     expect(decisions[2]?.retryAfterSec).toBe(28);
     // The next minute starts a fresh window; other keys never shared this one.

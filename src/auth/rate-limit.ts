@@ -9,7 +9,7 @@
  * 0 turns rate limiting off.
  */
 import type { KeyRecord } from '../../storage/control-store.js';
-import { asciiBytes } from '../http/rate-limit-header.js';
+import { rateLimitLines, type RateLimitLines } from '../http/rate-limit-header.js';
 
 export const WINDOW_MS = 60_000;
 export const DEFAULT_RATE_LIMITS: RateLimits = { server: 1000, client: 200 };
@@ -26,15 +26,14 @@ export interface RateLimits {
 
 /**
  * The rate-limit state of one request: what its reply's headers say. The limit and
- * reset values are ASCII bytes encoded once per limiter and per window, so that writing
- * the headers converts no string per request (src/http/rate-limit-header.ts).
+ * reset lines are encoded once per key and window, so that writing the headers converts
+ * no string per request (src/http/rate-limit-header.ts).
  */
 export interface RateDecision {
   readonly allowed: boolean;
   readonly limit: number;
-  /** X-RateLimit-Limit and X-RateLimit-Reset values, shared by the whole window. */
-  readonly limitBytes: Uint8Array;
-  readonly resetBytes: Uint8Array;
+  /** X-RateLimit-Limit and X-RateLimit-Reset, shared by the whole window. */
+  readonly lines: RateLimitLines;
   readonly remaining: number;
   /** Whole seconds until the window ends, at least 1 (for Retry-After on a 429). */
   readonly retryAfterSec: number;
@@ -43,23 +42,18 @@ export interface RateDecision {
 interface Window {
   startMs: number;
   count: number;
-  resetBytes: Uint8Array;
+  lines: RateLimitLines;
 }
 
-/** X-RateLimit-Reset of the window starting at `startMs`: its end in Unix epoch seconds. */
-function resetBytes(startMs: number): Uint8Array {
-  return asciiBytes(String((startMs + WINDOW_MS) / 1000));
+/** The header lines of a window starting at `startMs`: X-RateLimit-Reset is its end in Unix epoch seconds. */
+function linesOf(limit: number, startMs: number): RateLimitLines {
+  return rateLimitLines(limit, (startMs + WINDOW_MS) / 1000);
 }
 
 export class RateLimiter {
   private readonly windows = new Map<string, Window>();
-  private readonly serverBytes: Uint8Array;
-  private readonly clientBytes: Uint8Array;
 
-  constructor(private readonly limits: RateLimits) {
-    this.serverBytes = asciiBytes(String(limits.server));
-    this.clientBytes = asciiBytes(String(limits.client));
-  }
+  constructor(private readonly limits: RateLimits) {}
 
   /** Counts one request for `key` at `nowMs`; null when this key class is unlimited. */
   take(key: KeyRecord, nowMs: number): RateDecision | null {
@@ -70,19 +64,18 @@ export class RateLimiter {
     let window = this.windows.get(key.id);
     if (window === undefined) {
       if (this.windows.size >= SWEEP_AT_ENTRIES) this.sweep(startMs);
-      window = { startMs, count: 0, resetBytes: resetBytes(startMs) };
+      window = { startMs, count: 0, lines: linesOf(limit, startMs) };
       this.windows.set(key.id, window);
     } else if (window.startMs !== startMs) {
       window.startMs = startMs;
       window.count = 0;
-      window.resetBytes = resetBytes(startMs);
+      window.lines = linesOf(limit, startMs);
     }
     window.count++;
     return {
       allowed: window.count <= limit,
       limit,
-      limitBytes: client ? this.clientBytes : this.serverBytes,
-      resetBytes: window.resetBytes,
+      lines: window.lines,
       remaining: Math.max(0, limit - window.count),
       retryAfterSec: Math.max(1, Math.ceil((startMs + WINDOW_MS - nowMs) / 1000)),
     };

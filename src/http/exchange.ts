@@ -104,10 +104,10 @@ export class Exchange {
       // the content type's call: see rate-limit-header.ts.
       // A 204 has no body, hence no content type and (RFC 9110 §8.6) no Content-Length.
       if (rate !== null && status !== 204 && contentType === JSON_TYPE) {
-        res.writeHeader('content-type', jsonWithRateLimitValue(rate.limitBytes, rate.remaining, rate.resetBytes));
+        res.writeHeader('content-type', jsonWithRateLimitValue(rate.lines, rate.remaining));
       } else {
         if (status !== 204) res.writeHeader('content-type', contentType);
-        if (rate !== null) res.writeHeader(RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue(rate.limitBytes, rate.remaining, rate.resetBytes));
+        if (rate !== null) res.writeHeader(RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue(rate.lines, rate.remaining));
       }
       if (status >= 400 || this.echoRequestId) res.writeHeader('x-request-id', this.requestId);
       for (const [name, value] of headers) res.writeHeader(name, value);

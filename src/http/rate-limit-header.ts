@@ -2,7 +2,7 @@
  * The three `X-RateLimit-*` response headers, written as one header value.
  *
  * Why this exists: these headers go on every keyed reply, so their cost is the limiter's
- * cost on the hot path (issue target: under 5% on `has`). Two things made them expensive:
+ * cost on the hot path (issue target: under 5% on `has`). Three things made them expensive:
  *
  * - `String(n)`, `${n}` and `n.toString()` go through V8's number-to-string cache, a
  *   table in the old generation. X-RateLimit-Remaining counts down by one per request, so
@@ -13,79 +13,101 @@
  * - Three `writeHeader` calls cost three crossings into native code, each converting its
  *   strings to UTF-8. uWS writes a header as `name: value\r\n` from the bytes it is given,
  *   so one call whose value holds the other two lines puts exactly the same three header
- *   lines on the wire (measured: ~3% of `has` throughput). The value is built in one
- *   scratch buffer from pre-encoded pieces and returned as a preallocated view of it, so
- *   nothing is allocated per reply. uWS copies a header into its cork buffer inside
- *   `writeHeader`, so the scratch is free again once that call returns; the view must not
- *   be kept beyond it. test/rate-limit.test.ts reads the three headers back over HTTP.
+ *   lines on the wire (measured: ~3% of `has` throughput).
+ * - Assembling that value from four pieces per reply (four typed-array copies) cost more
+ *   than the accounting itself. Only `remaining` changes from one reply to the next, so
+ *   the lines go out in the order limit, reset, remaining: everything before the digits is
+ *   a per-window prefix (`rateLimitLines`, encoded when a key's window starts), which
+ *   stays in the scratch buffer while consecutive replies share it. A reply then writes
+ *   only its digits. Header order carries no meaning in HTTP (RFC 9110 §5.3).
+ *
+ * The value is returned as a preallocated view of the scratch buffer, so nothing is
+ * allocated per reply. uWS copies a header into its cork buffer inside `writeHeader`, so
+ * the scratch is free again once that call returns; the view must not be kept beyond it.
+ * test/rate-limit.test.ts reads the three headers back over HTTP.
  */
 
 const ENCODER = new TextEncoder();
 
-/** The limit and reset values as ASCII bytes, encoded once (per limiter, per window). */
-export function asciiBytes(text: string): Uint8Array {
-  return ENCODER.encode(text);
-}
-
 /** `x-ratelimit-limit` is the name of the `writeHeader` call; these follow its value. */
 export const RATE_LIMIT_HEADER_NAME = 'x-ratelimit-limit';
-const REMAINING_LINE = asciiBytes('\r\nx-ratelimit-remaining: ');
-const RESET_LINE = asciiBytes('\r\nx-ratelimit-reset: ');
 
 /**
  * A JSON reply's content type and the three lines in one call: written under
  * `content-type`, with this before the limit (`jsonWithRateLimitValue`). One native call
  * fewer per keyed JSON reply than writing the content type on its own.
  */
-const JSON_THEN_LIMIT = asciiBytes('application/json\r\nx-ratelimit-limit: ');
+const JSON_THEN_LIMIT = 'application/json\r\nx-ratelimit-limit: ';
 
 /** Number.MAX_SAFE_INTEGER has 16 decimal digits; the limit and reset are such numbers too. */
 const DIGITS_MAX = 16;
-const VALUE_BYTES_MAX = JSON_THEN_LIMIT.length + DIGITS_MAX * 3 + REMAINING_LINE.length + RESET_LINE.length;
+
+/**
+ * Everything of the value up to the remaining count's digits, for one limit and one
+ * window: `application/json\r\nx-ratelimit-limit: <limit>\r\nx-ratelimit-reset: <reset>
+ * \r\nx-ratelimit-remaining: ` as ASCII bytes. Make one per window (it is compared by
+ * identity to skip the copy when consecutive replies share it) and keep it unchanged.
+ */
+export type RateLimitLines = Uint8Array & { readonly __rateLimitLines: true };
+
+/** The prefix for `limit` requests per window ending at `resetSec` (Unix seconds); both safe integers ≥ 0. */
+export function rateLimitLines(limit: number, resetSec: number): RateLimitLines {
+  for (const value of [limit, resetSec]) {
+    if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`limit and reset must be non-negative safe integers, got ${value}`);
+  }
+  return ENCODER.encode(`${JSON_THEN_LIMIT}${limit}\r\nx-ratelimit-reset: ${resetSec}\r\nx-ratelimit-remaining: `) as RateLimitLines;
+}
+
+const PREFIX_BYTES_MAX = rateLimitLines(Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER).length;
+const VALUE_BYTES_MAX = PREFIX_BYTES_MAX + DIGITS_MAX;
+/** Where the value written under RATE_LIMIT_HEADER_NAME starts: after the content type's part. */
+const LIMIT_AT = JSON_THEN_LIMIT.length;
 
 const scratch = new Uint8Array(VALUE_BYTES_MAX);
-/** views[n]: the first n bytes of `scratch`. */
-const views: readonly Uint8Array[] = Array.from({ length: VALUE_BYTES_MAX + 1 }, (_, n) => scratch.subarray(0, n));
+/** The prefix `scratch` holds now (null: none yet). */
+let held: RateLimitLines | null = null;
+/** jsonViews[n]: scratch bytes 0..n; limitViews[n]: bytes LIMIT_AT..n. */
+const jsonViews: readonly Uint8Array[] = Array.from({ length: VALUE_BYTES_MAX + 1 }, (_, n) => scratch.subarray(0, n));
+const limitViews: readonly Uint8Array[] = Array.from({ length: VALUE_BYTES_MAX + 1 }, (_, n) => scratch.subarray(Math.min(LIMIT_AT, n), n));
 
 const ZERO = 0x30;
 
-/**
- * The value to write under RATE_LIMIT_HEADER_NAME: `<limit>\r\nx-ratelimit-remaining:
- * <remaining>\r\nx-ratelimit-reset: <reset>`, valid until the next call. `remaining` must
- * be a non-negative safe integer and the two byte strings at most 16 ASCII digits each;
- * anything else throws a RangeError (a caller bug: the limiter makes these).
- */
-export function rateLimitHeaderValue(limit: Uint8Array, remaining: number, reset: Uint8Array): Uint8Array {
-  return headerValue(0, limit, remaining, reset);
-}
-
-/**
- * The value to write under `content-type` for a keyed JSON reply: `application/json`, then
- * the three lines as `rateLimitHeaderValue` writes them. Same rules and lifetime.
- */
-export function jsonWithRateLimitValue(limit: Uint8Array, remaining: number, reset: Uint8Array): Uint8Array {
-  scratch.set(JSON_THEN_LIMIT, 0);
-  return headerValue(JSON_THEN_LIMIT.length, limit, remaining, reset);
-}
-
-function headerValue(start: number, limit: Uint8Array, remaining: number, reset: Uint8Array): Uint8Array {
+/** Puts `lines` then `remaining`'s digits in the scratch buffer; returns the end offset. */
+function fill(lines: RateLimitLines, remaining: number): number {
   if (!Number.isSafeInteger(remaining) || remaining < 0) throw new RangeError(`remaining must be a non-negative safe integer, got ${remaining}`);
-  if (limit.length > DIGITS_MAX || reset.length > DIGITS_MAX) throw new RangeError('limit and reset must be at most 16 digits');
-  scratch.set(limit, start);
-  let at = start + limit.length;
-  scratch.set(REMAINING_LINE, at);
-  at += REMAINING_LINE.length;
+  if (held !== lines) {
+    scratch.set(lines, 0);
+    held = lines;
+  }
   let digits = 1;
-  for (let rest = remaining; rest >= 10; rest = Math.floor(rest / 10)) digits++;
+  for (let power = 10; power <= remaining; power *= 10) digits++;
+  const at = lines.length;
+  let i = at + digits - 1;
   let rest = remaining;
-  for (let i = at + digits - 1; i >= at; i--) {
+  // Below 2^31 the digits come from int32 arithmetic, which V8 runs without float division.
+  for (; rest > 0x7fffffff; i--) {
     scratch[i] = ZERO + (rest % 10);
     rest = Math.floor(rest / 10);
   }
-  at += digits;
-  scratch.set(RESET_LINE, at);
-  at += RESET_LINE.length;
-  scratch.set(reset, at);
-  at += reset.length;
-  return views[at] as Uint8Array;
+  for (let small = rest | 0; i >= at; i--) {
+    const next = (small / 10) | 0;
+    scratch[i] = ZERO + small - next * 10;
+    small = next;
+  }
+  return at + digits;
+}
+
+/**
+ * The value to write under `content-type` for a keyed JSON reply: `application/json`,
+ * then the lines `x-ratelimit-limit`, `x-ratelimit-reset` and `x-ratelimit-remaining`,
+ * valid until the next call. `remaining` must be a non-negative safe integer (a
+ * RangeError otherwise: a caller bug, the limiter makes these).
+ */
+export function jsonWithRateLimitValue(lines: RateLimitLines, remaining: number): Uint8Array {
+  return jsonViews[fill(lines, remaining)] as Uint8Array;
+}
+
+/** The value to write under RATE_LIMIT_HEADER_NAME for a reply of another type: the same three lines. */
+export function rateLimitHeaderValue(lines: RateLimitLines, remaining: number): Uint8Array {
+  return limitViews[fill(lines, remaining)] as Uint8Array;
 }
