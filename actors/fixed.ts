@@ -170,9 +170,14 @@ export function exactAmountValue(micros: Micros): number | string {
   return microsToDecimal(micros);
 }
 
-/** Writes every marked amount in JSON text (made by JSON.stringify) as the bare number it spells. */
+/**
+ * Writes every marked amount in JSON text (made by JSON.stringify) as the bare number it
+ * spells. A mark is written as an escape, so text without a backslash has none: the
+ * one-character search (memchr) settles most replies, which hold no escape at all, at a
+ * fraction of the cost of searching for the mark itself.
+ */
 export function exactJson(json: string): string {
-  return json.includes('"\\udfff') ? json.replace(LARGE_MARKED, '$1') : json;
+  return json.includes('\\') && json.includes('"\\udfff') ? json.replace(LARGE_MARKED, '$1') : json;
 }
 
 export function minMicros(a: Micros, b: Micros): Micros {

@@ -109,6 +109,16 @@ describe('writing amounts exactly', () => {
     expect(formatMicros(1_000_000_000_000_000_000_000n)).not.toBe(1e15);
   });
 
+  it('property: marks are found beside any client text, escapes included (the backslash pre-check)', () => {
+    fc.assert(
+      fc.property(fc.string(), fc.constantFrom('', '\\', '"', '\n', '\\udfff1'), fc.bigInt({ min: -(10n ** 25n), max: 10n ** 25n }), (text, extra, micros) => {
+        const name = text + extra;
+        expect(exactJson(JSON.stringify({ name, balance: formatMicros(micros) }))).toBe(`{"name":${JSON.stringify(name)},"balance":${microsToDecimal(micros)}}`);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
   it('leaves strings that only look like a mark alone', () => {
     const json = JSON.stringify({ name: '\\udfff12', other: 'udfff3' });
     expect(exactJson(json)).toBe(json);
