@@ -4,8 +4,10 @@
  * created / listed / revoked / rotated online, and every operator action lands in the
  * operator audit stream (and key changes also in the environment's own log).
  */
+import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { defaultWorkers } from '../src/server.js';
 import { envInfo, openDurableEnv } from '../storage/lmdb-env.js';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
 
@@ -65,6 +67,10 @@ describe('operator routes', () => {
     expect(res.headers.get('allow')).toBe('GET, POST');
   });
 
+  it('the default worker count is cores − 1, at least two', () => {
+    expect([1, 2, 3, 4, 8].map(defaultWorkers)).toEqual([2, 2, 2, 3, 7]);
+  });
+
   it('status reports shards, customers, journal and uptime', async () => {
     expect((await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=status-1', { key: server.keys.test.client })).status).toBe(200);
     await call(server.base, 'POST', '/v1/customers', { key: server.keys.test.server, body: { id: 'status-1' } });
@@ -72,6 +78,9 @@ describe('operator routes', () => {
     expect(res.status).toBe(200);
     expect(res.body.ok).toBe(true);
     expect(res.body.workers).toBe(res.body.shards.length);
+    // No TALLY_WORKERS here: the default, cores − 1 but at least two.
+    expect(res.body.workers).toBe(defaultWorkers(availableParallelism()));
+    expect(res.body.workers).toBeGreaterThanOrEqual(2);
     expect(res.body.customers).toBeGreaterThanOrEqual(1);
     expect(res.body.environments.test.configVersion).toBe(1);
     expect(res.body.environments.live.configVersion).toBe(0);

@@ -360,9 +360,18 @@ describe('hostile input (400, never 500)', () => {
     expect((await call(server.base, 'GET', `/v1/customers/${encodeURIComponent('\u{1F600}'.repeat(256))}`, { key: sk })).status).toBe(400);
   });
 
-  it('a declared body over 1 MiB → 413 at once', async () => {
-    const res = await call(server.base, 'POST', consume, { key: sk, rawBody: `{"customerId":"${'x'.repeat(1024 * 1024)}","amount":1}`, headers: { 'content-type': 'application/json' } });
-    expect(res).toMatchObject({ status: 413, body: { error: 'request body exceeds 1048576 bytes' } });
+  it('a declared body over 1 MiB → 413 at once, before any of it is sent, and the connection is closed', async () => {
+    // A raw socket that sends only the head: the answer must not wait for the body. (A
+    // client still writing the body when the server closes gets EPIPE instead of the reply.)
+    const { hostname, port } = new URL(server.base);
+    const socket = net.connect(Number(port), hostname);
+    let received = '';
+    const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+    socket.setEncoding('latin1').on('data', (chunk: string) => (received += chunk));
+    socket.write(`POST ${consume} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\ncontent-type: application/json\r\ncontent-length: ${1024 * 1024 + 1}\r\n\r\n`);
+    await closed;
+    expect(received).toMatch(/^HTTP\/1\.1 413 Payload Too Large\r\n/);
+    expect(received).toContain('{"error":"request body exceeds 1048576 bytes"}');
   });
 
   it('a chunked body that grows past 1 MiB → 413', async () => {

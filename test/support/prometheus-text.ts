@@ -173,3 +173,14 @@ export function sampleValue(families: Map<string, Family>, name: string, labels:
   }
   return undefined;
 }
+
+/** The sum of every sample named `name` whose labels include `labels` (0 if none): a metric over all shards. */
+export function sampleSum(families: Map<string, Family>, name: string, labels: Readonly<Record<string, string>> = {}): number {
+  let sum = 0;
+  for (const family of families.values()) {
+    for (const s of family.samples) {
+      if (s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v)) sum += s.value;
+    }
+  }
+  return sum;
+}
