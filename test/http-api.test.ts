@@ -2,7 +2,6 @@
  * HTTP tests against a real server process: every status of spec §7 this slice can
  * produce, the 413/405/404 edges of PRODUCT.md, hostile input, and the config routes.
  */
-import http from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
@@ -374,20 +373,23 @@ describe('hostile input (400, never 500)', () => {
     expect(received).toContain('{"error":"request body exceeds 1048576 bytes"}');
   });
 
-  it('a chunked body that grows past 1 MiB → 413', async () => {
-    const status = await new Promise<number>((resolve, reject) => {
-      const req = http.request(`${server.base}${consume}`, {
-        method: 'POST',
-        headers: { 'x-tally-key': sk, 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
-      });
-      req.on('response', (res) => resolve(res.statusCode ?? 0));
-      req.on('error', reject);
-      const chunk = 'x'.repeat(64 * 1024);
-      req.write('{"customerId":"');
-      for (let i = 0; i < 20; i++) req.write(chunk);
-      req.end('"}');
-    });
-    expect(status).toBe(413);
+  it('a chunked body that grows past 1 MiB → 413, and the connection is closed', async () => {
+    // A raw socket, so that the server closing while chunks are still being written (EPIPE
+    // or a reset on the writer's side) cannot hide the reply that came before it.
+    const { hostname, port } = new URL(server.base);
+    const socket = net.connect(Number(port), hostname);
+    let received = '';
+    socket.setEncoding('latin1').on('data', (chunk: string) => (received += chunk));
+    socket.on('error', () => undefined);
+    const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+    const chunk = (text: string): string => `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`;
+    socket.write(`POST ${consume} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`);
+    socket.write(chunk('{"customerId":"'));
+    const piece = chunk('x'.repeat(64 * 1024));
+    for (let i = 0; i < 20 && !socket.destroyed; i++) socket.write(piece);
+    if (!socket.destroyed) socket.write(`${chunk('"}')}0\r\n\r\n`);
+    await closed;
+    expect(received).toMatch(/^HTTP\/1\.1 413 Payload Too Large\r\n/);
   });
 
   it('the server is still healthy after all of the above', async () => {
