@@ -40,7 +40,7 @@ import { ShardPool } from './shard-pool.js';
 export interface ServerOptions {
   readonly port: number;
   readonly dataDir: string;
-  /** Worker threads; fixed per data dir at its first start. Default: `defaultWorkers` (cores − 1, at least 2). */
+  /** Worker threads; fixed per data dir at its first start. Default: `defaultWorkers` (cores − 1, at least 1). */
   readonly workers?: number;
   /** Per-worker queue bound before 503 (default WORKER_QUEUE_MAX). */
   readonly queueMax?: number;
@@ -95,14 +95,15 @@ async function bootstrapKeys(keys: KeyRing, dataDir: string): Promise<BootstrapK
 }
 
 /**
- * The default shard worker count: one core per worker beside the front end's, but at
- * least two. The front end's thread is the busiest, and a worker mostly waits (for its
- * batch, for its journal's sync), so on two cores a second worker overlaps shard work
- * with the front end instead of queueing behind one thread. Measured on 2 cores (README,
- * Performance): `context` +22% and `has` +16% req/s with two workers; `consume` equal.
+ * The default shard worker count: one core per worker beside the front end's, at least
+ * one. On two cores a second worker raised `context` and `has` under autocannon (whose
+ * own CPU leaves the server short of a core), but with wrk, which leaves the server
+ * nearer saturation, one worker served more of every route: `has` and `context` ~6%,
+ * durable `consume` ~40% (each worker journals to its own environment with its own
+ * syncs). README, Performance, session 7.
  */
 export function defaultWorkers(cores: number): number {
-  return Math.max(2, cores - 1);
+  return Math.max(1, cores - 1);
 }
 
 /** The worker count is part of the data dir's layout: the first start fixes it. */
