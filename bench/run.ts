@@ -11,7 +11,7 @@
  * tally req/s" is the limiter's price, measured under the same machine conditions. The
  * two Tallies' replies differ by three header lines, and the load generator pays to
  * parse them too (autocannon parses in JavaScript: a bare server that adds the same
- * lines loses ~11% here). That cost is the generator's, not the limiter's, so the target
+ * lines answers 8–12% less here). That cost is the generator's, not the limiter's, so the target
  * is judged net of it: on ÷ off, divided by (bare with the lines ÷ bare) measured in the
  * same segments. The report prints the raw ratio beside the net one. The JSON report's
  * `rateLimitHeaderSeen` says whether the rate-limited Tally really sent the header.
