@@ -285,7 +285,7 @@ function statsCells(scenario: ScenarioResult, server: 'bare' | 'headerControl' |
   const ratio =
     server === 'tally' && scenario.ratio !== null
       ? `${fixed(scenario.ratio, 2)}x`
-      : server === 'headerControl' && stats !== null && scenario.bare.reqPerSec > 0
+      : server === 'headerControl' && scenario.bare.reqPerSec > 0
         ? `${fixed(stats.reqPerSec / scenario.bare.reqPerSec, 2)}x`
         : '';
   return [

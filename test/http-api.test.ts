@@ -6,6 +6,22 @@ import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
 
+/**
+ * A raw connection to `base`, for what fetch cannot show or does not survive: the bytes of
+ * a reply head, or a reply sent while the client was still writing and then a close (a
+ * writer gets EPIPE or a reset there, so write errors are ignored). `received` is
+ * everything read so far; `closed` settles when the server closes the connection.
+ */
+function rawConnection(base: string): { readonly socket: net.Socket; readonly received: () => string; readonly clear: () => void; readonly closed: Promise<void> } {
+  const { hostname, port } = new URL(base);
+  const socket = net.connect(Number(port), hostname);
+  let received = '';
+  socket.setEncoding('latin1').on('data', (chunk: string) => (received += chunk));
+  socket.on('error', () => undefined);
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  return { socket, received: () => received, clear: () => (received = ''), closed };
+}
+
 const CONFIG = {
   entitlements: {
     sso: { type: 'feature', name: 'Single sign-on' },
@@ -224,24 +240,21 @@ describe('contracts (row 20)', () => {
   it('answers DELETE with a bare 204: no Content-Length, no content type, and the connection stays usable', async () => {
     const c = 'contract-204';
     expect((await call(server.base, 'PUT', `/v1/contracts/${c}`, { key: sk, body: contract })).status).toBe(200);
-    const { hostname, port } = new URL(server.base);
-    const socket = net.connect(Number(port), hostname);
-    let received = '';
-    socket.setEncoding('latin1').on('data', (chunk: string) => (received += chunk));
+    const { socket, received, clear } = rawConnection(server.base);
     const until = async (done: () => boolean): Promise<void> => {
       while (!done()) await new Promise((resolve) => setTimeout(resolve, 5));
     };
     socket.write(`DELETE /v1/contracts/${c} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\n\r\n`);
-    await until(() => received.includes('\r\n\r\n'));
-    const [head] = received.split('\r\n\r\n');
+    await until(() => received().includes('\r\n\r\n'));
+    const [head] = received().split('\r\n\r\n');
     expect(head).toMatch(/^HTTP\/1\.1 204 No Content\r\n/);
     expect(head?.toLowerCase()).not.toMatch(/\r\n(content-length|content-type|transfer-encoding):/);
     expect(head?.toLowerCase()).toContain('\r\nx-ratelimit-remaining: ');
     // Nothing follows the head, and the same connection answers the next request.
-    received = '';
+    clear();
     socket.write(`GET /v1/contracts/${c} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\n\r\n`);
-    await until(() => received.includes('has no contract'));
-    expect(received).toMatch(/^HTTP\/1\.1 404 Not Found\r\n/);
+    await until(() => received().includes('has no contract'));
+    expect(received()).toMatch(/^HTTP\/1\.1 404 Not Found\r\n/);
     socket.destroy();
   });
 
@@ -360,28 +373,17 @@ describe('hostile input (400, never 500)', () => {
   });
 
   it('a declared body over 1 MiB → 413 at once, before any of it is sent, and the connection is closed', async () => {
-    // A raw socket that sends only the head: the answer must not wait for the body. (A
-    // client still writing the body when the server closes gets EPIPE instead of the reply.)
-    const { hostname, port } = new URL(server.base);
-    const socket = net.connect(Number(port), hostname);
-    let received = '';
-    const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
-    socket.setEncoding('latin1').on('data', (chunk: string) => (received += chunk));
+    // Only the head is sent: the answer must not wait for the body.
+    const { socket, received, closed } = rawConnection(server.base);
     socket.write(`POST ${consume} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\ncontent-type: application/json\r\ncontent-length: ${1024 * 1024 + 1}\r\n\r\n`);
     await closed;
-    expect(received).toMatch(/^HTTP\/1\.1 413 Payload Too Large\r\n/);
-    expect(received).toContain('{"error":"request body exceeds 1048576 bytes"}');
+    expect(received()).toMatch(/^HTTP\/1\.1 413 Payload Too Large\r\n/);
+    expect(received()).toContain('{"error":"request body exceeds 1048576 bytes"}');
   });
 
   it('a chunked body that grows past 1 MiB → 413, and the connection is closed', async () => {
-    // A raw socket, so that the server closing while chunks are still being written (EPIPE
-    // or a reset on the writer's side) cannot hide the reply that came before it.
-    const { hostname, port } = new URL(server.base);
-    const socket = net.connect(Number(port), hostname);
-    let received = '';
-    socket.setEncoding('latin1').on('data', (chunk: string) => (received += chunk));
-    socket.on('error', () => undefined);
-    const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+    // The server closes while chunks are still being written; the reply before it must show.
+    const { socket, received, closed } = rawConnection(server.base);
     const chunk = (text: string): string => `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`;
     socket.write(`POST ${consume} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`);
     socket.write(chunk('{"customerId":"'));
@@ -389,7 +391,7 @@ describe('hostile input (400, never 500)', () => {
     for (let i = 0; i < 20 && !socket.destroyed; i++) socket.write(piece);
     if (!socket.destroyed) socket.write(`${chunk('"}')}0\r\n\r\n`);
     await closed;
-    expect(received).toMatch(/^HTTP\/1\.1 413 Payload Too Large\r\n/);
+    expect(received()).toMatch(/^HTTP\/1\.1 413 Payload Too Large\r\n/);
   });
 
   it('the server is still healthy after all of the above', async () => {

@@ -164,23 +164,24 @@ export function parsePrometheusText(text: string): Map<string, Family> {
   return families;
 }
 
-/** The value of the one sample named `name` whose labels include `labels`; undefined if none. */
-export function sampleValue(families: Map<string, Family>, name: string, labels: Readonly<Record<string, string>> = {}): number | undefined {
+/** Every sample named `name` whose labels include `labels`. */
+function* matchingSamples(families: Map<string, Family>, name: string, labels: Readonly<Record<string, string>>): Generator<Sample> {
   for (const family of families.values()) {
     for (const s of family.samples) {
-      if (s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v)) return s.value;
+      if (s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v)) yield s;
     }
   }
+}
+
+/** The value of the one sample named `name` whose labels include `labels`; undefined if none. */
+export function sampleValue(families: Map<string, Family>, name: string, labels: Readonly<Record<string, string>> = {}): number | undefined {
+  for (const s of matchingSamples(families, name, labels)) return s.value;
   return undefined;
 }
 
 /** The sum of every sample named `name` whose labels include `labels` (0 if none): a metric over all shards. */
 export function sampleSum(families: Map<string, Family>, name: string, labels: Readonly<Record<string, string>> = {}): number {
   let sum = 0;
-  for (const family of families.values()) {
-    for (const s of family.samples) {
-      if (s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v)) sum += s.value;
-    }
-  }
+  for (const s of matchingSamples(families, name, labels)) sum += s.value;
   return sum;
 }
