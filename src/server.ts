@@ -30,6 +30,7 @@ import { issueKey, KeyRing } from './auth/keys.js';
 import { DEFAULT_RATE_LIMITS, RateLimiter, type RateLimits } from './auth/rate-limit.js';
 import { checkBodyHeaders, readJsonBody } from './http/body.js';
 import { Exchange } from './http/exchange.js';
+import { framingProblem } from './http/framing.js';
 import { routeQuery } from './http/query.js';
 import type { Router } from './http/router.js';
 import { silentLogger, type Logger } from './observability/log.js';
@@ -283,7 +284,13 @@ class FrontEnd {
     const method = req.getCaseSensitiveMethod();
     const url = req.getUrl();
     const ex = new Exchange(res, method, url, this.obs, req.getHeader('x-request-id'));
-    ex.guard(() => this.dispatch(ex, req));
+    ex.guard(() => {
+      // First of all, before any route runs: bytes read as a body here might be a second
+      // request to a proxy in front, or the other way round (http/framing.ts).
+      const framing = framingProblem(req);
+      if (framing !== null) return ex.failAndClose(framing.code, { detail: framing.detail });
+      this.dispatch(ex, req);
+    });
   }
 
   private dispatch(ex: Exchange, req: uWS.HttpRequest): void {

@@ -31,6 +31,7 @@ const STATUS_TEXT: Record<number, string> = {
   404: '404 Not Found',
   405: '405 Method Not Allowed',
   409: '409 Conflict',
+  411: '411 Length Required',
   413: '413 Payload Too Large',
   429: '429 Too Many Requests',
   500: '500 Internal Server Error',
@@ -40,6 +41,8 @@ const STATUS_TEXT: Record<number, string> = {
 export type Headers = ReadonlyArray<readonly [string, string]>;
 
 const JSON_TYPE = 'application/json';
+
+const ignoreBody = (): void => undefined;
 
 export class Exchange {
   aborted = false;
@@ -127,6 +130,19 @@ export class Exchange {
 
   fail(code: ErrorCode, params: ErrorParams = {}, headers: Headers = [], closeConnection = false): void {
     this.send(ERRORS[code].status, errorBody(code, params), headers, closeConnection);
+  }
+
+  /**
+   * Answers with an error and closes the connection, so that no byte the client sent
+   * after this request's head is ever parsed as another request. The answer goes out on
+   * the next turn, not from the handler: uWS parses every request already received on a
+   * connection before it acts on a close requested inside a handler, but it closes a
+   * connection at once, without dispatching, when a request arrives while an answer is
+   * still pending.
+   */
+  failAndClose(code: ErrorCode, params: ErrorParams = {}): void {
+    this.res.onData(ignoreBody);
+    setImmediate(() => this.fail(code, params, [], true));
   }
 
   json(status: number, value: unknown, headers: Headers = []): void {
