@@ -12,6 +12,10 @@ import { DEFAULT_RATE_LIMITS } from './auth/rate-limit.js';
 import { createLogger, isLogLevel, LOG_LEVELS, stdoutDestination } from './observability/log.js';
 import { startServer } from './server.js';
 
+// Everything the service creates (data dir, LMDB files, snapshots, keys) is readable by
+// its own account only, whatever the shell's umask (docs/security.md, Files on disk).
+process.umask(0o077);
+
 const levelRaw = process.env['TALLY_LOG_LEVEL'] || 'info';
 if (!isLogLevel(levelRaw)) {
   process.stderr.write(`TALLY_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(levelRaw)}\n`);

@@ -18,6 +18,7 @@ import { LOGICAL_SHARDS } from '../actors/limits.js';
 import { logicalShardOf, workerOf } from '../actors/protocol.js';
 import { ControlStore, type KeyRecord } from '../storage/control-store.js';
 import { claimDataDir } from '../storage/data-dir-lock.js';
+import { ensurePrivateDir, writePrivateFile } from '../storage/private-files.js';
 import { Piscina } from 'piscina';
 import { AuditLog, type AuditVerification } from '../storage/audit-log.js';
 import type { AuditVerifyTask } from '../storage/audit-verify-task.js';
@@ -91,7 +92,7 @@ async function bootstrapKeys(keys: KeyRing, dataDir: string): Promise<BootstrapK
     live: { server: issued.liveServer.secret, client: issued.liveClient.secret },
     admin: issued.admin.secret,
   };
-  fs.writeFileSync(path.join(dataDir, 'bootstrap-keys.json'), `${JSON.stringify(result, null, 2)}\n`, { mode: 0o600 });
+  writePrivateFile(path.join(dataDir, 'bootstrap-keys.json'), `${JSON.stringify(result, null, 2)}\n`);
   return result;
 }
 
@@ -133,6 +134,11 @@ function listen(app: uWS.TemplatedApp, port: number): Promise<uWS.us_listen_sock
 }
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
+  // A data dir others may write to is refused (they would own the database); one they may
+  // read is served with a warning (docs/security.md, Files on disk).
+  const dirCheck = ensurePrivateDir(options.dataDir);
+  if (dirCheck.unsafe !== null) throw new Error(dirCheck.unsafe);
+  if (dirCheck.loose !== null) options.log?.warn({ dataDir: options.dataDir }, dirCheck.loose);
   // Refuse a data dir another live server (or a restore) is using: two writers would corrupt it.
   const releaseDataDir = claimDataDir(options.dataDir, 'server');
   const control = ControlStore.open(options.dataDir);

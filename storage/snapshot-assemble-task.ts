@@ -9,6 +9,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { AuditLog } from './audit-log.js';
+import { openPrivateFile } from './private-files.js';
 import { ControlStore, type Environment, type KeyRecord } from './control-store.js';
 import { SnapshotWriter, type SnapshotHeader } from './snapshot-file.js';
 
@@ -54,7 +55,7 @@ export default function assembleSnapshot(task: SnapshotAssembleTask): SnapshotAs
   const control = controlStore(task.dataDir);
   const audit = new AuditLog(control.auditDb);
   const temporary = `${task.file}.tmp`;
-  const fd = fs.openSync(temporary, 'w', 0o600);
+  const fd = openPrivateFile(temporary);
   try {
     const writer = new SnapshotWriter(fd);
     writer.frame(task.header);

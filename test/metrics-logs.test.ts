@@ -151,6 +151,12 @@ describe('request ids and log lines', () => {
       await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=s', { key });
       await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=s', { headers: { authorization: `Bearer ${key}` } });
       await call(server.base, 'GET', `/v1/entitlements/${key}/has?customerId=s`, { key });
+      // Percent-encoded in a path, and sent as a request id (which errors log at info).
+      const encoded = [...key].map((c) => `%${c.charCodeAt(0).toString(16).padStart(2, '0')}`).join('');
+      await call(server.base, 'GET', `/v1/entitlements/${encoded}/has?customerId=s`, { key });
+      await call(server.base, 'GET', `/v1/entitlements/${key.replace(/_/g, '%5F')}/has?customerId=s`, { key });
+      const asId = await call(server.base, 'GET', '/v1/missing-thing', { key, headers: { 'x-request-id': key } });
+      expect(asId.headers.get('x-request-id')).not.toBe(key);
     }
     await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: secret, body: { customerId: 's', amount: 1 } });
     const revoked = await call(server.base, 'DELETE', `/v1/admin/keys/${created.body.id as string}`, { key: admin });
@@ -180,6 +186,8 @@ describe('request ids and log lines', () => {
     expect(rest).not.toMatch(KEY_SHAPED);
     for (const known of [secret, newAdmin, server.keys.admin, server.keys.test.server, server.keys.test.client, server.keys.live.server, server.keys.live.client]) {
       expect(rest).not.toContain(known);
+      // Nor its random part, in any encoding of the prefix.
+      expect(rest).not.toContain(known.slice(-24));
     }
     // Everything outside the block is JSON lines.
     for (const line of rest.split('\n').filter((l) => l.trim() !== '')) expect(() => JSON.parse(line), line).not.toThrow();

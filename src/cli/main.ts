@@ -38,6 +38,8 @@ export function buildProgram(): Command {
 
 /** Parses `argv` (process.argv shape) and runs the command; answers the exit code. Never throws. */
 export async function run(argv: readonly string[]): Promise<ExitCode> {
+  // Whatever the CLI creates (snapshot files, a restored data dir) is the owner's alone.
+  process.umask(0o077);
   try {
     await buildProgram().parseAsync([...argv]);
     return EXIT.ok;

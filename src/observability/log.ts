@@ -45,8 +45,27 @@ export function silentLogger(): Logger {
 }
 
 const KEY_SHAPED = /(?:sk|ck)_(?:test|live)_[A-Za-z0-9_-]+|ak_[A-Za-z0-9_-]+/g;
+const KEY_PREFIX = /(?:sk|ck)_(?:test|live)_|ak_/;
 
-/** A request path with anything that looks like an API key replaced (a client may put one there by mistake). */
+/** Whether `text` holds anything that starts like an API key. */
+export function holdsKeyPrefix(text: string): boolean {
+  return KEY_PREFIX.test(text);
+}
+
+/**
+ * A request path, percent-decoded, with anything that looks like an API key replaced (a
+ * client may put one there by mistake). Decoding comes first, so that `sk%5Ftest%5F…`
+ * is found too; a malformed escape is left as it is.
+ */
 export function redactPath(path: string): string {
-  return path.replace(KEY_SHAPED, '[redacted]');
+  const decoded = path.includes('%') ? path.replace(/(?:%[0-9A-Fa-f]{2})+/g, decodeRun) : path;
+  return decoded.replace(KEY_SHAPED, '[redacted]');
+}
+
+function decodeRun(run: string): string {
+  try {
+    return decodeURIComponent(run);
+  } catch {
+    return run; // not UTF-8: keep the escapes
+  }
 }

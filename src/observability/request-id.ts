@@ -11,11 +11,17 @@
  */
 import { randomBytes } from 'node:crypto';
 import { REQUEST_ID_LENGTH_MAX } from '../../actors/limits.js';
+import { holdsKeyPrefix } from './log.js';
 
 const WELL_FORMED = /^[A-Za-z0-9._:/+=@-]+$/;
 
+/**
+ * Whether an incoming id may be kept. One that holds anything key-shaped is replaced:
+ * request ids are logged at info level and echoed, and a client that put a key there by
+ * mistake must not find it in the logs.
+ */
 export function isWellFormedRequestId(value: string): boolean {
-  return value.length > 0 && value.length <= REQUEST_ID_LENGTH_MAX && WELL_FORMED.test(value);
+  return value.length > 0 && value.length <= REQUEST_ID_LENGTH_MAX && WELL_FORMED.test(value) && !holdsKeyPrefix(value);
 }
 
 export class RequestIds {

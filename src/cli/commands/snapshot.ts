@@ -11,6 +11,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import { type Command, Option } from 'commander';
+import { openPrivateFile } from '../../../storage/private-files.js';
 import { SnapshotFileError, verifySnapshotFile } from '../../../storage/snapshot-file.js';
 import { RestoreRefusedError, restoreSnapshot } from '../../../storage/snapshot-restore.js';
 import { addRemoteOptions, CliError, EXIT, progressBar, TallyClient, type Progress, type RemoteOptions } from '../client.js';
@@ -165,7 +166,8 @@ async function download(client: TallyClient, view: SnapshotView, out: string): P
   const partial = `${out}.partial`;
   const hash = createHash('sha256');
   const bar = progressBar(`downloading ${view.id}`, total > 0 ? total : null);
-  const fd = fs.openSync(partial, 'w', 0o600);
+  // New and private even if something was planted at the path (storage/private-files.ts).
+  const fd = openPrivateFile(partial);
   try {
     if (response.body === null) throw new CliError('the service sent no file');
     for await (const chunk of response.body) {
