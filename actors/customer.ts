@@ -60,7 +60,7 @@ export interface IdempotencyEntry {
   readonly atMs: number;
 }
 
-/** A per-customer contract (row 20): custom price and included amounts. */
+/** A per-customer contract: custom price and included amounts. */
 export interface Contract {
   /** Integer minor units of the product currency, per `priceInterval`. */
   readonly priceAmount: number;
@@ -70,7 +70,7 @@ export interface Contract {
   readonly updatedAtMs: number;
 }
 
-/** Customer metadata values (PRODUCT.md): strings, numbers, booleans or null. */
+/** Customer metadata values: strings, numbers, booleans or null. */
 export type MetadataValue = string | number | boolean | null;
 
 /** The customer record of rows 9–11, kept with the billing state. */
@@ -100,8 +100,8 @@ export interface CustomerState {
 /*
  * Memory: a shard keeps every customer it owns in memory, millions of them, so the state
  * shares what is empty instead of allocating it per customer. An empty Map costs about
- * 180 bytes and an empty array 32, which for a customer with three meters was more than
- * the billing state itself (measured by `npm run bench:recovery`). Maps nobody has used
+ * 180 bytes and an empty array 32, which for a customer with three meters would be more
+ * than the billing state itself (measured by `npm run bench:recovery`). Maps nobody has used
  * are null; empty arrays and metadata are the frozen shared values below, replaced by an
  * own copy on the first write (a write to a shared one would throw, never leak into
  * other customers).

@@ -74,9 +74,8 @@ export const EXACT_UNITS_MAX = 2 ** 43 / 1e6;
  * exactly as the digit path (`quantityToMicros`) finds them, without String(). Why:
  * String() routes every distinct number through V8's number-string cache, an
  * old-generation table that keeps each new string alive into the next scavenge; with
- * amounts that differ per request that promoted ~4 MB/s on the front end and brought
- * full collections (README, Performance; src/http/rate-limit-header.ts has the same
- * story for a header).
+ * amounts that differ per request that promotes ~4 MB/s on the front end and brings
+ * full collections (src/http/rate-limit-header.ts avoids the same for a header).
  * Correct because: if the client's decimal d has at most 6 decimals, d = k / 10^6 and
  * value is the double nearest d, so value × 10^6 rounds to k and k / 10^6 (correctly
  * rounded) is value again; if the check fails, no 6-decimal number has value as its

@@ -9,23 +9,23 @@
 /** Largest request body: configurations are the biggest documents and stay far below it. */
 export const BODY_BYTES_MAX = 1024 * 1024;
 
-/** customerId, entitlement/product keys and idempotency keys (PRODUCT.md: 1–255 chars). */
+/** customerId, entitlement/product keys and idempotency keys: 1–255 characters. */
 export const ID_LENGTH_MAX = 255;
 
 /** Logical shards: customers hash onto these; workers own whole logical shards. */
 export const LOGICAL_SHARDS = 256;
 
 /**
- * Commands queued or in flight per worker before the edge answers 503. PRODUCT.md asks
- * for at least 10,000; at ~100k commands/s that is 0.1–0.2 s of work, enough to ride out
- * an fsync hiccup without letting memory grow without bound.
+ * Commands queued or in flight per worker before the edge answers 503; the bound must be
+ * at least 10,000. At ~100k commands/s that is 0.1–0.2 s of work, enough to ride out an
+ * fsync hiccup without letting memory grow without bound.
  */
 export const WORKER_QUEUE_MAX = 16_384;
 
 /** Commands handed to a worker in one message; bounds one postMessage and one decide loop. */
 export const BATCH_COMMANDS_MAX = 1024;
 
-/** Idempotency keys are kept at least this long (PRODUCT.md: at least 24 h). */
+/** Idempotency keys are kept at least this long: 24 h. */
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
 
 /**
@@ -75,12 +75,12 @@ export const SNAPSHOT_EVERY_EVENTS = 1_000_000;
 /** Also snapshot a shard that has journaled anything at least this often. */
 export const SNAPSHOT_INTERVAL_MS = 10 * 60 * 1000;
 
-/** Customer metadata (PRODUCT.md): at most 50 keys of at most 40 characters, values ≤ 500. */
+/** Customer metadata: at most 50 keys of at most 40 characters, values ≤ 500. */
 export const METADATA_KEYS_MAX = 50;
 export const METADATA_KEY_LENGTH_MAX = 40;
 export const METADATA_VALUE_LENGTH_MAX = 500;
 
-/** Customer listings: default and largest page (PRODUCT.md). */
+/** Customer listings: default and largest page. */
 export const LIST_LIMIT_DEFAULT = 20;
 export const LIST_LIMIT_MAX = 100;
 

@@ -12,13 +12,12 @@
  * they wait in `pending` and go together as the next record once the oldest append is
  * durable. Appends complete in order, and replies are released in append order, so no
  * reply ever leaves before every event it may have observed is durable. Why more than
- * one: with one append in flight a request decided during a commit waited for that
- * commit and then its own, and the disk sat idle between them while the durable
- * callback travelled back; the journal environment syncs outside LMDB's write lock
+ * one: with one append in flight a request decided during a commit would wait for that
+ * commit and then its own, and the disk would sit idle between them while the durable
+ * callback travels back; the journal environment syncs outside LMDB's write lock
  * (overlappingSync), so the next transaction is written while the previous one syncs
- * (measured: ~+15% durable consume at 50 connections; README, Performance). With
- * overlappingSync off, per-batch commits had saturated LMDB's writer and doubled
- * consume latency.
+ * (measured: ~+15% durable consume at 50 connections). With overlappingSync off,
+ * per-batch commits saturate LMDB's writer and double consume latency.
  * A write that produced no event (a rejection or an idempotent replay) waits with the
  * group it was decided in, because its answer was computed from state that may not be
  * durable yet. The journal and the clock are injected, so the seeded simulation runs

@@ -36,7 +36,7 @@ const MAIN_SCRIPT = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', '
 export const RECOVERY_SCENARIOS = ['journal', 'snapshot'] as const;
 export type RecoveryScenario = (typeof RECOVERY_SCENARIOS)[number];
 
-/** Targets from the issue: under 10 s to /healthz 200 and under 2 GiB for 1M customers. */
+/** Recovery targets (docs/performance.md): under 10 s to /healthz 200 and under 2 GiB for 1M customers. */
 const TARGET_HEALTHZ_MS = 10_000;
 const TARGET_RSS_BYTES = 2 * 1024 ** 3;
 

@@ -97,7 +97,7 @@ function getRequest(path: string, key: string): autocannon.Request {
   return { method: 'GET', path, headers: { 'x-tally-key': key } };
 }
 
-/** Issue 3's context shape: 3 features, 2 meters, 1 limit, upserting the customer. */
+/** The context request measured: 3 features, 2 meters, 1 limit, upserting the customer. */
 function contextRequest(customerId: string, keys: BenchKeys): autocannon.Request {
   return {
     method: 'POST',

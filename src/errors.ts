@@ -1,7 +1,7 @@
 /**
  * The error catalog: every error Tally answers, with its HTTP status and message.
  *
- * One place so that messages stay consistent, the README's error table can be checked
+ * One place so that messages stay consistent, the error table of docs/api.md can be checked
  * against it (test/errors-catalog.test.ts), and nothing answers an ad-hoc error. It has
  * no imports so that the shard workers can render domain outcomes with it too. Every
  * body is `{"error": message}`; some add the balance fields (429 insufficient balance,
@@ -12,7 +12,7 @@ export interface CatalogEntry {
   readonly status: number;
   /** What a caller sees; `{name}` placeholders are filled from the error's params. */
   readonly message: string;
-  /** When it happens, for the README. */
+  /** When it happens, for the error table of docs/api.md. */
   readonly when: string;
 }
 

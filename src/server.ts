@@ -98,11 +98,11 @@ async function bootstrapKeys(keys: KeyRing, dataDir: string): Promise<BootstrapK
 
 /**
  * The default shard worker count: one core per worker beside the front end's, at least
- * one. On two cores a second worker raised `context` and `has` under autocannon (whose
+ * one. On two cores a second worker raises `context` and `has` under autocannon (whose
  * own CPU leaves the server short of a core), but with wrk, which leaves the server
- * nearer saturation, one worker served more of every route: `has` and `context` ~6%,
+ * nearer saturation, one worker serves more of every route: `has` and `context` ~6%,
  * durable `consume` ~40% (each worker journals to its own environment with its own
- * syncs). README, Performance, session 7.
+ * syncs). docs/performance.md, "Worker count".
  */
 export function defaultWorkers(cores: number): number {
   return Math.max(1, cores - 1);

@@ -25,7 +25,7 @@ import { Packr } from 'msgpackr';
  *   `npm run bench:recovery`: decoding maps was most of replay time), because a record
  *   is read by generated code that builds the object in one go instead of adding one
  *   named property after another.
- *   Frames written before this (plain maps: `useRecords: false`) decode to the same
+ *   Frames in the older plain-map form (`useRecords: false`) decode to the same
  *   values with this packr, and msgpackr decoders with either setting read both forms;
  *   test/storage-codec.test.ts pins an old frame's bytes. A records decoder tells the
  *   two apart safely: with records on, the encoder writes integers 64–127 as uint8

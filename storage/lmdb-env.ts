@@ -15,7 +15,7 @@
  *   returns (mdb.c: mdb_txn_commit → mdb_env_sync0 → mdb_env_write_meta). Only after it
  *   returns does the thread set TXN_COMMITTED, the flag that resolves the JS promise of
  *   every put/remove/transaction in that batch (write.js, resolveWrites/resolveCommit).
- *   So an awaited write is on disk. With the default `overlappingSync: true` the README
+ *   So an awaited write is on disk. With the default `overlappingSync: true` lmdb-js's README
  *   says a write's promise resolves at commit and only `db.flushed` means durable; we
  *   do not depend on that mode, whatever its current implementation does.
  * - `noSync: false` / `noMetaSync: false`: with MDB_NOSYNC set, mdb_env_sync0 skips the
@@ -33,7 +33,7 @@
  *
  * Surprise worth knowing: in lmdb-js 3.5.6 the default overlappingSync mode also syncs
  * inside mdb_txn_commit (its `done:` block, after releasing the write lock) before the
- * promise resolves, and with it on our strace test passes too. The README documents the
+ * promise resolves, and with it on our strace test passes too. lmdb-js's README documents the
  * opposite, so we keep overlappingSync off and rely only on documented behaviour.
  */
 import { open, type Database, type RootDatabase, type RootDatabaseOptions } from 'lmdb';

@@ -1,5 +1,5 @@
 /**
- * The operator API (PRODUCT.md, Start-up): only the operator key reaches `/v1/admin/…`
+ * The operator API (docs/api.md, Operator API): only the operator key reaches `/v1/admin/…`
  * (in x-tally-key or as a Bearer token), every environment key gets 403 there, keys are
  * created / listed / revoked / rotated online, and every operator action lands in the
  * operator audit stream (and key changes also in the environment's own log).

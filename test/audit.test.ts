@@ -1,5 +1,5 @@
 /**
- * The audit log (row 21): one hash-chained entry per administrative mutation, actor = the
+ * The audit log: one hash-chained entry per administrative mutation, actor = the
  * key's id, newest first with filters and cursors, nothing for failed requests, durable
  * across restarts, and GET /v1/audit/verify catching an entry edited on disk.
  */

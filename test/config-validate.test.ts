@@ -1,5 +1,5 @@
 /**
- * Tests of billing-configuration validation (src/config): the PRODUCT.md example is
+ * Tests of billing-configuration validation (src/config): the full example is
  * accepted and compiles; each rule has a row in a table of invalid documents with its
  * exact message(s); one push with many faults lists them all; and, as properties, any
  * accepted document compiles with every product referring to defined entitlements of
@@ -15,7 +15,7 @@ import {
 } from '../src/config/validate-config.js';
 import { PRODUCT_EXAMPLE_CONFIG } from './support/product-example.js';
 
-/** The example of PRODUCT.md, "Billing configuration", verbatim. */
+/** The full example configuration (test/support/product-example.ts). */
 const EXAMPLE = PRODUCT_EXAMPLE_CONFIG;
 
 // Rows edit documents freely, including into invalid shapes, so the edited view is untyped.
@@ -43,7 +43,7 @@ describe('__proto__ as a key', () => {
   });
 });
 
-describe('the PRODUCT.md example', () => {
+describe('the full example', () => {
   it('is valid and compiles', () => {
     const result = validateBillingConfig(example());
     expect(result).toEqual({ ok: true, config: EXAMPLE });

@@ -1,5 +1,5 @@
 /**
- * Table-driven tests of the pure customer actor: every metering rule of PRODUCT.md,
+ * Table-driven tests of the pure customer actor: every metering rule (docs/api.md),
  * with rejections checked in precedence order.
  */
 import fc from 'fast-check';

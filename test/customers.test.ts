@@ -202,7 +202,7 @@ describe('customers over HTTP', () => {
   });
 });
 
-describe('context (row 8)', () => {
+describe('context', () => {
   let server: ServerProcess;
   let sk: string;
   beforeAll(async () => {

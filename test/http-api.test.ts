@@ -1,6 +1,6 @@
 /**
- * HTTP tests against a real server process: every status of spec §7 this slice can
- * produce, the 413/405/404 edges of PRODUCT.md, hostile input, and the config routes.
+ * HTTP tests against a real server process: every status of the error catalog these
+ * routes can produce, the 413/405/404 edges, hostile input, and the config routes.
  */
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -218,7 +218,7 @@ describe('metering over HTTP', () => {
   });
 });
 
-describe('contracts (row 20)', () => {
+describe('contracts', () => {
   const contract = { priceAmount: 9900, priceInterval: 'year', entitlements: { seats: { included: 40 }, tokens: { included: 0.5 }, sso: { included: 0 } } };
 
   it('PUT stores (creating the customer), GET reads, the overrides apply, DELETE restores the plan', async () => {

@@ -1,6 +1,6 @@
 /**
- * Metrics and logs against a real server process (README, Operations → Metrics and
- * logs): `GET /v1/admin/metrics` for the operator key only, in a valid Prometheus text
+ * Metrics and logs against a real server process (docs/operations.md, Metrics and
+ * Logs): `GET /v1/admin/metrics` for the operator key only, in a valid Prometheus text
  * exposition (checked by a strict parser) whose counters move with the traffic; request
  * ids echoed by the documented rule; JSON log lines carrying request ids; and no key
  * secret anywhere in the output but the one bootstrap block the first start prints.

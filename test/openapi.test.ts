@@ -1,5 +1,5 @@
 /**
- * The OpenAPI document (row 22): valid OpenAPI 3.1 per an independent validator, valid
+ * The OpenAPI document: valid OpenAPI 3.1 per an independent validator, valid
  * JSON Schema 2020-12 wherever it holds a schema, `{key}` enumerated per route type,
  * exactly the routes the router serves, and — against a real server — a description of
  * what the server actually answers: real responses of several routes are validated with
@@ -20,7 +20,7 @@ import { PRODUCT_EXAMPLE_CONFIG } from './support/product-example.js';
 // ajv-formats is CommonJS; under NodeNext its default import is the module object.
 const addFormats = ((addFormatsModule as unknown as { default?: unknown }).default ?? addFormatsModule) as (ajv: Ajv2020) => void;
 
-/** The example configuration of PRODUCT.md. */
+/** The full example configuration (test/support/product-example.ts). */
 const PRODUCT_CONFIG: BillingConfig = PRODUCT_EXAMPLE_CONFIG;
 
 type Doc = Record<string, any>;
@@ -108,7 +108,7 @@ const REFUND = '/v1/usage/{key}/refund';
 const USAGE_SETTINGS = '/v1/usage/{key}/settings';
 
 describe('buildOpenApi', () => {
-  it('the document for the PRODUCT.md configuration is valid OpenAPI 3.1', async () => {
+  it('the document for the full example configuration is valid OpenAPI 3.1', async () => {
     const doc = docOf(PRODUCT_CONFIG, 3);
     await expectValidOpenApi(doc);
     expect(doc.openapi).toBe('3.1.0');

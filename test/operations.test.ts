@@ -94,7 +94,7 @@ describe('operations', () => {
 
   it('snapshots and recovers a meter whose overage outgrew 64 bits of micro-units', async () => {
     // 25 consumes of the largest amount put 2.5 x 10^19 micro-units in overage, past
-    // 2^64: the snapshot used to throw on it and take the process down at every start.
+    // 2^64: a snapshot must store it, and recovery must read it back.
     const dataDir = tempDataDir('tally-huge');
     const env = { TALLY_SNAPSHOT_EVERY_BATCHES: '10', TALLY_WORKERS: '1' };
     const config = {

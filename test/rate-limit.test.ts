@@ -1,5 +1,5 @@
 /**
- * Rate limits (spec §8, PRODUCT.md): fixed one-minute windows per key, the three
+ * Rate limits (docs/api.md, Rate limits): fixed one-minute windows per key, the three
  * X-RateLimit headers on every keyed response, 429 with Retry-After, 403s counted,
  * nothing tracked for unauthenticated requests.
  */

@@ -1,5 +1,5 @@
 /**
- * Online snapshot and offline restore (issue: Operators). A snapshot taken under
+ * Online snapshot and offline restore (docs/operations.md). A snapshot taken under
  * concurrent consumes holds every consume acknowledged before the request and none sent
  * after its 202 — proven on the restored server through the idempotency keys: replaying
  * a key that is in the snapshot changes nothing, replaying one that is not consumes.

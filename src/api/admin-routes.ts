@@ -1,5 +1,5 @@
 /**
- * The operator API under `/v1/admin/…` (PRODUCT.md, Start-up): key management, the
+ * The operator API under `/v1/admin/…` (docs/api.md, Operator API): key management, the
  * operator audit stream, status, snapshots and metrics. Only the operator key (`ak_…`, in
  * `x-tally-key` or `Authorization: Bearer`) reaches these routes; the front end answers
  * 403 to every environment key before a handler runs, so no environment key — not even a

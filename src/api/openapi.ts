@@ -1,5 +1,5 @@
 /**
- * The OpenAPI 3.1 document of one environment (spec row 22, §9), generated from the
+ * The OpenAPI 3.1 document of one environment (`GET /v1/docs/openapi.json`), generated from the
  * configuration last pushed to it.
  *
  * It describes the routes Tally serves today and nothing more: a documented route that
@@ -81,7 +81,7 @@ const amountSchema = {
   description: `Greater than 0, at most ${AMOUNT_UNITS_MAX}, at most ${DECIMALS_MAX} decimal places (checked exactly beyond this schema).`,
 };
 
-/** Every route Tally serves, in the order the README lists them. */
+/** Every route Tally serves but the operator's (docs/api.md lists them all). */
 const OPERATIONS: readonly OperationEntry[] = [
   {
     method: 'get', path: '/healthz', operationId: 'getHealth', tag: 'service', access: 'none',

@@ -1,5 +1,5 @@
 /**
- * Listing helpers shared by every paged route: the `limit` rule (PRODUCT.md: default 20,
+ * Listing helpers shared by every paged route: the `limit` rule (default 20,
  * at most 100, anything else 400) and opaque cursors (base64url of a small JSON object
  * naming where to continue; anything that does not decode is "cursor is invalid").
  */

@@ -279,7 +279,7 @@ function pullRoute(deps: ApiDeps): Route {
   };
 }
 
-/** GET, PUT and DELETE /v1/contracts/{customerId} (row 20): answered by the customer's shard. */
+/** GET, PUT and DELETE /v1/contracts/{customerId}: answered by the customer's shard. */
 function contractRoute(deps: ApiDeps, op: 'getContract' | 'putContract' | 'deleteContract'): Route {
   return {
     access: 'server',
@@ -309,7 +309,7 @@ function profilePatch({ name, email, metadata }: CustomerUpsertBody): ProfilePat
   };
 }
 
-/** POST /v1/customers (row 9): 201 created / 200 updated, answered by the customer's shard. */
+/** POST /v1/customers: 201 created / 200 updated, answered by the customer's shard. */
 function upsertCustomerRoute(deps: ApiDeps): Route {
   return {
     access: 'server',
@@ -332,7 +332,7 @@ function upsertCustomerRoute(deps: ApiDeps): Route {
 }
 
 /**
- * POST /v1/context (row 8): one call that upserts the customer and answers features,
+ * POST /v1/context: one call that upserts the customer and answers features,
  * balances and limits, from the customer's shard. `plans` (from the configuration) and
  * `subscription` (null until commerce lands) are added here, on the front end.
  */
@@ -365,7 +365,7 @@ function contextRoute(deps: ApiDeps): Route {
   };
 }
 
-/** GET /v1/customers/{id} (row 11): read from the customer index, no shard involved. */
+/** GET /v1/customers/{id}: read from the customer index, no shard involved. */
 function getCustomerRoute(deps: ApiDeps): Route {
   return {
     access: 'server',
@@ -380,7 +380,7 @@ function getCustomerRoute(deps: ApiDeps): Route {
   };
 }
 
-/** GET /v1/customers (row 10): pages in id order, `{data, nextCursor}`, from the index. */
+/** GET /v1/customers: pages in id order, `{data, nextCursor}`, from the index. */
 function listCustomersRoute(deps: ApiDeps): Route {
   return {
     access: 'server',
@@ -405,7 +405,7 @@ function listCustomersRoute(deps: ApiDeps): Route {
   };
 }
 
-/** GET /v1/audit (row 21): newest first, filtered by action and resource type. */
+/** GET /v1/audit: newest first, filtered by action and resource type. */
 function auditListRoute(deps: ApiDeps): Route {
   return {
     access: 'server',
@@ -463,7 +463,7 @@ function plansRoute(deps: ApiDeps): Route {
 }
 
 /**
- * GET /v1/docs/openapi.json (row 22): the environment's OpenAPI document, serialised
+ * GET /v1/docs/openapi.json: the environment's OpenAPI document, serialised
  * once per configuration version; only the latest version of each environment is kept.
  * The version check reads one LMDB key, not the configuration.
  *
@@ -518,5 +518,5 @@ export function buildApiRouter(deps: ApiDeps): Router<Route> {
     .add('GET', '/v1/docs/openapi.json', openApiRoute(deps));
 }
 
-/** The public JSON Schema document (row 23), serialised once. */
+/** The public JSON Schema document (`GET /v1/schema/billing`), serialised once. */
 export const BILLING_SCHEMA_JSON = JSON.stringify(billingConfigSchema);

@@ -46,7 +46,7 @@ export const usageSettingsSchema = {
   additionalProperties: false,
 } as const;
 
-/** PUT /v1/contracts/{customerId} (row 20). */
+/** PUT /v1/contracts/{customerId}. */
 export const contractSchema = {
   type: 'object',
   properties: {
@@ -81,7 +81,7 @@ export interface ContractBody {
  */
 const EMAIL_PATTERN = '^[^\\s@]+@[^\\s@]+$';
 
-/** POST /v1/customers (row 9): create, or update only the fields given. */
+/** POST /v1/customers: create, or update only the fields given. */
 export const customerUpsertSchema = {
   type: 'object',
   properties: {
@@ -110,7 +110,7 @@ export interface CustomerUpsertBody {
 
 const entitlementKeys = { type: 'array', maxItems: 1000, items: { type: 'string', minLength: 1, maxLength: ID_LENGTH_MAX } } as const;
 
-/** POST /v1/context (row 8). */
+/** POST /v1/context. */
 export const contextSchema = {
   type: 'object',
   properties: {
@@ -142,8 +142,8 @@ export interface ContextBody {
 const LIST_LIMIT_QUERY = { type: 'string', pattern: '^(?:[1-9][0-9]?|100)$', description: `a whole number from 1 to ${LIST_LIMIT_MAX}` } as const;
 
 /**
- * Every action and resource type an environment's audit log can hold (PRODUCT.md, Audit),
- * including those of routes still to come (commerce, webhooks), so a filter with a typo
+ * Every action and resource type an environment's audit log can hold, including those
+ * reserved for routes not built yet (commerce, webhooks), so a filter with a typo
  * is a 400 naming the allowed values rather than an empty page.
  */
 export const AUDIT_ACTIONS = [
@@ -152,7 +152,7 @@ export const AUDIT_ACTIONS = [
 ] as const;
 export const AUDIT_RESOURCE_TYPES = ['config', 'customer', 'contract', 'limit', 'meter', 'checkout', 'subscription', 'purchase', 'webhook', 'key'] as const;
 
-/** GET /v1/audit (row 21). */
+/** GET /v1/audit. */
 export const auditQuerySchema = {
   type: 'object',
   properties: {
@@ -165,7 +165,7 @@ export const auditQuerySchema = {
   additionalProperties: false,
 } as const;
 
-/** GET /v1/admin/audit: the operator stream's actions are the operator's own (README, Operations). */
+/** GET /v1/admin/audit: the operator stream's actions are the operator's own (docs/operations.md). */
 export const operatorAuditQuerySchema = {
   ...auditQuerySchema,
   properties: {
@@ -182,7 +182,7 @@ export interface AuditQuery {
   readonly cursor?: string;
 }
 
-/** GET /v1/customers (row 10): query values are strings; limit is checked as a number after. */
+/** GET /v1/customers: query values are strings; limit is checked as a number after. */
 export const customerListQuerySchema = {
   type: 'object',
   properties: { limit: LIST_LIMIT_QUERY, cursor: { type: 'string', minLength: 1, maxLength: 2048 } },

@@ -49,8 +49,8 @@ export function issueKey(keyClass: KeyClass, environment: Environment | null, no
  * digest as a 32-character latin1 string (one character per byte): one-shot
  * `crypto.hash` straight to a string is the cheapest way to hash a presented key on the
  * hot path (a Buffer costs three times as much), and latin1 the cheapest encoding of it.
- * (An earlier version also ran `timingSafeEqual` over the digest it had just found, which
- * compared the digest with itself and cost a Buffer per request.)
+ * No `timingSafeEqual` runs after the lookup: it would only compare the digest just found
+ * with itself, and cost a Buffer per request.
  */
 export class KeyRing {
   private readonly byHash = new Map<string, KeyRecord>();

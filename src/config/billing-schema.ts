@@ -17,7 +17,7 @@ import { AMOUNT_UNITS_MAX, DECIMALS_MAX } from '../../actors/fixed.js';
 export const BILLING_SCHEMA_ID = 'https://tally.dev/schemas/billing-config.json';
 
 /**
- * Keys are 1–255 characters (PRODUCT.md) and appear in URL paths, so they are URL-safe.
+ * Keys are 1–255 characters and appear in URL paths, so they are URL-safe.
  * `__proto__` is refused: stored records are MessagePack maps decoded into objects, and
  * msgpackr renames that key on decode (it would come back as `__proto_` after a restart).
  */
@@ -56,7 +56,8 @@ export const CONFIG_QUANTITY_DECIMALS_MAX = DECIMALS_MAX;
 export const CONFIG_MONEY_MINOR_MAX = 1e12;
 
 /**
- * The outbound event kinds a forwarding entry may subscribe to (PRODUCT.md, "Events").
+ * The outbound event kinds a forwarding entry may subscribe to. No webhook is delivered
+ * yet; the configuration already names the kinds.
  * Kept here because the schema enumerates them; the webhook module should share it.
  */
 export const WEBHOOK_EVENT_TYPES = [

@@ -56,8 +56,8 @@ export function validateBillingConfig(doc: unknown): ConfigValidation {
 }
 
 /**
- * The single 400 message for a rejected push: every violation, none left out (the issue
- * asks for all of them, and a push is fixed in one round trip only if all are listed).
+ * The single 400 message for a rejected push: every violation, none left out (a push is
+ * fixed in one round trip only if all are listed).
  * Each line quotes at most QUOTED_LENGTH_MAX characters of user text, so the message stays
  * within a small multiple of the 1 MiB body that produced it. `errors` must be non-empty.
  */

@@ -13,7 +13,7 @@ import { BODY_NESTING_MAX } from './limits.js';
 
 /** Checks the content type and length headers; answers and returns false on failure. */
 export function checkBodyHeaders(ex: Exchange, contentType: string, contentLength: string): boolean {
-  // The order the README's error precedence gives: content type (400), then declared length (413).
+  // The error precedence (docs/api.md, Errors): content type (400), then declared length (413).
   const mediaType = contentType.split(';', 1)[0]?.trim().toLowerCase();
   if (mediaType !== 'application/json') {
     ex.fail('content_type');
@@ -112,8 +112,8 @@ function scanDepth(text: string): number {
  * ('' for `value` itself), or null if every string is well formed.
  *
  * Why bodies with one are refused: stored state goes through MessagePack, which writes
- * strings as UTF-8, where a lone surrogate cannot exist; it was stored as U+FFFD, so an
- * id, an idempotency key or a name came back from the journal as a different string
+ * strings as UTF-8, where a lone surrogate cannot exist; it would be stored as U+FFFD, so
+ * an id, an idempotency key or a name would come back from the journal as a different string
  * (usage moved to another customer, a retried consume applied twice, two customers with
  * one id in a snapshot). JSON has the same rule in I-JSON (RFC 7493 §2.1).
  */

@@ -11,7 +11,7 @@
  * else one made on first use. The id is echoed in `x-request-id` on every error answer
  * (4xx/5xx) and on every answer to a client that sent one; a plain successful answer to
  * a client that did not ask goes without, because each extra header costs measurable
- * throughput on the hot path (see README, Performance).
+ * throughput on the hot path (docs/performance.md).
  */
 import type { HttpResponse } from 'uWebSockets.js';
 import type { RateDecision } from '../auth/rate-limit.js';

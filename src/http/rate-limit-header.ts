@@ -2,19 +2,20 @@
  * The three `X-RateLimit-*` response headers, written as one header value.
  *
  * Why this exists: these headers go on every keyed reply, so their cost is the limiter's
- * cost on the hot path (issue target: under 5% on `has`). Three things made them expensive:
+ * cost on the hot path (target: under 5% on `has`; docs/performance.md). Three things
+ * would make them expensive:
  *
  * - `String(n)`, `${n}` and `n.toString()` go through V8's number-to-string cache, a
  *   table in the old generation. X-RateLimit-Remaining counts down by one per request, so
- *   each reply put a new string into that table, which kept it alive across the next
- *   scavenge: under load ~2 MB was promoted per scavenge, scavenges took 3–6 ms instead of
- *   0.3 ms and full collections followed (`has` lost ~20% and its p99 went from ~1 ms to
- *   ~6 ms; README, Performance). The digits are therefore written as bytes here.
+ *   each reply would put a new string into that table, which keeps it alive across the
+ *   next scavenge: under load that promotes ~2 MB per scavenge, scavenges take 3–6 ms
+ *   instead of 0.3 ms and full collections follow (`has` loses ~20% and its p99 rises
+ *   from ~1 ms to ~6 ms). The digits are therefore written as bytes here.
  * - Three `writeHeader` calls cost three crossings into native code, each converting its
  *   strings to UTF-8. uWS writes a header as `name: value\r\n` from the bytes it is given,
  *   so one call whose value holds the other two lines puts exactly the same three header
  *   lines on the wire (measured: ~3% of `has` throughput).
- * - Assembling that value from four pieces per reply (four typed-array copies) cost more
+ * - Assembling that value from four pieces per reply (four typed-array copies) costs more
  *   than the accounting itself. Only `remaining` changes from one reply to the next, so
  *   the lines go out in the order limit, reset, remaining: everything before the digits is
  *   a per-window prefix (`rateLimitLines`, encoded when a key's window starts), which

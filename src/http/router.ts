@@ -1,6 +1,7 @@
 /**
  * A small exact-segment router, so that Tally (not uWS) decides between 404, 405 (with
- * `Allow`) and a match, after authenticating the key as PRODUCT.md orders.
+ * `Allow`) and a match, after authenticating the key: a key error (401) comes before
+ * 404 and 405 (the error precedence in docs/api.md, Errors).
  */
 
 export interface RouteMatch<R> {

@@ -1,7 +1,7 @@
 /**
  * `GET /v1/admin/metrics`: every metric Tally exports, in the Prometheus text format,
  * for the operator key (in `x-tally-key` or as `Authorization: Bearer`, which is what a
- * Prometheus scrape config sends). README "Operations → Metrics and logs" lists them.
+ * Prometheus scrape config sends). docs/operations.md, "Metrics", lists them.
  *
  * Front-end metrics (HTTP, queue depths) are read where they are kept; shard metrics
  * (journal flush latency and group size, customers, idempotency entries, snapshot age)

@@ -1,5 +1,6 @@
 /**
- * The example billing configuration of PRODUCT.md ("Billing configuration"), verbatim,
+ * A billing configuration that uses every part of the format (a free default product, a
+ * recurring plan with expansion and overage, a one-time credit pack, webhook forwarding),
  * shared by the tests that check it validates, compiles and documents.
  */
 import type { BillingConfig } from '../../actors/billing-config.js';
