@@ -129,12 +129,14 @@ async function main(): Promise<void> {
     if (created.code !== 0) throw new Error(`snapshot create failed: ${created.stderr}`);
     const info = JSON.parse(created.stdout) as { id: string; createdAt: string; completedAt: string; bytes: number; customers: number };
     const serverMs = Date.parse(info.completedAt) - Date.parse(info.createdAt);
+    const secret = await tally(['snapshot', 'secret'], { TALLY_URL: original.baseUrl, TALLY_API_KEY: keys.admin });
+    if (secret.code !== 0) throw new Error(`snapshot secret failed: ${secret.stderr}`);
     const sample = [0, 1, Math.floor(customers / 2), customers - 1].map(customerIdOf);
     const before = await balances(original.baseUrl, keys.test.server, sample);
     await stopServer(original);
 
     log('restoring ...');
-    const restored = await tally(['snapshot', 'restore', file, '--data-dir', restoredDir], {});
+    const restored = await tally(['snapshot', 'restore', file, '--data-dir', restoredDir], { TALLY_SNAPSHOT_SECRET: secret.stdout.trim() });
     if (restored.code !== 0) throw new Error(`restore failed: ${restored.stderr}`);
     const started = await startAndMeasure(MAIN_SCRIPT, restoredDir, {});
     const after = await balances(started.baseUrl, keys.test.server, sample);

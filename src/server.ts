@@ -8,6 +8,7 @@
  * The port is bound exclusively: uWS otherwise uses SO_REUSEPORT and a leftover
  * instance would silently share the port and half the traffic.
  */
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -19,6 +20,7 @@ import { logicalShardOf, workerOf } from '../actors/protocol.js';
 import { ControlStore, type KeyRecord } from '../storage/control-store.js';
 import { claimDataDir } from '../storage/data-dir-lock.js';
 import { ensurePrivateDir, writePrivateFile } from '../storage/private-files.js';
+import { SNAPSHOT_SECRET_BYTES } from '../storage/snapshot-file.js';
 import { Piscina } from 'piscina';
 import { AuditLog, type AuditVerification } from '../storage/audit-log.js';
 import type { AuditVerifyTask } from '../storage/audit-verify-task.js';
@@ -142,6 +144,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   // Refuse a data dir another live server (or a restore) is using: two writers would corrupt it.
   const releaseDataDir = claimDataDir(options.dataDir, 'server');
   const control = ControlStore.open(options.dataDir);
+  if (control.snapshotSecret() === null) await control.putSnapshotSecret(randomBytes(SNAPSHOT_SECRET_BYTES));
   const keys = new KeyRing(control);
   const bootstrap = await bootstrapKeys(keys, options.dataDir);
   const workers = await resolveWorkers(control, options.workers);

@@ -65,6 +65,16 @@ export class Snapshots {
     this.known = Array.isArray(stored) ? (stored as SnapshotInfo[]) : [];
   }
 
+  /**
+   * The data dir's snapshot secret in hex, for the operator to keep apart from the files
+   * (a restore authenticates a file with it). Created at the server's start.
+   */
+  secretHex(): string {
+    const secret = this.deps.control.snapshotSecret();
+    if (secret === null) throw new Error('the data dir has no snapshot secret');
+    return secret.toString('hex');
+  }
+
   /** Newest first, the running one included. */
   list(): SnapshotInfo[] {
     return [...(this.running === null ? [] : [this.running]), ...[...this.known].reverse()];

@@ -38,6 +38,8 @@ export interface ConfigEntry {
 
 type DbName = 'keys' | 'configs' | 'meta' | 'audit' | 'auditRefs';
 
+const SNAPSHOT_SECRET_META = 'snapshotSecret';
+
 export class ControlStore {
   readonly #env: DurableEnv<DbName>;
 
@@ -156,6 +158,24 @@ export class ControlStore {
   /** Stores a value; resolves once durable, rejects if the write fails. */
   putMeta(name: string, value: unknown): Promise<void> {
     return durableVoid(this.#env.dbs.meta.put(name, encodeRecord(value)), `control meta "${name}" write`);
+  }
+
+  /**
+   * The key of every snapshot file's MAC, or null before one was made. It stays in this
+   * store (and in the operator's safekeeping, exported with `tally snapshot secret`) and
+   * never enters a snapshot file. Throws if the stored value is malformed.
+   */
+  snapshotSecret(): Buffer | null {
+    const stored = this.getMeta(SNAPSHOT_SECRET_META);
+    if (stored === undefined) return null;
+    assert(typeof stored === 'string' && /^[0-9a-f]{64}$/.test(stored), 'control store: the snapshot secret is malformed');
+    return Buffer.from(stored, 'hex');
+  }
+
+  /** Stores the snapshot secret (32 bytes); resolves once durable. */
+  putSnapshotSecret(secret: Uint8Array): Promise<void> {
+    assert(secret.length === 32, 'a snapshot secret has 32 bytes');
+    return this.putMeta(SNAPSHOT_SECRET_META, Buffer.from(secret).toString('hex'));
   }
 
   /** Waits for queued writes to finish, then closes the environment. */

@@ -57,7 +57,9 @@ export default function assembleSnapshot(task: SnapshotAssembleTask): SnapshotAs
   const temporary = `${task.file}.tmp`;
   const fd = openPrivateFile(temporary);
   try {
-    const writer = new SnapshotWriter(fd);
+    const secret = control.snapshotSecret();
+    if (secret === null) throw new Error('the data dir has no snapshot secret yet');
+    const writer = new SnapshotWriter(fd, secret);
     writer.frame(task.header);
     writer.frame({ k: 'keys', items: task.keys });
     for (const [environment, version] of Object.entries(task.header.configVersions)) {

@@ -10,14 +10,24 @@
  * it. So a truncated file (no trailer, or a short frame), a flipped bit (a record's CRC,
  * and the digest) and a file that is not a snapshot at all (magic) are each refused with
  * a message saying which, before anything is restored.
+ *
+ * CRCs and a digest show damage, not intent: anyone can recompute them after editing the
+ * file. So the trailer also carries an HMAC-SHA256 of the same bytes, keyed by the data
+ * dir's snapshot secret, which lives in the control store and never in a file: only a
+ * reader given that secret can tell the file is the one the service wrote (format 2;
+ * format 1 files have no MAC and can only be restored as unauthenticated).
  */
-import { createHash, type Hash } from 'node:crypto';
+import { createHash, createHmac, timingSafeEqual, type Hash, type Hmac } from 'node:crypto';
 import fs from 'node:fs';
 import { checkRecord, decodeRecord, encodeRecord } from './codec.js';
 import { SNAPSHOT_CHUNK_ITEMS } from './journal.js';
 
 export const SNAPSHOT_MAGIC = Buffer.from('TALLYSN1', 'ascii');
-export const SNAPSHOT_FILE_FORMAT = 1;
+export const SNAPSHOT_FILE_FORMAT = 2;
+/** Formats this build reads: 1 (no MAC) and 2. */
+const SNAPSHOT_FILE_FORMATS_READ: readonly number[] = [1, 2];
+/** Bytes of a snapshot secret: an HMAC-SHA256 key of the hash's own size. */
+export const SNAPSHOT_SECRET_BYTES = 32;
 /** Largest frame we write or accept; a length beyond it means a corrupt file, not a big one. */
 export const SNAPSHOT_FRAME_BYTES_MAX = 256 * 1024 * 1024;
 /** Customers per `customers` frame: a shard snapshot chunk's size, so a copy's groups serve both. */
@@ -55,6 +65,8 @@ export interface SnapshotTrailer {
   readonly customers: number;
   /** SHA-256 (hex) of every byte before the trailer frame, the magic included. */
   readonly sha256: string;
+  /** HMAC-SHA256 (hex) of the same bytes, keyed by the snapshot secret (format 2). */
+  readonly mac?: string;
 }
 
 /** Encodes one frame with its length prefix. Throws for a frame over the limit (a bug). */
@@ -72,18 +84,23 @@ export function encodeFrame(frame: SnapshotFrame): Buffer {
  */
 export class SnapshotWriter {
   private readonly hash: Hash = createHash('sha256');
+  private readonly mac: Hmac;
   /** Of the whole file, trailer included: what `sha256sum` prints for it. */
   private readonly fileHash: Hash = createHash('sha256');
   private frames = 0;
   private customers = 0;
   bytes = 0;
 
-  constructor(private readonly fd: number) {
+  /** `secret`: the data dir's snapshot secret (SNAPSHOT_SECRET_BYTES), which keys the trailer's MAC. */
+  constructor(private readonly fd: number, secret: Uint8Array) {
+    if (secret.length !== SNAPSHOT_SECRET_BYTES) throw new Error(`a snapshot secret has ${SNAPSHOT_SECRET_BYTES} bytes, got ${secret.length}`);
+    this.mac = createHmac('sha256', secret);
     this.write(SNAPSHOT_MAGIC);
   }
 
   private write(bytes: Uint8Array): void {
     this.hash.update(bytes);
+    this.mac.update(bytes);
     this.fileHash.update(bytes);
     let offset = 0;
     while (offset < bytes.length) offset += fs.writeSync(this.fd, bytes, offset, bytes.length - offset);
@@ -121,7 +138,7 @@ export class SnapshotWriter {
 
   /** Appends the trailer and fsyncs; answers the trailer and the whole file's SHA-256. */
   finish(): { trailer: SnapshotTrailer; fileSha256: string } {
-    const trailer: SnapshotTrailer = { k: 'end', frames: this.frames, customers: this.customers, sha256: this.hash.digest('hex') };
+    const trailer: SnapshotTrailer = { k: 'end', frames: this.frames, customers: this.customers, sha256: this.hash.digest('hex'), mac: this.mac.digest('hex') };
     const bytes = encodeFrame(trailer);
     this.fileHash.update(bytes);
     let offset = 0;
@@ -133,6 +150,9 @@ export class SnapshotWriter {
 }
 
 export class SnapshotFileError extends Error {}
+
+/** Intact, but not provably written by the service that holds the secret. */
+export class SnapshotNotAuthenticError extends SnapshotFileError {}
 
 /**
  * Reads a snapshot file frame by frame (synchronously, in bounded reads), verifying the
@@ -146,11 +166,12 @@ export function readSnapshotFile(
   file: string,
   onFrame: ((frame: Exclude<SnapshotFrame, SnapshotHeader | SnapshotTrailer>) => void) | null,
   onProgress?: (bytesRead: number, bytesTotal: number) => void,
+  secret: Uint8Array | null = null,
 ): { header: SnapshotHeader; trailer: SnapshotTrailer } {
   const fd = fs.openSync(file, 'r');
   try {
     const size = fs.fstatSync(fd).size;
-    const hash = createHash('sha256');
+    const hash = new DigestPair(secret);
     let position = 0;
     const readExactly = (length: number, what: string): Buffer => {
       if (position + length > size) throw new SnapshotFileError(`snapshot file is truncated: ${what} at byte ${position} runs past the end (${size} bytes)`);
@@ -185,8 +206,9 @@ export function readSnapshotFile(
       if (!decoded.ok) throw new SnapshotFileError(`snapshot file is corrupt: frame ${frames + 1} failed verification (${decoded.reason})`);
       const frame = decoded.value as SnapshotFrame;
       if (frame.k === 'end') {
-        const digest = hash.digest('hex');
+        const digest = hash.sha256();
         if (frame.sha256 !== digest) throw new SnapshotFileError('snapshot file is corrupt: its SHA-256 does not match the trailer');
+        if (secret !== null) checkMac(frame, hash.mac());
         if (frame.frames !== frames) throw new SnapshotFileError(`snapshot file is corrupt: trailer counts ${frame.frames} frames, found ${frames}`);
         if (position !== size) throw new SnapshotFileError(`snapshot file has ${size - position} unexpected bytes after its trailer`);
         if (header === null) throw new SnapshotFileError('snapshot file has no header');
@@ -211,13 +233,55 @@ export function readSnapshotFile(
 
 function checkHeader(frame: SnapshotFrame): SnapshotHeader {
   if (frame.k !== 'header') throw new SnapshotFileError('snapshot file is corrupt: it does not start with a header');
-  if (frame.formatVersion !== SNAPSHOT_FILE_FORMAT) {
-    throw new SnapshotFileError(`snapshot file format ${String(frame.formatVersion)} is not supported (this build reads ${SNAPSHOT_FILE_FORMAT})`);
+  if (!SNAPSHOT_FILE_FORMATS_READ.includes(frame.formatVersion)) {
+    throw new SnapshotFileError(`snapshot file format ${String(frame.formatVersion)} is not supported (this build reads ${SNAPSHOT_FILE_FORMATS_READ.join(' and ')})`);
   }
   return frame;
 }
 
-/** Reads the whole file without keeping anything: throws SnapshotFileError if it is not intact. */
-export function verifySnapshotFile(file: string, onProgress?: (bytesRead: number, bytesTotal: number) => void): { header: SnapshotHeader; trailer: SnapshotTrailer } {
-  return readSnapshotFile(file, null, onProgress);
+/** The file's SHA-256 and, with a secret, its HMAC, fed the same bytes. */
+class DigestPair {
+  private readonly hash = createHash('sha256');
+  private readonly hmac: Hmac | null;
+
+  constructor(secret: Uint8Array | null) {
+    this.hmac = secret === null ? null : createHmac('sha256', secret);
+  }
+
+  update(bytes: Uint8Array): void {
+    this.hash.update(bytes);
+    this.hmac?.update(bytes);
+  }
+
+  sha256(): string {
+    return this.hash.digest('hex');
+  }
+
+  mac(): Buffer {
+    if (this.hmac === null) throw new Error('no secret to compute a MAC with');
+    return this.hmac.digest();
+  }
+}
+
+/** Throws SnapshotNotAuthenticError unless the trailer's MAC is the one `expected` gives. */
+function checkMac(trailer: SnapshotTrailer, expected: Buffer): void {
+  if (trailer.mac === undefined) {
+    throw new SnapshotNotAuthenticError('snapshot file carries no MAC (it was written before snapshots were authenticated), so it cannot be authenticated');
+  }
+  const given = Buffer.from(trailer.mac, 'hex');
+  if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+    throw new SnapshotNotAuthenticError('snapshot file is not authentic: its MAC does not verify with this snapshot secret (the file was edited, or it comes from another data dir)');
+  }
+}
+
+/**
+ * Reads the whole file without keeping anything: throws SnapshotFileError if it is not
+ * intact, and SnapshotNotAuthenticError if `secret` is given and its MAC does not verify.
+ */
+export function verifySnapshotFile(
+  file: string,
+  onProgress?: (bytesRead: number, bytesTotal: number) => void,
+  secret: Uint8Array | null = null,
+): { header: SnapshotHeader; trailer: SnapshotTrailer } {
+  return readSnapshotFile(file, null, onProgress, secret);
 }

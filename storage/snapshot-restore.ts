@@ -8,7 +8,15 @@
  * owns, a data dir that is not empty, and a file that fails any check (the whole file is
  * verified before the first byte is written). If writing fails half way, what it wrote
  * is removed, so the directory is as empty as it was.
+ *
+ * A file is restored only if it is authentic — its MAC verifies with the snapshot secret
+ * of the data dir it was taken from, which the operator passes in — or if the operator
+ * says explicitly that it may be unauthenticated. Either way every key record, every
+ * configuration and every customer is checked against the rules live input obeys before
+ * it is written, so an edited file cannot plant a malformed key or customer. The
+ * restored data dir keeps the secret it was authenticated with (a new one otherwise).
  */
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { customerView, type CustomerSnapshot } from '../actors/customer.js';
@@ -18,7 +26,7 @@ import { AuditLog } from './audit-log.js';
 import { ControlStore, type ConfigEntry, type KeyRecord } from './control-store.js';
 import { claimDataDir, dataDirOwner } from './data-dir-lock.js';
 import { encodeSnapshotChunk, ShardStore, SNAPSHOT_CHUNK_ITEMS, type IndexEntry } from './journal.js';
-import { readSnapshotFile, verifySnapshotFile, type SnapshotHeader, type SnapshotTrailer } from './snapshot-file.js';
+import { readSnapshotFile, SNAPSHOT_SECRET_BYTES, verifySnapshotFile, type SnapshotHeader, type SnapshotTrailer } from './snapshot-file.js';
 
 export class RestoreRefusedError extends Error {}
 
@@ -28,6 +36,14 @@ export interface RestoreOptions {
   readonly onProgress?: (phase: 'verify' | 'restore', bytesRead: number, bytesTotal: number) => void;
   /** Who restored, for the operator audit stream (e.g. the OS user). */
   readonly actor?: string;
+  /** The snapshot secret of the data dir the file was taken from: the file's MAC must verify with it. */
+  readonly secret?: Uint8Array;
+  /** Restore without a secret, trusting the file's content unauthenticated (still validated). */
+  readonly unauthenticated?: boolean;
+  /** Checks a configuration as a push would; answers why it is refused, or null. */
+  readonly checkConfig?: (config: unknown) => string | null;
+  /** Checks a customer's id and profile as an upsert would; answers why it is refused, or null. */
+  readonly checkCustomer?: (customer: CustomerSnapshot) => string | null;
 }
 
 export interface RestoreResult {
@@ -56,13 +72,21 @@ export function checkRestoreTarget(dataDir: string): void {
  */
 export async function restoreSnapshot(file: string, dataDir: string, options: RestoreOptions = {}): Promise<RestoreResult> {
   checkRestoreTarget(dataDir);
-  const verified = verifySnapshotFile(file, (read, total) => options.onProgress?.('verify', read, total));
+  const secret = options.secret ?? null;
+  if (secret !== null && secret.length !== SNAPSHOT_SECRET_BYTES) throw new RestoreRefusedError(`a snapshot secret is ${SNAPSHOT_SECRET_BYTES} bytes (${SNAPSHOT_SECRET_BYTES * 2} hex digits)`);
+  if (secret === null && options.unauthenticated !== true) {
+    throw new RestoreRefusedError(
+      'restore needs the snapshot secret of the data dir the file was taken from, to check the file is the one the service wrote ' +
+        '(`tally snapshot secret` prints it); to restore a file that cannot be authenticated, say so explicitly',
+    );
+  }
+  const verified = verifySnapshotFile(file, (read, total) => options.onProgress?.('verify', read, total), secret);
   const workers = options.workers ?? verified.header.workers;
   if (!Number.isInteger(workers) || workers < 1 || workers > 64) throw new RestoreRefusedError(`workers must be 1 to 64, got ${workers}`);
   const existed = fs.existsSync(dataDir);
   const release = claimDataDir(dataDir, 'restore');
   try {
-    const result = await writeDataDir(file, dataDir, workers, options);
+    const result = await writeDataDir(file, dataDir, workers, { ...options, secret: secret ?? randomBytes(SNAPSHOT_SECRET_BYTES) });
     release();
     return result;
   } catch (error) {
@@ -102,7 +126,7 @@ class ShardContents {
 /** Index rows written per LMDB batch: bounded promises in flight. */
 const INDEX_ROWS_PER_BATCH = 10_000;
 
-async function writeDataDir(file: string, dataDir: string, workers: number, options: RestoreOptions): Promise<RestoreResult> {
+async function writeDataDir(file: string, dataDir: string, workers: number, options: RestoreOptions & { secret: Uint8Array }): Promise<RestoreResult> {
   const control = ControlStore.open(dataDir);
   const audit = new AuditLog(control.auditDb);
   const shards = Array.from({ length: workers }, () => new ShardContents());
@@ -113,17 +137,18 @@ async function writeDataDir(file: string, dataDir: string, workers: number, opti
     (frame) => {
       switch (frame.k) {
         case 'keys':
-          for (const record of frame.items as KeyRecord[]) writes.push(control.putKey(record));
+          for (const record of frame.items) writes.push(control.putKey(checkedKey(record)));
           keys += frame.items.length;
           return;
         case 'configs':
-          for (const entry of frame.entries as ConfigEntry[]) writes.push(control.putConfig(frame.environment as Environment, entry));
+          for (const entry of frame.entries) writes.push(control.putConfig(checkedEnvironment(frame.environment), checkedConfig(entry, options)));
           return;
         case 'audit':
           for (const [seq, bytes] of frame.entries) writes.push(audit.putRaw(frame.stream, seq, bytes));
           return;
         case 'customers':
           for (const item of frame.items as CustomerSnapshot[]) {
+            checkCustomer(item, options);
             shards[workerOf(logicalShardOf(item.environment, item.id, LOGICAL_SHARDS), workers)]?.add(item);
           }
           return;
@@ -132,6 +157,7 @@ async function writeDataDir(file: string, dataDir: string, workers: number, opti
     (read, total) => options.onProgress?.('restore', read, total),
   );
   writes.push(control.putMeta('workers', workers));
+  writes.push(control.putSnapshotSecret(options.secret));
   writes.push(control.putMeta('restoredFrom', { id: header.id, createdAtMs: header.createdAtMs, sha256: trailer.sha256 }));
   await Promise.all(writes);
   for (let index = 0; index < workers; index++) await writeShard(dataDir, index, shards[index] ?? new ShardContents());
@@ -158,4 +184,48 @@ async function writeShard(dataDir: string, index: number, contents: ShardContent
   } finally {
     await store.close();
   }
+}
+
+/** A restored record that breaks a rule live input obeys: the file was edited or is damaged. */
+function refused(what: string, why: string): never {
+  throw new RestoreRefusedError(`snapshot file holds an invalid ${what}: ${why}; nothing was restored`);
+}
+
+function checkedEnvironment(value: unknown): Environment {
+  if (value !== 'test' && value !== 'live') refused('environment', JSON.stringify(value));
+  return value;
+}
+
+const KEY_CLASSES: ReadonlySet<unknown> = new Set(['server', 'client', 'admin']);
+
+/** A key record as the service writes one: an id, a SHA-256 digest, a class that fits its environment. */
+function checkedKey(value: unknown): KeyRecord {
+  const key = value as Partial<KeyRecord> | null;
+  const shaped =
+    typeof key === 'object' && key !== null &&
+    typeof key.id === 'string' && /^key_[A-Za-z0-9_-]{1,64}$/.test(key.id) &&
+    typeof key.prefix === 'string' && key.prefix.length <= 64 &&
+    typeof key.hashHex === 'string' && /^[0-9a-f]{64}$/.test(key.hashHex) &&
+    KEY_CLASSES.has(key.keyClass) &&
+    (key.keyClass === 'admin' ? key.environment === null : key.environment === 'test' || key.environment === 'live') &&
+    Number.isSafeInteger(key.createdAtMs) &&
+    (key.revokedAtMs === null || Number.isSafeInteger(key.revokedAtMs));
+  if (!shaped) refused('API key record', JSON.stringify(value));
+  return key as KeyRecord;
+}
+
+function checkedConfig(value: unknown, options: RestoreOptions): ConfigEntry {
+  const entry = value as Partial<ConfigEntry> | null;
+  if (typeof entry !== 'object' || entry === null || !Number.isSafeInteger(entry.version) || !Number.isSafeInteger(entry.pushedAtMs)) {
+    refused('configuration entry', 'version and pushedAtMs must be whole numbers');
+  }
+  const why = options.checkConfig?.(entry.config) ?? null;
+  if (why !== null) refused(`configuration (version ${entry.version})`, why);
+  return entry as ConfigEntry;
+}
+
+function checkCustomer(item: CustomerSnapshot, options: RestoreOptions): void {
+  checkedEnvironment(item.environment);
+  const why = options.checkCustomer?.(item) ?? null;
+  if (why !== null) refused(`customer ${JSON.stringify(String(item.id).slice(0, 64))}`, why);
 }

@@ -9,17 +9,24 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SnapshotFileError } from '../storage/snapshot-file.js';
+import { randomBytes } from 'node:crypto';
+import { issueKey } from '../src/auth/keys.js';
+import { readSnapshotFile, SnapshotFileError, SnapshotNotAuthenticError, SnapshotWriter, verifySnapshotFile, type SnapshotFrame, type SnapshotHeader, type SnapshotTrailer } from '../storage/snapshot-file.js';
 import { RestoreRefusedError, restoreSnapshot } from '../storage/snapshot-restore.js';
 import { runProcess, type Ran } from './support/run-process.js';
 import { call, MAIN_JS, startServerProcess, tempDataDir, type ServerProcess } from './support/server-process.js';
 
 const BIN = path.join(path.dirname(path.dirname(MAIN_JS)), '..', 'bin', 'tally.js');
 
-/** Runs the real `tally` binary; resolves with its exit code and output. */
+/** The source data dir's snapshot secret (hex), as `tally snapshot secret` printed it. */
+let secretHex = '';
+
+/** Runs the real `tally` binary (with the source's snapshot secret in its environment); resolves with its exit code and output. */
 function tally(args: readonly string[], env: Record<string, string> = {}): Promise<Ran> {
-  return runProcess(process.execPath, [BIN, ...args], { env: { ...process.env, ...env } });
+  return runProcess(process.execPath, [BIN, ...args], { env: { ...process.env, TALLY_SNAPSHOT_SECRET: secretHex, ...env } });
 }
+
+const secretBytes = (): Buffer => Buffer.from(secretHex, 'hex');
 
 const CONFIG = {
   entitlements: { api_calls: { type: 'meter', reset: 'month' }, seats: { type: 'limit' } },
@@ -129,6 +136,10 @@ beforeAll(async () => {
   const res = await download(source, created.body.id, snapshotFile);
   expect(res.status).toBe(200);
   expect(res.headers.get('x-tally-snapshot-sha256')).toBe(info.sha256);
+  const printed = await tally(['snapshot', 'secret'], { TALLY_URL: source.base, TALLY_API_KEY: source.keys.admin });
+  expect(printed.code).toBe(0);
+  secretHex = printed.stdout.trim();
+  expect(secretHex).toMatch(/^[0-9a-f]{64}$/);
   restoredDir = path.join(tempDataDir('restored'), 'data');
   const restore = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', restoredDir]);
   expect(restore.stderr).toBe('');
@@ -211,17 +222,17 @@ describe('restore refuses', () => {
     ['something else', () => Buffer.from('{"not":"a snapshot"}'), /not a Tally snapshot/],
   ])('%s, writing nothing', async (_name, mutate, message) => {
     const target = path.join(tempDataDir('target'), 'data');
-    await expect(restoreSnapshot(corrupt(mutate), target)).rejects.toThrow(SnapshotFileError);
-    await expect(restoreSnapshot(corrupt(mutate), target)).rejects.toThrow(message);
+    await expect(restoreSnapshot(corrupt(mutate), target, { secret: secretBytes() })).rejects.toThrow(SnapshotFileError);
+    await expect(restoreSnapshot(corrupt(mutate), target, { secret: secretBytes() })).rejects.toThrow(message);
     expect(fs.existsSync(target)).toBe(false);
   });
 
   it('a data dir a running server holds, and a non-empty one', async () => {
-    await expect(restoreSnapshot(snapshotFile, source.dataDir)).rejects.toThrow(RestoreRefusedError);
-    await expect(restoreSnapshot(snapshotFile, source.dataDir)).rejects.toThrow(/running Tally server \(pid \d+\)/);
+    await expect(restoreSnapshot(snapshotFile, source.dataDir, { secret: secretBytes() })).rejects.toThrow(RestoreRefusedError);
+    await expect(restoreSnapshot(snapshotFile, source.dataDir, { secret: secretBytes() })).rejects.toThrow(/running Tally server \(pid \d+\)/);
     const nonEmpty = tempDataDir('nonempty');
     fs.writeFileSync(path.join(nonEmpty, 'something'), 'x');
-    await expect(restoreSnapshot(snapshotFile, nonEmpty)).rejects.toThrow(/not empty/);
+    await expect(restoreSnapshot(snapshotFile, nonEmpty, { secret: secretBytes() })).rejects.toThrow(/not empty/);
   });
 
   it('and a second server will not start on a data dir in use', () => {
@@ -337,5 +348,73 @@ describe('tally snapshot (the CLI)', () => {
     const envKey = await tally(['snapshot', 'create', '--out', path.join(dir, 'x.tsnap')], { TALLY_URL: source.base, TALLY_API_KEY: source.keys.live.server });
     expect(envKey.code).toBe(1);
     expect(envKey.stderr).toContain('this endpoint requires the operator key');
+  });
+});
+
+describe('snapshot authenticity', () => {
+  /**
+   * Rewrites `snapshotFile` as someone without the secret would: every frame through
+   * `edit`, then fresh CRCs, a fresh SHA-256 and a MAC under a secret of their own.
+   */
+  function edited(edit: (frame: SnapshotFrame) => SnapshotFrame): string {
+    const frames: SnapshotFrame[] = [];
+    const { header } = readSnapshotFile(snapshotFile, (frame) => frames.push(frame));
+    const file = path.join(tempDataDir('edited'), 'edited.tsnap');
+    const fd = fs.openSync(file, 'w');
+    const writer = new SnapshotWriter(fd, randomBytes(32));
+    writer.frame(header);
+    for (const frame of frames) writer.frame(edit(frame) as Exclude<SnapshotFrame, SnapshotHeader | SnapshotTrailer>);
+    writer.finish();
+    fs.closeSync(fd);
+    return file;
+  }
+  /** An operator key whose secret the editor knows. */
+  const planted = issueKey('admin', null, Date.now());
+  const withPlantedKey = (frame: SnapshotFrame): SnapshotFrame => (frame.k === 'keys' ? { ...frame, items: [...frame.items, planted.record] } : frame);
+
+  it('an edited file whose checksums were all recomputed is refused with the true secret, and nothing is written', async () => {
+    const file = edited(withPlantedKey);
+    expect(() => verifySnapshotFile(file)).not.toThrow(); // intact as far as checksums can tell
+    const target = path.join(tempDataDir('auth'), 'data');
+    await expect(restoreSnapshot(file, target, { secret: secretBytes() })).rejects.toThrow(SnapshotNotAuthenticError);
+    expect(fs.existsSync(target)).toBe(false);
+    const cli = await tally(['snapshot', 'restore', file, '--data-dir', target]);
+    expect(cli.code).toBe(1);
+    expect(cli.stderr).toMatch(/^error: snapshot file is not authentic: its MAC does not verify/);
+    expect(fs.existsSync(target)).toBe(false);
+  });
+
+  it('without the secret a restore is refused unless the operator says --unauthenticated', async () => {
+    const target = path.join(tempDataDir('nosecret'), 'data');
+    const refused = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', target], { TALLY_SNAPSHOT_SECRET: '' });
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/restore needs the snapshot secret/);
+    expect(fs.existsSync(target)).toBe(false);
+    const wrong = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', target], { TALLY_SNAPSHOT_SECRET: 'f'.repeat(64) });
+    expect(wrong.stderr).toMatch(/not authentic/);
+    const accepted = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', target, '--unauthenticated'], { TALLY_SNAPSHOT_SECRET: '' });
+    expect(accepted.code, accepted.stderr).toBe(0);
+  });
+
+  it('restored with the secret, the new data dir keeps that secret for its own snapshots', async () => {
+    // beforeAll's restored server runs on the data dir restored with the source's secret.
+    const secret = await call((restored as ServerProcess).base, 'GET', '/v1/admin/snapshot-secret', { key: source.keys.admin });
+    expect(secret).toMatchObject({ status: 200, body: { secret: secretHex } });
+    expect((await call((restored as ServerProcess).base, 'GET', '/v1/admin/snapshot-secret', { key: source.keys.test.server })).status).toBe(403);
+  });
+
+  it('an unauthenticated file is still validated: a malformed key, configuration or customer is refused, nothing written', async () => {
+    const cases: ReadonlyArray<readonly [string, (frame: SnapshotFrame) => SnapshotFrame, RegExp]> = [
+      ['key', (f) => (f.k === 'keys' ? { ...f, items: [...f.items, { ...planted.record, hashHex: 'not-a-digest' }] } : f), /invalid API key record/],
+      ['config', (f) => (f.k === 'configs' ? { ...f, entries: f.entries.map((e) => ({ ...(e as object), config: { entitlements: 'nope' } })) } : f), /invalid configuration \(version \d+\): invalid billing configuration/],
+      ['customer', (f) => (f.k === 'customers' ? { ...f, items: f.items.map((c, i) => (i === 0 ? { ...(c as { profile: object }), profile: { ...(c as { profile: object }).profile, email: 'not an email' } } : c)) } : f), /invalid customer .*email/],
+    ];
+    for (const [what, edit, message] of cases) {
+      const target = path.join(tempDataDir(`invalid-${what}`), 'data');
+      const res = await tally(['snapshot', 'restore', edited(edit), '--data-dir', target, '--unauthenticated'], { TALLY_SNAPSHOT_SECRET: '' });
+      expect(res.code, what).toBe(1);
+      expect(res.stderr, what).toMatch(message);
+      expect(fs.existsSync(target), what).toBe(false);
+    }
   });
 });

@@ -1,7 +1,8 @@
 /**
  * The operator's snapshot routes: create (202, runs in the background), list, one
  * snapshot's state and progress, download of a complete file (streamed, with its SHA-256
- * in a header so the client can check what it saved), and delete.
+ * in a header so the client can check what it saved), delete, and the export of the
+ * snapshot secret that authenticates the files (docs/security.md).
  */
 import fs from 'node:fs';
 import { decodeComponent } from '../http/query.js';
@@ -28,6 +29,13 @@ export function snapshotRoutes(deps: Pick<AdminDeps, 'audit'>, snapshots: Snapsh
     return info ?? null;
   };
   return [
+    ['GET', '/v1/admin/snapshot-secret', {
+      hasBody: false,
+      handle(ctx) {
+        ctx.ex.logInfo('operator action', { action: 'snapshot.secret.export', resourceType: 'snapshot', actor: ctx.key.id });
+        ctx.ex.json(200, { secret: snapshots.secretHex() });
+      },
+    }],
     ['POST', '/v1/admin/snapshots', {
       hasBody: false,
       handle(ctx) {

@@ -11,7 +11,10 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import { type Command, Option } from 'commander';
+import type { CustomerSnapshot } from '../../../actors/customer.js';
 import { openPrivateFile } from '../../../storage/private-files.js';
+import { check, validateCustomerUpsert } from '../../api/validation.js';
+import { formatViolations, validateBillingConfig } from '../../config/validate-config.js';
 import { SnapshotFileError, verifySnapshotFile } from '../../../storage/snapshot-file.js';
 import { RestoreRefusedError, restoreSnapshot } from '../../../storage/snapshot-restore.js';
 import { addRemoteOptions, CliError, EXIT, progressBar, TallyClient, type Progress, type RemoteOptions } from '../client.js';
@@ -93,14 +96,27 @@ export function register(program: Command): void {
     console.log(`Deleted ${id}.`);
   });
 
+  addRemoteOptions(
+    snapshot
+      .command('secret')
+      .description('print the snapshot secret that authenticates this data dir\'s snapshot files (keep it apart from them: restore needs it)'),
+    'operator',
+  ).action(async (options: RemoteOptions) => {
+    const { secret } = await TallyClient.from(options).json<{ secret: string }>('GET', '/v1/admin/snapshot-secret');
+    console.log(secret);
+  });
+
   snapshot
     .command('restore')
     .description('restore a snapshot file into an empty data dir (offline: start the server on it afterwards)')
     .argument('<file>', 'the snapshot file')
     .requiredOption('--data-dir <dir>', 'the empty (or new) data dir to restore into')
     .addOption(new Option('--workers <n>', 'shard workers of the restored data dir (default: as in the snapshot)').argParser(parseWorkers))
-    .action(async (file: string, options: { dataDir: string; workers?: number }) => {
+    .addOption(new Option('--secret-file <file>', 'file holding the snapshot secret of the data dir the snapshot was taken from (or set TALLY_SNAPSHOT_SECRET)'))
+    .option('--unauthenticated', 'restore a file that cannot be authenticated (no secret, or a snapshot from before files carried a MAC); its content is still validated')
+    .action(async (file: string, options: { dataDir: string; workers?: number; secretFile?: string; unauthenticated?: boolean }) => {
       if (!fs.existsSync(file)) throw new CliError(`no such file: ${file}`);
+      const secret = readSecret(options.secretFile);
       const bars = new Map<string, Progress & { at: number }>();
       const onProgress = (phase: 'verify' | 'restore', read: number, total: number): void => {
         let bar = bars.get(phase);
@@ -117,6 +133,10 @@ export function register(program: Command): void {
           ...(options.workers === undefined ? {} : { workers: options.workers }),
           onProgress,
           actor: `cli:${os.userInfo().username}`,
+          ...(secret === null ? {} : { secret }),
+          unauthenticated: options.unauthenticated === true,
+          checkConfig: configProblem,
+          checkCustomer: customerProblem,
         });
         bars.get('restore')?.done();
         console.log(
@@ -129,6 +149,29 @@ export function register(program: Command): void {
         throw error;
       }
     });
+}
+
+/** The secret from `--secret-file` or TALLY_SNAPSHOT_SECRET (64 hex digits), or null when neither is given. */
+function readSecret(secretFile: string | undefined): Buffer | null {
+  const text = secretFile === undefined ? process.env['TALLY_SNAPSHOT_SECRET'] : fs.readFileSync(secretFile, 'utf8');
+  if (text === undefined || text.trim() === '') return null;
+  const hex = text.trim();
+  if (!/^[0-9a-fA-F]{64}$/.test(hex)) throw new CliError('a snapshot secret is 64 hex digits, as `tally snapshot secret` prints it');
+  return Buffer.from(hex, 'hex');
+}
+
+/** Why a restored configuration would be refused by a push, or null. */
+function configProblem(config: unknown): string | null {
+  const checked = validateBillingConfig(config);
+  return checked.ok ? null : formatViolations(checked.errors);
+}
+
+/** Why a restored customer's id or profile would be refused by an upsert, or null. */
+function customerProblem(customer: CustomerSnapshot): string | null {
+  const { id, profile } = customer;
+  const body = { id, ...(profile.name === null ? {} : { name: profile.name }), ...(profile.email === null ? {} : { email: profile.email }), metadata: profile.metadata };
+  const checked = check(validateCustomerUpsert, body, 'body');
+  return checked.ok ? null : checked.message;
 }
 
 function parseWorkers(raw: string): number {
