@@ -51,6 +51,7 @@ export const ERRORS = {
   rate_limited: { status: 429, message: 'rate limit exceeded: {limit} requests per minute for this key', when: 'the key used up its one-minute window (with Retry-After)' },
   insufficient_balance: { status: 429, message: 'insufficient balance for {key}', when: 'consume beyond balance with overage off; body carries the balance fields' },
   overloaded: { status: 503, message: 'shard queue is full, retry later', when: 'a worker\'s queue is full (with Retry-After)' },
+  verify_busy: { status: 503, message: 'too many audit verifications are queued, retry shortly', when: 'the audit verification lane is full (with Retry-After)' },
   not_ready: { status: 503, message: 'service is starting, retry shortly', when: 'recovery has not finished (with Retry-After)' },
   internal: { status: 500, message: 'internal error', when: 'a bug; never for client input' },
 } as const satisfies Record<string, CatalogEntry>;

@@ -21,9 +21,7 @@ import { ControlStore, type KeyRecord } from '../storage/control-store.js';
 import { claimDataDir } from '../storage/data-dir-lock.js';
 import { ensurePrivateDir, writePrivateFile } from '../storage/private-files.js';
 import { SNAPSHOT_SECRET_BYTES } from '../storage/snapshot-file.js';
-import { Piscina } from 'piscina';
 import { AuditLog, type AuditVerification } from '../storage/audit-log.js';
-import type { AuditVerifyTask } from '../storage/audit-verify-task.js';
 import { CustomerIndex } from '../storage/customer-index.js';
 import { buildAdminRouter, OPERATOR_STREAM, type AdminRoute } from './api/admin-routes.js';
 import { snapshotRoutes } from './api/snapshot-routes.js';
@@ -40,6 +38,7 @@ import { silentLogger, type Logger } from './observability/log.js';
 import { metricsRoute } from './observability/metrics-route.js';
 import { Observability } from './observability/observability.js';
 import { ShardPool } from './shard-pool.js';
+import { SideJobs } from './side-jobs.js';
 
 export interface ServerOptions {
   readonly port: number;
@@ -183,17 +182,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     ...(options.snapshotSliceCustomers === undefined ? {} : { snapshotSliceCustomers: options.snapshotSliceCustomers }),
   };
   let customers: CustomerIndex | null = null;
-  // CPU-heavy side jobs (audit-chain verification, snapshot files) run on a piscina pool,
-  // started on first use; each task names its module.
-  let piscina: Piscina | null = null;
-  const sideJob = <T>(module: string, task: unknown): Promise<T> => {
-    piscina ??= new Piscina({ maxThreads: 1, idleTimeout: 30_000 });
-    return piscina.run(task, { filename: new URL(`../storage/${module}`, import.meta.url).href }) as Promise<T>;
-  };
   const startedAtMs = Date.now();
   const audit = new AuditLog(control.auditDb, control.auditRefsDb);
-  const verifyAudit = (stream: string): Promise<AuditVerification> =>
-    sideJob('audit-verify-task.js', { dataDir: options.dataDir, environment: stream } satisfies AuditVerifyTask);
+  // CPU-heavy side jobs (audit-chain verification, snapshot files) on their own bounded lanes.
+  const sideJobs = new SideJobs(options.dataDir, (stream) => audit.lastSeq(stream));
+  const verifyAudit = (stream: string): Promise<AuditVerification> => sideJobs.verifyAudit(stream);
   const ready = ShardPool.start(poolOptions).then(async (started) => {
     await appendRecoveredAudits(started, audit);
     for (const environment of ENVIRONMENTS) {
@@ -225,7 +218,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       control,
       keys,
       audit,
-      assemble: (task) => sideJob('snapshot-assemble-task.js', task),
+      assemble: (task) => sideJobs.assembleSnapshot(task),
       record: (action, info, actor) => {
         const fields = { action, resourceType: 'snapshot', resourceId: info.id, actor, bytes: info.bytes, customers: info.customers, error: info.error };
         if (info.status === 'failed') obs.log.warn(fields, 'operator action');
@@ -257,7 +250,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       uWS.us_listen_socket_close(socket);
       await ready.catch(() => undefined);
       if (pool !== null) await pool.stop();
-      await (piscina as Piscina | null)?.destroy();
+      await sideJobs.destroy();
       await (customers as CustomerIndex | null)?.close();
       await control.close();
       releaseDataDir();

@@ -18,7 +18,7 @@ import type { Exchange } from '../http/exchange.js';
 import { decodeComponent } from '../http/query.js';
 import { Router } from '../http/router.js';
 import type { ShardPool } from '../shard-pool.js';
-import { auditPage } from './audit-page.js';
+import { auditPage, failVerify } from './audit-page.js';
 import { check, validateKeyCreate, validateOperatorAuditQuery } from './validation.js';
 
 /** The operator audit stream's chain name in the audit log. */
@@ -181,7 +181,7 @@ function auditVerifyRoute(deps: AdminDeps): AdminRoute {
     handle(ctx) {
       deps.verifyAudit(OPERATOR_STREAM).then(
         (verdict) => ctx.ex.json(200, verdict),
-        () => ctx.ex.fail('internal'),
+        (error: unknown) => failVerify(ctx.ex, error),
       );
     },
   };

@@ -1,10 +1,12 @@
 /**
  * One page of an audit chain (an environment's log or the operator stream): newest first,
  * filtered by action and resource type, `limit` + opaque `cursor`. Shared by
- * `GET /v1/audit` and `GET /v1/admin/audit` so both page exactly alike.
+ * `GET /v1/audit` and `GET /v1/admin/audit` so both page exactly alike; and the answer
+ * to a verification that failed, shared by both verify routes.
  */
 import type { AuditLog } from '../../storage/audit-log.js';
 import type { Exchange } from '../http/exchange.js';
+import { SideJobsBusyError } from '../side-jobs.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import type { AuditQuery } from './validation.js';
 
@@ -22,4 +24,12 @@ export function auditPage(ex: Exchange, audit: AuditLog, stream: string, query: 
   const page = audit.page(stream, filter, limit, before);
   const nextCursor = page.nextBefore === null ? null : encodeCursor({ before: page.nextBefore });
   ex.json(200, { data: page.data, nextCursor });
+}
+
+/** Answers a failed verification: 503 with Retry-After when the lane is full, else a bug (500, logged). */
+export function failVerify(ex: Exchange, error: unknown): void {
+  if (error instanceof SideJobsBusyError) return ex.fail('verify_busy', {}, [['retry-after', '5']]);
+  ex.guard(() => {
+    throw error;
+  });
 }

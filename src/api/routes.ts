@@ -24,7 +24,7 @@ import { memberSource, roundedNumberPath } from '../http/json-source.js';
 import { decodeComponent } from '../http/query.js';
 import { Router } from '../http/router.js';
 import type { ShardPool } from '../shard-pool.js';
-import { auditPage } from './audit-page.js';
+import { auditPage, failVerify } from './audit-page.js';
 import { buildOpenApi } from './openapi.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import {
@@ -427,7 +427,7 @@ function auditVerifyRoute(deps: ApiDeps): Route {
     handle(ctx) {
       deps.verifyAudit(ctx.environment).then(
         (verdict) => ctx.ex.json(200, verdict),
-        () => ctx.ex.fail('internal'),
+        (error: unknown) => failVerify(ctx.ex, error),
       );
     },
   };
