@@ -10,7 +10,7 @@
  */
 import { DEFAULT_RATE_LIMITS } from './auth/rate-limit.js';
 import { createLogger, isLogLevel, LOG_LEVELS, stdoutDestination } from './observability/log.js';
-import { startServer } from './server.js';
+import { DEFAULT_HOST, startServer } from './server.js';
 
 // Everything the service creates (data dir, LMDB files, snapshots, keys) is readable by
 // its own account only, whatever the shell's umask (docs/security.md, Files on disk).
@@ -38,6 +38,7 @@ function intFromEnv(name: string, fallback: number | undefined): number | undefi
 
 async function main(): Promise<void> {
   const port = intFromEnv('PORT', 8787) ?? 8787;
+  const host = process.env['TALLY_HOST'] || DEFAULT_HOST;
   const dataDir = process.env['TALLY_DATA_DIR'] || './.tally';
   const workers = intFromEnv('TALLY_WORKERS', undefined);
   const queueMax = intFromEnv('TALLY_QUEUE_MAX', undefined);
@@ -49,6 +50,7 @@ async function main(): Promise<void> {
   };
   const server = await startServer({
     port,
+    host,
     dataDir,
     rateLimits,
     log,
@@ -63,7 +65,7 @@ async function main(): Promise<void> {
         `${JSON.stringify(server.bootstrapKeys, null, 2)}\n\n`,
     );
   }
-  log.info({ port: server.port, dataDir }, 'listening');
+  log.info({ host, port: server.port, dataDir }, 'listening');
   const started = Date.now();
   await server.ready;
   log.info({ recoveryMs: Date.now() - started, shards: server.shardStats() }, 'ready');

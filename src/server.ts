@@ -40,8 +40,13 @@ import { Observability } from './observability/observability.js';
 import { ShardPool } from './shard-pool.js';
 import { SideJobs } from './side-jobs.js';
 
+/** Loopback only unless the operator says otherwise: Tally speaks plain HTTP (docs/security.md). */
+export const DEFAULT_HOST = '127.0.0.1';
+
 export interface ServerOptions {
   readonly port: number;
+  /** Address to bind (default DEFAULT_HOST); `0.0.0.0` or `::` for every interface. */
+  readonly host?: string;
   readonly dataDir: string;
   /** Worker threads; fixed per data dir at its first start. Default: `defaultWorkers` (cores − 1, at least 1). */
   readonly workers?: number;
@@ -124,11 +129,13 @@ async function resolveWorkers(control: ControlStore, requested: number | undefin
  */
 const LISTEN_EXCLUSIVE_PORT = (uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT?: uWS.ListenOptions }).LIBUS_LISTEN_EXCLUSIVE_PORT;
 
-function listen(app: uWS.TemplatedApp, port: number): Promise<uWS.us_listen_socket> {
+function listen(app: uWS.TemplatedApp, host: string, port: number): Promise<uWS.us_listen_socket> {
   if (LISTEN_EXCLUSIVE_PORT === undefined) throw new Error('uWebSockets.js lacks LIBUS_LISTEN_EXCLUSIVE_PORT');
+  // The typings leave out the (host, port, options, callback) form the native module has.
+  const listenOn = app.listen as unknown as (host: string, port: number, options: uWS.ListenOptions, cb: (socket: uWS.us_listen_socket | false) => void) => void;
   return new Promise((resolve, reject) => {
-    app.listen(port, LISTEN_EXCLUSIVE_PORT, (socket) => {
-      if (socket === false) reject(new Error(`cannot listen on port ${port} (in use?)`));
+    listenOn.call(app, host, port, LISTEN_EXCLUSIVE_PORT, (socket) => {
+      if (socket === false) reject(new Error(`cannot listen on ${host} port ${port} (in use, or not an address of this machine?)`));
       else resolve(socket);
     });
   });
@@ -171,7 +178,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const app = uWS.App();
   const obs = new Observability(options.log ?? silentLogger());
   const frontEnd = new FrontEnd(keys, new RateLimiter(options.rateLimits ?? DEFAULT_RATE_LIMITS), () => pool !== null, obs);
-  const socket = await listen(app, options.port);
+  const socket = await listen(app, options.host ?? DEFAULT_HOST, options.port);
   const port = uWS.us_socket_local_port(socket);
 
   const poolOptions = {

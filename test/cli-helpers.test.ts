@@ -4,7 +4,7 @@
  * draws only on a terminal). The commands themselves are tested end to end in cli.test.ts.
  */
 import { describe, expect, it } from 'vitest';
-import { progressBar } from '../src/cli/client.js';
+import { isLoopback, plainHttpWarning, progressBar } from '../src/cli/client.js';
 import { changeCount, diffConfigs, formatDiff } from '../src/cli/config-diff.js';
 import { formatBytes, formatDuration, formatTable } from '../src/cli/format.js';
 import { PRODUCT_EXAMPLE_CONFIG } from './support/product-example.js';
@@ -117,5 +117,18 @@ describe('progress bar', () => {
     silent.advance(100);
     silent.done();
     expect(pipe.writes).toEqual([]);
+  });
+});
+
+describe('plain http warning', () => {
+  it('warns before a key goes over http:// to another machine, never for https:// or this machine', () => {
+    const admin = 'ak_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa';
+    expect(plainHttpWarning(new URL('http://billing.internal:8787'), admin)).toMatch(/^warning: sending the operator key over plain http:\/\/ to billing\.internal:8787/);
+    expect(plainHttpWarning(new URL('http://10.0.0.5'), 'sk_live_x')).toMatch(/sending an API key over plain http/);
+    for (const local of ['http://localhost:8787', 'http://127.0.0.1:1', 'http://127.3.2.1', 'http://[::1]:8787', 'http://[::ffff:127.0.0.1]', 'https://billing.example.com']) {
+      expect(plainHttpWarning(new URL(local), admin), local).toBeNull();
+    }
+    expect(isLoopback('128.0.0.1')).toBe(false);
+    expect(isLoopback('127.0.0.1.example.com')).toBe(false);
   });
 });

@@ -120,3 +120,41 @@ describe('data dir lock', () => {
     }
   });
 });
+
+describe('bind address', () => {
+  /** Starts the service with `env`; resolves with its port and the `listening` line once it is up. */
+  async function start(env: Record<string, string>): Promise<{ port: number; line: Record<string, unknown>; stop: () => void }> {
+    const child = spawn(process.execPath, [MAIN_JS], { env: { ...process.env, PORT: '0', TALLY_DATA_DIR: tempDataDir('host'), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    const port = await new Promise<number>((resolve, reject) => {
+      child.stdout.on('data', (chunk: Buffer) => {
+        out += chunk.toString();
+        const found = listeningPort(out);
+        if (found !== null) resolve(found);
+      });
+      child.once('exit', () => reject(new Error(out)));
+    });
+    const line = logLines(out).find((l) => l.msg === 'listening') ?? {};
+    return { port, line, stop: () => child.kill('SIGKILL') };
+  }
+  const reachable = (host: string, port: number): Promise<boolean> =>
+    fetch(`http://${host}:${port}/healthz`).then(() => true, () => false);
+
+  it('binds 127.0.0.1 by default, and TALLY_HOST elsewhere', async () => {
+    const plain = await start({});
+    try {
+      expect(plain.line).toMatchObject({ host: '127.0.0.1' });
+      expect(await reachable('127.0.0.1', plain.port)).toBe(true);
+      expect(await reachable('127.0.0.2', plain.port)).toBe(false);
+    } finally {
+      plain.stop();
+    }
+    const other = await start({ TALLY_HOST: '127.0.0.2' });
+    try {
+      expect(await reachable('127.0.0.2', other.port)).toBe(true);
+      expect(await reachable('127.0.0.1', other.port)).toBe(false);
+    } finally {
+      other.stop();
+    }
+  });
+});

@@ -81,6 +81,8 @@ export class TallyClient {
     if (options.key === undefined || options.key === '') {
       throw new CliError('no API key: set TALLY_API_KEY or pass --key', EXIT.usage);
     }
+    const warning = plainHttpWarning(parsed, options.key);
+    if (warning !== null) process.stderr.write(`${warning}\n`);
     return new TallyClient(options.url.replace(/\/+$/, ''), options.key);
   }
 
@@ -208,4 +210,19 @@ export function progressBar(
       stream.write('\n');
     },
   };
+}
+
+/** Whether `hostname` (as URL parses it) names this machine: localhost, 127.0.0.0/8 or ::1. */
+export function isLoopback(hostname: string): boolean {
+  return hostname === 'localhost' || hostname === '[::1]' || /^127(?:\.\d{1,3}){3}$/.test(hostname) || /^\[::ffff:7f[0-9a-f]{2}:[0-9a-f]{1,4}\]$/.test(hostname);
+}
+
+/**
+ * The warning printed before a key goes over plain http:// to another machine (anyone on
+ * the network path could read it), or null for https:// and for this machine.
+ */
+export function plainHttpWarning(url: URL, key: string): string | null {
+  if (url.protocol !== 'http:' || isLoopback(url.hostname)) return null;
+  const kind = key.startsWith('ak_') ? 'the operator key' : 'an API key';
+  return `warning: sending ${kind} over plain http:// to ${url.host}: anyone on the network path can read it; use https:// (TLS in front of Tally)`;
 }
