@@ -7,6 +7,7 @@
  * invariant crashes the worker (and with it the process): recovery from disk is the
  * only repair.
  */
+import { nameThisThread } from './thread-name.js';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import path from 'node:path';
 import { assert } from './assert.js';
@@ -30,6 +31,7 @@ export interface ShardWorkerData {
 assert(!isMainThread && parentPort !== null, 'shard-worker runs in a worker thread');
 const port = parentPort;
 const { dataDir, workerIndex, snapshotEveryBatches, exportSliceCustomers } = workerData as ShardWorkerData;
+nameThisThread(`tally-shard-${workerIndex}`);
 
 let outbox: ReplyTriples = [];
 

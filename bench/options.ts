@@ -6,39 +6,46 @@ import { parseArgs } from 'node:util';
 import { CUSTOMER_COUNT, SCENARIOS, type Scenario } from './scenarios.js';
 
 export interface BenchOptions {
+  /** Seconds of each measured segment (one round of one server). */
   readonly durationSec: number;
   readonly warmupSec: number;
   /** Segments per server per scenario, alternated bare/tally/tally/bare/… (see run.ts `measure`). */
   readonly rounds: number;
-  readonly connections: number;
+  /** Each scenario runs at each of these connection counts (unless it pins its own). */
+  readonly connectionsList: readonly number[];
   readonly pipelining: number;
   readonly scenarios: readonly Scenario[];
   readonly workers: number | undefined;
   readonly jsonPath: string | undefined;
+  /** Markdown file whose generated section is replaced by this run (docs/performance.md). */
+  readonly reportPath: string | undefined;
   readonly tiny: boolean;
   readonly full: boolean;
-  /** The load generator: autocannon (default, in this process) or wrk (a C program, if installed). */
+  /** The load generator: wrk (the default: a C program, Debian's `wrk`) or autocannon (in this process; --tiny's). */
   readonly driver: 'autocannon' | 'wrk';
 }
 
 export const USAGE = `usage: node dist/bench/run.js [options]
-  --duration <s>        measured seconds per server per scenario (default 10; tiny 1)
+  --duration <s>        seconds of each measured segment (default 5; tiny 0.5)
   --warmup <s>          unmeasured seconds per server per scenario first (default 2; tiny 0.3)
   --rounds <n>          measured segments per server per scenario, alternated
                         bare,tally,tally,bare,... (has with has-unlimited:
-                        bare,tally,tally-rl-off, then reversed) (default 4; tiny 2)
-  --connections <n>     concurrent connections (default 50; tiny 4)
+                        bare,tally,tally-rl-off, then reversed) (default 5; tiny 2)
+  --connections <list>  comma-separated connection counts; every scenario runs at each
+                        (default 256,50; tiny 4)
   --pipelining <n>      pipelined requests per connection (default 1: uWS closes the
                         connection when a request is pipelined behind a pending async
                         response, which every Tally response is; see run.ts)
   --scenarios <list>    comma-separated, from: ${SCENARIOS.map((s) => s.name).join(', ')}
                         (default: all but the --full-only ones)
   --workers <n>         TALLY_WORKERS for the Tally processes (default: Tally's own)
-  --tiny                a few seconds in all, for the test suite
-  --full                also run the --full-only scenarios (consume at 256 connections)
-  --driver <name>       autocannon (default) or wrk (must be installed; one thread,
-                        pipelining 1): prices the server rather than autocannon's parser
+  --tiny                a few seconds in all, for the test suite (autocannon)
+  --full                also run the --full-only scenarios
+  --driver <name>       wrk (default; Debian's wrk package: apt-get install wrk; one
+                        thread, pipelining 1) or autocannon (default with --tiny)
   --json <path>         also write the results as JSON
+  --report <path>       rewrite the generated section of a Markdown file
+                        (docs/performance.md) with this run's figures
   --help`;
 
 function positiveNumber(name: string, raw: string | undefined, fallback: number, integer: boolean): number {
@@ -72,6 +79,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
       scenarios: { type: 'string' },
       workers: { type: 'string' },
       json: { type: 'string' },
+      report: { type: 'string' },
       driver: { type: 'string' },
       tiny: { type: 'boolean', default: false },
       full: { type: 'boolean', default: false },
@@ -80,27 +88,34 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
   });
   if (values.help) return 'help';
   const tiny = values.tiny;
-  const driver = values.driver ?? 'autocannon';
+  const driver = values.driver ?? (tiny ? 'autocannon' : 'wrk');
   if (driver !== 'autocannon' && driver !== 'wrk') throw new Error(`--driver must be autocannon or wrk, got ${JSON.stringify(driver)}`);
   const options: BenchOptions = {
     driver,
-    durationSec: positiveNumber('duration', values.duration, tiny ? 1 : 10, false),
+    durationSec: positiveNumber('duration', values.duration, tiny ? 0.5 : 5, false),
     warmupSec: positiveNumber('warmup', values.warmup, tiny ? 0.3 : 2, false),
-    rounds: positiveNumber('rounds', values.rounds, tiny ? 2 : 4, true),
-    connections: positiveNumber('connections', values.connections, tiny ? 4 : 50, true),
+    rounds: positiveNumber('rounds', values.rounds, tiny ? 2 : 5, true),
+    connectionsList: connectionCounts(values.connections, tiny ? [4] : [256, 50]),
     pipelining: positiveNumber('pipelining', values.pipelining, 1, true),
     scenarios: pickScenarios(values.scenarios, values.full),
     workers: values.workers === undefined ? undefined : positiveNumber('workers', values.workers, 1, true),
     jsonPath: values.json,
+    reportPath: values.report,
     tiny,
     full: values.full,
   };
   for (const scenario of options.scenarios) {
-    const connections = scenario.connections ?? options.connections;
-    const pipelining = scenario.pipelining ?? options.pipelining;
-    if (Math.floor(CUSTOMER_COUNT / connections) < pipelining) {
-      throw new Error(`${scenario.name}: ${connections} connections x pipelining ${pipelining} needs more than ${CUSTOMER_COUNT} customers`);
+    for (const connections of scenario.connections === undefined ? options.connectionsList : [scenario.connections]) {
+      const pipelining = scenario.pipelining ?? options.pipelining;
+      if (Math.floor(CUSTOMER_COUNT / connections) < pipelining) {
+        throw new Error(`${scenario.name}: ${connections} connections x pipelining ${pipelining} needs more than ${CUSTOMER_COUNT} customers`);
+      }
     }
   }
   return options;
+}
+
+function connectionCounts(raw: string | undefined, fallback: readonly number[]): number[] {
+  if (raw === undefined) return [...fallback];
+  return raw.split(',').map((part) => positiveNumber('connections', part.trim(), 1, true));
 }

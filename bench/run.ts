@@ -51,9 +51,11 @@ import { fileURLToPath } from 'node:url';
 import type autocannon from 'autocannon';
 import { startChild, stopAll, type Child } from './children.js';
 import { runSegment as runAutocannonSegment, type LoadShape, type SegmentResult } from './load.js';
-import { runWrkSegment } from './wrk.js';
+import { runWrkSegment, wrkAvailable } from './wrk.js';
 import { parseOptions, USAGE, type BenchOptions } from './options.js';
 import { formatReport, scenarioResults, summarize, writeJson, type BenchReport, type MeasuredScenario, type ScenarioResult } from './report.js';
+import { writeMarkdownReport } from './report-markdown.js';
+import { addCpu, cpuSecondsBetween, sampleThreads } from './thread-cpu.js';
 import { buildRequests, sliceForConnections, type BenchKeys, type Scenario } from './scenarios.js';
 import { RATE_LIMIT_HUGE, TALLY_INSTANCES, startTallies, type Tallies } from './tallies.js';
 import { removeDataDir } from './tally-server.js';
@@ -104,22 +106,32 @@ const HEADER_CONTROL_LABEL = 'bare + rate-limit headers';
  * …), so over each pair of rounds every target's mean position in time is the same and
  * a linear drift in machine conditions cancels out.
  */
-async function measure(targets: readonly Target[], shape: LoadShape, options: BenchOptions): Promise<Map<Target, SegmentResult[]>> {
-  const segments = new Map<Target, SegmentResult[]>(targets.map((t) => [t, []]));
+async function measure(targets: readonly Target[], shape: LoadShape, options: BenchOptions): Promise<Map<Target, Measured>> {
+  const measured = new Map<Target, Measured>(targets.map((t) => [t, { segments: [], cpuSeconds: new Map() }]));
   const runSegment = options.driver === 'wrk' ? runWrkSegment : runAutocannonSegment;
   for (const target of targets) {
     await runSegment(target.baseUrl, target.slices, { ...shape, durationSec: options.warmupSec });
     assertAlive(target);
   }
-  const segmentSec = options.durationSec / options.rounds;
   for (let round = 0; round < options.rounds; round++) {
     const order = round % 2 === 0 ? targets : [...targets].reverse();
     for (const target of order) {
-      segments.get(target)?.push(await runSegment(target.baseUrl, target.slices, { ...shape, durationSec: segmentSec }));
+      const pid = target.child.process.pid ?? 0;
+      const before = sampleThreads(pid);
+      const segment = await runSegment(target.baseUrl, target.slices, { ...shape, durationSec: options.durationSec });
+      const entry = measured.get(target);
+      entry?.segments.push(segment);
+      if (entry !== undefined) addCpu(entry.cpuSeconds, cpuSecondsBetween(before, sampleThreads(pid)));
       assertAlive(target);
     }
   }
-  return segments;
+  return measured;
+}
+
+/** One target's segments, and its threads' CPU seconds over them (thread-cpu.ts groups). */
+interface Measured {
+  readonly segments: SegmentResult[];
+  readonly cpuSeconds: Map<string, number>;
 }
 
 /**
@@ -136,13 +148,13 @@ function groupScenarios(scenarios: readonly Scenario[]): Scenario[][] {
   return [...groups.values()];
 }
 
-/** The group's one load shape; interleaved scenarios must agree on it (a SCENARIOS bug otherwise). */
-function groupShape(group: readonly Scenario[], options: BenchOptions): LoadShape {
-  const shapes = group.map((s) => `${s.connections ?? options.connections}x${s.pipelining ?? options.pipelining}`);
+/** The group's one load shape at `connections`; interleaved scenarios must agree on it (a SCENARIOS bug otherwise). */
+function groupShape(group: readonly Scenario[], options: BenchOptions, connections: number): LoadShape {
+  const shapes = group.map((s) => `${s.connections ?? connections}x${s.pipelining ?? options.pipelining}`);
   if (new Set(shapes).size !== 1) throw new Error(`interleaved scenarios ${group.map((s) => s.name).join(', ')} differ in load shape: ${shapes.join(', ')}`);
   const first = group[0];
   if (first === undefined) throw new Error('empty scenario group');
-  return { connections: first.connections ?? options.connections, pipelining: first.pipelining ?? options.pipelining, durationSec: options.durationSec };
+  return { connections: first.connections ?? connections, pipelining: first.pipelining ?? options.pipelining, durationSec: options.durationSec };
 }
 
 function makeTarget(label: string, child: Child, scenario: Scenario, keys: BenchKeys, connections: number): Target {
@@ -160,8 +172,8 @@ function tallyTarget(scenario: Scenario, tallies: Tallies, connections: number):
  * Tally's keys, byte for byte) and each scenario's Tally, interleaved in one `measure`.
  * Every scenario of the group reports the same bare statistics.
  */
-async function runGroup(group: readonly Scenario[], bareChild: Child, controlChild: Child | null, tallies: Tallies, options: BenchOptions): Promise<MeasuredScenario[]> {
-  const shape = groupShape(group, options);
+async function runGroup(group: readonly Scenario[], bareChild: Child, controlChild: Child | null, tallies: Tallies, options: BenchOptions, connections: number): Promise<MeasuredScenario[]> {
+  const shape = groupShape(group, options, connections);
   const lead = group[0];
   if (lead === undefined) throw new Error('empty scenario group');
   const tallyTargets = group.map((s) => tallyTarget(s, tallies, shape.connections));
@@ -177,12 +189,13 @@ async function runGroup(group: readonly Scenario[], bareChild: Child, controlChi
   }
   const names = group.map((s) => s.name).join(' + ');
   process.stderr.write(`bench: ${names} (${shape.connections} connections x pipelining ${shape.pipelining}; ${targets.map((t) => t.label).join(', ')}) ...\n`);
-  const segments = await measure(targets, shape, options);
-  const bareStats = summarize(segments.get(bare) ?? []);
-  const controlStats = control === null ? null : summarize(segments.get(control) ?? []);
+  const measured = await measure(targets, shape, options);
+  const stats = (target: Target): ReturnType<typeof summarize> => summarize(measured.get(target)?.segments ?? [], measured.get(target)?.cpuSeconds);
+  const bareStats = stats(bare);
+  const controlStats = control === null ? null : stats(control);
   return group.map((scenario, i) => {
     const target = tallyTargets[i];
-    const tally = target === undefined ? null : summarize(segments.get(target) ?? []);
+    const tally = target === undefined ? null : stats(target);
     const bareSharedWith = i === 0 ? null : lead.name;
     return {
       scenario,
@@ -220,7 +233,7 @@ function reportShell(options: BenchOptions, tallies: Tallies, scenarios: Scenari
       durationSec: options.durationSec,
       warmupSec: options.warmupSec,
       rounds: options.rounds,
-      connections: options.connections,
+      connections: options.connectionsList,
       pipelining: options.pipelining,
       workers: options.workers ?? null,
       tiny: options.tiny,
@@ -234,16 +247,25 @@ function reportShell(options: BenchOptions, tallies: Tallies, scenarios: Scenari
 }
 
 async function bench(options: BenchOptions, dataDirs: string[]): Promise<void> {
+  if (options.driver === 'wrk' && !(await wrkAvailable())) {
+    throw new Error('wrk is not installed: `apt-get install wrk` (Debian, Ubuntu), or run with --driver autocannon');
+  }
   const loadAverage1m = loadavg()[0] ?? Number.NaN;
   const bareChild = await startChild('bare', BARE_SCRIPT, { PORT: '0' });
   const controlChild = needsHeaderControl(options.scenarios) ? await startChild('bare-rl', BARE_SCRIPT, { PORT: '0', RATE_LIMIT_HEADERS: String(RATE_LIMIT_HUGE) }) : null;
   const tallies = await startTallies(TALLY_SCRIPT, options, dataDirs);
   if (tallies.servers.size === 0) process.stderr.write(`bench: tally ${tallies.note}\n`);
   const measured: MeasuredScenario[] = [];
-  for (const group of groupScenarios(options.scenarios)) measured.push(...(await runGroup(group, bareChild, controlChild, tallies, options)));
+  for (const connections of options.connectionsList) {
+    for (const group of groupScenarios(options.scenarios)) {
+      if (group.some((s) => s.connections !== undefined && s.connections !== connections)) continue;
+      measured.push(...(await runGroup(group, bareChild, controlChild, tallies, options, connections)));
+    }
+  }
   const report = reportShell(options, tallies, scenarioResults(measured), loadAverage1m);
   process.stdout.write(`${formatReport(report)}\n`);
   if (options.jsonPath !== undefined) await writeJson(options.jsonPath, report);
+  if (options.reportPath !== undefined) await writeMarkdownReport(options.reportPath, report, process.argv.slice(2));
 }
 
 async function cleanup(dataDirs: readonly string[]): Promise<void> {

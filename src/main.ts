@@ -8,6 +8,7 @@
  * Start-up failures (a bad setting, a data dir in use, a port taken) are also written to
  * stderr as plain text for the person starting it. SIGINT/SIGTERM stop it cleanly.
  */
+import { nameThisThread } from '../actors/thread-name.js';
 import { DEFAULT_RATE_LIMITS } from './auth/rate-limit.js';
 import { createLogger, isLogLevel, LOG_LEVELS, stdoutDestination } from './observability/log.js';
 import { DEFAULT_HOST, startServer } from './server.js';
@@ -15,6 +16,7 @@ import { DEFAULT_HOST, startServer } from './server.js';
 // Everything the service creates (data dir, LMDB files, snapshots, keys) is readable by
 // its own account only, whatever the shell's umask (docs/security.md, Files on disk).
 process.umask(0o077);
+nameThisThread('tally-main');
 
 const levelRaw = process.env['TALLY_LOG_LEVEL'] || 'info';
 if (!isLogLevel(levelRaw)) {

@@ -49,19 +49,26 @@ describe('bench report, round by round', () => {
     const bare = summarize([segment(1000, 1), segment(1000, 1)]);
     const rateLimited = summarize([segment(700, 2.5), segment(600, 1.5)]);
     const unlimited = summarize([segment(700, 1), segment(700, 1)]);
-    const results = scenarioResults([
-      { scenario: scenario('has'), connections: 50, pipelining: 1, bare, headerControl: bare, tallyLabel: 'tally', tally: rateLimited, bareSharedWith: null },
-      { scenario: scenario('has-unlimited'), connections: 50, pipelining: 1, bare, headerControl: bare, tallyLabel: 'tally-rl-off', tally: unlimited, bareSharedWith: 'has' },
+    const at = (connections: number) =>
+      scenarioResults([
+        { scenario: scenario('has'), connections, pipelining: 1, bare, headerControl: bare, tallyLabel: 'tally', tally: rateLimited, bareSharedWith: null },
+        { scenario: scenario('has-unlimited'), connections, pipelining: 1, bare, headerControl: bare, tallyLabel: 'tally-rl-off', tally: unlimited, bareSharedWith: 'has' },
+      ])[0];
+    const notes = (connections: number) => at(connections)?.targets.map((t) => `${t.pass === null ? 'n/a' : t.pass ? 'PASS' : 'FAIL'} ${t.note ?? ''}`);
+    expect(at(256)?.ratioByRound).toEqual([0.7, 0.6]);
+    // The figure is the median of the rounds' ratios.
+    expect(at(256)?.ratio).toBeCloseTo(0.65, 10);
+    expect(notes(256)).toEqual([
+      'FAIL measured 0.650x; rounds: 0 of 2 >= 0.8, median 0.650x, 0.600x-0.700x',
+      'n/a ran at 256x1',
+      // The header control answered as fast as bare, so net and raw agree.
+      'FAIL median net 0.929x (raw 0.929x, bare with the headers vs without 1.000x); net rounds: 1 of 2 >= 0.95, median 0.929x, 0.857x-1.000x',
     ]);
-    const has = results[0];
-    expect(has?.ratioByRound).toEqual([0.7, 0.6]);
-    const notes = has?.targets.map((t) => `${t.pass === null ? 'n/a' : t.pass ? 'PASS' : 'FAIL'} ${t.note ?? ''}`);
-    expect(notes).toEqual([
-      'PASS measured 0.650x; rounds: 2 of 2 >= 0.6, median 0.650x, 0.600x-0.700x',
+    expect(notes(50)).toEqual([
+      'n/a ran at 50',
       // Half the answers took 2.5 ms, so the run's p99 fails while one round passes.
       expect.stringMatching(/^FAIL measured 2\.5\d ms; rounds: 1 of 2 <= 2, median 2\.0\d ms, 1\.5\d ms-2\.5\d ms$/),
-      // The header control answered as fast as bare, so net and raw agree.
-      'FAIL measured 0.929x net = 0.929x raw / 1.000x bare with the headers vs without; net rounds: 1 of 2 >= 0.95, median 0.929x, 0.857x-1.000x',
+      'FAIL median net 0.929x (raw 0.929x, bare with the headers vs without 1.000x); net rounds: 1 of 2 >= 0.95, median 0.929x, 0.857x-1.000x',
     ]);
   });
 
@@ -76,13 +83,48 @@ describe('bench report, round by round', () => {
         { scenario: scenario('has'), connections: 50, pipelining: 1, bare, headerControl: headers, tallyLabel: 'tally', tally: rateLimited, bareSharedWith: null },
         { scenario: scenario('has-unlimited'), connections: 50, pipelining: 1, bare, headerControl: headers, tallyLabel: 'tally-rl-off', tally: unlimited, bareSharedWith: 'has' },
       ])[0]?.targets[2];
-    // Raw 1300/1400 = 0.929; the generator's share 1700/2000 = 0.85; net 0.929/0.85 = 1.092.
-    // Rounds: 1.0/0.9 = 1.111 and (600/700)/0.8 = 1.071.
+    // Raw rounds 700/700 = 1.0 and 600/700 = 0.857 (median 0.929); the generator's share
+    // 0.9 and 0.8 (median 0.85); net rounds 1.0/0.9 = 1.111 and 0.857/0.8 = 1.071 (median 1.091).
     expect(measured(headerControl)).toMatchObject({
       pass: true,
-      note: 'measured 1.092x net = 0.929x raw / 0.850x bare with the headers vs without; net rounds: 2 of 2 >= 0.95, median 1.091x, 1.071x-1.111x',
+      note: 'median net 1.091x (raw 0.929x, bare with the headers vs without 0.850x); net rounds: 2 of 2 >= 0.95, median 1.091x, 1.071x-1.111x',
     });
     // Without the control there is no verdict rather than a raw one.
     expect(measured(null)).toMatchObject({ pass: null, note: 'the header control did not run' });
+  });
+});
+
+describe('CPU per request and the Markdown report', () => {
+  it('divides each thread group\'s CPU seconds by the answered requests, front end first', () => {
+    const stats = summarize([segment(1000, 1), segment(1000, 1)], new Map([['other', 0.002], ['tally-shard-0', 0.01], ['main', 0.03]]));
+    expect(Object.keys(stats.cpuUsPerRequest)).toEqual(['main', 'tally-shard-0', 'other']);
+    expect(stats.cpuUsPerRequest['main']).toBeCloseTo(15, 10);
+    expect(stats.cpuUsPerRequest['tally-shard-0']).toBeCloseTo(5, 10);
+    expect(summarize([segment(0, 1)], new Map([['main', 1]])).cpuUsPerRequest).toEqual({});
+  });
+
+  it('replaces only the generated block of the document, keeping what is written around it', async () => {
+    const { mkdtemp, readFile, writeFile } = await import('node:fs/promises');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const { writeMarkdownReport } = await import('../bench/report-markdown.js');
+    const file = join(await mkdtemp(join(tmpdir(), 'perf-md-')), 'performance.md');
+    await writeFile(file, '# Performance\n\nWhat bounds each figure: kept.\n');
+    const bare = summarize([segment(1000, 1), segment(1000, 1)]);
+    const tally = summarize([segment(700, 1), segment(600, 1)], new Map([['main', 0.013]]));
+    const report = {
+      startedAt: '2026-01-02T03:04:05.000Z', node: 'v20.0.0', availableParallelism: 2, loadAverage1mAtStart: 0.5, loadAverage1m: 0.7, cpuModel: 'cpu', platform: 'linux-x64',
+      loadGenerator: 'wrk (1 thread)', options: { rounds: 2, durationSec: 5 }, tally: { ran: true, note: 'one worker' }, rateLimitHeaderSeen: true, rateLimitOffHeaderSeen: null,
+      scenarios: scenarioResults([{ scenario: scenario('consume'), connections: 256, pipelining: 1, bare, headerControl: null, tallyLabel: 'tally', tally, bareSharedWith: null }]),
+    };
+    await writeMarkdownReport(file, report, ['--rounds', '2']);
+    await writeMarkdownReport(file, report, ['--rounds', '2']); // a second run replaces, never appends
+    const text = await readFile(file, 'utf8');
+    expect(text.match(/## Latest run/g)).toHaveLength(1);
+    expect(text).toContain('What bounds each figure: kept.');
+    expect(text).toContain('| `consume` | 256 | 1000 | 650 | **0.65×** (0.60–0.70) |');
+    expect(text).toContain('main 10.0');
+    expect(text).toContain('Command: `npm run bench -- --rounds 2`');
+    expect(text).toMatch(/`consume` at 256 connections: median tally\/bare >= 0\.55 at 256 connections: met/);
   });
 });
