@@ -128,3 +128,26 @@ describe('CPU per request and the Markdown report', () => {
     expect(text).toMatch(/`consume` at 256 connections: median tally\/bare >= 0\.55 at 256 connections: met/);
   });
 });
+
+describe('soak plot', () => {
+  it('draws RSS, probe p99 and probe max as three lines over the run, scaled into the frame', async () => {
+    const { plotSoak } = await import('../bench/soak-plot.js');
+    const windows = [15, 30, 45].map((atSec, i) => ({ atSec, rssMiB: 200 + 50 * i, idempotencyEntries: 0, snapshots: 0, probeMsP99: 1 + i, probeMsP999: 2, probeMsMax: 5 * (i + 1), probeFailures: 0 }));
+    const svg = plotSoak(windows);
+    expect(svg.startsWith('<svg')).toBe(true);
+    const lines = [...svg.matchAll(/<polyline[^>]*points="([^"]+)"/g)].map((m) => (m[1] ?? '').split(' ').map((p) => p.split(',').map(Number)));
+    expect(lines).toHaveLength(3);
+    for (const line of lines) {
+      expect(line).toHaveLength(3);
+      for (const [x, y] of line) {
+        expect(x).toBeGreaterThanOrEqual(56);
+        expect(x).toBeLessThanOrEqual(720 - 56);
+        expect(y).toBeGreaterThanOrEqual(24);
+        expect(y).toBeLessThanOrEqual(300 - 36);
+      }
+    }
+    // RSS rises, so its line climbs (smaller y further right).
+    const rss = lines[0] ?? [];
+    expect((rss[2] ?? [])[1]).toBeLessThan((rss[0] ?? [])[1] ?? 0);
+  });
+});
