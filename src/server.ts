@@ -301,14 +301,17 @@ class FrontEnd {
 
   private dispatch(ex: Exchange, req: uWS.HttpRequest): void {
     const { method, path: url } = ex;
+    // The two public routes take GET only; another method is a 405 like on every known path.
     if (url === '/healthz') {
       ex.slot = this.obs.metrics.fixedSlot('/healthz', method);
+      if (method !== 'GET') return ex.fail('method_not_allowed', { method, path: url }, [['allow', 'GET']]);
       if (this.isReady()) ex.send(200, '{"ok":true}');
       else ex.fail('not_ready', {}, [['retry-after', '1']]);
       return;
     }
-    if (url === '/v1/schema/billing' && method === 'GET') {
+    if (url === '/v1/schema/billing') {
       ex.slot = this.obs.metrics.fixedSlot('/v1/schema/billing', method);
+      if (method !== 'GET') return ex.fail('method_not_allowed', { method, path: url }, [['allow', 'GET']]);
       return ex.send(200, BILLING_SCHEMA_JSON);
     }
     if (!url.startsWith('/v1/')) return ex.fail('route_not_found', { method, path: url });

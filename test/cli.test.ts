@@ -287,6 +287,10 @@ describe('operator commands', () => {
     const after = JSON.parse((await tally(['keys', 'list', '--json'], { key: adminKey })).stdout) as { data: Array<Record<string, unknown>> };
     expect(after.data.find((key) => key.id === id)?.revokedAt).toEqual(expect.any(String));
 
+    const again = await tally(['keys', 'revoke', id ?? ''], { key: adminKey });
+    expect(again.code).toBe(1);
+    expect(again.stderr).toMatch(new RegExp(`^error: key ${id} was already revoked at \\d{4}-\\S+ \\(HTTP 409\\)\n$`));
+
     const unknown = await tally(['keys', 'revoke', 'key_0000'], { key: adminKey });
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toBe('error: key key_0000 not found (HTTP 404)\n');

@@ -42,7 +42,7 @@ describe('operations', () => {
       );
       const overloaded = results.filter((r) => r.status === 503);
       expect(overloaded.length).toBeGreaterThan(0);
-      expect(overloaded[0]?.body).toEqual({ error: 'shard queue is full, retry later' });
+      expect(overloaded[0]?.body).toEqual({ error: 'shard queue is full, retry later', code: 'overloaded' });
       expect(overloaded[0]?.headers.get('retry-after')).toBe('1');
       expect(results.every((r) => r.status === 200 || r.status === 503)).toBe(true);
       // Each 503 carries a request id, and the log has a warning line naming one of them (lines are budgeted per second).

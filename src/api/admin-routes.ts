@@ -138,7 +138,8 @@ function revokeKeyRoute(deps: AdminDeps): AdminRoute {
       if (record === undefined) return ctx.ex.fail('key_not_found', { id });
       // Revoking the operator key by id would lock every operator out; rotating replaces it.
       if (record.keyClass === 'admin' && record.revokedAtMs === null) return ctx.ex.fail('operator_key_not_revocable');
-      if (record.revokedAtMs !== null) return ctx.ex.json(200, keyView(record));
+      // Said, not hidden behind a 200: the caller may be revoking the wrong key.
+      if (record.revokedAtMs !== null) return ctx.ex.fail('key_already_revoked', { id, revokedAt: new Date(record.revokedAtMs).toISOString() });
       const audit = { action: 'key.revoke', resourceType: 'key', resourceId: id, data: { environment: record.environment, class: record.keyClass, prefix: record.prefix } };
       auditOperator(deps, ctx, audit, record.environment, deps.keys.revoke(id, Date.now()), (revoked) => ctx.ex.json(200, keyView(revoked ?? record)));
     },

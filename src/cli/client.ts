@@ -5,7 +5,7 @@
  *
  * A command never calls `process.exit` or prints its own error: it throws a `CliError`
  * and `main.ts` prints `error: <message>` on stderr and sets the exit code. The service's
- * answers are `{"error": message}` on failure (src/errors.ts); the helper turns such an
+ * answers are `{"error": message, "code": key}` on failure (src/errors.ts); the helper turns such an
  * answer into a `ServiceError` carrying that message, so the user reads exactly what the
  * service said (a 403 on an operator route says "this endpoint requires the operator key").
  */
