@@ -10,7 +10,6 @@
  */
 import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import uWS from 'uWebSockets.js';
 import type { BillingConfig } from '../actors/billing-config.js';
 import type { Environment, WorkerStats } from '../actors/protocol.js';
@@ -18,7 +17,7 @@ import { LOGICAL_SHARDS } from '../actors/limits.js';
 import { logicalShardOf, workerOf } from '../actors/protocol.js';
 import { ControlStore, type KeyRecord } from '../storage/control-store.js';
 import { claimDataDir } from '../storage/data-dir-lock.js';
-import { ensurePrivateDir, writePrivateFile } from '../storage/private-files.js';
+import { ensurePrivateDir } from '../storage/private-files.js';
 import { Piscina } from 'piscina';
 import { AuditLog, type AuditVerification } from '../storage/audit-log.js';
 import type { AuditVerifyTask } from '../storage/audit-verify-task.js';
@@ -28,6 +27,7 @@ import { snapshotRoutes } from './api/snapshot-routes.js';
 import { Snapshots } from './snapshots.js';
 import { BILLING_SCHEMA_JSON, buildApiRouter, type Route } from './api/routes.js';
 import { issueKey, KeyRing } from './auth/keys.js';
+import { replaceBootstrapAdmin, writeBootstrapFile, type BootstrapKeys } from './auth/bootstrap-file.js';
 import { DEFAULT_RATE_LIMITS, RateLimiter, type RateLimits } from './auth/rate-limit.js';
 import { checkBodyHeaders, readJsonBody } from './http/body.js';
 import { Exchange } from './http/exchange.js';
@@ -56,11 +56,7 @@ export interface ServerOptions {
   readonly log?: Logger;
 }
 
-export interface BootstrapKeys {
-  readonly test: { readonly server: string; readonly client: string };
-  readonly live: { readonly server: string; readonly client: string };
-  readonly admin: string;
-}
+export type { BootstrapKeys } from './auth/bootstrap-file.js';
 
 export interface RunningServer {
   readonly port: number;
@@ -92,7 +88,7 @@ async function bootstrapKeys(keys: KeyRing, dataDir: string): Promise<BootstrapK
     live: { server: issued.liveServer.secret, client: issued.liveClient.secret },
     admin: issued.admin.secret,
   };
-  writePrivateFile(path.join(dataDir, 'bootstrap-keys.json'), `${JSON.stringify(result, null, 2)}\n`);
+  writeBootstrapFile(dataDir, result);
   return result;
 }
 
@@ -214,6 +210,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       audit,
       verifyAudit,
       configVersion: (environment: Environment) => control.latestConfigVersion(environment),
+      replaceBootstrapAdmin: (secret: string) => replaceBootstrapAdmin(options.dataDir, secret),
       startedAtMs,
     };
     const snapshots = new Snapshots({

@@ -154,6 +154,11 @@ export class Exchange {
     this.obs.log.info({ requestId: this.requestId, ...fields }, msg);
   }
 
+  /** A warning about a side effect of this request that failed, with its request id. */
+  logWarn(msg: string, fields: Record<string, unknown>): void {
+    this.obs.log.warn({ requestId: this.requestId, ...fields }, msg);
+  }
+
   /**
    * Runs a step of this exchange's handling. A throw here is a bug, not client input:
    * it is logged and answered 500, because an exception escaping into uWS's native
