@@ -123,13 +123,22 @@ function listen(app: uWS.TemplatedApp, port: number): Promise<uWS.us_listen_sock
   if (LISTEN_EXCLUSIVE_PORT === undefined) throw new Error('uWebSockets.js lacks LIBUS_LISTEN_EXCLUSIVE_PORT');
   return new Promise((resolve, reject) => {
     app.listen(port, LISTEN_EXCLUSIVE_PORT, (socket) => {
-      if (socket === false) reject(new Error(`cannot listen on port ${port} (in use?)`));
+      if (socket === false) reject(new Error(`cannot listen on port ${port}: it is in use, or not open to this account`));
       else resolve(socket);
     });
   });
 }
 
-export async function startServer(options: ServerOptions): Promise<RunningServer> {
+interface OpenedDataDir {
+  readonly control: ControlStore;
+  readonly keys: KeyRing;
+  readonly bootstrap: BootstrapKeys | null;
+  readonly workers: number;
+  readonly releaseDataDir: () => void;
+}
+
+/** Creates or checks the data dir, claims it, opens its control store and first keys. */
+async function openDataDir(options: ServerOptions): Promise<OpenedDataDir> {
   // A data dir others may write to is refused (they would own the database); one they may
   // read is served with a warning (docs/security.md, Files on disk).
   const dirCheck = ensurePrivateDir(options.dataDir);
@@ -137,10 +146,42 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   if (dirCheck.loose !== null) options.log?.warn({ dataDir: options.dataDir }, dirCheck.loose);
   // Refuse a data dir another live server (or a restore) is using: two writers would corrupt it.
   const releaseDataDir = claimDataDir(options.dataDir, 'server');
-  const control = ControlStore.open(options.dataDir);
-  const keys = new KeyRing(control);
-  const bootstrap = await bootstrapKeys(keys, options.dataDir);
-  const workers = await resolveWorkers(control, options.workers);
+  let control: ControlStore | null = null;
+  try {
+    control = ControlStore.open(options.dataDir);
+    const keys = new KeyRing(control);
+    const bootstrap = await bootstrapKeys(keys, options.dataDir);
+    const workers = await resolveWorkers(control, options.workers);
+    return { control, keys, bootstrap, workers, releaseDataDir };
+  } catch (error) {
+    await control?.close().catch(() => undefined);
+    releaseDataDir();
+    throw error;
+  }
+}
+
+/** Answers a request that arrives while the data dir is still being opened. */
+function answerStarting(res: uWS.HttpResponse, req: uWS.HttpRequest, obs: Observability): void {
+  new Exchange(res, req.getCaseSensitiveMethod(), req.getUrl(), obs).fail('not_ready', {}, [['retry-after', '1']]);
+}
+
+export async function startServer(options: ServerOptions): Promise<RunningServer> {
+  // The port before the data dir: a start that cannot serve (the port is taken) must
+  // leave nothing behind, not even a new, empty data dir.
+  const app = uWS.App();
+  const obs = new Observability(options.log ?? silentLogger());
+  let frontEnd: FrontEnd | null = null;
+  app.any('/*', (res, req) => (frontEnd === null ? answerStarting(res, req, obs) : frontEnd.handle(res, req)));
+  const socket = await listen(app, options.port);
+  const port = uWS.us_socket_local_port(socket);
+  let opened: OpenedDataDir;
+  try {
+    opened = await openDataDir(options);
+  } catch (error) {
+    uWS.us_listen_socket_close(socket);
+    throw error;
+  }
+  const { control, keys, bootstrap, workers, releaseDataDir } = opened;
 
   let pool: ShardPool | null = null;
   const pushChains = new Map<Environment, Promise<unknown>>();
@@ -162,11 +203,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     return next;
   };
 
-  const app = uWS.App();
-  const obs = new Observability(options.log ?? silentLogger());
-  const frontEnd = new FrontEnd(keys, new RateLimiter(options.rateLimits ?? DEFAULT_RATE_LIMITS), () => pool !== null, obs);
-  const socket = await listen(app, options.port);
-  const port = uWS.us_socket_local_port(socket);
+  const front = new FrontEnd(keys, new RateLimiter(options.rateLimits ?? DEFAULT_RATE_LIMITS), () => pool !== null, obs);
+  frontEnd = front;
 
   const poolOptions = {
     dataDir: options.dataDir,
@@ -237,10 +275,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       ...snapshotRoutes(adminDeps, snapshots),
       ['GET', '/v1/admin/metrics', metricsRoute({ pool: started, obs, startedAtMs })],
     ]);
-    frontEnd.setRouters(apiRouter, adminRouter);
+    front.setRouters(apiRouter, adminRouter);
     pool = started;
   });
-  app.any('/*', (res, req) => frontEnd.handle(res, req));
 
   return {
     port,
