@@ -1,6 +1,7 @@
 /**
- * The Tally service: opens the data directory, starts the shard workers (which
- * recover from their journals), and serves HTTP on uWebSockets.js.
+ * The Tally service: binds its port, opens the data directory, starts the shard workers
+ * (which recover from their journals), and serves HTTP on uWebSockets.js. The port comes
+ * first so that a start that cannot serve creates nothing on disk.
  *
  * Request path: authenticate the key → rate limit (429) → route (404/405) → key class (403) → readiness
  * (503) → content type / length (400/413) → body → validate → shard → reply. Nothing a
