@@ -161,9 +161,13 @@ async function openDataDir(options: ServerOptions): Promise<OpenedDataDir> {
   }
 }
 
-/** Answers a request that arrives while the data dir is still being opened. */
+/**
+ * Answers a request that arrives while the data dir is still being opened, and closes the
+ * connection: its framing has not been checked (http/framing.ts), so nothing after its
+ * head may be parsed as another request.
+ */
 function answerStarting(res: uWS.HttpResponse, req: uWS.HttpRequest, obs: Observability): void {
-  new Exchange(res, req.getCaseSensitiveMethod(), req.getUrl(), obs).fail('not_ready', {}, [['retry-after', '1']]);
+  new Exchange(res, req.getCaseSensitiveMethod(), req.getUrl(), obs).fail('not_ready', {}, [['retry-after', '1']], true);
 }
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
