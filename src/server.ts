@@ -167,7 +167,7 @@ async function openDataDir(options: ServerOptions): Promise<OpenedDataDir> {
  * head may be parsed as another request.
  */
 function answerStarting(res: uWS.HttpResponse, req: uWS.HttpRequest, obs: Observability): void {
-  new Exchange(res, req.getCaseSensitiveMethod(), req.getUrl(), obs).fail('not_ready', {}, [['retry-after', '1']], true);
+  new Exchange(res, req.getCaseSensitiveMethod(), req.getUrl(), obs).failAndClose('not_ready', {}, [['retry-after', '1']]);
 }
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {

@@ -140,9 +140,9 @@ export class Exchange {
    * connection at once, without dispatching, when a request arrives while an answer is
    * still pending.
    */
-  failAndClose(code: ErrorCode, params: ErrorParams = {}): void {
+  failAndClose(code: ErrorCode, params: ErrorParams = {}, headers: Headers = []): void {
     this.res.onData(ignoreBody);
-    setImmediate(() => this.fail(code, params, [], true));
+    setImmediate(() => this.fail(code, params, headers, true));
   }
 
   json(status: number, value: unknown, headers: Headers = []): void {
