@@ -239,6 +239,7 @@ export interface LimitView {
 
 /** Business outcomes that are not successes, in the order they are checked. */
 export type Rejection =
+  | { readonly kind: 'not_configured'; readonly environment: Environment }
   | { readonly kind: 'entitlement_not_found'; readonly key: string }
   | { readonly kind: 'wrong_entitlement_type'; readonly key: string; readonly actual: EntitlementType; readonly expected: EntitlementType }
   | { readonly kind: 'idempotency_key_reused' }
@@ -270,8 +271,9 @@ export interface ContractView {
 
 export type Outcome =
   | { readonly kind: 'has'; readonly value: boolean }
-  | { readonly kind: 'limit'; readonly view: LimitView }
-  | { readonly kind: 'balance'; readonly view: BalanceView }
+  /** `unchanged`: a settings write that repeated what is stored (nothing written or audited). */
+  | { readonly kind: 'limit'; readonly view: LimitView; readonly unchanged?: true }
+  | { readonly kind: 'balance'; readonly view: BalanceView; readonly unchanged?: true }
   | { readonly kind: 'contract'; readonly view: ContractView }
   | { readonly kind: 'deleted' }
   /** `changed`: the call created or changed the customer (else it repeated what is stored). */
@@ -449,10 +451,18 @@ function accepted(...events: Event[]): Decision {
 
 const REPLAY: Decision = { rejection: null, events: [] };
 
-/** Resolves the command's entitlement or says why it cannot (404, then wrong type 400). */
+/** An unknown key: of an environment nobody configured yet (version 0), or of its configuration. */
+function notFound(config: CompiledConfig, environment: Environment, key: string): Rejection {
+  return config.version === 0 ? { kind: 'not_configured', environment } : { kind: 'entitlement_not_found', key };
+}
+
+/**
+ * Resolves the command's entitlement or says why it cannot: 404 (no configuration was
+ * ever pushed to the environment, or the key is not in it), then wrong type 400.
+ */
 function resolveEntitlement(config: CompiledConfig, command: Command): CompiledEntitlement | Rejection {
   const ent = config.entitlements.get(command.key);
-  if (ent === undefined) return { kind: 'entitlement_not_found', key: command.key };
+  if (ent === undefined) return notFound(config, command.environment, command.key);
   const expected = EXPECTED_TYPE[command.op];
   if (expected !== null && ent.type !== expected) {
     return { kind: 'wrong_entitlement_type', key: command.key, actual: ent.type, expected };
@@ -652,6 +662,8 @@ function decideLimitSettings(
       return rejected({ kind: 'expansion_not_allowed', key: command.key, field: 'autoExpansionEnabled' });
     }
   }
+  // Settings that repeat what is stored are not a mutation: nothing written, stamped or audited.
+  if (purchased === current.purchased && autoExpansionEnabled === current.autoExpansionEnabled) return REPLAY;
   const event: Event = {
     type: 'limitSettingsSet',
     environment: command.environment,
@@ -674,6 +686,8 @@ function decideUsageSettings(
   if (command.overageEnabled && !overageAllowed(planOf(customer, config), ent.key)) {
     return rejected({ kind: 'overage_not_allowed', key: ent.key });
   }
+  // A repeat of the stored setting is not a mutation (as for limit settings above).
+  if (command.overageEnabled === (customer?.meters.get(ent.key)?.overageEnabled ?? false)) return REPLAY;
   const event: Event = {
     type: 'usageSettingsSet',
     environment: command.environment,
@@ -777,7 +791,7 @@ function decideUpsertCustomer(
 }
 
 /** Every key must exist (404) and, for usage and limits, be of that type (400); first failure wins. */
-function contextRejection(config: CompiledConfig, request: ContextRequest): Rejection | null {
+function contextRejection(config: CompiledConfig, environment: Environment, request: ContextRequest): Rejection | null {
   const lists: ReadonlyArray<readonly [readonly string[], EntitlementType | null]> = [
     [request.features, null],
     [request.usage, 'meter'],
@@ -786,7 +800,7 @@ function contextRejection(config: CompiledConfig, request: ContextRequest): Reje
   for (const [keys, expected] of lists) {
     for (const key of keys) {
       const ent = config.entitlements.get(key);
-      if (ent === undefined) return { kind: 'entitlement_not_found', key };
+      if (ent === undefined) return notFound(config, environment, key);
       if (expected !== null && ent.type !== expected) return { kind: 'wrong_entitlement_type', key, actual: ent.type, expected };
     }
   }
@@ -799,7 +813,7 @@ function decideContext(
   command: Extract<WriteCommand, { op: 'context' }>,
   nowMs: number,
 ): Decision {
-  const rejection = contextRejection(config, command.request);
+  const rejection = contextRejection(config, command.environment, command.request);
   if (rejection !== null) return rejected(rejection);
   // The application's hot path repeats the same profile on every call: only a change is written (and audited).
   if (customer !== undefined && !patchChanges(customer.profile, command.patch)) return REPLAY;
@@ -896,12 +910,15 @@ export function execute(
     const outcome: Outcome = { kind: 'customer', view: customerView(state), created: customer === undefined, changed: decision.events.length > 0 };
     return { customer: state, outcome, events: decision.events };
   }
+  // A settings call that repeats what is stored decided no event: it answers the current
+  // state, flagged so that nothing is audited (refund replays, also eventless, are audited).
+  const unchanged = (command.op === 'limitSettings' || command.op === 'usageSettings') && decision.events.length === 0 ? { unchanged: true as const } : {};
   if (command.op === 'limitSettings') {
-    return { customer: state, outcome: { kind: 'limit', view: limitView(state, config, command.key) }, events: decision.events };
+    return { customer: state, outcome: { kind: 'limit', view: limitView(state, config, command.key), ...unchanged }, events: decision.events };
   }
   const ent = config.entitlements.get(command.key);
   assert(ent !== undefined, 'decide resolved the entitlement');
-  return { customer: state, outcome: { kind: 'balance', view: balanceView(state, config, ent, nowMs) }, events: decision.events };
+  return { customer: state, outcome: { kind: 'balance', view: balanceView(state, config, ent, nowMs), ...unchanged }, events: decision.events };
 }
 
 // ---------------------------------------------------------------------------

@@ -191,10 +191,11 @@ export type ToWorker =
 export const CONTEXT_WROTE_STATUS = 201;
 
 /**
- * The status a shard gives a `upsertCustomer` reply that changed nothing (the body repeats
- * what is stored), so the front end answers 200 without an audit entry. Never reaches a client.
+ * The status a shard gives an audited write that changed nothing (a customer upsert or a
+ * limit or usage settings call repeating what is stored; the body is the current state),
+ * so the front end answers 200 without an audit entry. Never reaches a client.
  */
-export const UPSERT_UNCHANGED_STATUS = 299;
+export const UNCHANGED_STATUS = 299;
 
 /** Replies flattened as [id, status, body, id, status, body, ...] to keep cloning cheap. */
 export type ReplyTriples = Array<number | string>;

@@ -1,13 +1,14 @@
 /**
  * Turns the core's outcomes into HTTP status and JSON body, inside the shard worker, so
- * that the front end's single thread only writes bytes. Uses the one error catalog.
+ * that the front end's single thread only writes bytes. Uses the one error catalog, so
+ * the errors a shard answers carry their `code` like every other.
  * Replies that carry usage amounts go through `exactJson`, which writes amounts of 10^9
  * units and more exactly (actors/fixed.ts).
  */
 import type { Outcome, Rejection } from './customer.js';
 import { exactJson } from './fixed.js';
 import { METADATA_KEYS_MAX } from './limits.js';
-import { CONTEXT_WROTE_STATUS, UPSERT_UNCHANGED_STATUS } from './protocol.js';
+import { CONTEXT_WROTE_STATUS, UNCHANGED_STATUS } from './protocol.js';
 import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../src/errors.js';
 
 export interface Rendered {
@@ -20,14 +21,15 @@ export function renderOutcome(outcome: Outcome): Rendered {
     case 'has':
       return { status: 200, body: outcome.value ? 'true' : 'false' };
     case 'limit':
+      return { status: outcome.unchanged === true ? UNCHANGED_STATUS : 200, body: JSON.stringify(outcome.view) };
     case 'contract':
       return { status: 200, body: JSON.stringify(outcome.view) };
     case 'balance':
-      return { status: 200, body: exactJson(JSON.stringify(outcome.view)) };
+      return { status: outcome.unchanged === true ? UNCHANGED_STATUS : 200, body: exactJson(JSON.stringify(outcome.view)) };
     case 'deleted':
       return { status: 204, body: '' };
     case 'customer':
-      return { status: outcome.created ? 201 : outcome.changed ? 200 : UPSERT_UNCHANGED_STATUS, body: JSON.stringify(outcome.view) };
+      return { status: outcome.created ? 201 : outcome.changed ? 200 : UNCHANGED_STATUS, body: JSON.stringify(outcome.view) };
     case 'context':
       return { status: outcome.wrote ? CONTEXT_WROTE_STATUS : 200, body: exactJson(JSON.stringify(outcome.view)) };
     case 'rejected':
@@ -42,6 +44,8 @@ function fail(code: ErrorCode, params: ErrorParams = {}, extra?: object): Render
 
 function renderRejection(rejection: Rejection): Rendered {
   switch (rejection.kind) {
+    case 'not_configured':
+      return fail('not_configured', { environment: rejection.environment });
     case 'entitlement_not_found':
     case 'overage_not_allowed':
     case 'too_many_lots':

@@ -4,8 +4,9 @@
  * One place so that messages stay consistent, the error table of docs/api.md can be checked
  * against it (test/errors-catalog.test.ts), and nothing answers an ad-hoc error. It has
  * no imports so that the shard workers can render domain outcomes with it too. Every
- * body is `{"error": message}`; some add the balance fields (429 insufficient balance,
- * 409 refund too large).
+ * body is `{"error": message, "code": key}`, the key being the entry's name here, so a
+ * program can branch on `code` while a person reads `error`; some add the balance fields
+ * (429 insufficient balance, 409 refund too large).
  */
 
 export interface CatalogEntry {
@@ -38,11 +39,13 @@ export const ERRORS = {
   customer_not_found: { status: 404, message: 'customer {id} not found', when: 'GET of a customer the environment does not have' },
   contract_not_found: { status: 404, message: 'customer {customerId} has no contract', when: 'GET or DELETE of a contract that does not exist' },
   config_not_found: { status: 404, message: 'no billing configuration has been pushed to this environment', when: 'pull before any push' },
+  not_configured: { status: 404, message: 'no billing configuration has been pushed to the {environment} environment: push one with POST /v1/sync/push', when: 'an entitlement route (has, limit, balance, consume, refund, settings, context) in an environment no configuration was pushed to' },
   key_not_found: { status: 404, message: 'key {id} not found', when: 'revoking a key id that does not exist' },
   snapshot_not_found: { status: 404, message: 'snapshot {id} not found', when: 'an unknown snapshot id' },
   route_not_found: { status: 404, message: 'no route {method} {path}', when: 'unknown path' },
   method_not_allowed: { status: 405, message: '{method} is not allowed on {path}', when: 'known path, wrong method (with Allow)' },
   refund_exceeds_usage: { status: 409, message: 'amount exceeds the refundable usage of {key}', when: 'usage refund beyond recorded usage of the current period' },
+  key_already_revoked: { status: 409, message: 'key {id} was already revoked at {revokedAt}', when: 'revoking a key that is already revoked; nothing changes' },
   operator_key_not_revocable: { status: 409, message: 'the operator key cannot be revoked; rotate it with POST /v1/admin/keys/rotate-admin', when: 'revoking the operator key by id' },
   snapshot_in_progress: { status: 409, message: 'a snapshot is already running; wait for it to finish', when: 'POST /v1/admin/snapshots while another is running' },
   snapshot_not_ready: { status: 409, message: 'snapshot {id} is {status}, not complete', when: 'download or delete of a snapshot that is running (or failed, for download)' },
@@ -70,5 +73,5 @@ export function errorMessage(code: ErrorCode, params: ErrorParams = {}): string 
 
 /** The JSON body for an error, optionally with extra fields (balance fields on 409/429). */
 export function errorBody(code: ErrorCode, params: ErrorParams = {}, extra?: object): string {
-  return JSON.stringify({ error: errorMessage(code, params), ...extra });
+  return JSON.stringify({ error: errorMessage(code, params), code, ...extra });
 }

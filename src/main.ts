@@ -5,8 +5,11 @@
  * time a secret is ever written to stdout), and otherwise only JSON log lines (pino,
  * level TALLY_LOG_LEVEL, default info): `"msg":"listening"` with `port` when the port is
  * bound, `"msg":"ready"` once recovery has finished (/healthz answers 200 from then on).
- * Start-up failures (a bad setting, a data dir in use, a port taken) are also written to
- * stderr as plain text for the person starting it. SIGINT/SIGTERM stop it cleanly.
+ * A start-up failure (a bad setting, a data dir in use, a port taken) is one plain line on
+ * stderr for the person starting it, exit code non-zero; its JSON log line (with the
+ * stack) only at debug level, so it is not said twice. Settings are checked and the port
+ * bound before anything is created in the data dir, so a failed first start leaves no
+ * data dir behind. SIGINT/SIGTERM stop it cleanly.
  */
 import { nameThisThread } from '../actors/thread-name.js';
 import { DEFAULT_RATE_LIMITS } from './auth/rate-limit.js';
@@ -86,9 +89,15 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  // A person starting the service reads stderr; a log collector reads the JSON line.
+  // One line for the person starting the service; the details (stack) at debug level.
   const message = `tally failed to start: ${error instanceof Error ? error.message : String(error)}`;
   process.stderr.write(`${message}\n`);
-  log.fatal({ err: error }, message);
+  log.debug({ err: error }, message);
+  // Exit once the debug line (if any) is out: the logger writes asynchronously.
+  try {
+    stdout.flushSync();
+  } catch {
+    /* nothing buffered, or stdout is gone: the stderr line is what matters */
+  }
   process.exit(1);
 });

@@ -1,6 +1,7 @@
 /**
- * The Tally service: opens the data directory, starts the shard workers (which
- * recover from their journals), and serves HTTP on uWebSockets.js.
+ * The Tally service: binds its port, opens the data directory, starts the shard workers
+ * (which recover from their journals), and serves HTTP on uWebSockets.js. The port comes
+ * first so that a start that cannot serve creates nothing on disk.
  *
  * Request path: authenticate the key → rate limit (429) → route (404/405) → key class (403) → readiness
  * (503) → content type / length (400/413) → body → validate → shard → reply. Nothing a
@@ -11,7 +12,6 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import uWS from 'uWebSockets.js';
 import type { BillingConfig } from '../actors/billing-config.js';
 import type { Environment, WorkerStats } from '../actors/protocol.js';
@@ -28,6 +28,7 @@ import { snapshotRoutes } from './api/snapshot-routes.js';
 import { Snapshots } from './snapshots.js';
 import { BILLING_SCHEMA_JSON, buildApiRouter, type Route } from './api/routes.js';
 import { issueKey, KeyRing } from './auth/keys.js';
+import { replaceBootstrapAdmin, writeBootstrapFile, type BootstrapKeys } from './auth/bootstrap-file.js';
 import { DEFAULT_RATE_LIMITS, RateLimiter, type RateLimits } from './auth/rate-limit.js';
 import { checkBodyHeaders, readJsonBody } from './http/body.js';
 import { Exchange } from './http/exchange.js';
@@ -62,11 +63,7 @@ export interface ServerOptions {
   readonly log?: Logger;
 }
 
-export interface BootstrapKeys {
-  readonly test: { readonly server: string; readonly client: string };
-  readonly live: { readonly server: string; readonly client: string };
-  readonly admin: string;
-}
+export type { BootstrapKeys } from './auth/bootstrap-file.js';
 
 export interface RunningServer {
   readonly port: number;
@@ -98,7 +95,7 @@ async function bootstrapKeys(keys: KeyRing, dataDir: string): Promise<BootstrapK
     live: { server: issued.liveServer.secret, client: issued.liveClient.secret },
     admin: issued.admin.secret,
   };
-  writePrivateFile(path.join(dataDir, 'bootstrap-keys.json'), `${JSON.stringify(result, null, 2)}\n`);
+  writeBootstrapFile(dataDir, result);
   return result;
 }
 
@@ -135,13 +132,22 @@ function listen(app: uWS.TemplatedApp, host: string, port: number): Promise<uWS.
   const listenOn = app.listen as unknown as (host: string, port: number, options: uWS.ListenOptions, cb: (socket: uWS.us_listen_socket | false) => void) => void;
   return new Promise((resolve, reject) => {
     listenOn.call(app, host, port, LISTEN_EXCLUSIVE_PORT, (socket) => {
-      if (socket === false) reject(new Error(`cannot listen on ${host} port ${port} (in use, or not an address of this machine?)`));
+      if (socket === false) reject(new Error(`cannot listen on port ${port} of ${host}: it is in use, not open to this account, or not an address of this machine`));
       else resolve(socket);
     });
   });
 }
 
-export async function startServer(options: ServerOptions): Promise<RunningServer> {
+interface OpenedDataDir {
+  readonly control: ControlStore;
+  readonly keys: KeyRing;
+  readonly bootstrap: BootstrapKeys | null;
+  readonly workers: number;
+  readonly releaseDataDir: () => void;
+}
+
+/** Creates or checks the data dir, claims it, opens its control store and first keys. */
+async function openDataDir(options: ServerOptions): Promise<OpenedDataDir> {
   // A data dir others may write to is refused (they would own the database); one they may
   // read is served with a warning (docs/security.md, Files on disk).
   const dirCheck = ensurePrivateDir(options.dataDir);
@@ -149,11 +155,47 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   if (dirCheck.loose !== null) options.log?.warn({ dataDir: options.dataDir }, dirCheck.loose);
   // Refuse a data dir another live server (or a restore) is using: two writers would corrupt it.
   const releaseDataDir = claimDataDir(options.dataDir, 'server');
-  const control = ControlStore.open(options.dataDir);
-  if (control.snapshotSecret() === null) await control.putSnapshotSecret(randomBytes(SNAPSHOT_SECRET_BYTES));
-  const keys = new KeyRing(control);
-  const bootstrap = await bootstrapKeys(keys, options.dataDir);
-  const workers = await resolveWorkers(control, options.workers);
+  let control: ControlStore | null = null;
+  try {
+    control = ControlStore.open(options.dataDir);
+    if (control.snapshotSecret() === null) await control.putSnapshotSecret(randomBytes(SNAPSHOT_SECRET_BYTES));
+    const keys = new KeyRing(control);
+    const bootstrap = await bootstrapKeys(keys, options.dataDir);
+    const workers = await resolveWorkers(control, options.workers);
+    return { control, keys, bootstrap, workers, releaseDataDir };
+  } catch (error) {
+    await control?.close().catch(() => undefined);
+    releaseDataDir();
+    throw error;
+  }
+}
+
+/**
+ * Answers a request that arrives while the data dir is still being opened, and closes the
+ * connection: its framing has not been checked (http/framing.ts), so nothing after its
+ * head may be parsed as another request.
+ */
+function answerStarting(res: uWS.HttpResponse, req: uWS.HttpRequest, obs: Observability): void {
+  new Exchange(res, req.getCaseSensitiveMethod(), req.getUrl(), obs).failAndClose('not_ready', {}, [['retry-after', '1']]);
+}
+
+export async function startServer(options: ServerOptions): Promise<RunningServer> {
+  // The port before the data dir: a start that cannot serve (the port is taken) must
+  // leave nothing behind, not even a new, empty data dir.
+  const app = uWS.App();
+  const obs = new Observability(options.log ?? silentLogger());
+  let frontEnd: FrontEnd | null = null;
+  app.any('/*', (res, req) => (frontEnd === null ? answerStarting(res, req, obs) : frontEnd.handle(res, req)));
+  const socket = await listen(app, options.host ?? DEFAULT_HOST, options.port);
+  const port = uWS.us_socket_local_port(socket);
+  let opened: OpenedDataDir;
+  try {
+    opened = await openDataDir(options);
+  } catch (error) {
+    uWS.us_listen_socket_close(socket);
+    throw error;
+  }
+  const { control, keys, bootstrap, workers, releaseDataDir } = opened;
 
   let pool: ShardPool | null = null;
   const pushChains = new Map<Environment, Promise<unknown>>();
@@ -175,11 +217,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     return next;
   };
 
-  const app = uWS.App();
-  const obs = new Observability(options.log ?? silentLogger());
-  const frontEnd = new FrontEnd(keys, new RateLimiter(options.rateLimits ?? DEFAULT_RATE_LIMITS), () => pool !== null, obs);
-  const socket = await listen(app, options.host ?? DEFAULT_HOST, options.port);
-  const port = uWS.us_socket_local_port(socket);
+  const front = new FrontEnd(keys, new RateLimiter(options.rateLimits ?? DEFAULT_RATE_LIMITS), () => pool !== null, obs);
+  frontEnd = front;
 
   const poolOptions = {
     dataDir: options.dataDir,
@@ -217,6 +256,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       audit,
       verifyAudit,
       configVersion: (environment: Environment) => control.latestConfigVersion(environment),
+      replaceBootstrapAdmin: (secret: string) => replaceBootstrapAdmin(options.dataDir, secret),
       startedAtMs,
     };
     const snapshots = new Snapshots({
@@ -243,10 +283,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       ...snapshotRoutes(adminDeps, snapshots),
       ['GET', '/v1/admin/metrics', metricsRoute({ pool: started, obs, startedAtMs })],
     ]);
-    frontEnd.setRouters(apiRouter, adminRouter);
+    front.setRouters(apiRouter, adminRouter);
     pool = started;
   });
-  app.any('/*', (res, req) => frontEnd.handle(res, req));
 
   return {
     port,
@@ -304,14 +343,17 @@ class FrontEnd {
 
   private dispatch(ex: Exchange, req: uWS.HttpRequest): void {
     const { method, path: url } = ex;
+    // The two public routes take GET only; another method is a 405 like on every known path.
     if (url === '/healthz') {
       ex.slot = this.obs.metrics.fixedSlot('/healthz', method);
+      if (method !== 'GET') return ex.fail('method_not_allowed', { method, path: url }, [['allow', 'GET']]);
       if (this.isReady()) ex.send(200, '{"ok":true}');
       else ex.fail('not_ready', {}, [['retry-after', '1']]);
       return;
     }
-    if (url === '/v1/schema/billing' && method === 'GET') {
+    if (url === '/v1/schema/billing') {
       ex.slot = this.obs.metrics.fixedSlot('/v1/schema/billing', method);
+      if (method !== 'GET') return ex.fail('method_not_allowed', { method, path: url }, [['allow', 'GET']]);
       return ex.send(200, BILLING_SCHEMA_JSON);
     }
     if (!url.startsWith('/v1/')) return ex.fail('route_not_found', { method, path: url });

@@ -114,8 +114,10 @@ describe('key management', () => {
     expect(typeof revoked.body.revokedAt).toBe('string');
     const after = await call(server.base, 'GET', '/v1/docs/openapi.json', { key });
     expect(after.status).toBe(401);
-    // Revoking again is harmless and answers the same record.
-    expect((await admin('DELETE', `/v1/admin/keys/${id}`)).body.revokedAt).toBe(revoked.body.revokedAt);
+    // Revoking again changes nothing and says so.
+    const again = await admin('DELETE', `/v1/admin/keys/${id}`);
+    expect(again.status).toBe(409);
+    expect(again.body).toEqual({ code: 'key_already_revoked', error: `key ${id} was already revoked at ${revoked.body.revokedAt}` });
   });
 
   it('validates key creation and revocation', async () => {

@@ -4,7 +4,7 @@
  * draws only on a terminal). The commands themselves are tested end to end in cli.test.ts.
  */
 import { describe, expect, it } from 'vitest';
-import { isLoopback, plainHttpWarning, progressBar } from '../src/cli/client.js';
+import { activity, isLoopback, plainHttpWarning, progressBar, withActivity } from '../src/cli/client.js';
 import { changeCount, diffConfigs, formatDiff } from '../src/cli/config-diff.js';
 import { formatBytes, formatDuration, formatTable } from '../src/cli/format.js';
 import { PRODUCT_EXAMPLE_CONFIG } from './support/product-example.js';
@@ -130,5 +130,28 @@ describe('plain http warning', () => {
     }
     expect(isLoopback('128.0.0.1')).toBe(false);
     expect(isLoopback('127.0.0.1.example.com')).toBe(false);
+  });
+});
+
+describe('activity line', () => {
+  const fakeStream = (isTTY: boolean) => {
+    const writes: string[] = [];
+    const stream = { isTTY, write: (text: string) => writes.push(text) } as unknown as NodeJS.WriteStream;
+    return { stream, writes };
+  };
+
+  it('shows the step on a terminal and clears it when the step ends, even when it fails', async () => {
+    const tty = fakeStream(true);
+    expect(await withActivity('pushing billing.json', async () => 7, tty.stream)).toBe(7);
+    expect(tty.writes).toEqual(['pushing billing.json…', '\r\x1b[K']);
+    const failing = fakeStream(true);
+    await expect(withActivity('pushing', () => Promise.reject(new Error('refused')), failing.stream)).rejects.toThrow('refused');
+    expect(failing.writes.at(-1)).toBe('\r\x1b[K');
+  });
+
+  it('writes nothing when not on a terminal', () => {
+    const pipe = fakeStream(false);
+    activity('pushing', pipe.stream).end();
+    expect(pipe.writes).toEqual([]);
   });
 });

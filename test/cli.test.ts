@@ -138,6 +138,24 @@ describe('the binary', () => {
     expect(ran.code).toBe(2);
     expect(ran.stderr).toMatch(message);
   });
+
+  it.each([
+    [['snapshto'], 'snapshto', 'snapshot'],
+    [['snapshto', '--help'], 'snapshto', 'snapshot'],
+    [['keys', 'revok', '--help'], 'revok', 'revoke'],
+    [['-h', 'statsu'], 'statsu', 'status'],
+  ])('exits 2 on an unknown command %j, even with --help, suggesting the close one', async (args, unknown, close) => {
+    const ran = await tally(args);
+    expect(ran.code).toBe(2);
+    expect(ran.stdout).toBe('');
+    expect(ran.stderr).toBe(`error: unknown command '${unknown}'\n(Did you mean ${close}?)\n(run with --help for usage)\n`);
+  });
+
+  it('suggests nothing when no command is close', async () => {
+    const ran = await tally(['frobnicate', '--help']);
+    expect(ran.code).toBe(2);
+    expect(ran.stderr).toBe(`error: unknown command 'frobnicate'\n(run with --help for usage)\n`);
+  });
 });
 
 describe('push and pull', () => {
@@ -158,6 +176,8 @@ describe('push and pull', () => {
 
     const first = await tally(['push', v1, '--yes'], { key });
     expect(first.code, first.stderr).toBe(0);
+    // Piped, no progress line: stderr stays empty.
+    expect(first.stderr).toBe('');
     expect(first.stdout).toContain('Entitlements: 3 added, 0 removed, 0 changed');
     expect(first.stdout).toMatch(/^ {2}\+ sso \(feature\)$/m);
     expect(first.stdout).toMatch(/^ {2}\+ api_calls \(meter\)$/m);
@@ -287,6 +307,10 @@ describe('operator commands', () => {
     const after = JSON.parse((await tally(['keys', 'list', '--json'], { key: adminKey })).stdout) as { data: Array<Record<string, unknown>> };
     expect(after.data.find((key) => key.id === id)?.revokedAt).toEqual(expect.any(String));
 
+    const again = await tally(['keys', 'revoke', id ?? ''], { key: adminKey });
+    expect(again.code).toBe(1);
+    expect(again.stderr).toMatch(new RegExp(`^error: key ${id} was already revoked at \\d{4}-\\S+ \\(HTTP 409\\)\n$`));
+
     const unknown = await tally(['keys', 'revoke', 'key_0000'], { key: adminKey });
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toBe('error: key key_0000 not found (HTTP 404)\n');
@@ -341,10 +365,23 @@ describe('operator commands', () => {
     expect(newKey).not.toBe(oldKey);
     expect(ran.stdout).toContain(`The old operator key ${oldId} is revoked`);
     adminKey = newKey ?? '';
+    // The data dir's bootstrap file now holds the new key, as a private file; the rest is unchanged.
+    const file = path.join(server.dataDir, 'bootstrap-keys.json');
+    expect(JSON.parse(fs.readFileSync(file, 'utf8'))).toEqual({ ...server.keys, admin: newKey });
+    expect(fs.statSync(file).mode & 0o777).toBe(0o600);
+    expect(ran.stdout).toContain('bootstrap-keys.json');
 
     const withOld = await tally(['status'], { key: oldKey });
     expect(withOld.code).toBe(1);
     expect(withOld.stderr).toBe('error: API key is invalid or revoked (HTTP 401)\n');
     expect((await tally(['status', '--key', adminKey], { key: oldKey })).code).toBe(0);
+
+    // Without the file (moved away by the operator), a rotation does not recreate it.
+    fs.rmSync(file);
+    const again = await tally(['keys', 'rotate-admin'], { key: adminKey });
+    expect(again.code, again.stderr).toBe(0);
+    adminKey = /^(ak_\S+)$/m.exec(again.stdout)?.[1] ?? '';
+    expect(fs.existsSync(file)).toBe(false);
+    expect((await tally(['status'], { key: adminKey })).code).toBe(0);
   });
 });

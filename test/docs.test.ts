@@ -28,8 +28,8 @@ const docPath = (pattern: string): string => pattern.replace(/:(\w+)/g, '{$1}');
 /** Routes src/server.ts serves without a router of its own. */
 function serverWiredRoutes(): string[] {
   const routes: string[] = [];
-  // Fixed routes of the dispatcher: `url === '/healthz'` (any method; documented as GET)
-  // and `url === '/v1/schema/billing' && method === 'GET'`.
+  // Fixed routes of the dispatcher: `url === '/healthz'` and `url === '/v1/schema/billing'`
+  // (GET only; another method answers 405).
   for (const match of serverSource.matchAll(/url === '(\/[^']*)'(?: && method === '([A-Z]+)')?/g)) {
     routes.push(`${match[2] ?? 'GET'} ${match[1]}`);
   }

@@ -187,7 +187,7 @@ describe('exact amounts over HTTP', () => {
   }
 
   it('refuses, naming the field, a stored number JSON.parse would have changed; stores one it keeps', async () => {
-    const refused = (path: string) => ({ status: 400, text: JSON.stringify({ error: `${path} cannot be stored exactly: a JSON number keeps at most 15 significant digits` }) });
+    const refused = (path: string) => ({ status: 400, text: JSON.stringify({ error: `${path} cannot be stored exactly: a JSON number keeps at most 15 significant digits`, code: 'invalid_request' }) });
     const contract = (included: string) => `{"priceAmount":100,"priceInterval":"month","entitlements":{"tokens":{"included":${included}}}}`;
     expect(await raw('/v1/contracts/lit', contract('99999999999.999999'), 'PUT')).toEqual(refused('entitlements.tokens.included'));
     expect(await raw('/v1/contracts/lit', contract('1.0000000000000000000001'), 'PUT')).toEqual(refused('entitlements.tokens.included'));

@@ -53,7 +53,7 @@ describe('Exchange', () => {
     expect(a.written).toEqual(['content-type: application/json', 'body true']);
     const b = recorder();
     new Exchange(b.res, 'GET', '/x', obs, 'req-1').fail('route_not_found', { method: 'GET', path: '/x' }, [['x-extra', '1']]);
-    expect(b.written).toEqual(['status 404 Not Found', 'content-type: application/json', 'x-request-id: req-1', 'x-extra: 1', 'body {"error":"no route GET /x"}']);
+    expect(b.written).toEqual(['status 404 Not Found', 'content-type: application/json', 'x-request-id: req-1', 'x-extra: 1', 'body {"error":"no route GET /x","code":"route_not_found"}']);
   });
 
   it('answers once, and never after the client aborted', () => {
@@ -79,7 +79,7 @@ describe('Exchange', () => {
       throw new Error('boom');
     });
     expect(a.written).toContain('status 500 Internal Server Error');
-    expect(a.written).toContain('body {"error":"internal error"}');
+    expect(a.written).toContain('body {"error":"internal error","code":"internal"}');
     expect(a.written).toContain(`x-request-id: ${ex.requestId}`);
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatchObject({ level: 'error', msg: 'request handler failed', requestId: ex.requestId, method: 'POST', route: 'unmatched', status: 500 });

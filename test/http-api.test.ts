@@ -205,9 +205,11 @@ describe('metering over HTTP', () => {
     expect((await post('/v1/entitlements/projects/limit/settings', { customerId: c, purchased: 1 })).status).toBe(400);
     expect((await post('/v1/entitlements/seats/limit/settings', { customerId: c })).body).toEqual({
       error: 'purchased or autoExpansionEnabled is required',
+      code: 'invalid_request',
     });
     expect((await post('/v1/entitlements/seats/limit/settings', { customerId: c, purchased: 1.5 })).body).toEqual({
       error: 'purchased must be a whole number',
+      code: 'invalid_request',
     });
   });
 
@@ -378,7 +380,7 @@ describe('hostile input (400, never 500)', () => {
     socket.write(`POST ${consume} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\ncontent-type: application/json\r\ncontent-length: ${1024 * 1024 + 1}\r\n\r\n`);
     await closed;
     expect(received()).toMatch(/^HTTP\/1\.1 413 Payload Too Large\r\n/);
-    expect(received()).toContain('{"error":"request body exceeds 1048576 bytes"}');
+    expect(received()).toContain('{"error":"request body exceeds 1048576 bytes","code":"body_too_large"}');
   });
 
   it('a chunked body (here one that would grow past 1 MiB) is refused and the connection is closed', async () => {

@@ -4,10 +4,13 @@
  * refusal to run on uWS's slow fallback.
  */
 import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ShardStore } from '../storage/journal.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
+import { runProcess } from './support/run-process.js';
 import { call, MAIN_JS, startServerProcess, tempDataDir, waitForLogLine } from './support/server-process.js';
 
 const CONFIG = {
@@ -42,7 +45,7 @@ describe('operations', () => {
       );
       const overloaded = results.filter((r) => r.status === 503);
       expect(overloaded.length).toBeGreaterThan(0);
-      expect(overloaded[0]?.body).toEqual({ error: 'shard queue is full, retry later' });
+      expect(overloaded[0]?.body).toEqual({ error: 'shard queue is full, retry later', code: 'overloaded' });
       expect(overloaded[0]?.headers.get('retry-after')).toBe('1');
       expect(results.every((r) => r.status === 200 || r.status === 503)).toBe(true);
       // Each 503 carries a request id, and the log has a warning line naming one of them (lines are budgeted per second).
@@ -170,5 +173,60 @@ describe('operations', () => {
     const result = await runToExit({ PORT: '0', TALLY_DATA_DIR: tempDataDir('tally-fallback'), UWS_USE_FALLBACK: '1' });
     expect(result.code).toBe(1);
     expect(result.output).toContain('LIBUS_LISTEN_EXCLUSIVE_PORT');
+  });
+});
+
+describe('a start that fails', () => {
+  /** Starts the service with `env` and a data dir that does not exist yet; waits for it to exit. */
+  async function failedStart(env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string; dataDir: string }> {
+    const dataDir = path.join(tempDataDir('tally-failed-start'), 'data');
+    const ran = await runProcess(process.execPath, [MAIN_JS], { env: { ...process.env, PORT: '0', TALLY_DATA_DIR: dataDir, ...env } });
+    return { ...ran, dataDir };
+  }
+
+  it('on a port that is taken: exits 1 with one line on stderr and creates no data dir', async () => {
+    const occupier = net.createServer();
+    await new Promise<void>((resolve) => occupier.listen(0, resolve));
+    const port = (occupier.address() as net.AddressInfo).port;
+    try {
+      const ran = await failedStart({ PORT: String(port) });
+      expect(ran.code).toBe(1);
+      expect(ran.stderr).toBe(`tally failed to start: cannot listen on port ${port} of 127.0.0.1: it is in use, not open to this account, or not an address of this machine\n`);
+      expect(ran.stdout).toBe('');
+      expect(fs.existsSync(ran.dataDir)).toBe(false);
+      // At debug level the JSON line (with the stack) is written too, on stdout.
+      const debug = await failedStart({ PORT: String(port), TALLY_LOG_LEVEL: 'debug' });
+      expect(debug.stderr.trim().split('\n')).toHaveLength(1);
+      expect(debug.stdout).toContain('"level":"debug"');
+      expect(debug.stdout).toContain('"stack"');
+      expect(fs.existsSync(debug.dataDir)).toBe(false);
+    } finally {
+      occupier.close();
+    }
+  });
+
+  it.each([
+    [{ PORT: 'eighty' }, 'PORT must be a whole number, got "eighty"'],
+    [{ TALLY_WORKERS: '-1' }, 'TALLY_WORKERS must be a whole number, got "-1"'],
+    [{ TALLY_LOG_LEVEL: 'loud' }, 'TALLY_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "loud"'],
+  ])('with a bad setting %j: exits 2 with one line on stderr and creates no data dir', async (env, message) => {
+    const ran = await failedStart(env);
+    expect(ran.code).toBe(2);
+    expect(ran.stderr).toBe(`${message}\n`);
+    expect(ran.stdout).toBe('');
+    expect(fs.existsSync(ran.dataDir)).toBe(false);
+  });
+
+  it('on a data dir another server holds: one line on stderr, and that server keeps running', async () => {
+    const server = await startServerProcess();
+    try {
+      const ran = await runProcess(process.execPath, [MAIN_JS], { env: { ...process.env, PORT: '0', TALLY_DATA_DIR: server.dataDir } });
+      expect(ran.code).toBe(1);
+      expect(ran.stderr).toMatch(/^tally failed to start: [^\n]+\n$/);
+      expect(ran.stdout).toBe('');
+      expect((await call(server.base, 'GET', '/healthz')).status).toBe(200);
+    } finally {
+      await server.stop();
+    }
   });
 });

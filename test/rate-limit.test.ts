@@ -85,7 +85,7 @@ describe('rate limits over HTTP', () => {
     await call(server.base, 'GET', path, { key: ck });
     const limited = await call(server.base, 'GET', path, { key: ck });
     expect(limited.status).toBe(429);
-    expect(limited.body).toEqual({ error: 'rate limit exceeded: 3 requests per minute for this key' });
+    expect(limited.body).toEqual({ error: 'rate limit exceeded: 3 requests per minute for this key', code: 'rate_limited' });
     expect(limited.headers.get('x-ratelimit-remaining')).toBe('0');
     const retryAfter = Number(limited.headers.get('retry-after'));
     expect(retryAfter).toBeGreaterThanOrEqual(1);

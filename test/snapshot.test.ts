@@ -277,6 +277,27 @@ describe('tally snapshot (the CLI)', () => {
     expect(listed.stdout).toContain(info.id);
     expect(listed.stdout).toContain('complete');
 
+    // An existing --out is refused before the service is asked for anything; --force replaces it.
+    const snapshotsBefore = (await call(source.base, 'GET', '/v1/admin/snapshots', { key: source.keys.admin })).body.data.length as number;
+    const kept = fs.readFileSync(out);
+    const again = await tally(['snapshot', 'create', '--out', out], env);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toBe(`error: ${out} already exists; pass --force to replace it (nothing was done)\n`);
+    expect(fs.readFileSync(out).equals(kept)).toBe(true);
+    expect((await call(source.base, 'GET', '/v1/admin/snapshots', { key: source.keys.admin })).body.data.length).toBe(snapshotsBefore);
+    const download = await tally(['snapshot', 'download', info.id, '--out', out], env);
+    expect(download.code).toBe(1);
+    expect(download.stderr).toContain('already exists; pass --force');
+    const forced = await tally(['snapshot', 'create', '--out', out, '--force', '--json'], env);
+    expect(forced.code, forced.stderr).toBe(0);
+    // Piped, it shows no progress: stderr stays empty.
+    expect(forced.stderr).toBe('');
+    const replaced = JSON.parse(forced.stdout) as { id: string; sha256: string };
+    expect(replaced.id).not.toBe(info.id);
+    expect(createHash('sha256').update(fs.readFileSync(out)).digest('hex')).toBe(replaced.sha256);
+    expect((await tally(['snapshot', 'download', info.id, '--out', out, '--force'], env)).code).toBe(0);
+    expect(createHash('sha256').update(fs.readFileSync(out)).digest('hex')).toBe(info.sha256);
+
     const target = path.join(dir, 'data');
     const restore = await tally(['snapshot', 'restore', out, '--data-dir', target, '--workers', '2']);
     expect(restore.code).toBe(0);

@@ -49,6 +49,8 @@ export interface AdminDeps {
   readonly verifyAudit: (stream: string) => Promise<AuditVerification>;
   /** Configuration version per environment (0 = none pushed). */
   readonly configVersion: (environment: Environment) => number;
+  /** Puts a new operator key in the data dir's bootstrap-keys.json; false when there is none. */
+  readonly replaceBootstrapAdmin: (secret: string) => boolean;
   readonly startedAtMs: number;
 }
 
@@ -138,7 +140,8 @@ function revokeKeyRoute(deps: AdminDeps): AdminRoute {
       if (record === undefined) return ctx.ex.fail('key_not_found', { id });
       // Revoking the operator key by id would lock every operator out; rotating replaces it.
       if (record.keyClass === 'admin' && record.revokedAtMs === null) return ctx.ex.fail('operator_key_not_revocable');
-      if (record.revokedAtMs !== null) return ctx.ex.json(200, keyView(record));
+      // Said, not hidden behind a 200: the caller may be revoking the wrong key.
+      if (record.revokedAtMs !== null) return ctx.ex.fail('key_already_revoked', { id, revokedAt: new Date(record.revokedAtMs).toISOString() });
       const audit = { action: 'key.revoke', resourceType: 'key', resourceId: id, data: { environment: record.environment, class: record.keyClass, prefix: record.prefix } };
       auditOperator(deps, ctx, audit, record.environment, deps.keys.revoke(id, Date.now()), (revoked) => ctx.ex.json(200, keyView(revoked ?? record)));
     },
@@ -149,7 +152,8 @@ function revokeKeyRoute(deps: AdminDeps): AdminRoute {
  * POST /v1/admin/keys/rotate-admin: issues a new operator key and revokes the one that
  * made the request, online. Both writes and the audit entry are issued in one turn, so
  * they commit in one transaction: a crash leaves the old key alone or the new one, never
- * none and never an unaudited rotation.
+ * none and never an unaudited rotation. Once committed, the data dir's bootstrap-keys.json
+ * (if it is still there) gets the new key, so it never hands out a revoked one.
  */
 function rotateAdminRoute(deps: AdminDeps): AdminRoute {
   return {
@@ -158,9 +162,24 @@ function rotateAdminRoute(deps: AdminDeps): AdminRoute {
       const issued = issueKey('admin', null, Date.now());
       const rotated = Promise.all([deps.keys.add(issued.record), deps.keys.revoke(ctx.key.id, Date.now())]);
       const audit = { action: 'key.rotate', resourceType: 'key', resourceId: issued.record.id, data: { revoked: ctx.key.id, prefix: issued.record.prefix } };
-      auditOperator(deps, ctx, audit, null, rotated, () => ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret, revoked: ctx.key.id }));
+      auditOperator(deps, ctx, audit, null, rotated, () => {
+        updateBootstrapFile(deps, ctx, issued.secret);
+        ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret, revoked: ctx.key.id });
+      });
     },
   };
+}
+
+/**
+ * The rotation is committed whatever happens here: a file that cannot be rewritten is
+ * logged (never its content) and the new key is still answered.
+ */
+function updateBootstrapFile(deps: AdminDeps, ctx: AdminContext, secret: string): void {
+  try {
+    if (deps.replaceBootstrapAdmin(secret)) ctx.ex.logInfo('bootstrap keys file updated with the new operator key', {});
+  } catch (error) {
+    ctx.ex.logWarn('bootstrap keys file not updated: it still holds the revoked operator key', { reason: error instanceof Error ? error.message : String(error) });
+  }
 }
 
 function auditRoute(deps: AdminDeps): AdminRoute {

@@ -99,14 +99,14 @@ const OPERATIONS: readonly OperationEntry[] = [
     summary: 'Does the customer have the entitlement?',
     description: 'Any type: a feature when granted, a limit when its limit > 0, a meter when its balance > 0 or overage is enabled.',
     ok: { description: 'Whether the customer has it.', schema: { type: 'boolean' } },
-    errors: ['entitlement_not_found'],
+    errors: ['not_configured', 'entitlement_not_found'],
   },
   {
     method: 'get', path: '/v1/entitlements/{key}/limit', operationId: 'getLimit', tag: 'entitlements',
     access: 'client', pathKey: 'limit', query: customerQuerySchema, sharded: true,
     summary: 'A numeric limit of the customer', description: 'Limits only; another type answers 400.',
     ok: { description: 'The limit.', schema: ref('LimitView') },
-    errors: ['entitlement_not_found', 'wrong_entitlement_type'],
+    errors: ['not_configured', 'entitlement_not_found', 'wrong_entitlement_type'],
   },
   {
     method: 'post', path: '/v1/entitlements/{key}/limit/settings', operationId: 'setLimitSettings', tag: 'entitlements',
@@ -114,14 +114,14 @@ const OPERATIONS: readonly OperationEntry[] = [
     summary: 'Set purchased expansion or auto-expansion consent',
     description: 'At least one of `purchased`, `autoExpansionEnabled`; both need `expansion` in the customer\'s plan.',
     ok: { description: 'The updated limit.', schema: ref('LimitView') },
-    errors: ['entitlement_not_found', 'wrong_entitlement_type', 'invalid_request', 'expansion_not_allowed'],
+    errors: ['not_configured', 'entitlement_not_found', 'wrong_entitlement_type', 'invalid_request', 'expansion_not_allowed'],
   },
   {
     method: 'get', path: '/v1/usage/{key}/balance', operationId: 'getBalance', tag: 'usage',
     access: 'client', pathKey: 'meter', query: customerQuerySchema, sharded: true,
     summary: 'A meter balance of the customer', description: 'Meters only; another type answers 400.',
     ok: { description: 'The balance.', schema: ref('BalanceView') },
-    errors: ['entitlement_not_found', 'wrong_entitlement_type'],
+    errors: ['not_configured', 'entitlement_not_found', 'wrong_entitlement_type'],
   },
   {
     method: 'post', path: '/v1/usage/{key}/consume', operationId: 'consumeUsage', tag: 'usage',
@@ -132,7 +132,7 @@ const OPERATIONS: readonly OperationEntry[] = [
       'All-or-nothing: when short, 429 with the balance fields and nothing drawn. A retry with the same ' +
       '`idempotencyKey` (kept 24 h) is applied once and answers the current balance.',
     ok: { description: 'The balance after the draw.', schema: ref('BalanceView') },
-    errors: ['entitlement_not_found', 'wrong_entitlement_type', 'invalid_request', 'idempotency_key_reused', 'insufficient_balance'],
+    errors: ['not_configured', 'entitlement_not_found', 'wrong_entitlement_type', 'invalid_request', 'idempotency_key_reused', 'insufficient_balance'],
   },
   {
     method: 'post', path: '/v1/usage/{key}/refund', operationId: 'refundUsage', tag: 'usage',
@@ -142,14 +142,14 @@ const OPERATIONS: readonly OperationEntry[] = [
     description: 'Unwinds the current period\'s recorded usage: overage, then the lots drawn (newest first), then ' +
       'included allowance. Beyond the refundable usage: 409 with the balance fields.',
     ok: { description: 'The balance after the refund.', schema: ref('BalanceView') },
-    errors: ['entitlement_not_found', 'wrong_entitlement_type', 'invalid_request', 'idempotency_key_reused', 'refund_exceeds_usage'],
+    errors: ['not_configured', 'entitlement_not_found', 'wrong_entitlement_type', 'invalid_request', 'idempotency_key_reused', 'refund_exceeds_usage'],
   },
   {
     method: 'post', path: '/v1/usage/{key}/settings', operationId: 'setUsageSettings', tag: 'usage',
     access: 'server', pathKey: 'meter', body: usageSettingsSchema, sharded: true,
     summary: 'Enable or disable overage', description: '`overageEnabled: true` needs `overage` in the customer\'s plan.',
     ok: { description: 'The updated balance.', schema: ref('BalanceView') },
-    errors: ['entitlement_not_found', 'wrong_entitlement_type', 'invalid_request', 'overage_not_allowed'],
+    errors: ['not_configured', 'entitlement_not_found', 'wrong_entitlement_type', 'invalid_request', 'overage_not_allowed'],
   },
   {
     method: 'post', path: '/v1/sync/push', operationId: 'pushConfig', tag: 'configuration', access: 'server',
@@ -209,7 +209,7 @@ const OPERATIONS: readonly OperationEntry[] = [
     description: '`features` takes any entitlement (as `/has`), `usage` only meters, `limits` only limits. ' +
       'An unknown key is 404 naming it; a key of the wrong type 400. `plans` and `subscription` (null until commerce) only when asked for.',
     ok: { description: 'The customer and the requested answers.', schema: ref('Context') },
-    errors: ['invalid_request', 'entitlement_not_found', 'wrong_entitlement_type'],
+    errors: ['invalid_request', 'not_configured', 'entitlement_not_found', 'wrong_entitlement_type'],
   },
   {
     method: 'post', path: '/v1/customers', operationId: 'upsertCustomer', tag: 'customers', access: 'server',
@@ -516,8 +516,12 @@ function closedObject(properties: Readonly<Record<string, Schema>>, required = O
 
 function viewSchemas(): Record<string, Schema> {
   return {
-    Error: closedObject({ error: { type: 'string', description: 'What went wrong; names the field where one is at fault.' } }),
-    BalanceError: closedObject({ error: { type: 'string' }, ...BALANCE_PROPERTIES }),
+    Error: closedObject({ error: { type: 'string', description: 'What went wrong; names the field where one is at fault.' }, code: ref('ErrorCode') }),
+    BalanceError: closedObject({ error: { type: 'string' }, code: ref('ErrorCode'), ...BALANCE_PROPERTIES }),
+    ErrorCode: {
+      enum: Object.keys(ERRORS),
+      description: 'The error\'s key in the error catalog: stable, for programs to branch on (the message is for people and may change).',
+    },
     BalanceView: closedObject(BALANCE_PROPERTIES),
     LimitView: closedObject({
       limit: { type: 'integer', minimum: 0, description: '`included + purchased`.' },

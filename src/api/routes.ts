@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import type { BillingConfig, ProductDefinition } from '../../actors/billing-config.js';
 import { mayRoundInJson, parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
 import { ID_LENGTH_MAX } from '../../actors/limits.js';
-import { CONTEXT_WROTE_STATUS, UPSERT_UNCHANGED_STATUS, type AuditTag, type Command, type Environment } from '../../actors/protocol.js';
+import { CONTEXT_WROTE_STATUS, UNCHANGED_STATUS, type AuditTag, type Command, type Environment } from '../../actors/protocol.js';
 import { auditOf, type AuditFields } from '../../actors/audit-of.js';
 import type { WriteCommand } from '../../actors/customer.js';
 import type { ProfilePatch } from '../../actors/customer.js';
@@ -135,6 +135,8 @@ let refCounter = 0;
  * shard then forgets its stored copy.
  */
 function audited(deps: ApiDeps, ctx: RequestContext, fields: AuditFields, tag: AuditTag, status: number, body: string): void {
+  // A write that changed nothing answers 200 with the current state, unaudited.
+  if (status === UNCHANGED_STATUS) return ctx.ex.send(200, body);
   if (status >= 300) return ctx.ex.send(status, body);
   deps.audit.append(ctx.environment, { ...fields, actor: tag.actor }, Date.now(), tag.ref).then(
     () => {
@@ -320,13 +322,8 @@ function upsertCustomerRoute(deps: ApiDeps): Route {
       if (!keepsEveryNumber(ctx)) return;
       const patch = profilePatch(body.value);
       const command = { op: 'upsertCustomer', environment: ctx.environment, customerId: body.value.id, key: '', patch } as const;
-      const fields = fieldsOf(command);
-      const tag = tagOf(ctx);
-      submit(deps, ctx.ex, command, (status, reply) =>
-        // An update that changed nothing answers 200 with the stored customer, unaudited.
-        status === UPSERT_UNCHANGED_STATUS ? ctx.ex.send(200, reply) : audited(deps, ctx, fields, tag, status, reply),
-        tag,
-      );
+      // An update that changed nothing answers 200 with the stored customer, unaudited (audited()).
+      submitAudited(deps, ctx, command);
     },
   };
 }

@@ -1,11 +1,12 @@
 /**
  * What every `tally` command shares: the exit codes, the error a command throws to stop
  * with one, the `--url` / `--key` options, the HTTP helper that talks to a running
- * service, and a progress bar for long transfers.
+ * service, and the progress shown on a terminal (a bar for long transfers, a status line
+ * for a step that has no size).
  *
  * A command never calls `process.exit` or prints its own error: it throws a `CliError`
  * and `main.ts` prints `error: <message>` on stderr and sets the exit code. The service's
- * answers are `{"error": message}` on failure (src/errors.ts); the helper turns such an
+ * answers are `{"error": message, "code": key}` on failure (src/errors.ts); the helper turns such an
  * answer into a `ServiceError` carrying that message, so the user reads exactly what the
  * service said (a 403 on an operator route says "this endpoint requires the operator key").
  */
@@ -225,4 +226,30 @@ export function plainHttpWarning(url: URL, key: string): string | null {
   if (url.protocol !== 'http:' || isLoopback(url.hostname)) return null;
   const kind = key.startsWith('ak_') ? 'the operator key' : 'an API key';
   return `warning: sending ${kind} over plain http:// to ${url.host}: anyone on the network path can read it; use https:// (TLS in front of Tally)`;
+}
+
+export interface Activity {
+  /** Clears the status line (the command's own output follows on stdout). */
+  end(): void;
+}
+
+/**
+ * A one-line status (`label…`) on `stream` (stderr by default) while a step with no size
+ * to count runs, such as a push; cleared when it ends. Nothing unless `stream` is a
+ * terminal, so piped or captured output stays exactly the command's result.
+ */
+export function activity(label: string, stream: NodeJS.WriteStream = process.stderr): Activity {
+  if (!stream.isTTY) return { end: () => undefined };
+  stream.write(`${label}…`);
+  return { end: () => void stream.write('\r\x1b[K') };
+}
+
+/** Runs `step` with `label` shown as an activity meanwhile. */
+export async function withActivity<T>(label: string, step: () => Promise<T>, stream: NodeJS.WriteStream = process.stderr): Promise<T> {
+  const shown = activity(label, stream);
+  try {
+    return await step();
+  } finally {
+    shown.end();
+  }
 }

@@ -140,9 +140,9 @@ export class Exchange {
    * connection at once, without dispatching, when a request arrives while an answer is
    * still pending.
    */
-  failAndClose(code: ErrorCode, params: ErrorParams = {}): void {
+  failAndClose(code: ErrorCode, params: ErrorParams = {}, headers: Headers = []): void {
     this.res.onData(ignoreBody);
-    setImmediate(() => this.fail(code, params, [], true));
+    setImmediate(() => this.fail(code, params, headers, true));
   }
 
   json(status: number, value: unknown, headers: Headers = []): void {
@@ -152,6 +152,11 @@ export class Exchange {
   /** An info line about what this request did (operator actions), with its request id. */
   logInfo(msg: string, fields: Record<string, unknown>): void {
     this.obs.log.info({ requestId: this.requestId, ...fields }, msg);
+  }
+
+  /** A warning about a side effect of this request that failed, with its request id. */
+  logWarn(msg: string, fields: Record<string, unknown>): void {
+    this.obs.log.warn({ requestId: this.requestId, ...fields }, msg);
   }
 
   /**

@@ -80,7 +80,7 @@ export function register(program: Command): void {
     console.log(rotated.key);
     console.log('This is the only time the secret is shown: store it now (and update TALLY_API_KEY).');
     console.log(`The old operator key ${rotated.revoked} is revoked and answers 401 from now on.`);
-    console.log('bootstrap-keys.json in the data directory still holds the old key; it is not rewritten.');
+    console.log('The server also wrote it to bootstrap-keys.json in its data directory (if that file is still there).');
   });
 }
 

@@ -3,7 +3,10 @@
  *
  * `create` asks the service for a snapshot, follows its progress, downloads the file
  * (to `<out>.partial`, renamed only once its SHA-256 matches what the service computed
- * and its structure verifies), so a file at `--out` is always a complete snapshot.
+ * and its structure verifies), so a file at `--out` is always a complete snapshot. An
+ * existing `--out` (of `create` or `download`) is refused before anything is asked of the
+ * service, unless `--force`: a snapshot is often the only copy of something.
+ * Progress (the cut, the download, the restore) is drawn on stderr only on a terminal.
  * `restore` runs here, not on the service: it writes a fresh data dir for a server that
  * is not running yet (storage/snapshot-restore.ts says what it refuses and why).
  */
@@ -33,6 +36,7 @@ interface SnapshotView {
 }
 
 type JsonOption = { json?: boolean };
+type OutOptions = { out: string; force?: boolean };
 
 /** How often `create` asks how far the snapshot has got. */
 const POLL_MS = 200;
@@ -44,14 +48,16 @@ export function register(program: Command): void {
     snapshot
       .command('create')
       .description('take an online snapshot (traffic keeps flowing) and download it')
-      .requiredOption('--out <file>', 'where to save the snapshot file')
+      .requiredOption('--out <file>', 'where to save the snapshot file (must not exist, unless --force)')
+      .option('--force', 'replace an existing file at --out')
       .option('--json', 'print the finished snapshot as JSON'),
     'operator',
-  ).action(async (options: RemoteOptions & JsonOption & { out: string }) => {
+  ).action(async (options: RemoteOptions & JsonOption & OutOptions) => {
     const client = TallyClient.from(options);
+    refuseExisting(options);
     const started = await client.json<SnapshotView>('POST', '/v1/admin/snapshots');
     const finished = await follow(client, started);
-    await download(client, finished, options.out);
+    await download(client, finished, options);
     if (options.json === true) return console.log(JSON.stringify(finished, null, 2));
     console.log(`Snapshot ${finished.id}: ${finished.customers ?? 0} customers, ${formatBytes(finished.bytes ?? 0)}, sha256 ${finished.sha256 ?? '?'}`);
     console.log(`Saved to ${options.out}.`);
@@ -79,12 +85,14 @@ export function register(program: Command): void {
       .command('download')
       .description('download a complete snapshot the service holds')
       .argument('<id>', 'the snapshot\'s id (snap_…)')
-      .requiredOption('--out <file>', 'where to save it'),
+      .requiredOption('--out <file>', 'where to save it (must not exist, unless --force)')
+      .option('--force', 'replace an existing file at --out'),
     'operator',
-  ).action(async (id: string, options: RemoteOptions & { out: string }) => {
+  ).action(async (id: string, options: RemoteOptions & OutOptions) => {
     const client = TallyClient.from(options);
+    refuseExisting(options);
     const view = await client.json<SnapshotView>('GET', `/v1/admin/snapshots/${encodeURIComponent(id)}`);
-    await download(client, view, options.out);
+    await download(client, view, options);
     console.log(`Saved ${view.id} to ${options.out}.`);
   });
 
@@ -174,6 +182,22 @@ function customerProblem(customer: CustomerSnapshot): string | null {
   return checked.ok ? null : checked.message;
 }
 
+/** An existing file (or link, or anything else) at `--out` stops the command unless `--force`. */
+function refuseExisting(options: OutOptions): void {
+  if (options.force !== true && exists(options.out)) {
+    throw new CliError(`${options.out} already exists; pass --force to replace it (nothing was done)`);
+  }
+}
+
+function exists(file: string): boolean {
+  try {
+    fs.lstatSync(file);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 function parseWorkers(raw: string): number {
   const workers = Number(raw);
   if (!Number.isInteger(workers) || workers < 1 || workers > 64) throw new CliError(`--workers must be a whole number from 1 to 64, got ${raw}`, EXIT.usage);
@@ -202,7 +226,8 @@ async function follow(client: TallyClient, started: SnapshotView): Promise<Snaps
  * Streams the file to `<out>.partial`, hashing it; renames it to `out` only if the hash
  * matches the service's and the file verifies. Never leaves a partial file at `out`.
  */
-async function download(client: TallyClient, view: SnapshotView, out: string): Promise<void> {
+async function download(client: TallyClient, view: SnapshotView, options: OutOptions): Promise<void> {
+  const out = options.out;
   const response = await client.raw('GET', `/v1/admin/snapshots/${encodeURIComponent(view.id)}/file`);
   const expected = response.headers.get('x-tally-snapshot-sha256') ?? view.sha256;
   const total = Number(response.headers.get('content-length') ?? view.bytes ?? 0);
@@ -224,6 +249,10 @@ async function download(client: TallyClient, view: SnapshotView, out: string): P
     const actual = hash.digest('hex');
     if (expected !== null && actual !== expected) throw new CliError(`download of ${view.id} is damaged: sha256 ${actual}, the service says ${expected}`);
     verifySnapshotFile(partial);
+    // Something may have appeared at `out` while the file was downloading.
+    if (options.force !== true && exists(out)) {
+      throw new CliError(`${out} appeared during the download and was kept; the snapshot stays on the service: tally snapshot download ${view.id} --out <file>`);
+    }
     fs.renameSync(partial, out);
   } catch (error) {
     try {

@@ -8,6 +8,8 @@
  * against the deployed version and asks before pushing, unless `--yes`. Without a
  * terminal to ask on it refuses (exit 2) rather than wait on a pipe that never answers.
  *
+ * While it waits on the service it shows what it is doing on stderr, on a terminal only.
+ *
  * The service has no compare-and-swap on pushes, so another push between our pull and
  * our push would make the diff stale; push says so when the version it got is not the
  * one after the version it compared against.
@@ -15,7 +17,7 @@
 import fs from 'node:fs';
 import readline from 'node:readline';
 import type { Command } from 'commander';
-import { addRemoteOptions, CliError, EXIT, ServiceError, TallyClient, type RemoteOptions } from '../client.js';
+import { addRemoteOptions, CliError, EXIT, ServiceError, TallyClient, withActivity, type RemoteOptions } from '../client.js';
 import { changeCount, diffConfigs, formatDiff } from '../config-diff.js';
 
 interface Pulled {
@@ -63,7 +65,7 @@ async function push(file: string, options: PushOptions): Promise<void> {
     throw new CliError(`${file} is not a valid billing configuration (${count} violation${count === 1 ? '' : 's'}); nothing was pushed:\n${listed}`);
   }
   const client = TallyClient.from(options);
-  const deployed = await pullOrNull(client);
+  const deployed = await withActivity(`reading the deployed configuration from ${client.baseUrl}`, () => pullOrNull(client));
   const environment = environmentOfKey(options.key);
   const target = `${environment === null ? 'the key\'s environment' : `the ${environment} environment`} at ${client.baseUrl}`;
   console.log(deployed === null ? `Nothing is deployed to ${target} yet.` : `Deployed to ${target}: version ${deployed.version} (pushed ${deployed.pushedAt}).`);
@@ -83,7 +85,7 @@ async function push(file: string, options: PushOptions): Promise<void> {
   }
   if (options.yes !== true) await confirm(`Push this configuration to ${target}?`);
 
-  const pushed = await client.json<Pushed>('POST', '/v1/sync/push', config);
+  const pushed = await withActivity(`pushing ${file}`, () => client.json<Pushed>('POST', '/v1/sync/push', config));
   console.log(`Pushed version ${pushed.version} (${pushed.pushedAt}).`);
   const expected = (deployed?.version ?? 0) + 1;
   if (pushed.version !== expected) {
