@@ -9,11 +9,11 @@
  */
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import path from 'node:path';
-import { assert } from './assert.js';
+import { assert } from '../shared/assert.js';
 import { Histogram, JOURNAL_BATCH_EVENTS_BOUNDS, JOURNAL_FLUSH_BOUNDS_MS } from './histogram.js';
 import type { CustomerSnapshot, CustomerState, Event } from './customer.js';
-import { SNAPSHOT_EVERY_EVENTS, SNAPSHOT_INTERVAL_MS } from './limits.js';
-import { decodeBatch, type FromWorker, type PendingAudit, type ReplyTriples, type ShardLiveStats, type ToWorker } from './protocol.js';
+import { SNAPSHOT_EVERY_EVENTS, SNAPSHOT_INTERVAL_MS } from '../shared/limits.js';
+import { decodeBatch, type AuditEffect, type FromWorker, type PendingAudit, type ReplyBatch, type ReplyOutcome, type ShardLiveStats, type ToWorker } from './protocol.js';
 import { Shard, type CustomerIndexEntry } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
 import { encodeSnapshotChunk, ShardStore } from '../storage/journal.js';
@@ -31,7 +31,7 @@ assert(!isMainThread && parentPort !== null, 'shard-worker runs in a worker thre
 const port = parentPort;
 const { dataDir, workerIndex, snapshotEveryBatches, exportSliceCustomers } = workerData as ShardWorkerData;
 
-let outbox: ReplyTriples = [];
+let outbox: ReplyBatch = [];
 
 function post(message: FromWorker): void {
   port.postMessage(message);
@@ -45,8 +45,8 @@ function flushReplies(): void {
   post({ t: 'replies', replies });
 }
 
-function reply(id: number, status: number, body: string): void {
-  outbox.push(id, status, body);
+function reply(id: number, outcome: ReplyOutcome, body: string, effect: AuditEffect): void {
+  outbox.push(id, outcome, body, effect);
 }
 
 function crash(error: unknown): never {

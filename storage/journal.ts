@@ -18,7 +18,7 @@
  * Layout: `journal` maps seq (ordered-binary number) → frame(events array); `snapshot`
  * maps 0 → frame(header) and 1..chunkCount → frame(items chunk); `meta` maps name → frame.
  */
-import { assert } from '../actors/assert.js';
+import { assert } from '../shared/assert.js';
 import { encodeRecord, decodeRecord } from './codec.js';
 import { envInfo, flushedWrite, openDurableEnv, readRecord, SHARD_ENV_OPTIONS, type BinaryDb, type DurableEnv, type EnvInfo } from './lmdb-env.js';
 

@@ -1,38 +1,36 @@
 /**
- * Turns the core's outcomes into HTTP status and JSON body, inside the shard worker, so
- * that the front end's single thread only writes bytes. Uses the one error catalog.
- * Replies that carry usage amounts go through `exactJson`, which writes amounts of 10^9
- * units and more exactly (actors/fixed.ts).
+ * Turns a shard's reply into the HTTP status and body the client sees. The shard answers
+ * with what happened (protocol.ts, ShardReply): a success carries its JSON body ready to
+ * write, and a rejection carries the core's Rejection, rendered here from the one error
+ * catalog. Error bodies that carry usage amounts go through `exactJson`, which writes
+ * amounts of 10^9 units and more exactly (actors/fixed.ts).
  */
-import type { Outcome, Rejection } from './customer.js';
-import { exactJson } from './fixed.js';
-import { METADATA_KEYS_MAX } from './limits.js';
-import { CONTEXT_WROTE_STATUS, UPSERT_UNCHANGED_STATUS } from './protocol.js';
-import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../src/errors.js';
+import type { Rejection } from '../../actors/customer.js';
+import { exactJson } from '../../actors/fixed.js';
+import type { ReplyOutcome } from '../../actors/protocol.js';
+import { METADATA_KEYS_MAX } from '../../shared/limits.js';
+import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../errors.js';
 
 export interface Rendered {
   readonly status: number;
   readonly body: string;
 }
 
-export function renderOutcome(outcome: Outcome): Rendered {
-  switch (outcome.kind) {
-    case 'has':
-      return { status: 200, body: outcome.value ? 'true' : 'false' };
-    case 'limit':
-    case 'contract':
-      return { status: 200, body: JSON.stringify(outcome.view) };
-    case 'balance':
-      return { status: 200, body: exactJson(JSON.stringify(outcome.view)) };
+/** The status of a reply that is not a rejection. */
+export function successStatus(outcome: Exclude<ReplyOutcome, 'rejected'>): number {
+  switch (outcome) {
+    case 'ok':
+      return 200;
+    case 'created':
+      return 201;
     case 'deleted':
-      return { status: 204, body: '' };
-    case 'customer':
-      return { status: outcome.created ? 201 : outcome.changed ? 200 : UPSERT_UNCHANGED_STATUS, body: JSON.stringify(outcome.view) };
-    case 'context':
-      return { status: outcome.wrote ? CONTEXT_WROTE_STATUS : 200, body: exactJson(JSON.stringify(outcome.view)) };
-    case 'rejected':
-      return renderRejection(outcome.rejection);
+      return 204;
   }
+}
+
+/** A rejection reply's status and error body; `json` is the reply's body (the Rejection). */
+export function renderRejectionReply(json: string): Rendered {
+  return renderRejection(JSON.parse(json) as Rejection);
 }
 
 function fail(code: ErrorCode, params: ErrorParams = {}, extra?: object): Rendered {
