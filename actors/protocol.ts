@@ -40,6 +40,23 @@ export interface PendingAudit {
   readonly atMs: number;
 }
 
+/** Whether `value`, read back from disk, has a PendingAudit's fields. */
+export function isPendingAudit(value: unknown): value is PendingAudit {
+  if (typeof value !== 'object' || value === null) return false;
+  const audit = value as Readonly<Record<keyof PendingAudit, unknown>>;
+  return (
+    typeof audit.ref === 'string' &&
+    (audit.environment === 'test' || audit.environment === 'live') &&
+    typeof audit.action === 'string' &&
+    typeof audit.resourceType === 'string' &&
+    typeof audit.resourceId === 'string' &&
+    typeof audit.actor === 'string' &&
+    typeof audit.data === 'object' &&
+    audit.data !== null &&
+    typeof audit.atMs === 'number'
+  );
+}
+
 /** A command with the front end's request id, which the reply carries back. */
 export interface Envelope {
   readonly id: number;

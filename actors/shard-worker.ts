@@ -11,9 +11,10 @@ import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import path from 'node:path';
 import { assert } from '../shared/assert.js';
 import { Histogram, JOURNAL_BATCH_EVENTS_BOUNDS, JOURNAL_FLUSH_BOUNDS_MS } from './histogram.js';
-import type { CustomerSnapshot, CustomerState, Event } from './customer.js';
+import type { CustomerState, Event } from './customer.js';
+import { isCustomerSnapshot, isEvent } from './core/shapes.js';
 import { SNAPSHOT_EVERY_EVENTS, SNAPSHOT_INTERVAL_MS } from '../shared/limits.js';
-import { decodeBatch, type AuditEffect, type FromWorker, type PendingAudit, type ReplyBatch, type ReplyOutcome, type ShardLiveStats, type ToWorker } from './protocol.js';
+import { decodeBatch, isPendingAudit, type AuditEffect, type FromWorker, type PendingAudit, type ReplyBatch, type ReplyOutcome, type ShardLiveStats, type ToWorker } from './protocol.js';
 import { Shard, type CustomerIndexEntry } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
 import { encodeSnapshotChunk, ShardStore } from '../storage/journal.js';
@@ -55,7 +56,7 @@ function crash(error: unknown): never {
   process.exit(70);
 }
 
-const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`));
+const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`), { isEvent, isSnapshotItem: isCustomerSnapshot, isAudit: isPendingAudit });
 /** Metrics of this worker's journal, shipped with every stats reply. */
 const journalFlushMs = new Histogram(JOURNAL_FLUSH_BOUNDS_MS);
 const journalBatchEvents = new Histogram(JOURNAL_BATCH_EVENTS_BOUNDS);
@@ -104,12 +105,12 @@ let lastSnapshotAtMs: number | null = null;
 function recover(): void {
   // Chunk by chunk: the decoded items of one chunk become state and are garbage before
   // the next is read (a failure part-way kills the worker, so partial state never serves).
-  const snapshot = store.readSnapshot((items) => shard.loadSnapshot(items as CustomerSnapshot[]));
+  const snapshot = store.readSnapshot((items) => shard.loadSnapshot(items));
   if (snapshot !== null) lastSnapshotAtMs = snapshot.createdAtMs;
-  const result = store.replay(snapshot?.seq ?? 0, (_seq, events) => shard.replay(events as Event[]));
+  const result = store.replay(snapshot?.seq ?? 0, (_seq, events) => shard.replay(events));
   post({
     t: 'ready',
-    pendingAudits: store.pendingAudits() as PendingAudit[],
+    pendingAudits: store.pendingAudits(),
     stats: {
       customers: shard.customerCount,
       lastSeq: store.lastSeq,
