@@ -1,6 +1,8 @@
 /**
- * Limits of the HTTP edge, each with its reason. They bound what one request can make
- * the front end do before anything reaches a shard; hitting one answers a clear 4xx.
+ * Limits of the front end, each with its reason. Most bound what one request can make
+ * the front end do before anything reaches a shard (hitting one answers a clear 4xx);
+ * the rest bound its listings and its logs. Limits the core and the shards share live in
+ * shared/limits.ts.
  */
 
 /**
