@@ -26,7 +26,7 @@ export function planOf(_customer: CustomerState | undefined, config: CompiledCon
 }
 
 /** The contract's override for `key`, if the customer has a contract naming it. */
-export function contractIncluded(customer: CustomerState | undefined, key: string): number | undefined {
+function contractIncluded(customer: CustomerState | undefined, key: string): number | undefined {
   return customer?.contract?.entitlements[key]?.included;
 }
 
@@ -64,7 +64,7 @@ export function usageIn(meter: MeterState, periodStartMs: number): { included: M
   return { included: meter.includedUsedMicros, overage: meter.overageMicros, lots };
 }
 
-export function lotsRemaining(meter: MeterState): Micros {
+function lotsRemaining(meter: MeterState): Micros {
   let total = 0n;
   for (const lot of meter.lots) total += lot.remainingMicros;
   return total;
@@ -75,14 +75,14 @@ export function currentPeriodStart(ent: CompiledEntitlement, meter: MeterState, 
   return Math.max(periodAt(ent.reset, nowMs).startMs, meter.periodStartMs);
 }
 
-export function balanceMicros(meter: MeterState, includedMicros: Micros, periodStartMs: number): Micros {
+function balanceMicros(meter: MeterState, includedMicros: Micros, periodStartMs: number): Micros {
   const used = usageIn(meter, periodStartMs).included;
   const includedLeft = includedMicros > used ? includedMicros - used : 0n;
   return includedLeft + lotsRemaining(meter);
 }
 
 /** A customer's meter as of `nowMs`: its state, plan, included allowance and current period. */
-export function meterAt(customer: CustomerState | undefined, config: CompiledConfig, ent: CompiledEntitlement, nowMs: number) {
+function meterAt(customer: CustomerState | undefined, config: CompiledConfig, ent: CompiledEntitlement, nowMs: number) {
   const meter = customer?.meters.get(ent.key) ?? NO_METER;
   const plan = planOf(customer, config);
   return { meter, plan, includedMicros: meterIncludedMicros(customer, plan, ent.key), periodStartMs: currentPeriodStart(ent, meter, nowMs) };
