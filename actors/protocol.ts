@@ -69,8 +69,8 @@ export interface Envelope {
  * Commands on the wire: a flat array of primitives, COMMAND_SLOTS per command, because
  * structured cloning a flat array costs a fraction of cloning one object per command
  * (measured: postMessage was the front end's largest cost with objects). Slots:
- * [id, op, environment, customerId, key, a, b, audit] where a/b depend on the op and
- * audit is the command's AuditTag as `actor ref` (two short strings: cheap to clone) or null.
+ * [id, op, environment, customerId, key, a, b, audit] where op is the op's code, a/b are
+ * filled and read by its record in the op table (wireA, wireB, fromWire), and audit is the command's AuditTag as `actor ref` (two short strings: cheap to clone) or null.
  */
 export type WireBatch = Array<number | string | WireValue>;
 
