@@ -13,6 +13,7 @@ import { assert } from '../shared/assert.js';
 import type { CompiledConfig } from './billing-config.js';
 import { apply } from './core/apply.js';
 import { decide } from './core/decide.js';
+import { OPS } from './ops.js';
 import type { CustomerState, Event, Outcome, WriteCommand } from './core/types.js';
 import { balanceView, contextView, contractView, customerView, limitView } from './core/views.js';
 
@@ -55,7 +56,7 @@ export function execute(
   return { customer: state, outcome, events: decision.events };
 }
 
-/** The answer to an accepted write: a view of the customer after its events. */
+/** The answer to an accepted write: a view of the customer after its events, of the kind its op answers with. */
 function answer(
   before: CustomerState | undefined,
   state: CustomerState | undefined,
@@ -64,27 +65,27 @@ function answer(
   wrote: boolean,
   nowMs: number,
 ): Outcome {
-  switch (command.op) {
-    case 'putContract':
-      assert(state?.contract != null, 'contractSet applied');
-      return { kind: 'contract', view: contractView(command.customerId, state.contract) };
-    case 'deleteContract':
-      return { kind: 'deleted' };
+  const kind = OPS[command.op].answer;
+  switch (kind) {
+    case 'contract':
+      assert(state?.contract != null, `${command.op} left a contract`);
+      return { kind, view: contractView(command.customerId, state.contract) };
+    case 'deleted':
+      return { kind };
     case 'context':
-      assert(state !== undefined, 'context created the customer');
-      return { kind: 'context', view: contextView(state, config, command.request, nowMs), wrote };
-    case 'upsertCustomer':
-      assert(state !== undefined, 'customerUpserted applied');
-      return { kind: 'customer', view: customerView(state), created: before === undefined, changed: wrote };
-    case 'limitSettings':
-      return { kind: 'limit', view: limitView(state, config, command.key) };
-    case 'consume':
-    case 'refund':
-    case 'usageSettings':
-    case 'grantLot': {
+      assert(state !== undefined && command.op === 'context', 'a context call created the customer');
+      return { kind, view: contextView(state, config, command.request, nowMs), wrote };
+    case 'customer':
+      assert(state !== undefined, `${command.op} left a customer`);
+      return { kind, view: customerView(state), created: before === undefined, changed: wrote };
+    case 'limit':
+      return { kind, view: limitView(state, config, command.key) };
+    case 'balance': {
       const ent = config.entitlements.get(command.key);
       assert(ent !== undefined, 'decide resolved the entitlement');
-      return { kind: 'balance', view: balanceView(state, config, ent, nowMs) };
+      return { kind, view: balanceView(state, config, ent, nowMs) };
     }
+    case 'has':
+      assert(false, `a write (${command.op}) answers with a view`);
   }
 }

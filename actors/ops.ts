@@ -5,9 +5,10 @@
  * A record says whether the op reads or writes (the shard answers reads at once and
  * holds write replies until the journal is durable), which entitlement its `key` must
  * name (decide checks it), its wire code and slots (protocol.ts), the audit entry it
- * records, whether it rewrites the customer's index row, and how its success reply
- * becomes a JSON body. Adding an op means a record here plus its cases in decide and
- * apply. Pure: it imports only the core's types and amount formatting.
+ * records, whether it rewrites the customer's index row, and what a success answers
+ * with, which also says how that answer becomes a JSON body. Adding an op means a record
+ * here plus its cases in decide and apply. Pure: it imports only the core's types and
+ * amount formatting.
  */
 import { assert } from '../shared/assert.js';
 import type { EntitlementType } from './billing-config.js';
@@ -29,7 +30,10 @@ export interface AuditFields {
   readonly data: Readonly<Record<string, unknown>>;
 }
 
-interface OpRecordOf<O extends Op, C = CommandOf<O>> {
+/** What a success answers with (the outcome's kind), which also decides how it is rendered. */
+export type Answer = Exclude<Outcome['kind'], 'rejected'>;
+
+interface OpSpecOf<O extends Op, C = CommandOf<O>> {
   readonly op: O;
   /** The op's number on the wire, and its index in OPS_BY_CODE. */
   readonly code: number;
@@ -49,12 +53,15 @@ interface OpRecordOf<O extends Op, C = CommandOf<O>> {
   readonly wireB: (command: C) => WireValue;
   /** The command read back from its address and wire slots (the inverse of wireA/wireB). */
   readonly fromWire: (address: Addressed, a: WireValue, b: WireValue) => C;
+  /** What a success answers with. */
+  readonly answer: Answer;
+}
+
+/** A table record: the op's spec and the rendering of its answer, with the command type erased. */
+export interface OpRecord extends OpSpecOf<Op, Command> {
   /** The JSON body of a success outcome (a rejection is rendered by the front end). */
   readonly body: (outcome: Outcome) => string;
 }
-
-/** A record with its command type erased: only ever called with a command of its own op. */
-export type OpRecord = OpRecordOf<Op, Command>;
 
 const none = (): null => null;
 const booleanBody = (outcome: Outcome): string => (outcome.kind === 'has' && outcome.value ? 'true' : 'false');
@@ -63,13 +70,24 @@ const jsonBody = (outcome: Outcome): string => JSON.stringify(viewOf(outcome));
 const exactBody = (outcome: Outcome): string => exactJson(JSON.stringify(viewOf(outcome)));
 const emptyBody = (): string => '';
 
+/** How each kind of answer becomes a body. */
+const BODIES: Readonly<Record<Answer, (outcome: Outcome) => string>> = {
+  has: booleanBody,
+  limit: jsonBody,
+  balance: exactBody,
+  contract: jsonBody,
+  deleted: emptyBody,
+  customer: jsonBody,
+  context: exactBody,
+};
+
 function viewOf(outcome: Outcome): unknown {
   assert('view' in outcome, `a ${outcome.kind} outcome has no view`);
   return outcome.view;
 }
 
 /** Reads of one entitlement: nothing besides the address on the wire. */
-function entitlementRead<O extends 'has' | 'limit' | 'balance'>(op: O, code: number, entitlement: EntitlementType | 'any', body: (outcome: Outcome) => string): OpRecordOf<O> {
+function entitlementRead<O extends 'has' | 'limit' | 'balance'>(op: O, code: number, entitlement: EntitlementType | 'any'): OpSpecOf<O> {
   return {
     op,
     code,
@@ -80,7 +98,7 @@ function entitlementRead<O extends 'has' | 'limit' | 'balance'>(op: O, code: num
     wireA: none,
     wireB: none,
     fromWire: (address) => ({ op, ...address }) as CommandOf<O>,
-    body,
+    answer: op,
   };
 }
 
@@ -88,10 +106,10 @@ function customerUpsertAudit(command: { readonly customerId: string; readonly pa
   return { action: 'customer.upsert', resourceType: 'customer', resourceId: command.customerId, data: { ...command.patch } };
 }
 
-const OP_TABLE: { readonly [O in Op]: OpRecordOf<O> } = {
-  has: entitlementRead('has', 0, 'any', booleanBody),
-  limit: entitlementRead('limit', 1, 'limit', jsonBody),
-  balance: entitlementRead('balance', 2, 'meter', exactBody),
+const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
+  has: entitlementRead('has', 0, 'any'),
+  limit: entitlementRead('limit', 1, 'limit'),
+  balance: entitlementRead('balance', 2, 'meter'),
   consume: {
     op: 'consume',
     code: 3,
@@ -102,7 +120,7 @@ const OP_TABLE: { readonly [O in Op]: OpRecordOf<O> } = {
     wireA: (command) => command.amountMicros,
     wireB: (command) => command.idempotencyKey ?? null,
     fromWire: (address, a, b) => ({ op: 'consume', ...address, amountMicros: a as bigint, ...(b === null ? {} : { idempotencyKey: b as string }) }),
-    body: exactBody,
+    answer: 'balance',
   },
   refund: {
     op: 'refund',
@@ -119,7 +137,7 @@ const OP_TABLE: { readonly [O in Op]: OpRecordOf<O> } = {
     wireA: (command) => command.amountMicros,
     wireB: (command) => command.idempotencyKey ?? null,
     fromWire: (address, a, b) => ({ op: 'refund', ...address, amountMicros: a as bigint, ...(b === null ? {} : { idempotencyKey: b as string }) }),
-    body: exactBody,
+    answer: 'balance',
   },
   limitSettings: {
     op: 'limitSettings',
@@ -141,7 +159,7 @@ const OP_TABLE: { readonly [O in Op]: OpRecordOf<O> } = {
       ...(a === null ? {} : { purchased: a as number }),
       ...(b === null ? {} : { autoExpansionEnabled: b as boolean }),
     }),
-    body: jsonBody,
+    answer: 'limit',
   },
   usageSettings: {
     op: 'usageSettings',
@@ -153,7 +171,7 @@ const OP_TABLE: { readonly [O in Op]: OpRecordOf<O> } = {
     wireA: (command) => command.overageEnabled,
     wireB: none,
     fromWire: (address, a) => ({ op: 'usageSettings', ...address, overageEnabled: a as boolean }),
-    body: exactBody,
+    answer: 'balance',
   },
   grantLot: {
     op: 'grantLot',
@@ -165,7 +183,7 @@ const OP_TABLE: { readonly [O in Op]: OpRecordOf<O> } = {
     wireA: (command) => command.amountMicros,
     wireB: (command) => command.lotId,
     fromWire: (address, a, b) => ({ op: 'grantLot', ...address, amountMicros: a as bigint, lotId: b as string }),
-    body: exactBody,
+    answer: 'balance',
   },
   getContract: {
     op: 'getContract',
@@ -177,7 +195,7 @@ const OP_TABLE: { readonly [O in Op]: OpRecordOf<O> } = {
     wireA: none,
     wireB: none,
     fromWire: (address) => ({ op: 'getContract', ...address }),
-    body: jsonBody,
+    answer: 'contract',
   },
   putContract: {
     op: 'putContract',
@@ -189,7 +207,7 @@ const OP_TABLE: { readonly [O in Op]: OpRecordOf<O> } = {
     wireA: (command) => command.contract,
     wireB: none,
     fromWire: (address, a) => ({ op: 'putContract', ...address, contract: a as ContractInput }),
-    body: jsonBody,
+    answer: 'contract',
   },
   deleteContract: {
     op: 'deleteContract',
@@ -201,7 +219,7 @@ const OP_TABLE: { readonly [O in Op]: OpRecordOf<O> } = {
     wireA: none,
     wireB: none,
     fromWire: (address) => ({ op: 'deleteContract', ...address }),
-    body: emptyBody,
+    answer: 'deleted',
   },
   upsertCustomer: {
     op: 'upsertCustomer',
@@ -213,7 +231,7 @@ const OP_TABLE: { readonly [O in Op]: OpRecordOf<O> } = {
     wireA: (command) => command.patch,
     wireB: none,
     fromWire: (address, a) => ({ op: 'upsertCustomer', ...address, patch: a as ProfilePatch }),
-    body: jsonBody,
+    answer: 'customer',
   },
   context: {
     op: 'context',
@@ -226,12 +244,12 @@ const OP_TABLE: { readonly [O in Op]: OpRecordOf<O> } = {
     wireA: (command) => command.patch,
     wireB: (command) => command.request,
     fromWire: (address, a, b) => ({ op: 'context', ...address, patch: a as ProfilePatch, request: b as ContextRequest }),
-    body: exactBody,
+    answer: 'context',
   },
 };
 
 /** The records by op name; a command's record is `OPS[command.op]`. */
-export const OPS = OP_TABLE as unknown as Readonly<Record<Op, OpRecord>>;
+export const OPS: Readonly<Record<Op, OpRecord>> = withBodies(OP_TABLE as unknown as Readonly<Record<Op, OpSpecOf<Op, Command>>>);
 
 /** The records by wire code. */
 export const OPS_BY_CODE: readonly OpRecord[] = Object.values(OPS).sort((a, b) => a.code - b.code);
@@ -246,4 +264,10 @@ export function isRead(command: Command): command is ReadCommand {
 export function auditOf(command: Command): AuditFields | null {
   const audit = OPS[command.op].audit;
   return audit === null ? null : audit(command);
+}
+
+function withBodies(specs: Readonly<Record<Op, OpSpecOf<Op, Command>>>): Readonly<Record<Op, OpRecord>> {
+  const records: Partial<Record<Op, OpRecord>> = {};
+  for (const spec of Object.values(specs)) records[spec.op] = { ...spec, body: BODIES[spec.answer] };
+  return records as Record<Op, OpRecord>;
 }

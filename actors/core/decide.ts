@@ -81,21 +81,25 @@ export function query(
   command: ReadCommand,
   nowMs: number,
 ): Outcome {
-  const expected = OPS[command.op].entitlement;
-  const ent = expected === null ? null : resolveEntitlement(config, command.key, expected);
+  const op = OPS[command.op];
+  const ent = op.entitlement === null ? null : resolveEntitlement(config, command.key, op.entitlement);
   if (ent !== null && isRejection(ent)) return { kind: 'rejected', rejection: ent };
-  switch (command.op) {
+  switch (op.answer) {
     case 'has':
       return { kind: 'has', value: hasEntitlement(customer, config, entitled(ent), nowMs) };
     case 'limit':
       return { kind: 'limit', view: limitView(customer, config, entitled(ent).key) };
     case 'balance':
       return { kind: 'balance', view: balanceView(customer, config, entitled(ent), nowMs) };
-    case 'getContract': {
+    case 'contract': {
       const contract = customer?.contract ?? null;
       if (contract === null) return { kind: 'rejected', rejection: { kind: 'contract_not_found', customerId: command.customerId } };
       return { kind: 'contract', view: contractView(command.customerId, contract) };
     }
+    case 'deleted':
+    case 'customer':
+    case 'context':
+      assert(false, `a read (${command.op}) answers with ${op.answer}`);
   }
 }
 
