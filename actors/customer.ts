@@ -51,8 +51,8 @@ export function execute(
   let state = customer;
   for (const event of decision.events) state = apply(state, event);
   const outcome = answer(customer, state, config, command, decision.events.length > 0, nowMs);
-  // A context that changed nothing acknowledges no write: it is only a read.
-  if (command.op === 'context' && decision.events.length === 0) return { customer: state, outcome, events: [], isRead: true };
+  // A write whose op says so answers a call that changed nothing as a read (a context call).
+  if (decision.events.length === 0 && OPS[command.op].unchangedIsRead) return { customer: state, outcome, events: [], isRead: true };
   return { customer: state, outcome, events: decision.events };
 }
 

@@ -46,6 +46,11 @@ interface OpSpecOf<O extends Op, C = CommandOf<O>> {
   readonly entitlement: EntitlementType | 'any' | null;
   /** Whether a write that changed something changes the customer's index row. */
   readonly changesIndex: boolean;
+  /**
+   * Whether a write that changed nothing answers as a read, at once, rather than with the
+   * group it was decided in (its answer then acknowledges no write).
+   */
+  readonly unchangedIsRead: boolean;
   /** The audit entry of a write (without its actor), or null when the op is not audited. */
   readonly audit: ((command: C) => AuditFields) | null;
   /** The two op-specific wire slots of a command. */
@@ -94,6 +99,7 @@ function entitlementRead<O extends 'has' | 'limit' | 'balance'>(op: O, code: num
     access: 'read',
     entitlement,
     changesIndex: false,
+    unchangedIsRead: false,
     audit: null,
     wireA: none,
     wireB: none,
@@ -116,6 +122,7 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     access: 'write',
     entitlement: 'meter',
     changesIndex: false,
+    unchangedIsRead: false,
     audit: null,
     wireA: (command) => command.amountMicros,
     wireB: (command) => command.idempotencyKey ?? null,
@@ -128,6 +135,7 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     access: 'write',
     entitlement: 'meter',
     changesIndex: false,
+    unchangedIsRead: false,
     audit: ({ customerId, key, amountMicros, idempotencyKey }) => ({
       action: 'usage.refund',
       resourceType: 'meter',
@@ -145,6 +153,7 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     access: 'write',
     entitlement: 'limit',
     changesIndex: false,
+    unchangedIsRead: false,
     audit: ({ customerId, key, purchased, autoExpansionEnabled }) => ({
       action: 'limit.settings',
       resourceType: 'limit',
@@ -167,6 +176,7 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     access: 'write',
     entitlement: 'meter',
     changesIndex: false,
+    unchangedIsRead: false,
     audit: ({ customerId, key, overageEnabled }) => ({ action: 'usage.settings', resourceType: 'meter', resourceId: customerId, data: { key, overageEnabled } }),
     wireA: (command) => command.overageEnabled,
     wireB: none,
@@ -179,6 +189,7 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     access: 'write',
     entitlement: 'meter',
     changesIndex: false,
+    unchangedIsRead: false,
     audit: null,
     wireA: (command) => command.amountMicros,
     wireB: (command) => command.lotId,
@@ -191,6 +202,7 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     access: 'read',
     entitlement: null,
     changesIndex: false,
+    unchangedIsRead: false,
     audit: null,
     wireA: none,
     wireB: none,
@@ -203,6 +215,7 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     access: 'write',
     entitlement: null,
     changesIndex: false,
+    unchangedIsRead: false,
     audit: ({ customerId, contract }) => ({ action: 'contract.put', resourceType: 'contract', resourceId: customerId, data: contract }),
     wireA: (command) => command.contract,
     wireB: none,
@@ -215,6 +228,7 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     access: 'write',
     entitlement: null,
     changesIndex: false,
+    unchangedIsRead: false,
     audit: ({ customerId }) => ({ action: 'contract.delete', resourceType: 'contract', resourceId: customerId, data: {} }),
     wireA: none,
     wireB: none,
@@ -227,6 +241,7 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     access: 'write',
     entitlement: null,
     changesIndex: true,
+    unchangedIsRead: false,
     audit: customerUpsertAudit,
     wireA: (command) => command.patch,
     wireB: none,
@@ -239,6 +254,8 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     access: 'write',
     entitlement: null,
     changesIndex: true,
+    // The application's hot path repeats the same profile: an unchanged one is only a read.
+    unchangedIsRead: true,
     // Audited like POST /v1/customers: a context call is an upsert that also reads.
     audit: customerUpsertAudit,
     wireA: (command) => command.patch,
