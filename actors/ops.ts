@@ -6,9 +6,9 @@
  * holds write replies until the journal is durable), which entitlement its `key` must
  * name (decide checks it), its wire code and slots (protocol.ts), the audit entry it
  * records, whether it rewrites the customer's index row, and what a success answers
- * with, which also says how that answer becomes a JSON body. Adding an op means a record
- * here plus its cases in decide and apply. Pure: it imports only the core's types and
- * amount formatting.
+ * with, which also says how that answer becomes a JSON body. Adding an op means its
+ * command type (core/types.ts), a record here, its cases in decide and apply, and tests.
+ * Pure: it imports only the core's types and amount formatting.
  */
 import { assert } from '../shared/assert.js';
 import type { EntitlementType } from './billing-config.js';
