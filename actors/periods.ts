@@ -32,21 +32,6 @@ export function periodAt(reset: ResetInterval, nowMs: number): Period {
   return period;
 }
 
-/** Recently rendered timestamps: period ends repeat on every balance answered. */
-const isoCache = new Map<number, string>();
-const ISO_CACHE_MAX = 256;
-
-/** ISO 8601 with milliseconds for an epoch ms, memoised (a small, bounded cache). */
-export function isoOf(ms: number): string {
-  let iso = isoCache.get(ms);
-  if (iso === undefined) {
-    iso = new Date(ms).toISOString();
-    if (isoCache.size >= ISO_CACHE_MAX) isoCache.clear();
-    isoCache.set(ms, iso);
-  }
-  return iso;
-}
-
 function computePeriod(reset: ResetInterval, nowMs: number): Period {
   const d = new Date(nowMs);
   const y = d.getUTCFullYear();

@@ -3,19 +3,22 @@
  *
  * The front end sends one `batch` per worker per event-loop turn, never one message per
  * request (a wake-up costs ~30 µs; batching amortises it to a few µs). Replies come back
- * batched the same way, already rendered to status and JSON body so the front end only
- * writes bytes. Commands are validated at the edge before they are put in a batch; the
- * core asserts the same invariants again.
+ * batched the same way, as typed replies (ShardReply) whose answer is already JSON text,
+ * so the front end only picks a status and writes bytes. Commands are validated at the
+ * edge before they are put in a batch; the core asserts the same invariants again. The
+ * op table (ops.ts) says how each op's command fills its wire slots.
  */
+import type { Environment } from '../shared/environment.js';
 import type { BillingConfig } from './billing-config.js';
 import type { HistogramData } from './histogram.js';
-import type { Command, ContextRequest, ContractInput, Environment, ProfilePatch } from './customer.js';
+import type { Command } from './customer.js';
+import { OPS, OPS_BY_CODE, type WireValue } from './ops.js';
 
 export type { Command, Environment };
 
 /**
  * Marks an audited write: who made it (the key's id) and a reference unique per request.
- * The shard derives the entry itself (audit-of.ts) and, if the write changes anything,
+ * The shard derives the entry itself (ops.ts, the op table) and, if the write changes anything,
  * stores it in the change's own transaction (journal.ts, `audits`); the audit chain records
  * the reference too, so recovery appends exactly the stored entries the chain lacks.
  */
@@ -37,6 +40,23 @@ export interface PendingAudit {
   readonly atMs: number;
 }
 
+/** Whether `value`, read back from disk, has a PendingAudit's fields. */
+export function isPendingAudit(value: unknown): value is PendingAudit {
+  if (typeof value !== 'object' || value === null) return false;
+  const audit = value as Readonly<Record<keyof PendingAudit, unknown>>;
+  return (
+    typeof audit.ref === 'string' &&
+    (audit.environment === 'test' || audit.environment === 'live') &&
+    typeof audit.action === 'string' &&
+    typeof audit.resourceType === 'string' &&
+    typeof audit.resourceId === 'string' &&
+    typeof audit.actor === 'string' &&
+    typeof audit.data === 'object' &&
+    audit.data !== null &&
+    typeof audit.atMs === 'number'
+  );
+}
+
 /** A command with the front end's request id, which the reply carries back. */
 export interface Envelope {
   readonly id: number;
@@ -49,68 +69,19 @@ export interface Envelope {
  * Commands on the wire: a flat array of primitives, COMMAND_SLOTS per command, because
  * structured cloning a flat array costs a fraction of cloning one object per command
  * (measured: postMessage was the front end's largest cost with objects). Slots:
- * [id, op, environment, customerId, key, a, b, audit] where a/b depend on the op and
- * audit is the command's AuditTag as `actor ref` (two short strings: cheap to clone) or null.
+ * [id, op, environment, customerId, key, a, b, audit] where op is the op's code, a/b are
+ * filled and read by its record in the op table (wireA, wireB, fromWire), and audit is the command's AuditTag as `actor ref` (two short strings: cheap to clone) or null.
  */
-export type WireBatch = Array<number | string | bigint | boolean | null | ContractInput | ProfilePatch | ContextRequest>;
+export type WireBatch = Array<number | string | WireValue>;
 
 export const COMMAND_SLOTS = 8;
-
-const OPS = ['has', 'limit', 'balance', 'consume', 'refund', 'limitSettings', 'usageSettings', 'grantLot', 'getContract', 'putContract', 'deleteContract', 'upsertCustomer', 'context'] as const;
-const OP_CODES: Record<Command['op'], number> = {
-  has: 0,
-  limit: 1,
-  balance: 2,
-  consume: 3,
-  refund: 4,
-  limitSettings: 5,
-  usageSettings: 6,
-  grantLot: 7,
-  getContract: 8,
-  putContract: 9,
-  deleteContract: 10,
-  upsertCustomer: 11,
-  context: 12,
-};
 
 /** Appends one command to a wire batch (one push of eight values: no temporary arrays). */
 export function pushCommand(wire: WireBatch, id: number, command: Command, tag: AuditTag | null = null): void {
   const audit = tag === null ? null : `${tag.actor} ${tag.ref}`;
   const env = command.environment === 'live' ? 1 : 0;
-  const op = OP_CODES[command.op];
-  switch (command.op) {
-    case 'has':
-    case 'limit':
-    case 'balance':
-      wire.push(id, op, env, command.customerId, command.key, null, null, audit);
-      return;
-    case 'consume':
-    case 'refund':
-      wire.push(id, op, env, command.customerId, command.key, command.amountMicros, command.idempotencyKey ?? null, audit);
-      return;
-    case 'limitSettings':
-      wire.push(id, op, env, command.customerId, command.key, command.purchased ?? null, command.autoExpansionEnabled ?? null, audit);
-      return;
-    case 'usageSettings':
-      wire.push(id, op, env, command.customerId, command.key, command.overageEnabled, null, audit);
-      return;
-    case 'grantLot':
-      wire.push(id, op, env, command.customerId, command.key, command.amountMicros, command.lotId, audit);
-      return;
-    case 'getContract':
-    case 'deleteContract':
-      wire.push(id, op, env, command.customerId, command.key, null, null, audit);
-      return;
-    case 'putContract':
-      wire.push(id, op, env, command.customerId, command.key, command.contract, null, audit);
-      return;
-    case 'upsertCustomer':
-      wire.push(id, op, env, command.customerId, command.key, command.patch, null, audit);
-      return;
-    case 'context':
-      wire.push(id, op, env, command.customerId, command.key, command.patch, command.request, audit);
-      return;
-  }
+  const op = OPS[command.op];
+  wire.push(id, op.code, env, command.customerId, command.key, op.wireA(command), op.wireB(command), audit);
 }
 
 /** Reads the command at `offset` of a wire batch (the inverse of pushCommand). */
@@ -123,48 +94,14 @@ export function readCommand(wire: WireBatch, offset: number): Envelope {
 }
 
 function readBareCommand(wire: WireBatch, offset: number): Envelope {
-  const id = wire[offset] as number;
-  const op = OPS[wire[offset + 1] as number];
-  const base = {
+  const op = OPS_BY_CODE[wire[offset + 1] as number];
+  if (op === undefined) throw new Error(`unknown op code ${String(wire[offset + 1])}`);
+  const address = {
     environment: wire[offset + 2] === 1 ? ('live' as const) : ('test' as const),
     customerId: wire[offset + 3] as string,
     key: wire[offset + 4] as string,
   };
-  const a = wire[offset + 5];
-  const b = wire[offset + 6];
-  switch (op) {
-    case 'has':
-    case 'limit':
-    case 'balance':
-      return { id, command: { op, ...base } };
-    case 'consume':
-    case 'refund':
-      return { id, command: { op, ...base, amountMicros: a as bigint, ...(b === null ? {} : { idempotencyKey: b as string }) } };
-    case 'limitSettings':
-      return {
-        id,
-        command: {
-          op,
-          ...base,
-          ...(a === null ? {} : { purchased: a as number }),
-          ...(b === null ? {} : { autoExpansionEnabled: b as boolean }),
-        },
-      };
-    case 'usageSettings':
-      return { id, command: { op, ...base, overageEnabled: a as boolean } };
-    case 'grantLot':
-      return { id, command: { op, ...base, amountMicros: a as bigint, lotId: b as string } };
-    case 'getContract':
-    case 'deleteContract':
-      return { id, command: { op, ...base } };
-    case 'putContract':
-      return { id, command: { op, ...base, contract: a as ContractInput } };
-    case 'upsertCustomer':
-      return { id, command: { op, ...base, patch: a as ProfilePatch } };
-    case 'context':
-      return { id, command: { op, ...base, patch: a as ProfilePatch, request: b as ContextRequest } };
-  }
-  throw new Error(`unknown op code ${String(wire[offset + 1])}`);
+  return { id: wire[offset] as number, command: op.fromWire(address, wire[offset + 5] as WireValue, wire[offset + 6] as WireValue) };
 }
 
 export function decodeBatch(wire: WireBatch): Envelope[] {
@@ -183,22 +120,28 @@ export type ToWorker =
   | { readonly t: 'auditsRecorded'; readonly refs: readonly string[] }
   | { readonly t: 'stop' };
 
-/**
- * The status a shard gives a `context` reply that created or changed the customer, so the
- * front end can record it in the audit log (as `customer.upsert`) before answering 200.
- * It never reaches a client.
- */
-export const CONTEXT_WROTE_STATUS = 201;
+/** How a shard's answer to one command came out; the front end maps it to an HTTP status. */
+export type ReplyOutcome = 'ok' | 'created' | 'deleted' | 'rejected';
 
 /**
- * The status a shard gives an audited write that changed nothing (a customer upsert or a
- * limit or usage settings call repeating what is stored; the body is the current state),
- * so the front end answers 200 without an audit entry. Never reaches a client.
+ * What the command did, for the audit log: a write changed something ('wrote') or
+ * nothing ('unchanged': a replay, or an upsert repeating what is stored); reads and
+ * rejections change nothing and write nothing ('none').
  */
-export const UNCHANGED_STATUS = 299;
+export type AuditEffect = 'wrote' | 'unchanged' | 'none';
 
-/** Replies flattened as [id, status, body, id, status, body, ...] to keep cloning cheap. */
-export type ReplyTriples = Array<number | string>;
+/**
+ * A shard's answer to one command. `body` is JSON text: the answer's value ('' for
+ * 'deleted'), or for 'rejected' the core's Rejection, which the front end renders as an
+ * error from its catalog.
+ */
+export type ShardReply = [outcome: ReplyOutcome, body: string, effect: AuditEffect];
+
+/** Replies flattened as [id, outcome, body, effect, id, ...] to keep cloning cheap. */
+export type ReplyBatch = Array<number | string>;
+
+/** Slots per reply in a ReplyBatch. */
+export const REPLY_SLOTS = 4;
 
 export interface WorkerStats {
   readonly customers: number;
@@ -241,30 +184,5 @@ export type FromWorker =
   | { readonly t: 'cutProgress'; readonly snapshotId: string; readonly done: number; readonly total: number }
   | { readonly t: 'cutDone'; readonly snapshotId: string; readonly result: CutResult }
   | { readonly t: 'cutFailed'; readonly snapshotId: string; readonly error: string }
-  | { readonly t: 'replies'; readonly replies: ReplyTriples }
+  | { readonly t: 'replies'; readonly replies: ReplyBatch }
   | { readonly t: 'stopped' };
-
-/**
- * Stable FNV-1a hash of (environment, customerId) onto a logical shard. Stable across
- * processes and versions: it decides where a customer's journal lives.
- */
-export function logicalShardOf(environment: Environment, customerId: string, logicalShards: number): number {
-  let hash = 0x811c9dc5;
-  hash = fnvString(hash, environment);
-  hash = Math.imul(hash ^ 0, 0x01000193) >>> 0;
-  hash = fnvString(hash, customerId);
-  return hash % logicalShards;
-}
-
-function fnvString(seed: number, text: string): number {
-  let hash = seed;
-  for (let i = 0; i < text.length; i++) {
-    hash = Math.imul(hash ^ text.charCodeAt(i), 0x01000193) >>> 0;
-  }
-  return hash;
-}
-
-/** Logical shards are dealt round-robin onto workers. */
-export function workerOf(logicalShard: number, workers: number): number {
-  return logicalShard % workers;
-}

@@ -10,11 +10,12 @@
 import { nameThisThread } from './thread-name.js';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import path from 'node:path';
-import { assert } from './assert.js';
+import { assert } from '../shared/assert.js';
 import { Histogram, JOURNAL_BATCH_EVENTS_BOUNDS, JOURNAL_FLUSH_BOUNDS_MS } from './histogram.js';
-import type { CustomerSnapshot, CustomerState, Event } from './customer.js';
-import { SNAPSHOT_EVERY_EVENTS, SNAPSHOT_INTERVAL_MS } from './limits.js';
-import { decodeBatch, type FromWorker, type PendingAudit, type ReplyTriples, type ShardLiveStats, type ToWorker } from './protocol.js';
+import type { CustomerState, Event } from './customer.js';
+import { isCustomerSnapshot, isEvent } from './core/shapes.js';
+import { SNAPSHOT_EVERY_EVENTS, SNAPSHOT_INTERVAL_MS } from '../shared/limits.js';
+import { decodeBatch, isPendingAudit, type AuditEffect, type FromWorker, type PendingAudit, type ReplyBatch, type ReplyOutcome, type ShardLiveStats, type ToWorker } from './protocol.js';
 import { Shard, type CustomerIndexEntry } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
 import { encodeSnapshotChunk, ShardStore } from '../storage/journal.js';
@@ -33,7 +34,7 @@ const port = parentPort;
 const { dataDir, workerIndex, snapshotEveryBatches, exportSliceCustomers } = workerData as ShardWorkerData;
 nameThisThread(`tally-shard-${workerIndex}`);
 
-let outbox: ReplyTriples = [];
+let outbox: ReplyBatch = [];
 
 function post(message: FromWorker): void {
   port.postMessage(message);
@@ -47,8 +48,8 @@ function flushReplies(): void {
   post({ t: 'replies', replies });
 }
 
-function reply(id: number, status: number, body: string): void {
-  outbox.push(id, status, body);
+function reply(id: number, outcome: ReplyOutcome, body: string, effect: AuditEffect): void {
+  outbox.push(id, outcome, body, effect);
 }
 
 function crash(error: unknown): never {
@@ -57,7 +58,7 @@ function crash(error: unknown): never {
   process.exit(70);
 }
 
-const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`));
+const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`), { isEvent, isSnapshotItem: isCustomerSnapshot, isAudit: isPendingAudit });
 /** Metrics of this worker's journal, shipped with every stats reply. */
 const journalFlushMs = new Histogram(JOURNAL_FLUSH_BOUNDS_MS);
 const journalBatchEvents = new Histogram(JOURNAL_BATCH_EVENTS_BOUNDS);
@@ -106,12 +107,12 @@ let lastSnapshotAtMs: number | null = null;
 function recover(): void {
   // Chunk by chunk: the decoded items of one chunk become state and are garbage before
   // the next is read (a failure part-way kills the worker, so partial state never serves).
-  const snapshot = store.readSnapshot((items) => shard.loadSnapshot(items as CustomerSnapshot[]));
+  const snapshot = store.readSnapshot((items) => shard.loadSnapshot(items));
   if (snapshot !== null) lastSnapshotAtMs = snapshot.createdAtMs;
-  const result = store.replay(snapshot?.seq ?? 0, (_seq, events) => shard.replay(events as Event[]));
+  const result = store.replay(snapshot?.seq ?? 0, (_seq, events) => shard.replay(events));
   post({
     t: 'ready',
-    pendingAudits: store.pendingAudits() as PendingAudit[],
+    pendingAudits: store.pendingAudits(),
     stats: {
       customers: shard.customerCount,
       lastSeq: store.lastSeq,

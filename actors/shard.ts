@@ -21,14 +21,16 @@
  * A write that produced no event (a rejection or an idempotent replay) waits with the
  * group it was decided in, because its answer was computed from state that may not be
  * durable yet. The journal and the clock are injected, so the seeded simulation runs
- * this exact code without threads or disk.
+ * this exact code without threads or disk. What each op is (read or write, audited,
+ * whether it changes the customer index, how its answer is rendered) comes from the op
+ * table (ops.ts).
  */
-import { assert } from './assert.js';
-import { auditOf } from './audit-of.js';
+import { assert } from '../shared/assert.js';
+import { customerView, type CustomerView } from '../shared/customer-record.js';
+import type { Environment } from '../shared/environment.js';
 import { compileConfig, EMPTY_CONFIG, type BillingConfig, type CompiledConfig } from './billing-config.js';
 import {
   apply,
-  customerView,
   execute,
   fromSnapshot,
   query,
@@ -36,13 +38,14 @@ import {
   type Command,
   type CustomerSnapshot,
   type CustomerState,
-  type CustomerView,
-  type Environment,
   type Event,
+  type Outcome,
   type ReadCommand,
 } from './customer.js';
-import type { Envelope, PendingAudit } from './protocol.js';
-import { renderOutcome } from './render.js';
+import { OPS, type OpRecord } from './ops.js';
+import { REPLY_SLOTS, type AuditEffect, type Envelope, type PendingAudit, type ReplyOutcome, type ShardReply } from './protocol.js';
+
+export { isRead } from './ops.js';
 
 /** A customer's row in the shard's customer index, written with the journal record. */
 export interface CustomerIndexEntry {
@@ -63,17 +66,36 @@ export interface ShardJournal {
 export interface ShardOptions {
   readonly journal: ShardJournal;
   readonly clock: () => number;
-  /** Receives each rendered reply; the shell buffers them until `flush`. */
-  readonly reply: (id: number, status: number, body: string) => void;
+  /** Receives each reply; the shell buffers them until `flush`. */
+  readonly reply: (id: number, ...reply: ShardReply) => void;
   /** Called after a batch's immediate replies and after each group's release: send now. */
   readonly flush: () => void;
   /** Called when a journal write fails: the shell must crash the worker. */
   readonly fatal: (error: unknown) => void;
 }
 
-/** Reads are answered at once from memory; everything else is a write. */
-export function isRead(command: Command): command is ReadCommand {
-  return command.op === 'has' || command.op === 'limit' || command.op === 'balance' || command.op === 'getContract';
+/** Whether `command`, whose record is `op`, is a read (the op table says). */
+function isReadOf(op: OpRecord, command: Command): command is ReadCommand {
+  return op.access === 'read';
+}
+
+/** How an outcome goes back to the front end. */
+function replyOutcomeOf(outcome: Outcome): ReplyOutcome {
+  switch (outcome.kind) {
+    case 'rejected':
+      return 'rejected';
+    case 'deleted':
+      return 'deleted';
+    case 'customer':
+      return outcome.created ? 'created' : 'ok';
+    default:
+      return 'ok';
+  }
+}
+
+/** The reply's JSON: the op's rendering of a success, or the rejection itself. */
+function replyBodyOf(op: OpRecord, outcome: Outcome): string {
+  return outcome.kind === 'rejected' ? JSON.stringify(outcome.rejection) : op.body(outcome);
 }
 
 /**
@@ -86,6 +108,8 @@ export const APPENDS_IN_FLIGHT_MAX = 4;
 
 /** One journal append on its way to disk, and what its durability releases. */
 interface Append {
+  /** The journal seq of the record. */
+  readonly seq: number;
   readonly replies: Array<number | string>;
   readonly waiters: Array<() => void>;
   durable: boolean;
@@ -111,6 +135,9 @@ export class Shard {
   /** Audit entries of the pending events' audited writes, stored in the same record's transaction. */
   private pendingAudits: PendingAudit[] = [];
   private lastNowMs = 0;
+  /** Seq of the newest append started, and of the newest one whose replies were released. */
+  private appendedSeq = 0;
+  private releasedSeq = 0;
   /** Journal records appended since the shard last snapshotted. */
   batchesSinceSnapshot = 0;
   /** Events in those records: what replay after the last snapshot would have to fold. */
@@ -158,35 +185,37 @@ export class Shard {
     this.loadingSnapshot = false;
     const nowMs = this.now();
     for (const { id, command, audit } of envelopes) {
+      const op = OPS[command.op];
       const customers = this.customers[command.environment];
       const config = this.configs.get(command.environment) ?? EMPTY_CONFIG;
-      if (isRead(command)) {
-        const rendered = renderOutcome(query(customers.get(command.customerId), config, command, nowMs));
-        this.options.reply(id, rendered.status, rendered.body);
+      if (isReadOf(op, command)) {
+        const outcome = query(customers.get(command.customerId), config, command, nowMs);
+        this.options.reply(id, replyOutcomeOf(outcome), replyBodyOf(op, outcome), 'none');
         continue;
       }
       const before = customers.get(command.customerId);
       if (before !== undefined && this.writeObserver !== null) this.writeObserver.before(before);
       const entriesBefore = before?.idempotency?.size ?? 0;
       const execution = execute(before, config, command, nowMs);
+      const wrote = execution.events.length > 0;
       if (execution.customer !== undefined) {
         this.idempotencyEntries += (execution.customer.idempotency?.size ?? 0) - entriesBefore;
         customers.set(command.customerId, execution.customer);
         if (before === undefined && this.writeObserver !== null) this.writeObserver.created(execution.customer);
-        if (before === undefined || (execution.events.length > 0 && (command.op === 'upsertCustomer' || command.op === 'context'))) {
-          this.pendingIndex.add(execution.customer);
-        }
+        if (before === undefined || (wrote && op.changesIndex)) this.pendingIndex.add(execution.customer);
       }
       for (const event of execution.events) this.pendingEvents.push(event);
       // An audited write that changed something stores its entry with the change.
-      if (audit !== undefined && execution.events.length > 0) {
-        const fields = auditOf(command);
-        if (fields !== null) this.pendingAudits.push({ ref: audit.ref, environment: command.environment, ...fields, actor: audit.actor, atMs: nowMs });
+      if (audit !== undefined && wrote && op.audit !== null) {
+        const fields = op.audit(command);
+        this.pendingAudits.push({ ref: audit.ref, environment: command.environment, ...fields, actor: audit.actor, atMs: nowMs });
       }
-      const rendered = renderOutcome(execution.outcome);
+      const outcome = replyOutcomeOf(execution.outcome);
+      const body = replyBodyOf(op, execution.outcome);
+      const effect: AuditEffect = outcome === 'rejected' ? 'none' : wrote ? 'wrote' : 'unchanged';
       // The core says when a write command's answer is only a read (see Execution.isRead).
-      if (execution.isRead === true) this.options.reply(id, rendered.status, rendered.body);
-      else this.pendingReplies.push(id, rendered.status, rendered.body);
+      if (execution.isRead === true) this.options.reply(id, outcome, body, effect);
+      else this.pendingReplies.push(id, outcome, body, effect);
     }
     this.commitIfRoom();
     this.options.flush();
@@ -216,7 +245,8 @@ export class Shard {
    * is in flight.
    */
   private commitIfRoom(): void {
-    if (this.inFlight.length >= APPENDS_IN_FLIGHT_MAX) return;
+    assert(this.inFlight.length <= APPENDS_IN_FLIGHT_MAX, `${this.inFlight.length} appends in flight`);
+    if (this.inFlight.length === APPENDS_IN_FLIGHT_MAX) return;
     if (this.pendingEvents.length === 0 && this.pendingReplies.length === 0 && this.pendingWaiters.length === 0 && this.pendingIndex.size === 0) return;
     const events = this.pendingEvents;
     const replies = this.pendingReplies;
@@ -228,22 +258,44 @@ export class Shard {
     this.pendingReplies = [];
     this.pendingWaiters = [];
     this.pendingIndex = new Set();
+    assert(replies.length % REPLY_SLOTS === 0, 'pending replies are whole');
     if (events.length === 0) {
-      const last = this.inFlight.at(-1);
-      if (last === undefined) {
-        this.release(replies);
-        for (const waiter of waiters) waiter();
-      } else {
-        for (const item of replies) last.replies.push(item);
-        for (const waiter of waiters) last.waiters.push(waiter);
-      }
+      // Only a write with events creates or re-profiles a customer, or stores an audit entry.
+      assert(index.length === 0 && audits.length === 0, 'a group without events changes no index row and stores no audit entry');
+      this.holdOrRelease(replies, waiters);
       return;
     }
-    const append: Append = { replies, waiters, durable: false };
+    this.startAppend(events, index, audits, replies, waiters);
+  }
+
+  /** A group without events: its answers wait for the newest append in flight, if any. */
+  private holdOrRelease(replies: Array<number | string>, waiters: Array<() => void>): void {
+    const last = this.inFlight.at(-1);
+    if (last === undefined) {
+      this.release(replies);
+      for (const waiter of waiters) waiter();
+      return;
+    }
+    for (const item of replies) last.replies.push(item);
+    for (const waiter of waiters) last.waiters.push(waiter);
+  }
+
+  private startAppend(
+    events: readonly Event[],
+    index: readonly CustomerIndexEntry[],
+    audits: readonly PendingAudit[],
+    replies: Array<number | string>,
+    waiters: Array<() => void>,
+  ): void {
+    const { seq, durable } = this.options.journal.append(events, index, audits);
+    assert(seq > this.appendedSeq, `journal seq ${seq} after ${this.appendedSeq}`);
+    this.appendedSeq = seq;
+    const append: Append = { seq, replies, waiters, durable: false };
     this.inFlight.push(append);
     this.batchesSinceSnapshot++;
     this.eventsSinceSnapshot += events.length;
-    this.options.journal.append(events, index, audits).durable.then(() => {
+    durable.then(() => {
+      assert(!append.durable && this.inFlight.includes(append), `append ${seq} became durable twice or after release`);
       append.durable = true;
       this.releaseDurable();
       this.commitIfRoom();
@@ -255,14 +307,18 @@ export class Shard {
   private releaseDurable(): void {
     for (let head = this.inFlight[0]; head !== undefined && head.durable; head = this.inFlight[0]) {
       this.inFlight.shift();
+      // Releasing in append order: every record older than this one is durable and released.
+      assert(head.seq > this.releasedSeq, `append ${head.seq} released after ${this.releasedSeq}`);
+      this.releasedSeq = head.seq;
       this.release(head.replies);
       for (const waiter of head.waiters) waiter();
     }
   }
 
   private release(held: ReadonlyArray<number | string>): void {
-    for (let i = 0; i < held.length; i += 3) {
-      this.options.reply(held[i] as number, held[i + 1] as number, held[i + 2] as string);
+    assert(held.length % REPLY_SLOTS === 0, 'held replies are whole');
+    for (let i = 0; i < held.length; i += REPLY_SLOTS) {
+      this.options.reply(held[i] as number, held[i + 1] as ReplyOutcome, held[i + 2] as string, held[i + 3] as AuditEffect);
     }
   }
 

@@ -3,7 +3,17 @@
  * latency (ms, right axis) against time, because a curve shows "flat" or "climbing"
  * faster than a table. Plain SVG text, no dependencies.
  */
-import type { SoakWindow } from './soak.js';
+/** One 15-second window of a soak run. */
+export interface SoakWindow {
+  readonly atSec: number;
+  readonly rssMiB: number;
+  readonly idempotencyEntries: number;
+  readonly snapshots: number;
+  readonly probeMsP99: number;
+  readonly probeMsP999: number;
+  readonly probeMsMax: number;
+  readonly probeFailures: number;
+}
 
 const WIDTH = 720;
 const HEIGHT = 300;

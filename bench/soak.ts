@@ -23,7 +23,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { stopAll } from './children.js';
 import { LatencyHistogram } from './latency-histogram.js';
-import { plotSoak } from './soak-plot.js';
+import { plotSoak, type SoakWindow } from './soak-plot.js';
 import { makeDataDir, removeDataDir, startTally, type TallyServer } from './tally-server.js';
 import { wrkAvailable } from './wrk.js';
 
@@ -38,18 +38,6 @@ interface SoakOptions {
   readonly connections: number;
   readonly workers: number | undefined;
   readonly reportPath: string | undefined;
-}
-
-/** One 15-second window of the run. */
-export interface SoakWindow {
-  readonly atSec: number;
-  readonly rssMiB: number;
-  readonly idempotencyEntries: number;
-  readonly snapshots: number;
-  readonly probeMsP99: number;
-  readonly probeMsP999: number;
-  readonly probeMsMax: number;
-  readonly probeFailures: number;
 }
 
 export interface SoakResult {

@@ -2,11 +2,11 @@
  * The error catalog: every error Tally answers, with its HTTP status and message.
  *
  * One place so that messages stay consistent, the error table of docs/api.md can be checked
- * against it (test/errors-catalog.test.ts), and nothing answers an ad-hoc error. It has
- * no imports so that the shard workers can render domain outcomes with it too. Every
- * body is `{"error": message, "code": key}`, the key being the entry's name here, so a
- * program can branch on `code` while a person reads `error`; some add the balance fields
- * (429 insufficient balance, 409 refund too large).
+ * against it (test/errors-catalog.test.ts), and nothing answers an ad-hoc error. The
+ * shards' rejections are rendered with it too (src/api/shard-reply.ts). Every body is
+ * `{"error": message, "code": key}`, the key being the entry's name here, so a program
+ * can branch on `code` while a person reads `error`; some add the balance fields (429
+ * insufficient balance, 409 refund too large).
  */
 
 export interface CatalogEntry {

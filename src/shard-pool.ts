@@ -10,14 +10,18 @@
  * acknowledged is on disk for recovery.
  */
 import { Worker } from 'node:worker_threads';
+import { assert } from '../shared/assert.js';
+import { logicalShardOf, workerOf } from '../shared/shard-hash.js';
 import type { BillingConfig } from '../actors/billing-config.js';
-import { BATCH_COMMANDS_MAX, EXPORT_SLICE_CUSTOMERS, LOGICAL_SHARDS, SHARD_YOUNG_GENERATION_MB, SNAPSHOT_EVERY_BATCHES, WORKER_QUEUE_MAX } from '../actors/limits.js';
+import { BATCH_COMMANDS_MAX, EXPORT_SLICE_CUSTOMERS, LOGICAL_SHARDS, SHARD_YOUNG_GENERATION_MB, SNAPSHOT_EVERY_BATCHES, WORKER_QUEUE_MAX } from '../shared/limits.js';
 import {
   COMMAND_SLOTS,
-  logicalShardOf,
   pushCommand,
-  workerOf,
+  REPLY_SLOTS,
+  type AuditEffect,
   type Command,
+  type ReplyOutcome,
+  type ShardReply,
   type WireBatch,
   type Environment,
   type FromWorker,
@@ -30,7 +34,8 @@ import {
 } from '../actors/protocol.js';
 import type { ShardWorkerData } from '../actors/shard-worker.js';
 
-export type ReplyHandler = (status: number, body: string) => void;
+/** Receives a command's reply (protocol.ts, ShardReply). */
+export type ReplyHandler = (...reply: ShardReply) => void;
 
 interface Slot {
   readonly worker: Worker;
@@ -272,14 +277,21 @@ export class ShardPool {
     slot.worker.postMessage(message);
   }
 
+  /**
+   * Hands each reply to its request's handler. Every submitted command is answered
+   * exactly once by the worker it was sent to, so a reply for an id not pending (an
+   * unknown or repeated one) is a broken invariant: assertion failure, never skipped.
+   */
   private deliver(slot: Slot, replies: ReadonlyArray<number | string>): void {
-    for (let i = 0; i < replies.length; i += 3) {
+    assert(replies.length % REPLY_SLOTS === 0, `a reply batch of ${replies.length} slots`);
+    for (let i = 0; i < replies.length; i += REPLY_SLOTS) {
       const id = replies[i] as number;
       const handler = this.pending.get(id);
-      if (handler === undefined) continue;
+      assert(handler !== undefined, `reply for request ${id}, which is not pending`);
+      assert(slot.inFlight > 0, `reply for request ${id} from a worker with nothing in flight`);
       this.pending.delete(id);
       slot.inFlight--;
-      handler(replies[i + 1] as number, replies[i + 2] as string);
+      handler(replies[i + 1] as ReplyOutcome, replies[i + 2] as string, replies[i + 3] as AuditEffect);
     }
   }
 

@@ -9,7 +9,7 @@
  * chain has exactly one writer per environment. An append resolves once durable.
  */
 import { createHash } from 'node:crypto';
-import { assert } from '../actors/assert.js';
+import { assert } from '../shared/assert.js';
 import { decodeRecord, encodeRecord } from './codec.js';
 import { durableVoid, type BinaryDb } from './lmdb-env.js';
 

@@ -14,7 +14,7 @@
  * corrupt one: the front end must not serve from state it cannot trust.
  */
 import { join } from 'node:path';
-import { assert } from '../actors/assert.js';
+import { assert } from '../shared/assert.js';
 import { decodeRecord, encodeRecord } from './codec.js';
 import { durableVoid, durableWrite, openDurableEnv, readRecord, type BinaryDb, type DurableEnv } from './lmdb-env.js';
 

@@ -17,8 +17,13 @@
  *
  * Layout: `journal` maps seq (ordered-binary number) → frame(events array); `snapshot`
  * maps 0 → frame(header) and 1..chunkCount → frame(items chunk); `meta` maps name → frame.
+ *
+ * Records are typed by the store's user, who knows what they are (the shard worker: its
+ * events, snapshot items and audit entries); storage knows only how to keep them. A store
+ * opened with RecordShapes checks every event, snapshot item and audit entry it reads back
+ * against them and refuses one of the wrong shape as corrupt.
  */
-import { assert } from '../actors/assert.js';
+import { assert } from '../shared/assert.js';
 import { encodeRecord, decodeRecord } from './codec.js';
 import { envInfo, flushedWrite, openDurableEnv, readRecord, SHARD_ENV_OPTIONS, type BinaryDb, type DurableEnv, type EnvInfo } from './lmdb-env.js';
 
@@ -59,6 +64,23 @@ export interface IndexEntry {
   readonly json: Buffer;
 }
 
+/**
+ * The record types a store holds, and how to recognise one read back from disk. Each
+ * check looks at the record's shape only; whoever consumes the record asserts the rest.
+ */
+export interface RecordShapes<Ev, Item, Audit> {
+  readonly isEvent: (value: unknown) => value is Ev;
+  readonly isSnapshotItem: (value: unknown) => value is Item;
+  readonly isAudit: (value: unknown) => value is Audit;
+}
+
+/** For a store whose records are not typed (tools and tests): every record is accepted. */
+const UNTYPED: RecordShapes<unknown, unknown, unknown> = {
+  isEvent: (_value): _value is unknown => true,
+  isSnapshotItem: (_value): _value is unknown => true,
+  isAudit: (_value): _value is unknown => true,
+};
+
 export interface ReplayResult {
   readonly batches: number;
   readonly droppedTail: boolean;
@@ -72,8 +94,9 @@ export interface ShardStoreStats extends EnvInfo {
 
 type DbName = 'journal' | 'snapshot' | 'meta' | 'customers' | 'audits';
 
-export class ShardStore {
+export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   readonly #env: DurableEnv<DbName>;
+  readonly #shapes: RecordShapes<Ev, Item, Audit>;
   #lastSeq: number;
   #snapshotSeq: number;
   /** Seq of a last record that failed verification at open; replay() drops it. */
@@ -81,8 +104,9 @@ export class ShardStore {
   /** A write failed: lmdb-js will never settle that batch's flush (see close()). */
   #writeFailed = false;
 
-  private constructor(env: DurableEnv<DbName>) {
+  private constructor(env: DurableEnv<DbName>, shapes: RecordShapes<Ev, Item, Audit>) {
     this.#env = env;
+    this.#shapes = shapes;
     this.#snapshotSeq = readSnapshotHeader(env.dbs.snapshot)?.seq ?? 0;
     const tail = lastJournalRecord(env.dbs.journal);
     this.#lastSeq = Math.max(this.#snapshotSeq, tail?.seq ?? 0);
@@ -90,13 +114,16 @@ export class ShardStore {
   }
 
   /**
-   * Opens (creating if needed) the shard environment in directory `path`. Throws if LMDB
-   * cannot open it or if the snapshot header is corrupt (refuse to start).
+   * Opens (creating if needed) the shard environment in directory `path`, holding records
+   * of the given shapes (or untyped ones). Throws if LMDB cannot open it or if the snapshot
+   * header is corrupt (refuse to start).
    */
-  static open(path: string): ShardStore {
+  static open(path: string): ShardStore;
+  static open<Ev, Item, Audit>(path: string, shapes: RecordShapes<Ev, Item, Audit>): ShardStore<Ev, Item, Audit>;
+  static open(path: string, shapes: RecordShapes<unknown, unknown, unknown> = UNTYPED): ShardStore {
     const env = openDurableEnv<DbName>(path, ['journal', 'snapshot', 'meta', 'customers', 'audits'], SHARD_ENV_OPTIONS);
     try {
-      return new ShardStore(env);
+      return new ShardStore(env, shapes);
     } catch (error) {
       void env.root.close(); // release the environment; the error still stops the caller
       throw error;
@@ -126,9 +153,9 @@ export class ShardStore {
    * (call replay() first), if `events` is not an array or the record is too large.
    */
   append(
-    events: readonly unknown[],
+    events: readonly Ev[],
     index: readonly IndexEntry[] = [],
-    audits: ReadonlyArray<{ readonly ref: string }> = [],
+    audits: ReadonlyArray<Audit & { readonly ref: string }> = [],
     forget: readonly string[] = [],
   ): { seq: number; durable: Promise<void> } {
     assert(this.#tornTailSeq === null, `torn journal tail at seq ${this.#tornTailSeq}: replay() before append()`);
@@ -152,9 +179,13 @@ export class ShardStore {
   }
 
   /** Every stored audit entry not yet forgotten, in no particular order. Throws on a corrupt one. */
-  pendingAudits(): unknown[] {
-    const audits: unknown[] = [];
-    for (const { key } of this.#env.dbs.audits.getRange({})) audits.push(readRecord(this.#env.dbs.audits, key as string, `pending audit ${String(key)}`));
+  pendingAudits(): Audit[] {
+    const audits: Audit[] = [];
+    for (const { key } of this.#env.dbs.audits.getRange({})) {
+      const audit = readRecord(this.#env.dbs.audits, key as string, `pending audit ${String(key)}`);
+      if (!this.#shapes.isAudit(audit)) throw new Error(`pending audit ${String(key)} is corrupt (not an audit entry); refusing to start`);
+      audits.push(audit);
+    }
     return audits;
   }
 
@@ -177,7 +208,7 @@ export class ShardStore {
    * Throws if any other record is corrupt or missing: the journal must never be skipped.
    * Errors thrown by `onBatch` propagate unchanged.
    */
-  replay(afterSeq: number, onBatch: (seq: number, events: readonly unknown[]) => void): ReplayResult {
+  replay(afterSeq: number, onBatch: (seq: number, events: readonly Ev[]) => void): ReplayResult {
     assert(Number.isSafeInteger(afterSeq) && afterSeq >= 0, 'replay afterSeq must be a non-negative integer');
     assert(afterSeq >= this.#snapshotSeq, `replay after ${afterSeq} but the snapshot covers up to ${this.#snapshotSeq}`);
     const range = this.#tornTailSeq === null ? { start: afterSeq + 1 } : { start: afterSeq + 1, end: this.#tornTailSeq };
@@ -187,7 +218,7 @@ export class ShardStore {
       if (seq !== expectedSeq) {
         throw new Error(`journal is corrupt: record ${expectedSeq} is missing (next record is ${seq}); refusing to start`);
       }
-      onBatch(seq, decodeJournalRecord(seq, value));
+      onBatch(seq, this.#events(seq, decodeJournalRecord(seq, value)));
       expectedSeq += 1;
     }
     return { batches: expectedSeq - afterSeq - 1, droppedTail: this.#dropTornTail() };
@@ -206,7 +237,7 @@ export class ShardStore {
    * synchronously (programmer error) if `seq` is below the current snapshot or above
    * lastSeq, or if a torn tail is still pending.
    */
-  writeSnapshot(seq: number, items: readonly unknown[]): Promise<void> {
+  writeSnapshot(seq: number, items: readonly Item[]): Promise<void> {
     return this.writeSnapshotChunks(seq, encodeChunks(items), items.length);
   }
 
@@ -240,8 +271,8 @@ export class ShardStore {
    * Loads the latest snapshot, or null if none was ever written; see `readSnapshot`,
    * which this collects into one array.
    */
-  loadSnapshot(): { seq: number; createdAtMs: number; items: unknown[] } | null {
-    const items: unknown[] = [];
+  loadSnapshot(): { seq: number; createdAtMs: number; items: Item[] } | null {
+    const items: Item[] = [];
     const read = this.readSnapshot((chunk) => {
       for (const item of chunk) items.push(item);
     });
@@ -259,7 +290,7 @@ export class ShardStore {
    * must discard everything it loaded (the shard worker dies). Errors thrown by
    * `onChunk` propagate unchanged.
    */
-  readSnapshot(onChunk: (items: readonly unknown[]) => void): { seq: number; createdAtMs: number; itemCount: number } | null {
+  readSnapshot(onChunk: (items: readonly Item[]) => void): { seq: number; createdAtMs: number; itemCount: number } | null {
     const { snapshot } = this.#env.dbs;
     const header = readSnapshotHeader(snapshot);
     if (header === null) return null;
@@ -274,7 +305,7 @@ export class ShardStore {
       if (itemCount > header.itemCount) {
         throw new Error(`snapshot is corrupt: header says ${header.itemCount} items, chunk ${expectedKey} goes beyond`);
       }
-      onChunk(items);
+      onChunk(this.#items(expectedKey, items));
       expectedKey += 1;
     }
     if (expectedKey - 1 !== header.chunkCount || itemCount !== header.itemCount) {
@@ -320,6 +351,22 @@ export class ShardStore {
   close(): Promise<void> {
     const closing = this.#env.root.close();
     return this.#writeFailed ? Promise.resolve() : closing;
+  }
+
+  /** A journal record's events, checked against the store's shapes. */
+  #events(seq: number, events: readonly unknown[]): readonly Ev[] {
+    for (const event of events) {
+      if (!this.#shapes.isEvent(event)) throw new Error(`journal is corrupt at seq ${seq} (an event of the wrong shape); refusing to start`);
+    }
+    return events as readonly Ev[];
+  }
+
+  /** A snapshot chunk's items, checked against the store's shapes. */
+  #items(key: number, items: readonly unknown[]): readonly Item[] {
+    for (const item of items) {
+      if (!this.#shapes.isSnapshotItem(item)) throw new Error(`snapshot is corrupt: chunk ${key} holds an item of the wrong shape`);
+    }
+    return items as readonly Item[];
   }
 
   #dropTornTail(): boolean {

@@ -19,14 +19,15 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { customerView, type CustomerSnapshot } from '../actors/customer.js';
-import { LOGICAL_SHARDS } from '../actors/limits.js';
-import { logicalShardOf, workerOf, type Environment } from '../actors/protocol.js';
+import { customerView, type CustomerProfile, type CustomerRecord } from '../shared/customer-record.js';
+import type { Environment } from '../shared/environment.js';
+import { LOGICAL_SHARDS } from '../shared/limits.js';
+import { logicalShardOf, workerOf } from '../shared/shard-hash.js';
 import { AuditLog } from './audit-log.js';
 import { ControlStore, type ConfigEntry, type KeyRecord } from './control-store.js';
 import { claimDataDir, dataDirOwner } from './data-dir-lock.js';
 import { encodeSnapshotChunk, ShardStore, SNAPSHOT_CHUNK_ITEMS, type IndexEntry } from './journal.js';
-import { readSnapshotFile, SNAPSHOT_SECRET_BYTES, verifySnapshotFile, type SnapshotHeader, type SnapshotTrailer } from './snapshot-file.js';
+import { readSnapshotFile, SNAPSHOT_SECRET_BYTES, SnapshotFileError, verifySnapshotFile, type SnapshotHeader, type SnapshotTrailer } from './snapshot-file.js';
 
 export class RestoreRefusedError extends Error {}
 
@@ -43,7 +44,7 @@ export interface RestoreOptions {
   /** Checks a configuration as a push would; answers why it is refused, or null. */
   readonly checkConfig?: (config: unknown) => string | null;
   /** Checks a customer's id and profile as an upsert would; answers why it is refused, or null. */
-  readonly checkCustomer?: (customer: CustomerSnapshot) => string | null;
+  readonly checkCustomer?: (customer: CustomerRecord) => string | null;
 }
 
 export interface RestoreResult {
@@ -99,6 +100,29 @@ export async function restoreSnapshot(file: string, dataDir: string, options: Re
 }
 
 /**
+ * What restore reads of a snapshot's customer item: where it belongs and its customer
+ * record (for the index row). The item itself is stored as it is, for the shard to load.
+ */
+interface StoredCustomer extends CustomerRecord {
+  readonly environment: Environment;
+}
+
+/** `item` as a StoredCustomer, or SnapshotFileError when it lacks those fields. */
+function storedCustomer(item: unknown): StoredCustomer {
+  const fields = (typeof item === 'object' && item !== null ? item : {}) as Partial<Record<keyof StoredCustomer, unknown>>;
+  const profile = (typeof fields.profile === 'object' && fields.profile !== null ? fields.profile : {}) as Partial<Record<keyof CustomerProfile, unknown>>;
+  const ok =
+    (fields.environment === 'test' || fields.environment === 'live') &&
+    typeof fields.id === 'string' &&
+    typeof fields.createdAtMs === 'number' &&
+    typeof profile.updatedAtMs === 'number' &&
+    typeof profile.metadata === 'object' &&
+    profile.metadata !== null;
+  if (!ok) throw new SnapshotFileError('a customer item of the snapshot lacks its environment, id or profile');
+  return item as StoredCustomer;
+}
+
+/**
  * One restored shard's contents, built while the file streams by: its snapshot as
  * encoded chunks and its customer index rows, so a restore of millions of customers
  * holds bytes, never every customer decoded at once.
@@ -106,10 +130,10 @@ export async function restoreSnapshot(file: string, dataDir: string, options: Re
 class ShardContents {
   readonly chunks: Buffer[] = [];
   readonly index: IndexEntry[] = [];
-  private pending: CustomerSnapshot[] = [];
+  private pending: StoredCustomer[] = [];
   items = 0;
 
-  add(item: CustomerSnapshot): void {
+  add(item: StoredCustomer): void {
     this.pending.push(item);
     this.items++;
     this.index.push({ environment: item.environment, id: item.id, json: Buffer.from(JSON.stringify(customerView(item))) });
@@ -147,7 +171,7 @@ async function writeDataDir(file: string, dataDir: string, workers: number, opti
           for (const [seq, bytes] of frame.entries) writes.push(audit.putRaw(frame.stream, seq, bytes));
           return;
         case 'customers':
-          for (const item of frame.items as CustomerSnapshot[]) {
+          for (const item of frame.items.map(storedCustomer)) {
             checkCustomer(item, options);
             shards[workerOf(logicalShardOf(item.environment, item.id, LOGICAL_SHARDS), workers)]?.add(item);
           }
@@ -224,8 +248,7 @@ function checkedConfig(value: unknown, options: RestoreOptions): ConfigEntry {
   return entry as ConfigEntry;
 }
 
-function checkCustomer(item: CustomerSnapshot, options: RestoreOptions): void {
-  checkedEnvironment(item.environment);
+function checkCustomer(item: StoredCustomer, options: RestoreOptions): void {
   const why = options.checkCustomer?.(item) ?? null;
   if (why !== null) refused(`customer ${JSON.stringify(String(item.id).slice(0, 64))}`, why);
 }

@@ -1,14 +1,17 @@
 /**
  * Property tests of the customer actor (fast-check): replay rebuilds the live state,
- * nothing overdraws, retries apply once, and a refund undoes a consume exactly.
+ * nothing overdraws, retries apply once, and a refund undoes a consume exactly. The
+ * generated scenarios mix every write op of the op table with each other.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { toSnapshot, type Command, type CustomerSnapshot, type CustomerState, type MeterState, type Outcome } from '../actors/customer.js';
+import { OPS_BY_CODE } from '../actors/ops.js';
 import { periodAt } from '../actors/periods.js';
 import { COMPILED, Driver, T0 } from './support/core-fixtures.js';
 
 const METERS = ['api_calls', 'tokens', 'storage', 'exports'] as const;
+const LIMITS = ['seats', 'projects'] as const;
 const CUSTOMERS = ['a', 'b', 'c'] as const;
 
 /** Amounts in micros: small enough to hit boundaries often, with fractional parts. */
@@ -26,6 +29,28 @@ const addressed = fc.record({
 
 const idempotencyKey = fc.option(fc.constantFrom('k1', 'k2', 'k3', 'k4'), { nil: undefined });
 
+/** Profile changes drawn from a few values, so that repeats (which change nothing) are common. */
+const profilePatch = fc.record(
+  {
+    name: fc.constantFrom('Ada', 'Grace', null),
+    email: fc.constantFrom('ada@example.com', null),
+    metadata: fc.dictionary(fc.constantFrom('plan', 'region', 'tier'), fc.oneof(fc.constantFrom('eu', 'us'), fc.integer({ min: 0, max: 3 }), fc.boolean(), fc.constant(null)), { maxKeys: 3 }),
+  },
+  { requiredKeys: [] },
+);
+
+/** What a context call asks for; usage sometimes names a limit, which the call rejects. */
+const contextRequest = fc.record({
+  features: fc.subarray(['sso', 'audit', 'seats', 'api_calls']),
+  usage: fc.subarray(['api_calls', 'tokens', 'seats']),
+  limits: fc.subarray([...LIMITS]),
+});
+
+const limitSettings = fc.record(
+  { purchased: fc.integer({ min: 0, max: 5 }), autoExpansionEnabled: fc.boolean() },
+  { requiredKeys: [] },
+);
+
 const command: fc.Arbitrary<Command> = fc.oneof(
   { weight: 5, arbitrary: fc.tuple(addressed, amountMicros, idempotencyKey).map(([a, amountMicros, k]): Command => ({ op: 'consume', ...a, amountMicros, ...(k ? { idempotencyKey: k } : {}) })) },
   { weight: 3, arbitrary: fc.tuple(addressed, amountMicros, idempotencyKey).map(([a, amountMicros, k]): Command => ({ op: 'refund', ...a, amountMicros, ...(k ? { idempotencyKey: k } : {}) })) },
@@ -41,6 +66,15 @@ const command: fc.Arbitrary<Command> = fc.oneof(
     })),
   },
   { weight: 1, arbitrary: addressed.map((a): Command => ({ op: 'deleteContract', ...a, key: '' })) },
+  {
+    weight: 1,
+    arbitrary: fc.tuple(addressed, fc.constantFrom(...LIMITS), limitSettings).map(([a, key, settings]): Command => ({ op: 'limitSettings', ...a, key, ...settings })),
+  },
+  { weight: 1, arbitrary: fc.tuple(addressed, profilePatch).map(([a, patch]): Command => ({ op: 'upsertCustomer', ...a, key: '', patch })) },
+  {
+    weight: 2,
+    arbitrary: fc.tuple(addressed, profilePatch, contextRequest).map(([a, patch, request]): Command => ({ op: 'context', ...a, key: '', patch, request })),
+  },
 );
 
 /** Steps in time: mostly milliseconds, sometimes across day/month boundaries. */
@@ -93,6 +127,12 @@ function assertNoOverdraw(customers: Map<string, CustomerState>): void {
 }
 
 describe('customer actor properties', () => {
+  it('scenarios cover every write op of the op table', () => {
+    const generated = new Set(fc.sample(command, 2000).map((c) => c.op));
+    const writes = OPS_BY_CODE.filter((op) => op.access === 'write').map((op) => op.op);
+    expect(writes.filter((op) => !generated.has(op))).toEqual([]);
+  });
+
   it('replaying the journal rebuilds exactly the live state', () => {
     fc.assert(
       fc.property(scenario, (steps) => {

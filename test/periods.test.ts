@@ -4,7 +4,8 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { isoOf, periodAt, type ResetInterval } from '../actors/periods.js';
+import { periodAt, type ResetInterval } from '../actors/periods.js';
+import { isoOf } from '../shared/iso-time.js';
 
 function reference(reset: ResetInterval, ms: number): { startMs: number; endMs: number | null } {
   const d = new Date(ms);

@@ -12,7 +12,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Command, CustomerSnapshot, Event } from '../actors/customer.js';
 import { parseAmount } from '../actors/fixed.js';
-import { IDEMPOTENCY_RETENTION_MS } from '../actors/limits.js';
+import { IDEMPOTENCY_RETENTION_MS } from '../shared/limits.js';
 import type { Envelope } from '../actors/protocol.js';
 import { Shard, type ShardJournal } from '../actors/shard.js';
 import { CONFIG, T0, throughCodec } from './support/core-fixtures.js';
@@ -131,7 +131,7 @@ async function simulate(seed: number, steps: number): Promise<void> {
     const shard = new Shard({
       journal: disk.journal(),
       clock: () => nowMs,
-      reply: (id, status, body) => {
+      reply: (id, outcome, body) => {
         // The write-ahead rule, checked at the moment a reply leaves the shard: every record
         // that existed once the write's batch was decided (the state it saw, and the record
         // its own events went into) is durable. Later records may still be in flight.
@@ -141,7 +141,7 @@ async function simulate(seed: number, steps: number): Promise<void> {
         }
         replies.set(id, body);
         const command = sent.get(id);
-        if (status === 200 && command !== undefined && 'idempotencyKey' in command) {
+        if (outcome === 'ok' && command !== undefined && 'idempotencyKey' in command) {
           const scope = `${command.environment}/${command.customerId}/${command.op}/${command.key}/${String(command.idempotencyKey)}`;
           const atMs = decidedAt.get(id) ?? 0;
           const entry = idempotencyModel.get(scope);

@@ -17,7 +17,8 @@
  */
 import type { BillingConfig, EntitlementType } from '../../actors/billing-config.js';
 import { AMOUNT_UNITS_MAX, DECIMALS_MAX } from '../../actors/fixed.js';
-import { BODY_BYTES_MAX, ID_LENGTH_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../../actors/limits.js';
+import { ID_LENGTH_MAX } from '../../shared/limits.js';
+import { BODY_BYTES_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../http/limits.js';
 import type { Environment } from '../../actors/protocol.js';
 import { billingConfigSchema, CONFIG_KEY_LENGTH_MAX, CONFIG_KEY_PATTERN } from '../config/billing-schema.js';
 import { ERRORS, type ErrorCode } from '../errors.js';

@@ -3,7 +3,7 @@
  * at most 100, anything else 400) and opaque cursors (base64url of a small JSON object
  * naming where to continue; anything that does not decode is "cursor is invalid").
  */
-import { LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../../actors/limits.js';
+import { LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../http/limits.js';
 import type { Exchange } from '../http/exchange.js';
 
 /** The page size, or null after answering 400. `raw` passed the `^[0-9]+$` schema pattern. */

@@ -9,9 +9,9 @@
 import { randomBytes } from 'node:crypto';
 import type { BillingConfig, ProductDefinition } from '../../actors/billing-config.js';
 import { mayRoundInJson, parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
-import { ID_LENGTH_MAX } from '../../actors/limits.js';
-import { CONTEXT_WROTE_STATUS, UNCHANGED_STATUS, type AuditTag, type Command, type Environment } from '../../actors/protocol.js';
-import { auditOf, type AuditFields } from '../../actors/audit-of.js';
+import { ID_LENGTH_MAX } from '../../shared/limits.js';
+import type { AuditTag, Command, Environment, ReplyOutcome } from '../../actors/protocol.js';
+import { auditOf, type AuditFields } from '../../actors/ops.js';
 import type { WriteCommand } from '../../actors/customer.js';
 import type { ProfilePatch } from '../../actors/customer.js';
 import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
@@ -23,8 +23,9 @@ import type { Exchange } from '../http/exchange.js';
 import { memberSource, roundedNumberPath } from '../http/json-source.js';
 import { decodeComponent } from '../http/query.js';
 import { Router } from '../http/router.js';
-import type { ShardPool } from '../shard-pool.js';
+import type { ReplyHandler, ShardPool } from '../shard-pool.js';
 import { auditPage, failVerify } from './audit-page.js';
+import { renderRejectionReply, successStatus } from './shard-reply.js';
 import { buildOpenApi } from './openapi.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import {
@@ -101,12 +102,21 @@ function pathKey(ctx: RequestContext): string | null {
   return pathParam(ctx, 'key');
 }
 
+/** Answers with a shard's reply as it is: the status its outcome has, and its body. */
+function sendReply(ex: Exchange, outcome: ReplyOutcome, body: string): void {
+  if (outcome === 'rejected') {
+    const rendered = renderRejectionReply(body);
+    return ex.send(rendered.status, rendered.body);
+  }
+  ex.send(successStatus(outcome), body);
+}
+
 /** Hands a command to its shard; the reply goes to `onReply` (default: straight back). 503 when the shard is full. */
 function submit(
   deps: ApiDeps,
   ex: Exchange,
   command: Command,
-  onReply: (status: number, body: string) => void = (status, body) => ex.send(status, body),
+  onReply: ReplyHandler = (outcome, body) => sendReply(ex, outcome, body),
   audit: AuditTag | null = null,
 ): void {
   if (!deps.pool.submit(command, onReply, audit)) ex.fail('overloaded', {}, [['retry-after', '1']]);
@@ -114,7 +124,7 @@ function submit(
 
 /**
  * The tag of an audited shard write: its actor and a fresh reference. The shard derives the
- * entry from the command (actors/audit-of.ts) and stores it in the change's own
+ * entry from the command (actors/ops.ts, the op table) and stores it in the change's own
  * transaction (if the write changes anything), so a crash before the entry reaches the
  * chain cannot lose it: the server appends it at the next start (appendRecoveredAudits).
  */
@@ -134,13 +144,11 @@ let refCounter = 0;
  * it; a failed one (4xx) records nothing. The chain records the tag's reference, and the
  * shard then forgets its stored copy.
  */
-function audited(deps: ApiDeps, ctx: RequestContext, fields: AuditFields, tag: AuditTag, status: number, body: string): void {
-  // A write that changed nothing answers 200 with the current state, unaudited.
-  if (status === UNCHANGED_STATUS) return ctx.ex.send(200, body);
-  if (status >= 300) return ctx.ex.send(status, body);
+function audited(deps: ApiDeps, ctx: RequestContext, fields: AuditFields, tag: AuditTag, outcome: ReplyOutcome, body: string): void {
+  if (outcome === 'rejected') return sendReply(ctx.ex, outcome, body);
   deps.audit.append(ctx.environment, { ...fields, actor: tag.actor }, Date.now(), tag.ref).then(
     () => {
-      ctx.ex.send(status, body);
+      sendReply(ctx.ex, outcome, body);
       deps.pool.auditsRecorded(ctx.environment, fields.resourceId, [tag.ref]);
     },
     () => ctx.ex.fail('internal'),
@@ -154,10 +162,11 @@ function fieldsOf(command: WriteCommand): AuditFields {
   return fields;
 }
 
+/** A write that is audited when it changes something; one that changed nothing answers its current state, unaudited. */
 function submitAudited(deps: ApiDeps, ctx: RequestContext, command: WriteCommand): void {
   const fields = fieldsOf(command);
   const tag = tagOf(ctx);
-  submit(deps, ctx.ex, command, (status, body) => audited(deps, ctx, fields, tag, status, body), tag);
+  submit(deps, ctx.ex, command, (outcome, reply, effect) => (effect === 'unchanged' ? sendReply(ctx.ex, outcome, reply) : audited(deps, ctx, fields, tag, outcome, reply)), tag);
 }
 
 /**
@@ -322,7 +331,7 @@ function upsertCustomerRoute(deps: ApiDeps): Route {
       if (!keepsEveryNumber(ctx)) return;
       const patch = profilePatch(body.value);
       const command = { op: 'upsertCustomer', environment: ctx.environment, customerId: body.value.id, key: '', patch } as const;
-      // An update that changed nothing answers 200 with the stored customer, unaudited (audited()).
+      // An update that changed nothing answers 200 with the stored customer, unaudited.
       submitAudited(deps, ctx, command);
     },
   };
@@ -350,13 +359,13 @@ function contextRoute(deps: ApiDeps): Route {
       const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch, request: { features, usage, limits } } as const;
       // The shard stores the entry only if the call creates or changes the customer.
       const tag = tagOf(ctx);
-      submit(deps, ctx.ex, command, (status, reply) => {
-        if (status !== 200 && status !== CONTEXT_WROTE_STATUS) return ctx.ex.send(status, reply);
+      submit(deps, ctx.ex, command, (outcome, reply, effect) => {
+        if (outcome === 'rejected') return sendReply(ctx.ex, outcome, reply);
         // The shard renders `{customer, features, usage, limits}`; splice our fields before its closing brace.
         const body = extra.length > 0 ? `${reply.slice(0, -1)},${extra.join(',')}}` : reply;
-        if (status === 200) return ctx.ex.send(200, body);
+        if (effect !== 'wrote') return ctx.ex.send(200, body);
         // It created or changed the customer: audited like POST /v1/customers.
-        audited(deps, ctx, fieldsOf(command), tag, 200, body);
+        audited(deps, ctx, fieldsOf(command), tag, 'ok', body);
       }, tag);
     },
   };

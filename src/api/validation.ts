@@ -7,7 +7,8 @@
  * that a schema cannot judge exactly (amount decimals) are checked by `parseAmount`.
  */
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { ID_LENGTH_MAX, LIST_LIMIT_MAX, METADATA_KEY_LENGTH_MAX, METADATA_KEYS_MAX, METADATA_VALUE_LENGTH_MAX, PURCHASED_MAX } from '../../actors/limits.js';
+import { ID_LENGTH_MAX, METADATA_KEY_LENGTH_MAX, METADATA_KEYS_MAX, METADATA_VALUE_LENGTH_MAX, PURCHASED_MAX } from '../../shared/limits.js';
+import { LIST_LIMIT_MAX } from '../http/limits.js';
 
 // verbose: errors carry their schema, so an anyOf can be described by its branches.
 const ajv = new Ajv({ allErrors: false, strict: true, coerceTypes: false, verbose: true });

@@ -7,9 +7,8 @@
  * decoded before returning. Everything here runs inside the exchange's guard: a throw
  * on any input is answered 500 for that request, never raised into uWS.
  */
-import { BODY_BYTES_MAX } from '../../actors/limits.js';
 import type { Exchange } from './exchange.js';
-import { BODY_NESTING_MAX } from './limits.js';
+import { BODY_BYTES_MAX, BODY_NESTING_MAX } from './limits.js';
 
 /** Checks the content type and length headers; answers and returns false on failure. */
 export function checkBodyHeaders(ex: Exchange, contentType: string, contentLength: string): boolean {

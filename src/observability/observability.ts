@@ -7,7 +7,7 @@
  * `HttpMetrics.observe`; the logger is consulted only for a 5xx, an abort, or when the
  * level is `debug` (decided once, at start).
  */
-import { ERROR_LOG_LINES_PER_SECOND_MAX } from '../../actors/limits.js';
+import { ERROR_LOG_LINES_PER_SECOND_MAX } from '../http/limits.js';
 import { HttpMetrics } from './http-metrics.js';
 import { redactPath, type Logger } from './log.js';
 import { RequestIds } from './request-id.js';

@@ -10,7 +10,7 @@
  * courtesy, not input the request depends on.
  */
 import { randomBytes } from 'node:crypto';
-import { REQUEST_ID_LENGTH_MAX } from '../../actors/limits.js';
+import { REQUEST_ID_LENGTH_MAX } from '../http/limits.js';
 import { holdsKeyPrefix } from './log.js';
 
 const WELL_FORMED = /^[A-Za-z0-9._:/+=@-]+$/;

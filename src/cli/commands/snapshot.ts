@@ -14,7 +14,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import { type Command, Option } from 'commander';
-import type { CustomerSnapshot } from '../../../actors/customer.js';
+import type { CustomerRecord } from '../../../shared/customer-record.js';
 import { openPrivateFile } from '../../../storage/private-files.js';
 import { check, validateCustomerUpsert } from '../../api/validation.js';
 import { formatViolations, validateBillingConfig } from '../../config/validate-config.js';
@@ -175,7 +175,7 @@ function configProblem(config: unknown): string | null {
 }
 
 /** Why a restored customer's id or profile would be refused by an upsert, or null. */
-function customerProblem(customer: CustomerSnapshot): string | null {
+function customerProblem(customer: CustomerRecord): string | null {
   const { id, profile } = customer;
   const body = { id, ...(profile.name === null ? {} : { name: profile.name }), ...(profile.email === null ? {} : { email: profile.email }), metadata: profile.metadata };
   const checked = check(validateCustomerUpsert, body, 'body');

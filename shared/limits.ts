@@ -1,13 +1,11 @@
 /**
- * Every limit in Tally, each with the reason it has the value it has.
+ * The limits of the core and the shards, each with the reason it has the value it has.
  *
- * It lives at the bottom of the import graph (no imports) because both the HTTP edge
- * and the pure actor core enforce these numbers: the edge answers a clear 4xx/503 when
- * one is hit, and the core asserts the same bounds again.
+ * It lives in the leaf (no imports) because the HTTP edge, the pure actor core, the
+ * shard shell and storage all enforce or use these numbers: the edge answers a clear
+ * 4xx/503 when one is hit, and the core asserts the same bounds again. Limits of the
+ * HTTP edge alone live in src/http/limits.ts.
  */
-
-/** Largest request body: configurations are the biggest documents and stay far below it. */
-export const BODY_BYTES_MAX = 1024 * 1024;
 
 /** customerId, entitlement/product keys and idempotency keys: 1–255 characters. */
 export const ID_LENGTH_MAX = 255;
@@ -79,17 +77,3 @@ export const SNAPSHOT_INTERVAL_MS = 10 * 60 * 1000;
 export const METADATA_KEYS_MAX = 50;
 export const METADATA_KEY_LENGTH_MAX = 40;
 export const METADATA_VALUE_LENGTH_MAX = 500;
-
-/** Customer listings: default and largest page. */
-export const LIST_LIMIT_DEFAULT = 20;
-export const LIST_LIMIT_MAX = 100;
-
-/** Longest incoming `x-request-id` kept (a UUID is 36 characters, a W3C trace id 55); longer ones are replaced. */
-export const REQUEST_ID_LENGTH_MAX = 128;
-
-/**
- * 5xx and handler-failure log lines per second; past it lines are counted, not written.
- * An overloaded shard answers thousands of 503s a second, and a log line per answer
- * would add serialisation and pipe writes exactly when the process has no time to spare.
- */
-export const ERROR_LOG_LINES_PER_SECOND_MAX = 20;

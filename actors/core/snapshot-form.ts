@@ -1,0 +1,57 @@
+/**
+ * The snapshot form of a customer: a plain, msgpack-friendly copy of its state, and the
+ * state rebuilt from one. Snapshots bound replay time; the shard writes them and loads
+ * them back at start.
+ */
+import { canonicalEnvironment, internKey, NO_LOT_DRAWS, NO_LOTS, NO_METADATA } from './state.js';
+import type { Contract, CustomerProfile, CustomerState, Environment, IdempotencyEntry, LimitState, LotDraw, MeterState } from './types.js';
+
+export interface CustomerSnapshot {
+  readonly environment: Environment;
+  readonly id: string;
+  readonly createdAtMs: number;
+  readonly profile: CustomerProfile;
+  readonly contract: Contract | null;
+  readonly meters: Array<[string, MeterState]>;
+  readonly limits: Array<[string, LimitState]>;
+  readonly idempotency: Array<[string, string, number]>;
+}
+
+export function toSnapshot(state: CustomerState): CustomerSnapshot {
+  return {
+    environment: state.environment,
+    id: state.id,
+    createdAtMs: state.createdAtMs,
+    profile: state.profile,
+    contract: state.contract,
+    meters: [...state.meters],
+    limits: state.limits === null ? [] : [...state.limits],
+    idempotency: state.idempotency === null ? [] : [...state.idempotency].map(([scope, e]): [string, string, number] => [scope, e.fingerprint, e.atMs]),
+  };
+}
+
+/** Builds live state from a snapshot item; copies everything, so `snapshot` stays the caller's. */
+export function fromSnapshot(snapshot: CustomerSnapshot): CustomerState {
+  const { metadata } = snapshot.profile;
+  return {
+    environment: canonicalEnvironment(snapshot.environment),
+    id: snapshot.id,
+    createdAtMs: snapshot.createdAtMs,
+    profile: { ...snapshot.profile, metadata: Object.keys(metadata).length === 0 ? NO_METADATA : { ...metadata } },
+    contract: snapshot.contract ?? null,
+    meters: new Map(snapshot.meters.map(([k, m]): [string, MeterState] => [internKey(k), cloneMeter(m)])),
+    limits: snapshot.limits.length === 0 ? null : new Map(snapshot.limits.map(([k, l]): [string, LimitState] => [k, { ...l }])),
+    idempotency:
+      snapshot.idempotency.length === 0
+        ? null
+        : new Map(snapshot.idempotency.map(([s, fingerprint, atMs]): [string, IdempotencyEntry] => [s, { fingerprint, atMs }])),
+  };
+}
+
+function cloneMeter(meter: MeterState): MeterState {
+  return {
+    ...meter,
+    lotDraws: meter.lotDraws.length === 0 ? NO_LOT_DRAWS : meter.lotDraws.map((d): LotDraw => [d[0], d[1]]),
+    lots: meter.lots.length === 0 ? NO_LOTS : meter.lots.map((lot) => ({ ...lot })),
+  };
+}
