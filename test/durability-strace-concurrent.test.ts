@@ -15,6 +15,10 @@
  * check refuses. The negative control runs the same load with the test-only
  * TALLY_TEST_BREAK_DURABILITY=previous-sync (actors/shard-worker.ts) and must fail.
  *
+ * One more client creates keys meanwhile: each 201 must likewise follow a write of the
+ * key id to the control store's `data.mdb`, a sync of it started after that write, and
+ * its meta page.
+ *
  * The owning shard is computed with the server's own routing (logicalShardOf, workerOf);
  * both shards must appear. One warm-up write per shard comes first and is not checked, so
  * the negative control cannot be caught merely by its very first append (which has no
@@ -50,6 +54,8 @@ const CONFIG = {
 const WORKERS = 2;
 const CLIENTS = 16;
 const REQUESTS_PER_CLIENT = 8;
+/** Keys created by one more client meanwhile: control-store writes, checked the same way. */
+const KEYS_CREATED = 6;
 
 interface Sent {
   readonly customerId: string;
@@ -87,8 +93,33 @@ function checkRequest(calls: readonly Syscall[], spans: readonly FdSpan[], dataD
   return null;
 }
 
+/**
+ * The same order for a key created through the operator API, on the control store's
+ * file: its reply (found by the key id it carries) must follow a completed write of the
+ * key id to `control/data.mdb`, a sync of that file started after it, and the meta page.
+ */
+function checkKeyCreate(calls: readonly Syscall[], spans: readonly FdSpan[], dataDir: string, keyId: string): string | null {
+  const controlFile = path.join(dataDir, 'control', 'data.mdb');
+  const response = calls.find((c) => WRITE_SYSCALLS.has(c.name) && c.args.includes(keyId) && /^"HTTP\/1\.1 201 /.test(c.args.slice(c.args.indexOf('"'))));
+  if (response === undefined) return `${keyId}: no traced 201 reply carrying it`;
+  const request = calls.filter((c) => READ_SYSCALLS.has(c.name) && callFd(c) === callFd(response) && c.endLine < response.startLine && succeeded(c) && c.args.includes('/v1/admin/keys')).at(-1);
+  if (request === undefined) return `${keyId}: no traced read of its request before its reply (line ${response.startLine})`;
+  const inWindow = (c: Syscall): boolean => c.startLine > request.endLine && c.endLine < response.startLine && succeeded(c);
+  const onControl = (c: Syscall, dsync: boolean): boolean => {
+    const file = fileOf(c, spans);
+    return file !== undefined && file.path === controlFile && isDsync(file) === dsync;
+  };
+  const write = calls.find((c) => WRITE_SYSCALLS.has(c.name) && inWindow(c) && onControl(c, false) && c.args.includes(keyId));
+  if (write === undefined) return `${keyId}: no completed write carrying it to ${controlFile} between its request (line ${request.endLine}) and its reply (line ${response.startLine})`;
+  const sync = calls.find((c) => SYNC_SYSCALLS.has(c.name) && inWindow(c) && c.startLine > write.endLine && onControl(c, false));
+  if (sync === undefined) return `${keyId}: no sync of ${controlFile} that started after its write (line ${write.endLine}) and returned 0 before its reply (line ${response.startLine})`;
+  const meta = calls.find((c) => WRITE_SYSCALLS.has(c.name) && inWindow(c) && c.startLine > sync.endLine && onControl(c, true));
+  if (meta === undefined) return `${keyId}: no meta-page write through the O_DSYNC descriptor of ${controlFile} after its sync and before its reply`;
+  return null;
+}
+
 /** Runs the load under strace; returns the violations and the requests checked. */
-async function tracedLoad(env: Record<string, string>): Promise<{ violations: string[]; sent: Sent[]; statuses: number[] }> {
+async function tracedLoad(env: Record<string, string>): Promise<{ violations: string[]; keyViolations: string[]; sent: Sent[]; statuses: number[] }> {
   requireStrace();
   const dataDir = tempDataDir('tally-strace-conc');
   const tracePath = `${dataDir}.strace`;
@@ -96,6 +127,7 @@ async function tracedLoad(env: Record<string, string>): Promise<{ violations: st
   const tag = randomBytes(4).toString('hex');
   const sent: Sent[] = [];
   const statuses: number[] = [];
+  const keyIds: string[] = [];
   try {
     const key = server.keys.test.server;
     expect((await call(server.base, 'POST', '/v1/sync/push', { key, body: CONFIG })).status).toBe(200);
@@ -107,8 +139,16 @@ async function tracedLoad(env: Record<string, string>): Promise<{ violations: st
       warm.add(shardOf(customerId));
       expect((await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key, body: { customerId, amount: 1 } })).status).toBe(200);
     }
-    await Promise.all(
-      Array.from({ length: CLIENTS }, async (_, client) => {
+    const keyClient = async (): Promise<void> => {
+      for (let n = 0; n < KEYS_CREATED; n++) {
+        const res = await call(server.base, 'POST', '/v1/admin/keys', { key: server.keys.admin, body: { environment: 'test', class: 'server' } });
+        statuses.push(res.status === 201 ? 200 : res.status);
+        keyIds.push(res.body.id as string);
+      }
+    };
+    await Promise.all([
+      keyClient(),
+      ...Array.from({ length: CLIENTS }, async (_, client) => {
         for (let n = 0; n < REQUESTS_PER_CLIENT; n++) {
           const customerId = `q${client}x${n}-${tag}`;
           const kind = (client + n) % 2 === 0 ? 'consume' : 'context';
@@ -120,7 +160,7 @@ async function tracedLoad(env: Record<string, string>): Promise<{ violations: st
           statuses.push(res.status);
         }
       }),
-    );
+    ]);
     await server.stop();
   } finally {
     server.kill();
@@ -129,17 +169,19 @@ async function tracedLoad(env: Record<string, string>): Promise<{ violations: st
   const calls = parseTrace(trace);
   const spans = descriptorSpans(calls);
   const violations = sent.map((s) => checkRequest(calls, spans, dataDir, s)).filter((v): v is string => v !== null);
+  const keyViolations = keyIds.map((id) => checkKeyCreate(calls, spans, dataDir, id)).filter((v): v is string => v !== null);
   fs.rmSync(dataDir, { recursive: true, force: true });
   fs.rmSync(tracePath, { force: true });
-  return { violations, sent, statuses };
+  return { violations, keyViolations, sent, statuses };
 }
 
 describe('durability at the syscall level under concurrency (strace, two shards)', () => {
-  it('replies to each of 16 clients\' writes only after its own shard synced its own record', async () => {
-    const { violations, sent, statuses } = await tracedLoad({});
+  it('replies to each of 16 clients\' writes only after its own shard synced its own record, and to key creates after the control store synced', async () => {
+    const { violations, keyViolations, sent, statuses } = await tracedLoad({});
     expect(statuses.filter((s) => s !== 200)).toEqual([]);
     expect(new Set(sent.map((s) => s.shard)).size).toBe(WORKERS);
     expect(violations).toEqual([]);
+    expect(keyViolations).toEqual([]);
   });
 
   it('negative control: releasing replies on the previous group\'s sync is caught', async () => {
