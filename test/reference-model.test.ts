@@ -56,9 +56,21 @@ const who = fc.record({
   environment: fc.oneof({ weight: 5, arbitrary: fc.constant('test' as const) }, { weight: 1, arbitrary: fc.constant('live' as const) }),
   customerId: fc.oneof({ weight: 5, arbitrary: fc.constant('a') }, { weight: 1, arbitrary: fc.constant('b') }),
 });
-const anyKey = fc.oneof({ weight: 5, arbitrary: fc.constant('api_calls') }, { weight: 3, arbitrary: fc.constant('tokens') }, { weight: 2, arbitrary: fc.constantFrom(...METERS) }, { weight: 1, arbitrary: fc.constantFrom(...KEYS) });
+// Weighted towards a few meters so usage, lots and refunds meet: exports has no
+// allowance in CONFIG (consumes draw lots at once), api_calls and tokens do.
+const anyKey = fc.oneof(
+  { weight: 4, arbitrary: fc.constant('api_calls') },
+  { weight: 3, arbitrary: fc.constant('exports') },
+  { weight: 2, arbitrary: fc.constant('tokens') },
+  { weight: 1, arbitrary: fc.constantFrom(...METERS) },
+  { weight: 1, arbitrary: fc.constantFrom(...KEYS) },
+);
 const idem = fc.option(fc.constantFrom('k1', 'k2', 'k3'), { nil: undefined });
-const metadata = fc.dictionary(fc.constantFrom('plan', 'region', 'tier'), fc.oneof(fc.constant(null), fc.constantFrom('eu', 'us', 1, true)), { maxKeys: 2 });
+const metadata = fc.oneof(
+  { weight: 6, arbitrary: fc.dictionary(fc.constantFrom('plan', 'region', 'tier'), fc.oneof(fc.constant(null), fc.constantFrom('eu', 'us', 1, true)), { maxKeys: 2 }) },
+  // Many keys at once, around the 50-key cap.
+  { weight: 1, arbitrary: fc.tuple(fc.constantFrom(0, 25), fc.constantFrom(25, 26, 50, 51)).map(([from, n]) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`m${from + i}`, i]))) },
+);
 const patch = fc.record({ name: fc.constantFrom('Acme', 'Beta', null), email: fc.constantFrom('a@x.io', null), metadata }, { requiredKeys: [] });
 const keyList = fc.uniqueArray(fc.constantFrom(...KEYS), { maxLength: 3 });
 
@@ -68,7 +80,7 @@ const command: fc.Arbitrary<Command> = fc.oneof(
   { weight: 6, arbitrary: fc.tuple(who, anyKey, amountMicros, idem).map(([w, key, amountMicros, k]): Command => ({ op: 'consume', ...w, key, amountMicros, ...(k ? { idempotencyKey: k } : {}) })) },
   { weight: 3, arbitrary: fc.tuple(who, anyKey, amountMicros, idem).map(([w, key, amountMicros, k]): Command => ({ op: 'refund', ...w, key, amountMicros, ...(k ? { idempotencyKey: k } : {}) })) },
   { weight: 2, arbitrary: fc.tuple(who, anyKey, fc.boolean()).map(([w, key, overageEnabled]): Command => ({ op: 'usageSettings', ...w, key, overageEnabled })) },
-  { weight: 3, arbitrary: fc.tuple(who, anyKey, fc.integer({ min: 0, max: 4 }), amountMicros).map(([w, key, n, amountMicros]): Command => ({ op: 'grantLot', ...w, key, lotId: `lot${n}`, amountMicros })) },
+  { weight: 3, arbitrary: fc.tuple(who, anyKey, fc.integer({ min: 0, max: 4 }), fc.oneof(amountMicros, fc.bigInt({ min: 1n, max: 3_000_000n }))).map(([w, key, n, amountMicros]): Command => ({ op: 'grantLot', ...w, key, lotId: `lot${n}`, amountMicros })) },
   {
     weight: 2,
     arbitrary: fc
