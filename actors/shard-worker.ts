@@ -72,6 +72,19 @@ const journalBatchEvents = new Histogram(JOURNAL_BATCH_EVENTS_BOUNDS);
  */
 let auditsToForget: string[] = [];
 
+/**
+ * TEST ONLY, never set in production: TALLY_TEST_BREAK_DURABILITY=previous-sync releases
+ * each append's replies when the PREVIOUS append is durable instead of its own, so an
+ * acknowledged write can be lost. It exists solely as the negative control of
+ * test/durability-strace-concurrent.test.ts, which must catch it; the worker says so
+ * loudly at start.
+ */
+const BREAK_DURABILITY_FOR_TESTS = process.env['TALLY_TEST_BREAK_DURABILITY'] === 'previous-sync';
+if (BREAK_DURABILITY_FOR_TESTS) {
+  process.stderr.write(`shard ${workerIndex}: TALLY_TEST_BREAK_DURABILITY=previous-sync: replies do NOT wait for their own journal sync (test-only negative control)\n`);
+}
+let previousDurableForTests: Promise<void> = Promise.resolve();
+
 function appendTimed(events: readonly Event[], index: readonly CustomerIndexEntry[], audits: readonly PendingAudit[]): { readonly seq: number; readonly durable: Promise<void> } {
   const issuedMs = performance.now();
   const forget = auditsToForget;
@@ -85,6 +98,11 @@ function appendTimed(events: readonly Event[], index: readonly CustomerIndexEntr
   journalBatchEvents.observe(events.length);
   // A failed write is the shard's to handle (it crashes); this handler only measures.
   appended.durable.then(() => journalFlushMs.observe(performance.now() - issuedMs), () => undefined);
+  if (BREAK_DURABILITY_FOR_TESTS) {
+    const previous = previousDurableForTests;
+    previousDurableForTests = appended.durable;
+    return { seq: appended.seq, durable: previous };
+  }
   return appended;
 }
 

@@ -79,6 +79,11 @@ function isReadOf(op: OpRecord, command: Command): command is ReadCommand {
   return op.access === 'read';
 }
 
+/** The reply a shard sends for `outcome` of an op: how it went, and its JSON. */
+export function shardReplyOf(op: OpRecord, outcome: Outcome): { readonly outcome: ReplyOutcome; readonly body: string } {
+  return { outcome: replyOutcomeOf(outcome), body: replyBodyOf(op, outcome) };
+}
+
 /** How an outcome goes back to the front end. */
 function replyOutcomeOf(outcome: Outcome): ReplyOutcome {
   switch (outcome.kind) {

@@ -92,7 +92,8 @@ export interface ShardStoreStats extends EnvInfo {
   readonly journalRecords: number;
 }
 
-type DbName = 'journal' | 'snapshot' | 'meta' | 'customers' | 'audits';
+export type ShardDbName = 'journal' | 'snapshot' | 'meta' | 'customers' | 'audits';
+type DbName = ShardDbName;
 
 export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   readonly #env: DurableEnv<DbName>;
@@ -128,6 +129,15 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
       void env.root.close(); // release the environment; the error still stops the caller
       throw error;
     }
+  }
+
+  /**
+   * Test seam: the store over an environment the caller opened, which may be a simulated
+   * one (test/support/sim-lmdb.ts) whose commits and syncs a test controls. The server
+   * only ever uses `open`.
+   */
+  static overEnv(env: DurableEnv<ShardDbName>): ShardStore {
+    return new ShardStore(env, UNTYPED);
   }
 
   /** A write of this store, durable: flushed to disk (lmdb-env.ts, SHARD_ENV_OPTIONS). */

@@ -1,7 +1,9 @@
 /**
  * Property tests of the customer actor (fast-check): replay rebuilds the live state,
  * nothing overdraws, retries apply once, and a refund undoes a consume exactly. The
- * generated scenarios mix every write op of the op table with each other.
+ * generated scenarios mix every write op of the op table with each other. These compare
+ * the core with itself; test/reference-model.test.ts compares it with an independent
+ * model (every reply, every balance, the journal-rebuilt state).
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -144,16 +146,16 @@ describe('customer actor properties', () => {
     );
   });
 
-  it('no interleaving overdraws a lot, the allowance or makes a balance negative', () => {
+  it('no interleaving overdraws a lot or leaves a negative usage counter', () => {
     fc.assert(
       fc.property(scenario, (steps) => {
         const driver = new Driver();
         let now = T0;
         for (const [cmd, dt] of steps) {
           now += dt;
-          const outcome: Outcome = driver.run(cmd, now);
-          // (That overage grows only while enabled is the next property's.)
-          if (outcome.kind === 'balance') expect(outcome.view.balance).toBeGreaterThanOrEqual(0);
+          driver.run(cmd, now);
+          // (That overage grows only while enabled is the next property's; used within
+          // included is checked on the raw state in reference-model.test.ts.)
           assertNoOverdraw(driver.customers);
         }
       }),

@@ -25,7 +25,7 @@ import { decodeComponent } from '../http/query.js';
 import { Router } from '../http/router.js';
 import type { ReplyHandler, ShardPool } from '../shard-pool.js';
 import { auditPage, failVerify } from './audit-page.js';
-import { renderRejectionReply, successStatus } from './shard-reply.js';
+import { renderReply } from './shard-reply.js';
 import { buildOpenApi } from './openapi.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import {
@@ -104,11 +104,8 @@ function pathKey(ctx: RequestContext): string | null {
 
 /** Answers with a shard's reply as it is: the status its outcome has, and its body. */
 function sendReply(ex: Exchange, outcome: ReplyOutcome, body: string): void {
-  if (outcome === 'rejected') {
-    const rendered = renderRejectionReply(body);
-    return ex.send(rendered.status, rendered.body);
-  }
-  ex.send(successStatus(outcome), body);
+  const rendered = renderReply(outcome, body);
+  ex.send(rendered.status, rendered.body);
 }
 
 /** Hands a command to its shard; the reply goes to `onReply` (default: straight back). 503 when the shard is full. */

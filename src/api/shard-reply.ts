@@ -28,6 +28,11 @@ export function successStatus(outcome: Exclude<ReplyOutcome, 'rejected'>): numbe
   }
 }
 
+/** The status and body a shard's reply is answered with. */
+export function renderReply(outcome: ReplyOutcome, body: string): Rendered {
+  return outcome === 'rejected' ? renderRejectionReply(body) : { status: successStatus(outcome), body };
+}
+
 /** A rejection reply's status and error body; `json` is the reply's body (the Rejection). */
 export function renderRejectionReply(json: string): Rendered {
   return renderRejection(JSON.parse(json) as Rejection);
