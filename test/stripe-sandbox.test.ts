@@ -170,3 +170,230 @@ describe('wire protocol', () => {
     expect(route.status).toBe(404);
   });
 });
+
+describe('hosted checkout and webhooks', () => {
+  let receiver: Awaited<ReturnType<typeof startReceiver>>;
+  let endpoint: Stripe.WebhookEndpoint;
+
+  beforeAll(async () => {
+    receiver = await startReceiver();
+    endpoint = await stripe.webhookEndpoints.create({ url: receiver.url, enabled_events: ['customer.created', 'customer.subscription.created', 'invoice.paid', 'checkout.session.completed', 'charge.succeeded', 'payment_intent.succeeded'] });
+  });
+
+  afterAll(async () => {
+    await stripe.webhookEndpoints.del(endpoint.id);
+    await receiver.close();
+  });
+
+  /** The events received since `from`, verified with the endpoint's secret. */
+  function verified(from: number): Stripe.Event[] {
+    return receiver.received.slice(from).map(({ body, signature }) => stripe.webhooks.constructEvent(body, signature, endpoint.secret as string));
+  }
+
+  it('sells a subscription: page, payment, redirect, subscription, paid invoice, signed events in order', async () => {
+    expect(endpoint.secret).toMatch(/^whsec_/);
+    const { product, monthly } = await catalog('Tally Pro', 2000);
+    const before = receiver.received.length;
+    const session = await stripe.checkout.sessions.create({
+      mode: 'subscription',
+      line_items: [{ price: monthly.id, quantity: 1 }],
+      success_url: 'http://127.0.0.1:1/done?session={CHECKOUT_SESSION_ID}',
+      cancel_url: 'http://127.0.0.1:1/cancel',
+      client_reference_id: 'acct_42',
+      metadata: { tally_account: '42' },
+    });
+    expect(session).toMatchObject({ status: 'open', payment_status: 'unpaid', amount_total: 2000, currency: 'usd', url: `${sandbox.url}/checkout/${session.id}` });
+    expect(session.expires_at - session.created).toBe(24 * 60 * 60);
+
+    const page = await fetch(session.url as string);
+    const html = await page.text();
+    expect(page.status).toBe(200);
+    expect(html).toContain(product.name);
+    expect(html).toContain('$20.00 / month');
+    expect(html).toContain(`action="/checkout/${session.id}/pay"`);
+
+    expect(await pay(session)).toBe(`http://127.0.0.1:1/done?session=${session.id}`);
+    const done = await stripe.checkout.sessions.retrieve(session.id, { expand: ['subscription', 'customer'] });
+    expect(done).toMatchObject({ status: 'complete', payment_status: 'paid', client_reference_id: 'acct_42', metadata: { tally_account: '42' } });
+    expect((done.customer as Stripe.Customer).email).toBe('buyer@example.com');
+    const subscription = done.subscription as Stripe.Subscription;
+    const item = subscription.items.data[0] as Stripe.SubscriptionItem;
+    expect(subscription.status).toBe('active');
+    expect(item.price.id).toBe(monthly.id);
+    const start = new Date(item.current_period_start * 1000);
+    const end = new Date(item.current_period_end * 1000);
+    expect((end.getUTCMonth() - start.getUTCMonth() + 12) % 12).toBe(1);
+
+    const invoice = await stripe.invoices.retrieve(subscription.latest_invoice as string);
+    expect(invoice).toMatchObject({ status: 'paid', amount_paid: 2000, billing_reason: 'subscription_create', customer: subscription.customer });
+    expect(invoice.parent?.subscription_details?.subscription).toBe(subscription.id);
+    expect(invoice.lines.data[0]).toMatchObject({ subscription: subscription.id, period: { start: item.current_period_start, end: item.current_period_end } });
+
+    await sandbox.deliveries.idle();
+    const events = verified(before);
+    expect(events.map((e) => e.type)).toEqual(['customer.created', 'customer.subscription.created', 'invoice.paid', 'checkout.session.completed']);
+    const completed = events[3] as Stripe.CheckoutSessionCompletedEvent;
+    expect(completed.data.object.id).toBe(session.id);
+    expect(() => stripe.webhooks.constructEvent(receiver.received[before]?.body ?? '', receiver.received[before]?.signature ?? '', 'whsec_wrong')).toThrow(Stripe.errors.StripeSignatureVerificationError);
+    expect((await stripe.events.retrieve(completed.id)).pending_webhooks).toBe(0);
+  });
+
+  it('sells a one-time credit pack through a payment intent and charge', async () => {
+    const { product, oneTime } = await catalog('Credit pack');
+    const customer = await stripe.customers.create({ email: 'credits@example.com' });
+    await sandbox.deliveries.idle();
+    const before = receiver.received.length;
+    const session = await stripe.checkout.sessions.create({ mode: 'payment', customer: customer.id, line_items: [{ price: oneTime.id, quantity: 2 }], success_url: 'http://127.0.0.1:1/ok' });
+    const html = await (await fetch(session.url as string)).text();
+    expect(html).toContain(product.name);
+    expect(html).toContain('$10.00');
+    await pay(session);
+    const done = await stripe.checkout.sessions.retrieve(session.id);
+    expect(done).toMatchObject({ status: 'complete', payment_status: 'paid', customer: customer.id, subscription: null });
+    const intent = await stripe.paymentIntents.retrieve(done.payment_intent as string);
+    expect(intent).toMatchObject({ status: 'succeeded', amount: 1000, amount_received: 1000, currency: 'usd', customer: customer.id });
+    const charges = await stripe.charges.list({ payment_intent: intent.id });
+    expect(charges.data.map((c) => c.id)).toEqual([intent.latest_charge]);
+    expect(charges.data[0]).toMatchObject({ paid: true, captured: true, status: 'succeeded', amount: 1000 });
+    await sandbox.deliveries.idle();
+    expect(verified(before).map((e) => e.type)).toEqual(['charge.succeeded', 'payment_intent.succeeded', 'checkout.session.completed']);
+  });
+
+  it('shows an expired session as expired and refuses to take payment', async () => {
+    const { oneTime } = await catalog('Expiring');
+    const session = await stripe.checkout.sessions.create({ mode: 'payment', line_items: [{ price: oneTime.id }], success_url: 'http://127.0.0.1:1/ok' });
+    const expired = await stripe.checkout.sessions.expire(session.id);
+    expect(expired.status).toBe('expired');
+    const page = await fetch(`${sandbox.url}/checkout/${session.id}`);
+    expect(page.status).toBe(410);
+    const html = await page.text();
+    expect(html).toContain('expired');
+    expect(html).not.toContain('<form');
+    const attempt = await fetch(`${sandbox.url}/checkout/${session.id}/pay`, { method: 'POST', redirect: 'manual' });
+    expect(attempt.status).toBe(410);
+    expect((await stripe.checkout.sessions.retrieve(session.id)).status).toBe('expired');
+    await expect(stripe.checkout.sessions.expire(session.id)).rejects.toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
+  });
+
+  it('can deliver duplicated, reversed and redelivered events', async () => {
+    const { oneTime } = await catalog('Switches');
+    const sell = async (): Promise<Stripe.Event[]> => {
+      const before = receiver.received.length;
+      const session = await stripe.checkout.sessions.create({ mode: 'payment', line_items: [{ price: oneTime.id }], success_url: 'http://127.0.0.1:1/ok' });
+      await pay(session);
+      await sandbox.deliveries.idle();
+      return verified(before);
+    };
+    sandbox.deliveries.mode = 'reverse';
+    const reversed = await sell();
+    expect(reversed.map((e) => e.type)).toEqual(['checkout.session.completed', 'payment_intent.succeeded', 'charge.succeeded', 'customer.created']);
+    sandbox.deliveries.mode = 'duplicate';
+    const doubled = await sell();
+    expect(doubled.map((e) => e.type)).toEqual(['customer.created', 'customer.created', 'charge.succeeded', 'charge.succeeded', 'payment_intent.succeeded', 'payment_intent.succeeded', 'checkout.session.completed', 'checkout.session.completed']);
+    expect(doubled[0]?.id).toBe(doubled[1]?.id);
+    sandbox.deliveries.mode = 'normal';
+    const before = receiver.received.length;
+    sandbox.deliveries.redeliver(reversed[0]?.id as string);
+    await sandbox.deliveries.idle();
+    expect(verified(before).map((e) => e.id)).toEqual([reversed[0]?.id]);
+  });
+});
+
+describe('webhook delivery rules', () => {
+  it('retries a failing endpoint with backoff and records the attempts', async () => {
+    const flaky = await startReceiver((count) => (count === 1 ? 500 : 200));
+    const endpoint = await stripe.webhookEndpoints.create({ url: flaky.url, enabled_events: ['product.created'] });
+    const product = await stripe.products.create({ name: 'Retried' });
+    await sandbox.deliveries.idle();
+    const events = flaky.received.map(({ body, signature }) => stripe.webhooks.constructEvent(body, signature, endpoint.secret as string));
+    expect(events.map((e) => (e.data.object as Stripe.Product).id)).toEqual([product.id]);
+    const attempts = sandbox.deliveries.attempts.filter((a) => a.endpointId === endpoint.id);
+    expect(attempts.map((a) => [a.attempt, a.status])).toEqual([
+      [1, 500],
+      [2, 200],
+    ]);
+    await stripe.webhookEndpoints.del(endpoint.id);
+    await flaky.close();
+  });
+
+  it('gives up after the last attempt and only accepts loopback URLs', async () => {
+    const down = await startReceiver(() => 503);
+    const endpoint = await stripe.webhookEndpoints.create({ url: down.url, enabled_events: ['product.created'] });
+    await stripe.products.create({ name: 'Never delivered' });
+    await sandbox.deliveries.idle();
+    expect(sandbox.deliveries.attempts.filter((a) => a.endpointId === endpoint.id).map((a) => a.attempt)).toEqual([1, 2, 3]);
+    await stripe.webhookEndpoints.del(endpoint.id);
+    await down.close();
+
+    const remote = stripe.webhookEndpoints.create({ url: 'https://example.com/hook', enabled_events: ['*'] });
+    await expect(remote).rejects.toMatchObject({ type: 'StripeInvalidRequestError', param: 'url' });
+    expect(sandbox.webhookSecret(endpoint.id)).toBeUndefined();
+  });
+});
+
+describe('billing time', () => {
+  it('renews subscriptions on a test clock: a second paid invoice for the next period', async () => {
+    const frozen = Date.UTC(2026, 0, 31, 12) / 1000;
+    const clock = await stripe.testHelpers.testClocks.create({ frozen_time: frozen, name: 'renewal' });
+    const customer = await stripe.customers.create({ email: 'clock@example.com', test_clock: clock.id });
+    const { monthly } = await catalog('Clocked plan', 1500);
+    const session = await stripe.checkout.sessions.create({ mode: 'subscription', customer: customer.id, line_items: [{ price: monthly.id }], success_url: 'http://127.0.0.1:1/ok' });
+    await pay(session);
+    const subscriptionId = (await stripe.checkout.sessions.retrieve(session.id)).subscription as string;
+    const first = (await stripe.subscriptions.retrieve(subscriptionId)).items.data[0] as Stripe.SubscriptionItem;
+    expect([first.current_period_start, first.current_period_end]).toEqual([frozen, Date.UTC(2026, 1, 28, 12) / 1000]);
+
+    const advancing = await stripe.testHelpers.testClocks.advance(clock.id, { frozen_time: Date.UTC(2026, 2, 1) / 1000 });
+    expect(advancing.status).toBe('advancing');
+    let ready = advancing;
+    for (let i = 0; i < 100 && ready.status !== 'ready'; i++) ready = await stripe.testHelpers.testClocks.retrieve(clock.id);
+    expect(ready).toMatchObject({ status: 'ready', frozen_time: Date.UTC(2026, 2, 1) / 1000 });
+
+    const invoices = await stripe.invoices.list({ subscription: subscriptionId });
+    expect(invoices.data).toHaveLength(2);
+    const renewal = invoices.data[0] as Stripe.Invoice;
+    expect(renewal).toMatchObject({ status: 'paid', amount_paid: 1500, billing_reason: 'subscription_cycle', test_clock: clock.id });
+    expect(renewal.lines.data[0]?.period).toEqual({ start: Date.UTC(2026, 1, 28, 12) / 1000, end: Date.UTC(2026, 2, 31, 12) / 1000 });
+    const renewed = await stripe.subscriptions.retrieve(subscriptionId);
+    expect(renewed.latest_invoice).toBe(renewal.id);
+    expect(renewed.items.data[0]?.current_period_end).toBe(Date.UTC(2026, 2, 31, 12) / 1000);
+
+    const paid = await stripe.events.list({ type: 'invoice.paid', limit: 100 });
+    expect(paid.data.some((e) => (e.data.object as Stripe.Invoice).id === renewal.id)).toBe(true);
+    const updates = await stripe.events.list({ type: 'customer.subscription.updated', limit: 100 });
+    expect(updates.data.some((e) => (e.data.object as Stripe.Subscription).id === subscriptionId)).toBe(true);
+    await expect(stripe.testHelpers.testClocks.advance(clock.id, { frozen_time: frozen })).rejects.toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
+  });
+
+  it('swaps a price, cancels at period end and cancels at once', async () => {
+    let now = Date.UTC(2026, 5, 1);
+    const timed = await startStripeSandbox({ now: () => now });
+    try {
+      const client = timed.stripe();
+      const customer = await client.customers.create({ email: 'swap@example.com' });
+      const product = await client.products.create({ name: 'Swap' });
+      const basic = await client.prices.create({ product: product.id, currency: 'eur', unit_amount: 1000, recurring: { interval: 'month' } });
+      const pro = await client.prices.create({ product: product.id, currency: 'eur', unit_amount: 3000, recurring: { interval: 'month' } });
+      const subscription = await client.subscriptions.create({ customer: customer.id, items: [{ price: basic.id }] });
+      const itemId = subscription.items.data[0]?.id as string;
+      await expect(client.subscriptions.update(subscription.id, { items: [{ id: itemId, price: pro.id }], proration_behavior: 'create_prorations' })).rejects.toMatchObject({ param: 'proration_behavior' });
+      const swapped = await client.subscriptions.update(subscription.id, { items: [{ id: itemId, price: pro.id }], proration_behavior: 'none', cancel_at_period_end: true });
+      expect(swapped.items.data.map((i) => i.price.id)).toEqual([pro.id]);
+      expect(swapped.cancel_at_period_end).toBe(true);
+
+      now += 31 * 86_400_000;
+      const ended = await client.subscriptions.retrieve(subscription.id);
+      expect(ended).toMatchObject({ status: 'canceled', ended_at: Date.UTC(2026, 6, 1) / 1000 });
+      expect((await client.subscriptions.list({ customer: customer.id })).data).toEqual([]);
+
+      const other = await client.subscriptions.create({ customer: customer.id, items: [{ price: basic.id }] });
+      now += 31 * 86_400_000;
+      const invoices = await client.invoices.list({ subscription: other.id });
+      expect(invoices.data.map((i) => i.billing_reason)).toEqual(['subscription_cycle', 'subscription_create']);
+      const canceled = await client.subscriptions.cancel(other.id);
+      expect(canceled).toMatchObject({ status: 'canceled', canceled_at: Math.floor(now / 1000) });
+    } finally {
+      await timed.close();
+    }
+  });
+});
