@@ -259,6 +259,24 @@ describe('hosted checkout and webhooks', () => {
     expect(verified(before).map((e) => e.type)).toEqual(['charge.succeeded', 'payment_intent.succeeded', 'checkout.session.completed']);
   });
 
+  it('escapes what it shows on the page and reads invoice lines and subscription items', async () => {
+    const { monthly } = await catalog('<b>Bold & Co</b>', 1234);
+    const session = await stripe.checkout.sessions.create({ mode: 'subscription', line_items: [{ price: monthly.id, quantity: 2 }], success_url: 'http://127.0.0.1:1/ok' });
+    const html = await (await fetch(session.url as string)).text();
+    expect(html).toContain('&lt;b&gt;Bold &amp; Co&lt;/b&gt; × 2');
+    expect(html).not.toContain('<b>Bold');
+    expect(html).toContain('$24.68');
+    await pay(session);
+    const subscription = (await stripe.checkout.sessions.retrieve(session.id)).subscription as string;
+    const items = await stripe.subscriptionItems.list({ subscription });
+    expect(items.data.map((i) => [i.price.id, i.quantity])).toEqual([[monthly.id, 2]]);
+    const invoice = (await stripe.invoices.list({ subscription })).data[0] as Stripe.Invoice;
+    const lines = await stripe.invoices.listLineItems(invoice.id);
+    expect(lines.data.map((l) => l.amount)).toEqual([2468]);
+    const lineItems = await stripe.checkout.sessions.listLineItems(session.id);
+    expect(lineItems.data[0]).toMatchObject({ quantity: 2, amount_total: 2468 });
+  });
+
   it('shows an expired session as expired and refuses to take payment', async () => {
     const { oneTime } = await catalog('Expiring');
     const session = await stripe.checkout.sessions.create({ mode: 'payment', line_items: [{ price: oneTime.id }], success_url: 'http://127.0.0.1:1/ok' });

@@ -6,7 +6,7 @@
  * `status: paid`, `amount_paid` = total. Each subscription item becomes one line whose
  * `period` is the service period it pays for; the invoice names its subscription under
  * `parent.subscription_details` (where the current API version puts it) and each line
- * under `subscription`. Invoice `period_start`/`period_end` follow Stripe's meaning (the
+ * under `subscription`. `/v1/invoices/:id/lines` pages through the lines. Invoice `period_start`/`period_end` follow Stripe's meaning (the
  * period that just ended, equal to the creation time on a subscription's first invoice).
  */
 import Stripe from 'stripe';
@@ -184,5 +184,10 @@ function listInvoices(state: SandboxState, params: Params): Stripe.ApiList<Strip
 export function registerInvoices(router: Router): void {
   router
     .add('GET', '/v1/invoices/:id', ({ state, path, expand }) => render(state, state.invoices.get(path['id'] as string), expand))
+    .add('GET', '/v1/invoices/:id/lines', ({ state, path, params, expand }) => {
+      allowOnly(params, LIST_PARAMS);
+      const invoice = state.invoices.get(path['id'] as string);
+      return renderList(state, listPage(invoice.lines.data, params, `/v1/invoices/${invoice.id}/lines`, 'line_item'), expand);
+    })
     .add('GET', '/v1/invoices', ({ state, params, expand }) => renderList(state, listInvoices(state, params), expand));
 }

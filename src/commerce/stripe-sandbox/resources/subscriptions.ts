@@ -6,6 +6,7 @@
  * quantity, adds an item, sets `cancel_at_period_end` or `metadata`. A swap takes effect
  * for the next period: the sandbox does not prorate, so `proration_behavior` other than
  * `none` is refused rather than silently ignored. DELETE cancels at once.
+ * `/v1/subscription_items?subscription=…` lists a subscription's items.
  */
 import type Stripe from 'stripe';
 import { checkRecurringItems, startSubscription } from '../billing.js';
@@ -128,5 +129,11 @@ export function registerSubscriptions(router: Router): void {
       allowOnly(params, ['invoice_now', 'prorate']);
       return render(state, cancelSubscription(state, path['id'] as string), expand);
     })
-    .add('GET', '/v1/subscriptions', ({ state, params, expand }) => renderList(state, listSubscriptions(state, params), expand));
+    .add('GET', '/v1/subscriptions', ({ state, params, expand }) => renderList(state, listSubscriptions(state, params), expand))
+    .add('GET', '/v1/subscription_items', ({ state, params, expand }) => {
+      allowOnly(params, [...LIST_PARAMS, 'subscription']);
+      const subscription = state.subscriptions.get(reqString(params, 'subscription'), 'subscription');
+      const url = `/v1/subscription_items?subscription=${subscription.id}`;
+      return renderList(state, listPage(subscription.items.data, params, url, 'subscription_item'), expand);
+    });
 }
