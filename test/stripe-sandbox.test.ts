@@ -166,6 +166,7 @@ describe('wire protocol', () => {
 
     const unknown = stripe.customers.create({ colour: 'red' } as Stripe.CustomerCreateParams);
     await expect(unknown).rejects.toMatchObject({ type: 'StripeInvalidRequestError', code: 'parameter_unknown', param: 'colour' });
+    await expect(stripe.customers.list({}, { stripeAccount: 'acct_other' })).rejects.toMatchObject({ param: 'Stripe-Account' });
     const route = await fetch(`${sandbox.url}/v1/coupons`, { headers: { authorization: `Bearer ${sandbox.secretKey}` } });
     expect(route.status).toBe(404);
   });

@@ -135,6 +135,7 @@ function answerApi(parts: SandboxParts, incoming: Incoming): ApiAnswer {
   try {
     const key = presentedKey(incoming.headers);
     if (key !== parts.secretKey) throw authenticationFailed(key === '' ? undefined : key);
+    if (header(incoming.headers, 'stripe-account') !== undefined) throw invalidParam('Stripe-Account', 'The Stripe sandbox does not model Connect: requests cannot act on behalf of another account.');
     const idempotencyKey = incoming.method === 'POST' ? (header(incoming.headers, 'idempotency-key') ?? null) : null;
     if (idempotencyKey === null) return run(parts, incoming, requestId, null);
     if (idempotencyKey === '') throw invalidParam('Idempotency-Key', 'Idempotency-Key must not be empty.');
