@@ -384,6 +384,25 @@ describe('billing time', () => {
     await expect(stripe.testHelpers.testClocks.advance(clock.id, { frozen_time: frozen })).rejects.toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
   });
 
+  it('expires open checkout sessions when their time is up', async () => {
+    let now = Date.UTC(2026, 3, 1);
+    const timed = await startStripeSandbox({ now: () => now });
+    try {
+      const client = timed.stripe();
+      const product = await client.products.create({ name: 'Late' });
+      const price = await client.prices.create({ product: product.id, currency: 'jpy', unit_amount: 500 });
+      const session = await client.checkout.sessions.create({ mode: 'payment', line_items: [{ price: price.id }], success_url: 'http://127.0.0.1:1/ok', expires_at: now / 1000 + 3600 });
+      expect(await (await fetch(session.url as string)).text()).toContain('¥500');
+      await expect(client.checkout.sessions.create({ mode: 'payment', line_items: [{ price: price.id }], success_url: 'http://127.0.0.1:1/ok', expires_at: now / 1000 + 60 })).rejects.toMatchObject({ param: 'expires_at' });
+      now += 3600 * 1000;
+      expect((await client.checkout.sessions.retrieve(session.id)).status).toBe('expired');
+      expect((await client.events.list({ type: 'checkout.session.*' })).data.map((e) => e.type)).toEqual(['checkout.session.expired']);
+      expect((await fetch(`${timed.url}/checkout/${session.id}/pay`, { method: 'POST', redirect: 'manual' })).status).toBe(410);
+    } finally {
+      await timed.close();
+    }
+  });
+
   it('swaps a price, cancels at period end and cancels at once', async () => {
     let now = Date.UTC(2026, 5, 1);
     const timed = await startStripeSandbox({ now: () => now });

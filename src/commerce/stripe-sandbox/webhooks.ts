@@ -16,7 +16,6 @@ import http from 'node:http';
 import https from 'node:https';
 import Stripe from 'stripe';
 import { endpointWants } from './events.js';
-import { resourceMissing } from './errors.js';
 import type { SandboxState } from './state.js';
 
 export type DeliveryMode = 'normal' | 'duplicate' | 'reverse';
@@ -143,12 +142,12 @@ export class WebhookDeliveries {
   /** Sends an event again to every endpoint that wants it (or to one endpoint). */
   redeliver(eventId: string, endpointId?: string): void {
     const event = this.state.events.collection.get(eventId);
+    if (endpointId !== undefined) this.state.webhookEndpoints.get(endpointId);
     for (const endpoint of this.state.webhookEndpoints.all()) {
       if ((endpointId === undefined || endpoint.id === endpointId) && endpointWants(endpoint, event.type)) {
         this.#enqueue({ eventId, endpointId: endpoint.id, attempt: 1, acknowledges: false });
       }
     }
-    if (endpointId !== undefined && this.state.webhookEndpoints.find(endpointId) === undefined) throw resourceMissing('webhook_endpoint', endpointId);
   }
 
   /** Resolves once nothing is queued, in flight or waiting for a retry. */
