@@ -14,7 +14,7 @@ import type { CompiledConfig } from './billing-config.js';
 import { apply } from './core/apply.js';
 import { decide } from './core/decide.js';
 import { OPS } from './ops.js';
-import type { CustomerState, Event, Outcome, WriteCommand } from './core/types.js';
+import type { CustomerState, Event, Outcome, Rejection, WriteCommand } from './core/types.js';
 import { balanceView, contextView, contractView, customerView, limitView } from './core/views.js';
 
 export type * from './core/types.js';
@@ -37,16 +37,27 @@ export interface Execution {
   readonly isRead?: true;
 }
 
-/** Decides a write, applies its events to `customer` in place, and answers with the new view. */
+/**
+ * The shell's say over an accepted decision before anything is applied: null to let it
+ * through, or the rejection to answer instead (an operator's quota). Must be pure.
+ */
+export type Admission = (command: WriteCommand, customer: CustomerState | undefined, events: readonly Event[]) => Rejection | null;
+
+/**
+ * Decides a write, applies its events to `customer` in place, and answers with the new
+ * view. `admit`, when given, may refuse an accepted decision before it is applied.
+ */
 export function execute(
   customer: CustomerState | undefined,
   config: CompiledConfig,
   command: WriteCommand,
   nowMs: number,
+  admit?: Admission,
 ): Execution {
   const decision = decide(customer, config, command, nowMs);
-  if (decision.rejection !== null) {
-    return { customer, outcome: { kind: 'rejected', rejection: decision.rejection }, events: [] };
+  const rejection = decision.rejection ?? (admit === undefined || decision.events.length === 0 ? null : admit(command, customer, decision.events));
+  if (rejection !== null) {
+    return { customer, outcome: { kind: 'rejected', rejection }, events: [] };
   }
   let state = customer;
   for (const event of decision.events) state = apply(state, event);

@@ -25,6 +25,11 @@ export type { Command, Environment };
 export interface AuditTag {
   readonly ref: string;
   readonly actor: string;
+  /**
+   * Set when the environment has used up its daily quota of audit entries (the number):
+   * the shard then refuses the write if it would change anything, and so be audited.
+   */
+  readonly auditQuotaReached?: number;
 }
 
 /** An audited write's entry as the shard stores it: with the time the change was decided. */
@@ -78,7 +83,7 @@ export const COMMAND_SLOTS = 8;
 
 /** Appends one command to a wire batch (one push of eight values: no temporary arrays). */
 export function pushCommand(wire: WireBatch, id: number, command: Command, tag: AuditTag | null = null): void {
-  const audit = tag === null ? null : `${tag.actor} ${tag.ref}`;
+  const audit = tag === null ? null : `${tag.auditQuotaReached === undefined ? '' : `!${tag.auditQuotaReached} `}${tag.actor} ${tag.ref}`;
   const env = command.environment === 'live' ? 1 : 0;
   const op = OPS[command.op];
   wire.push(id, op.code, env, command.customerId, command.key, op.wireA(command), op.wireB(command), audit);
@@ -87,10 +92,14 @@ export function pushCommand(wire: WireBatch, id: number, command: Command, tag: 
 /** Reads the command at `offset` of a wire batch (the inverse of pushCommand). */
 export function readCommand(wire: WireBatch, offset: number): Envelope {
   const envelope = readBareCommand(wire, offset);
-  const audit = wire[offset + 7] as string | null;
-  if (audit === null) return envelope;
+  const text = wire[offset + 7] as string | null;
+  if (text === null) return envelope;
+  // `!N actor ref` when the audit quota of N entries a day is reached, else `actor ref`.
+  const quota = text.startsWith('!') ? text.slice(1, text.indexOf(' ')) : null;
+  const audit = quota === null ? text : text.slice(quota.length + 2);
   const space = audit.indexOf(' ');
-  return { ...envelope, audit: { actor: audit.slice(0, space), ref: audit.slice(space + 1) } };
+  const tag = { actor: audit.slice(0, space), ref: audit.slice(space + 1) };
+  return { ...envelope, audit: quota === null ? tag : { ...tag, auditQuotaReached: Number(quota) } };
 }
 
 function readBareCommand(wire: WireBatch, offset: number): Envelope {

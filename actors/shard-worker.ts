@@ -7,6 +7,7 @@
  * invariant crashes the worker (and with it the process): recovery from disk is the
  * only repair.
  */
+import type { WorkerQuotas } from '../shared/quotas.js';
 import { nameThisThread } from './thread-name.js';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import path from 'node:path';
@@ -27,11 +28,13 @@ export interface ShardWorkerData {
   readonly snapshotEveryBatches: number;
   /** Customers copied per slice of an online snapshot. */
   readonly exportSliceCustomers: number;
+  /** This worker's shares of the operator's quotas. */
+  readonly quotas: WorkerQuotas;
 }
 
 assert(!isMainThread && parentPort !== null, 'shard-worker runs in a worker thread');
 const port = parentPort;
-const { dataDir, workerIndex, snapshotEveryBatches, exportSliceCustomers } = workerData as ShardWorkerData;
+const { dataDir, workerIndex, snapshotEveryBatches, exportSliceCustomers, quotas } = workerData as ShardWorkerData;
 nameThisThread(`tally-shard-${workerIndex}`);
 
 let outbox: ReplyBatch = [];
@@ -117,6 +120,7 @@ const shard = new Shard({
     maybeSnapshot();
   },
   fatal: crash,
+  quotas,
 });
 
 /** When this shard's latest snapshot was stored (null: it never took one). */

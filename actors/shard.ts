@@ -28,6 +28,7 @@
 import { assert } from '../shared/assert.js';
 import { customerView, type CustomerView } from '../shared/customer-record.js';
 import type { Environment } from '../shared/environment.js';
+import type { WorkerQuotas } from '../shared/quotas.js';
 import { compileConfig, EMPTY_CONFIG, type BillingConfig, type CompiledConfig } from './billing-config.js';
 import {
   apply,
@@ -39,13 +40,25 @@ import {
   type CustomerSnapshot,
   type CustomerState,
   type Event,
+  type Admission,
   type Outcome,
   type ReadCommand,
+  type Rejection,
+  type WriteCommand,
 } from './customer.js';
 import { OPS, type OpRecord } from './ops.js';
 import { REPLY_SLOTS, type AuditEffect, type Envelope, type PendingAudit, type ReplyOutcome, type ShardReply } from './protocol.js';
 
 export { isRead } from './ops.js';
+
+function hasAnyQuota(quotas: WorkerQuotas): boolean {
+  return [quotas.customers, quotas.idempotencyKeys].some((q) => q.test.share > 0 || q.live.share > 0);
+}
+
+/** Whether an event records a new idempotency key (consume and refund events carry one when keyed). */
+function addsIdempotencyKey(event: Event): boolean {
+  return 'idempotency' in event && event.idempotency !== null;
+}
 
 /** A customer's row in the shard's customer index, written with the journal record. */
 export interface CustomerIndexEntry {
@@ -72,6 +85,8 @@ export interface ShardOptions {
   readonly flush: () => void;
   /** Called when a journal write fails: the shell must crash the worker. */
   readonly fatal: (error: unknown) => void;
+  /** This worker's shares of the operator's quotas (none: unlimited). */
+  readonly quotas?: WorkerQuotas;
 }
 
 /** Whether `command`, whose record is `op`, is a read (the op table says). */
@@ -148,11 +163,13 @@ export class Shard {
   /** Events in those records: what replay after the last snapshot would have to fold. */
   eventsSinceSnapshot = 0;
   /**
-   * Idempotency entries held by all customers, kept up to date at every write, replay
-   * and snapshot load, so that metrics and status read a number instead of walking every
-   * customer on the shard thread (tens of ms per scrape at a million customers).
+   * Idempotency entries held per environment, kept up to date at every write, replay and
+   * snapshot load, so that metrics, status and quotas read a number instead of walking
+   * every customer on the shard thread (tens of ms per scrape at a million customers).
    */
-  idempotencyEntries = 0;
+  private readonly idempotencyByEnvironment: Record<Environment, number> = { test: 0, live: 0 };
+  /** The quota check handed to `execute`; absent when no quota is set (nothing to pay per write). */
+  private readonly admit: Admission | undefined;
   /** Callbacks waiting for the pending group's append. */
   private pendingWaiters: Array<() => void> = [];
   /**
@@ -162,7 +179,42 @@ export class Shard {
    */
   writeObserver: { before(customer: CustomerState): void; created(customer: CustomerState): void } | null = null;
 
-  constructor(private readonly options: ShardOptions) {}
+  constructor(private readonly options: ShardOptions) {
+    const quotas = options.quotas;
+    if (quotas !== undefined && hasAnyQuota(quotas)) this.admit = (command, customer, events) => this.quotaRefusal(quotas, command, customer, events);
+  }
+
+  /** Idempotency entries held by all customers. */
+  get idempotencyEntries(): number {
+    return this.idempotencyByEnvironment.test + this.idempotencyByEnvironment.live;
+  }
+
+  /**
+   * Refuses an accepted write that would take its environment past this worker's share of
+   * a quota: a new customer, or a new idempotency key. Writes to existing customers and
+   * keyed replays pass; so does everything while under the share.
+   */
+  private quotaRefusal(quotas: WorkerQuotas, command: WriteCommand, customer: CustomerState | undefined, events: readonly Event[]): Rejection | null {
+    const environment = command.environment;
+    const customers = quotas.customers[environment];
+    if (customer === undefined && customers.share > 0 && this.customers[environment].size >= customers.share) {
+      return { kind: 'quota_exceeded', quota: 'customers', environment, limit: customers.limit };
+    }
+    const keys = quotas.idempotencyKeys[environment];
+    if (keys.share > 0 && this.idempotencyByEnvironment[environment] >= keys.share && events.some(addsIdempotencyKey)) {
+      return { kind: 'quota_exceeded', quota: 'idempotencyKeys', environment, limit: keys.limit };
+    }
+    return null;
+  }
+
+  /**
+   * The admission of a write whose environment has used up its daily audit quota: one
+   * that would change something, and so be audited, is refused (the other quotas apply too).
+   */
+  private auditQuotaAdmission(limit: number): Admission {
+    return (command, customer, events) =>
+      OPS[command.op].audit === null ? (this.admit?.(command, customer, events) ?? null) : { kind: 'quota_exceeded', quota: 'auditEntriesPerDay', environment: command.environment, limit };
+  }
 
   get customerCount(): number {
     return this.customers.test.size + this.customers.live.size;
@@ -201,10 +253,11 @@ export class Shard {
       const before = customers.get(command.customerId);
       if (before !== undefined && this.writeObserver !== null) this.writeObserver.before(before);
       const entriesBefore = before?.idempotency?.size ?? 0;
-      const execution = execute(before, config, command, nowMs);
+      const admit = audit?.auditQuotaReached === undefined ? this.admit : this.auditQuotaAdmission(audit.auditQuotaReached);
+      const execution = execute(before, config, command, nowMs, admit);
       const wrote = execution.events.length > 0;
       if (execution.customer !== undefined) {
-        this.idempotencyEntries += (execution.customer.idempotency?.size ?? 0) - entriesBefore;
+        this.idempotencyByEnvironment[command.environment] += (execution.customer.idempotency?.size ?? 0) - entriesBefore;
         customers.set(command.customerId, execution.customer);
         if (before === undefined && this.writeObserver !== null) this.writeObserver.created(execution.customer);
         if (before === undefined || (wrote && op.changesIndex)) this.pendingIndex.add(execution.customer);
@@ -337,7 +390,7 @@ export class Shard {
       const entriesBefore = before?.idempotency?.size ?? 0;
       // apply changes a known customer in place, so only a new one needs storing.
       const after = apply(before, event);
-      this.idempotencyEntries += (after.idempotency?.size ?? 0) - entriesBefore;
+      this.idempotencyByEnvironment[event.environment] += (after.idempotency?.size ?? 0) - entriesBefore;
       if (before === undefined) customers.set(after.id, after);
       if (event.atMs > this.lastNowMs) this.lastNowMs = event.atMs;
     }
@@ -360,7 +413,7 @@ export class Shard {
       const sizeBefore = customers.size; // cheaper than has() then set(): one hash lookup
       customers.set(customer.id, customer);
       assert(customers.size === sizeBefore + 1, `snapshot holds customer ${customer.environment}/${customer.id} twice`);
-      this.idempotencyEntries += customer.idempotency?.size ?? 0;
+      this.idempotencyByEnvironment[customer.environment] += customer.idempotency?.size ?? 0;
       for (const meter of customer.meters.values()) if (meter.periodStartMs > this.lastNowMs) this.lastNowMs = meter.periodStartMs;
     }
   }

@@ -51,6 +51,7 @@ export const ERRORS = {
   snapshot_not_ready: { status: 409, message: 'snapshot {id} is {status}, not complete', when: 'download or delete of a snapshot that is running (or failed, for download)' },
   body_too_large: { status: 413, message: 'request body exceeds 1048576 bytes', when: 'declared or received body over 1 MiB' },
   length_required: { status: 411, message: 'a request body must be sent with Content-Length ({detail})', when: 'a body sent with Transfer-Encoding, chunked or not (the connection is closed)' },
+  quota_exceeded: { status: 429, message: 'quota exceeded: {detail}', when: 'the environment reached an operator-set quota (customers, idempotency keys, audit entries per day); not retried by waiting a minute' },
   rate_limited: { status: 429, message: 'rate limit exceeded: {limit} requests per minute for this key', when: 'the key used up its one-minute window (with Retry-After)' },
   insufficient_balance: { status: 429, message: 'insufficient balance for {key}', when: 'consume beyond balance with overage off; body carries the balance fields' },
   overloaded: { status: 503, message: 'shard queue is full, retry later', when: 'a worker\'s queue is full (with Retry-After)' },

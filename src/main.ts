@@ -12,6 +12,7 @@
  * data dir behind. SIGINT/SIGTERM stop it cleanly.
  */
 import { nameThisThread } from '../actors/thread-name.js';
+import { parsePerEnvironment, type PerEnvironment } from '../shared/quotas.js';
 import { DEFAULT_RATE_LIMITS } from './auth/rate-limit.js';
 import { createLogger, isLogLevel, LOG_LEVELS, stdoutDestination } from './observability/log.js';
 import { DEFAULT_HOST, startServer } from './server.js';
@@ -41,6 +42,18 @@ function intFromEnv(name: string, fallback: number | undefined): number | undefi
   return value;
 }
 
+/** A per-environment quota setting: `1000` for both environments, or `test:1000,live:0`; 0 or unset = unlimited. */
+function quotaFromEnv(name: string): PerEnvironment {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return { test: 0, live: 0 };
+  try {
+    return parsePerEnvironment(raw);
+  } catch (error) {
+    process.stderr.write(`${name}: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exit(2);
+  }
+}
+
 async function main(): Promise<void> {
   const port = intFromEnv('PORT', 8787) ?? 8787;
   const host = process.env['TALLY_HOST'] || DEFAULT_HOST;
@@ -53,9 +66,15 @@ async function main(): Promise<void> {
     server: intFromEnv('TALLY_RATE_LIMIT_SERVER', DEFAULT_RATE_LIMITS.server) ?? DEFAULT_RATE_LIMITS.server,
     client: intFromEnv('TALLY_RATE_LIMIT_CLIENT', DEFAULT_RATE_LIMITS.client) ?? DEFAULT_RATE_LIMITS.client,
   };
+  const quotas = {
+    customers: quotaFromEnv('TALLY_QUOTA_CUSTOMERS'),
+    idempotencyKeys: quotaFromEnv('TALLY_QUOTA_IDEMPOTENCY_KEYS'),
+    auditEntriesPerDay: quotaFromEnv('TALLY_QUOTA_AUDIT_ENTRIES_PER_DAY'),
+  };
   const server = await startServer({
     port,
     host,
+    quotas,
     dataDir,
     rateLimits,
     log,

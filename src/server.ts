@@ -38,6 +38,7 @@ import type { Router } from './http/router.js';
 import { silentLogger, type Logger } from './observability/log.js';
 import { metricsRoute } from './observability/metrics-route.js';
 import { Observability } from './observability/observability.js';
+import { UNLIMITED, type Quotas } from '../shared/quotas.js';
 import { ShardPool } from './shard-pool.js';
 import { SideJobs } from './side-jobs.js';
 
@@ -48,6 +49,8 @@ export interface ServerOptions {
   readonly port: number;
   /** Address to bind (default DEFAULT_HOST); `0.0.0.0` or `::` for every interface. */
   readonly host?: string;
+  /** Per-environment quotas on customers and idempotency keys (default: none). */
+  readonly quotas?: Quotas;
   readonly dataDir: string;
   /** Worker threads; fixed per data dir at its first start. Default: `defaultWorkers` (cores − 1, at least 1). */
   readonly workers?: number;
@@ -226,6 +229,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     ...(options.queueMax === undefined ? {} : { queueMax: options.queueMax }),
     ...(options.snapshotEveryBatches === undefined ? {} : { snapshotEveryBatches: options.snapshotEveryBatches }),
     ...(options.snapshotSliceCustomers === undefined ? {} : { snapshotSliceCustomers: options.snapshotSliceCustomers }),
+    ...(options.quotas === undefined ? {} : { quotas: options.quotas }),
   };
   let customers: CustomerIndex | null = null;
   const startedAtMs = Date.now();
@@ -243,6 +247,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       workerOf(logicalShardOf(environment as Environment, id, LOGICAL_SHARDS), workers),
     );
     const apiRouter = buildApiRouter({
+      auditQuota: options.quotas?.auditEntriesPerDay ?? UNLIMITED,
       pool: started,
       control,
       customers,

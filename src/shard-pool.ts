@@ -32,6 +32,7 @@ import {
   type ToWorker,
   type WorkerStats,
 } from '../actors/protocol.js';
+import { NO_QUOTAS, workerQuotas, type Quotas } from '../shared/quotas.js';
 import type { ShardWorkerData } from '../actors/shard-worker.js';
 
 /** Receives a command's reply (protocol.ts, ShardReply). */
@@ -55,6 +56,8 @@ export interface ShardPoolOptions {
   readonly snapshotSliceCustomers?: number;
   /** Called if a worker dies; the default ends the process (recovery repairs it). */
   readonly onWorkerDeath?: (index: number, reason: string) => void;
+  /** The operator's per-environment quotas (default: none). */
+  readonly quotas?: Quotas;
 }
 
 export class ShardPool {
@@ -98,6 +101,7 @@ export class ShardPool {
       workerIndex: index,
       snapshotEveryBatches: this.options.snapshotEveryBatches ?? SNAPSHOT_EVERY_BATCHES,
       exportSliceCustomers: this.options.snapshotSliceCustomers ?? EXPORT_SLICE_CUSTOMERS,
+      quotas: workerQuotas(this.options.quotas ?? NO_QUOTAS, index, this.options.workers),
     };
     const worker = new Worker(new URL('../actors/shard-worker.js', import.meta.url), {
       workerData,

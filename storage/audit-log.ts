@@ -53,6 +53,8 @@ function hashOf(entry: Omit<AuditEntry, 'hash'>): string {
 
 export class AuditLog {
   private readonly last = new Map<string, { seq: number; hash: string }>();
+  /** Per stream: entries stamped since a UTC midnight (entriesSince). */
+  private readonly today = new Map<string, { dayStartMs: number; count: number }>();
 
   /**
    * `refs` (ref → [stream, seq]) records which entries arrived with a reference: those a
@@ -103,6 +105,22 @@ export class AuditLog {
    * Appends an entry, and its `ref` (if any) in the same transaction; resolves with it once
    * durable. Rejects only if the disk fails.
    */
+  /**
+   * Entries in `stream` stamped at or after `dayStartMs` (a UTC midnight), for a daily
+   * quota: counted once from the chain's newest end, then kept up to date by `append`.
+   */
+  entriesSince(stream: string, dayStartMs: number): number {
+    const known = this.today.get(stream);
+    if (known !== undefined && known.dayStartMs === dayStartMs) return known.count;
+    let count = 0;
+    for (const { value } of this.db.getRange({ start: [stream, Number.MAX_SAFE_INTEGER], end: [stream, 0], reverse: true })) {
+      if (Date.parse(decode(value).at) < dayStartMs) break;
+      count++;
+    }
+    this.today.set(stream, { dayStartMs, count });
+    return count;
+  }
+
   async append(environment: string, input: AuditInput, nowMs: number, ref?: string): Promise<AuditEntry> {
     const tail = this.tail(environment);
     const seq = tail.seq + 1;
@@ -114,6 +132,8 @@ export class AuditLog {
       // Issued in the same turn as the entry: the control store commits both in one transaction.
       if (ref !== undefined && this.refs !== null) this.refs.put(ref, encodeRecord([environment, seq])).catch(() => undefined);
       await written;
+      const today = this.today.get(environment);
+      if (today !== undefined && nowMs >= today.dayStartMs) today.count++;
     } catch (error) {
       // The entry is not on disk: forget the tail so the next append links to what is.
       this.last.delete(environment);

@@ -189,7 +189,9 @@ export type Rejection =
   | { readonly kind: 'refund_exceeds_usage'; readonly key: string; readonly view: BalanceView }
   | { readonly kind: 'contract_not_found'; readonly customerId: string }
   | { readonly kind: 'contract_invalid'; readonly detail: string }
-  | { readonly kind: 'metadata_too_large'; readonly keys: number };
+  | { readonly kind: 'metadata_too_large'; readonly keys: number }
+  /** The shard refused a write that would grow the environment past an operator's quota. */
+  | { readonly kind: 'quota_exceeded'; readonly quota: 'customers' | 'idempotencyKeys' | 'auditEntriesPerDay'; readonly environment: Environment; readonly limit: number };
 
 export interface ContractView {
   readonly customerId: string;

@@ -14,6 +14,7 @@ import type { AuditTag, Command, Environment, ReplyOutcome } from '../../actors/
 import { auditOf, type AuditFields } from '../../actors/ops.js';
 import type { WriteCommand } from '../../actors/customer.js';
 import type { ProfilePatch } from '../../actors/customer.js';
+import type { PerEnvironment } from '../../shared/quotas.js';
 import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
 import type { AuditLog, AuditVerification } from '../../storage/audit-log.js';
 import type { CustomerIndex } from '../../storage/customer-index.js';
@@ -25,7 +26,7 @@ import { decodeComponent } from '../http/query.js';
 import { Router } from '../http/router.js';
 import type { ReplyHandler, ShardPool } from '../shard-pool.js';
 import { auditPage, failVerify } from './audit-page.js';
-import { renderReply } from './shard-reply.js';
+import { quotaDetail, renderReply } from './shard-reply.js';
 import { buildOpenApi } from './openapi.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import {
@@ -75,6 +76,8 @@ export interface ApiDeps {
   /** Serialises config pushes per environment so versions are assigned in order. */
   /** Stores a new configuration version and its `config.push` audit entry (by `actor`) in one transaction. */
   readonly pushConfig: (environment: Environment, config: BillingConfig, actor: string) => Promise<{ version: number; pushedAtMs: number }>;
+  /** Audit entries a day per environment before audited changes are refused (0 = unlimited). */
+  readonly auditQuota: PerEnvironment;
 }
 
 const AMOUNT_MESSAGES: Record<Exclude<AmountParse, { ok: true }>['reason'], string> = {
@@ -125,8 +128,20 @@ function submit(
  * transaction (if the write changes anything), so a crash before the entry reaches the
  * chain cannot lose it: the server appends it at the next start (appendRecoveredAudits).
  */
-function tagOf(ctx: RequestContext): AuditTag {
-  return { ref: `${REF_PREFIX}${(refCounter++).toString(36)}`, actor: ctx.key.id };
+function tagOf(deps: ApiDeps, ctx: RequestContext): AuditTag {
+  const tag = { ref: `${REF_PREFIX}${(refCounter++).toString(36)}`, actor: ctx.key.id };
+  const reached = auditQuotaReached(deps, ctx.environment);
+  return reached === null ? tag : { ...tag, auditQuotaReached: reached };
+}
+
+const DAY_MS = 86_400_000;
+
+/** The environment's daily audit quota when today's entries have reached it, else null (also when unlimited). */
+function auditQuotaReached(deps: ApiDeps, environment: Environment): number | null {
+  const limit = deps.auditQuota[environment];
+  if (limit === 0) return null;
+  const now = Date.now();
+  return deps.audit.entriesSince(environment, now - (now % DAY_MS)) >= limit ? limit : null;
 }
 
 /**
@@ -162,7 +177,7 @@ function fieldsOf(command: WriteCommand): AuditFields {
 /** A write that is audited when it changes something; one that changed nothing answers its current state, unaudited. */
 function submitAudited(deps: ApiDeps, ctx: RequestContext, command: WriteCommand): void {
   const fields = fieldsOf(command);
-  const tag = tagOf(ctx);
+  const tag = tagOf(deps, ctx);
   submit(deps, ctx.ex, command, (outcome, reply, effect) => (effect === 'unchanged' ? sendReply(ctx.ex, outcome, reply) : audited(deps, ctx, fields, tag, outcome, reply)), tag);
 }
 
@@ -264,6 +279,10 @@ function pushRoute(deps: ApiDeps): Route {
       const result = validateBillingConfig(ctx.body);
       if (!result.ok) return ctx.ex.fail('invalid_config', { detail: formatViolations(result.errors) });
       if (!keepsEveryNumber(ctx)) return;
+      const reached = auditQuotaReached(deps, ctx.environment);
+      if (reached !== null) {
+        return ctx.ex.fail('quota_exceeded', { detail: quotaDetail({ kind: 'quota_exceeded', quota: 'auditEntriesPerDay', environment: ctx.environment, limit: reached }) });
+      }
       deps.pushConfig(ctx.environment, result.config, ctx.key.id).then(
         ({ version, pushedAtMs }) => {
           ctx.ex.logInfo('configuration pushed', { environment: ctx.environment, version, actor: ctx.key.id });
@@ -355,7 +374,7 @@ function contextRoute(deps: ApiDeps): Route {
       const patch = profilePatch(customer);
       const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch, request: { features, usage, limits } } as const;
       // The shard stores the entry only if the call creates or changes the customer.
-      const tag = tagOf(ctx);
+      const tag = tagOf(deps, ctx);
       submit(deps, ctx.ex, command, (outcome, reply, effect) => {
         if (outcome === 'rejected') return sendReply(ctx.ex, outcome, reply);
         // The shard renders `{customer, features, usage, limits}`; splice our fields before its closing brace.

@@ -47,6 +47,8 @@ function renderRejection(rejection: Rejection): Rendered {
   switch (rejection.kind) {
     case 'not_configured':
       return fail('not_configured', { environment: rejection.environment });
+    case 'quota_exceeded':
+      return fail('quota_exceeded', { detail: quotaDetail(rejection) });
     case 'entitlement_not_found':
     case 'overage_not_allowed':
     case 'too_many_lots':
@@ -67,4 +69,13 @@ function renderRejection(rejection: Rejection): Rendered {
     case 'metadata_too_large':
       return fail('invalid_request', { detail: `metadata may hold at most ${METADATA_KEYS_MAX} keys (would hold ${rejection.keys})` });
   }
+}
+
+/** The message of a quota refusal, wherever it is decided (a shard, or the front end for a config push). */
+export function quotaDetail(rejection: Extract<Rejection, { kind: 'quota_exceeded' }>): string {
+  if (rejection.quota === 'auditEntriesPerDay') {
+    return `the ${rejection.environment} environment wrote its quota of ${rejection.limit} audit entries today (UTC, set by the operator); audited changes resume tomorrow`;
+  }
+  const what = rejection.quota === 'customers' ? 'customers' : 'idempotency keys';
+  return `the ${rejection.environment} environment holds its quota of ${rejection.limit} ${what} (set by the operator); no new ones are accepted`;
 }
