@@ -56,6 +56,7 @@ export const ERRORS = {
   insufficient_balance: { status: 429, message: 'insufficient balance for {key}', when: 'consume beyond balance with overage off; body carries the balance fields' },
   overloaded: { status: 503, message: 'shard queue is full, retry later', when: 'a worker\'s queue is full (with Retry-After)' },
   verify_busy: { status: 503, message: 'too many audit verifications are queued, retry shortly', when: 'the audit verification lane is full (with Retry-After)' },
+  storage_full: { status: 503, message: 'storage full: {detail}', when: 'the data directory\'s free space is below the reserve: writes are refused, reads are served (with Retry-After)' },
   not_ready: { status: 503, message: 'service is starting, retry shortly', when: 'recovery has not finished (with Retry-After)' },
   internal: { status: 500, message: 'internal error', when: 'a bug; never for client input' },
 } as const satisfies Record<string, CatalogEntry>;

@@ -66,6 +66,7 @@ async function main(): Promise<void> {
     server: intFromEnv('TALLY_RATE_LIMIT_SERVER', DEFAULT_RATE_LIMITS.server) ?? DEFAULT_RATE_LIMITS.server,
     client: intFromEnv('TALLY_RATE_LIMIT_CLIENT', DEFAULT_RATE_LIMITS.client) ?? DEFAULT_RATE_LIMITS.client,
   };
+  const reserveMb = intFromEnv('TALLY_STORAGE_RESERVE_MB', undefined);
   const quotas = {
     customers: quotaFromEnv('TALLY_QUOTA_CUSTOMERS'),
     idempotencyKeys: quotaFromEnv('TALLY_QUOTA_IDEMPOTENCY_KEYS'),
@@ -75,6 +76,7 @@ async function main(): Promise<void> {
     port,
     host,
     quotas,
+    ...(reserveMb === undefined ? {} : { storageReserveBytes: reserveMb * 1024 * 1024 }),
     dataDir,
     rateLimits,
     log,

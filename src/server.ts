@@ -41,6 +41,7 @@ import { Observability } from './observability/observability.js';
 import { UNLIMITED, type Quotas } from '../shared/quotas.js';
 import { ShardPool } from './shard-pool.js';
 import { SideJobs } from './side-jobs.js';
+import { STORAGE_RESERVE_BYTES_DEFAULT, StorageWatch } from './storage-watch.js';
 
 /** Loopback only unless the operator says otherwise: Tally speaks plain HTTP (docs/security.md). */
 export const DEFAULT_HOST = '127.0.0.1';
@@ -51,6 +52,8 @@ export interface ServerOptions {
   readonly host?: string;
   /** Per-environment quotas on customers and idempotency keys (default: none). */
   readonly quotas?: Quotas;
+  /** Free bytes the data directory's filesystem must keep; below it writes are refused (default STORAGE_RESERVE_BYTES_DEFAULT). */
+  readonly storageReserveBytes?: number;
   readonly dataDir: string;
   /** Worker threads; fixed per data dir at its first start. Default: `defaultWorkers` (cores − 1, at least 1). */
   readonly workers?: number;
@@ -220,7 +223,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     return next;
   };
 
-  const front = new FrontEnd(keys, new RateLimiter(options.rateLimits ?? DEFAULT_RATE_LIMITS), () => pool !== null, obs);
+  const storage = new StorageWatch(options.dataDir, options.storageReserveBytes ?? STORAGE_RESERVE_BYTES_DEFAULT, obs.log);
+  await storage.start();
+  const front = new FrontEnd(keys, new RateLimiter(options.rateLimits ?? DEFAULT_RATE_LIMITS), () => pool !== null, obs, storage);
   frontEnd = front;
 
   const poolOptions = {
@@ -286,7 +291,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     });
     const adminRouter = buildAdminRouter(adminDeps, [
       ...snapshotRoutes(adminDeps, snapshots),
-      ['GET', '/v1/admin/metrics', metricsRoute({ pool: started, obs, startedAtMs })],
+      ['GET', '/v1/admin/metrics', metricsRoute({ pool: started, obs, startedAtMs, storage })],
     ]);
     front.setRouters(apiRouter, adminRouter);
     pool = started;
@@ -302,6 +307,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       await ready.catch(() => undefined);
       if (pool !== null) await pool.stop();
       await sideJobs.destroy();
+      storage.stop();
       await (customers as CustomerIndex | null)?.close();
       await control.close();
       releaseDataDir();
@@ -322,7 +328,20 @@ class FrontEnd {
     private readonly limiter: RateLimiter,
     private readonly isReady: () => boolean,
     private readonly obs: Observability,
+    private readonly storage: StorageWatch,
   ) {}
+
+  /**
+   * Refuses (503, Retry-After) a request that may write while the disk is below its
+   * reserve: every method but GET. Answers and returns true when it refused.
+   */
+  private refusedForStorage(ex: Exchange): boolean {
+    if (!this.storage.full || ex.method === 'GET') return false;
+    this.storage.refused++;
+    const free = this.storage.freeBytes ?? 0;
+    ex.fail('storage_full', { detail: `${free} bytes free on the data directory's filesystem, below the reserve; reads are still served` }, [['retry-after', '5']]);
+    return true;
+  }
 
   /** Installs the routers once the shards are up, and gives each route its metrics series. */
   setRouters(api: Router<Route>, admin: Router<AdminRoute>): void {
@@ -352,8 +371,9 @@ class FrontEnd {
     if (url === '/healthz') {
       ex.slot = this.obs.metrics.fixedSlot('/healthz', method);
       if (method !== 'GET') return ex.fail('method_not_allowed', { method, path: url }, [['allow', 'GET']]);
-      if (this.isReady()) ex.send(200, '{"ok":true}');
-      else ex.fail('not_ready', {}, [['retry-after', '1']]);
+      if (!this.isReady()) return ex.fail('not_ready', {}, [['retry-after', '1']]);
+      if (this.storage.full) return ex.send(503, '{"ok":false,"storage":"full"}', [['retry-after', '5']]);
+      ex.send(200, '{"ok":true}');
       return;
     }
     if (url === '/v1/schema/billing') {
@@ -382,6 +402,7 @@ class FrontEnd {
     const { route, params } = found.match;
     ex.slot = this.apiSlotBase + found.match.index;
     if (route.access === 'server' && key.keyClass !== 'server') return ex.fail('server_key_required');
+    if (this.refusedForStorage(ex)) return;
 
     const query = routeQuery(req.getQuery() ?? '', route.takesQuery === true);
     if (!query.ok) return ex.fail('invalid_query', { detail: query.message });
@@ -404,6 +425,7 @@ class FrontEnd {
     if (found.kind === 'method_not_allowed') return ex.fail('method_not_allowed', { method, path: url }, [['allow', found.allow]]);
     const { route, params } = found.match;
     ex.slot = this.adminSlotBase + found.match.index;
+    if (this.refusedForStorage(ex)) return;
     const query = routeQuery(req.getQuery() ?? '', route.takesQuery === true);
     if (!query.ok) return ex.fail('invalid_query', { detail: query.message });
     if (!route.hasBody) return route.handle({ ex, key, params, query: query.params, body: undefined });

@@ -8,6 +8,7 @@
  * come from each worker's stats reply, so a scrape waits behind the batches already
  * queued to a busy worker but never blocks one.
  */
+import type { StorageWatch } from '../storage-watch.js';
 import type { ShardLiveStats } from '../../actors/protocol.js';
 import type { AdminRoute } from '../api/admin-routes.js';
 import type { ShardPool } from '../shard-pool.js';
@@ -19,6 +20,7 @@ export interface MetricsDeps {
   readonly pool: Pick<ShardPool, 'queueDepths' | 'liveStats'>;
   readonly obs: Observability;
   readonly startedAtMs: number;
+  readonly storage: Pick<StorageWatch, 'freeBytes' | 'full' | 'refused'>;
 }
 
 const MS = 0.001;
@@ -69,6 +71,15 @@ function renderProcess(out: Exposition, deps: MetricsDeps): void {
   out.sample('tally_process_heap_used_bytes', {}, memory.heapUsed);
   out.family('tally_log_lines_suppressed_total', 'counter', 'Error log lines not written because more than the per-second budget came at once.');
   out.sample('tally_log_lines_suppressed_total', {}, deps.obs.suppressedTotal);
+  const { storage } = deps;
+  if (storage.freeBytes !== null) {
+    out.family('tally_storage_free_bytes', 'gauge', "Free bytes on the data directory's filesystem at the last poll.");
+    out.sample('tally_storage_free_bytes', {}, storage.freeBytes);
+  }
+  out.family('tally_storage_full', 'gauge', '1 while the free space is below the reserve and writes are refused.');
+  out.sample('tally_storage_full', {}, storage.full ? 1 : 0);
+  out.family('tally_storage_refused_total', 'counter', 'Requests refused with 503 storage_full.');
+  out.sample('tally_storage_refused_total', {}, storage.refused);
 }
 
 /** The whole exposition, from numbers already gathered. */
