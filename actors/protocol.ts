@@ -158,6 +158,8 @@ export interface WorkerStats {
   readonly snapshotSeq: number;
   readonly replayedBatches: number;
   readonly droppedTornTail: boolean;
+  /** How long the recovery barrier (ShardStore.syncRecovered) took, in milliseconds. */
+  readonly recoverySyncMs: number;
 }
 
 /** A shard's finished part of an online snapshot. */

@@ -2,7 +2,8 @@
  * Entry point of a shard worker thread: the IO shell around `Shard`.
  *
  * On start it recovers (latest snapshot, then the journal after it, dropping a torn
- * tail record), reports `ready`, and then serves batches from the front end. Replies
+ * tail record), makes what it recovered durable (the recovery barrier,
+ * ShardStore.syncRecovered), reports `ready`, and then serves batches from the front end. Replies
  * are coalesced into one message per event-loop turn. Any journal failure or broken
  * invariant crashes the worker (and with it the process): recovery from disk is the
  * only repair.
@@ -76,15 +77,24 @@ const journalBatchEvents = new Histogram(JOURNAL_BATCH_EVENTS_BOUNDS);
 let auditsToForget: string[] = [];
 
 /**
- * TEST ONLY, never set in production: TALLY_TEST_BREAK_DURABILITY=previous-sync releases
- * each append's replies when the PREVIOUS append is durable instead of its own, so an
- * acknowledged write can be lost. It exists solely as the negative control of
- * test/durability-strace-concurrent.test.ts, which must catch it; the worker says so
- * loudly at start.
+ * TEST ONLY, never set in production: TALLY_TEST_BREAK_DURABILITY breaks the durability
+ * rule on purpose, as the negative control of a syscall-level test that must catch it;
+ * the worker says so loudly at start.
+ * - `previous-sync` releases each append's replies when the PREVIOUS append is durable
+ *   instead of its own, so an acknowledged write can be lost
+ *   (test/durability-strace-concurrent.test.ts);
+ * - `no-recovery-sync` reports ready without the recovery barrier, so a reply computed
+ *   from records a killed process never synced can leave before they are on disk
+ *   (test/durability-strace-recovery.test.ts).
  */
-const BREAK_DURABILITY_FOR_TESTS = process.env['TALLY_TEST_BREAK_DURABILITY'] === 'previous-sync';
+const BREAK_DURABILITY = process.env['TALLY_TEST_BREAK_DURABILITY'];
+const BREAK_DURABILITY_FOR_TESTS = BREAK_DURABILITY === 'previous-sync';
+const SKIP_RECOVERY_SYNC_FOR_TESTS = BREAK_DURABILITY === 'no-recovery-sync';
 if (BREAK_DURABILITY_FOR_TESTS) {
   process.stderr.write(`shard ${workerIndex}: TALLY_TEST_BREAK_DURABILITY=previous-sync: replies do NOT wait for their own journal sync (test-only negative control)\n`);
+}
+if (SKIP_RECOVERY_SYNC_FOR_TESTS) {
+  process.stderr.write(`shard ${workerIndex}: TALLY_TEST_BREAK_DURABILITY=no-recovery-sync: ready WITHOUT syncing what recovery read (test-only negative control)\n`);
 }
 let previousDurableForTests: Promise<void> = Promise.resolve();
 
@@ -126,12 +136,19 @@ const shard = new Shard({
 /** When this shard's latest snapshot was stored (null: it never took one). */
 let lastSnapshotAtMs: number | null = null;
 
-function recover(): void {
+async function recover(): Promise<void> {
   // Chunk by chunk: the decoded items of one chunk become state and are garbage before
   // the next is read (a failure part-way kills the worker, so partial state never serves).
   const snapshot = store.readSnapshot((items) => shard.loadSnapshot(items));
   if (snapshot !== null) lastSnapshotAtMs = snapshot.createdAtMs;
   const result = store.replay(snapshot?.seq ?? 0, (_seq, events) => shard.replay(events));
+  // The recovery barrier: after kill -9 what was just read may be in the page cache only
+  // (LMDB reopens at the newest commit, synced or not). A reply computed from it without
+  // a new record of its own (an idempotent retry, a rejection) would acknowledge state a
+  // power cut could still take, so nothing is served before it is all on disk.
+  const syncStartedMs = performance.now();
+  if (!SKIP_RECOVERY_SYNC_FOR_TESTS) await store.syncRecovered();
+  const recoverySyncMs = performance.now() - syncStartedMs;
   post({
     t: 'ready',
     pendingAudits: store.pendingAudits(),
@@ -141,6 +158,7 @@ function recover(): void {
       snapshotSeq: snapshot?.seq ?? 0,
       replayedBatches: result.batches,
       droppedTornTail: result.droppedTail,
+      recoverySyncMs: Math.round(recoverySyncMs * 10) / 10,
     },
   });
 }
@@ -321,10 +339,7 @@ function startExport(snapshotId: string, partPath: string): void {
   );
 }
 
-try {
-  recover();
-} catch (error) {
-  crash(error);
-}
-port.on('message', onMessage);
-setInterval(() => maybeSnapshot(), SNAPSHOT_INTERVAL_MS).unref();
+recover().then(() => {
+  port.on('message', onMessage);
+  setInterval(() => maybeSnapshot(), SNAPSHOT_INTERVAL_MS).unref();
+}, crash);

@@ -4,7 +4,7 @@
  *
  * Why it exists: a shard replies to a batch of commands only after the batch's events are
  * on disk, and recovers by loading the latest snapshot and replaying the journal after it.
- * So this class promises exactly three things:
+ * So this class promises exactly four things:
  * - `append` assigns sequence numbers synchronously and in order, and its `durable`
  *   promise resolves only once the record is fsynced (lmdb-env.ts says which option
  *   guarantees that and why). Appends issued in one event-loop turn share one LMDB
@@ -14,9 +14,12 @@
  *   anywhere else throws, because skipping it would silently lose acknowledged events.
  * - `writeSnapshot` replaces the previous snapshot and prunes the journal it covers in ONE
  *   transaction, so there is never a moment with neither the old snapshot nor the records.
+ * - `syncRecovered` resolves only once everything the store holds is on disk, including
+ *   transactions a killed process committed but never synced: the recovery barrier.
  *
  * Layout: `journal` maps seq (ordered-binary number) → frame(events array); `snapshot`
- * maps 0 → frame(header) and 1..chunkCount → frame(items chunk); `meta` maps name → frame.
+ * maps 0 → frame(header) and 1..chunkCount → frame(items chunk); `meta` maps name → frame
+ * (`recovered`: see syncRecovered).
  *
  * Records are typed by the store's user, who knows what they are (the shard worker: its
  * events, snapshot items and audit entries); storage knows only how to keep them. A store
@@ -45,6 +48,9 @@ export const SNAPSHOT_CHUNK_ITEMS = 1000;
 export const SNAPSHOT_FORMAT_VERSION = 1;
 
 const SNAPSHOT_HEADER_KEY = 0;
+
+/** Meta record written by `syncRecovered`, the write whose sync is the recovery barrier. */
+const RECOVERED_META = 'recovered';
 
 interface SnapshotHeader {
   readonly formatVersion: number;
@@ -212,9 +218,8 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * order. `afterSeq` must be at least the snapshot's seq (records up to it are pruned).
    * If the last record failed verification at open it is removed (synchronously, with
    * removeSync, committed on return and ordered before every later append, which will
-   * reuse its seq; in overlappingSync mode its sync may come later, but no later append
-   * is acknowledged before its own sync, which covers this transaction too) and
-   * `droppedTail` is true.
+   * reuse its seq; in overlappingSync mode its sync may come later: `syncRecovered`,
+   * which the owner awaits before serving, covers it) and `droppedTail` is true.
    * Throws if any other record is corrupt or missing: the journal must never be skipped.
    * Errors thrown by `onBatch` propagate unchanged.
    */
@@ -343,6 +348,23 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   /** Stores a value; resolves once durable, rejects if the write fails. */
   putMeta(name: string, value: unknown): Promise<void> {
     return this.#flushed(this.#env.dbs.meta.put(name, encodeRecord(value)), `shard meta "${name}" write`);
+  }
+
+  /**
+   * The recovery barrier: makes everything this store has read since it opened durable,
+   * before its owner serves anything computed from it. After `kill -9`, LMDB reopens at the
+   * newest committed transaction even if its sync never completed (the pages are still in
+   * the page cache, and lmdb-js does not sync at open), so replayed records, pending audit
+   * entries and the removal of a torn tail may exist only in memory. This writes one small
+   * meta record (`recovered`: the last seq and the time) and resolves once that write is
+   * flushed: its transaction's `fdatasync` writes back every dirty page of the file,
+   * whichever process dirtied it, and the synced meta page that follows names a tree that
+   * holds everything recovery read. Rejects if the write or its sync fails (the caller
+   * must die: a failed sync may have dropped the pages).
+   */
+  syncRecovered(): Promise<void> {
+    assert(this.#tornTailSeq === null, `torn journal tail at seq ${this.#tornTailSeq}: replay() before syncRecovered()`);
+    return this.putMeta(RECOVERED_META, { lastSeq: this.#lastSeq, atMs: Date.now() });
   }
 
   /** Cheap counters for logs and metrics (LMDB keeps them; nothing is scanned). */

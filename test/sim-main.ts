@@ -1,9 +1,7 @@
 /**
  * The long fault-simulation run: random seeds for N seconds (`npm run sim -- --seconds N`,
  * default 60), or one seed (`SIM_SEED=<n> npm run sim`); `--steps N` per seed (default
- * 1000); `--strict` also fails on the known gap of docs/durability.md (replies depending
- * on records recovered from the page cache). Prints the seed of the first failing run
- * and exits 1.
+ * 1000). Prints the seed of the first failing run and exits 1.
  */
 import { simulate, SimulationFailure } from './support/durability-sim.js';
 
@@ -12,16 +10,15 @@ const at = args.indexOf('--seconds');
 const seconds = at >= 0 ? Number(args[at + 1]) : 60;
 const stepsAt = args.indexOf('--steps');
 const steps = stepsAt >= 0 ? Number(args[stepsAt + 1]) : 1000;
-const options = { strictRecovery: args.includes('--strict') };
 if (!Number.isFinite(seconds) || seconds <= 0 || !Number.isInteger(steps) || steps <= 0) {
-  process.stderr.write('usage: npm run sim -- [--seconds N] [--steps N] [--strict]\n');
+  process.stderr.write('usage: npm run sim -- [--seconds N] [--steps N]\n');
   process.exit(2);
 }
 
 async function main(): Promise<void> {
   const fixed = process.env['SIM_SEED'];
   if (fixed !== undefined) {
-    const stats = await simulate(Number(fixed), steps, options);
+    const stats = await simulate(Number(fixed), steps);
     process.stdout.write(`seed ${fixed}: ok ${JSON.stringify(stats)}\n`);
     return;
   }
@@ -29,7 +26,7 @@ async function main(): Promise<void> {
   let runs = 0;
   while (Date.now() < deadline) {
     const seed = Math.floor(Math.random() * 2 ** 31);
-    await simulate(seed, steps, options);
+    await simulate(seed, steps);
     runs++;
   }
   process.stdout.write(`${runs} random seeds of ${steps} steps passed in ${seconds} s\n`);

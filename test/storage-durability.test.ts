@@ -11,7 +11,9 @@
  *    child process resolves `durable` only after a sync call has completed, and no sooner
  *    than DELAY_MS after append(). A store that resolved on commit (e.g. on the put
  *    promise instead of its `flushed`, in the shard's overlappingSync mode), or with
- *    noSync, fails this. strace is required (.ci/run installs it); without it the test fails.
+ *    noSync, fails this. The same holds for the recovery barrier, `syncRecovered`, which
+ *    the child calls first, as a recovering worker does. strace is required (.ci/run
+ *    installs it); without it the test fails.
  * And the failure side: when the disk refuses a write, every `durable` of that batch
  * rejects with the cause, and nothing else (no stray unhandled rejection) kills the process.
  */
@@ -81,7 +83,7 @@ describe('storage durability', () => {
     }
   });
 
-  it('resolves `durable` only after an fsync completes (strace, delayed fdatasync)', () => {
+  it('resolves `durable` and the recovery barrier only after an fsync completes (strace, delayed fdatasync)', () => {
     expect(straceWorks, 'strace must be installed (.ci/run installs it)').toBe(true);
     const outDir = compileStorage(probeScript);
     const dataDir = tempDir('strace');
@@ -93,16 +95,25 @@ describe('storage durability', () => {
       { encoding: 'utf8' },
     );
     expect(child.status, child.stderr).toBe(0);
-    const durableLine = /DURABLE seq=(\d+) elapsedMs=([\d.]+)/.exec(child.stdout);
+    const barrierLine = /BARRIER DURABLE elapsedMs=([\d.]+)/.exec(child.stdout);
+    expect(barrierLine, child.stdout).not.toBeNull();
+    expect(Number(barrierLine?.[1])).toBeGreaterThanOrEqual(DELAY_MS);
+    const durableLine = /\nDURABLE seq=(\d+) elapsedMs=([\d.]+)/.exec(child.stdout);
     expect(durableLine, child.stdout).not.toBeNull();
     expect(Number(durableLine?.[2])).toBeGreaterThanOrEqual(DELAY_MS);
 
     const trace = readFileSync(tracePath, 'utf8').split('\n');
+    const syncCompleted = (line: string): boolean => /f(data)?sync(\(\d+\)| resumed>).*= 0/.test(line);
+    const barrierIssued = trace.findIndex((line) => line.includes('write(1, "BARRIER ISSUED'));
+    const barrierDone = trace.findIndex((line) => line.includes('write(1, "BARRIER DURABLE'));
+    expect(barrierIssued).toBeGreaterThanOrEqual(0);
+    expect(barrierDone).toBeGreaterThan(barrierIssued);
+    expect(trace.slice(barrierIssued, barrierDone).filter(syncCompleted).length).toBeGreaterThanOrEqual(1);
     const issued = trace.findIndex((line) => line.includes('write(1, "ISSUED'));
     const resolved = trace.findIndex((line) => line.includes('write(1, "DURABLE'));
     expect(issued).toBeGreaterThanOrEqual(0);
     expect(resolved).toBeGreaterThan(issued);
-    const syncsCompleted = trace.slice(issued, resolved).filter((line) => /f(data)?sync(\(\d+\)| resumed>).*= 0/.test(line));
+    const syncsCompleted = trace.slice(issued, resolved).filter(syncCompleted);
     expect(syncsCompleted.length).toBeGreaterThanOrEqual(1);
   });
 
@@ -141,6 +152,11 @@ const probeScript = `
 import { writeSync } from 'node:fs';
 import { ShardStore } from './storage/journal.js';
 const store = ShardStore.open(process.argv[2]);
+store.replay(0, () => undefined);
+writeSync(1, 'BARRIER ISSUED\\n');
+const barrierStartedMs = performance.now();
+await store.syncRecovered();
+writeSync(1, 'BARRIER DURABLE elapsedMs=' + (performance.now() - barrierStartedMs).toFixed(1) + '\\n');
 writeSync(1, 'ISSUED\\n');
 const startedMs = performance.now();
 const { seq, durable } = store.append([{ type: 'probe', amountMinor: 1n }]);

@@ -6,14 +6,17 @@
  * fail; the process is killed (page cache kept) or the machine loses power (unsynced
  * transactions lost or kept, the last record possibly torn) at any step, including during
  * recovery; snapshots are copied in slices while appends are in flight, as the worker
- * does. The reference model (reference-model.ts) predicts every reply.
+ * does. Recovery ends as the worker's does, with the recovery barrier: the shard serves
+ * only once `ShardStore.syncRecovered` is durable, and the schedule may crash or fail it
+ * meanwhile. The reference model (reference-model.ts) predicts every reply.
  *
  * Invariants, checked as they happen:
  * - every reply equals the model's, and each request gets exactly one;
  * - a write's reply leaves only when every journal record it may depend on is durable:
  *   the record its batch's events went into (or, for a batch held back behind the
  *   appends in flight, the record that carries it when it goes out), and every earlier
- *   record; a write whose record was not even appended yet has no reply;
+ *   record, including those recovery found only in the page cache after a kill -9; a
+ *   write whose record was not even appended yet has no reply;
  * - write replies leave in append order (a sync completing early releases nothing ahead
  *   of an older record's replies);
  * - a journal append's `durable` promise resolves only once its record is durable;
@@ -60,16 +63,18 @@ export interface SimStats {
   tornTails: number;
   snapshots: number;
   heldBackBatches: number;
-  /** Write replies that depended on a record recovered from the page cache and not yet synced. */
-  acksOnUnsyncedRecovery: number;
+  /** Recoveries whose barrier completed, so the shard went on to serve. */
+  recoveryBarriers: number;
+  /** Crashes while a recovered shard waited for its barrier (not serving yet). */
+  crashesAwaitingBarrier: number;
 }
 
 export interface SimOptions {
   /**
-   * Count a write reply that depends on a record recovered after kill -9 from the page
-   * cache, not yet synced, as a violation (it is a known gap, counted otherwise).
+   * Negative control only: recover as a worker that skips the recovery barrier
+   * (ShardStore.syncRecovered) and serves at once. The invariants must catch it.
    */
-  readonly strictRecovery?: boolean;
+  readonly skipRecoveryBarrier?: boolean;
 }
 
 /** mulberry32: small and deterministic. */
@@ -150,7 +155,8 @@ async function run(seed: number, steps: number, violations: string[], options: S
   const rand = rng(seed);
   const stats: SimStats = {
     steps: 0, replies: 0, writesAcked: 0, appends: 0, syncsOutOfOrder: 0, syncFailures: 0, commitFailures: 0,
-    processCrashes: 0, machineCrashes: 0, crashesDuringRecovery: 0, tornTails: 0, snapshots: 0, heldBackBatches: 0, acksOnUnsyncedRecovery: 0,
+    processCrashes: 0, machineCrashes: 0, crashesDuringRecovery: 0, tornTails: 0, snapshots: 0, heldBackBatches: 0, recoveryBarriers: 0,
+    crashesAwaitingBarrier: 0,
   };
   const log: string[] = [];
   const fail = (message: string): never => {
@@ -178,6 +184,8 @@ async function run(seed: number, steps: number, violations: string[], options: S
     readonly store: ShardStore;
     readonly shard: Shard;
     dead: boolean;
+    /** Recovery's barrier is durable: the shard serves (the worker has reported ready). */
+    ready: boolean;
     /** The last record recovery found; the ones up to it came from the disk. */
     recoveredSeq: number;
     /** The record the latest write reply depended on. */
@@ -205,18 +213,12 @@ async function run(seed: number, steps: number, violations: string[], options: S
       }
       seq = next;
     }
-    // Newest first: the records this incarnation appended must all be durable; only then
-    // is an unsynced record from before the restart the known gap rather than a bug.
+    // Every record up to it, including those recovery found only in the page cache after
+    // a kill -9 (the recovery barrier must have synced them before the shard served).
     for (let s = seq; s >= 1; s--) {
       if (!recordOp.has(s) || recordDurable(s)) continue;
-      if (s <= w.recoveredSeq && !options.strictRecovery) {
-        // Known gap (docs/durability.md): after kill -9 recovery trusts records that are
-        // only in the page cache, and a write without events is answered from them.
-        // Its survival is then not promised: counted, not recorded as acknowledged.
-        stats.acksOnUnsyncedRecovery++;
-        return;
-      }
-      violations.push(`reply to write ${id} ${show(expectation.command)} while journal record ${s} (of ${seq} it depends on) is not durable`);
+      const recovered = s <= w.recoveredSeq ? `, recovered from the page cache and never synced` : '';
+      violations.push(`reply to write ${id} ${show(expectation.command)} while journal record ${s} (of ${seq} it depends on${recovered}) is not durable`);
       return;
     }
     // The shard releases replies in append order: never one depending on an older
@@ -236,7 +238,7 @@ async function run(seed: number, steps: number, violations: string[], options: S
     const store = ShardStore.overEnv(disk.env());
     const appended: number[] = [];
     const expecting = new Map<number, Expectation>();
-    const self: World = { store, shard: null as unknown as Shard, dead: false, recoveredSeq: 0, lastAckedSeq: 0, appended, expecting, copy: null };
+    const self: World = { store, shard: null as unknown as Shard, dead: false, ready: false, recoveredSeq: 0, lastAckedSeq: 0, appended, expecting, copy: null };
     const shard = new Shard({
       journal: {
         append: (events: readonly Event[], index: readonly CustomerIndexEntry[], audits: readonly PendingAudit[]) => {
@@ -282,7 +284,12 @@ async function run(seed: number, steps: number, violations: string[], options: S
     return self;
   };
 
-  /** Recovery as the worker does it; may be cut short by a crash at a random point. */
+  /**
+   * Recovery as the worker does it (actors/shard-worker.ts, recover): snapshot, replay,
+   * then the recovery barrier, the same store call; the shard serves only once that write
+   * is durable. May be cut short by a crash at a random point; the barrier's commit and
+   * sync are left to the schedule, which may also crash or fail them meanwhile.
+   */
   const recover = (crashAt: number | null): World => {
     const w = boot();
     let point = 0;
@@ -300,11 +307,23 @@ async function run(seed: number, steps: number, violations: string[], options: S
     if (result.droppedTail) stats.tornTails++;
     maybeCrash();
     w.recoveredSeq = w.store.lastSeq;
+    if (options.skipRecoveryBarrier === true) {
+      w.ready = true;
+      return w;
+    }
+    w.store.syncRecovered().then(() => {
+      if (w.dead) return;
+      w.ready = true;
+      stats.recoveryBarriers++;
+    }, () => {
+      w.dead = true; // the worker crashes on a failed barrier, as on any failed write
+    });
     return w;
   };
 
   const crashAndRecover = (): void => {
     let machine = disk.txns.some((t) => t.failed) || rand() < 0.5;
+    if (world !== null && !world.dead && !world.ready) stats.crashesAwaitingBarrier++;
     if (world !== null) world.dead = true;
     for (;;) {
       if (machine) {
@@ -371,7 +390,12 @@ async function run(seed: number, steps: number, violations: string[], options: S
       continue;
     }
     const roll = rand();
-    if (roll < 0.38) {
+    // Until its barrier is durable a recovered shard serves nothing: a batch, a snapshot
+    // or a configuration change waits; commits, syncs and crashes go on.
+    const waits = !w.ready && (roll < 0.38 || (roll >= 0.85 && roll < 0.905));
+    if (waits) {
+      log.push(`step ${step}: not ready (recovery barrier not durable yet)`);
+    } else if (roll < 0.38) {
       const envelopes: Envelope[] = [];
       const size = 1 + Math.floor(rand() * 6);
       for (let i = 0; i < size; i++) {

@@ -236,6 +236,13 @@ export class SimDisk {
         torn = `, tore record ${String(last.key)}`;
       }
     }
+    // What the cut kept is on disk, a failed transaction included when a later sync had
+    // completed before its own failed (that fdatasync wrote its pages back).
+    for (const t of this.txns) {
+      if (t.id > keepId) continue;
+      t.synced = true;
+      t.failed = false;
+    }
     this.base = state;
     this.view = state;
     this.txns = [];
