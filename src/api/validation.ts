@@ -253,12 +253,22 @@ export function isIdLength(value: string): boolean {
 
 export type Checked<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string };
 
+/** Compiles a route's query or body schema (once, when its router is built). */
+export function compileSchema(schema: object): ValidateFunction {
+  return ajv.compile(schema);
+}
+
 /** Runs a compiled validator and, on failure, names the offending field. */
 export function check<T>(validate: ValidateFunction<T>, value: unknown, what: 'body' | 'query'): Checked<T> {
   if (validate(value)) return { ok: true, value };
+  return { ok: false, message: describeFailure(validate, what) };
+}
+
+/** The message for the last failed run of `validate`: one sentence naming the field. */
+export function describeFailure(validate: ValidateFunction, what: 'body' | 'query'): string {
   // A failed anyOf reports its branches' errors first; the anyOf itself says it best.
   const error = validate.errors?.find((e) => e.keyword === 'anyOf' || e.keyword === 'propertyNames') ?? validate.errors?.[0];
-  return { ok: false, message: error === undefined ? `invalid ${what}` : describe(error, what) };
+  return error === undefined ? `invalid ${what}` : describe(error, what);
 }
 
 function fieldOf(error: ErrorObject): string {
