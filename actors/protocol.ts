@@ -158,6 +158,8 @@ export interface WorkerStats {
   readonly snapshotSeq: number;
   readonly replayedBatches: number;
   readonly droppedTornTail: boolean;
+  /** Journal records after a missing one (a failed append), dropped as never acknowledged. */
+  readonly droppedAfterGap: number;
   /** How long the recovery barrier (ShardStore.syncRecovered) took, in milliseconds. */
   readonly recoverySyncMs: number;
 }

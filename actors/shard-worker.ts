@@ -158,6 +158,7 @@ async function recover(): Promise<void> {
       snapshotSeq: snapshot?.seq ?? 0,
       replayedBatches: result.batches,
       droppedTornTail: result.droppedTail,
+      droppedAfterGap: result.droppedAfterGap,
       recoverySyncMs: Math.round(recoverySyncMs * 10) / 10,
     },
   });

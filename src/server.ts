@@ -24,9 +24,12 @@ import { SNAPSHOT_SECRET_BYTES } from '../storage/snapshot-file.js';
 import { AuditLog, type AuditVerification } from '../storage/audit-log.js';
 import { CustomerIndex } from '../storage/customer-index.js';
 import { buildAdminRouter, OPERATOR_STREAM, type AdminRoute } from './api/admin-routes.js';
+import { openApiCache } from './api/openapi.js';
+import { buildPublicRouter, type PublicRoute } from './api/public-routes.js';
+import { runRoute } from './api/route-record.js';
 import { snapshotRoutes } from './api/snapshot-routes.js';
 import { Snapshots } from './snapshots.js';
-import { BILLING_SCHEMA_JSON, buildApiRouter, type Route } from './api/routes.js';
+import { buildApiRouter, type Route } from './api/routes.js';
 import { issueKey, KeyRing } from './auth/keys.js';
 import { replaceBootstrapAdmin, writeBootstrapFile, type BootstrapKeys } from './auth/bootstrap-file.js';
 import { DEFAULT_RATE_LIMITS, RateLimiter, type RateLimits } from './auth/rate-limit.js';
@@ -36,6 +39,7 @@ import { framingProblem } from './http/framing.js';
 import { routeQuery } from './http/query.js';
 import type { Router } from './http/router.js';
 import { silentLogger, type Logger } from './observability/log.js';
+import type { FixedRoute } from './observability/http-metrics.js';
 import { metricsRoute } from './observability/metrics-route.js';
 import { Observability } from './observability/observability.js';
 import { UNLIMITED, type Quotas } from '../shared/quotas.js';
@@ -259,6 +263,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       audit,
       verifyAudit,
       pushConfig,
+      openApiJson: openApiCache(control),
     });
     const adminDeps = {
       keys,
@@ -315,8 +320,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   };
 }
 
-/** The per-request pipeline; everything before the shard hop runs synchronously here. */
+/**
+ * The per-request pipeline; everything before the shard hop runs synchronously here. The
+ * checks common to all routes (framing, key, rate limit, route, key class, readiness,
+ * query string, body) run here; each route's own (path parameter, query and body
+ * schemas, exact numbers) then run in `runRoute`, from its record.
+ */
 class FrontEnd {
+  private readonly publicRouter: Router<PublicRoute>;
   private router: Router<Route> | null = null;
   private adminRouter: Router<AdminRoute> | null = null;
   /** Metrics series of each router's first route (a match's index is added to it). */
@@ -326,10 +337,12 @@ class FrontEnd {
   constructor(
     private readonly keys: KeyRing,
     private readonly limiter: RateLimiter,
-    private readonly isReady: () => boolean,
+    isReady: () => boolean,
     private readonly obs: Observability,
     private readonly storage: StorageWatch,
-  ) {}
+  ) {
+    this.publicRouter = buildPublicRouter({ isReady, storageFull: () => storage.full });
+  }
 
   /**
    * Refuses (503, Retry-After) a request that may write while the disk is below its
@@ -367,20 +380,8 @@ class FrontEnd {
 
   private dispatch(ex: Exchange, req: uWS.HttpRequest): void {
     const { method, path: url } = ex;
-    // The two public routes take GET only; another method is a 405 like on every known path.
-    if (url === '/healthz') {
-      ex.slot = this.obs.metrics.fixedSlot('/healthz', method);
-      if (method !== 'GET') return ex.fail('method_not_allowed', { method, path: url }, [['allow', 'GET']]);
-      if (!this.isReady()) return ex.fail('not_ready', {}, [['retry-after', '1']]);
-      if (this.storage.full) return ex.send(503, '{"ok":false,"storage":"full"}', [['retry-after', '5']]);
-      ex.send(200, '{"ok":true}');
-      return;
-    }
-    if (url === '/v1/schema/billing') {
-      ex.slot = this.obs.metrics.fixedSlot('/v1/schema/billing', method);
-      if (method !== 'GET') return ex.fail('method_not_allowed', { method, path: url }, [['allow', 'GET']]);
-      return ex.send(200, BILLING_SCHEMA_JSON);
-    }
+    // The public routes (public-routes.ts), before any key: one comparison per path.
+    if (url === '/healthz' || url === '/v1/schema/billing') return this.dispatchPublic(ex, url);
     if (!url.startsWith('/v1/')) return ex.fail('route_not_found', { method, path: url });
 
     const presented = req.getHeader('x-tally-key') || bearerToken(req.getHeader('authorization'));
@@ -401,18 +402,25 @@ class FrontEnd {
     if (found.kind === 'method_not_allowed') return ex.fail('method_not_allowed', { method, path: url }, [['allow', found.allow]]);
     const { route, params } = found.match;
     ex.slot = this.apiSlotBase + found.match.index;
-    if (route.access === 'server' && key.keyClass !== 'server') return ex.fail('server_key_required');
+    if (route.record.keys === 'server' && key.keyClass !== 'server') return ex.fail('server_key_required');
     if (this.refusedForStorage(ex)) return;
 
-    const query = routeQuery(req.getQuery() ?? '', route.takesQuery === true);
+    const query = routeQuery(req.getQuery() ?? '', route.takesQuery);
     if (!query.ok) return ex.fail('invalid_query', { detail: query.message });
     const environment = key.environment;
-    if (!route.hasBody) {
-      route.handle({ ex, key, environment, params, query: query.params, body: undefined, bodyText: '' });
-      return;
-    }
+    if (!route.hasBody) return runRoute(route, ex, key, environment, params, query.params, undefined, '');
     if (!checkBodyHeaders(ex, req.getHeader('content-type'), req.getHeader('content-length'))) return;
-    readJsonBody(ex, (body, bodyText) => route.handle({ ex, key, environment, params, query: query.params, body, bodyText }));
+    readJsonBody(ex, (body, bodyText) => runRoute(route, ex, key, environment, params, query.params, body, bodyText));
+  }
+
+  /** A public route: GET only, like every route another method is a 405 with `Allow`; no key, no query. */
+  private dispatchPublic(ex: Exchange, url: FixedRoute): void {
+    const { method } = ex;
+    ex.slot = this.obs.metrics.fixedSlot(url, method);
+    const found = this.publicRouter.lookup(method, url);
+    if (found.kind === 'not_found') return ex.fail('route_not_found', { method, path: url });
+    if (found.kind === 'method_not_allowed') return ex.fail('method_not_allowed', { method, path: url }, [['allow', found.allow]]);
+    runRoute(found.match.route, ex, null, null, found.match.params, NO_QUERY, undefined, '');
   }
 
   /** Operator routes: only the operator key, whatever the route; then route, query, body. */
@@ -426,13 +434,16 @@ class FrontEnd {
     const { route, params } = found.match;
     ex.slot = this.adminSlotBase + found.match.index;
     if (this.refusedForStorage(ex)) return;
-    const query = routeQuery(req.getQuery() ?? '', route.takesQuery === true);
+    const query = routeQuery(req.getQuery() ?? '', route.takesQuery);
     if (!query.ok) return ex.fail('invalid_query', { detail: query.message });
-    if (!route.hasBody) return route.handle({ ex, key, params, query: query.params, body: undefined });
+    if (!route.hasBody) return runRoute(route, ex, key, null, params, query.params, undefined, '');
     if (!checkBodyHeaders(ex, req.getHeader('content-type'), req.getHeader('content-length'))) return;
-    readJsonBody(ex, (body) => route.handle({ ex, key, params, query: query.params, body }));
+    readJsonBody(ex, (body, bodyText) => runRoute(route, ex, key, null, params, query.params, body, bodyText));
   }
 }
+
+/** The query of a public route: none is read. */
+const NO_QUERY: Readonly<Record<string, string>> = Object.freeze({});
 
 /** The token of `Authorization: Bearer <token>`; the scheme name is case-insensitive (RFC 9110 §11.1). */
 function bearerToken(header: string): string {

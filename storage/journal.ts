@@ -90,6 +90,8 @@ const UNTYPED: RecordShapes<unknown, unknown, unknown> = {
 export interface ReplayResult {
   readonly batches: number;
   readonly droppedTail: boolean;
+  /** Records after a missing one, dropped as never acknowledged (see `replay`). */
+  readonly droppedAfterGap: number;
 }
 
 export interface ShardStoreStats extends EnvInfo {
@@ -219,8 +221,10 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * If the last record failed verification at open it is removed (synchronously, with
    * removeSync, committed on return and ordered before every later append, which will
    * reuse its seq; in overlappingSync mode its sync may come later: `syncRecovered`,
-   * which the owner awaits before serving, covers it) and `droppedTail` is true.
-   * Throws if any other record is corrupt or missing: the journal must never be skipped.
+   * which the owner awaits before serving, covers it) and `droppedTail` is true. Records
+   * after a missing one are removed the same way (`droppedAfterGap`: they were written by
+   * appends in flight when an earlier one failed, and never acknowledged).
+   * Throws if any other record is corrupt: the journal must never be skipped.
    * Errors thrown by `onBatch` propagate unchanged.
    */
   replay(afterSeq: number, onBatch: (seq: number, events: readonly Ev[]) => void): ReplayResult {
@@ -228,15 +232,23 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     assert(afterSeq >= this.#snapshotSeq, `replay after ${afterSeq} but the snapshot covers up to ${this.#snapshotSeq}`);
     const range = this.#tornTailSeq === null ? { start: afterSeq + 1 } : { start: afterSeq + 1, end: this.#tornTailSeq };
     let expectedSeq = afterSeq + 1;
+    const afterGap: number[] = [];
     for (const { key, value } of this.#env.dbs.journal.getRange(range)) {
       const seq = journalSeq(key);
-      if (seq !== expectedSeq) {
-        throw new Error(`journal is corrupt: record ${expectedSeq} is missing (next record is ${seq}); refusing to start`);
+      // A missing record is an append that failed while later ones, already in flight,
+      // committed. The shard stops at a failed append and releases replies in append order,
+      // so no record from the gap on was ever acknowledged: they go, like a torn tail.
+      if (seq !== expectedSeq || afterGap.length > 0) {
+        afterGap.push(seq);
+        continue;
       }
       onBatch(seq, this.#events(seq, decodeJournalRecord(seq, value)));
       expectedSeq += 1;
     }
-    return { batches: expectedSeq - afterSeq - 1, droppedTail: this.#dropTornTail() };
+    const droppedTail = this.#dropTornTail();
+    for (const seq of afterGap) this.#env.dbs.journal.removeSync(seq);
+    if (afterGap.length > 0) this.#lastSeq = Math.max(this.#snapshotSeq, expectedSeq - 1);
+    return { batches: expectedSeq - afterSeq - 1, droppedTail, droppedAfterGap: afterGap.length };
   }
 
   /**

@@ -148,7 +148,8 @@ describe('operations', () => {
 
     const second = await startServerProcess({ dataDir, env });
     try {
-      expect(second.output()).toContain('"droppedTornTail":true');
+      // The ready line is written asynchronously: wait for it rather than read the output once.
+      await waitForLogLine(second, (line) => line['msg'] === 'ready' && JSON.stringify(line).includes('"droppedTornTail":true'));
       const balance = await call(second.base, 'GET', '/v1/usage/api_calls/balance?customerId=torn', { key: sk });
       expect(balance.body.consumed).toBe(10);
       const next = await call(second.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: 'torn', amount: 1 } });

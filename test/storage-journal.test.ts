@@ -51,6 +51,7 @@ describe('ShardStore journal', () => {
     expect(replay).toEqual({
       batches: [1, 2, 3, 4].map((n) => [n, batch(n)]),
       droppedTail: false,
+      droppedAfterGap: 0,
     });
     const fifth = reopened.append(batch(5));
     expect(fifth.seq).toBe(5);
@@ -92,7 +93,7 @@ describe('ShardStore journal', () => {
     await closeStore(reopened);
 
     const again = openStore(dir);
-    expect(replayAll(again)).toEqual({ batches: [1, 2, 3, 4].map((n) => [n, batch(n)]), droppedTail: false });
+    expect(replayAll(again)).toEqual({ batches: [1, 2, 3, 4].map((n) => [n, batch(n)]), droppedTail: false, droppedAfterGap: 0 });
   });
 
   it('refuses to replay past a corrupt middle record', async () => {
@@ -108,14 +109,25 @@ describe('ShardStore journal', () => {
     expect(seen).toEqual([1]);
   });
 
-  it('refuses to replay across a missing record', async () => {
+  it('drops the records after a missing one: appends in flight when an earlier append failed, never acknowledged', async () => {
     const dir = tempDir();
     const store = openStore(dir);
-    for (const n of [1, 2, 3]) await store.append(batch(n)).durable;
+    for (const n of [1, 2, 3, 4]) await store.append(batch(n)).durable;
     await closeStore(store);
     await damage(dir, 'journal', 2, null);
 
-    expect(() => replayAll(openStore(dir))).toThrow(/record 2 is missing/);
+    const reopened = openStore(dir);
+    const seen: number[] = [];
+    const result = reopened.replay(0, (seq) => seen.push(seq));
+    expect(seen).toEqual([1]);
+    expect(result).toMatchObject({ batches: 1, droppedTail: false, droppedAfterGap: 2 });
+    expect(reopened.lastSeq).toBe(1);
+    // The next append takes the first free seq, and a later start replays it in order.
+    expect((await reopened.append(batch(5)).durable, reopened.lastSeq)).toBe(2);
+    await closeStore(reopened);
+    const again: number[] = [];
+    openStore(dir).replay(0, (seq) => again.push(seq));
+    expect(again).toEqual([1, 2]);
   });
 
   it('stores and reads metadata durably across reopen', async () => {

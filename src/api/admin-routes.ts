@@ -14,33 +14,26 @@ import type { Environment } from '../../actors/protocol.js';
 import type { AuditInput, AuditLog, AuditVerification } from '../../storage/audit-log.js';
 import type { KeyRecord } from '../../storage/control-store.js';
 import { issueKey, type KeyRing } from '../auth/keys.js';
-import type { Exchange } from '../http/exchange.js';
 import { decodeComponent } from '../http/query.js';
-import { Router } from '../http/router.js';
+import type { Router } from '../http/router.js';
 import type { ShardPool } from '../shard-pool.js';
 import { auditPage, failVerify } from './audit-page.js';
-import { check, validateKeyCreate, validateOperatorAuditQuery } from './validation.js';
+import { routerOf, type AnyRouteRecord, type CompiledRoute, type Method, type OperatorCaller, type ParamReader, type RouteInput, type RouteRecord } from './route-record.js';
+import { keyCreateSchema, operatorAuditQuerySchema, type AuditQuery, type KeyCreateBody } from './validation.js';
 
 /** The operator audit stream's chain name in the audit log. */
 export const OPERATOR_STREAM = 'operator';
 
-export interface AdminContext {
-  readonly ex: Exchange;
-  readonly key: KeyRecord;
-  readonly params: readonly string[];
-  readonly query: Readonly<Record<string, string>>;
-  readonly body: unknown;
-}
+/** What an operator route's handler receives. */
+export type AdminContext<B = unknown, Q = unknown> = RouteInput<B, Q, OperatorCaller>;
 
-export interface AdminRoute {
-  readonly hasBody: boolean;
-  /** The route reads (and validates) query parameters; every other route refuses any. */
-  readonly takesQuery?: true;
-  readonly handle: (ctx: AdminContext) => void;
-}
+/** One operator route (its key class is always `operator`). */
+export type AdminRouteRecord = AnyRouteRecord<AdminDeps, OperatorCaller>;
 
-/** Extra routes other modules contribute (snapshots, metrics), each `[method, pattern, route]`. */
-export type AdminRouteEntry = readonly [string, string, AdminRoute];
+export type AdminRoute = CompiledRoute<AdminDeps, OperatorCaller>;
+
+/** A route other modules contribute (snapshots, metrics): `[method, pattern, the rest of its record]`. */
+export type AdminRouteEntry = readonly [Method, string, Omit<AdminRouteRecord, 'method' | 'path'>];
 
 export interface AdminDeps {
   readonly keys: KeyRing;
@@ -77,7 +70,7 @@ export function keyView(record: KeyRecord): Record<string, unknown> {
  */
 export function auditOperator<T>(
   deps: Pick<AdminDeps, 'audit'>,
-  ctx: AdminContext,
+  ctx: Pick<AdminContext, 'ex' | 'key'>,
   input: Omit<AuditInput, 'actor'>,
   environment: Environment | null,
   mutation: Promise<T>,
@@ -92,60 +85,39 @@ export function auditOperator<T>(
       ctx.ex.logInfo('operator action', { action: input.action, resourceType: input.resourceType, resourceId: input.resourceId, actor: ctx.key.id, environment });
       answer(result);
     },
-    () => ctx.ex.fail('internal'),
+    (error: unknown) => ctx.ex.failInternal(error),
   );
 }
 
-function idParam(ctx: AdminContext): string | null {
-  const id = decodeComponent(ctx.params[0] ?? '', false);
+/** A key id path segment: 1 to 255 characters once decoded. */
+const keyIdParam: ParamReader = (raw, ex) => {
+  const id = decodeComponent(raw, false);
   if (id === null || id.length === 0 || id.length > 255) {
-    ctx.ex.fail('invalid_query', { detail: 'id must be 1 to 255 characters' });
+    ex.fail('invalid_query', { detail: 'id must be 1 to 255 characters' });
     return null;
   }
   return id;
-}
-
-function listKeysRoute(deps: AdminDeps): AdminRoute {
-  return {
-    hasBody: false,
-    handle(ctx) {
-      ctx.ex.json(200, { data: deps.keys.list().map(keyView) });
-    },
-  };
-}
+};
 
 /** POST /v1/admin/keys: a new environment key, shown once in the answer. */
-function createKeyRoute(deps: AdminDeps): AdminRoute {
-  return {
-    hasBody: true,
-    handle(ctx) {
-      const body = check(validateKeyCreate, ctx.body, 'body');
-      if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
-      const { environment } = body.value;
-      const issued = issueKey(body.value.class, environment, Date.now());
-      const audit = { action: 'key.create', resourceType: 'key', resourceId: issued.record.id, data: { environment, class: body.value.class, prefix: issued.record.prefix } };
-      auditOperator(deps, ctx, audit, environment, deps.keys.add(issued.record), () => ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret }));
-    },
-  };
+function createKey(ctx: AdminContext<KeyCreateBody>, deps: AdminDeps): void {
+  const { environment } = ctx.body;
+  const issued = issueKey(ctx.body.class, environment, Date.now());
+  const audit = { action: 'key.create', resourceType: 'key', resourceId: issued.record.id, data: { environment, class: ctx.body.class, prefix: issued.record.prefix } };
+  auditOperator(deps, ctx, audit, environment, deps.keys.add(issued.record), () => ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret }));
 }
 
 /** DELETE /v1/admin/keys/{id}: the key answers 401 from the next request on. */
-function revokeKeyRoute(deps: AdminDeps): AdminRoute {
-  return {
-    hasBody: false,
-    handle(ctx) {
-      const id = idParam(ctx);
-      if (id === null) return;
-      const record = deps.keys.find(id);
-      if (record === undefined) return ctx.ex.fail('key_not_found', { id });
-      // Revoking the operator key by id would lock every operator out; rotating replaces it.
-      if (record.keyClass === 'admin' && record.revokedAtMs === null) return ctx.ex.fail('operator_key_not_revocable');
-      // Said, not hidden behind a 200: the caller may be revoking the wrong key.
-      if (record.revokedAtMs !== null) return ctx.ex.fail('key_already_revoked', { id, revokedAt: new Date(record.revokedAtMs).toISOString() });
-      const audit = { action: 'key.revoke', resourceType: 'key', resourceId: id, data: { environment: record.environment, class: record.keyClass, prefix: record.prefix } };
-      auditOperator(deps, ctx, audit, record.environment, deps.keys.revoke(id, Date.now()), (revoked) => ctx.ex.json(200, keyView(revoked ?? record)));
-    },
-  };
+function revokeKey(ctx: AdminContext, deps: AdminDeps): void {
+  const id = ctx.param;
+  const record = deps.keys.find(id);
+  if (record === undefined) return ctx.ex.fail('key_not_found', { id });
+  // Revoking the operator key by id would lock every operator out; rotating replaces it.
+  if (record.keyClass === 'admin' && record.revokedAtMs === null) return ctx.ex.fail('operator_key_not_revocable');
+  // Said, not hidden behind a 200: the caller may be revoking the wrong key.
+  if (record.revokedAtMs !== null) return ctx.ex.fail('key_already_revoked', { id, revokedAt: new Date(record.revokedAtMs).toISOString() });
+  const audit = { action: 'key.revoke', resourceType: 'key', resourceId: id, data: { environment: record.environment, class: record.keyClass, prefix: record.prefix } };
+  auditOperator(deps, ctx, audit, record.environment, deps.keys.revoke(id, Date.now()), (revoked) => ctx.ex.json(200, keyView(revoked ?? record)));
 }
 
 /**
@@ -155,19 +127,14 @@ function revokeKeyRoute(deps: AdminDeps): AdminRoute {
  * none and never an unaudited rotation. Once committed, the data dir's bootstrap-keys.json
  * (if it is still there) gets the new key, so it never hands out a revoked one.
  */
-function rotateAdminRoute(deps: AdminDeps): AdminRoute {
-  return {
-    hasBody: false,
-    handle(ctx) {
-      const issued = issueKey('admin', null, Date.now());
-      const rotated = Promise.all([deps.keys.add(issued.record), deps.keys.revoke(ctx.key.id, Date.now())]);
-      const audit = { action: 'key.rotate', resourceType: 'key', resourceId: issued.record.id, data: { revoked: ctx.key.id, prefix: issued.record.prefix } };
-      auditOperator(deps, ctx, audit, null, rotated, () => {
-        updateBootstrapFile(deps, ctx, issued.secret);
-        ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret, revoked: ctx.key.id });
-      });
-    },
-  };
+function rotateAdmin(ctx: AdminContext, deps: AdminDeps): void {
+  const issued = issueKey('admin', null, Date.now());
+  const rotated = Promise.all([deps.keys.add(issued.record), deps.keys.revoke(ctx.key.id, Date.now())]);
+  const audit = { action: 'key.rotate', resourceType: 'key', resourceId: issued.record.id, data: { revoked: ctx.key.id, prefix: issued.record.prefix } };
+  auditOperator(deps, ctx, audit, null, rotated, () => {
+    updateBootstrapFile(deps, ctx, issued.secret);
+    ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret, revoked: ctx.key.id });
+  });
 }
 
 /**
@@ -182,79 +149,73 @@ function updateBootstrapFile(deps: AdminDeps, ctx: AdminContext, secret: string)
   }
 }
 
-function auditRoute(deps: AdminDeps): AdminRoute {
-  return {
-    hasBody: false,
-    takesQuery: true,
-    handle(ctx) {
-      const query = check(validateOperatorAuditQuery, ctx.query, 'query');
-      if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });
-      auditPage(ctx.ex, deps.audit, OPERATOR_STREAM, query.value);
-    },
-  };
-}
-
-function auditVerifyRoute(deps: AdminDeps): AdminRoute {
-  return {
-    hasBody: false,
-    handle(ctx) {
-      deps.verifyAudit(OPERATOR_STREAM).then(
-        (verdict) => ctx.ex.json(200, verdict),
-        (error: unknown) => failVerify(ctx.ex, error),
-      );
-    },
-  };
-}
-
 /** GET /v1/admin/status: health, shards, journal sizes, snapshots, uptime. */
-function statusRoute(deps: AdminDeps): AdminRoute {
-  return {
-    hasBody: false,
-    handle(ctx) {
-      const depths = deps.pool.queueDepths();
-      deps.pool.liveStats().then(
-        (shards) => {
-          const now = Date.now();
-          ctx.ex.json(200, {
-            ok: true,
-            startedAt: new Date(deps.startedAtMs).toISOString(),
-            uptimeSec: Math.floor((now - deps.startedAtMs) / 1000),
-            node: process.version,
-            workers: shards.length,
-            environments: {
-              test: { configVersion: deps.configVersion('test') },
-              live: { configVersion: deps.configVersion('live') },
-            },
-            shards: shards.map((s, index) => ({
-              index,
-              customers: s.customers,
-              queueDepth: depths[index] ?? 0,
-              idempotencyEntries: s.idempotencyEntries,
-              journalRecords: s.journalRecords,
-              journalBytes: s.usedBytes,
-              lastSeq: s.lastSeq,
-              snapshotSeq: s.snapshotSeq,
-              lastSnapshotAt: s.lastSnapshotAtMs === null ? null : new Date(s.lastSnapshotAtMs).toISOString(),
-            })),
-            customers: shards.reduce((sum, s) => sum + s.customers, 0),
-          });
+function status(ctx: AdminContext, deps: AdminDeps): void {
+  const depths = deps.pool.queueDepths();
+  deps.pool.liveStats().then(
+    (shards) => {
+      const now = Date.now();
+      ctx.ex.json(200, {
+        ok: true,
+        startedAt: new Date(deps.startedAtMs).toISOString(),
+        uptimeSec: Math.floor((now - deps.startedAtMs) / 1000),
+        node: process.version,
+        workers: shards.length,
+        environments: {
+          test: { configVersion: deps.configVersion('test') },
+          live: { configVersion: deps.configVersion('live') },
         },
-        () => ctx.ex.fail('internal'),
-      );
+        shards: shards.map((s, index) => ({
+          index,
+          customers: s.customers,
+          queueDepth: depths[index] ?? 0,
+          idempotencyEntries: s.idempotencyEntries,
+          journalRecords: s.journalRecords,
+          journalBytes: s.usedBytes,
+          lastSeq: s.lastSeq,
+          snapshotSeq: s.snapshotSeq,
+          lastSnapshotAt: s.lastSnapshotAtMs === null ? null : new Date(s.lastSnapshotAtMs).toISOString(),
+        })),
+        customers: shards.reduce((sum, s) => sum + s.customers, 0),
+      });
     },
-  };
+    (error: unknown) => ctx.ex.failInternal(error),
+  );
 }
 
-/** Every operator route: the built-in ones and those `extra` contributes. */
+function route<B = undefined, Q = undefined>(record: RouteRecord<AdminDeps, B, Q, OperatorCaller>): AdminRouteRecord {
+  return record;
+}
+
+/** The built-in operator routes, in router order. */
+export const ADMIN_ROUTES: readonly AdminRouteRecord[] = [
+  route({ method: 'GET', path: '/v1/admin/status', keys: 'operator', audited: false, handle: status }),
+  route({
+    method: 'GET', path: '/v1/admin/keys', keys: 'operator', audited: false,
+    handle: (ctx, deps) => ctx.ex.json(200, { data: deps.keys.list().map(keyView) }),
+  }),
+  route<KeyCreateBody>({
+    method: 'POST', path: '/v1/admin/keys', keys: 'operator', audited: true,
+    body: { schema: keyCreateSchema, numbers: 'as-parsed' }, handle: createKey,
+  }),
+  route({ method: 'POST', path: '/v1/admin/keys/rotate-admin', keys: 'operator', audited: true, handle: rotateAdmin }),
+  route({ method: 'DELETE', path: '/v1/admin/keys/:id', keys: 'operator', param: keyIdParam, audited: true, handle: revokeKey }),
+  route<undefined, AuditQuery>({
+    method: 'GET', path: '/v1/admin/audit', keys: 'operator', query: operatorAuditQuerySchema, audited: false,
+    handle: (ctx, deps) => auditPage(ctx.ex, deps.audit, OPERATOR_STREAM, ctx.query),
+  }),
+  route({
+    method: 'GET', path: '/v1/admin/audit/verify', keys: 'operator', audited: false,
+    handle: (ctx, deps) => deps.verifyAudit(OPERATOR_STREAM).then(
+      (verdict) => ctx.ex.json(200, verdict),
+      (error: unknown) => failVerify(ctx.ex, error),
+    ),
+  }),
+];
+
+/** Every operator route: the built-in ones and those `extra` contributes, their schemas compiled. */
 export function buildAdminRouter(deps: AdminDeps, extra: readonly AdminRouteEntry[] = []): Router<AdminRoute> {
-  const router = new Router<AdminRoute>()
-    .add('GET', '/v1/admin/status', statusRoute(deps))
-    .add('GET', '/v1/admin/keys', listKeysRoute(deps))
-    .add('POST', '/v1/admin/keys', createKeyRoute(deps))
-    .add('POST', '/v1/admin/keys/rotate-admin', rotateAdminRoute(deps))
-    .add('DELETE', '/v1/admin/keys/:id', revokeKeyRoute(deps))
-    .add('GET', '/v1/admin/audit', auditRoute(deps))
-    .add('GET', '/v1/admin/audit/verify', auditVerifyRoute(deps));
-  for (const [method, pattern, route] of extra) router.add(method, pattern, route);
-  return router;
+  const records = [...ADMIN_ROUTES, ...extra.map(([method, path, rest]): AdminRouteRecord => ({ method, path, ...rest }))];
+  for (const record of records) if (record.keys !== 'operator') throw new Error(`${record.method} ${record.path}: operator routes take the operator key`);
+  return routerOf(records, deps);
 }

@@ -1,70 +1,56 @@
 /**
- * The core API's routes: metering reads and writes, limit/usage settings, the
- * billing configuration (schema, push, pull, plans) and its OpenAPI document.
+ * The core API's route table: metering reads and writes, limit/usage settings, the
+ * billing configuration (push, pull, plans), customers, contracts, the audit log and
+ * the OpenAPI document. One record per route (route-record.ts): the router, the
+ * validation before each handler and the OpenAPI document (openapi.ts) are derived
+ * from `API_ROUTES`, so they cannot disagree.
  *
- * Each handler receives a request that is already authenticated and has a parsed JSON
- * body where one is expected; it validates with the compiled schemas, builds a command
- * and hands it to the customer's shard, or answers from the front end's own state.
+ * Each handler receives a request that is authenticated and validated (path parameter,
+ * query, body, exact numbers); it applies the route's own rules, builds a command and
+ * hands it to the customer's shard, or answers from the front end's own state.
  */
-import { randomBytes } from 'node:crypto';
 import type { BillingConfig, ProductDefinition } from '../../actors/billing-config.js';
-import { mayRoundInJson, parseAmount, AMOUNT_UNITS_MAX, type AmountParse } from '../../actors/fixed.js';
 import { ID_LENGTH_MAX } from '../../shared/limits.js';
 import type { AuditTag, Command, Environment, ReplyOutcome } from '../../actors/protocol.js';
 import { auditOf, type AuditFields } from '../../actors/ops.js';
 import type { WriteCommand } from '../../actors/customer.js';
 import type { ProfilePatch } from '../../actors/customer.js';
 import type { PerEnvironment } from '../../shared/quotas.js';
-import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
+import type { ControlStore } from '../../storage/control-store.js';
 import type { AuditLog, AuditVerification } from '../../storage/audit-log.js';
 import type { CustomerIndex } from '../../storage/customer-index.js';
 import { billingConfigSchema } from '../config/billing-schema.js';
 import { formatViolations, validateBillingConfig } from '../config/validate-config.js';
 import type { Exchange } from '../http/exchange.js';
-import { memberSource, roundedNumberPath } from '../http/json-source.js';
+import { LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../http/limits.js';
 import { decodeComponent } from '../http/query.js';
-import { Router } from '../http/router.js';
+import type { Router } from '../http/router.js';
 import type { ReplyHandler, ShardPool } from '../shard-pool.js';
 import { auditPage, failVerify } from './audit-page.js';
 import { quotaDetail, renderReply } from './shard-reply.js';
-import { buildOpenApi } from './openapi.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
+import { routerOf, type AnyRouteRecord, type BodyCheck, type CompiledRoute, type JsonSchema, type ParamReader, type RouteRecord } from './route-record.js';
 import {
-  check,
+  auditQuerySchema,
+  contextSchema,
+  contractSchema,
+  customerListQuerySchema,
+  customerQuerySchema,
+  customerUpsertSchema,
   isIdLength,
+  limitSettingsSchema,
+  usageAmountSchema,
+  usageSettingsSchema,
+  type AuditQuery,
+  type ContextBody,
+  type ContractBody,
+  type CustomerListQuery,
+  type CustomerQuery,
   type CustomerUpsertBody,
-  validateCustomerQuery,
-  validateLimitSettings,
-  validateAuditQuery,
-  validateContext,
-  validateContract,
-  validateCustomerListQuery,
-  validateCustomerUpsert,
-  validateUsageAmount,
-  validateUsageSettings,
+  type LimitSettingsBody,
+  type UsageAmountBody,
+  type UsageSettingsBody,
 } from './validation.js';
-
-/** Who may call a route: `client` accepts client or server keys. */
-export type Access = 'client' | 'server';
-
-export interface RequestContext {
-  readonly ex: Exchange;
-  readonly key: KeyRecord;
-  readonly environment: Environment;
-  readonly params: readonly string[];
-  readonly query: Readonly<Record<string, string>>;
-  readonly body: unknown;
-  /** The body as received ('' without one): amounts beyond a double's precision are read from it. */
-  readonly bodyText: string;
-}
-
-export interface Route {
-  readonly access: Access;
-  readonly hasBody: boolean;
-  /** The route reads (and validates) query parameters; every other route refuses any. */
-  readonly takesQuery?: true;
-  readonly handle: (ctx: RequestContext) => void;
-}
 
 export interface ApiDeps {
   readonly pool: ShardPool;
@@ -73,37 +59,52 @@ export interface ApiDeps {
   readonly audit: AuditLog;
   /** Walks an environment's audit chain off the event loop (a piscina task). */
   readonly verifyAudit: (stream: string) => Promise<AuditVerification>;
-  /** Serialises config pushes per environment so versions are assigned in order. */
   /** Stores a new configuration version and its `config.push` audit entry (by `actor`) in one transaction. */
   readonly pushConfig: (environment: Environment, config: BillingConfig, actor: string) => Promise<{ version: number; pushedAtMs: number }>;
   /** Audit entries a day per environment before audited changes are refused (0 = unlimited). */
   readonly auditQuota: PerEnvironment;
+  /** The environment's OpenAPI document, serialised (openapi.ts `openApiCache`). */
+  readonly openApiJson: (environment: Environment) => string;
 }
 
-const AMOUNT_MESSAGES: Record<Exclude<AmountParse, { ok: true }>['reason'], string> = {
-  not_number: 'amount must be a number',
-  not_positive: 'amount must be greater than 0',
-  too_many_decimals: 'amount must have at most 6 decimal places',
-  too_large: `amount must be at most ${AMOUNT_UNITS_MAX}`,
+/** A route of this table, as its router holds it. */
+export type Route = CompiledRoute<ApiDeps>;
+
+/** Declares one route of this table; `B` and `Q` type its validated body and query. */
+function route<B = undefined, Q = undefined>(record: RouteRecord<ApiDeps, B, Q>): AnyRouteRecord<ApiDeps> {
+  return record;
+}
+
+const ref = (name: string): JsonSchema => ({ $ref: `#/components/schemas/${name}` });
+
+/** Reads an id path segment `name`: 400 when its percent-encoding or length is wrong. */
+function idParam(name: string): ParamReader {
+  return (raw, ex) => {
+    const value = decodeComponent(raw, false);
+    if (value === null) {
+      ex.fail('invalid_query', { detail: `${name} has invalid percent-encoding` });
+      return null;
+    }
+    if (!isIdLength(value)) {
+      ex.fail('invalid_query', { detail: `${name} must be 1 to ${ID_LENGTH_MAX} characters` });
+      return null;
+    }
+    return value;
+  };
+}
+
+const keyParam = idParam('key');
+const customerIdParam = idParam('customerId');
+
+/** A pushed configuration: its schema and every rule a schema cannot say, all listed in one 400. */
+const checkBillingConfig: BodyCheck = (value, ex) => {
+  const result = validateBillingConfig(value);
+  if (result.ok) return true;
+  ex.fail('invalid_config', { detail: formatViolations(result.errors) });
+  return false;
 };
 
-/** Decodes the path segment named `name`; answers 400 itself when it cannot. */
-function pathParam(ctx: RequestContext, name: string): string | null {
-  const value = decodeComponent(ctx.params[0] ?? '', false);
-  if (value === null) {
-    ctx.ex.fail('invalid_query', { detail: `${name} has invalid percent-encoding` });
-    return null;
-  }
-  if (!isIdLength(value)) {
-    ctx.ex.fail('invalid_query', { detail: `${name} must be 1 to ${ID_LENGTH_MAX} characters` });
-    return null;
-  }
-  return value;
-}
-
-function pathKey(ctx: RequestContext): string | null {
-  return pathParam(ctx, 'key');
-}
+type Input<B = undefined, Q = undefined> = Parameters<RouteRecord<ApiDeps, B, Q>['handle']>[0];
 
 /** Answers with a shard's reply as it is: the status its outcome has, and its body. */
 function sendReply(ex: Exchange, outcome: ReplyOutcome, body: string): void {
@@ -123,47 +124,18 @@ function submit(
 }
 
 /**
- * The tag of an audited shard write: its actor and a fresh reference. The shard derives the
- * entry from the command (actors/ops.ts, the op table) and stores it in the change's own
- * transaction (if the write changes anything), so a crash before the entry reaches the
- * chain cannot lose it: the server appends it at the next start (appendRecoveredAudits).
- */
-function tagOf(deps: ApiDeps, ctx: RequestContext): AuditTag {
-  const tag = { ref: `${REF_PREFIX}${(refCounter++).toString(36)}`, actor: ctx.key.id };
-  const reached = auditQuotaReached(deps, ctx.environment);
-  return reached === null ? tag : { ...tag, auditQuotaReached: reached };
-}
-
-const DAY_MS = 86_400_000;
-
-/** The environment's daily audit quota when today's entries have reached it, else null (also when unlimited). */
-function auditQuotaReached(deps: ApiDeps, environment: Environment): number | null {
-  const limit = deps.auditQuota[environment];
-  if (limit === 0) return null;
-  const now = Date.now();
-  return deps.audit.entriesSince(environment, now - (now % DAY_MS)) >= limit ? limit : null;
-}
-
-/**
- * References are a random per-process prefix and a counter: unique across restarts without
- * a crypto call per request (context, on the application's hot path, carries one each time).
- */
-const REF_PREFIX = `${randomBytes(9).toString('base64url')}.`;
-let refCounter = 0;
-
-/**
  * Records a successful shard write in the audit log, durably, before the caller hears of
  * it; a failed one (4xx) records nothing. The chain records the tag's reference, and the
  * shard then forgets its stored copy.
  */
-function audited(deps: ApiDeps, ctx: RequestContext, fields: AuditFields, tag: AuditTag, outcome: ReplyOutcome, body: string): void {
+function audited(deps: ApiDeps, ctx: Input<unknown, unknown>, fields: AuditFields, tag: AuditTag, outcome: ReplyOutcome, body: string): void {
   if (outcome === 'rejected') return sendReply(ctx.ex, outcome, body);
   deps.audit.append(ctx.environment, { ...fields, actor: tag.actor }, Date.now(), tag.ref).then(
     () => {
       sendReply(ctx.ex, outcome, body);
       deps.pool.auditsRecorded(ctx.environment, fields.resourceId, [tag.ref]);
     },
-    () => ctx.ex.fail('internal'),
+    (error: unknown) => ctx.ex.failInternal(error),
   );
 }
 
@@ -174,157 +146,94 @@ function fieldsOf(command: WriteCommand): AuditFields {
   return fields;
 }
 
+/**
+ * The tag of an audited route (a programmer error on a route not declared audited),
+ * flagged when the environment has used up its daily audit quota: the shard then refuses
+ * the write if it would change anything.
+ */
+function tagOf(deps: ApiDeps, ctx: Input<unknown, unknown>): AuditTag {
+  if (ctx.tag === null) throw new Error('the route is not declared audited');
+  const reached = auditQuotaReached(deps, ctx.environment);
+  return reached === null ? ctx.tag : { ...ctx.tag, auditQuotaReached: reached };
+}
+
+const DAY_MS = 86_400_000;
+
+/** The environment's daily audit quota when today's entries (UTC) have reached it, else null (also when unlimited). */
+function auditQuotaReached(deps: ApiDeps, environment: Environment): number | null {
+  const limit = deps.auditQuota[environment];
+  if (limit === 0) return null;
+  const now = Date.now();
+  return deps.audit.entriesSince(environment, now - (now % DAY_MS)) >= limit ? limit : null;
+}
+
 /** A write that is audited when it changes something; one that changed nothing answers its current state, unaudited. */
-function submitAudited(deps: ApiDeps, ctx: RequestContext, command: WriteCommand): void {
+function submitAudited(deps: ApiDeps, ctx: Input<unknown, unknown>, command: WriteCommand): void {
   const fields = fieldsOf(command);
   const tag = tagOf(deps, ctx);
   submit(deps, ctx.ex, command, (outcome, reply, effect) => (effect === 'unchanged' ? sendReply(ctx.ex, outcome, reply) : audited(deps, ctx, fields, tag, outcome, reply)), tag);
 }
 
-/**
- * Refuses (400 naming the field) a body holding a number JSON.parse did not keep exactly,
- * such as `99999999999.999999` or a 20-digit id in metadata: stored as parsed, it would
- * silently become another value. Usage amounts are read exactly from the text instead
- * (usageAmountRoute); everything else that is stored takes this check. Returns false
- * when it answered.
- */
-function keepsEveryNumber(ctx: RequestContext): boolean {
-  const path = mayRoundInJson(ctx.bodyText) ? roundedNumberPath(ctx.bodyText) : null;
-  if (path === null) return true;
-  ctx.ex.fail('invalid_request', { detail: `${path} cannot be stored exactly: a JSON number keeps at most 15 significant digits` });
-  return false;
+function read(op: 'has' | 'limit' | 'balance') {
+  return (ctx: Input<undefined, CustomerQuery>, deps: ApiDeps): void =>
+    submit(deps, ctx.ex, { op, environment: ctx.environment, customerId: ctx.query.customerId, key: ctx.param });
 }
 
-function readRoute(deps: ApiDeps, op: 'has' | 'limit' | 'balance'): Route {
-  return {
-    access: 'client',
-    hasBody: false,
-    takesQuery: true,
-    handle(ctx) {
-      const key = pathKey(ctx);
-      if (key === null) return;
-      const query = check(validateCustomerQuery, ctx.query, 'query');
-      if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });
-      submit(deps, ctx.ex, { op, environment: ctx.environment, customerId: query.value.customerId, key });
-    },
+function usageAmount(op: 'consume' | 'refund') {
+  return (ctx: Input<UsageAmountBody>, deps: ApiDeps): void => {
+    const { customerId, idempotencyKey } = ctx.body;
+    const base = { op, environment: ctx.environment, customerId, key: ctx.param, amountMicros: ctx.amountMicros } as const;
+    const command = idempotencyKey === undefined ? base : { ...base, idempotencyKey };
+    if (op === 'consume') return submit(deps, ctx.ex, command);
+    submitAudited(deps, ctx, command);
   };
 }
 
-function usageAmountRoute(deps: ApiDeps, op: 'consume' | 'refund'): Route {
-  return {
-    access: 'server',
-    hasBody: true,
-    handle(ctx) {
-      const key = pathKey(ctx);
-      if (key === null) return;
-      const body = check(validateUsageAmount, ctx.body, 'body');
-      if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
-      // A literal JSON.parse may have rounded is read exactly from the text (actors/fixed.ts).
-      const literal = mayRoundInJson(ctx.bodyText) ? memberSource(ctx.bodyText, 'amount') : undefined;
-      const amount = parseAmount(body.value.amount, literal);
-      if (!amount.ok) return ctx.ex.fail('invalid_request', { detail: AMOUNT_MESSAGES[amount.reason] });
-      const { customerId, idempotencyKey } = body.value;
-      const base = { op, environment: ctx.environment, customerId, key, amountMicros: amount.micros } as const;
-      const command = idempotencyKey === undefined ? base : { ...base, idempotencyKey };
-      if (op === 'consume') return submit(deps, ctx.ex, command);
-      submitAudited(deps, ctx, command);
-    },
+function limitSettings(ctx: Input<LimitSettingsBody>, deps: ApiDeps): void {
+  const { customerId, purchased, autoExpansionEnabled } = ctx.body;
+  // A cross-field rule the schema could only phrase as an opaque anyOf error.
+  if (purchased === undefined && autoExpansionEnabled === undefined) {
+    return ctx.ex.fail('invalid_request', { detail: 'purchased or autoExpansionEnabled is required' });
+  }
+  const settings = {
+    ...(purchased === undefined ? {} : { purchased }),
+    ...(autoExpansionEnabled === undefined ? {} : { autoExpansionEnabled }),
   };
+  submitAudited(deps, ctx, { op: 'limitSettings', environment: ctx.environment, customerId, key: ctx.param, ...settings });
 }
 
-function limitSettingsRoute(deps: ApiDeps): Route {
-  return {
-    access: 'server',
-    hasBody: true,
-    handle(ctx) {
-      const key = pathKey(ctx);
-      if (key === null) return;
-      const body = check(validateLimitSettings, ctx.body, 'body');
-      if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
-      if (!keepsEveryNumber(ctx)) return;
-      const { customerId, purchased, autoExpansionEnabled } = body.value;
-      // A cross-field rule the schema could only phrase as an opaque anyOf error.
-      if (purchased === undefined && autoExpansionEnabled === undefined) {
-        return ctx.ex.fail('invalid_request', { detail: 'purchased or autoExpansionEnabled is required' });
-      }
-      const settings = {
-        ...(purchased === undefined ? {} : { purchased }),
-        ...(autoExpansionEnabled === undefined ? {} : { autoExpansionEnabled }),
-      };
-      submitAudited(deps, ctx, { op: 'limitSettings', environment: ctx.environment, customerId, key, ...settings });
-    },
-  };
+function usageSettings(ctx: Input<UsageSettingsBody>, deps: ApiDeps): void {
+  const { customerId, overageEnabled } = ctx.body;
+  submitAudited(deps, ctx, { op: 'usageSettings', environment: ctx.environment, customerId, key: ctx.param, overageEnabled });
 }
 
-function usageSettingsRoute(deps: ApiDeps): Route {
-  return {
-    access: 'server',
-    hasBody: true,
-    handle(ctx) {
-      const key = pathKey(ctx);
-      if (key === null) return;
-      const body = check(validateUsageSettings, ctx.body, 'body');
-      if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
-      const { customerId, overageEnabled } = body.value;
-      submitAudited(deps, ctx, { op: 'usageSettings', environment: ctx.environment, customerId, key, overageEnabled });
+function push(ctx: Input<BillingConfig>, deps: ApiDeps): void {
+  const reached = auditQuotaReached(deps, ctx.environment);
+  if (reached !== null) {
+    return ctx.ex.fail('quota_exceeded', { detail: quotaDetail({ kind: 'quota_exceeded', quota: 'auditEntriesPerDay', environment: ctx.environment, limit: reached }) });
+  }
+  deps.pushConfig(ctx.environment, ctx.body, ctx.key.id).then(
+    ({ version, pushedAtMs }) => {
+      ctx.ex.logInfo('configuration pushed', { environment: ctx.environment, version, actor: ctx.key.id });
+      ctx.ex.send(200, JSON.stringify({ version, pushedAt: new Date(pushedAtMs).toISOString() }));
     },
-  };
+    (error: unknown) => ctx.ex.failInternal(error),
+  );
 }
 
-function pushRoute(deps: ApiDeps): Route {
-  return {
-    access: 'server',
-    hasBody: true,
-    handle(ctx) {
-      const result = validateBillingConfig(ctx.body);
-      if (!result.ok) return ctx.ex.fail('invalid_config', { detail: formatViolations(result.errors) });
-      if (!keepsEveryNumber(ctx)) return;
-      const reached = auditQuotaReached(deps, ctx.environment);
-      if (reached !== null) {
-        return ctx.ex.fail('quota_exceeded', { detail: quotaDetail({ kind: 'quota_exceeded', quota: 'auditEntriesPerDay', environment: ctx.environment, limit: reached }) });
-      }
-      deps.pushConfig(ctx.environment, result.config, ctx.key.id).then(
-        ({ version, pushedAtMs }) => {
-          ctx.ex.logInfo('configuration pushed', { environment: ctx.environment, version, actor: ctx.key.id });
-          ctx.ex.send(200, JSON.stringify({ version, pushedAt: new Date(pushedAtMs).toISOString() }));
-        },
-        () => ctx.ex.fail('internal'),
-      );
-    },
-  };
+function pull(ctx: Input, deps: ApiDeps): void {
+  const latest = deps.control.latestConfig(ctx.environment);
+  if (latest === null) return ctx.ex.fail('config_not_found');
+  ctx.ex.json(200, { config: latest.config, version: latest.version, pushedAt: new Date(latest.pushedAtMs).toISOString() });
 }
 
-function pullRoute(deps: ApiDeps): Route {
-  return {
-    access: 'server',
-    hasBody: false,
-    handle(ctx) {
-      const latest = deps.control.latestConfig(ctx.environment);
-      if (latest === null) return ctx.ex.fail('config_not_found');
-      ctx.ex.json(200, { config: latest.config, version: latest.version, pushedAt: new Date(latest.pushedAtMs).toISOString() });
-    },
-  };
-}
+/** The shard address of a contract: the customer, no entitlement key. */
+const contractAddress = (ctx: Input<unknown>) => ({ environment: ctx.environment, customerId: ctx.param, key: '' }) as const;
 
-/** GET, PUT and DELETE /v1/contracts/{customerId}: answered by the customer's shard. */
-function contractRoute(deps: ApiDeps, op: 'getContract' | 'putContract' | 'deleteContract'): Route {
-  return {
-    access: 'server',
-    hasBody: op === 'putContract',
-    handle(ctx) {
-      const customerId = pathParam(ctx, 'customerId');
-      if (customerId === null) return;
-      const address = { environment: ctx.environment, customerId, key: '' } as const;
-      if (op === 'getContract') return submit(deps, ctx.ex, { op, ...address });
-      if (op === 'deleteContract') return submitAudited(deps, ctx, { op, ...address });
-      const body = check(validateContract, ctx.body, 'body');
-      if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
-      if (!keepsEveryNumber(ctx)) return;
-      const { priceAmount, priceInterval, entitlements } = body.value;
-      const contract = { priceAmount, priceInterval, entitlements: entitlements ?? {} };
-      submitAudited(deps, ctx, { op, ...address, contract });
-    },
-  };
+function putContract(ctx: Input<ContractBody>, deps: ApiDeps): void {
+  const { priceAmount, priceInterval, entitlements } = ctx.body;
+  const contract = { priceAmount, priceInterval, entitlements: entitlements ?? {} };
+  submitAudited(deps, ctx, { op: 'putContract', ...contractAddress(ctx), contract });
 }
 
 /** The fields of a customer body that change the stored customer. */
@@ -336,21 +245,10 @@ function profilePatch({ name, email, metadata }: CustomerUpsertBody): ProfilePat
   };
 }
 
-/** POST /v1/customers: 201 created / 200 updated, answered by the customer's shard. */
-function upsertCustomerRoute(deps: ApiDeps): Route {
-  return {
-    access: 'server',
-    hasBody: true,
-    handle(ctx) {
-      const body = check(validateCustomerUpsert, ctx.body, 'body');
-      if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
-      if (!keepsEveryNumber(ctx)) return;
-      const patch = profilePatch(body.value);
-      const command = { op: 'upsertCustomer', environment: ctx.environment, customerId: body.value.id, key: '', patch } as const;
-      // An update that changed nothing answers 200 with the stored customer, unaudited.
-      submitAudited(deps, ctx, command);
-    },
-  };
+/** POST /v1/customers: 201 created / 200 updated; an update that changed nothing answers 200, unaudited. */
+function upsertCustomer(ctx: Input<CustomerUpsertBody>, deps: ApiDeps): void {
+  const patch = profilePatch(ctx.body);
+  submitAudited(deps, ctx, { op: 'upsertCustomer', environment: ctx.environment, customerId: ctx.body.id, key: '', patch });
 }
 
 /**
@@ -358,101 +256,53 @@ function upsertCustomerRoute(deps: ApiDeps): Route {
  * balances and limits, from the customer's shard. `plans` (from the configuration) and
  * `subscription` (null until commerce lands) are added here, on the front end.
  */
-function contextRoute(deps: ApiDeps): Route {
-  return {
-    access: 'server',
-    hasBody: true,
-    handle(ctx) {
-      const body = check(validateContext, ctx.body, 'body');
-      if (!body.ok) return ctx.ex.fail('invalid_request', { detail: body.message });
-      if (!keepsEveryNumber(ctx)) return;
-      const { customer, features = [], usage = [], limits = [], includePlans, includeSubscription } = body.value;
-      const extra = [
-        ...(includePlans === true ? [`"plans":${JSON.stringify(productViews(deps, ctx.environment))}`] : []),
-        ...(includeSubscription === true ? ['"subscription":null'] : []),
-      ];
-      const patch = profilePatch(customer);
-      const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch, request: { features, usage, limits } } as const;
-      // The shard stores the entry only if the call creates or changes the customer.
-      const tag = tagOf(deps, ctx);
-      submit(deps, ctx.ex, command, (outcome, reply, effect) => {
-        if (outcome === 'rejected') return sendReply(ctx.ex, outcome, reply);
-        // The shard renders `{customer, features, usage, limits}`; splice our fields before its closing brace.
-        const body = extra.length > 0 ? `${reply.slice(0, -1)},${extra.join(',')}}` : reply;
-        if (effect !== 'wrote') return ctx.ex.send(200, body);
-        // It created or changed the customer: audited like POST /v1/customers.
-        audited(deps, ctx, fieldsOf(command), tag, 'ok', body);
-      }, tag);
-    },
-  };
+function context(ctx: Input<ContextBody>, deps: ApiDeps): void {
+  const { customer, features = [], usage = [], limits = [], includePlans, includeSubscription } = ctx.body;
+  const extra = [
+    ...(includePlans === true ? [`"plans":${JSON.stringify(productViews(deps, ctx.environment))}`] : []),
+    ...(includeSubscription === true ? ['"subscription":null'] : []),
+  ];
+  const patch = profilePatch(customer);
+  const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch, request: { features, usage, limits } } as const;
+  // The shard stores the entry only if the call creates or changes the customer.
+  const tag = tagOf(deps, ctx);
+  submit(deps, ctx.ex, command, (outcome, reply, effect) => {
+    if (outcome === 'rejected') return sendReply(ctx.ex, outcome, reply);
+    // The shard renders `{customer, features, usage, limits}`; splice our fields before its closing brace.
+    const body = extra.length > 0 ? `${reply.slice(0, -1)},${extra.join(',')}}` : reply;
+    if (effect !== 'wrote') return ctx.ex.send(200, body);
+    // It created or changed the customer: audited like POST /v1/customers.
+    audited(deps, ctx, fieldsOf(command), tag, 'ok', body);
+  }, tag);
 }
 
 /** GET /v1/customers/{id}: read from the customer index, no shard involved. */
-function getCustomerRoute(deps: ApiDeps): Route {
-  return {
-    access: 'server',
-    hasBody: false,
-    handle(ctx) {
-      const id = pathParam(ctx, 'id');
-      if (id === null) return;
-      const json = deps.customers.get(ctx.environment, id);
-      if (json === null) return ctx.ex.fail('customer_not_found', { id });
-      ctx.ex.send(200, json);
-    },
-  };
+function getCustomer(ctx: Input, deps: ApiDeps): void {
+  const json = deps.customers.get(ctx.environment, ctx.param);
+  if (json === null) return ctx.ex.fail('customer_not_found', { id: ctx.param });
+  ctx.ex.send(200, json);
 }
 
 /** GET /v1/customers: pages in id order, `{data, nextCursor}`, from the index. */
-function listCustomersRoute(deps: ApiDeps): Route {
-  return {
-    access: 'server',
-    hasBody: false,
-    takesQuery: true,
-    handle(ctx) {
-      const query = check(validateCustomerListQuery, ctx.query, 'query');
-      if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });
-      const limit = pageLimit(ctx.ex, query.value.limit);
-      if (limit === null) return;
-      let after: string | null = null;
-      if (query.value.cursor !== undefined) {
-        after = decodeCursor(ctx.ex, query.value.cursor, ({ after: id }) =>
-          typeof id === 'string' && isIdLength(id) ? id : null,
-        );
-        if (after === null) return;
-      }
-      const page = deps.customers.page(ctx.environment, after, limit);
-      const next = page.nextAfter === null ? 'null' : JSON.stringify(encodeCursor({ after: page.nextAfter }));
-      ctx.ex.send(200, `{"data":[${page.items.join(',')}],"nextCursor":${next}}`);
-    },
-  };
-}
-
-/** GET /v1/audit: newest first, filtered by action and resource type. */
-function auditListRoute(deps: ApiDeps): Route {
-  return {
-    access: 'server',
-    hasBody: false,
-    takesQuery: true,
-    handle(ctx) {
-      const query = check(validateAuditQuery, ctx.query, 'query');
-      if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });
-      auditPage(ctx.ex, deps.audit, ctx.environment, query.value);
-    },
-  };
+function listCustomers(ctx: Input<undefined, CustomerListQuery>, deps: ApiDeps): void {
+  const limit = pageLimit(ctx.ex, ctx.query.limit);
+  if (limit === null) return;
+  let after: string | null = null;
+  if (ctx.query.cursor !== undefined) {
+    after = decodeCursor(ctx.ex, ctx.query.cursor, ({ after: id }) => (typeof id === 'string' && isIdLength(id) ? id : null));
+    if (after === null) return;
+  }
+  const page = deps.customers.page(ctx.environment, after, limit);
+  const next = page.nextAfter === null ? 'null' : JSON.stringify(encodeCursor({ after: page.nextAfter }));
+  ctx.ex.send(200, `{"data":[${page.items.join(',')}],"nextCursor":${next}}`);
 }
 
 /** GET /v1/audit/verify: walks the environment's hash chain. */
-function auditVerifyRoute(deps: ApiDeps): Route {
-  return {
-    access: 'server',
-    hasBody: false,
-    handle(ctx) {
-      deps.verifyAudit(ctx.environment).then(
-        (verdict) => ctx.ex.json(200, verdict),
-        (error: unknown) => failVerify(ctx.ex, error),
-      );
-    },
-  };
+function verifyAudit(ctx: Input, deps: ApiDeps): void {
+  deps.verifyAudit(ctx.environment).then(
+    (verdict) => ctx.ex.json(200, verdict),
+    (error: unknown) => failVerify(ctx.ex, error),
+  );
 }
 
 /** One product of the pushed configuration as the plans listing shows it. */
@@ -474,71 +324,233 @@ function productViews(deps: ApiDeps, environment: Environment): Array<Record<str
   return Object.entries(products).map(([key, product]) => productView(key, product));
 }
 
-function plansRoute(deps: ApiDeps): Route {
-  return {
-    access: 'server',
-    hasBody: false,
-    handle(ctx) {
-      ctx.ex.json(200, { data: productViews(deps, ctx.environment) });
-    },
-  };
-}
+const ENTITLEMENT_ERRORS = ['not_configured', 'entitlement_not_found'] as const;
+const TYPED_ERRORS = [...ENTITLEMENT_ERRORS, 'wrong_entitlement_type'] as const;
 
-/**
- * GET /v1/docs/openapi.json: the environment's OpenAPI document, serialised
- * once per configuration version; only the latest version of each environment is kept.
- * The version check reads one LMDB key, not the configuration.
- *
- * Generated inline, on the first request after a push, rather than on a piscina thread:
- * building and serialising it for the largest configuration (1000 entitlements, 1000
- * products; a 195 kB document) took 4.5–5.5 ms cold and ~1.5–2.5 ms warm on the 2-core
- * machine (Node 20), once per push and environment. That is far under the 20 ms at which
- * moving it off the event loop would pay for a thread hop and cloning the configuration.
- */
-function openApiRoute(deps: ApiDeps): Route {
-  const cache = new Map<Environment, { readonly version: number; readonly json: string }>();
-  return {
-    access: 'client',
-    hasBody: false,
-    handle(ctx) {
-      const { environment } = ctx;
-      let cached = cache.get(environment);
-      if (cached === undefined || cached.version !== deps.control.latestConfigVersion(environment)) {
-        const latest = deps.control.latestConfig(environment);
-        const version = latest?.version ?? 0;
-        const meta = { environment, version, pushedAtMs: latest?.pushedAtMs ?? null };
-        cached = { version, json: JSON.stringify(buildOpenApi(latest === null ? null : (latest.config as BillingConfig), meta)) };
-        cache.set(environment, cached);
-      }
-      ctx.ex.send(200, cached.json);
+/** Every environment route, in router order (each route's metrics series). */
+export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
+  route<undefined, CustomerQuery>({
+    method: 'GET', path: '/v1/entitlements/:key/has', keys: 'client', param: keyParam, query: customerQuerySchema, audited: false,
+    doc: {
+      operationId: 'hasEntitlement', tag: 'entitlements', pathKey: 'entitlement', sharded: true,
+      summary: 'Does the customer have the entitlement?',
+      description: 'Any type: a feature when granted, a limit when its limit > 0, a meter when its balance > 0 or overage is enabled.',
+      ok: { description: 'Whether the customer has it.', schema: { type: 'boolean' } },
+      errors: [...ENTITLEMENT_ERRORS],
     },
-  };
-}
+    handle: read('has'),
+  }),
+  route<undefined, CustomerQuery>({
+    method: 'GET', path: '/v1/entitlements/:key/limit', keys: 'client', param: keyParam, query: customerQuerySchema, audited: false,
+    doc: {
+      operationId: 'getLimit', tag: 'entitlements', pathKey: 'limit', sharded: true,
+      summary: 'A numeric limit of the customer', description: 'Limits only; another type answers 400.',
+      ok: { description: 'The limit.', schema: ref('LimitView') },
+      errors: [...TYPED_ERRORS],
+    },
+    handle: read('limit'),
+  }),
+  route<LimitSettingsBody>({
+    method: 'POST', path: '/v1/entitlements/:key/limit/settings', keys: 'server', param: keyParam, audited: true,
+    body: { schema: limitSettingsSchema, numbers: 'exact' },
+    doc: {
+      operationId: 'setLimitSettings', tag: 'entitlements', pathKey: 'limit', sharded: true,
+      summary: 'Set purchased expansion or auto-expansion consent',
+      description: 'At least one of `purchased`, `autoExpansionEnabled`; both need `expansion` in the customer\'s plan.',
+      ok: { description: 'The updated limit.', schema: ref('LimitView') },
+      errors: [...TYPED_ERRORS, 'invalid_request', 'expansion_not_allowed'],
+    },
+    handle: limitSettings,
+  }),
+  route<undefined, CustomerQuery>({
+    method: 'GET', path: '/v1/usage/:key/balance', keys: 'client', param: keyParam, query: customerQuerySchema, audited: false,
+    doc: {
+      operationId: 'getBalance', tag: 'usage', pathKey: 'meter', sharded: true,
+      summary: 'A meter balance of the customer', description: 'Meters only; another type answers 400.',
+      ok: { description: 'The balance.', schema: ref('BalanceView') },
+      errors: [...TYPED_ERRORS],
+    },
+    handle: read('balance'),
+  }),
+  route<UsageAmountBody>({
+    method: 'POST', path: '/v1/usage/:key/consume', keys: 'server', param: keyParam, audited: false,
+    body: { schema: usageAmountSchema, numbers: 'exact-amount' },
+    doc: {
+      operationId: 'consumeUsage', tag: 'usage', pathKey: 'meter', sharded: true,
+      summary: 'Consume usage',
+      description: 'Draws included allowance, then purchased-credit lots oldest first, then overage when enabled. ' +
+        'All-or-nothing: when short, 429 with the balance fields and nothing drawn. A retry with the same ' +
+        '`idempotencyKey` (kept 24 h) is applied once and answers the current balance.',
+      ok: { description: 'The balance after the draw.', schema: ref('BalanceView') },
+      errors: [...TYPED_ERRORS, 'invalid_request', 'idempotency_key_reused', 'insufficient_balance'],
+    },
+    handle: usageAmount('consume'),
+  }),
+  route<UsageAmountBody>({
+    method: 'POST', path: '/v1/usage/:key/refund', keys: 'server', param: keyParam, audited: true,
+    body: { schema: usageAmountSchema, numbers: 'exact-amount' },
+    doc: {
+      operationId: 'refundUsage', tag: 'usage', pathKey: 'meter', sharded: true,
+      summary: 'Refund usage',
+      description: 'Unwinds the current period\'s recorded usage: overage, then the lots drawn (newest first), then ' +
+        'included allowance. Beyond the refundable usage: 409 with the balance fields.',
+      ok: { description: 'The balance after the refund.', schema: ref('BalanceView') },
+      errors: [...TYPED_ERRORS, 'invalid_request', 'idempotency_key_reused', 'refund_exceeds_usage'],
+    },
+    handle: usageAmount('refund'),
+  }),
+  route<UsageSettingsBody>({
+    method: 'POST', path: '/v1/usage/:key/settings', keys: 'server', param: keyParam, audited: true,
+    body: { schema: usageSettingsSchema, numbers: 'as-parsed' },
+    doc: {
+      operationId: 'setUsageSettings', tag: 'usage', pathKey: 'meter', sharded: true,
+      summary: 'Enable or disable overage', description: '`overageEnabled: true` needs `overage` in the customer\'s plan.',
+      ok: { description: 'The updated balance.', schema: ref('BalanceView') },
+      errors: [...TYPED_ERRORS, 'invalid_request', 'overage_not_allowed'],
+    },
+    handle: usageSettings,
+  }),
+  route<BillingConfig>({
+    method: 'POST', path: '/v1/sync/push', keys: 'server', audited: true,
+    body: { schema: billingConfigSchema, numbers: 'exact', check: checkBillingConfig },
+    doc: {
+      operationId: 'pushConfig', tag: 'configuration',
+      summary: 'Push a billing configuration',
+      description: 'Validated against the schema and then for what a schema cannot say; a 400 lists every violation. ' +
+        'The pushed version applies at once; this document is regenerated from it.',
+      ok: { description: 'The version assigned.', schema: ref('PushResult') }, errors: ['invalid_config'],
+    },
+    handle: push,
+  }),
+  route({
+    method: 'GET', path: '/v1/sync/pull', keys: 'server', audited: false,
+    doc: {
+      operationId: 'pullConfig', tag: 'configuration',
+      summary: 'The last pushed configuration', description: 'Exactly the pushed document, with its version.',
+      ok: { description: 'The configuration.', schema: ref('PullResult') }, errors: ['config_not_found'],
+    },
+    handle: pull,
+  }),
+  route({
+    method: 'GET', path: '/v1/plans', keys: 'server', audited: false,
+    doc: {
+      operationId: 'listPlans', tag: 'configuration',
+      summary: 'The products of the configuration', description: 'Named plans for compatibility; the records are products.',
+      ok: { description: 'Every product.', schema: ref('PlanList') }, errors: [],
+    },
+    handle: (ctx, deps) => ctx.ex.json(200, { data: productViews(deps, ctx.environment) }),
+  }),
+  route<undefined, AuditQuery>({
+    method: 'GET', path: '/v1/audit', keys: 'server', query: auditQuerySchema, audited: false,
+    doc: {
+      operationId: 'listAudit', tag: 'audit',
+      summary: 'The audit log, newest first',
+      description: 'Every administrative mutation of the environment (config push, customer upsert, contracts, settings, usage refunds), ' +
+        `hash-chained. Filter by \`action\` and \`resourceType\`; \`limit\` (default ${LIST_LIMIT_DEFAULT}, at most ${LIST_LIMIT_MAX}) and \`cursor\` page.`,
+      ok: { description: 'A page.', schema: ref('AuditList') }, errors: [],
+    },
+    handle: (ctx, deps) => auditPage(ctx.ex, deps.audit, ctx.environment, ctx.query),
+  }),
+  route({
+    method: 'GET', path: '/v1/audit/verify', keys: 'server', audited: false,
+    doc: {
+      operationId: 'verifyAudit', tag: 'audit',
+      summary: 'Check the audit chain', description: 'Recomputes every entry\'s hash and link; reports the first entry that breaks the chain.',
+      ok: { description: 'The verdict.', schema: ref('AuditVerification') }, errors: [],
+    },
+    handle: verifyAudit,
+  }),
+  route<ContextBody>({
+    method: 'POST', path: '/v1/context', keys: 'server', audited: true,
+    body: { schema: contextSchema, numbers: 'exact' },
+    doc: {
+      operationId: 'getContext', tag: 'customers', sharded: true,
+      summary: 'Upsert a customer and read its entitlements in one call',
+      description: '`features` takes any entitlement (as `/has`), `usage` only meters, `limits` only limits. ' +
+        'An unknown key is 404 naming it; a key of the wrong type 400. `plans` and `subscription` (null until commerce) only when asked for.',
+      ok: { description: 'The customer and the requested answers.', schema: ref('Context') },
+      errors: ['invalid_request', 'not_configured', 'entitlement_not_found', 'wrong_entitlement_type'],
+    },
+    handle: context,
+  }),
+  route<CustomerUpsertBody>({
+    method: 'POST', path: '/v1/customers', keys: 'server', audited: true,
+    body: { schema: customerUpsertSchema, numbers: 'exact' },
+    doc: {
+      operationId: 'upsertCustomer', tag: 'customers', sharded: true,
+      summary: 'Create or update a customer',
+      description: '201 when the customer is new, 200 when it existed (also when a consume created it). Only the fields ' +
+        'given change; metadata keys merge and a `null` value removes a key (at most 50 keys).',
+      ok: { description: 'The stored customer.', schema: ref('Customer'), statuses: [200, 201] }, errors: ['invalid_request'],
+    },
+    handle: upsertCustomer,
+  }),
+  route<undefined, CustomerListQuery>({
+    method: 'GET', path: '/v1/customers', keys: 'server', query: customerListQuerySchema, audited: false,
+    doc: {
+      operationId: 'listCustomers', tag: 'customers',
+      summary: 'Customers in id order',
+      description: `Pages of at most \`limit\` (default ${LIST_LIMIT_DEFAULT}, at most ${LIST_LIMIT_MAX}); pass \`nextCursor\` as \`cursor\` for the next page. ` +
+        'Cursors are opaque and stay valid while customers are added.',
+      ok: { description: 'A page.', schema: ref('CustomerList') }, errors: [],
+    },
+    handle: listCustomers,
+  }),
+  route({
+    method: 'GET', path: '/v1/customers/:id', keys: 'server', param: idParam('id'), audited: false,
+    doc: {
+      operationId: 'getCustomer', tag: 'customers',
+      summary: 'One customer', description: 'Customers created implicitly by a consume exist too.',
+      ok: { description: 'The customer.', schema: ref('Customer') }, errors: ['customer_not_found'],
+    },
+    handle: getCustomer,
+  }),
+  route({
+    method: 'GET', path: '/v1/contracts/:customerId', keys: 'server', param: customerIdParam, audited: false,
+    doc: {
+      operationId: 'getContract', tag: 'contracts', sharded: true,
+      summary: 'A customer\'s contract', description: 'The stored contract; 404 when the customer has none.',
+      ok: { description: 'The contract.', schema: ref('Contract') }, errors: ['contract_not_found'],
+    },
+    handle: (ctx, deps) => submit(deps, ctx.ex, { op: 'getContract', ...contractAddress(ctx) }),
+  }),
+  route<ContractBody>({
+    method: 'PUT', path: '/v1/contracts/:customerId', keys: 'server', param: customerIdParam, audited: true,
+    body: { schema: contractSchema, numbers: 'exact' },
+    doc: {
+      operationId: 'putContract', tag: 'contracts', sharded: true,
+      summary: 'Set a customer\'s contract',
+      description: 'Replaces the contract. `entitlements.{key}.included` replaces the plan\'s included amount of a limit or meter; ' +
+        'for a feature, `included > 0` grants it and `0` denies it. Keys must be entitlements of the configuration. ' +
+        'An unknown customer is created.',
+      ok: { description: 'The stored contract.', schema: ref('Contract') }, errors: ['invalid_request'],
+    },
+    handle: putContract,
+  }),
+  route({
+    method: 'DELETE', path: '/v1/contracts/:customerId', keys: 'server', param: customerIdParam, audited: true,
+    doc: {
+      operationId: 'deleteContract', tag: 'contracts', sharded: true,
+      summary: 'Remove a customer\'s contract', description: 'The plan\'s values apply again.',
+      ok: { description: 'Removed.', schema: null, statuses: [204] }, errors: ['contract_not_found'],
+    },
+    handle: (ctx, deps) => submitAudited(deps, ctx, { op: 'deleteContract', ...contractAddress(ctx) }),
+  }),
+  route({
+    method: 'GET', path: '/v1/docs/openapi.json', keys: 'client', audited: false,
+    doc: {
+      operationId: 'getOpenApi', tag: 'docs',
+      summary: 'This document', description: 'Generated from the configuration last pushed to the key\'s environment.',
+      ok: { description: 'An OpenAPI 3.1 document.', schema: ref('OpenApiDocument') }, errors: [],
+    },
+    handle: (ctx, deps) => ctx.ex.send(200, deps.openApiJson(ctx.environment)),
+  }),
+];
 
-/** Every keyed route of this slice of the API. */
+/** Every keyed environment route, its schemas compiled. */
 export function buildApiRouter(deps: ApiDeps): Router<Route> {
-  return new Router<Route>()
-    .add('GET', '/v1/entitlements/:key/has', readRoute(deps, 'has'))
-    .add('GET', '/v1/entitlements/:key/limit', readRoute(deps, 'limit'))
-    .add('POST', '/v1/entitlements/:key/limit/settings', limitSettingsRoute(deps))
-    .add('GET', '/v1/usage/:key/balance', readRoute(deps, 'balance'))
-    .add('POST', '/v1/usage/:key/consume', usageAmountRoute(deps, 'consume'))
-    .add('POST', '/v1/usage/:key/refund', usageAmountRoute(deps, 'refund'))
-    .add('POST', '/v1/usage/:key/settings', usageSettingsRoute(deps))
-    .add('POST', '/v1/sync/push', pushRoute(deps))
-    .add('GET', '/v1/sync/pull', pullRoute(deps))
-    .add('GET', '/v1/plans', plansRoute(deps))
-    .add('GET', '/v1/audit', auditListRoute(deps))
-    .add('GET', '/v1/audit/verify', auditVerifyRoute(deps))
-    .add('POST', '/v1/context', contextRoute(deps))
-    .add('POST', '/v1/customers', upsertCustomerRoute(deps))
-    .add('GET', '/v1/customers', listCustomersRoute(deps))
-    .add('GET', '/v1/customers/:id', getCustomerRoute(deps))
-    .add('GET', '/v1/contracts/:customerId', contractRoute(deps, 'getContract'))
-    .add('PUT', '/v1/contracts/:customerId', contractRoute(deps, 'putContract'))
-    .add('DELETE', '/v1/contracts/:customerId', contractRoute(deps, 'deleteContract'))
-    .add('GET', '/v1/docs/openapi.json', openApiRoute(deps));
+  for (const { method, path, keys } of API_ROUTES) {
+    if (keys !== 'client' && keys !== 'server') throw new Error(`${method} ${path}: environment routes take a client or server key`);
+  }
+  return routerOf(API_ROUTES, deps);
 }
-
-/** The public JSON Schema document (`GET /v1/schema/billing`), serialised once. */
-export const BILLING_SCHEMA_JSON = JSON.stringify(billingConfigSchema);

@@ -9,35 +9,36 @@ import { decodeComponent } from '../http/query.js';
 import { streamFile } from '../http/file-stream.js';
 import { SnapshotBusyError, type SnapshotInfo, type Snapshots } from '../snapshots.js';
 import { auditOperator, type AdminContext, type AdminDeps, type AdminRouteEntry } from './admin-routes.js';
+import type { ParamReader } from './route-record.js';
 
-function snapshotId(ctx: AdminContext): string | null {
-  const id = decodeComponent(ctx.params[0] ?? '', false);
+/** A snapshot id path segment (`snap_…`). */
+const snapshotId: ParamReader = (raw, ex) => {
+  const id = decodeComponent(raw, false);
   if (id === null || !/^snap_[A-Za-z0-9_]{1,64}$/.test(id)) {
-    ctx.ex.fail('invalid_query', { detail: 'id must be a snapshot id (snap_…)' });
+    ex.fail('invalid_query', { detail: 'id must be a snapshot id (snap_…)' });
     return null;
   }
   return id;
-}
+};
 
 export function snapshotRoutes(deps: Pick<AdminDeps, 'audit'>, snapshots: Snapshots): AdminRouteEntry[] {
-  /** The snapshot the path names, or null after answering 400 or 404. */
+  /** The snapshot the path names, or null after answering 404. */
   const found = (ctx: AdminContext): SnapshotInfo | null => {
-    const id = snapshotId(ctx);
-    if (id === null) return null;
+    const id = ctx.param;
     const info = snapshots.get(id);
     if (info === undefined) ctx.ex.fail('snapshot_not_found', { id });
     return info ?? null;
   };
   return [
     ['GET', '/v1/admin/snapshot-secret', {
-      hasBody: false,
+      keys: 'operator', audited: false,
       handle(ctx) {
         ctx.ex.logInfo('operator action', { action: 'snapshot.secret.export', resourceType: 'snapshot', actor: ctx.key.id });
         ctx.ex.json(200, { secret: snapshots.secretHex() });
       },
     }],
     ['POST', '/v1/admin/snapshots', {
-      hasBody: false,
+      keys: 'operator', audited: true,
       handle(ctx) {
         try {
           const info = snapshots.create(ctx.key.id);
@@ -50,20 +51,20 @@ export function snapshotRoutes(deps: Pick<AdminDeps, 'audit'>, snapshots: Snapsh
       },
     }],
     ['GET', '/v1/admin/snapshots', {
-      hasBody: false,
+      keys: 'operator', audited: false,
       handle(ctx) {
         ctx.ex.json(200, { data: snapshots.list() });
       },
     }],
     ['GET', '/v1/admin/snapshots/:id', {
-      hasBody: false,
+      keys: 'operator', param: snapshotId, audited: false,
       handle(ctx) {
         const info = found(ctx);
         if (info !== null) ctx.ex.json(200, info);
       },
     }],
     ['GET', '/v1/admin/snapshots/:id/file', {
-      hasBody: false,
+      keys: 'operator', param: snapshotId, audited: false,
       handle(ctx) {
         const info = found(ctx);
         if (info === null) return;
@@ -80,17 +81,16 @@ export function snapshotRoutes(deps: Pick<AdminDeps, 'audit'>, snapshots: Snapsh
       },
     }],
     ['DELETE', '/v1/admin/snapshots/:id', {
-      hasBody: false,
+      keys: 'operator', param: snapshotId, audited: true,
       handle(ctx) {
-        const id = snapshotId(ctx);
-        if (id === null) return;
+        const id = ctx.param;
         if (snapshots.get(id)?.status === 'running') return ctx.ex.fail('snapshot_not_ready', { id, status: 'running' });
         snapshots.remove(id).then(
           (removed) => {
             if (removed === undefined) return ctx.ex.fail('snapshot_not_found', { id });
             auditOperator(deps, ctx, { action: 'snapshot.delete', resourceType: 'snapshot', resourceId: id, data: {} }, null, Promise.resolve(), () => ctx.ex.send(204, ''));
           },
-          () => ctx.ex.fail('internal'),
+          (error: unknown) => ctx.ex.failInternal(error),
         );
       },
     }],

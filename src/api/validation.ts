@@ -1,8 +1,9 @@
 /**
- * Compiled request schemas for every route of the core API, and the mapping from ajv's
- * errors to one clear message naming the field.
+ * The request schemas of the routes (their records in the route tables compile them,
+ * route-record.ts), and the mapping from ajv's errors to one clear message naming the
+ * field.
  *
- * Every query and body is checked here, on the front end, before anything crosses a
+ * Every query and body is checked on the front end, before anything crosses a
  * thread. Unknown fields are refused (as Stripe does) so that typos surface. Numbers
  * that a schema cannot judge exactly (amount decimals) are checked by `parseAmount`.
  */
@@ -227,17 +228,8 @@ export interface KeyCreateBody {
   readonly class: 'server' | 'client';
 }
 
-export const validateCustomerQuery = ajv.compile<CustomerQuery>(customerQuerySchema);
-export const validateUsageAmount = ajv.compile<UsageAmountBody>(usageAmountSchema);
-export const validateLimitSettings = ajv.compile<LimitSettingsBody>(limitSettingsSchema);
-export const validateUsageSettings = ajv.compile<UsageSettingsBody>(usageSettingsSchema);
-export const validateContract = ajv.compile<ContractBody>(contractSchema);
+/** The customer body of an offline snapshot edit (the CLI), checked as the API checks it. */
 export const validateCustomerUpsert = ajv.compile<CustomerUpsertBody>(customerUpsertSchema);
-export const validateAuditQuery = ajv.compile<AuditQuery>(auditQuerySchema);
-export const validateOperatorAuditQuery = ajv.compile<AuditQuery>(operatorAuditQuerySchema);
-export const validateContext = ajv.compile<ContextBody>(contextSchema);
-export const validateCustomerListQuery = ajv.compile<CustomerListQuery>(customerListQuerySchema);
-export const validateKeyCreate = ajv.compile<KeyCreateBody>(keyCreateSchema);
 
 /**
  * Whether an id taken from a path or a cursor has 1 to ID_LENGTH_MAX characters counted
@@ -253,12 +245,22 @@ export function isIdLength(value: string): boolean {
 
 export type Checked<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string };
 
+/** Compiles a route's query or body schema (once, when its router is built). */
+export function compileSchema(schema: object): ValidateFunction {
+  return ajv.compile(schema);
+}
+
 /** Runs a compiled validator and, on failure, names the offending field. */
 export function check<T>(validate: ValidateFunction<T>, value: unknown, what: 'body' | 'query'): Checked<T> {
   if (validate(value)) return { ok: true, value };
+  return { ok: false, message: describeFailure(validate, what) };
+}
+
+/** The message for the last failed run of `validate`: one sentence naming the field. */
+export function describeFailure(validate: ValidateFunction, what: 'body' | 'query'): string {
   // A failed anyOf reports its branches' errors first; the anyOf itself says it best.
   const error = validate.errors?.find((e) => e.keyword === 'anyOf' || e.keyword === 'propertyNames') ?? validate.errors?.[0];
-  return { ok: false, message: error === undefined ? `invalid ${what}` : describe(error, what) };
+  return error === undefined ? `invalid ${what}` : describe(error, what);
 }
 
 function fieldOf(error: ErrorObject): string {

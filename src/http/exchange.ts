@@ -168,9 +168,17 @@ export class Exchange {
     try {
       step();
     } catch (error) {
-      this.obs.handlerFailed(this, error);
-      this.failureLogged = true;
-      this.fail('internal');
+      this.failInternal(error);
     }
+  }
+
+  /**
+   * Answers 500 for a failure that is a bug or a fault of the service (a rejected
+   * promise of a store or a worker), and logs its cause with this request's id.
+   */
+  failInternal(error: unknown): void {
+    this.obs.handlerFailed(this, error);
+    this.failureLogged = true;
+    this.fail('internal');
   }
 }

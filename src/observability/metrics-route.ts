@@ -10,7 +10,7 @@
  */
 import type { StorageWatch } from '../storage-watch.js';
 import type { ShardLiveStats } from '../../actors/protocol.js';
-import type { AdminRoute } from '../api/admin-routes.js';
+import type { AdminRouteEntry } from '../api/admin-routes.js';
 import type { ShardPool } from '../shard-pool.js';
 import { Exposition, PROMETHEUS_CONTENT_TYPE } from './exposition.js';
 import { statusLabel, type HttpMetrics } from './http-metrics.js';
@@ -91,14 +91,15 @@ export function renderMetrics(deps: MetricsDeps, depths: readonly number[], shar
   return out.text();
 }
 
-export function metricsRoute(deps: MetricsDeps): AdminRoute {
+export function metricsRoute(deps: MetricsDeps): AdminRouteEntry[2] {
   return {
-    hasBody: false,
+    keys: 'operator',
+    audited: false,
     handle(ctx) {
       const depths = deps.pool.queueDepths();
       deps.pool.liveStats().then(
         (shards) => ctx.ex.sendText(200, PROMETHEUS_CONTENT_TYPE, renderMetrics(deps, depths, shards, Date.now())),
-        () => ctx.ex.fail('internal'),
+        (error: unknown) => ctx.ex.failInternal(error),
       );
     },
   };
