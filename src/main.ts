@@ -41,6 +41,12 @@ function intFromEnv(name: string, fallback: number | undefined): number | undefi
   return value;
 }
 
+/** An environment variable, or undefined when unset or empty. */
+function optionalEnv(name: string): string | undefined {
+  const raw = process.env[name];
+  return raw === undefined || raw === '' ? undefined : raw;
+}
+
 async function main(): Promise<void> {
   const port = intFromEnv('PORT', 8787) ?? 8787;
   const host = process.env['TALLY_HOST'] || DEFAULT_HOST;
@@ -53,12 +59,22 @@ async function main(): Promise<void> {
     server: intFromEnv('TALLY_RATE_LIMIT_SERVER', DEFAULT_RATE_LIMITS.server) ?? DEFAULT_RATE_LIMITS.server,
     client: intFromEnv('TALLY_RATE_LIMIT_CLIENT', DEFAULT_RATE_LIMITS.client) ?? DEFAULT_RATE_LIMITS.client,
   };
+  // The payment processor: without STRIPE_SECRET_KEY, the embedded Stripe sandbox (docs/commerce.md).
+  const secretKey = optionalEnv('STRIPE_SECRET_KEY');
+  const webhookSecret = optionalEnv('STRIPE_WEBHOOK_SECRET');
+  const apiUrl = optionalEnv('STRIPE_API_URL');
+  const processor = {
+    ...(secretKey === undefined ? {} : { secretKey }),
+    ...(webhookSecret === undefined ? {} : { webhookSecret }),
+    ...(apiUrl === undefined ? {} : { apiUrl }),
+  };
   const server = await startServer({
     port,
     host,
     dataDir,
     rateLimits,
     log,
+    processor,
     ...(workers === undefined || workers === 0 ? {} : { workers }),
     ...(queueMax === undefined || queueMax === 0 ? {} : { queueMax }),
     ...(snapshotEveryBatches === undefined || snapshotEveryBatches === 0 ? {} : { snapshotEveryBatches }),
@@ -71,6 +87,8 @@ async function main(): Promise<void> {
     );
   }
   log.info({ host, port: server.port, dataDir }, 'listening');
+  if (server.stripeSandboxUrl !== null) log.info({ url: server.stripeSandboxUrl }, 'stripe sandbox (no STRIPE_SECRET_KEY: payments are simulated)');
+  else log.info({ apiUrl: apiUrl ?? 'https://api.stripe.com' }, 'stripe');
   const started = Date.now();
   await server.ready;
   log.info({ recoveryMs: Date.now() - started, shards: server.shardStats() }, 'ready');

@@ -39,6 +39,9 @@ import { silentLogger, type Logger } from './observability/log.js';
 import { metricsRoute } from './observability/metrics-route.js';
 import { Observability } from './observability/observability.js';
 import { ShardPool } from './shard-pool.js';
+import { commerceRoutes, webhookHandler } from './api/commerce-routes.js';
+import { syncCatalog, type CatalogAction } from './commerce/catalog-sync.js';
+import { ProcessorFailure, startProcessor, STRIPE_WEBHOOK_PATH, type Processor, type ProcessorSettings } from './commerce/processor.js';
 import { SideJobs } from './side-jobs.js';
 
 /** Loopback only unless the operator says otherwise: Tally speaks plain HTTP (docs/security.md). */
@@ -61,6 +64,8 @@ export interface ServerOptions {
   readonly rateLimits?: RateLimits;
   /** Where request errors, operator actions and (at debug) access lines go; default: nowhere. */
   readonly log?: Logger;
+  /** The payment processor (docs/commerce.md); default: the embedded Stripe sandbox. */
+  readonly processor?: ProcessorSettings;
 }
 
 export type { BootstrapKeys } from './auth/bootstrap-file.js';
@@ -69,6 +74,8 @@ export interface RunningServer {
   readonly port: number;
   /** The keys created on this first start (null on later starts). */
   readonly bootstrapKeys: BootstrapKeys | null;
+  /** The embedded Stripe sandbox's address (null when another processor is configured). */
+  readonly stripeSandboxUrl: string | null;
   /** Resolves once recovery has finished and /healthz answers 200. */
   readonly ready: Promise<void>;
   /** What each shard worker recovered (null before it reported ready). */
@@ -196,12 +203,25 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     throw error;
   }
   const { control, keys, bootstrap, workers, releaseDataDir } = opened;
+  let processor: Processor;
+  try {
+    processor = await startProcessor(options.processor ?? {}, port);
+  } catch (error) {
+    uWS.us_listen_socket_close(socket);
+    await control.close().catch(() => undefined);
+    releaseDataDir();
+    throw error;
+  }
 
   let pool: ShardPool | null = null;
   const pushChains = new Map<Environment, Promise<unknown>>();
-  const pushConfig = (environment: Environment, config: BillingConfig, actor: string): Promise<{ version: number; pushedAtMs: number }> => {
+  const pushConfig = (environment: Environment, config: BillingConfig, actor: string): Promise<{ version: number; pushedAtMs: number; catalog: CatalogAction[] }> => {
     const previous = pushChains.get(environment) ?? Promise.resolve();
     const next = previous.then(async () => {
+      // The processor first: a push it fails changes nothing in Tally.
+      const catalog = await syncCatalog(processor, environment, config).catch((error: unknown) => {
+        throw new ProcessorFailure(error instanceof Error ? error.message : String(error));
+      });
       const version = (control.latestConfig(environment)?.version ?? 0) + 1;
       const pushedAtMs = Date.now();
       // Both writes are issued in this one turn, so the control store commits them in one
@@ -211,7 +231,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       const entry = { action: 'config.push', resourceType: 'config', resourceId: `v${version}`, actor, data: { version } };
       await Promise.all([stored, audit.append(environment, entry, pushedAtMs)]);
       pool?.broadcastConfig(environment, version, config);
-      return { version, pushedAtMs };
+      return { version, pushedAtMs, catalog };
     });
     pushChains.set(environment, next.catch(() => undefined));
     return next;
@@ -250,6 +270,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       verifyAudit,
       pushConfig,
     });
+    const commerceDeps = { pool: started, control, audit, processor };
+    for (const [method, path, route] of commerceRoutes(commerceDeps)) apiRouter.add(method, path, route);
+    front.setWebhook(webhookHandler(commerceDeps));
     const adminDeps = {
       keys,
       pool: started,
@@ -290,6 +313,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   return {
     port,
     bootstrapKeys: bootstrap,
+    stripeSandboxUrl: processor.sandboxUrl,
     ready,
     shardStats: () => pool?.workerStats() ?? [],
     async close() {
@@ -297,6 +321,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       await ready.catch(() => undefined);
       if (pool !== null) await pool.stop();
       await sideJobs.destroy();
+      await processor.close();
       await (customers as CustomerIndex | null)?.close();
       await control.close();
       releaseDataDir();
@@ -308,6 +333,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
 class FrontEnd {
   private router: Router<Route> | null = null;
   private adminRouter: Router<AdminRoute> | null = null;
+  /** The processor's webhook receiver: signed by the processor, not keyed. */
+  private webhook: ((ex: Exchange, req: uWS.HttpRequest) => void) | null = null;
   /** Metrics series of each router's first route (a match's index is added to it). */
   private apiSlotBase = 0;
   private adminSlotBase = 0;
@@ -325,6 +352,10 @@ class FrontEnd {
     this.adminSlotBase = this.obs.metrics.register(admin.list());
     this.router = api;
     this.adminRouter = admin;
+  }
+
+  setWebhook(handler: (ex: Exchange, req: uWS.HttpRequest) => void): void {
+    this.webhook = handler;
   }
 
   handle(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
@@ -355,6 +386,11 @@ class FrontEnd {
       ex.slot = this.obs.metrics.fixedSlot('/v1/schema/billing', method);
       if (method !== 'GET') return ex.fail('method_not_allowed', { method, path: url }, [['allow', 'GET']]);
       return ex.send(200, BILLING_SCHEMA_JSON);
+    }
+    if (url === STRIPE_WEBHOOK_PATH) {
+      ex.slot = this.obs.metrics.fixedSlot(STRIPE_WEBHOOK_PATH, method);
+      if (this.webhook === null) return ex.fail('not_ready', {}, [['retry-after', '1']]);
+      return this.webhook(ex, req);
     }
     if (!url.startsWith('/v1/')) return ex.fail('route_not_found', { method, path: url });
 

@@ -17,6 +17,8 @@ import type { ProfilePatch } from '../../actors/customer.js';
 import type { ControlStore, KeyRecord } from '../../storage/control-store.js';
 import type { AuditLog, AuditVerification } from '../../storage/audit-log.js';
 import type { CustomerIndex } from '../../storage/customer-index.js';
+import type { CatalogAction } from '../commerce/catalog-sync.js';
+import { ProcessorFailure } from '../commerce/processor.js';
 import { billingConfigSchema } from '../config/billing-schema.js';
 import { formatViolations, validateBillingConfig } from '../config/validate-config.js';
 import type { Exchange } from '../http/exchange.js';
@@ -74,7 +76,7 @@ export interface ApiDeps {
   readonly verifyAudit: (stream: string) => Promise<AuditVerification>;
   /** Serialises config pushes per environment so versions are assigned in order. */
   /** Stores a new configuration version and its `config.push` audit entry (by `actor`) in one transaction. */
-  readonly pushConfig: (environment: Environment, config: BillingConfig, actor: string) => Promise<{ version: number; pushedAtMs: number }>;
+  readonly pushConfig: (environment: Environment, config: BillingConfig, actor: string) => Promise<{ version: number; pushedAtMs: number; catalog: readonly CatalogAction[] }>;
 }
 
 const AMOUNT_MESSAGES: Record<Exclude<AmountParse, { ok: true }>['reason'], string> = {
@@ -265,11 +267,11 @@ function pushRoute(deps: ApiDeps): Route {
       if (!result.ok) return ctx.ex.fail('invalid_config', { detail: formatViolations(result.errors) });
       if (!keepsEveryNumber(ctx)) return;
       deps.pushConfig(ctx.environment, result.config, ctx.key.id).then(
-        ({ version, pushedAtMs }) => {
+        ({ version, pushedAtMs, catalog }) => {
           ctx.ex.logInfo('configuration pushed', { environment: ctx.environment, version, actor: ctx.key.id });
-          ctx.ex.send(200, JSON.stringify({ version, pushedAt: new Date(pushedAtMs).toISOString() }));
+          ctx.ex.send(200, JSON.stringify({ version, pushedAt: new Date(pushedAtMs).toISOString(), catalog }));
         },
-        () => ctx.ex.fail('internal'),
+        (error: unknown) => (error instanceof ProcessorFailure ? ctx.ex.fail('processor_error', { detail: error.message }) : ctx.ex.fail('internal')),
       );
     },
   };
