@@ -219,10 +219,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const previous = pushChains.get(environment) ?? Promise.resolve();
     const next = previous.then(async () => {
       // The processor first: a push it fails changes nothing in Tally.
-      const catalog = await syncCatalog(processor, environment, config).catch((error: unknown) => {
+      const version = (control.latestConfig(environment)?.version ?? 0) + 1;
+      const catalog = await syncCatalog(processor, environment, version, config).catch((error: unknown) => {
         throw new ProcessorFailure(error instanceof Error ? error.message : String(error));
       });
-      const version = (control.latestConfig(environment)?.version ?? 0) + 1;
       const pushedAtMs = Date.now();
       // Both writes are issued in this one turn, so the control store commits them in one
       // transaction (eventTurnBatching, lmdb-env.ts): a crash keeps the version and its

@@ -145,7 +145,7 @@ async function createSession(deps: CommerceDeps, ctx: RequestContext, body: Chec
   }
   const { stripe } = deps.processor;
   const lookupKey = priceLookupKey(environment, body.productKey, price);
-  const found = (await stripe.prices.list({ lookup_keys: [lookupKey], limit: 1 })).data[0];
+  const found = (await stripe.prices.list({ lookup_keys: [lookupKey], active: true, limit: 1 })).data[0];
   if (found === undefined) throw new Error(`no price ${lookupKey} at the processor: push the configuration again`);
   const customer = await processorCustomer(deps, environment, body.customerId, view.processorCustomerId);
   const metadata = { [META.environment]: environment, [META.customerId]: body.customerId, [META.productKey]: body.productKey };
@@ -185,7 +185,7 @@ function checkoutRoute(deps: CommerceDeps): Route {
         .then(async (session) => {
           if (session.url === null) throw new Error('the processor returned a session without a url');
           const data = { productKey, sessionId: session.id, mode: session.mode };
-          await deps.audit.append(ctx.environment, { action: 'checkout.create', resourceType: 'customer', resourceId: customerId, actor: ctx.key.id, data }, Date.now());
+          await deps.audit.append(ctx.environment, { action: 'checkout.create', resourceType: 'checkout', resourceId: customerId, actor: ctx.key.id, data }, Date.now());
           ctx.ex.json(200, { url: session.url });
         })
         .catch((error: unknown) => {

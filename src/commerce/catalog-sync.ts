@@ -6,8 +6,8 @@
  * lookup key, `<environment>:<product key>:<price version>`, the version spelling the
  * amount, currency and interval. Prices are never changed: a changed price is a new
  * lookup key, so a new price is created and the product's other active prices are
- * archived. Every call carries an idempotency key derived from the push (the
- * environment and a digest of the pushed document), so a retried push repeats no call.
+ * archived. Every call carries an idempotency key derived from the push (environment,
+ * version and a digest of the pushed document), so a retried push repeats no call.
  */
 import { createHash } from 'node:crypto';
 import type Stripe from 'stripe';
@@ -35,10 +35,14 @@ export function priceLookupKey(environment: Environment, productKey: string, pri
   return `${environment}:${productKey}:${price.amount}-${price.currency}-${price.interval ?? 'once'}`;
 }
 
-/** The idempotency-key prefix of a push: the same document pushed again repeats the same keys. */
-export function pushCommandKey(environment: Environment, config: BillingConfig): string {
+/**
+ * The idempotency-key prefix of a push: the version it would store and a digest of the
+ * document, so a retried push (a failed one, sent again) repeats the same keys, while the
+ * same document pushed again later is a new command with keys of its own.
+ */
+export function pushCommandKey(environment: Environment, version: number, config: BillingConfig): string {
   const digest = createHash('sha256').update(JSON.stringify(config)).digest('base64url').slice(0, 22);
-  return `tally-push-${environment}-${digest}`;
+  return `tally-push-${environment}-v${version}-${digest}`;
 }
 
 /** Tally's products at the processor for the environment, by product key. */
@@ -64,8 +68,8 @@ async function syncProduct(stripe: Stripe, environment: Environment, key: string
 
 async function syncPrice(stripe: Stripe, environment: Environment, key: string, price: PriceDefinition, productId: string, idem: string) {
   const lookupKey = priceLookupKey(environment, key, price);
-  const found = (await stripe.prices.list({ lookup_keys: [lookupKey], limit: 1 })).data[0];
-  if (found !== undefined && found.product === productId && found.active) return { price: found, action: 'unchanged' as const, lookupKey };
+  const found = (await stripe.prices.list({ lookup_keys: [lookupKey], active: true, limit: 1 })).data[0];
+  if (found !== undefined && found.product === productId) return { price: found, action: 'unchanged' as const, lookupKey };
   const created = await stripe.prices.create(
     {
       product: productId,
@@ -98,9 +102,9 @@ async function archiveOthers(stripe: Stripe, productId: string, keepId: string, 
  * processor's error (nothing in Tally has changed then). Products that are no longer
  * priced or configured are left as they are at the processor.
  */
-export async function syncCatalog(processor: Processor, environment: Environment, config: BillingConfig): Promise<CatalogAction[]> {
+export async function syncCatalog(processor: Processor, environment: Environment, version: number, config: BillingConfig): Promise<CatalogAction[]> {
   const { stripe } = processor;
-  const idem = pushCommandKey(environment, config);
+  const idem = pushCommandKey(environment, version, config);
   const existing = await existingProducts(stripe, environment);
   const actions: CatalogAction[] = [];
   for (const [key, def] of Object.entries(config.products)) {
