@@ -157,8 +157,9 @@ const OPERATIONS: readonly OperationEntry[] = [
     body: ref('BillingConfig'),
     summary: 'Push a billing configuration',
     description: 'Validated against the schema and then for what a schema cannot say; a 400 lists every violation. ' +
+      'Priced products are then created or updated at the payment processor (502 when it fails, and nothing is stored). ' +
       'The pushed version applies at once; this document is regenerated from it.',
-    ok: { description: 'The version assigned.', schema: ref('PushResult') }, errors: ['invalid_config'],
+    ok: { description: 'The version assigned, and what the push did at the processor.', schema: ref('PushResult') }, errors: ['invalid_config', 'processor_error'],
   },
   {
     method: 'get', path: '/v1/sync/pull', operationId: 'pullConfig', tag: 'configuration', access: 'server',
@@ -532,7 +533,21 @@ function viewSchemas(): Record<string, Schema> {
       autoExpansionEnabled: { type: 'boolean' },
     }),
     Health: closedObject({ ok: { const: true } }),
-    PushResult: closedObject({ version: { type: 'integer', minimum: 1 }, pushedAt: isoTime }),
+    PushResult: closedObject({
+      version: { type: 'integer', minimum: 1 },
+      pushedAt: isoTime,
+      catalog: { type: 'array', items: ref('CatalogAction'), description: 'What the push did at the payment processor, per priced product.' },
+    }),
+    CatalogAction: closedObject({
+      // A plain string: the push answers about the configuration it stores, not the one this document was made from.
+      productKey: { type: 'string' },
+      product: { enum: ['created', 'updated', 'unchanged'] },
+      processorProductId: { type: 'string' },
+      price: { enum: ['created', 'unchanged'] },
+      processorPriceId: { type: 'string' },
+      lookupKey: { type: 'string', description: '`<environment>:<product key>:<amount>-<currency>-<interval|once>`.' },
+      archivedPrices: { type: 'array', items: { type: 'string' }, description: 'The product\'s earlier prices, archived by this push.' },
+    }),
     PullResult: closedObject({ config: ref('BillingConfig'), version: { type: 'integer', minimum: 1 }, pushedAt: isoTime }),
     Plan: closedObject({
       key: ref('ProductKey'),
