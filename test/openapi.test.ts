@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BillingConfig } from '../actors/billing-config.js';
 import { buildOpenApi, DOCUMENTED_OPERATIONS } from '../src/api/openapi.js';
 import { buildApiRouter, type ApiDeps } from '../src/api/routes.js';
+import { commerceRoutes, type CommerceDeps } from '../src/api/commerce-routes.js';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
 import { PRODUCT_EXAMPLE_CONFIG } from './support/product-example.js';
 
@@ -181,6 +182,7 @@ describe('buildOpenApi', () => {
       { method: 'GET', path: '/healthz' },
       { method: 'GET', path: '/v1/schema/billing' },
       ...router.list().map(({ method, pattern }) => ({ method, path: pattern.replace(/:(\w+)/g, '{$1}') })),
+      ...commerceRoutes({} as CommerceDeps).map(([method, path]) => ({ method, path })),
     ];
     const key = (op: { method: string; path: string }) => `${op.method} ${op.path}`;
     expect(DOCUMENTED_OPERATIONS.map(key).sort()).toEqual(served.map(key).sort());

@@ -9,14 +9,12 @@
  * answers 500, so the processor delivers the event again.
  */
 import { randomBytes } from 'node:crypto';
-import { Ajv } from 'ajv';
 import type Stripe from 'stripe';
 import type uWS from 'uWebSockets.js';
 import type { BillingConfig } from '../../actors/billing-config.js';
 import type { CommerceView, Command } from '../../actors/customer.js';
 import type { AuditTag, Environment, ReplyOutcome } from '../../actors/protocol.js';
 import { auditOf } from '../../actors/ops.js';
-import { ID_LENGTH_MAX } from '../../shared/limits.js';
 import type { AuditLog } from '../../storage/audit-log.js';
 import type { ControlStore } from '../../storage/control-store.js';
 import { priceLookupKey } from '../commerce/catalog-sync.js';
@@ -24,11 +22,11 @@ import type { Processor } from '../commerce/processor.js';
 import { commandForEvent, META, type ProcessorCommand } from '../commerce/stripe-events.js';
 import { checkBodyHeaders, readJsonBody } from '../http/body.js';
 import type { Exchange } from '../http/exchange.js';
-import { LIST_LIMIT_MAX } from '../http/limits.js';
 import type { ShardPool } from '../shard-pool.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import type { RequestContext, Route } from './routes.js';
 import { renderReply } from './shard-reply.js';
+import { validateCheckout, validateCommerceListQuery, type CheckoutBody } from './commerce-validation.js';
 import { check } from './validation.js';
 
 export interface CommerceDeps {
@@ -43,39 +41,6 @@ export const PROCESSOR_ACTOR = 'processor:stripe';
 
 /** Statuses under which a subscription is active: a new one must go through a plan change. */
 const ACTIVE_STATUSES: ReadonlySet<string> = new Set(['active', 'trialing', 'past_due']);
-
-const ajv = new Ajv({ allErrors: false, strict: true, coerceTypes: false, verbose: true });
-const id = { type: 'string', minLength: 1, maxLength: ID_LENGTH_MAX } as const;
-const url = { type: 'string', minLength: 1, maxLength: 2048 } as const;
-
-interface CheckoutBody {
-  readonly customerId: string;
-  readonly productKey: string;
-  readonly successUrl: string;
-  readonly cancelUrl: string;
-}
-const validateCheckout = ajv.compile<CheckoutBody>({
-  type: 'object',
-  properties: { customerId: id, productKey: id, successUrl: url, cancelUrl: url },
-  required: ['customerId', 'productKey', 'successUrl', 'cancelUrl'],
-  additionalProperties: false,
-});
-
-interface ListQuery {
-  readonly customerId: string;
-  readonly limit?: string;
-  readonly cursor?: string;
-}
-const validateListQuery = ajv.compile<ListQuery>({
-  type: 'object',
-  properties: {
-    customerId: id,
-    limit: { type: 'string', pattern: '^(?:[1-9][0-9]?|100)$', description: `a whole number from 1 to ${LIST_LIMIT_MAX}` },
-    cursor: { type: 'string', minLength: 1, maxLength: 2048 },
-  },
-  required: ['customerId'],
-  additionalProperties: false,
-});
 
 /** A domain outcome the route answers with an error from the catalog. */
 class Answered extends Error {}
@@ -204,7 +169,7 @@ function listRoute(deps: CommerceDeps, what: 'subscriptions' | 'purchases'): Rou
     hasBody: false,
     takesQuery: true,
     handle(ctx) {
-      const query = check(validateListQuery, ctx.query, 'query');
+      const query = check(validateCommerceListQuery, ctx.query, 'query');
       if (!query.ok) return ctx.ex.fail('invalid_query', { detail: query.message });
       const limit = pageLimit(ctx.ex, query.value.limit);
       if (limit === null) return;

@@ -22,6 +22,7 @@ import { BODY_BYTES_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../http/limi
 import type { Environment } from '../../actors/protocol.js';
 import { billingConfigSchema, CONFIG_KEY_LENGTH_MAX, CONFIG_KEY_PATTERN } from '../config/billing-schema.js';
 import { ERRORS, type ErrorCode } from '../errors.js';
+import { checkoutSchema, commerceListQuerySchema } from './commerce-validation.js';
 import { auditQuerySchema, contextSchema, contractSchema, customerListQuerySchema, customerQuerySchema, customerUpsertSchema, limitSettingsSchema, usageAmountSchema, usageSettingsSchema } from './validation.js';
 
 type Schema = Readonly<Record<string, unknown>>;
@@ -49,7 +50,7 @@ interface OperationEntry {
   /** OpenAPI path template; `{key}` is the entitlement key segment. */
   readonly path: string;
   readonly operationId: string;
-  readonly tag: 'service' | 'entitlements' | 'usage' | 'configuration' | 'customers' | 'contracts' | 'audit' | 'docs';
+  readonly tag: 'service' | 'entitlements' | 'usage' | 'configuration' | 'commerce' | 'customers' | 'contracts' | 'audit' | 'docs';
   readonly summary: string;
   readonly description: string;
   readonly access: OperationAccess;
@@ -172,6 +173,30 @@ const OPERATIONS: readonly OperationEntry[] = [
     ok: { description: 'Every product.', schema: ref('PlanList') }, errors: [],
   },
   {
+    method: 'post', path: '/v1/checkout', operationId: 'createCheckout', tag: 'commerce', access: 'server',
+    body: checkoutSchema, sharded: true,
+    summary: 'A hosted checkout for a priced product',
+    description: 'A recurring product opens a subscription checkout, a one-time product a payment. The customer is created ' +
+      'if needed. Nothing changes until the processor reports the payment. 409 when the customer already has an active ' +
+      'subscription and the product is recurring: change plans with POST /v1/subscriptions/change.',
+    ok: { description: 'The checkout page\'s address.', schema: ref('CheckoutSession') },
+    errors: ['invalid_request', 'not_configured', 'product_not_found', 'product_not_purchasable', 'subscription_exists', 'processor_error'],
+  },
+  {
+    method: 'get', path: '/v1/subscriptions', operationId: 'listSubscriptions', tag: 'commerce', access: 'server',
+    query: commerceListQuerySchema, sharded: true,
+    summary: 'A customer\'s subscriptions, in id order',
+    description: `Pages of at most \`limit\` (default ${LIST_LIMIT_DEFAULT}, at most ${LIST_LIMIT_MAX}); pass \`nextCursor\` as \`cursor\`.`,
+    ok: { description: 'A page.', schema: ref('SubscriptionList') }, errors: [],
+  },
+  {
+    method: 'get', path: '/v1/purchases', operationId: 'listPurchases', tag: 'commerce', access: 'server',
+    query: commerceListQuerySchema, sharded: true,
+    summary: 'A customer\'s one-time purchases, in id order',
+    description: `Pages of at most \`limit\` (default ${LIST_LIMIT_DEFAULT}, at most ${LIST_LIMIT_MAX}); pass \`nextCursor\` as \`cursor\`.`,
+    ok: { description: 'A page.', schema: ref('PurchaseList') }, errors: [],
+  },
+  {
     method: 'get', path: '/v1/contracts/{customerId}', operationId: 'getContract', tag: 'contracts', access: 'server',
     pathCustomer: 'customerId', sharded: true,
     summary: 'A customer\'s contract', description: 'The stored contract; 404 when the customer has none.',
@@ -270,6 +295,7 @@ export function buildOpenApi(config: BillingConfig | null, meta: OpenApiMeta): o
       { name: 'entitlements', description: 'Features and limits.' },
       { name: 'usage', description: 'Meters: balances, consumption, refunds.' },
       { name: 'configuration', description: 'The billing configuration and its products.' },
+      { name: 'commerce', description: 'Checkout, subscriptions and purchases through the payment processor.' },
       { name: 'customers', description: 'Customer records and listings.' },
       { name: 'audit', description: 'The tamper-evident audit log.' },
       { name: 'contracts', description: 'Per-customer prices and included amounts.' },
@@ -559,6 +585,31 @@ function viewSchemas(): Record<string, Schema> {
       grants: { type: 'object', additionalProperties: { type: 'number' } },
     }),
     PlanList: closedObject({ data: { type: 'array', items: ref('Plan') } }),
+    CheckoutSession: closedObject({ url: { type: 'string', description: 'The processor\'s hosted checkout page.' } }),
+    Subscription: closedObject({
+      id: { type: 'string', description: '`stripe:<processor subscription id>`.' },
+      customerId: { type: 'string' },
+      productKey: { type: 'string' },
+      status: { type: 'string', description: 'The processor\'s status: `active`, `canceled`, …' },
+      currentPeriodStart: isoTime,
+      currentPeriodEnd: isoTime,
+      cancelAtPeriodEnd: { type: 'boolean' },
+      processor: { const: 'stripe' },
+      processorSubscriptionId: { type: 'string' },
+    }),
+    SubscriptionList: closedObject({ data: { type: 'array', items: ref('Subscription') }, nextCursor: { type: ['string', 'null'] } }),
+    Purchase: closedObject({
+      id: { type: 'string', description: '`stripe:<payment intent id>`; also the id of the credit lots it granted.' },
+      customerId: { type: 'string' },
+      productKey: { type: 'string' },
+      status: { const: 'paid' },
+      amount: { type: 'integer', minimum: 0, description: 'Integer minor units of `currency`.' },
+      currency: { type: 'string' },
+      refundedAmount: { type: 'integer', minimum: 0 },
+      grant: { type: 'object', additionalProperties: { type: 'number' }, description: 'Meter key → credits granted.' },
+      createdAt: isoTime,
+    }),
+    PurchaseList: closedObject({ data: { type: 'array', items: ref('Purchase') }, nextCursor: { type: ['string', 'null'] } }),
     Customer: closedObject({
       id: { type: 'string' },
       name: { type: ['string', 'null'] },
