@@ -117,6 +117,8 @@ describe('commerce with the embedded sandbox (no STRIPE_SECRET_KEY)', () => {
     const subscriptions = await get(server, '/v1/subscriptions?customerId=ada');
     expect(subscriptions.body.data).toHaveLength(1);
     expect(subscriptions.body.data[0]).toMatchObject({ customerId: 'ada', productKey: 'pro', status: 'active', processor: 'stripe' });
+    const context = await call(server.base, 'POST', '/v1/context', { key: server.keys.test.server, body: { customer: { id: 'ada' }, features: ['reports'], includeSubscription: true } });
+    expect(context.body).toMatchObject({ features: { reports: true }, subscription: subscriptions.body.data[0] });
     const balance = await get(server, '/v1/usage/api_calls/balance?customerId=ada');
     expect(balance.body).toMatchObject({ included: 1000, resets: subscriptions.body.data[0].currentPeriodEnd });
     const again = await call(server.base, 'POST', '/v1/checkout', { key: server.keys.test.server, body: { customerId: 'ada', productKey: 'pro', ...URLS } });

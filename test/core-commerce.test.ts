@@ -6,7 +6,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { fromSnapshot, toSnapshot, type Command, type CustomerState, type SubscriptionInput } from '../actors/customer.js';
-import { Driver, T0, throughCodec } from './support/core-fixtures.js';
+import { compileConfig } from '../actors/billing-config.js';
+import { CONFIG, Driver, T0, throughCodec } from './support/core-fixtures.js';
 
 const at = { environment: 'test', customerId: 'ada', key: '' } as const;
 const DAY = 86_400_000;
@@ -73,6 +74,25 @@ describe('commerce in the customer actor', () => {
     expect(balance(d, 'api_calls', T0)).toMatchObject({ view: { balance: 150 } });
     d.run({ op: 'recordPurchase', ...at, eventId: 'evt_2', purchase }, T0 + 1);
     expect(balance(d, 'api_calls', T0 + 1)).toMatchObject({ view: { balance: 150 } });
+  });
+
+  it('a paid one-time product adds its features and limits to the plan', () => {
+    const config = compileConfig({ ...CONFIG, products: { ...CONFIG.products, addon: { price: { amount: 900, currency: 'usd' }, entitlements: { audit: true, seats: { included: 3 } } } } }, 2);
+    const d = new Driver(config);
+    expect(has(d, 'audit', T0)).toEqual({ kind: 'has', value: false });
+    d.run({ op: 'recordPurchase', ...at, eventId: 'evt_1', purchase: { id: 'stripe:pi_9', productKey: 'addon', amount: 900, currency: 'usd' } }, T0);
+    expect(has(d, 'audit', T0)).toEqual({ kind: 'has', value: true });
+    expect(d.run({ op: 'limit', ...at, key: 'seats' }, T0)).toMatchObject({ view: { limit: 8, included: 8 } });
+  });
+
+  it('context answers the live subscription when asked', () => {
+    const d = new Driver();
+    const ask = (now: number) => d.run({ op: 'context', ...at, patch: {}, request: { features: [], usage: [], limits: [], subscription: true } }, now);
+    expect(ask(T0)).toMatchObject({ kind: 'context', view: { subscription: null } });
+    d.run(sync('evt_1', subscription('active', T0)), T0);
+    expect(ask(T0 + 1)).toMatchObject({ view: { subscription: { id: 'stripe:sub_1', productKey: 'pro', status: 'active', currentPeriodStart: new Date(T0).toISOString() } } });
+    const plain = d.run({ op: 'context', ...at, patch: {}, request: { features: [], usage: [], limits: [] } }, T0 + 2);
+    expect(plain.kind === 'context' && 'subscription' in plain.view).toBe(false);
   });
 
   it('keeps the first processor customer', () => {

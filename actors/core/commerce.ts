@@ -13,7 +13,7 @@ import { COMMERCE_RECORDS_PER_CUSTOMER_MAX, LOTS_PER_METER_MAX, PROCESSOR_EVENTS
 import { isoOf } from '../../shared/iso-time.js';
 import type { CompiledConfig, CompiledEntitlement, CompiledProduct } from '../billing-config.js';
 import { exactAmountValue } from '../fixed.js';
-import type { CommerceState, CommerceView, CustomerState, Decision, Event, PurchaseRecord, SubscriptionRecord, WriteCommand } from './types.js';
+import type { CommerceState, CommerceView, CustomerState, Decision, Event, PurchaseRecord, SubscriptionRecord, SubscriptionView, WriteCommand } from './types.js';
 
 const REPLAY: Decision = { rejection: null, events: [] };
 
@@ -38,6 +38,41 @@ export function liveSubscription(customer: CustomerState | undefined): Subscript
 export function subscribedPlan(customer: CustomerState | undefined, config: CompiledConfig): CompiledProduct | null {
   const subscription = liveSubscription(customer);
   return (subscription === null ? undefined : config.products.get(subscription.productKey)) ?? config.defaultProduct;
+}
+
+/**
+ * The configured products of the customer's paid one-time purchases: their features and
+ * limits apply on top of the plan (until refunded). Empty for almost every customer.
+ */
+export function purchasedProducts(customer: CustomerState | undefined, config: CompiledConfig): CompiledProduct[] {
+  const purchases = customer?.commerce?.purchases;
+  if (purchases === undefined || purchases.length === 0) return [];
+  const products: CompiledProduct[] = [];
+  for (const purchase of purchases) {
+    const product = purchase.status === 'paid' ? config.products.get(purchase.productKey) : undefined;
+    if (product !== undefined) products.push(product);
+  }
+  return products;
+}
+
+/** The live subscription as the API shows it (context's `subscription`), or null. */
+export function liveSubscriptionView(customerId: string, customer: CustomerState | undefined): SubscriptionView | null {
+  const live = liveSubscription(customer);
+  return live === null ? null : subscriptionView(customerId, live);
+}
+
+function subscriptionView(customerId: string, s: SubscriptionRecord): SubscriptionView {
+  return {
+    id: s.id,
+    customerId,
+    productKey: s.productKey,
+    status: s.status,
+    currentPeriodStart: isoOf(s.currentPeriodStartMs),
+    currentPeriodEnd: isoOf(s.currentPeriodEndMs),
+    cancelAtPeriodEnd: s.cancelAtPeriodEnd,
+    processor: s.processor,
+    processorSubscriptionId: s.processorSubscriptionId,
+  };
 }
 
 /**
@@ -149,17 +184,7 @@ export function commerceView(customerId: string, customer: CustomerState | undef
   return {
     customerId,
     processorCustomerId: commerce?.processorCustomerId ?? null,
-    subscriptions: (commerce?.subscriptions ?? []).map((s) => ({
-      id: s.id,
-      customerId,
-      productKey: s.productKey,
-      status: s.status,
-      currentPeriodStart: isoOf(s.currentPeriodStartMs),
-      currentPeriodEnd: isoOf(s.currentPeriodEndMs),
-      cancelAtPeriodEnd: s.cancelAtPeriodEnd,
-      processor: s.processor,
-      processorSubscriptionId: s.processorSubscriptionId,
-    })),
+    subscriptions: (commerce?.subscriptions ?? []).map((s) => subscriptionView(customerId, s)),
     purchases: (commerce?.purchases ?? []).map((p) => ({
       id: p.id,
       customerId,

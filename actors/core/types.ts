@@ -127,6 +127,8 @@ export interface ContextRequest {
   readonly features: readonly string[];
   readonly usage: readonly string[];
   readonly limits: readonly string[];
+  /** Whether to answer the customer's live subscription too. */
+  readonly subscription?: true;
 }
 
 export interface ContextView {
@@ -134,6 +136,8 @@ export interface ContextView {
   readonly features: Readonly<Record<string, boolean>>;
   readonly usage: Readonly<Record<string, BalanceView>>;
   readonly limits: Readonly<Record<string, LimitView>>;
+  /** Only when asked for: the live subscription, or null. */
+  readonly subscription?: SubscriptionView | null;
 }
 
 export interface ProfilePatch {

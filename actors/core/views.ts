@@ -10,7 +10,7 @@ import { isoOf } from '../../shared/iso-time.js';
 import type { CompiledConfig, CompiledEntitlement, CompiledProduct } from '../billing-config.js';
 import { formatMicros, quantityToMicros, type Micros } from '../fixed.js';
 import { periodAt } from '../periods.js';
-import { subscribedPlan, subscriptionPeriod } from './commerce.js';
+import { liveSubscriptionView, purchasedProducts, subscribedPlan, subscriptionPeriod } from './commerce.js';
 import { NO_LOT_DRAWS, NO_LOTS } from './state.js';
 import type { BalanceView, Contract, ContractView, ContextRequest, ContextView, CustomerState, LimitView, MeterState } from './types.js';
 
@@ -117,7 +117,9 @@ export function balanceView(
 export function limitView(customer: CustomerState | undefined, config: CompiledConfig, key: string): LimitView {
   const grant = planOf(customer, config)?.limits.get(key);
   const settings = customer?.limits?.get(key);
-  const included = contractIncluded(customer, key) ?? grant?.included ?? 0;
+  let included = contractIncluded(customer, key) ?? grant?.included ?? 0;
+  // Paid one-time products add their limits on top.
+  for (const product of purchasedProducts(customer, config)) included += product.limits.get(key)?.included ?? 0;
   const purchased = settings?.purchased ?? 0;
   return {
     limit: included + purchased,
@@ -138,7 +140,8 @@ export function hasEntitlement(
     case 'feature': {
       const override = contractIncluded(customer, ent.key);
       if (override !== undefined) return override > 0;
-      return planOf(customer, config)?.features.has(ent.key) ?? false;
+      if (planOf(customer, config)?.features.has(ent.key) === true) return true;
+      return purchasedProducts(customer, config).some((product) => product.features.has(ent.key));
     }
     case 'limit':
       return limitView(customer, config, ent.key).limit > 0;
@@ -161,6 +164,7 @@ export function contextView(customer: CustomerState, config: CompiledConfig, req
     features: Object.fromEntries(request.features.map((key) => [key, hasEntitlement(customer, config, entitlement(key), nowMs)])),
     usage: Object.fromEntries(request.usage.map((key) => [key, balanceView(customer, config, entitlement(key), nowMs)])),
     limits: Object.fromEntries(request.limits.map((key) => [key, limitView(customer, config, key)])),
+    ...(request.subscription === true ? { subscription: liveSubscriptionView(customer.id, customer) } : {}),
   };
 }
 

@@ -234,7 +234,7 @@ const OPERATIONS: readonly OperationEntry[] = [
     body: contextSchema, sharded: true,
     summary: 'Upsert a customer and read its entitlements in one call',
     description: '`features` takes any entitlement (as `/has`), `usage` only meters, `limits` only limits. ' +
-      'An unknown key is 404 naming it; a key of the wrong type 400. `plans` and `subscription` (null until commerce) only when asked for.',
+      'An unknown key is 404 naming it; a key of the wrong type 400. `plans` and `subscription` (the live subscription or null) only when asked for.',
     ok: { description: 'The customer and the requested answers.', schema: ref('Context') },
     errors: ['invalid_request', 'not_configured', 'entitlement_not_found', 'wrong_entitlement_type'],
   },
@@ -625,7 +625,7 @@ function viewSchemas(): Record<string, Schema> {
         usage: { type: 'object', additionalProperties: ref('BalanceView') },
         limits: { type: 'object', additionalProperties: ref('LimitView') },
         plans: { type: 'array', items: ref('Plan') },
-        subscription: { type: 'null', description: 'Null until subscriptions exist (commerce).' },
+        subscription: { anyOf: [ref('Subscription'), { type: 'null' }], description: 'The live subscription (active, trialing or past due), or null.' },
       }),
       required: ['customer', 'features', 'usage', 'limits'],
     },

@@ -338,8 +338,8 @@ function upsertCustomerRoute(deps: ApiDeps): Route {
 
 /**
  * POST /v1/context: one call that upserts the customer and answers features,
- * balances and limits, from the customer's shard. `plans` (from the configuration) and
- * `subscription` (null until commerce lands) are added here, on the front end.
+ * balances and limits (and, when asked, the live subscription) from the customer's shard.
+ * `plans` (from the configuration) is added here, on the front end.
  */
 function contextRoute(deps: ApiDeps): Route {
   return {
@@ -352,10 +352,11 @@ function contextRoute(deps: ApiDeps): Route {
       const { customer, features = [], usage = [], limits = [], includePlans, includeSubscription } = body.value;
       const extra = [
         ...(includePlans === true ? [`"plans":${JSON.stringify(productViews(deps, ctx.environment))}`] : []),
-        ...(includeSubscription === true ? ['"subscription":null'] : []),
       ];
       const patch = profilePatch(customer);
-      const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch, request: { features, usage, limits } } as const;
+      // The shard answers the live subscription itself (the customer's state holds it).
+      const request = { features, usage, limits, ...(includeSubscription === true ? { subscription: true as const } : {}) };
+      const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch, request } as const;
       // The shard stores the entry only if the call creates or changes the customer.
       const tag = tagOf(ctx);
       submit(deps, ctx.ex, command, (outcome, reply, effect) => {
