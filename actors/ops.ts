@@ -287,8 +287,8 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     unchangedIsRead: false,
     audit: null,
     wireA: (command) => command.processorCustomerId,
-    wireB: none,
-    fromWire: (address, a) => ({ op: 'setProcessorCustomer', ...address, processorCustomerId: a as string }),
+    wireB: (command) => command.replaces ?? null,
+    fromWire: (address, a, b) => ({ op: 'setProcessorCustomer', ...address, processorCustomerId: a as string, ...(b === null ? {} : { replaces: b as string }) }),
     answer: 'commerce',
   },
   syncSubscription: {

@@ -259,6 +259,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       const latest = control.latestConfig(environment);
       if (latest !== null) started.broadcastConfig(environment, latest.version, latest.config as BillingConfig);
     }
+    await resyncSandboxCatalog(processor, control, options.log);
     customers = CustomerIndex.open(options.dataDir, workers, (environment, id) =>
       workerOf(logicalShardOf(environment as Environment, id, LOGICAL_SHARDS), workers),
     );
@@ -446,6 +447,21 @@ class FrontEnd {
 /** The token of `Authorization: Bearer <token>`; the scheme name is case-insensitive (RFC 9110 §11.1). */
 function bearerToken(header: string): string {
   return header.length > 7 && header.slice(0, 7).toLowerCase() === 'bearer ' ? header.slice(7).trim() : '';
+}
+
+/**
+ * The embedded sandbox starts empty at every start: it is given the catalog of the stored
+ * configurations again, so checkout works without a new push. (Stripe keeps its own.)
+ */
+async function resyncSandboxCatalog(processor: Processor, control: ControlStore, log: Logger | undefined): Promise<void> {
+  if (processor.sandboxUrl === null) return;
+  for (const environment of ENVIRONMENTS) {
+    const latest = control.latestConfig(environment);
+    if (latest === null) continue;
+    await syncCatalog(processor, environment, latest.version, latest.config as BillingConfig).catch((error: unknown) => {
+      log?.warn({ environment, error: error instanceof Error ? error.message : String(error) }, 'stripe sandbox catalog sync failed');
+    });
+  }
 }
 
 /**

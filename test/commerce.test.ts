@@ -141,6 +141,16 @@ describe('commerce with the embedded sandbox (no STRIPE_SECRET_KEY)', () => {
     expect(client.status).toBe(403);
   });
 
+  it('after a restart the new embedded sandbox gets the catalog again, and a forgotten processor customer is replaced', async () => {
+    await buy(server, 'zed', 'credits');
+    await eventually(async () => (await get(server, '/v1/purchases?customerId=zed')).body.data.length === 1, 'the purchase');
+    await server.stop();
+    server = await startServerProcess({ dataDir: server.dataDir, keys: server.keys });
+    await buy(server, 'zed', 'credits');
+    await eventually(async () => (await get(server, '/v1/purchases?customerId=zed')).body.data.length === 2, 'the second purchase');
+    expect((await get(server, '/v1/usage/api_calls/balance?customerId=zed')).body.balance).toBe(210);
+  }, 60_000);
+
   it('shows each product with its price and interval in GET /v1/plans', async () => {
     const plans = await get(server, '/v1/plans');
     const pro = plans.body.data.find((p: { key: string }) => p.key === 'pro');

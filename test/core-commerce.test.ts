@@ -65,6 +65,16 @@ describe('commerce in the customer actor', () => {
     expect(d.journal.slice(events).map((e) => e.type)).toEqual(['processorEventNoted']);
   });
 
+  it('an older read of the subscription arriving last changes nothing', () => {
+    const d = new Driver();
+    d.run(sync('evt_1', subscription('active', T0 + 30 * DAY)), T0);
+    d.run(sync('evt_2', subscription('active', T0)), T0 + 1);
+    expect(d.run({ op: 'getCommerce', ...at }, T0 + 2)).toMatchObject({ view: { subscriptions: [{ currentPeriodStart: new Date(T0 + 30 * DAY).toISOString() }] } });
+    d.run(sync('evt_3', subscription('canceled', T0 + 30 * DAY)), T0 + 3);
+    d.run(sync('evt_4', subscription('active', T0 + 30 * DAY)), T0 + 4);
+    expect(has(d, 'audit', T0 + 5)).toEqual({ kind: 'has', value: false });
+  });
+
   it('a purchase grants its credit lots once, named by the purchase id', () => {
     const d = new Driver();
     const purchase = { id: 'stripe:pi_1', productKey: 'pack', amount: 500, currency: 'usd' };
@@ -95,11 +105,15 @@ describe('commerce in the customer actor', () => {
     expect(plain.kind === 'context' && 'subscription' in plain.view).toBe(false);
   });
 
-  it('keeps the first processor customer', () => {
+  it('keeps the first processor customer, unless a new one replaces it', () => {
     const d = new Driver();
     d.run({ op: 'setProcessorCustomer', ...at, processorCustomerId: 'cus_1' }, T0);
     const second = d.run({ op: 'setProcessorCustomer', ...at, processorCustomerId: 'cus_2' }, T0 + 1);
     expect(second).toMatchObject({ kind: 'commerce', view: { processorCustomerId: 'cus_1' } });
+    const stale = d.run({ op: 'setProcessorCustomer', ...at, processorCustomerId: 'cus_3', replaces: 'cus_0' }, T0 + 2);
+    expect(stale).toMatchObject({ view: { processorCustomerId: 'cus_1' } });
+    const replaced = d.run({ op: 'setProcessorCustomer', ...at, processorCustomerId: 'cus_4', replaces: 'cus_1' }, T0 + 3);
+    expect(replaced).toMatchObject({ view: { processorCustomerId: 'cus_4' } });
   });
 
   it('replay and the snapshot form rebuild the commerce state', () => {

@@ -26,7 +26,7 @@ const SAMPLES: { readonly [O in Op]: Extract<Command, { op: O }> } = {
   upsertCustomer: { op: 'upsertCustomer', ...at, key: '', patch: { name: 'Ada', metadata: { tier: 2 } } },
   context: { op: 'context', ...at, key: '', patch: { email: null }, request: { features: ['sso'], usage: ['api_calls'], limits: [] } },
   getCommerce: { op: 'getCommerce', ...at, key: '' },
-  setProcessorCustomer: { op: 'setProcessorCustomer', ...at, key: '', processorCustomerId: 'cus_1' },
+  setProcessorCustomer: { op: 'setProcessorCustomer', ...at, key: '', processorCustomerId: 'cus_2', replaces: 'cus_1' },
   syncSubscription: {
     op: 'syncSubscription',
     ...at,
@@ -41,6 +41,7 @@ const WITHOUT_OPTIONALS: readonly Command[] = [
   { op: 'consume', ...at, key: 'api_calls', amountMicros: 1n },
   { op: 'refund', ...at, key: 'api_calls', amountMicros: 1n },
   { op: 'limitSettings', ...at, key: 'seats' },
+  { op: 'setProcessorCustomer', ...at, key: '', processorCustomerId: 'cus_1' },
 ];
 
 function roundTrip(command: Command): Command {

@@ -97,8 +97,10 @@ function noted(command: { environment: CustomerState['environment']; customerId:
 }
 
 export function decideSetProcessorCustomer(customer: CustomerState | undefined, command: Extract<WriteCommand, { op: 'setProcessorCustomer' }>, nowMs: number): Decision {
-  // The first processor customer stays: a second (a race between two checkouts) is ignored.
-  if ((customer?.commerce?.processorCustomerId ?? null) !== null) return REPLAY;
+  // The first processor customer stays: a second (a race between two checkouts) is ignored,
+  // unless it replaces the stored one, which the processor no longer has.
+  const stored = customer?.commerce?.processorCustomerId ?? null;
+  if (stored !== null && (command.replaces !== stored || stored === command.processorCustomerId)) return REPLAY;
   const { environment, customerId, processorCustomerId } = command;
   return { rejection: null, events: [{ type: 'processorCustomerSet', environment, customerId, key: '', atMs: nowMs, processorCustomerId }] };
 }
@@ -113,12 +115,25 @@ function sameSubscription(a: SubscriptionRecord, b: SubscriptionRecord): boolean
   );
 }
 
+/** Statuses a subscription never leaves. */
+const TERMINAL_STATUSES: ReadonlySet<string> = new Set(['canceled', 'incomplete_expired']);
+
+/**
+ * A read of the processor older than what is stored (two deliveries read it concurrently
+ * and the older read arrived last): a subscription never leaves a terminal status and its
+ * period never moves back.
+ */
+function isStale(stored: SubscriptionRecord, incoming: SubscriptionRecord): boolean {
+  if (TERMINAL_STATUSES.has(stored.status) && !TERMINAL_STATUSES.has(incoming.status)) return true;
+  return incoming.currentPeriodStartMs < stored.currentPeriodStartMs;
+}
+
 export function decideSyncSubscription(customer: CustomerState | undefined, command: Extract<WriteCommand, { op: 'syncSubscription' }>, nowMs: number): Decision {
   if (seen(customer, command.eventId)) return REPLAY;
   const input = command.subscription;
   const subscription: SubscriptionRecord = { ...input, id: `${input.processor}:${input.processorSubscriptionId}` };
   const stored = customer?.commerce?.subscriptions.find((s) => s.id === subscription.id);
-  if (stored !== undefined && sameSubscription(stored, subscription)) return noted(command, command.eventId, nowMs);
+  if (stored !== undefined && (sameSubscription(stored, subscription) || isStale(stored, subscription))) return noted(command, command.eventId, nowMs);
   if (stored === undefined && (customer?.commerce?.subscriptions.length ?? 0) >= COMMERCE_RECORDS_PER_CUSTOMER_MAX) {
     return { rejection: { kind: 'too_many_records' }, events: [] };
   }

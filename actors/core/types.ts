@@ -167,8 +167,11 @@ export type WriteCommand =
   /** Row 8: upsert the customer, then answer the named features, meters and limits. */
   | (Addressed & { readonly op: 'context'; readonly patch: ProfilePatch; readonly request: ContextRequest })
   | (Addressed & { readonly op: 'deleteContract' })
-  /** Customer-level: the processor's customer id, set once (a later one is ignored). */
-  | (Addressed & { readonly op: 'setProcessorCustomer'; readonly processorCustomerId: string })
+  /**
+   * Customer-level: the processor's customer id, set once (a later one is ignored), unless
+   * `replaces` names the stored one (it no longer exists at the processor).
+   */
+  | (Addressed & { readonly op: 'setProcessorCustomer'; readonly processorCustomerId: string; readonly replaces?: string })
   /** Customer-level: the subscription as the processor has it now; `eventId` applies once. */
   | (Addressed & { readonly op: 'syncSubscription'; readonly eventId: string | null; readonly subscription: SubscriptionInput })
   /** Customer-level: a paid one-time purchase; grants its product's credits once. */

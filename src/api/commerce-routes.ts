@@ -83,14 +83,31 @@ function processorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-/** The Stripe customer of a Tally customer: created once (idempotently), remembered by its actor. */
+/** Whether the processor still has the customer (the embedded sandbox forgets everything on restart). */
+async function stillExists(stripe: Stripe, processorCustomerId: string): Promise<boolean> {
+  try {
+    const customer = await stripe.customers.retrieve(processorCustomerId);
+    return customer.deleted !== true;
+  } catch (error) {
+    if (error instanceof Error && (error as { code?: unknown }).code === 'resource_missing') return false;
+    throw error;
+  }
+}
+
+/**
+ * The Stripe customer of a Tally customer: created once (idempotently) and remembered by
+ * its actor; created again, replacing the remembered one, only when the processor no
+ * longer has it.
+ */
 async function processorCustomer(deps: CommerceDeps, environment: Environment, customerId: string, known: string | null): Promise<{ id: string; created: boolean }> {
-  if (known !== null) return { id: known, created: false };
-  const customer = await deps.processor.stripe.customers.create(
+  const { stripe } = deps.processor;
+  if (known !== null && (await stillExists(stripe, known))) return { id: known, created: false };
+  const customer = await stripe.customers.create(
     { metadata: { [META.environment]: environment, [META.customerId]: customerId } },
-    { idempotencyKey: `tally-${environment}-customer-${customerId}` },
+    { idempotencyKey: `tally-${environment}-customer-${customerId}${known === null ? '' : `-after-${known}`}` },
   );
-  const reply = await ask(deps.pool, { op: 'setProcessorCustomer', environment, customerId, key: '', processorCustomerId: customer.id });
+  const command = { op: 'setProcessorCustomer', environment, customerId, key: '', processorCustomerId: customer.id, ...(known === null ? {} : { replaces: known }) } as const;
+  const reply = await ask(deps.pool, command);
   if (reply.outcome === 'rejected') throw new Error(`setProcessorCustomer rejected: ${reply.body}`);
   // A concurrent checkout may have stored another one first: that one stays.
   const stored = (JSON.parse(reply.body) as CommerceView).processorCustomerId;
