@@ -15,9 +15,10 @@ import type { BillingConfig } from '../../actors/billing-config.js';
 import type { CommerceView, Command } from '../../actors/customer.js';
 import type { AuditTag, Environment, ReplyOutcome } from '../../actors/protocol.js';
 import { auditOf } from '../../actors/ops.js';
+import { assert } from '../../shared/assert.js';
 import type { AuditLog } from '../../storage/audit-log.js';
 import type { ControlStore } from '../../storage/control-store.js';
-import { priceLookupKey } from '../commerce/catalog-sync.js';
+import { fitKey, IDEMPOTENCY_KEY_MAX, priceLookupKey } from '../commerce/catalog-sync.js';
 import type { Processor } from '../commerce/processor.js';
 import { commandForEvent, META, type ProcessorCommand } from '../commerce/stripe-events.js';
 import { checkBodyHeaders, readJsonBody } from '../http/body.js';
@@ -104,7 +105,7 @@ async function processorCustomer(deps: CommerceDeps, environment: Environment, c
   if (known !== null && (await stillExists(stripe, known))) return { id: known, created: false };
   const customer = await stripe.customers.create(
     { metadata: { [META.environment]: environment, [META.customerId]: customerId } },
-    { idempotencyKey: `tally-${environment}-customer-${customerId}${known === null ? '' : `-after-${known}`}` },
+    { idempotencyKey: fitKey(`tally-${environment}-customer-`, customerId, known === null ? '' : `-after-${known}`, IDEMPOTENCY_KEY_MAX) },
   );
   const command = { op: 'setProcessorCustomer', environment, customerId, key: '', processorCustomerId: customer.id, ...(known === null ? {} : { replaces: known }) } as const;
   const reply = await ask(deps.pool, command);
@@ -118,7 +119,7 @@ async function createSession(deps: CommerceDeps, ctx: RequestContext, body: Chec
   const { environment } = ctx;
   const product = config.products[body.productKey];
   const price = product?.price;
-  if (price === undefined) throw new Error('checked by the caller');
+  assert(price !== undefined, 'the route checked that the product has a price');
   const view = await commerceOf(deps.pool, environment, body.customerId);
   const recurring = price.interval !== undefined;
   if (recurring && view.subscriptions.some((s) => ACTIVE_STATUSES.has(s.status))) {

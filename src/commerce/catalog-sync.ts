@@ -30,9 +30,23 @@ export interface CatalogAction {
 export const META_ENVIRONMENT = 'tally_environment';
 export const META_PRODUCT_KEY = 'tally_product_key';
 
+/**
+ * Stripe's bounds on a lookup key (200 characters) and an idempotency key (255): a key
+ * built from a long product or customer id names it by a digest instead.
+ */
+export const LOOKUP_KEY_MAX = 200;
+export const IDEMPOTENCY_KEY_MAX = 255;
+
+/** `prefix + id + suffix`, or with `id` replaced by a digest of it when that would be longer than `max`. */
+export function fitKey(prefix: string, id: string, suffix: string, max: number): string {
+  const plain = `${prefix}${id}${suffix}`;
+  if (plain.length <= max) return plain;
+  return `${prefix}~${createHash('sha256').update(id).digest('base64url').slice(0, 32)}${suffix}`;
+}
+
 /** The lookup key of a product's price: a new amount, currency or interval is a new version. */
 export function priceLookupKey(environment: Environment, productKey: string, price: PriceDefinition): string {
-  return `${environment}:${productKey}:${price.amount}-${price.currency}-${price.interval ?? 'once'}`;
+  return fitKey(`${environment}:`, productKey, `:${price.amount}-${price.currency}-${price.interval ?? 'once'}`, LOOKUP_KEY_MAX);
 }
 
 /**
@@ -58,11 +72,11 @@ async function existingProducts(stripe: Stripe, environment: Environment): Promi
 async function syncProduct(stripe: Stripe, environment: Environment, key: string, def: ProductDefinition, existing: Stripe.Product | undefined, idem: string) {
   const name = def.name ?? key;
   if (existing === undefined) {
-    const created = await stripe.products.create({ name, metadata: { [META_ENVIRONMENT]: environment, [META_PRODUCT_KEY]: key } }, { idempotencyKey: `${idem}-product-create-${key}` });
+    const created = await stripe.products.create({ name, metadata: { [META_ENVIRONMENT]: environment, [META_PRODUCT_KEY]: key } }, { idempotencyKey: fitKey(`${idem}-product-create-`, key, '', IDEMPOTENCY_KEY_MAX) });
     return { product: created, action: 'created' as const };
   }
   if (existing.name === name && existing.active) return { product: existing, action: 'unchanged' as const };
-  const updated = await stripe.products.update(existing.id, { name, active: true }, { idempotencyKey: `${idem}-product-update-${key}` });
+  const updated = await stripe.products.update(existing.id, { name, active: true }, { idempotencyKey: fitKey(`${idem}-product-update-`, key, '', IDEMPOTENCY_KEY_MAX) });
   return { product: updated, action: 'updated' as const };
 }
 
@@ -81,7 +95,7 @@ async function syncPrice(stripe: Stripe, environment: Environment, key: string, 
       metadata: { [META_ENVIRONMENT]: environment, [META_PRODUCT_KEY]: key },
       ...(price.interval === undefined ? {} : { recurring: { interval: price.interval } }),
     },
-    { idempotencyKey: `${idem}-price-${key}` },
+    { idempotencyKey: fitKey(`${idem}-price-`, key, '', IDEMPOTENCY_KEY_MAX) },
   );
   return { price: created, action: 'created' as const, lookupKey };
 }

@@ -35,10 +35,15 @@ function ownerOf(metadata: Stripe.Metadata | null): Owner | null {
   return { environment, customerId, productKey: metadata?.[META.productKey] };
 }
 
-/** The product key a price's lookup key names (`<environment>:<product key>:<version>`), if it is Tally's. */
-function productOfPrice(environment: Environment, price: Stripe.Price | undefined): string | undefined {
-  const parts = price?.lookup_key?.split(':');
-  return parts !== undefined && parts.length === 3 && parts[0] === environment ? parts[1] : undefined;
+/**
+ * The product key a price's lookup key names (`<environment>:<product key>:<version>`; a
+ * product key may itself hold colons), if it is Tally's and not a digest of a long key.
+ */
+export function productOfLookupKey(environment: Environment, lookupKey: string | null | undefined): string | undefined {
+  const prefix = `${environment}:`;
+  if (lookupKey === undefined || lookupKey === null || !lookupKey.startsWith(prefix)) return undefined;
+  const key = lookupKey.slice(prefix.length, lookupKey.lastIndexOf(':'));
+  return key === '' || key.startsWith('~') ? undefined : key;
 }
 
 /** The subscription as the processor has it now, as a command for its customer. */
@@ -48,7 +53,7 @@ async function subscriptionCommand(stripe: Stripe, eventId: string, subscription
   const item = subscription.items.data[0];
   if (owner === null || item === undefined) return null;
   // The current price says which product it is now; the metadata says what was bought.
-  const productKey = productOfPrice(owner.environment, item.price) ?? owner.productKey;
+  const productKey = productOfLookupKey(owner.environment, item.price.lookup_key) ?? owner.productKey;
   if (productKey === undefined) return null;
   return {
     op: 'syncSubscription',
