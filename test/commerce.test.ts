@@ -286,6 +286,21 @@ describe('commerce against a Stripe-compatible server (the sandbox, driven by th
     expect((await get(server, '/v1/purchases?customerId=cy')).body.data).toHaveLength(2);
   });
 
+  it('cancellation at period end keeps the plan until the period is over', async () => {
+    await buy(server, 'fay', 'pro');
+    await sandbox.deliveries.idle();
+    const [subscription] = (await get(server, '/v1/subscriptions?customerId=fay')).body.data;
+    await sandbox.stripe().subscriptions.update(subscription.processorSubscriptionId, { cancel_at_period_end: true });
+    await sandbox.deliveries.idle();
+    expect((await get(server, '/v1/subscriptions?customerId=fay')).body.data[0]).toMatchObject({ status: 'active', cancelAtPeriodEnd: true });
+    expect(await has(server, 'reports', 'fay')).toBe(true);
+    now += 31 * 86_400_000;
+    await sandbox.stripe().subscriptions.list({ customer: 'none' }).catch(() => undefined);
+    await sandbox.deliveries.idle();
+    expect((await get(server, '/v1/subscriptions?customerId=fay')).body.data[0].status).toBe('canceled');
+    expect(await has(server, 'reports', 'fay')).toBe(false);
+  });
+
   it('a processor failure fails the push with 502 and changes nothing', async () => {
     const deadPort = await freePort();
     const broken = await startServerProcess({ env: { STRIPE_SECRET_KEY: 'sk_test_x', STRIPE_WEBHOOK_SECRET: 'whsec_x', STRIPE_API_URL: `http://127.0.0.1:${deadPort}` } });
