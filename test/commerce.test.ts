@@ -269,6 +269,12 @@ describe('commerce against a Stripe-compatible server (the sandbox, driven by th
     expect((await post(stale)).status).toBe(400);
     expect((await post('')).status).toBe(400);
     expect((await get(server, '/v1/audit?limit=1')).body.data[0].seq).toBe(auditBefore);
+    // Signed, but about an object the processor does not have: acknowledged, nothing to reconcile.
+    const unknown = JSON.stringify({ ...events.data[0], id: 'evt_unknown', type: 'customer.subscription.updated', data: { object: { id: 'sub_unknown', object: 'subscription' } } });
+    const signed = sandbox.stripe().webhooks.generateTestHeaderString({ payload: unknown, secret: env.STRIPE_WEBHOOK_SECRET ?? '' });
+    const ignored = await call(server.base, 'POST', '/v1/processor/stripe/webhook', { rawBody: unknown, headers: { 'content-type': 'application/json', 'stripe-signature': signed } });
+    expect([ignored.status, ignored.body]).toEqual([200, { received: true }]);
+    expect((await get(server, '/v1/audit?limit=1')).body.data[0].seq).toBe(auditBefore);
   });
 
   it('loses nothing when Tally restarts between the payment and the event delivery', async () => {
@@ -309,6 +315,11 @@ describe('commerce against a Stripe-compatible server (the sandbox, driven by th
       expect(pushed.status).toBe(502);
       expect(pushed.body.code).toBe('processor_error');
       expect((await call(broken.base, 'GET', '/v1/sync/pull', { key: broken.keys.test.server })).status).toBe(404);
+      // An event that cannot be reconciled (the processor is unreachable) is answered 500: delivered again later.
+      const payload = JSON.stringify({ id: 'evt_1', object: 'event', type: 'checkout.session.completed', data: { object: { id: 'cs_1', object: 'checkout.session' } } });
+      const signature = sandbox.stripe().webhooks.generateTestHeaderString({ payload, secret: 'whsec_x' });
+      const failed = await call(broken.base, 'POST', '/v1/processor/stripe/webhook', { rawBody: payload, headers: { 'content-type': 'application/json', 'stripe-signature': signature } });
+      expect([failed.status, failed.body.code]).toEqual([500, 'processor_event_failed']);
     } finally {
       await broken.stop();
     }

@@ -100,8 +100,21 @@ async function invoiceCommand(stripe: Stripe, eventId: string, invoiceId: string
   return subscription === undefined ? null : subscriptionCommand(stripe, eventId, subscription);
 }
 
-/** The command an event calls for, read from the processor's current objects; null: nothing to do. */
+/**
+ * The command an event calls for, read from the processor's current objects; null:
+ * nothing to do, also when the processor no longer has the object (there is nothing to
+ * reconcile with). Any other failure is thrown, so the event is delivered again.
+ */
 export async function commandForEvent(stripe: Stripe, event: Stripe.Event): Promise<ProcessorCommand | null> {
+  try {
+    return await readCommand(stripe, event);
+  } catch (error) {
+    if (error instanceof Error && (error as { code?: unknown }).code === 'resource_missing') return null;
+    throw error;
+  }
+}
+
+async function readCommand(stripe: Stripe, event: Stripe.Event): Promise<ProcessorCommand | null> {
   switch (event.type) {
     case 'checkout.session.completed':
       return checkoutCommand(stripe, event.id, event.data.object.id);
