@@ -41,7 +41,7 @@ import { Observability } from './observability/observability.js';
 import { ShardPool } from './shard-pool.js';
 import { commerceRoutes, webhookHandler } from './api/commerce-routes.js';
 import { syncCatalog, type CatalogAction } from './commerce/catalog-sync.js';
-import { ProcessorFailure, startProcessor, STRIPE_WEBHOOK_PATH, type Processor, type ProcessorSettings } from './commerce/processor.js';
+import { processorSettingsProblem, ProcessorFailure, startProcessor, STRIPE_WEBHOOK_PATH, type Processor, type ProcessorSettings } from './commerce/processor.js';
 import { SideJobs } from './side-jobs.js';
 
 /** Loopback only unless the operator says otherwise: Tally speaks plain HTTP (docs/security.md). */
@@ -187,8 +187,10 @@ function answerStarting(res: uWS.HttpResponse, req: uWS.HttpRequest, obs: Observ
 }
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
-  // The port before the data dir: a start that cannot serve (the port is taken) must
-  // leave nothing behind, not even a new, empty data dir.
+  // Settings first, then the port, then the data dir: a start that cannot serve (a bad
+  // setting, the port is taken) must leave nothing behind, not even a new, empty data dir.
+  const processorProblem = processorSettingsProblem(options.processor ?? {});
+  if (processorProblem !== null) throw new Error(processorProblem);
   const app = uWS.App();
   const obs = new Observability(options.log ?? silentLogger());
   let frontEnd: FrontEnd | null = null;

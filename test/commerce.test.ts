@@ -9,10 +9,13 @@
  * at Stripe (STRIPE_SECRET_KEY, STRIPE_WEBHOOK_SECRET, STRIPE_API_URL), so the test can
  * move the sandbox's clock, switch its delivery order and keep it across Tally restarts.
  */
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
 import net from 'node:net';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStripeSandbox, type StripeSandbox } from '../src/commerce/stripe-sandbox/index.js';
-import { call, startServerProcess, tempDataDir, waitForLogLine, type ServerProcess } from './support/server-process.js';
+import { call, MAIN_JS, startServerProcess, tempDataDir, waitForLogLine, type ServerProcess } from './support/server-process.js';
 
 const CONFIG = {
   entitlements: {
@@ -150,6 +153,14 @@ describe('commerce with the embedded sandbox (no STRIPE_SECRET_KEY)', () => {
     await eventually(async () => (await get(server, '/v1/purchases?customerId=zed')).body.data.length === 2, 'the second purchase');
     expect((await get(server, '/v1/usage/api_calls/balance?customerId=zed')).body.balance).toBe(210);
   }, 60_000);
+
+  it('refuses STRIPE_SECRET_KEY without STRIPE_WEBHOOK_SECRET before creating anything', () => {
+    const dataDir = path.join(tempDataDir('commerce-settings'), 'data');
+    const started = spawnSync(process.execPath, [MAIN_JS], { env: { ...process.env, PORT: '0', TALLY_DATA_DIR: dataDir, STRIPE_SECRET_KEY: 'sk_test_x' }, encoding: 'utf8', timeout: 20_000 });
+    expect(started.status).toBe(1);
+    expect(started.stderr).toContain('STRIPE_WEBHOOK_SECRET');
+    expect(fs.existsSync(dataDir)).toBe(false);
+  });
 
   it('shows each product with its price and interval in GET /v1/plans', async () => {
     const plans = await get(server, '/v1/plans');
