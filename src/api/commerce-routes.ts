@@ -46,6 +46,9 @@ const ACTIVE_STATUSES: ReadonlySet<string> = new Set(['active', 'trialing', 'pas
 /** A domain outcome the route answers with an error from the catalog. */
 class Answered extends Error {}
 
+/** The customer's shard queue is full (503 `overloaded`). */
+class ShardFull extends Error {}
+
 interface ShardAnswer {
   readonly outcome: ReplyOutcome;
   readonly body: string;
@@ -55,7 +58,7 @@ interface ShardAnswer {
 /** Hands a command to its shard and waits for the (durable, for a write) reply. */
 function ask(pool: ShardPool, command: Command, tag: AuditTag | null = null): Promise<ShardAnswer> {
   return new Promise((resolve, reject) => {
-    if (!pool.submit(command, (outcome, body, effect) => resolve({ outcome, body, effect }), tag)) reject(new Error('shard queue is full'));
+    if (!pool.submit(command, (outcome, body, effect) => resolve({ outcome, body, effect }), tag)) reject(new ShardFull('shard queue is full'));
   });
 }
 
@@ -173,6 +176,7 @@ function checkoutRoute(deps: CommerceDeps): Route {
         })
         .catch((error: unknown) => {
           if (error instanceof Answered || ctx.ex.done) return;
+          if (error instanceof ShardFull) return ctx.ex.fail('overloaded', {}, [['retry-after', '1']]);
           ctx.ex.logWarn('checkout failed', { error: processorMessage(error) });
           ctx.ex.fail('processor_error', { detail: processorMessage(error) });
         });
