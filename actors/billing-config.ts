@@ -66,6 +66,10 @@ export interface CompiledProduct {
   readonly features: ReadonlySet<string>;
   readonly limits: ReadonlyMap<string, LimitGrant>;
   readonly meters: ReadonlyMap<string, MeterGrant>;
+  /** A recurring plan's billing interval (null: one-time or free). */
+  readonly interval: 'month' | 'year' | null;
+  /** Meter key → credits a paid one-time purchase of this product grants. */
+  readonly grants: ReadonlyMap<string, Micros>;
 }
 
 export interface CompiledEntitlement {
@@ -132,5 +136,11 @@ function compileProduct(
       meters.set(entKey, { includedMicros, overageAllowed: grant.overage !== undefined });
     }
   }
-  return { key, features, limits, meters };
+  const grants = new Map<string, Micros>();
+  for (const [meterKey, credits] of Object.entries(def.grants ?? {})) {
+    const micros = quantityToMicros(credits);
+    if (micros === null) throw new Error(`product ${key}: invalid grant for ${meterKey}`);
+    grants.set(meterKey, micros);
+  }
+  return { key, features, limits, meters, interval: def.price?.interval ?? null, grants };
 }

@@ -15,6 +15,7 @@ import { apply } from './core/apply.js';
 import { decide } from './core/decide.js';
 import { OPS } from './ops.js';
 import type { CustomerState, Event, Outcome, Rejection, WriteCommand } from './core/types.js';
+import { commerceView } from './core/commerce.js';
 import { balanceView, contextView, contractView, customerView, limitView } from './core/views.js';
 
 export type * from './core/types.js';
@@ -96,6 +97,8 @@ function answer(
       assert(ent !== undefined, 'decide resolved the entitlement');
       return { kind, view: balanceView(state, config, ent, nowMs) };
     }
+    case 'commerce':
+      return { kind, view: commerceView(command.customerId, state) };
     case 'has':
       assert(false, `a write (${command.op}) answers with a view`);
   }

@@ -13,13 +13,13 @@
 import { assert } from '../shared/assert.js';
 import type { EntitlementType } from './billing-config.js';
 import { exactAmountValue, exactJson } from './fixed.js';
-import type { Addressed, Command, ContextRequest, ContractInput, Outcome, ProfilePatch, ReadCommand } from './core/types.js';
+import type { Addressed, Command, ContextRequest, ContractInput, Outcome, ProfilePatch, PurchaseInput, ReadCommand, SubscriptionInput } from './core/types.js';
 
 export type Op = Command['op'];
 export type CommandOf<O extends Op> = Extract<Command, { readonly op: O }>;
 
 /** One op-specific slot of a command on the wire (protocol.ts, WireBatch). */
-export type WireValue = number | string | bigint | boolean | null | ContractInput | ProfilePatch | ContextRequest;
+export type WireValue = number | string | bigint | boolean | null | ContractInput | ProfilePatch | ContextRequest | SubscriptionInput | PurchaseInput;
 
 /** What the audit log records for an audited write, derived from the command alone. */
 export interface AuditFields {
@@ -84,6 +84,7 @@ const BODIES: Readonly<Record<Answer, (outcome: Outcome) => string>> = {
   deleted: emptyBody,
   customer: jsonBody,
   context: exactBody,
+  commerce: jsonBody,
 };
 
 function viewOf(outcome: Outcome): unknown {
@@ -262,6 +263,69 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     wireB: (command) => command.request,
     fromWire: (address, a, b) => ({ op: 'context', ...address, patch: a as ProfilePatch, request: b as ContextRequest }),
     answer: 'context',
+  },
+  getCommerce: {
+    op: 'getCommerce',
+    code: 13,
+    access: 'read',
+    entitlement: null,
+    changesIndex: false,
+    unchangedIsRead: false,
+    audit: null,
+    wireA: none,
+    wireB: none,
+    fromWire: (address) => ({ op: 'getCommerce', ...address }),
+    answer: 'commerce',
+  },
+  setProcessorCustomer: {
+    op: 'setProcessorCustomer',
+    code: 14,
+    access: 'write',
+    entitlement: null,
+    // It may create the customer (a checkout creates it implicitly).
+    changesIndex: true,
+    unchangedIsRead: false,
+    audit: null,
+    wireA: (command) => command.processorCustomerId,
+    wireB: (command) => command.replaces ?? null,
+    fromWire: (address, a, b) => ({ op: 'setProcessorCustomer', ...address, processorCustomerId: a as string, ...(b === null ? {} : { replaces: b as string }) }),
+    answer: 'commerce',
+  },
+  syncSubscription: {
+    op: 'syncSubscription',
+    code: 15,
+    access: 'write',
+    entitlement: null,
+    changesIndex: true,
+    unchangedIsRead: false,
+    audit: ({ customerId, eventId, subscription }) => ({
+      action: 'subscription.sync',
+      resourceType: 'subscription',
+      resourceId: customerId,
+      data: { eventId, productKey: subscription.productKey, status: subscription.status, processorSubscriptionId: subscription.processorSubscriptionId },
+    }),
+    wireA: (command) => command.eventId,
+    wireB: (command) => command.subscription,
+    fromWire: (address, a, b) => ({ op: 'syncSubscription', ...address, eventId: a as string | null, subscription: b as SubscriptionInput }),
+    answer: 'commerce',
+  },
+  recordPurchase: {
+    op: 'recordPurchase',
+    code: 16,
+    access: 'write',
+    entitlement: null,
+    changesIndex: true,
+    unchangedIsRead: false,
+    audit: ({ customerId, eventId, purchase }) => ({
+      action: 'purchase.record',
+      resourceType: 'purchase',
+      resourceId: customerId,
+      data: { eventId, purchaseId: purchase.id, productKey: purchase.productKey, amount: purchase.amount, currency: purchase.currency },
+    }),
+    wireA: (command) => command.eventId,
+    wireB: (command) => command.purchase,
+    fromWire: (address, a, b) => ({ op: 'recordPurchase', ...address, eventId: a as string | null, purchase: b as PurchaseInput }),
+    answer: 'commerce',
   },
 };
 

@@ -34,6 +34,15 @@ export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
  */
 export const IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX = 100_000;
 
+/**
+ * Payment-processor event ids a customer remembers as applied. Applying an older one
+ * again is harmless (a subscription is reconciled to the processor's current object, a
+ * purchase is recorded once by its id), so the bound only saves repeated work.
+ */
+export const PROCESSOR_EVENTS_PER_CUSTOMER_MAX = 1000;
+/** Subscriptions and purchases a customer may hold; past this a new one is refused. */
+export const COMMERCE_RECORDS_PER_CUSTOMER_MAX = 10_000;
+
 /** Purchased-credit lots per meter per customer; a grant beyond it is refused. */
 export const LOTS_PER_METER_MAX = 10_000;
 

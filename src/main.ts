@@ -54,6 +54,12 @@ function quotaFromEnv(name: string): PerEnvironment {
   }
 }
 
+/** An environment variable, or undefined when unset or empty. */
+function optionalEnv(name: string): string | undefined {
+  const raw = process.env[name];
+  return raw === undefined || raw === '' ? undefined : raw;
+}
+
 async function main(): Promise<void> {
   const port = intFromEnv('PORT', 8787) ?? 8787;
   const host = process.env['TALLY_HOST'] || DEFAULT_HOST;
@@ -72,6 +78,15 @@ async function main(): Promise<void> {
     idempotencyKeys: quotaFromEnv('TALLY_QUOTA_IDEMPOTENCY_KEYS'),
     auditEntriesPerDay: quotaFromEnv('TALLY_QUOTA_AUDIT_ENTRIES_PER_DAY'),
   };
+  // The payment processor: without STRIPE_SECRET_KEY, the embedded Stripe sandbox (docs/commerce.md).
+  const secretKey = optionalEnv('STRIPE_SECRET_KEY');
+  const webhookSecret = optionalEnv('STRIPE_WEBHOOK_SECRET');
+  const apiUrl = optionalEnv('STRIPE_API_URL');
+  const processor = {
+    ...(secretKey === undefined ? {} : { secretKey }),
+    ...(webhookSecret === undefined ? {} : { webhookSecret }),
+    ...(apiUrl === undefined ? {} : { apiUrl }),
+  };
   const server = await startServer({
     port,
     host,
@@ -80,6 +95,7 @@ async function main(): Promise<void> {
     dataDir,
     rateLimits,
     log,
+    processor,
     ...(workers === undefined || workers === 0 ? {} : { workers }),
     ...(queueMax === undefined || queueMax === 0 ? {} : { queueMax }),
     ...(snapshotEveryBatches === undefined || snapshotEveryBatches === 0 ? {} : { snapshotEveryBatches }),
@@ -92,6 +108,8 @@ async function main(): Promise<void> {
     );
   }
   log.info({ host, port: server.port, dataDir }, 'listening');
+  if (server.stripeSandboxUrl !== null) log.info({ url: server.stripeSandboxUrl }, 'stripe sandbox (no STRIPE_SECRET_KEY: payments are simulated)');
+  else log.info({ apiUrl: apiUrl ?? 'https://api.stripe.com' }, 'stripe');
   const started = Date.now();
   await server.ready;
   log.info({ recoveryMs: Date.now() - started, shards: server.shardStats() }, 'ready');

@@ -44,6 +44,9 @@ import { metricsRoute } from './observability/metrics-route.js';
 import { Observability } from './observability/observability.js';
 import { UNLIMITED, type Quotas } from '../shared/quotas.js';
 import { ShardPool } from './shard-pool.js';
+import { webhookHandler } from './api/commerce-routes.js';
+import { syncCatalog, type CatalogAction } from './commerce/catalog-sync.js';
+import { processorSettingsProblem, ProcessorFailure, startProcessor, STRIPE_WEBHOOK_PATH, type Processor, type ProcessorSettings } from './commerce/processor.js';
 import { SideJobs } from './side-jobs.js';
 import { STORAGE_RESERVE_BYTES_DEFAULT, StorageWatch } from './storage-watch.js';
 
@@ -71,6 +74,8 @@ export interface ServerOptions {
   readonly rateLimits?: RateLimits;
   /** Where request errors, operator actions and (at debug) access lines go; default: nowhere. */
   readonly log?: Logger;
+  /** The payment processor (docs/commerce.md); default: the embedded Stripe sandbox. */
+  readonly processor?: ProcessorSettings;
 }
 
 export type { BootstrapKeys } from './auth/bootstrap-file.js';
@@ -79,6 +84,8 @@ export interface RunningServer {
   readonly port: number;
   /** The keys created on this first start (null on later starts). */
   readonly bootstrapKeys: BootstrapKeys | null;
+  /** The embedded Stripe sandbox's address (null when another processor is configured). */
+  readonly stripeSandboxUrl: string | null;
   /** Resolves once recovery has finished and /healthz answers 200. */
   readonly ready: Promise<void>;
   /** What each shard worker recovered (null before it reported ready). */
@@ -190,8 +197,10 @@ function answerStarting(res: uWS.HttpResponse, req: uWS.HttpRequest, obs: Observ
 }
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
-  // The port before the data dir: a start that cannot serve (the port is taken) must
-  // leave nothing behind, not even a new, empty data dir.
+  // Settings first, then the port, then the data dir: a start that cannot serve (a bad
+  // setting, the port is taken) must leave nothing behind, not even a new, empty data dir.
+  const processorProblem = processorSettingsProblem(options.processor ?? {});
+  if (processorProblem !== null) throw new Error(processorProblem);
   const app = uWS.App();
   const obs = new Observability(options.log ?? silentLogger());
   let frontEnd: FrontEnd | null = null;
@@ -206,13 +215,26 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     throw error;
   }
   const { control, keys, bootstrap, workers, releaseDataDir } = opened;
+  let processor: Processor;
+  try {
+    processor = await startProcessor(options.processor ?? {}, port);
+  } catch (error) {
+    uWS.us_listen_socket_close(socket);
+    await control.close().catch(() => undefined);
+    releaseDataDir();
+    throw error;
+  }
 
   let pool: ShardPool | null = null;
   const pushChains = new Map<Environment, Promise<unknown>>();
-  const pushConfig = (environment: Environment, config: BillingConfig, actor: string): Promise<{ version: number; pushedAtMs: number }> => {
+  const pushConfig = (environment: Environment, config: BillingConfig, actor: string): Promise<{ version: number; pushedAtMs: number; catalog: CatalogAction[] }> => {
     const previous = pushChains.get(environment) ?? Promise.resolve();
     const next = previous.then(async () => {
+      // The processor first: a push it fails changes nothing in Tally.
       const version = (control.latestConfig(environment)?.version ?? 0) + 1;
+      const catalog = await syncCatalog(processor, environment, version, config).catch((error: unknown) => {
+        throw new ProcessorFailure(error instanceof Error ? error.message : String(error));
+      });
       const pushedAtMs = Date.now();
       // Both writes are issued in this one turn, so the control store commits them in one
       // transaction (eventTurnBatching, lmdb-env.ts): a crash keeps the version and its
@@ -221,7 +243,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       const entry = { action: 'config.push', resourceType: 'config', resourceId: `v${version}`, actor, data: { version } };
       await Promise.all([stored, audit.append(environment, entry, pushedAtMs)]);
       pool?.broadcastConfig(environment, version, config);
-      return { version, pushedAtMs };
+      return { version, pushedAtMs, catalog };
     });
     pushChains.set(environment, next.catch(() => undefined));
     return next;
@@ -252,11 +274,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       const latest = control.latestConfig(environment);
       if (latest !== null) started.broadcastConfig(environment, latest.version, latest.config as BillingConfig);
     }
+    await resyncSandboxCatalog(processor, control, options.log);
     customers = CustomerIndex.open(options.dataDir, workers, (environment, id) =>
       workerOf(logicalShardOf(environment as Environment, id, LOGICAL_SHARDS), workers),
     );
     const apiRouter = buildApiRouter({
       auditQuota: options.quotas?.auditEntriesPerDay ?? UNLIMITED,
+      processor,
       pool: started,
       control,
       customers,
@@ -265,6 +289,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       pushConfig,
       openApiJson: openApiCache(control),
     });
+    const commerceDeps = { pool: started, control, audit, processor };
+    front.setWebhook(webhookHandler(commerceDeps));
     const adminDeps = {
       keys,
       pool: started,
@@ -305,6 +331,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   return {
     port,
     bootstrapKeys: bootstrap,
+    stripeSandboxUrl: processor.sandboxUrl,
     ready,
     shardStats: () => pool?.workerStats() ?? [],
     async close() {
@@ -313,6 +340,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       if (pool !== null) await pool.stop();
       await sideJobs.destroy();
       storage.stop();
+      await processor.close();
       await (customers as CustomerIndex | null)?.close();
       await control.close();
       releaseDataDir();
@@ -330,6 +358,8 @@ class FrontEnd {
   private readonly publicRouter: Router<PublicRoute>;
   private router: Router<Route> | null = null;
   private adminRouter: Router<AdminRoute> | null = null;
+  /** The processor's webhook receiver: signed by the processor, not keyed. */
+  private webhook: ((ex: Exchange, req: uWS.HttpRequest) => void) | null = null;
   /** Metrics series of each router's first route (a match's index is added to it). */
   private apiSlotBase = 0;
   private adminSlotBase = 0;
@@ -364,6 +394,10 @@ class FrontEnd {
     this.adminRouter = admin;
   }
 
+  setWebhook(handler: (ex: Exchange, req: uWS.HttpRequest) => void): void {
+    this.webhook = handler;
+  }
+
   handle(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
     // Methods are case-sensitive (RFC 9110); the router knows them in upper case.
     const method = req.getCaseSensitiveMethod();
@@ -382,6 +416,12 @@ class FrontEnd {
     const { method, path: url } = ex;
     // The public routes (public-routes.ts), before any key: one comparison per path.
     if (url === '/healthz' || url === '/v1/schema/billing') return this.dispatchPublic(ex, url);
+    if (url === STRIPE_WEBHOOK_PATH) {
+      ex.slot = this.obs.metrics.fixedSlot(STRIPE_WEBHOOK_PATH, method);
+      if (this.refusedForStorage(ex)) return;
+      if (this.webhook === null) return ex.fail('not_ready', {}, [['retry-after', '1']]);
+      return this.webhook(ex, req);
+    }
     if (!url.startsWith('/v1/')) return ex.fail('route_not_found', { method, path: url });
 
     const presented = req.getHeader('x-tally-key') || bearerToken(req.getHeader('authorization'));
@@ -448,6 +488,21 @@ const NO_QUERY: Readonly<Record<string, string>> = Object.freeze({});
 /** The token of `Authorization: Bearer <token>`; the scheme name is case-insensitive (RFC 9110 §11.1). */
 function bearerToken(header: string): string {
   return header.length > 7 && header.slice(0, 7).toLowerCase() === 'bearer ' ? header.slice(7).trim() : '';
+}
+
+/**
+ * The embedded sandbox starts empty at every start: it is given the catalog of the stored
+ * configurations again, so checkout works without a new push. (Stripe keeps its own.)
+ */
+async function resyncSandboxCatalog(processor: Processor, control: ControlStore, log: Logger | undefined): Promise<void> {
+  if (processor.sandboxUrl === null) return;
+  for (const environment of ENVIRONMENTS) {
+    const latest = control.latestConfig(environment);
+    if (latest === null) continue;
+    await syncCatalog(processor, environment, latest.version, latest.config as BillingConfig).catch((error: unknown) => {
+      log?.warn({ environment, error: error instanceof Error ? error.message : String(error) }, 'stripe sandbox catalog sync failed');
+    });
+  }
 }
 
 /**

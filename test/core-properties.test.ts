@@ -48,6 +48,9 @@ const contextRequest = fc.record({
   limits: fc.subarray([...LIMITS]),
 });
 
+/** Processor event ids from a few values, so that redeliveries are common. */
+const processorEventId = fc.option(fc.constantFrom('evt_1', 'evt_2', 'evt_3'), { nil: null });
+
 const limitSettings = fc.record(
   { purchased: fc.integer({ min: 0, max: 5 }), autoExpansionEnabled: fc.boolean() },
   { requiredKeys: [] },
@@ -73,6 +76,38 @@ const command: fc.Arbitrary<Command> = fc.oneof(
     arbitrary: fc.tuple(addressed, fc.constantFrom(...LIMITS), limitSettings).map(([a, key, settings]): Command => ({ op: 'limitSettings', ...a, key, ...settings })),
   },
   { weight: 1, arbitrary: fc.tuple(addressed, profilePatch).map(([a, patch]): Command => ({ op: 'upsertCustomer', ...a, key: '', patch })) },
+  { weight: 1, arbitrary: fc.tuple(addressed, fc.integer({ min: 0, max: 2 })).map(([a, n]): Command => ({ op: 'setProcessorCustomer', ...a, key: '', processorCustomerId: `cus_${n}` })) },
+  {
+    // Subscriptions whose product leaves the plan and periods as they are (a canceled one, or
+    // one of a product no longer configured), so the calendar-period normalisation above holds;
+    // plans and billing periods from subscriptions are tested end to end (test/commerce.test.ts).
+    weight: 1,
+    arbitrary: fc.tuple(addressed, processorEventId, fc.integer({ min: 0, max: 2 }), fc.boolean()).map(([a, eventId, n, gone]): Command => ({
+      op: 'syncSubscription',
+      ...a,
+      key: '',
+      eventId,
+      subscription: {
+        productKey: gone ? 'retired' : 'pro',
+        status: gone ? 'active' : 'canceled',
+        currentPeriodStartMs: T0,
+        currentPeriodEndMs: T0 + 30 * 86_400_000,
+        cancelAtPeriodEnd: false,
+        processor: 'stripe',
+        processorSubscriptionId: `sub_${n}`,
+      },
+    })),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.tuple(addressed, processorEventId, fc.integer({ min: 0, max: 3 })).map(([a, eventId, n]): Command => ({
+      op: 'recordPurchase',
+      ...a,
+      key: '',
+      eventId,
+      purchase: { id: `stripe:pi_${n}`, productKey: 'pack', amount: 500, currency: 'usd' },
+    })),
+  },
   {
     weight: 2,
     arbitrary: fc.tuple(addressed, profilePatch, contextRequest).map(([a, patch, request]): Command => ({ op: 'context', ...a, key: '', patch, request })),

@@ -13,6 +13,7 @@ import fs from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { buildAdminRouter, type AdminDeps } from '../src/api/admin-routes.js';
 import { buildApiRouter, type ApiDeps } from '../src/api/routes.js';
+import { STRIPE_WEBHOOK_PATH } from '../src/commerce/processor.js';
 import { snapshotRoutes } from '../src/api/snapshot-routes.js';
 import { ERRORS } from '../src/errors.js';
 import type { Snapshots } from '../src/snapshots.js';
@@ -40,10 +41,15 @@ function serverWiredRoutes(): string[] {
   return routes;
 }
 
+/** The processor's webhook receiver, which src/server.ts answers before any key (the commerce routes are records of the API table). */
+function commerceWiredRoutes(): string[] {
+  return [`POST ${STRIPE_WEBHOOK_PATH}`];
+}
+
 function servedRoutes(): string[] {
   const api = buildApiRouter({} as ApiDeps).list();
   const admin = buildAdminRouter({} as AdminDeps, snapshotRoutes({} as AdminDeps, {} as Snapshots)).list();
-  return [...new Set([...serverWiredRoutes(), ...[...api, ...admin].map(({ method, pattern }) => `${method} ${docPath(pattern)}`)])];
+  return [...new Set([...serverWiredRoutes(), ...commerceWiredRoutes(), ...[...api, ...admin].map(({ method, pattern }) => `${method} ${docPath(pattern)}`)])];
 }
 
 /**

@@ -60,7 +60,9 @@ interface InFlight {
  * header); an empty list when every shard synced its file and wrote its meta page first.
  */
 function checkSyncedBeforeFirstReply(calls: readonly Syscall[], spans: readonly FdSpan[], dataDir: string, workers: number): string[] {
-  const reply = calls.find((c) => WRITE_SYSCALLS.has(c.name) && /^"HTTP\/1\.1 200 /.test(c.args.slice(c.args.indexOf('"'))));
+  // Tally's own replies (uWebSockets.js names itself in a header); the embedded payment
+  // sandbox, an HTTP server in the same process, answers Tally's processor calls too.
+  const reply = calls.find((c) => WRITE_SYSCALLS.has(c.name) && /^"HTTP\/1\.1 200 .*uWebSockets: /.test(c.args.slice(c.args.indexOf('"'))));
   if (reply === undefined) return ['no traced 200 reply'];
   const before = (c: Syscall): boolean => c.endLine < reply.startLine && succeeded(c);
   const problems: string[] = [];

@@ -34,9 +34,9 @@ describe('error catalog', () => {
     expect(JSON.parse(errorBody('insufficient_balance', { key: 'm' }, { balance: 1 }))).toEqual({ error: 'insufficient balance for m', code: 'insufficient_balance', balance: 1 });
   });
 
-  it('only 500 is a server error, and nothing a client sends maps to it', () => {
+  it('server errors are a bug, the payment processor failing, or an event it must deliver again; nothing a client sends maps to them', () => {
     const serverErrors = Object.entries(ERRORS).filter(([, e]) => e.status >= 500 && e.status !== 503);
-    expect(serverErrors.map(([code]) => code)).toEqual(['internal']);
+    expect(serverErrors.map(([code]) => code)).toEqual(['processor_event_failed', 'processor_error', 'internal']);
   });
 });
 

@@ -25,12 +25,23 @@ const SAMPLES: { readonly [O in Op]: Extract<Command, { op: O }> } = {
   deleteContract: { op: 'deleteContract', ...at, key: '' },
   upsertCustomer: { op: 'upsertCustomer', ...at, key: '', patch: { name: 'Ada', metadata: { tier: 2 } } },
   context: { op: 'context', ...at, key: '', patch: { email: null }, request: { features: ['sso'], usage: ['api_calls'], limits: [] } },
+  getCommerce: { op: 'getCommerce', ...at, key: '' },
+  setProcessorCustomer: { op: 'setProcessorCustomer', ...at, key: '', processorCustomerId: 'cus_2', replaces: 'cus_1' },
+  syncSubscription: {
+    op: 'syncSubscription',
+    ...at,
+    key: '',
+    eventId: 'evt_1',
+    subscription: { productKey: 'pro', status: 'active', currentPeriodStartMs: 1, currentPeriodEndMs: 2, cancelAtPeriodEnd: false, processor: 'stripe', processorSubscriptionId: 'sub_1' },
+  },
+  recordPurchase: { op: 'recordPurchase', ...at, key: '', eventId: null, purchase: { id: 'stripe:pi_1', productKey: 'pack', amount: 500, currency: 'usd' } },
 };
 
 const WITHOUT_OPTIONALS: readonly Command[] = [
   { op: 'consume', ...at, key: 'api_calls', amountMicros: 1n },
   { op: 'refund', ...at, key: 'api_calls', amountMicros: 1n },
   { op: 'limitSettings', ...at, key: 'seats' },
+  { op: 'setProcessorCustomer', ...at, key: '', processorCustomerId: 'cus_1' },
 ];
 
 function roundTrip(command: Command): Command {
@@ -58,7 +69,7 @@ describe('op table', () => {
 
   it('splits reads from writes', () => {
     const reads = Object.values(SAMPLES).filter((command) => isRead(command)).map((command) => command.op);
-    expect(reads.sort()).toEqual(['balance', 'getContract', 'has', 'limit']);
+    expect(reads.sort()).toEqual(['balance', 'getCommerce', 'getContract', 'has', 'limit']);
   });
 
   it('derives the audit entry of each audited write from the command', () => {
@@ -77,6 +88,10 @@ describe('op table', () => {
       deleteContract: 'contract.delete',
       upsertCustomer: 'customer.upsert',
       context: 'customer.upsert',
+      getCommerce: null,
+      setProcessorCustomer: null,
+      syncSubscription: 'subscription.sync',
+      recordPurchase: 'purchase.record',
     });
     expect(auditOf(SAMPLES.refund)).toEqual({ action: 'usage.refund', resourceType: 'meter', resourceId: 'c1', data: { key: 'api_calls', amount: 0.000002, idempotencyKey: 'k2' } });
     expect(auditOf(WITHOUT_OPTIONALS[2] as Command)?.data).toEqual({ key: 'seats' });

@@ -5,6 +5,7 @@
  */
 import { assert } from '../../shared/assert.js';
 import { IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX, IDEMPOTENCY_RETENTION_MS } from '../../shared/limits.js';
+import { applyCommerce } from './commerce.js';
 import { internKey, newCustomer, NO_LOT_DRAWS, NO_LOTS } from './state.js';
 import type { CustomerProfile, CustomerState, Event, IdempotencyRecord, Lot, LotDraw, MeterState, ProfilePatch } from './types.js';
 
@@ -37,6 +38,12 @@ export function apply(customer: CustomerState | undefined, event: Event): Custom
       break;
     case 'customerUpserted':
       applyProfile(state.profile, event.patch, event.atMs);
+      break;
+    case 'processorCustomerSet':
+    case 'subscriptionSynced':
+    case 'purchaseRecorded':
+    case 'processorEventNoted':
+      applyCommerce(state, event);
       break;
     case 'lotGranted':
       ownLots(meterFor(state, event.key)).push({

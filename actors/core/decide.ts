@@ -13,6 +13,7 @@ import { IDEMPOTENCY_RETENTION_MS, LOTS_PER_METER_MAX, METADATA_KEYS_MAX, PURCHA
 import type { CompiledConfig, CompiledEntitlement, EntitlementType } from '../billing-config.js';
 import { minMicros, quantityToMicros } from '../fixed.js';
 import { OPS } from '../ops.js';
+import { commerceView, decideRecordPurchase, decideSetProcessorCustomer, decideSyncSubscription, subscriptionPeriod } from './commerce.js';
 import type {
   ContextRequest,
   ContractInput,
@@ -103,6 +104,8 @@ export function query(
       if (contract === null) return { kind: 'rejected', rejection: { kind: 'contract_not_found', customerId: command.customerId } };
       return { kind: 'contract', view: contractView(command.customerId, contract) };
     }
+    case 'commerce':
+      return { kind: 'commerce', view: commerceView(command.customerId, customer) };
     case 'deleted':
     case 'customer':
     case 'context':
@@ -144,6 +147,12 @@ export function decide(
       return decideUpsertCustomer(customer, command, nowMs);
     case 'context':
       return decideContext(customer, config, command, nowMs);
+    case 'setProcessorCustomer':
+      return decideSetProcessorCustomer(customer, command, nowMs);
+    case 'syncSubscription':
+      return decideSyncSubscription(customer, command, nowMs);
+    case 'recordPurchase':
+      return decideRecordPurchase(customer, config, command, nowMs);
   }
 }
 
@@ -183,7 +192,7 @@ function decideConsume(
 
   const meter = customer?.meters.get(ent.key) ?? NO_METER;
   const plan = planOf(customer, config);
-  const periodStartMs = currentPeriodStart(ent, meter, nowMs);
+  const periodStartMs = currentPeriodStart(ent, meter, nowMs, subscriptionPeriod(customer, config, ent));
   const usedIncluded = usageIn(meter, periodStartMs).included;
   const includedMicros = meterIncludedMicros(customer, plan, ent.key);
   let need = amount;
@@ -228,7 +237,7 @@ function decideRefund(
   if (idem.replay) return REPLAY;
 
   const meter = customer?.meters.get(ent.key) ?? NO_METER;
-  const periodStartMs = currentPeriodStart(ent, meter, nowMs);
+  const periodStartMs = currentPeriodStart(ent, meter, nowMs, subscriptionPeriod(customer, config, ent));
   const usage = usageIn(meter, periodStartMs);
   if (amount > usage.overage + usage.lots + usage.included) {
     return rejected({ kind: 'refund_exceeds_usage', key: ent.key, view: balanceView(customer, config, ent, nowMs) });

@@ -17,6 +17,10 @@ const EVENT_TYPES: Readonly<Record<Event['type'], true>> = {
   contractSet: true,
   contractDeleted: true,
   customerUpserted: true,
+  processorCustomerSet: true,
+  subscriptionSynced: true,
+  purchaseRecorded: true,
+  processorEventNoted: true,
 };
 
 function isObject(value: unknown): value is Readonly<Record<string, unknown>> {

@@ -4,7 +4,7 @@
  * them back at start.
  */
 import { canonicalEnvironment, internKey, NO_LOT_DRAWS, NO_LOTS, NO_METADATA } from './state.js';
-import type { Contract, CustomerProfile, CustomerState, Environment, IdempotencyEntry, LimitState, LotDraw, MeterState } from './types.js';
+import type { CommerceState, Contract, CustomerProfile, CustomerState, Environment, IdempotencyEntry, LimitState, LotDraw, MeterState } from './types.js';
 
 export interface CustomerSnapshot {
   readonly environment: Environment;
@@ -15,6 +15,8 @@ export interface CustomerSnapshot {
   readonly meters: Array<[string, MeterState]>;
   readonly limits: Array<[string, LimitState]>;
   readonly idempotency: Array<[string, string, number]>;
+  /** Absent in snapshots of customers without any commerce. */
+  readonly commerce?: CommerceState;
 }
 
 export function toSnapshot(state: CustomerState): CustomerSnapshot {
@@ -27,6 +29,7 @@ export function toSnapshot(state: CustomerState): CustomerSnapshot {
     meters: [...state.meters],
     limits: state.limits === null ? [] : [...state.limits],
     idempotency: state.idempotency === null ? [] : [...state.idempotency].map(([scope, e]): [string, string, number] => [scope, e.fingerprint, e.atMs]),
+    ...(state.commerce === null ? {} : { commerce: state.commerce }),
   };
 }
 
@@ -45,6 +48,16 @@ export function fromSnapshot(snapshot: CustomerSnapshot): CustomerState {
       snapshot.idempotency.length === 0
         ? null
         : new Map(snapshot.idempotency.map(([s, fingerprint, atMs]): [string, IdempotencyEntry] => [s, { fingerprint, atMs }])),
+    commerce: snapshot.commerce === undefined ? null : cloneCommerce(snapshot.commerce),
+  };
+}
+
+function cloneCommerce(commerce: CommerceState): CommerceState {
+  return {
+    processorCustomerId: commerce.processorCustomerId,
+    subscriptions: commerce.subscriptions.map((s) => ({ ...s })),
+    purchases: commerce.purchases.map((p) => ({ ...p, grant: { ...p.grant } })),
+    eventIds: [...commerce.eventIds],
   };
 }
 

@@ -44,5 +44,5 @@ export function canonicalEnvironment(environment: Environment): Environment {
 
 export function newCustomer(environment: Environment, id: string, createdAtMs: number): CustomerState {
   const profile: CustomerProfile = { name: null, email: null, metadata: NO_METADATA, updatedAtMs: createdAtMs };
-  return { environment: canonicalEnvironment(environment), id, createdAtMs, profile, contract: null, meters: new Map(), limits: null, idempotency: null };
+  return { environment: canonicalEnvironment(environment), id, createdAtMs, profile, contract: null, meters: new Map(), limits: null, idempotency: null, commerce: null };
 }

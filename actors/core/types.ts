@@ -56,6 +56,44 @@ export interface Contract {
   readonly updatedAtMs: number;
 }
 
+/** A subscription at the payment processor, as last reconciled from it. */
+export interface SubscriptionRecord {
+  /** Tally's id: the processor's name and its subscription id (`stripe:sub_…`). */
+  readonly id: string;
+  readonly productKey: string;
+  /** The processor's status (`active`, `trialing`, `canceled`, …). */
+  readonly status: string;
+  readonly currentPeriodStartMs: number;
+  readonly currentPeriodEndMs: number;
+  readonly cancelAtPeriodEnd: boolean;
+  readonly processor: string;
+  readonly processorSubscriptionId: string;
+}
+
+/** A paid one-time purchase and the credits it granted (lots named by the purchase id). */
+export interface PurchaseRecord {
+  /** Tally's id: the processor's name and its payment id (`stripe:pi_…`); also the lots' id. */
+  readonly id: string;
+  readonly productKey: string;
+  readonly status: 'paid';
+  /** Integer minor units of `currency`. */
+  readonly amount: number;
+  readonly currency: string;
+  readonly refundedAmount: number;
+  /** Meter key → credits granted. */
+  readonly grant: Readonly<Record<string, number>>;
+  readonly atMs: number;
+}
+
+/** What the payment processor knows of the customer, and the processor events already applied. */
+export interface CommerceState {
+  processorCustomerId: string | null;
+  subscriptions: SubscriptionRecord[];
+  purchases: PurchaseRecord[];
+  /** Processor event ids applied, oldest first (bounded: PROCESSOR_EVENTS_PER_CUSTOMER_MAX). */
+  eventIds: string[];
+}
+
 export interface CustomerState {
   readonly environment: Environment;
   readonly id: string;
@@ -70,6 +108,8 @@ export interface CustomerState {
    * until the first idempotency key (see state.ts).
    */
   idempotency: Map<string, IdempotencyEntry> | null;
+  /** Null until the first processor change (see state.ts). */
+  commerce: CommerceState | null;
 }
 
 // ---------------------------------------------------------------------------
@@ -87,6 +127,8 @@ export interface ContextRequest {
   readonly features: readonly string[];
   readonly usage: readonly string[];
   readonly limits: readonly string[];
+  /** Whether to answer the customer's live subscription too. */
+  readonly subscription?: true;
 }
 
 export interface ContextView {
@@ -94,6 +136,8 @@ export interface ContextView {
   readonly features: Readonly<Record<string, boolean>>;
   readonly usage: Readonly<Record<string, BalanceView>>;
   readonly limits: Readonly<Record<string, LimitView>>;
+  /** Only when asked for: the live subscription, or null. */
+  readonly subscription?: SubscriptionView | null;
 }
 
 export interface ProfilePatch {
@@ -107,7 +151,9 @@ export type ReadCommand =
   | (Addressed & { readonly op: 'limit' })
   | (Addressed & { readonly op: 'balance' })
   /** Customer-level: `key` is unused (''). */
-  | (Addressed & { readonly op: 'getContract' });
+  | (Addressed & { readonly op: 'getContract' })
+  /** Customer-level: the processor customer, subscriptions and purchases. */
+  | (Addressed & { readonly op: 'getCommerce' });
 
 export type WriteCommand =
   | (Addressed & { readonly op: 'consume'; readonly amountMicros: Micros; readonly idempotencyKey?: string })
@@ -120,7 +166,19 @@ export type WriteCommand =
   | (Addressed & { readonly op: 'upsertCustomer'; readonly patch: ProfilePatch })
   /** Row 8: upsert the customer, then answer the named features, meters and limits. */
   | (Addressed & { readonly op: 'context'; readonly patch: ProfilePatch; readonly request: ContextRequest })
-  | (Addressed & { readonly op: 'deleteContract' });
+  | (Addressed & { readonly op: 'deleteContract' })
+  /**
+   * Customer-level: the processor's customer id, set once (a later one is ignored), unless
+   * `replaces` names the stored one (it no longer exists at the processor).
+   */
+  | (Addressed & { readonly op: 'setProcessorCustomer'; readonly processorCustomerId: string; readonly replaces?: string })
+  /** Customer-level: the subscription as the processor has it now; `eventId` applies once. */
+  | (Addressed & { readonly op: 'syncSubscription'; readonly eventId: string | null; readonly subscription: SubscriptionInput })
+  /** Customer-level: a paid one-time purchase; grants its product's credits once. */
+  | (Addressed & { readonly op: 'recordPurchase'; readonly eventId: string | null; readonly purchase: PurchaseInput });
+
+export type SubscriptionInput = Omit<SubscriptionRecord, 'id'>;
+export type PurchaseInput = Pick<PurchaseRecord, 'id' | 'productKey' | 'amount' | 'currency'>;
 
 export type Command = ReadCommand | WriteCommand;
 
@@ -155,7 +213,13 @@ export type Event =
   | (EventBase & { readonly type: 'lotGranted'; readonly lotId: string; readonly micros: Micros })
   | (EventBase & { readonly type: 'contractSet'; readonly contract: ContractInput })
   | (EventBase & { readonly type: 'contractDeleted' })
-  | (EventBase & { readonly type: 'customerUpserted'; readonly patch: ProfilePatch });
+  | (EventBase & { readonly type: 'customerUpserted'; readonly patch: ProfilePatch })
+  | (EventBase & { readonly type: 'processorCustomerSet'; readonly processorCustomerId: string })
+  | (EventBase & { readonly type: 'subscriptionSynced'; readonly eventId: string | null; readonly subscription: SubscriptionRecord })
+  /** The purchase's lots follow as lotGranted events of the same decision. */
+  | (EventBase & { readonly type: 'purchaseRecorded'; readonly eventId: string | null; readonly purchase: PurchaseRecord })
+  /** A processor event that changed nothing (the record already matched): remembered only. */
+  | (EventBase & { readonly type: 'processorEventNoted'; readonly eventId: string });
 
 export interface BalanceView {
   // Exact at any size once rendered through exactJson (actors/fixed.ts).
@@ -191,7 +255,39 @@ export type Rejection =
   | { readonly kind: 'contract_invalid'; readonly detail: string }
   | { readonly kind: 'metadata_too_large'; readonly keys: number }
   /** The shard refused a write that would grow the environment past an operator's quota. */
-  | { readonly kind: 'quota_exceeded'; readonly quota: 'customers' | 'idempotencyKeys' | 'auditEntriesPerDay'; readonly environment: Environment; readonly limit: number };
+  | { readonly kind: 'quota_exceeded'; readonly quota: 'customers' | 'idempotencyKeys' | 'auditEntriesPerDay'; readonly environment: Environment; readonly limit: number }
+  | { readonly kind: 'too_many_records' };
+
+export interface CommerceView {
+  readonly customerId: string;
+  readonly processorCustomerId: string | null;
+  readonly subscriptions: readonly SubscriptionView[];
+  readonly purchases: readonly PurchaseView[];
+}
+
+export interface SubscriptionView {
+  readonly id: string;
+  readonly customerId: string;
+  readonly productKey: string;
+  readonly status: string;
+  readonly currentPeriodStart: string;
+  readonly currentPeriodEnd: string;
+  readonly cancelAtPeriodEnd: boolean;
+  readonly processor: string;
+  readonly processorSubscriptionId: string;
+}
+
+export interface PurchaseView {
+  readonly id: string;
+  readonly customerId: string;
+  readonly productKey: string;
+  readonly status: string;
+  readonly amount: number;
+  readonly currency: string;
+  readonly refundedAmount: number;
+  readonly grant: Readonly<Record<string, number>>;
+  readonly createdAt: string;
+}
 
 export interface ContractView {
   readonly customerId: string;
@@ -211,6 +307,7 @@ export type Outcome =
   | { readonly kind: 'customer'; readonly view: CustomerView; readonly created: boolean; readonly changed: boolean }
   /** `wrote`: the call created or changed the customer (the front end audits it). */
   | { readonly kind: 'context'; readonly view: ContextView; readonly wrote: boolean }
+  | { readonly kind: 'commerce'; readonly view: CommerceView }
   | { readonly kind: 'rejected'; readonly rejection: Rejection };
 
 /**

@@ -10,6 +10,7 @@ import { isoOf } from '../../shared/iso-time.js';
 import type { CompiledConfig, CompiledEntitlement, CompiledProduct } from '../billing-config.js';
 import { formatMicros, quantityToMicros, type Micros } from '../fixed.js';
 import { periodAt } from '../periods.js';
+import { liveSubscriptionView, purchasedProducts, subscribedPlan, subscriptionPeriod } from './commerce.js';
 import { NO_LOT_DRAWS, NO_LOTS } from './state.js';
 import type { BalanceView, Contract, ContractView, ContextRequest, ContextView, CustomerState, LimitView, MeterState } from './types.js';
 
@@ -18,11 +19,11 @@ export { customerView };
 // Plan resolution
 
 /**
- * The product whose entitlements apply to the customer. Until commerce lands every
- * customer is on the environment's default product (or on nothing).
+ * The product whose entitlements apply to the customer: the product of its live
+ * subscription, else the environment's default product (or nothing).
  */
-export function planOf(_customer: CustomerState | undefined, config: CompiledConfig): CompiledProduct | null {
-  return config.defaultProduct;
+export function planOf(customer: CustomerState | undefined, config: CompiledConfig): CompiledProduct | null {
+  return customer?.commerce == null ? config.defaultProduct : subscribedPlan(customer, config);
 }
 
 /** The contract's override for `key`, if the customer has a contract naming it. */
@@ -70,9 +71,13 @@ function lotsRemaining(meter: MeterState): Micros {
   return total;
 }
 
-/** Start of the current period; never earlier than usage already recorded (clock skew). */
-export function currentPeriodStart(ent: CompiledEntitlement, meter: MeterState, nowMs: number): number {
-  return Math.max(periodAt(ent.reset, nowMs).startMs, meter.periodStartMs);
+/**
+ * Start of the current period: the subscription's billing period for a meter that resets
+ * at the plan's interval, else the calendar's; never earlier than usage already recorded
+ * (clock skew, or a subscription that has moved on).
+ */
+export function currentPeriodStart(ent: CompiledEntitlement, meter: MeterState, nowMs: number, billing: { startMs: number } | null = null): number {
+  return Math.max(billing?.startMs ?? periodAt(ent.reset, nowMs).startMs, meter.periodStartMs);
 }
 
 function balanceMicros(meter: MeterState, includedMicros: Micros, periodStartMs: number): Micros {
@@ -85,7 +90,8 @@ function balanceMicros(meter: MeterState, includedMicros: Micros, periodStartMs:
 function meterAt(customer: CustomerState | undefined, config: CompiledConfig, ent: CompiledEntitlement, nowMs: number) {
   const meter = customer?.meters.get(ent.key) ?? NO_METER;
   const plan = planOf(customer, config);
-  return { meter, plan, includedMicros: meterIncludedMicros(customer, plan, ent.key), periodStartMs: currentPeriodStart(ent, meter, nowMs) };
+  const billing = subscriptionPeriod(customer, config, ent);
+  return { meter, plan, billing, includedMicros: meterIncludedMicros(customer, plan, ent.key), periodStartMs: currentPeriodStart(ent, meter, nowMs, billing) };
 }
 
 export function balanceView(
@@ -94,9 +100,9 @@ export function balanceView(
   ent: CompiledEntitlement,
   nowMs: number,
 ): BalanceView {
-  const { meter, plan, includedMicros, periodStartMs } = meterAt(customer, config, ent, nowMs);
+  const { meter, plan, billing, includedMicros, periodStartMs } = meterAt(customer, config, ent, nowMs);
   const usage = usageIn(meter, periodStartMs);
-  const period = periodAt(ent.reset, Math.max(nowMs, periodStartMs));
+  const period = billing ?? periodAt(ent.reset, Math.max(nowMs, periodStartMs));
   return {
     balance: formatMicros(balanceMicros(meter, includedMicros, periodStartMs)),
     included: formatMicros(includedMicros),
@@ -111,7 +117,9 @@ export function balanceView(
 export function limitView(customer: CustomerState | undefined, config: CompiledConfig, key: string): LimitView {
   const grant = planOf(customer, config)?.limits.get(key);
   const settings = customer?.limits?.get(key);
-  const included = contractIncluded(customer, key) ?? grant?.included ?? 0;
+  let included = contractIncluded(customer, key) ?? grant?.included ?? 0;
+  // Paid one-time products add their limits on top.
+  for (const product of purchasedProducts(customer, config)) included += product.limits.get(key)?.included ?? 0;
   const purchased = settings?.purchased ?? 0;
   return {
     limit: included + purchased,
@@ -132,7 +140,8 @@ export function hasEntitlement(
     case 'feature': {
       const override = contractIncluded(customer, ent.key);
       if (override !== undefined) return override > 0;
-      return planOf(customer, config)?.features.has(ent.key) ?? false;
+      if (planOf(customer, config)?.features.has(ent.key) === true) return true;
+      return purchasedProducts(customer, config).some((product) => product.features.has(ent.key));
     }
     case 'limit':
       return limitView(customer, config, ent.key).limit > 0;
@@ -155,6 +164,7 @@ export function contextView(customer: CustomerState, config: CompiledConfig, req
     features: Object.fromEntries(request.features.map((key) => [key, hasEntitlement(customer, config, entitlement(key), nowMs)])),
     usage: Object.fromEntries(request.usage.map((key) => [key, balanceView(customer, config, entitlement(key), nowMs)])),
     limits: Object.fromEntries(request.limits.map((key) => [key, limitView(customer, config, key)])),
+    ...(request.subscription === true ? { subscription: liveSubscriptionView(customer.id, customer) } : {}),
   };
 }
 

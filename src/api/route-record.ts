@@ -62,7 +62,7 @@ export interface BodySpec {
 /** The OpenAPI description of a route; operator routes have none (docs/api.md describes them). */
 export interface RouteDoc {
   readonly operationId: string;
-  readonly tag: 'service' | 'entitlements' | 'usage' | 'configuration' | 'customers' | 'contracts' | 'audit' | 'docs';
+  readonly tag: 'service' | 'entitlements' | 'usage' | 'configuration' | 'commerce' | 'customers' | 'contracts' | 'audit' | 'docs';
   readonly summary: string;
   readonly description: string;
   /** Which keys the `{key}` path segment takes: any entitlement, only limits, or only meters. */

@@ -19,6 +19,8 @@ import type { PerEnvironment } from '../../shared/quotas.js';
 import type { ControlStore } from '../../storage/control-store.js';
 import type { AuditLog, AuditVerification } from '../../storage/audit-log.js';
 import type { CustomerIndex } from '../../storage/customer-index.js';
+import type { CatalogAction } from '../commerce/catalog-sync.js';
+import { ProcessorFailure, type Processor } from '../commerce/processor.js';
 import { billingConfigSchema } from '../config/billing-schema.js';
 import { formatViolations, validateBillingConfig } from '../config/validate-config.js';
 import type { Exchange } from '../http/exchange.js';
@@ -27,6 +29,7 @@ import { decodeComponent } from '../http/query.js';
 import type { Router } from '../http/router.js';
 import type { ReplyHandler, ShardPool } from '../shard-pool.js';
 import { auditPage, failVerify } from './audit-page.js';
+import { COMMERCE_ROUTES } from './commerce-routes.js';
 import { quotaDetail, renderReply } from './shard-reply.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import { routerOf, type AnyRouteRecord, type BodyCheck, type CompiledRoute, type JsonSchema, type ParamReader, type RouteRecord } from './route-record.js';
@@ -60,11 +63,13 @@ export interface ApiDeps {
   /** Walks an environment's audit chain off the event loop (a piscina task). */
   readonly verifyAudit: (stream: string) => Promise<AuditVerification>;
   /** Stores a new configuration version and its `config.push` audit entry (by `actor`) in one transaction. */
-  readonly pushConfig: (environment: Environment, config: BillingConfig, actor: string) => Promise<{ version: number; pushedAtMs: number }>;
+  readonly pushConfig: (environment: Environment, config: BillingConfig, actor: string) => Promise<{ version: number; pushedAtMs: number; catalog: readonly CatalogAction[] }>;
   /** Audit entries a day per environment before audited changes are refused (0 = unlimited). */
   readonly auditQuota: PerEnvironment;
   /** The environment's OpenAPI document, serialised (openapi.ts `openApiCache`). */
   readonly openApiJson: (environment: Environment) => string;
+  /** The payment processor (the embedded Stripe sandbox, or Stripe). */
+  readonly processor: Processor;
 }
 
 /** A route of this table, as its router holds it. */
@@ -213,11 +218,11 @@ function push(ctx: Input<BillingConfig>, deps: ApiDeps): void {
     return ctx.ex.fail('quota_exceeded', { detail: quotaDetail({ kind: 'quota_exceeded', quota: 'auditEntriesPerDay', environment: ctx.environment, limit: reached }) });
   }
   deps.pushConfig(ctx.environment, ctx.body, ctx.key.id).then(
-    ({ version, pushedAtMs }) => {
+    ({ version, pushedAtMs, catalog }) => {
       ctx.ex.logInfo('configuration pushed', { environment: ctx.environment, version, actor: ctx.key.id });
-      ctx.ex.send(200, JSON.stringify({ version, pushedAt: new Date(pushedAtMs).toISOString() }));
+      ctx.ex.send(200, JSON.stringify({ version, pushedAt: new Date(pushedAtMs).toISOString(), catalog }));
     },
-    (error: unknown) => ctx.ex.failInternal(error),
+    (error: unknown) => (error instanceof ProcessorFailure ? ctx.ex.fail('processor_error', { detail: error.message }) : ctx.ex.failInternal(error)),
   );
 }
 
@@ -253,17 +258,18 @@ function upsertCustomer(ctx: Input<CustomerUpsertBody>, deps: ApiDeps): void {
 
 /**
  * POST /v1/context: one call that upserts the customer and answers features,
- * balances and limits, from the customer's shard. `plans` (from the configuration) and
- * `subscription` (null until commerce lands) are added here, on the front end.
+ * balances and limits (and, when asked, the live subscription) from the customer's shard.
+ * `plans` (from the configuration) is added here, on the front end.
  */
 function context(ctx: Input<ContextBody>, deps: ApiDeps): void {
   const { customer, features = [], usage = [], limits = [], includePlans, includeSubscription } = ctx.body;
   const extra = [
     ...(includePlans === true ? [`"plans":${JSON.stringify(productViews(deps, ctx.environment))}`] : []),
-    ...(includeSubscription === true ? ['"subscription":null'] : []),
   ];
   const patch = profilePatch(customer);
-  const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch, request: { features, usage, limits } } as const;
+  // The shard answers the live subscription itself (the customer's state holds it).
+  const request = { features, usage, limits, ...(includeSubscription === true ? { subscription: true as const } : {}) };
+  const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch, request } as const;
   // The shard stores the entry only if the call creates or changes the customer.
   const tag = tagOf(deps, ctx);
   submit(deps, ctx.ex, command, (outcome, reply, effect) => {
@@ -329,6 +335,7 @@ const TYPED_ERRORS = [...ENTITLEMENT_ERRORS, 'wrong_entitlement_type'] as const;
 
 /** Every environment route, in router order (each route's metrics series). */
 export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
+  ...COMMERCE_ROUTES,
   route<undefined, CustomerQuery>({
     method: 'GET', path: '/v1/entitlements/:key/has', keys: 'client', param: keyParam, query: customerQuerySchema, audited: false,
     doc: {
@@ -418,7 +425,7 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
       summary: 'Push a billing configuration',
       description: 'Validated against the schema and then for what a schema cannot say; a 400 lists every violation. ' +
         'The pushed version applies at once; this document is regenerated from it.',
-      ok: { description: 'The version assigned.', schema: ref('PushResult') }, errors: ['invalid_config'],
+      ok: { description: 'The version assigned, and what the push did at the payment processor.', schema: ref('PushResult') }, errors: ['invalid_config', 'processor_error'],
     },
     handle: push,
   }),

@@ -66,6 +66,8 @@ function renderRejection(rejection: Rejection): Rendered {
       return fail('contract_not_found', { customerId: rejection.customerId });
     case 'contract_invalid':
       return fail('invalid_request', { detail: rejection.detail });
+    case 'too_many_records':
+      return fail('invalid_request', { detail: 'the customer holds the maximum number of subscriptions or purchases' });
     case 'metadata_too_large':
       return fail('invalid_request', { detail: `metadata may hold at most ${METADATA_KEYS_MAX} keys (would hold ${rejection.keys})` });
   }

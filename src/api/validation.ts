@@ -150,7 +150,7 @@ const LIST_LIMIT_QUERY = { type: 'string', pattern: '^(?:[1-9][0-9]?|100)$', des
  */
 export const AUDIT_ACTIONS = [
   'config.push', 'customer.upsert', 'contract.put', 'contract.delete', 'limit.settings', 'usage.settings', 'usage.refund',
-  'checkout.create', 'subscription.change', 'subscription.refund', 'purchase.refund', 'webhook.register', 'key.create', 'key.revoke',
+  'checkout.create', 'subscription.sync', 'purchase.record', 'subscription.change', 'subscription.refund', 'purchase.refund', 'webhook.register', 'key.create', 'key.revoke',
 ] as const;
 export const AUDIT_RESOURCE_TYPES = ['config', 'customer', 'contract', 'limit', 'meter', 'checkout', 'subscription', 'purchase', 'webhook', 'key'] as const;
 

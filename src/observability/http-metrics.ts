@@ -34,8 +34,8 @@ function methodLabel(method: string): string {
 }
 
 /** Answers given without a router match: labelled by what they are, never by the URL. */
-export type FixedRoute = 'unmatched' | '/healthz' | '/v1/schema/billing';
-const FIXED_ROUTES: readonly FixedRoute[] = ['unmatched', '/healthz', '/v1/schema/billing'];
+export type FixedRoute = 'unmatched' | '/healthz' | '/v1/schema/billing' | '/v1/processor/stripe/webhook';
+const FIXED_ROUTES: readonly FixedRoute[] = ['unmatched', '/healthz', '/v1/schema/billing', '/v1/processor/stripe/webhook'];
 
 export interface HttpSeries {
   readonly route: string;

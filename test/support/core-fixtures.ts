@@ -34,6 +34,7 @@ export const CONFIG: BillingConfig = {
       },
     },
     pro: { name: 'Pro', price: { amount: 2000, currency: 'usd', interval: 'month' }, entitlements: { audit: true } },
+    pack: { name: 'Credit pack', price: { amount: 500, currency: 'usd' }, grants: { api_calls: 50 } },
   },
 };
 

@@ -301,6 +301,11 @@ export class ReferenceModel {
         m.lots.push({ id: command.lotId, remaining: command.amountMicros });
         return ok(balanceView(c, key));
       }
+      case 'getCommerce':
+      case 'setProcessorCustomer':
+      case 'syncSubscription':
+      case 'recordPurchase':
+        throw new Error(`${command.op} is not modelled: commerce is tested end to end (test/commerce.test.ts)`);
       case 'consume':
       case 'refund': {
         const want = command.amountMicros;

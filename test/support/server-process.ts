@@ -49,6 +49,10 @@ export async function startServerProcess(
       TALLY_DATA_DIR: dataDir,
       TALLY_RATE_LIMIT_SERVER: '1000000000',
       TALLY_RATE_LIMIT_CLIENT: '1000000000',
+      // The embedded Stripe sandbox unless a test names a processor (empty means unset).
+      STRIPE_SECRET_KEY: '',
+      STRIPE_WEBHOOK_SECRET: '',
+      STRIPE_API_URL: '',
       ...options.env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
