@@ -15,7 +15,8 @@
  * compiler API for dependency-cruiser to parse with, so it parses with swc, which sees
  * type-only imports too: a type import crosses a layer just as a value import does.
  */
-const CORE = '^actors/(core/|customer\\.ts$|ops\\.ts$|fixed\\.ts$|periods\\.ts$|billing-config\\.ts$)';
+const CORE =
+  '^actors/(core/|customer\\.ts$|ops\\.ts$|fixed\\.ts$|periods\\.ts$|billing-config\\.ts$)';
 /** The worker's IO shell: the only part of actors/ that may touch storage. */
 const WORKER_SHELL = '^actors/(shard-worker|shard-export)\\.ts$';
 
@@ -23,7 +24,8 @@ module.exports = {
   forbidden: [
     {
       name: 'shared-is-the-leaf',
-      comment: 'shared/ is imported by every layer, so it imports nothing outside itself (no node:*, no packages).',
+      comment:
+        'shared/ is imported by every layer, so it imports nothing outside itself (no node:*, no packages).',
       severity: 'error',
       from: { path: '^shared/' },
       to: { pathNot: '^shared/' },
@@ -39,14 +41,16 @@ module.exports = {
     },
     {
       name: 'storage-below-actors-and-src',
-      comment: 'storage/ stores typed records and checks their shape; it knows neither the actors nor the front end.',
+      comment:
+        'storage/ stores typed records and checks their shape; it knows neither the actors nor the front end.',
       severity: 'error',
       from: { path: '^storage/' },
       to: { path: '^(actors|src)/' },
     },
     {
       name: 'actors-never-import-src',
-      comment: 'The shard answers with typed replies; HTTP statuses and error bodies are the front end\'s (src/).',
+      comment:
+        "The shard answers with typed replies; HTTP statuses and error bodies are the front end's (src/).",
       severity: 'error',
       from: { path: '^actors/' },
       to: { path: '^src/' },
@@ -70,7 +74,8 @@ module.exports = {
     },
     {
       name: 'not-to-unresolvable',
-      comment: 'Every import resolves (a typo in a path would otherwise pass the layer rules unchecked).',
+      comment:
+        'Every import resolves (a typo in a path would otherwise pass the layer rules unchecked).',
       severity: 'error',
       from: {},
       to: { couldNotResolve: true },

@@ -48,7 +48,10 @@ export interface ForwardingEntry {
 export interface BillingConfig {
   readonly entitlements: Readonly<Record<string, EntitlementDefinition>>;
   readonly products: Readonly<Record<string, ProductDefinition>>;
-  readonly webhooks?: { readonly devTunnel?: boolean; readonly forwarding?: readonly ForwardingEntry[] };
+  readonly webhooks?: {
+    readonly devTunnel?: boolean;
+    readonly forwarding?: readonly ForwardingEntry[];
+  };
 }
 
 export interface LimitGrant {
@@ -100,7 +103,11 @@ export const EMPTY_CONFIG: CompiledConfig = {
 export function compileConfig(config: BillingConfig, version: number): CompiledConfig {
   const entitlements = new Map<string, CompiledEntitlement>();
   for (const [key, def] of Object.entries(config.entitlements)) {
-    entitlements.set(key, { key, type: def.type, reset: def.type === 'meter' ? def.reset ?? 'month' : 'never' });
+    entitlements.set(key, {
+      key,
+      type: def.type,
+      reset: def.type === 'meter' ? (def.reset ?? 'month') : 'never',
+    });
   }
   const products = new Map<string, CompiledProduct>();
   let defaultProduct: CompiledProduct | null = null;
@@ -124,15 +131,20 @@ function compileProduct(
     const ent = entitlements.get(entKey);
     if (ent === undefined) throw new Error(`product ${key} names undefined entitlement ${entKey}`);
     if (ent.type === 'feature') {
-      if (value === true || (typeof value === 'object' && (value.included ?? 1) > 0)) features.add(entKey);
+      if (value === true || (typeof value === 'object' && (value.included ?? 1) > 0))
+        features.add(entKey);
       continue;
     }
     const grant = typeof value === 'object' ? value : {};
     if (ent.type === 'limit') {
-      limits.set(entKey, { included: grant.included ?? 0, expansionAllowed: grant.expansion !== undefined });
+      limits.set(entKey, {
+        included: grant.included ?? 0,
+        expansionAllowed: grant.expansion !== undefined,
+      });
     } else {
       const includedMicros = quantityToMicros(grant.included ?? 0);
-      if (includedMicros === null) throw new Error(`product ${key}: invalid included for ${entKey}`);
+      if (includedMicros === null)
+        throw new Error(`product ${key}: invalid included for ${entKey}`);
       meters.set(entKey, { includedMicros, overageAllowed: grant.overage !== undefined });
     }
   }

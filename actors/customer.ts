@@ -42,7 +42,11 @@ export interface Execution {
  * The shell's say over an accepted decision before anything is applied: null to let it
  * through, or the rejection to answer instead (an operator's quota). Must be pure.
  */
-export type Admission = (command: WriteCommand, customer: CustomerState | undefined, events: readonly Event[]) => Rejection | null;
+export type Admission = (
+  command: WriteCommand,
+  customer: CustomerState | undefined,
+  events: readonly Event[],
+) => Rejection | null;
 
 /**
  * Decides a write, applies its events to `customer` in place, and answers with the new
@@ -56,7 +60,11 @@ export function execute(
   admit?: Admission,
 ): Execution {
   const decision = decide(customer, config, command, nowMs);
-  const rejection = decision.rejection ?? (admit === undefined || decision.events.length === 0 ? null : admit(command, customer, decision.events));
+  const rejection =
+    decision.rejection ??
+    (admit === undefined || decision.events.length === 0
+      ? null
+      : admit(command, customer, decision.events));
   if (rejection !== null) {
     return { customer, outcome: { kind: 'rejected', rejection }, events: [] };
   }
@@ -64,7 +72,8 @@ export function execute(
   for (const event of decision.events) state = apply(state, event);
   const outcome = answer(customer, state, config, command, decision.events.length > 0, nowMs);
   // A write whose op says so answers a call that changed nothing as a read (a context call).
-  if (decision.events.length === 0 && OPS[command.op].unchangedIsRead) return { customer: state, outcome, events: [], isRead: true };
+  if (decision.events.length === 0 && OPS[command.op].unchangedIsRead)
+    return { customer: state, outcome, events: [], isRead: true };
   return { customer: state, outcome, events: decision.events };
 }
 
@@ -85,7 +94,10 @@ function answer(
     case 'deleted':
       return { kind };
     case 'context':
-      assert(state !== undefined && command.op === 'context', 'a context call created the customer');
+      assert(
+        state !== undefined && command.op === 'context',
+        'a context call created the customer',
+      );
       return { kind, view: contextView(state, config, command.request, nowMs), wrote };
     case 'customer':
       assert(state !== undefined, `${command.op} left a customer`);

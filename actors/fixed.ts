@@ -24,7 +24,10 @@ export const AMOUNT_UNITS_MAX = 1e12;
 
 export type AmountParse =
   | { readonly ok: true; readonly micros: Micros }
-  | { readonly ok: false; readonly reason: 'not_number' | 'not_positive' | 'too_many_decimals' | 'too_large' };
+  | {
+      readonly ok: false;
+      readonly reason: 'not_number' | 'not_positive' | 'too_many_decimals' | 'too_large';
+    };
 
 const AMOUNT_MICROS_MAX = BigInt(AMOUNT_UNITS_MAX) * MICROS_PER_UNIT;
 
@@ -38,7 +41,8 @@ const AMOUNT_MICROS_MAX = BigInt(AMOUNT_UNITS_MAX) * MICROS_PER_UNIT;
  * for non-finite, non-positive, over-precise or over-large numbers.
  */
 export function parseAmount(value: unknown, literal?: string): AmountParse {
-  if (typeof value !== 'number' || !Number.isFinite(value)) return { ok: false, reason: 'not_number' };
+  if (typeof value !== 'number' || !Number.isFinite(value))
+    return { ok: false, reason: 'not_number' };
   if (value <= 0) return { ok: false, reason: 'not_positive' };
   if (literal === undefined) {
     if (value > AMOUNT_UNITS_MAX) return { ok: false, reason: 'too_large' };
@@ -46,7 +50,12 @@ export function parseAmount(value: unknown, literal?: string): AmountParse {
     if (Number.isInteger(value)) return { ok: true, micros: BigInt(value) * MICROS_PER_UNIT };
   }
   // A literal is judged on its exact value, so its size too (the double may have rounded below the cap).
-  const micros = literal !== undefined ? decimalToMicros(literal) : value <= EXACT_UNITS_MAX ? microsWithoutDigits(value) : quantityToMicros(value);
+  const micros =
+    literal !== undefined
+      ? decimalToMicros(literal)
+      : value <= EXACT_UNITS_MAX
+        ? microsWithoutDigits(value)
+        : quantityToMicros(value);
   if (micros === null || micros === 0n) return { ok: false, reason: 'too_many_decimals' };
   if (micros > AMOUNT_MICROS_MAX) return { ok: false, reason: 'too_large' };
   return { ok: true, micros };
@@ -147,7 +156,10 @@ export function microsToDecimal(micros: Micros): string {
   const sign = micros < 0n ? '-' : '';
   const magnitude = micros < 0n ? -micros : micros;
   const whole = magnitude / MICROS_PER_UNIT;
-  const fraction = (magnitude % MICROS_PER_UNIT).toString().padStart(DECIMALS_MAX, '0').replace(/0+$/, '');
+  const fraction = (magnitude % MICROS_PER_UNIT)
+    .toString()
+    .padStart(DECIMALS_MAX, '0')
+    .replace(/0+$/, '');
   return `${sign}${whole}${fraction === '' ? '' : `.${fraction}`}`;
 }
 
@@ -165,7 +177,12 @@ const EXACT_WHOLE_MICROS = 10n ** 21n;
  */
 export function exactAmountValue(micros: Micros): number | string {
   if (micros < EXACT_NUMBER_MICROS && micros > -EXACT_NUMBER_MICROS) return Number(micros) / 1e6;
-  if (micros < EXACT_WHOLE_MICROS && micros > -EXACT_WHOLE_MICROS && micros % MICROS_PER_UNIT === 0n) return Number(micros / MICROS_PER_UNIT);
+  if (
+    micros < EXACT_WHOLE_MICROS &&
+    micros > -EXACT_WHOLE_MICROS &&
+    micros % MICROS_PER_UNIT === 0n
+  )
+    return Number(micros / MICROS_PER_UNIT);
   return microsToDecimal(micros);
 }
 

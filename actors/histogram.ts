@@ -29,7 +29,8 @@ export class Histogram {
   constructor(bounds: readonly number[]) {
     if (bounds.length === 0) throw new Error('a histogram needs at least one bucket bound');
     for (let i = 1; i < bounds.length; i++) {
-      if (!((bounds[i] as number) > (bounds[i - 1] as number))) throw new Error('histogram bounds must ascend strictly');
+      if (!((bounds[i] as number) > (bounds[i - 1] as number)))
+        throw new Error('histogram bounds must ascend strictly');
     }
     this.bounds = [...bounds];
     this.counts = new Float64Array(bounds.length + 1);
@@ -47,7 +48,12 @@ export class Histogram {
   }
 
   data(): HistogramData {
-    return { bounds: this.bounds, counts: Array.from(this.counts), sum: this.sum, count: this.count };
+    return {
+      bounds: this.bounds,
+      counts: Array.from(this.counts),
+      sum: this.sum,
+      count: this.count,
+    };
   }
 }
 
@@ -55,7 +61,11 @@ export class Histogram {
  * Journal flush latency buckets (milliseconds, append issued → durable): an fsync here
  * takes ~0.5 ms under load, a slow disk tens of ms, a stalled one seconds.
  */
-export const JOURNAL_FLUSH_BOUNDS_MS: readonly number[] = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000];
+export const JOURNAL_FLUSH_BOUNDS_MS: readonly number[] = [
+  0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000,
+];
 
 /** Events per journal record (group commit size): one up to a full batch of commands and more. */
-export const JOURNAL_BATCH_EVENTS_BOUNDS: readonly number[] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
+export const JOURNAL_BATCH_EVENTS_BOUNDS: readonly number[] = [
+  1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
+];

@@ -13,13 +13,33 @@
 import { assert } from '../shared/assert.js';
 import type { EntitlementType } from './billing-config.js';
 import { exactAmountValue, exactJson } from './fixed.js';
-import type { Addressed, Command, ContextRequest, ContractInput, Outcome, ProfilePatch, PurchaseInput, ReadCommand, SubscriptionInput } from './core/types.js';
+import type {
+  Addressed,
+  Command,
+  ContextRequest,
+  ContractInput,
+  Outcome,
+  ProfilePatch,
+  PurchaseInput,
+  ReadCommand,
+  SubscriptionInput,
+} from './core/types.js';
 
 export type Op = Command['op'];
 export type CommandOf<O extends Op> = Extract<Command, { readonly op: O }>;
 
 /** One op-specific slot of a command on the wire (protocol.ts, WireBatch). */
-export type WireValue = number | string | bigint | boolean | null | ContractInput | ProfilePatch | ContextRequest | SubscriptionInput | PurchaseInput;
+export type WireValue =
+  | number
+  | string
+  | bigint
+  | boolean
+  | null
+  | ContractInput
+  | ProfilePatch
+  | ContextRequest
+  | SubscriptionInput
+  | PurchaseInput;
 
 /** What the audit log records for an audited write, derived from the command alone. */
 export interface AuditFields {
@@ -69,7 +89,8 @@ export interface OpRecord extends OpSpecOf<Op, Command> {
 }
 
 const none = (): null => null;
-const booleanBody = (outcome: Outcome): string => (outcome.kind === 'has' && outcome.value ? 'true' : 'false');
+const booleanBody = (outcome: Outcome): string =>
+  outcome.kind === 'has' && outcome.value ? 'true' : 'false';
 const jsonBody = (outcome: Outcome): string => JSON.stringify(viewOf(outcome));
 /** For replies carrying usage amounts: exact at 10^9 units and more (fixed.ts). */
 const exactBody = (outcome: Outcome): string => exactJson(JSON.stringify(viewOf(outcome)));
@@ -93,7 +114,11 @@ function viewOf(outcome: Outcome): unknown {
 }
 
 /** Reads of one entitlement: nothing besides the address on the wire. */
-function entitlementRead<O extends 'has' | 'limit' | 'balance'>(op: O, code: number, entitlement: EntitlementType | 'any'): OpSpecOf<O> {
+function entitlementRead<O extends 'has' | 'limit' | 'balance'>(
+  op: O,
+  code: number,
+  entitlement: EntitlementType | 'any',
+): OpSpecOf<O> {
   return {
     op,
     code,
@@ -109,8 +134,16 @@ function entitlementRead<O extends 'has' | 'limit' | 'balance'>(op: O, code: num
   };
 }
 
-function customerUpsertAudit(command: { readonly customerId: string; readonly patch: ProfilePatch }): AuditFields {
-  return { action: 'customer.upsert', resourceType: 'customer', resourceId: command.customerId, data: { ...command.patch } };
+function customerUpsertAudit(command: {
+  readonly customerId: string;
+  readonly patch: ProfilePatch;
+}): AuditFields {
+  return {
+    action: 'customer.upsert',
+    resourceType: 'customer',
+    resourceId: command.customerId,
+    data: { ...command.patch },
+  };
 }
 
 const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
@@ -127,7 +160,12 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     audit: null,
     wireA: (command) => command.amountMicros,
     wireB: (command) => command.idempotencyKey ?? null,
-    fromWire: (address, a, b) => ({ op: 'consume', ...address, amountMicros: a as bigint, ...(b === null ? {} : { idempotencyKey: b as string }) }),
+    fromWire: (address, a, b) => ({
+      op: 'consume',
+      ...address,
+      amountMicros: a as bigint,
+      ...(b === null ? {} : { idempotencyKey: b as string }),
+    }),
     answer: 'balance',
   },
   refund: {
@@ -141,11 +179,20 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
       action: 'usage.refund',
       resourceType: 'meter',
       resourceId: customerId,
-      data: { key, amount: exactAmountValue(amountMicros), ...(idempotencyKey === undefined ? {} : { idempotencyKey }) },
+      data: {
+        key,
+        amount: exactAmountValue(amountMicros),
+        ...(idempotencyKey === undefined ? {} : { idempotencyKey }),
+      },
     }),
     wireA: (command) => command.amountMicros,
     wireB: (command) => command.idempotencyKey ?? null,
-    fromWire: (address, a, b) => ({ op: 'refund', ...address, amountMicros: a as bigint, ...(b === null ? {} : { idempotencyKey: b as string }) }),
+    fromWire: (address, a, b) => ({
+      op: 'refund',
+      ...address,
+      amountMicros: a as bigint,
+      ...(b === null ? {} : { idempotencyKey: b as string }),
+    }),
     answer: 'balance',
   },
   limitSettings: {
@@ -159,7 +206,11 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
       action: 'limit.settings',
       resourceType: 'limit',
       resourceId: customerId,
-      data: { key, ...(purchased === undefined ? {} : { purchased }), ...(autoExpansionEnabled === undefined ? {} : { autoExpansionEnabled }) },
+      data: {
+        key,
+        ...(purchased === undefined ? {} : { purchased }),
+        ...(autoExpansionEnabled === undefined ? {} : { autoExpansionEnabled }),
+      },
     }),
     wireA: (command) => command.purchased ?? null,
     wireB: (command) => command.autoExpansionEnabled ?? null,
@@ -178,7 +229,12 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     entitlement: 'meter',
     changesIndex: false,
     unchangedIsRead: false,
-    audit: ({ customerId, key, overageEnabled }) => ({ action: 'usage.settings', resourceType: 'meter', resourceId: customerId, data: { key, overageEnabled } }),
+    audit: ({ customerId, key, overageEnabled }) => ({
+      action: 'usage.settings',
+      resourceType: 'meter',
+      resourceId: customerId,
+      data: { key, overageEnabled },
+    }),
     wireA: (command) => command.overageEnabled,
     wireB: none,
     fromWire: (address, a) => ({ op: 'usageSettings', ...address, overageEnabled: a as boolean }),
@@ -194,7 +250,12 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     audit: null,
     wireA: (command) => command.amountMicros,
     wireB: (command) => command.lotId,
-    fromWire: (address, a, b) => ({ op: 'grantLot', ...address, amountMicros: a as bigint, lotId: b as string }),
+    fromWire: (address, a, b) => ({
+      op: 'grantLot',
+      ...address,
+      amountMicros: a as bigint,
+      lotId: b as string,
+    }),
     answer: 'balance',
   },
   getContract: {
@@ -217,7 +278,12 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     entitlement: null,
     changesIndex: false,
     unchangedIsRead: false,
-    audit: ({ customerId, contract }) => ({ action: 'contract.put', resourceType: 'contract', resourceId: customerId, data: contract }),
+    audit: ({ customerId, contract }) => ({
+      action: 'contract.put',
+      resourceType: 'contract',
+      resourceId: customerId,
+      data: contract,
+    }),
     wireA: (command) => command.contract,
     wireB: none,
     fromWire: (address, a) => ({ op: 'putContract', ...address, contract: a as ContractInput }),
@@ -230,7 +296,12 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     entitlement: null,
     changesIndex: false,
     unchangedIsRead: false,
-    audit: ({ customerId }) => ({ action: 'contract.delete', resourceType: 'contract', resourceId: customerId, data: {} }),
+    audit: ({ customerId }) => ({
+      action: 'contract.delete',
+      resourceType: 'contract',
+      resourceId: customerId,
+      data: {},
+    }),
     wireA: none,
     wireB: none,
     fromWire: (address) => ({ op: 'deleteContract', ...address }),
@@ -261,7 +332,12 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     audit: customerUpsertAudit,
     wireA: (command) => command.patch,
     wireB: (command) => command.request,
-    fromWire: (address, a, b) => ({ op: 'context', ...address, patch: a as ProfilePatch, request: b as ContextRequest }),
+    fromWire: (address, a, b) => ({
+      op: 'context',
+      ...address,
+      patch: a as ProfilePatch,
+      request: b as ContextRequest,
+    }),
     answer: 'context',
   },
   getCommerce: {
@@ -288,7 +364,12 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     audit: null,
     wireA: (command) => command.processorCustomerId,
     wireB: (command) => command.replaces ?? null,
-    fromWire: (address, a, b) => ({ op: 'setProcessorCustomer', ...address, processorCustomerId: a as string, ...(b === null ? {} : { replaces: b as string }) }),
+    fromWire: (address, a, b) => ({
+      op: 'setProcessorCustomer',
+      ...address,
+      processorCustomerId: a as string,
+      ...(b === null ? {} : { replaces: b as string }),
+    }),
     answer: 'commerce',
   },
   syncSubscription: {
@@ -302,11 +383,21 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
       action: 'subscription.sync',
       resourceType: 'subscription',
       resourceId: customerId,
-      data: { eventId, productKey: subscription.productKey, status: subscription.status, processorSubscriptionId: subscription.processorSubscriptionId },
+      data: {
+        eventId,
+        productKey: subscription.productKey,
+        status: subscription.status,
+        processorSubscriptionId: subscription.processorSubscriptionId,
+      },
     }),
     wireA: (command) => command.eventId,
     wireB: (command) => command.subscription,
-    fromWire: (address, a, b) => ({ op: 'syncSubscription', ...address, eventId: a as string | null, subscription: b as SubscriptionInput }),
+    fromWire: (address, a, b) => ({
+      op: 'syncSubscription',
+      ...address,
+      eventId: a as string | null,
+      subscription: b as SubscriptionInput,
+    }),
     answer: 'commerce',
   },
   recordPurchase: {
@@ -320,21 +411,36 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
       action: 'purchase.record',
       resourceType: 'purchase',
       resourceId: customerId,
-      data: { eventId, purchaseId: purchase.id, productKey: purchase.productKey, amount: purchase.amount, currency: purchase.currency },
+      data: {
+        eventId,
+        purchaseId: purchase.id,
+        productKey: purchase.productKey,
+        amount: purchase.amount,
+        currency: purchase.currency,
+      },
     }),
     wireA: (command) => command.eventId,
     wireB: (command) => command.purchase,
-    fromWire: (address, a, b) => ({ op: 'recordPurchase', ...address, eventId: a as string | null, purchase: b as PurchaseInput }),
+    fromWire: (address, a, b) => ({
+      op: 'recordPurchase',
+      ...address,
+      eventId: a as string | null,
+      purchase: b as PurchaseInput,
+    }),
     answer: 'commerce',
   },
 };
 
 /** The records by op name; a command's record is `OPS[command.op]`. */
-export const OPS: Readonly<Record<Op, OpRecord>> = withBodies(OP_TABLE as unknown as Readonly<Record<Op, OpSpecOf<Op, Command>>>);
+export const OPS: Readonly<Record<Op, OpRecord>> = withBodies(
+  OP_TABLE as unknown as Readonly<Record<Op, OpSpecOf<Op, Command>>>,
+);
 
 /** The records by wire code. */
 export const OPS_BY_CODE: readonly OpRecord[] = Object.values(OPS).sort((a, b) => a.code - b.code);
-OPS_BY_CODE.forEach((record, index) => assert(record.code === index, `op ${record.op} has code ${record.code}, expected ${index}`));
+OPS_BY_CODE.forEach((record, index) =>
+  assert(record.code === index, `op ${record.op} has code ${record.code}, expected ${index}`),
+);
 
 /** Reads are answered at once from memory; everything else is a write. */
 export function isRead(command: Command): command is ReadCommand {
@@ -347,8 +453,11 @@ export function auditOf(command: Command): AuditFields | null {
   return audit === null ? null : audit(command);
 }
 
-function withBodies(specs: Readonly<Record<Op, OpSpecOf<Op, Command>>>): Readonly<Record<Op, OpRecord>> {
+function withBodies(
+  specs: Readonly<Record<Op, OpSpecOf<Op, Command>>>,
+): Readonly<Record<Op, OpRecord>> {
   const records: Partial<Record<Op, OpRecord>> = {};
-  for (const spec of Object.values(specs)) records[spec.op] = { ...spec, body: BODIES[spec.answer] };
+  for (const spec of Object.values(specs))
+    records[spec.op] = { ...spec, body: BODIES[spec.answer] };
   return records as Record<Op, OpRecord>;
 }

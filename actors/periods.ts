@@ -26,7 +26,12 @@ const lastPeriod = new Map<ResetInterval, Period>();
 
 export function periodAt(reset: ResetInterval, nowMs: number): Period {
   const cached = lastPeriod.get(reset);
-  if (cached !== undefined && nowMs >= cached.startMs && (cached.endMs === null || nowMs < cached.endMs)) return cached;
+  if (
+    cached !== undefined &&
+    nowMs >= cached.startMs &&
+    (cached.endMs === null || nowMs < cached.endMs)
+  )
+    return cached;
   const period = computePeriod(reset, nowMs);
   lastPeriod.set(reset, period);
   return period;

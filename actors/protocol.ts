@@ -82,11 +82,28 @@ export type WireBatch = Array<number | string | WireValue>;
 export const COMMAND_SLOTS = 8;
 
 /** Appends one command to a wire batch (one push of eight values: no temporary arrays). */
-export function pushCommand(wire: WireBatch, id: number, command: Command, tag: AuditTag | null = null): void {
-  const audit = tag === null ? null : `${tag.auditQuotaReached === undefined ? '' : `!${tag.auditQuotaReached} `}${tag.actor} ${tag.ref}`;
+export function pushCommand(
+  wire: WireBatch,
+  id: number,
+  command: Command,
+  tag: AuditTag | null = null,
+): void {
+  const audit =
+    tag === null
+      ? null
+      : `${tag.auditQuotaReached === undefined ? '' : `!${tag.auditQuotaReached} `}${tag.actor} ${tag.ref}`;
   const env = command.environment === 'live' ? 1 : 0;
   const op = OPS[command.op];
-  wire.push(id, op.code, env, command.customerId, command.key, op.wireA(command), op.wireB(command), audit);
+  wire.push(
+    id,
+    op.code,
+    env,
+    command.customerId,
+    command.key,
+    op.wireA(command),
+    op.wireB(command),
+    audit,
+  );
 }
 
 /** Reads the command at `offset` of a wire batch (the inverse of pushCommand). */
@@ -99,7 +116,10 @@ export function readCommand(wire: WireBatch, offset: number): Envelope {
   const audit = quota === null ? text : text.slice(quota.length + 2);
   const space = audit.indexOf(' ');
   const tag = { actor: audit.slice(0, space), ref: audit.slice(space + 1) };
-  return { ...envelope, audit: quota === null ? tag : { ...tag, auditQuotaReached: Number(quota) } };
+  return {
+    ...envelope,
+    audit: quota === null ? tag : { ...tag, auditQuotaReached: Number(quota) },
+  };
 }
 
 function readBareCommand(wire: WireBatch, offset: number): Envelope {
@@ -110,17 +130,26 @@ function readBareCommand(wire: WireBatch, offset: number): Envelope {
     customerId: wire[offset + 3] as string,
     key: wire[offset + 4] as string,
   };
-  return { id: wire[offset] as number, command: op.fromWire(address, wire[offset + 5] as WireValue, wire[offset + 6] as WireValue) };
+  return {
+    id: wire[offset] as number,
+    command: op.fromWire(address, wire[offset + 5] as WireValue, wire[offset + 6] as WireValue),
+  };
 }
 
 export function decodeBatch(wire: WireBatch): Envelope[] {
   const envelopes: Envelope[] = [];
-  for (let offset = 0; offset < wire.length; offset += COMMAND_SLOTS) envelopes.push(readCommand(wire, offset));
+  for (let offset = 0; offset < wire.length; offset += COMMAND_SLOTS)
+    envelopes.push(readCommand(wire, offset));
   return envelopes;
 }
 
 export type ToWorker =
-  | { readonly t: 'config'; readonly environment: Environment; readonly version: number; readonly config: BillingConfig }
+  | {
+      readonly t: 'config';
+      readonly environment: Environment;
+      readonly version: number;
+      readonly config: BillingConfig;
+    }
   | { readonly t: 'batch'; readonly wire: WireBatch }
   | { readonly t: 'stats'; readonly requestId: number }
   /** Take this shard's cut of an online snapshot now and write it to `partPath`. */
@@ -192,9 +221,18 @@ export interface ShardLiveStats {
 
 export type FromWorker =
   /** `pendingAudits`: stored audit entries not yet confirmed in the audit chain (a crash came between). */
-  | { readonly t: 'ready'; readonly stats: WorkerStats; readonly pendingAudits: readonly PendingAudit[] }
+  | {
+      readonly t: 'ready';
+      readonly stats: WorkerStats;
+      readonly pendingAudits: readonly PendingAudit[];
+    }
   | { readonly t: 'stats'; readonly requestId: number; readonly stats: ShardLiveStats }
-  | { readonly t: 'cutProgress'; readonly snapshotId: string; readonly done: number; readonly total: number }
+  | {
+      readonly t: 'cutProgress';
+      readonly snapshotId: string;
+      readonly done: number;
+      readonly total: number;
+    }
   | { readonly t: 'cutDone'; readonly snapshotId: string; readonly result: CutResult }
   | { readonly t: 'cutFailed'; readonly snapshotId: string; readonly error: string }
   | { readonly t: 'replies'; readonly replies: ReplyBatch }

@@ -104,7 +104,8 @@ export class PartFile {
   write(items: CustomerSnapshot[]): void {
     const frame = encodeFrame({ k: 'customers', items });
     let offset = 0;
-    while (offset < frame.length) offset += fs.writeSync(this.fd, frame, offset, frame.length - offset);
+    while (offset < frame.length)
+      offset += fs.writeSync(this.fd, frame, offset, frame.length - offset);
     this.frames++;
     this.bytes += frame.length;
   }

@@ -17,7 +17,17 @@ import { Histogram, JOURNAL_BATCH_EVENTS_BOUNDS, JOURNAL_FLUSH_BOUNDS_MS } from 
 import type { CustomerState, Event } from './customer.js';
 import { isCustomerSnapshot, isEvent } from './core/shapes.js';
 import { SNAPSHOT_EVERY_EVENTS, SNAPSHOT_INTERVAL_MS } from '../shared/limits.js';
-import { decodeBatch, isPendingAudit, type AuditEffect, type FromWorker, type PendingAudit, type ReplyBatch, type ReplyOutcome, type ShardLiveStats, type ToWorker } from './protocol.js';
+import {
+  decodeBatch,
+  isPendingAudit,
+  type AuditEffect,
+  type FromWorker,
+  type PendingAudit,
+  type ReplyBatch,
+  type ReplyOutcome,
+  type ShardLiveStats,
+  type ToWorker,
+} from './protocol.js';
 import { Shard, type CustomerIndexEntry } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
 import { encodeSnapshotChunk, ShardStore } from '../storage/journal.js';
@@ -35,7 +45,8 @@ export interface ShardWorkerData {
 
 assert(!isMainThread && parentPort !== null, 'shard-worker runs in a worker thread');
 const port = parentPort;
-const { dataDir, workerIndex, snapshotEveryBatches, exportSliceCustomers, quotas } = workerData as ShardWorkerData;
+const { dataDir, workerIndex, snapshotEveryBatches, exportSliceCustomers, quotas } =
+  workerData as ShardWorkerData;
 nameThisThread(`tally-shard-${workerIndex}`);
 
 let outbox: ReplyBatch = [];
@@ -58,11 +69,17 @@ function reply(id: number, outcome: ReplyOutcome, body: string, effect: AuditEff
 
 function crash(error: unknown): never {
   // Never continue after a failed write: the process dies and recovery rebuilds from disk.
-  process.stderr.write(`shard ${workerIndex}: fatal: ${String(error instanceof Error ? error.stack : error)}\n`);
+  process.stderr.write(
+    `shard ${workerIndex}: fatal: ${String(error instanceof Error ? error.stack : error)}\n`,
+  );
   process.exit(70);
 }
 
-const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`), { isEvent, isSnapshotItem: isCustomerSnapshot, isAudit: isPendingAudit });
+const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`), {
+  isEvent,
+  isSnapshotItem: isCustomerSnapshot,
+  isAudit: isPendingAudit,
+});
 /** Metrics of this worker's journal, shipped with every stats reply. */
 const journalFlushMs = new Histogram(JOURNAL_FLUSH_BOUNDS_MS);
 const journalBatchEvents = new Histogram(JOURNAL_BATCH_EVENTS_BOUNDS);
@@ -91,26 +108,41 @@ const BREAK_DURABILITY = process.env['TALLY_TEST_BREAK_DURABILITY'];
 const BREAK_DURABILITY_FOR_TESTS = BREAK_DURABILITY === 'previous-sync';
 const SKIP_RECOVERY_SYNC_FOR_TESTS = BREAK_DURABILITY === 'no-recovery-sync';
 if (BREAK_DURABILITY_FOR_TESTS) {
-  process.stderr.write(`shard ${workerIndex}: TALLY_TEST_BREAK_DURABILITY=previous-sync: replies do NOT wait for their own journal sync (test-only negative control)\n`);
+  process.stderr.write(
+    `shard ${workerIndex}: TALLY_TEST_BREAK_DURABILITY=previous-sync: replies do NOT wait for their own journal sync (test-only negative control)\n`,
+  );
 }
 if (SKIP_RECOVERY_SYNC_FOR_TESTS) {
-  process.stderr.write(`shard ${workerIndex}: TALLY_TEST_BREAK_DURABILITY=no-recovery-sync: ready WITHOUT syncing what recovery read (test-only negative control)\n`);
+  process.stderr.write(
+    `shard ${workerIndex}: TALLY_TEST_BREAK_DURABILITY=no-recovery-sync: ready WITHOUT syncing what recovery read (test-only negative control)\n`,
+  );
 }
 let previousDurableForTests: Promise<void> = Promise.resolve();
 
-function appendTimed(events: readonly Event[], index: readonly CustomerIndexEntry[], audits: readonly PendingAudit[]): { readonly seq: number; readonly durable: Promise<void> } {
+function appendTimed(
+  events: readonly Event[],
+  index: readonly CustomerIndexEntry[],
+  audits: readonly PendingAudit[],
+): { readonly seq: number; readonly durable: Promise<void> } {
   const issuedMs = performance.now();
   const forget = auditsToForget;
   auditsToForget = [];
   const appended = store.append(
     events,
-    index.map((entry) => ({ environment: entry.environment, id: entry.id, json: Buffer.from(JSON.stringify(entry.view)) })),
+    index.map((entry) => ({
+      environment: entry.environment,
+      id: entry.id,
+      json: Buffer.from(JSON.stringify(entry.view)),
+    })),
     audits,
     forget,
   );
   journalBatchEvents.observe(events.length);
   // A failed write is the shard's to handle (it crashes); this handler only measures.
-  appended.durable.then(() => journalFlushMs.observe(performance.now() - issuedMs), () => undefined);
+  appended.durable.then(
+    () => journalFlushMs.observe(performance.now() - issuedMs),
+    () => undefined,
+  );
   if (BREAK_DURABILITY_FOR_TESTS) {
     const previous = previousDurableForTests;
     previousDurableForTests = appended.durable;
@@ -178,23 +210,30 @@ function maybeSnapshot(): void {
   // Events decided but not yet appended are in memory only: a snapshot now would hold
   // them and the journal would later replay them again. Wait for the group to go out.
   if (snapshotting || shard.hasPendingEvents) return;
-  const due = shard.batchesSinceSnapshot >= snapshotEveryBatches
-    || shard.eventsSinceSnapshot >= SNAPSHOT_EVERY_EVENTS
-    || (shard.batchesSinceSnapshot > 0 && Date.now() - intervalStartMs >= SNAPSHOT_INTERVAL_MS);
+  const due =
+    shard.batchesSinceSnapshot >= snapshotEveryBatches ||
+    shard.eventsSinceSnapshot >= SNAPSHOT_EVERY_EVENTS ||
+    (shard.batchesSinceSnapshot > 0 && Date.now() - intervalStartMs >= SNAPSHOT_INTERVAL_MS);
   if (!due) return;
   snapshotting = true;
   const seq = store.lastSeq;
   const chunks: Buffer[] = [];
-  const copy = new ShardCopy(shard.allCustomers(), (items) => chunks.push(encodeSnapshotChunk(items)));
+  const copy = new ShardCopy(shard.allCustomers(), (items) =>
+    chunks.push(encodeSnapshotChunk(items)),
+  );
   shard.batchesSinceSnapshot = 0;
   shard.eventsSinceSnapshot = 0;
   intervalStartMs = Date.now();
-  runCopy(copy, () => {
-    store.writeSnapshotChunks(seq, chunks, copy.done).then(() => {
-      snapshotting = false;
-      lastSnapshotAtMs = Date.now();
-    }, crash);
-  }, crash);
+  runCopy(
+    copy,
+    () => {
+      store.writeSnapshotChunks(seq, chunks, copy.done).then(() => {
+        snapshotting = false;
+        lastSnapshotAtMs = Date.now();
+      }, crash);
+    },
+    crash,
+  );
 }
 
 /** Copies in progress (a periodic snapshot and an online one may overlap). */
@@ -223,7 +262,12 @@ const observeWrites = {
  * calling `onSlice` after each unfinished one; then `done`, or `failed` with the error its
  * sink threw (in a slice, or while capturing a pre-image during a batch).
  */
-function runCopy(copy: ShardCopy, done: () => void, failed: (error: unknown) => void, onSlice: () => void = () => undefined): void {
+function runCopy(
+  copy: ShardCopy,
+  done: () => void,
+  failed: (error: unknown) => void,
+  onSlice: () => void = () => undefined,
+): void {
   const run = { copy, failure: null as unknown };
   running.add(run);
   shard.writeObserver = observeWrites;
@@ -335,7 +379,8 @@ function startExport(snapshotId: string, partPath: string): void {
       post({ t: 'cutFailed', snapshotId, error: String(error) });
     },
     () => {
-      if (++slices % EXPORT_PROGRESS_EVERY_SLICES === 0) post({ t: 'cutProgress', snapshotId, done: copy.done, total: copy.total });
+      if (++slices % EXPORT_PROGRESS_EVERY_SLICES === 0)
+        post({ t: 'cutProgress', snapshotId, done: copy.done, total: copy.total });
     },
   );
 }

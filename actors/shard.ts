@@ -29,7 +29,12 @@ import { assert } from '../shared/assert.js';
 import { customerView, type CustomerView } from '../shared/customer-record.js';
 import type { Environment } from '../shared/environment.js';
 import type { WorkerQuotas } from '../shared/quotas.js';
-import { compileConfig, EMPTY_CONFIG, type BillingConfig, type CompiledConfig } from './billing-config.js';
+import {
+  compileConfig,
+  EMPTY_CONFIG,
+  type BillingConfig,
+  type CompiledConfig,
+} from './billing-config.js';
 import {
   apply,
   execute,
@@ -47,12 +52,21 @@ import {
   type WriteCommand,
 } from './customer.js';
 import { OPS, type OpRecord } from './ops.js';
-import { REPLY_SLOTS, type AuditEffect, type Envelope, type PendingAudit, type ReplyOutcome, type ShardReply } from './protocol.js';
+import {
+  REPLY_SLOTS,
+  type AuditEffect,
+  type Envelope,
+  type PendingAudit,
+  type ReplyOutcome,
+  type ShardReply,
+} from './protocol.js';
 
 export { isRead } from './ops.js';
 
 function hasAnyQuota(quotas: WorkerQuotas): boolean {
-  return [quotas.customers, quotas.idempotencyKeys].some((q) => q.test.share > 0 || q.live.share > 0);
+  return [quotas.customers, quotas.idempotencyKeys].some(
+    (q) => q.test.share > 0 || q.live.share > 0,
+  );
 }
 
 /** Whether an event records a new idempotency key (consume and refund events carry one when keyed). */
@@ -73,7 +87,11 @@ export interface ShardJournal {
    * audited writes in it, atomically; `durable` settles once all are on disk (rejects:
    * the shard must crash).
    */
-  append(events: readonly Event[], index: readonly CustomerIndexEntry[], audits: readonly PendingAudit[]): { readonly seq: number; readonly durable: Promise<void> };
+  append(
+    events: readonly Event[],
+    index: readonly CustomerIndexEntry[],
+    audits: readonly PendingAudit[],
+  ): { readonly seq: number; readonly durable: Promise<void> };
 }
 
 export interface ShardOptions {
@@ -95,7 +113,10 @@ function isReadOf(op: OpRecord, command: Command): command is ReadCommand {
 }
 
 /** The reply a shard sends for `outcome` of an op: how it went, and its JSON. */
-export function shardReplyOf(op: OpRecord, outcome: Outcome): { readonly outcome: ReplyOutcome; readonly body: string } {
+export function shardReplyOf(
+  op: OpRecord,
+  outcome: Outcome,
+): { readonly outcome: ReplyOutcome; readonly body: string } {
   return { outcome: replyOutcomeOf(outcome), body: replyBodyOf(op, outcome) };
 }
 
@@ -141,7 +162,10 @@ export class Shard {
    * environment and id together: the key is then the id string the customer already
    * holds, not a second string per customer, and finding a customer builds no string.
    */
-  private readonly customers: Readonly<Record<Environment, Map<string, CustomerState>>> = { test: new Map(), live: new Map() };
+  private readonly customers: Readonly<Record<Environment, Map<string, CustomerState>>> = {
+    test: new Map(),
+    live: new Map(),
+  };
   /** False once anything was replayed or decided: a snapshot must load before that. */
   private loadingSnapshot = true;
   private readonly configs = new Map<Environment, CompiledConfig>();
@@ -177,11 +201,16 @@ export class Shard {
    * decided against it, `created` with a customer a write has just created (an online
    * snapshot captures the pre-image of customers it has not copied yet and skips new ones).
    */
-  writeObserver: { before(customer: CustomerState): void; created(customer: CustomerState): void } | null = null;
+  writeObserver: {
+    before(customer: CustomerState): void;
+    created(customer: CustomerState): void;
+  } | null = null;
 
   constructor(private readonly options: ShardOptions) {
     const quotas = options.quotas;
-    if (quotas !== undefined && hasAnyQuota(quotas)) this.admit = (command, customer, events) => this.quotaRefusal(quotas, command, customer, events);
+    if (quotas !== undefined && hasAnyQuota(quotas))
+      this.admit = (command, customer, events) =>
+        this.quotaRefusal(quotas, command, customer, events);
   }
 
   /** Idempotency entries held by all customers. */
@@ -194,14 +223,27 @@ export class Shard {
    * a quota: a new customer, or a new idempotency key. Writes to existing customers and
    * keyed replays pass; so does everything while under the share.
    */
-  private quotaRefusal(quotas: WorkerQuotas, command: WriteCommand, customer: CustomerState | undefined, events: readonly Event[]): Rejection | null {
+  private quotaRefusal(
+    quotas: WorkerQuotas,
+    command: WriteCommand,
+    customer: CustomerState | undefined,
+    events: readonly Event[],
+  ): Rejection | null {
     const environment = command.environment;
     const customers = quotas.customers[environment];
-    if (customer === undefined && customers.share > 0 && this.customers[environment].size >= customers.share) {
+    if (
+      customer === undefined &&
+      customers.share > 0 &&
+      this.customers[environment].size >= customers.share
+    ) {
       return { kind: 'quota_exceeded', quota: 'customers', environment, limit: customers.limit };
     }
     const keys = quotas.idempotencyKeys[environment];
-    if (keys.share > 0 && this.idempotencyByEnvironment[environment] >= keys.share && events.some(addsIdempotencyKey)) {
+    if (
+      keys.share > 0 &&
+      this.idempotencyByEnvironment[environment] >= keys.share &&
+      events.some(addsIdempotencyKey)
+    ) {
       return { kind: 'quota_exceeded', quota: 'idempotencyKeys', environment, limit: keys.limit };
     }
     return null;
@@ -213,7 +255,14 @@ export class Shard {
    */
   private auditQuotaAdmission(limit: number): Admission {
     return (command, customer, events) =>
-      OPS[command.op].audit === null ? (this.admit?.(command, customer, events) ?? null) : { kind: 'quota_exceeded', quota: 'auditEntriesPerDay', environment: command.environment, limit };
+      OPS[command.op].audit === null
+        ? (this.admit?.(command, customer, events) ?? null)
+        : {
+            kind: 'quota_exceeded',
+            quota: 'auditEntriesPerDay',
+            environment: command.environment,
+            limit,
+          };
   }
 
   get customerCount(): number {
@@ -253,20 +302,32 @@ export class Shard {
       const before = customers.get(command.customerId);
       if (before !== undefined && this.writeObserver !== null) this.writeObserver.before(before);
       const entriesBefore = before?.idempotency?.size ?? 0;
-      const admit = audit?.auditQuotaReached === undefined ? this.admit : this.auditQuotaAdmission(audit.auditQuotaReached);
+      const admit =
+        audit?.auditQuotaReached === undefined
+          ? this.admit
+          : this.auditQuotaAdmission(audit.auditQuotaReached);
       const execution = execute(before, config, command, nowMs, admit);
       const wrote = execution.events.length > 0;
       if (execution.customer !== undefined) {
-        this.idempotencyByEnvironment[command.environment] += (execution.customer.idempotency?.size ?? 0) - entriesBefore;
+        this.idempotencyByEnvironment[command.environment] +=
+          (execution.customer.idempotency?.size ?? 0) - entriesBefore;
         customers.set(command.customerId, execution.customer);
-        if (before === undefined && this.writeObserver !== null) this.writeObserver.created(execution.customer);
-        if (before === undefined || (wrote && op.changesIndex)) this.pendingIndex.add(execution.customer);
+        if (before === undefined && this.writeObserver !== null)
+          this.writeObserver.created(execution.customer);
+        if (before === undefined || (wrote && op.changesIndex))
+          this.pendingIndex.add(execution.customer);
       }
       for (const event of execution.events) this.pendingEvents.push(event);
       // An audited write that changed something stores its entry with the change.
       if (audit !== undefined && wrote && op.audit !== null) {
         const fields = op.audit(command);
-        this.pendingAudits.push({ ref: audit.ref, environment: command.environment, ...fields, actor: audit.actor, atMs: nowMs });
+        this.pendingAudits.push({
+          ref: audit.ref,
+          environment: command.environment,
+          ...fields,
+          actor: audit.actor,
+          atMs: nowMs,
+        });
       }
       const outcome = replyOutcomeOf(execution.outcome);
       const body = replyBodyOf(op, execution.outcome);
@@ -303,13 +364,24 @@ export class Shard {
    * is in flight.
    */
   private commitIfRoom(): void {
-    assert(this.inFlight.length <= APPENDS_IN_FLIGHT_MAX, `${this.inFlight.length} appends in flight`);
+    assert(
+      this.inFlight.length <= APPENDS_IN_FLIGHT_MAX,
+      `${this.inFlight.length} appends in flight`,
+    );
     if (this.inFlight.length === APPENDS_IN_FLIGHT_MAX) return;
-    if (this.pendingEvents.length === 0 && this.pendingReplies.length === 0 && this.pendingWaiters.length === 0 && this.pendingIndex.size === 0) return;
+    if (
+      this.pendingEvents.length === 0 &&
+      this.pendingReplies.length === 0 &&
+      this.pendingWaiters.length === 0 &&
+      this.pendingIndex.size === 0
+    )
+      return;
     const events = this.pendingEvents;
     const replies = this.pendingReplies;
     const waiters = this.pendingWaiters;
-    const index = [...this.pendingIndex].map((c): CustomerIndexEntry => ({ environment: c.environment, id: c.id, view: customerView(c) }));
+    const index = [...this.pendingIndex].map(
+      (c): CustomerIndexEntry => ({ environment: c.environment, id: c.id, view: customerView(c) }),
+    );
     const audits = this.pendingAudits;
     this.pendingAudits = [];
     this.pendingEvents = [];
@@ -319,7 +391,10 @@ export class Shard {
     assert(replies.length % REPLY_SLOTS === 0, 'pending replies are whole');
     if (events.length === 0) {
       // Only a write with events creates or re-profiles a customer, or stores an audit entry.
-      assert(index.length === 0 && audits.length === 0, 'a group without events changes no index row and stores no audit entry');
+      assert(
+        index.length === 0 && audits.length === 0,
+        'a group without events changes no index row and stores no audit entry',
+      );
       this.holdOrRelease(replies, waiters);
       return;
     }
@@ -353,7 +428,10 @@ export class Shard {
     this.batchesSinceSnapshot++;
     this.eventsSinceSnapshot += events.length;
     durable.then(() => {
-      assert(!append.durable && this.inFlight.includes(append), `append ${seq} became durable twice or after release`);
+      assert(
+        !append.durable && this.inFlight.includes(append),
+        `append ${seq} became durable twice or after release`,
+      );
       append.durable = true;
       this.releaseDurable();
       this.commitIfRoom();
@@ -363,7 +441,7 @@ export class Shard {
 
   /** Releases, oldest first, every append that is durable and has no older one still pending. */
   private releaseDurable(): void {
-    for (let head = this.inFlight[0]; head !== undefined && head.durable; head = this.inFlight[0]) {
+    for (let head = this.inFlight[0]; head?.durable; head = this.inFlight[0]) {
       this.inFlight.shift();
       // Releasing in append order: every record older than this one is durable and released.
       assert(head.seq > this.releasedSeq, `append ${head.seq} released after ${this.releasedSeq}`);
@@ -376,7 +454,12 @@ export class Shard {
   private release(held: ReadonlyArray<number | string>): void {
     assert(held.length % REPLY_SLOTS === 0, 'held replies are whole');
     for (let i = 0; i < held.length; i += REPLY_SLOTS) {
-      this.options.reply(held[i] as number, held[i + 1] as ReplyOutcome, held[i + 2] as string, held[i + 3] as AuditEffect);
+      this.options.reply(
+        held[i] as number,
+        held[i + 1] as ReplyOutcome,
+        held[i + 2] as string,
+        held[i + 3] as AuditEffect,
+      );
     }
   }
 
@@ -390,7 +473,8 @@ export class Shard {
       const entriesBefore = before?.idempotency?.size ?? 0;
       // apply changes a known customer in place, so only a new one needs storing.
       const after = apply(before, event);
-      this.idempotencyByEnvironment[event.environment] += (after.idempotency?.size ?? 0) - entriesBefore;
+      this.idempotencyByEnvironment[event.environment] +=
+        (after.idempotency?.size ?? 0) - entriesBefore;
       if (before === undefined) customers.set(after.id, after);
       if (event.atMs > this.lastNowMs) this.lastNowMs = event.atMs;
     }
@@ -412,9 +496,13 @@ export class Shard {
       const customers = this.customers[customer.environment];
       const sizeBefore = customers.size; // cheaper than has() then set(): one hash lookup
       customers.set(customer.id, customer);
-      assert(customers.size === sizeBefore + 1, `snapshot holds customer ${customer.environment}/${customer.id} twice`);
+      assert(
+        customers.size === sizeBefore + 1,
+        `snapshot holds customer ${customer.environment}/${customer.id} twice`,
+      );
       this.idempotencyByEnvironment[customer.environment] += customer.idempotency?.size ?? 0;
-      for (const meter of customer.meters.values()) if (meter.periodStartMs > this.lastNowMs) this.lastNowMs = meter.periodStartMs;
+      for (const meter of customer.meters.values())
+        if (meter.periodStartMs > this.lastNowMs) this.lastNowMs = meter.periodStartMs;
     }
   }
 }

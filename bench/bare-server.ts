@@ -53,7 +53,8 @@ function contentTypeValue(limit: number | null): () => string {
 function parseLimit(raw: string | undefined): number | null {
   if (raw === undefined || raw === '') return null;
   const limit = Number(raw);
-  if (!Number.isSafeInteger(limit) || limit < 1) throw new Error(`RATE_LIMIT_HEADERS must be a positive integer, got ${raw}`);
+  if (!Number.isSafeInteger(limit) || limit < 1)
+    throw new Error(`RATE_LIMIT_HEADERS must be a positive integer, got ${raw}`);
   return limit;
 }
 
@@ -65,16 +66,20 @@ const contentType = contentTypeValue(parseLimit(process.env['RATE_LIMIT_HEADERS'
  * pure-Node fallback does not export it at all, so it doubles as the "is native" check.
  */
 function exclusivePortOption(): uWS.ListenOptions {
-  const value = (uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT?: unknown }).LIBUS_LISTEN_EXCLUSIVE_PORT;
+  const value = (uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT?: unknown })
+    .LIBUS_LISTEN_EXCLUSIVE_PORT;
   if (typeof value !== 'number') {
-    throw new Error('uWebSockets.js loaded its pure-Node fallback (native binary unavailable); refusing to measure a ceiling on it');
+    throw new Error(
+      'uWebSockets.js loaded its pure-Node fallback (native binary unavailable); refusing to measure a ceiling on it',
+    );
   }
   return value as uWS.ListenOptions;
 }
 
 function parsePort(raw: string | undefined): number {
   const port = Number(raw ?? '0');
-  if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new Error(`PORT must be an integer 0..65535, got ${raw}`);
+  if (!Number.isInteger(port) || port < 0 || port > 65_535)
+    throw new Error(`PORT must be an integer 0..65535, got ${raw}`);
   return port;
 }
 
@@ -117,7 +122,8 @@ function exitWhenOrphaned(listenSocket: uWS.us_listen_socket): void {
 function main(): void {
   const listenOption = exclusivePortOption();
   const port = parsePort(process.env['PORT']);
-  uWS.App()
+  uWS
+    .App()
     .get('/*', answerGet)
     .post('/*', answerPost)
     .listen(port, listenOption, (listenSocket) => {
@@ -127,7 +133,9 @@ function main(): void {
       }
       exitWhenOrphaned(listenSocket);
       const boundPort = uWS.us_socket_local_port(listenSocket as unknown as uWS.us_socket);
-      process.stdout.write(`${JSON.stringify({ msg: 'listening', port: boundPort, native: true, pid: process.pid })}\n`);
+      process.stdout.write(
+        `${JSON.stringify({ msg: 'listening', port: boundPort, native: true, pid: process.pid })}\n`,
+      );
     });
 }
 

@@ -52,7 +52,8 @@ export function parseListeningLine(line: string): number | undefined {
   }
   if (typeof parsed !== 'object' || parsed === null) return undefined;
   const { msg, port } = parsed as { msg?: unknown; port?: unknown };
-  if (msg !== 'listening' || typeof port !== 'number' || !Number.isInteger(port) || port <= 0) return undefined;
+  if (msg !== 'listening' || typeof port !== 'number' || !Number.isInteger(port) || port <= 0)
+    return undefined;
   return port;
 }
 
@@ -63,7 +64,11 @@ export function parseListeningLine(line: string): number | undefined {
  * The child's stdin is a pipe we never close, so a child that watches stdin (the bare
  * server does) exits when this process dies, however it dies.
  */
-export function startChild(name: string, script: string, env: Record<string, string>): Promise<Child> {
+export function startChild(
+  name: string,
+  script: string,
+  env: Record<string, string>,
+): Promise<Child> {
   const child = spawn(process.execPath, [script], {
     env: { ...process.env, ...env },
     stdio: ['pipe', 'pipe', 'pipe'],
@@ -82,9 +87,14 @@ export function startChild(name: string, script: string, env: Record<string, str
       child.kill('SIGKILL');
       reject(new Error(`${name}: ${why}\n--- ${name} output ---\n${tail.get()}`));
     };
-    const timer = setTimeout(() => fail(`no listening line within ${LISTEN_TIMEOUT_MS} ms`), LISTEN_TIMEOUT_MS);
+    const timer = setTimeout(
+      () => fail(`no listening line within ${LISTEN_TIMEOUT_MS} ms`),
+      LISTEN_TIMEOUT_MS,
+    );
     child.once('error', (error) => fail(`cannot start: ${error.message}`));
-    child.once('exit', (code, signal) => fail(`exited before listening (code ${code}, signal ${signal})`));
+    child.once('exit', (code, signal) =>
+      fail(`exited before listening (code ${code}, signal ${signal})`),
+    );
     child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
       tail.add(chunk);
       if (settled) return; // keep draining; only the tail is kept

@@ -27,7 +27,8 @@ export class LatencyHistogram {
   }
 
   merge(other: LatencyHistogram): void {
-    for (let i = 0; i < BUCKET_COUNT; i++) this.counts[i] = (this.counts[i] ?? 0) + (other.counts[i] ?? 0);
+    for (let i = 0; i < BUCKET_COUNT; i++)
+      this.counts[i] = (this.counts[i] ?? 0) + (other.counts[i] ?? 0);
     this.total += other.total;
     this.maxMs = Math.max(this.maxMs, other.maxMs);
   }

@@ -49,15 +49,20 @@ interface RequestIteratorInternals {
 }
 
 function giveSlice(client: autocannon.Client, slice: autocannon.Request[]): void {
-  const iterator = (client as unknown as { requestIterator?: Partial<RequestIteratorInternals> }).requestIterator;
+  const iterator = (client as unknown as { requestIterator?: Partial<RequestIteratorInternals> })
+    .requestIterator;
   if (typeof iterator?.setRequests !== 'function') {
-    throw new Error('autocannon internals changed: Client.requestIterator.setRequests is missing (written against autocannon 9.0.0)');
+    throw new Error(
+      'autocannon internals changed: Client.requestIterator.setRequests is missing (written against autocannon 9.0.0)',
+    );
   }
   iterator.setRequests(slice);
 }
 
 function statusCounts(result: autocannon.Result): Record<string, number> {
-  const stats = (result as unknown as { statusCodeStats?: Record<string, { count: number }> }).statusCodeStats ?? {};
+  const stats =
+    (result as unknown as { statusCodeStats?: Record<string, { count: number }> })
+      .statusCodeStats ?? {};
   return Object.fromEntries(Object.entries(stats).map(([code, { count }]) => [code, count]));
 }
 
@@ -66,10 +71,16 @@ function statusCounts(result: autocannon.Result): Record<string, number> {
  * connection (length must equal `shape.connections`). Rejects only if autocannon itself
  * fails (bad options, broken internals); request failures are counted, not thrown.
  */
-export function runSegment(baseUrl: string, slices: readonly autocannon.Request[][], shape: LoadShape): Promise<SegmentResult> {
-  if (slices.length !== shape.connections) throw new Error(`need ${shape.connections} request slices, got ${slices.length}`);
+export function runSegment(
+  baseUrl: string,
+  slices: readonly autocannon.Request[][],
+  shape: LoadShape,
+): Promise<SegmentResult> {
+  if (slices.length !== shape.connections)
+    throw new Error(`need ${shape.connections} request slices, got ${slices.length}`);
   const first = slices[0];
-  if (first === undefined || first.length < shape.pipelining) throw new Error('each connection needs at least `pipelining` requests');
+  if (first === undefined || first.length < shape.pipelining)
+    throw new Error('each connection needs at least `pipelining` requests');
   const latency = new LatencyHistogram();
   let nextClient = 0;
   return new Promise<SegmentResult>((resolve, reject) => {
@@ -89,7 +100,10 @@ export function runSegment(baseUrl: string, slices: readonly autocannon.Request[
         resolve({
           durationSec: result.duration,
           ok2xx: result['2xx'],
-          dropped: Math.max(0, result.requests.sent - result.requests.total - shape.connections * shape.pipelining),
+          dropped: Math.max(
+            0,
+            result.requests.sent - result.requests.total - shape.connections * shape.pipelining,
+          ),
           non2xx: result.non2xx,
           errors: result.errors,
           timeouts: result.timeouts,

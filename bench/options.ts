@@ -48,11 +48,19 @@ export const USAGE = `usage: node dist/bench/run.js [options]
                         (docs/performance.md) with this run's figures
   --help`;
 
-function positiveNumber(name: string, raw: string | undefined, fallback: number, integer: boolean): number {
+function positiveNumber(
+  name: string,
+  raw: string | undefined,
+  fallback: number,
+  integer: boolean,
+): number {
   if (raw === undefined) return fallback;
   const value = Number(raw);
   const valid = Number.isFinite(value) && value > 0 && (!integer || Number.isInteger(value));
-  if (!valid) throw new Error(`--${name} must be a positive ${integer ? 'integer' : 'number'}, got ${JSON.stringify(raw)}`);
+  if (!valid)
+    throw new Error(
+      `--${name} must be a positive ${integer ? 'integer' : 'number'}, got ${JSON.stringify(raw)}`,
+    );
   return value;
 }
 
@@ -60,7 +68,10 @@ function pickScenarios(raw: string | undefined, full: boolean): Scenario[] {
   if (raw === undefined) return SCENARIOS.filter((s) => full || !s.fullOnly);
   return raw.split(',').map((name) => {
     const scenario = SCENARIOS.find((s) => s.name === name.trim());
-    if (scenario === undefined) throw new Error(`unknown scenario ${JSON.stringify(name)}; known: ${SCENARIOS.map((s) => s.name).join(', ')}`);
+    if (scenario === undefined)
+      throw new Error(
+        `unknown scenario ${JSON.stringify(name)}; known: ${SCENARIOS.map((s) => s.name).join(', ')}`,
+      );
     return scenario;
   });
 }
@@ -89,7 +100,8 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
   if (values.help) return 'help';
   const tiny = values.tiny;
   const driver = values.driver ?? (tiny ? 'autocannon' : 'wrk');
-  if (driver !== 'autocannon' && driver !== 'wrk') throw new Error(`--driver must be autocannon or wrk, got ${JSON.stringify(driver)}`);
+  if (driver !== 'autocannon' && driver !== 'wrk')
+    throw new Error(`--driver must be autocannon or wrk, got ${JSON.stringify(driver)}`);
   const options: BenchOptions = {
     driver,
     durationSec: positiveNumber('duration', values.duration, tiny ? 0.5 : 5, false),
@@ -98,17 +110,22 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
     connectionsList: connectionCounts(values.connections, tiny ? [4] : [256, 50]),
     pipelining: positiveNumber('pipelining', values.pipelining, 1, true),
     scenarios: pickScenarios(values.scenarios, values.full),
-    workers: values.workers === undefined ? undefined : positiveNumber('workers', values.workers, 1, true),
+    workers:
+      values.workers === undefined ? undefined : positiveNumber('workers', values.workers, 1, true),
     jsonPath: values.json,
     reportPath: values.report,
     tiny,
     full: values.full,
   };
   for (const scenario of options.scenarios) {
-    for (const connections of scenario.connections === undefined ? options.connectionsList : [scenario.connections]) {
+    for (const connections of scenario.connections === undefined
+      ? options.connectionsList
+      : [scenario.connections]) {
       const pipelining = scenario.pipelining ?? options.pipelining;
       if (Math.floor(CUSTOMER_COUNT / connections) < pipelining) {
-        throw new Error(`${scenario.name}: ${connections} connections x pipelining ${pipelining} needs more than ${CUSTOMER_COUNT} customers`);
+        throw new Error(
+          `${scenario.name}: ${connections} connections x pipelining ${pipelining} needs more than ${CUSTOMER_COUNT} customers`,
+        );
       }
     }
   }

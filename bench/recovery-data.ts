@@ -29,7 +29,7 @@
  */
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
-import { compileConfig, type BillingConfig } from '../actors/billing-config.js';
+import type { BillingConfig } from '../actors/billing-config.js';
 import type { Event, WriteCommand } from '../actors/customer.js';
 import { LOGICAL_SHARDS } from '../shared/limits.js';
 import type { Envelope } from '../actors/protocol.js';
@@ -85,12 +85,18 @@ const STRIDES = [7_919, 104_729, 1_299_709, 15_485_863, 179_424_673] as const;
 export const CUSTOMERS_MAX = 50_000_000;
 
 /** Event `k` of the workload: whom it charges, which meter, how many micro-units. */
-export function eventOf(k: number, customers: number): { customer: number; meter: number; amountMicros: bigint } {
+export function eventOf(
+  k: number,
+  customers: number,
+): { customer: number; meter: number; amountMicros: bigint } {
   const round = Math.floor(k / customers);
   const stride = STRIDES[round % STRIDES.length] ?? 1;
-  if (customers % stride === 0 || customers > CUSTOMERS_MAX) throw new Error(`customer count must be at most ${CUSTOMERS_MAX} and not a multiple of ${stride}`);
+  if (customers % stride === 0 || customers > CUSTOMERS_MAX)
+    throw new Error(
+      `customer count must be at most ${CUSTOMERS_MAX} and not a multiple of ${stride}`,
+    );
   return {
-    customer: (((k % customers) * stride) + round) % customers,
+    customer: ((k % customers) * stride + round) % customers,
     meter: round % RECOVERY_METERS.length,
     amountMicros: BigInt(1 + (k % 997)) * 1000n,
   };
@@ -100,12 +106,16 @@ export function eventOf(k: number, customers: number): { customer: number; meter
  * What each of `customers` has consumed of each meter after the whole workload, computed
  * from the schedule alone (never from Tally). One pass over the events.
  */
-export function expectedConsumedMicros(workload: Workload, customers: readonly number[]): Map<number, bigint[]> {
+export function expectedConsumedMicros(
+  workload: Workload,
+  customers: readonly number[],
+): Map<number, bigint[]> {
   const sums = new Map(customers.map((c) => [c, RECOVERY_METERS.map(() => 0n)]));
   for (let k = 0; k < workload.events; k++) {
     const event = eventOf(k, workload.customers);
     const customer = sums.get(event.customer);
-    if (customer !== undefined) customer[event.meter] = (customer[event.meter] ?? 0n) + event.amountMicros;
+    if (customer !== undefined)
+      customer[event.meter] = (customer[event.meter] ?? 0n) + event.amountMicros;
   }
   return sums;
 }
@@ -162,8 +172,15 @@ class ShardBuilder {
   }
 
   /** As shard-worker.ts appends (same index rows); durable is awaited in `flush` instead. */
-  #append(events: readonly Event[], index: readonly CustomerIndexEntry[]): { seq: number; durable: Promise<void> } {
-    const rows = index.map((entry) => ({ environment: entry.environment, id: entry.id, json: Buffer.from(JSON.stringify(entry.view)) }));
+  #append(
+    events: readonly Event[],
+    index: readonly CustomerIndexEntry[],
+  ): { seq: number; durable: Promise<void> } {
+    const rows = index.map((entry) => ({
+      environment: entry.environment,
+      id: entry.id,
+      json: Buffer.from(JSON.stringify(entry.view)),
+    }));
     const appended = this.store.append(events, rows);
     this.#durable.push(appended.durable);
     this.records++;
@@ -208,10 +225,21 @@ function consume(k: number, customers: number): WriteCommand {
 }
 
 /** Starts the real server once on the empty dir: keys, worker count, pushed configuration. */
-async function createControlStore(options: BuildOptions): Promise<{ server: TallyServer; version: number }> {
-  const server = await startTally(options.mainScript, 'tally-setup', options.dataDir, { TALLY_WORKERS: String(options.workers) }, RECOVERY_CONFIG);
+async function createControlStore(
+  options: BuildOptions,
+): Promise<{ server: TallyServer; version: number }> {
+  const server = await startTally(
+    options.mainScript,
+    'tally-setup',
+    options.dataDir,
+    { TALLY_WORKERS: String(options.workers) },
+    RECOVERY_CONFIG,
+  );
   await stopChild(server.child.process);
-  if (server.child.process.exitCode !== 0) throw new Error(`setup server exited with ${server.child.process.exitCode}\n${server.child.outputTail()}`);
+  if (server.child.process.exitCode !== 0)
+    throw new Error(
+      `setup server exited with ${server.child.process.exitCode}\n${server.child.outputTail()}`,
+    );
   return { server, version: 1 };
 }
 
@@ -223,9 +251,13 @@ export async function buildDataDir(options: BuildOptions): Promise<BuiltDataDir>
   const startedMs = Date.now();
   const log = options.log ?? (() => undefined);
   const { server, version } = await createControlStore(options);
-  const builders = Array.from({ length: options.workers }, (_, i) => new ShardBuilder(options.dataDir, i, version));
+  const builders = Array.from(
+    { length: options.workers },
+    (_, i) => new ShardBuilder(options.dataDir, i, version),
+  );
   const pending: Envelope[][] = builders.map(() => []);
-  const snapshotAt = options.tailEvents === null ? -1 : Math.max(0, options.events - options.tailEvents);
+  const snapshotAt =
+    options.tailEvents === null ? -1 : Math.max(0, options.events - options.tailEvents);
   const handOver = async (worker: number): Promise<void> => {
     const builder = builders[worker];
     const batch = pending[worker];
@@ -249,20 +281,28 @@ export async function buildDataDir(options: BuildOptions): Promise<BuiltDataDir>
   for (let k = 0; k < options.events; k++) {
     if (k === snapshotAt) await snapshot();
     const command = consume(k, options.customers);
-    const worker = workerOf(logicalShardOf(command.environment, command.customerId, LOGICAL_SHARDS), options.workers);
+    const worker = workerOf(
+      logicalShardOf(command.environment, command.customerId, LOGICAL_SHARDS),
+      options.workers,
+    );
     const batch = pending[worker];
     if (batch === undefined) throw new Error(`no builder for worker ${worker}`);
     batch.push({ id: k, command });
     if (batch.length >= options.eventsPerRecord) await handOver(worker);
-    if ((k + 1) % progressEvery === 0) log(`${k + 1} events journaled (${Math.round((Date.now() - startedMs) / 1000)} s)`);
+    if ((k + 1) % progressEvery === 0)
+      log(`${k + 1} events journaled (${Math.round((Date.now() - startedMs) / 1000)} s)`);
   }
   for (let w = 0; w < builders.length; w++) await handOver(w);
   if (snapshotAt === options.events) await snapshot();
   await Promise.all(builders.map((b) => b.flush()));
-  const shards = builders.map((b) => ({ lastSeq: b.store.lastSeq, snapshotSeq: b.store.stats().snapshotSeq }));
+  const shards = builders.map((b) => ({
+    lastSeq: b.store.lastSeq,
+    snapshotSeq: b.store.stats().snapshotSeq,
+  }));
   for (const builder of builders) {
     const stored = builder.shard.customerCount;
-    if (stored > options.customers) throw new Error(`shard holds ${stored} customers of ${options.customers}`);
+    if (stored > options.customers)
+      throw new Error(`shard holds ${stored} customers of ${options.customers}`);
   }
   await Promise.all(builders.map((b) => b.store.close()));
   return {

@@ -14,7 +14,12 @@ import { readdir, readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { startChild, stopChild, type Child } from './children.js';
-import { customerIdOf, expectedConsumedMicros, RECOVERY_METERS, type Workload } from './recovery-data.js';
+import {
+  customerIdOf,
+  expectedConsumedMicros,
+  RECOVERY_METERS,
+  type Workload,
+} from './recovery-data.js';
 
 /** Generous: the worst case before any optimisation took minutes, not seconds. */
 const HEALTH_TIMEOUT_MS = 15 * 60_000;
@@ -76,7 +81,12 @@ export async function processMemory(pid: number): Promise<ProcessMemory> {
     if (match === null) throw new Error(`/proc/${pid}/status has no ${name}`);
     return Number(match[1]) * 1024;
   };
-  return { peakRssBytes: field('VmHWM'), rssBytes: field('VmRSS'), rssAnonBytes: field('RssAnon'), rssFileBytes: field('RssFile') };
+  return {
+    peakRssBytes: field('VmHWM'),
+    rssBytes: field('VmRSS'),
+    rssAnonBytes: field('RssAnon'),
+    rssFileBytes: field('RssFile'),
+  };
 }
 
 /** The `ready` line main.ts prints, once it has appeared in the child's output. */
@@ -84,7 +94,8 @@ function readyLine(child: Child): { recoveryMs: number; shards: unknown } | null
   for (const line of child.outputTail().split('\n')) {
     if (!line.includes('"msg":"ready"')) continue;
     const parsed = JSON.parse(line) as { recoveryMs?: unknown; shards?: unknown };
-    if (typeof parsed.recoveryMs === 'number') return { recoveryMs: parsed.recoveryMs, shards: parsed.shards };
+    if (typeof parsed.recoveryMs === 'number')
+      return { recoveryMs: parsed.recoveryMs, shards: parsed.shards };
   }
   return null;
 }
@@ -101,7 +112,11 @@ export async function startAndMeasure(
   env: Readonly<Record<string, string>> = {},
 ): Promise<StartedServer> {
   const spawnedMs = performance.now();
-  const child = await startChild('tally', mainScript, { ...env, PORT: '0', TALLY_DATA_DIR: dataDir });
+  const child = await startChild('tally', mainScript, {
+    ...env,
+    PORT: '0',
+    TALLY_DATA_DIR: dataDir,
+  });
   const msToListening = performance.now() - spawnedMs;
   const baseUrl = `http://127.0.0.1:${child.port}`;
   const pid = child.process.pid;
@@ -114,7 +129,8 @@ export async function startAndMeasure(
     }
     if (await healthy(baseUrl)) break;
     peakRssAnonBytes = Math.max(peakRssAnonBytes, (await processMemory(pid)).rssAnonBytes);
-    if (performance.now() > deadline) throw new Error(`tally not healthy within ${HEALTH_TIMEOUT_MS} ms\n${child.outputTail()}`);
+    if (performance.now() > deadline)
+      throw new Error(`tally not healthy within ${HEALTH_TIMEOUT_MS} ms\n${child.outputTail()}`);
     await sleep(POLL_INTERVAL_MS);
   }
   const msToHealthz = performance.now() - spawnedMs;
@@ -129,7 +145,14 @@ export async function startAndMeasure(
   return {
     child,
     baseUrl,
-    measurement: { msToListening, msToHealthz, recoveryMs: ready?.recoveryMs ?? null, shards: ready?.shards ?? null, ...memory, peakRssAnonBytes },
+    measurement: {
+      msToListening,
+      msToHealthz,
+      recoveryMs: ready?.recoveryMs ?? null,
+      shards: ready?.shards ?? null,
+      ...memory,
+      peakRssAnonBytes,
+    },
   };
 }
 
@@ -142,7 +165,12 @@ export function sampleCustomers(customers: number): number[] {
  * Asks the recovered server for every sample customer's balance of every meter and throws
  * unless `consumed` is exactly what the workload put there. Returns the customers checked.
  */
-export async function verifyBalances(server: StartedServer, serverKey: string, workload: Workload, customers: readonly number[]): Promise<number> {
+export async function verifyBalances(
+  server: StartedServer,
+  serverKey: string,
+  workload: Workload,
+  customers: readonly number[],
+): Promise<number> {
   const expected = expectedConsumedMicros(workload, customers);
   for (const [customer, meters] of expected) {
     for (const [m, micros] of meters.entries()) {
@@ -152,7 +180,9 @@ export async function verifyBalances(server: StartedServer, serverKey: string, w
       const body = (await response.json()) as { consumed?: unknown };
       const want = Number(micros) / 1e6;
       if (response.status !== 200 || body.consumed !== want) {
-        throw new Error(`recovered ${meter} of ${customerIdOf(customer)}: ${response.status} ${JSON.stringify(body)}, expected consumed ${want}`);
+        throw new Error(
+          `recovered ${meter} of ${customerIdOf(customer)}: ${response.status} ${JSON.stringify(body)}, expected consumed ${want}`,
+        );
       }
     }
   }

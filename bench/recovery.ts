@@ -29,7 +29,15 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { stopAll } from './children.js';
 import { buildDataDir, removeDataDir, type BuiltDataDir, type Workload } from './recovery-data.js';
-import { diskUsageBytes, evictPageCache, sampleCustomers, startAndMeasure, stopServer, verifyBalances, type StartMeasurement } from './recovery-start.js';
+import {
+  diskUsageBytes,
+  evictPageCache,
+  sampleCustomers,
+  startAndMeasure,
+  stopServer,
+  verifyBalances,
+  type StartMeasurement,
+} from './recovery-start.js';
 
 const MAIN_SCRIPT = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'main.js');
 
@@ -66,10 +74,18 @@ const USAGE = `usage: node dist/bench/recovery.js [options]
   --dir <path>             where the data dirs are created (default the OS temp dir)
   --json <file>            also write the results as JSON`;
 
-function positiveInt(name: string, raw: string | undefined, fallback: number, allowZero = false): number {
+function positiveInt(
+  name: string,
+  raw: string | undefined,
+  fallback: number,
+  allowZero = false,
+): number {
   if (raw === undefined) return fallback;
   const value = Number(raw);
-  if (!Number.isSafeInteger(value) || value < (allowZero ? 0 : 1)) throw new Error(`--${name} must be a ${allowZero ? 'non-negative' : 'positive'} integer, got ${JSON.stringify(raw)}`);
+  if (!Number.isSafeInteger(value) || value < (allowZero ? 0 : 1))
+    throw new Error(
+      `--${name} must be a ${allowZero ? 'non-negative' : 'positive'} integer, got ${JSON.stringify(raw)}`,
+    );
   return value;
 }
 
@@ -96,10 +112,18 @@ function parseOptions(argv: readonly string[]): RecoveryOptions | 'help' {
   const events = positiveInt('events', values.events, 10_000_000);
   const scenarios = (values.scenarios ?? RECOVERY_SCENARIOS.join(',')).split(',').map((name) => {
     const scenario = RECOVERY_SCENARIOS.find((s) => s === name.trim());
-    if (scenario === undefined) throw new Error(`unknown scenario ${JSON.stringify(name)}; known: ${RECOVERY_SCENARIOS.join(', ')}`);
+    if (scenario === undefined)
+      throw new Error(
+        `unknown scenario ${JSON.stringify(name)}; known: ${RECOVERY_SCENARIOS.join(', ')}`,
+      );
     return scenario;
   });
-  const tailEvents = positiveInt('tail-events', values['tail-events'], Math.floor(events / 10), true);
+  const tailEvents = positiveInt(
+    'tail-events',
+    values['tail-events'],
+    Math.floor(events / 10),
+    true,
+  );
   if (tailEvents > events) throw new Error('--tail-events cannot exceed --events');
   return {
     customers: positiveInt('customers', values.customers, 1_000_000),
@@ -137,24 +161,63 @@ export interface RecoveryResult {
 /** Data dirs not yet removed, so that a signal can remove them too (unless --keep). */
 const liveDataDirs = new Set<string>();
 
-async function runOne(options: RecoveryOptions, workers: number, scenario: RecoveryScenario, results: RecoveryResult[]): Promise<void> {
+async function runOne(
+  options: RecoveryOptions,
+  workers: number,
+  scenario: RecoveryScenario,
+  results: RecoveryResult[],
+): Promise<void> {
   const dataDir = await mkdtemp(join(options.parentDir, `tally-recovery-${scenario}-w${workers}-`));
   liveDataDirs.add(dataDir);
-  const log = (line: string): void => void process.stderr.write(`recovery bench [${scenario}, ${workers} worker(s)]: ${line}\n`);
+  const log = (line: string): void =>
+    void process.stderr.write(`recovery bench [${scenario}, ${workers} worker(s)]: ${line}\n`);
   try {
     const tailEvents = scenario === 'journal' ? null : options.tailEvents;
     log(`building ${options.customers} customers, ${options.events} events in ${dataDir}`);
-    const built: BuiltDataDir = await buildDataDir({ ...options, dataDir, workers, tailEvents, mainScript: MAIN_SCRIPT, log });
+    const built: BuiltDataDir = await buildDataDir({
+      ...options,
+      dataDir,
+      workers,
+      tailEvents,
+      mainScript: MAIN_SCRIPT,
+      log,
+    });
     const dataDirBytes = await diskUsageBytes(dataDir);
-    log(`built in ${(built.buildMs / 1000).toFixed(1)} s: ${built.records} records, ${(dataDirBytes / 2 ** 20).toFixed(0)} MiB on disk`);
+    log(
+      `built in ${(built.buildMs / 1000).toFixed(1)} s: ${built.records} records, ${(dataDirBytes / 2 ** 20).toFixed(0)} MiB on disk`,
+    );
     for (let start = 1; start <= options.starts; start++) {
-      if (options.cold && !(await evictPageCache(dataDir))) throw new Error('could not drop the page cache (dd iflag=nocache)');
-      const server = await startAndMeasure(MAIN_SCRIPT, dataDir, { TALLY_WORKERS: String(workers) });
+      if (options.cold && !(await evictPageCache(dataDir)))
+        throw new Error('could not drop the page cache (dd iflag=nocache)');
+      const server = await startAndMeasure(MAIN_SCRIPT, dataDir, {
+        TALLY_WORKERS: String(workers),
+      });
       try {
-        const verifiedCustomers = await verifyBalances(server, built.serverKey, options, sampleCustomers(options.customers));
+        const verifiedCustomers = await verifyBalances(
+          server,
+          built.serverKey,
+          options,
+          sampleCustomers(options.customers),
+        );
         const { measurement } = server;
-        results.push({ workers, scenario, customers: options.customers, events: options.events, tailEvents, records: built.records, dataDirBytes, buildMs: built.buildMs, snapshotBlockedMs: built.snapshotBlockedMs, start, cold: options.cold, measurement, verifiedCustomers });
-        log(`start ${start}: healthz after ${measurement.msToHealthz.toFixed(0)} ms, peak RSS ${(measurement.peakRssBytes / 2 ** 20).toFixed(0)} MiB`);
+        results.push({
+          workers,
+          scenario,
+          customers: options.customers,
+          events: options.events,
+          tailEvents,
+          records: built.records,
+          dataDirBytes,
+          buildMs: built.buildMs,
+          snapshotBlockedMs: built.snapshotBlockedMs,
+          start,
+          cold: options.cold,
+          measurement,
+          verifiedCustomers,
+        });
+        log(
+          `start ${start}: healthz after ${measurement.msToHealthz.toFixed(0)} ms, peak RSS ${(measurement.peakRssBytes / 2 ** 20).toFixed(0)} MiB`,
+        );
       } finally {
         await stopServer(server);
       }
@@ -169,7 +232,24 @@ async function runOne(options: RecoveryOptions, workers: number, scenario: Recov
 const mib = (bytes: number): string => (bytes / 2 ** 20).toFixed(0);
 
 function formatTable(results: readonly RecoveryResult[]): string {
-  const header = ['workers', 'scenario', 'customers', 'events', 'tail events', 'records', 'data dir MiB', 'listening ms', 'healthz ms', 'recovery ms', 'peak RSS MiB', 'peak anon MiB', 'RSS MiB', 'file MiB', 'verified', 'snapshot stall ms'];
+  const header = [
+    'workers',
+    'scenario',
+    'customers',
+    'events',
+    'tail events',
+    'records',
+    'data dir MiB',
+    'listening ms',
+    'healthz ms',
+    'recovery ms',
+    'peak RSS MiB',
+    'peak anon MiB',
+    'RSS MiB',
+    'file MiB',
+    'verified',
+    'snapshot stall ms',
+  ];
   const rows = results.map((r) => [
     String(r.workers),
     r.scenario + (r.cold ? ' (cold)' : ''),
@@ -188,8 +268,11 @@ function formatTable(results: readonly RecoveryResult[]): string {
     `${r.verifiedCustomers} customers`,
     r.snapshotBlockedMs === null ? '-' : r.snapshotBlockedMs.toFixed(0),
   ]);
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((cells) => (cells[i] ?? '').length)));
-  const line = (cells: readonly string[]): string => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join('  ');
+  const widths = header.map((h, i) =>
+    Math.max(h.length, ...rows.map((cells) => (cells[i] ?? '').length)),
+  );
+  const line = (cells: readonly string[]): string =>
+    cells.map((c, i) => (i < 2 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join('  ');
   const checks = results.map((r) => {
     const time = r.measurement.msToHealthz < TARGET_HEALTHZ_MS ? 'PASS' : 'FAIL';
     const peak = r.measurement.peakRssBytes < TARGET_RSS_BYTES ? 'PASS' : 'FAIL';
@@ -239,7 +322,13 @@ async function main(): Promise<void> {
   }
   process.stdout.write(`${formatTable(results)}\n`);
   if (options.jsonPath !== undefined) {
-    const report = { startedAt: new Date().toISOString(), node: process.version, availableParallelism: availableParallelism(), cpuModel: cpus()[0]?.model, results };
+    const report = {
+      startedAt: new Date().toISOString(),
+      node: process.version,
+      availableParallelism: availableParallelism(),
+      cpuModel: cpus()[0]?.model,
+      results,
+    };
     await writeFile(options.jsonPath, `${JSON.stringify(report, null, 2)}\n`);
   }
 }
@@ -247,7 +336,9 @@ async function main(): Promise<void> {
 main().then(
   () => process.exit(0),
   (error: unknown) => {
-    process.stderr.write(`recovery bench failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.stderr.write(
+      `recovery bench failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
     process.exit(1);
   },
 );

@@ -8,11 +8,16 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import type { BenchReport, ScenarioResult, ServerStats, TargetCheck } from './report.js';
 
-const BEGIN = '<!-- bench:begin: written by `npm run bench -- --report docs/performance.md`; edit outside the markers -->';
+const BEGIN =
+  '<!-- bench:begin: written by `npm run bench -- --report docs/performance.md`; edit outside the markers -->';
 const END = '<!-- bench:end -->';
 
 /** Replaces the generated block of `path` (creating the file if needed) with `report`'s figures. */
-export async function writeMarkdownReport(path: string, report: BenchReport, argv: readonly string[]): Promise<void> {
+export async function writeMarkdownReport(
+  path: string,
+  report: BenchReport,
+  argv: readonly string[],
+): Promise<void> {
   const existing = await readFile(path, 'utf8').catch(() => '# Performance\n');
   const block = `${BEGIN}\n${markdownBlock(report, argv)}\n${END}`;
   const start = existing.indexOf('<!-- bench:begin');
@@ -22,17 +27,23 @@ export async function writeMarkdownReport(path: string, report: BenchReport, arg
     next = existing.slice(0, start) + block + existing.slice(end + END.length);
   } else {
     const firstLineEnd = existing.indexOf('\n');
-    next = firstLineEnd === -1 ? `${existing}\n\n${block}\n` : `${existing.slice(0, firstLineEnd + 1)}\n${block}\n${existing.slice(firstLineEnd + 1)}`;
+    next =
+      firstLineEnd === -1
+        ? `${existing}\n\n${block}\n`
+        : `${existing.slice(0, firstLineEnd + 1)}\n${block}\n${existing.slice(firstLineEnd + 1)}`;
   }
   await writeFile(path, next);
 }
 
-const fixed = (value: number | undefined, digits: number): string => (value !== undefined && Number.isFinite(value) ? value.toFixed(digits) : '-');
+const fixed = (value: number | undefined, digits: number): string =>
+  value !== undefined && Number.isFinite(value) ? value.toFixed(digits) : '-';
 
 /** `main 7.9 · shard 0 4.1 · other 1.2` µs per request. */
 function cpuCell(stats: ServerStats | null): string {
   if (stats === null) return '-';
-  const parts = Object.entries(stats.cpuUsPerRequest).map(([group, us]) => `${group.replace('tally-shard-', 'shard ')} ${fixed(us, 1)}`);
+  const parts = Object.entries(stats.cpuUsPerRequest).map(
+    ([group, us]) => `${group.replace('tally-shard-', 'shard ')} ${fixed(us, 1)}`,
+  );
   return parts.length === 0 ? '-' : parts.join(' · ');
 }
 
@@ -54,7 +65,9 @@ function targetLine(s: ScenarioResult, t: TargetCheck): string {
 
 function markdownBlock(report: BenchReport, argv: readonly string[]): string {
   const o = report.options;
-  const judged = report.scenarios.flatMap((s) => s.targets.filter((t) => t.pass !== null).map((t) => targetLine(s, t)));
+  const judged = report.scenarios.flatMap((s) =>
+    s.targets.filter((t) => t.pass !== null).map((t) => targetLine(s, t)),
+  );
   return [
     '## Latest run',
     '',
@@ -65,10 +78,10 @@ function markdownBlock(report: BenchReport, argv: readonly string[]): string {
     '',
     `Command: \`npm run bench${argv.length === 0 ? '' : ` -- ${argv.join(' ')}`}\``,
     '',
-    'The ratio is the median over rounds of Tally\'s requests per second divided by the bare',
-    'uWebSockets.js server\'s in the same round (range in brackets). CPU is µs per answered request',
+    "The ratio is the median over rounds of Tally's requests per second divided by the bare",
+    "uWebSockets.js server's in the same round (range in brackets). CPU is µs per answered request",
     'by thread over the measured segments: `main` is the front end, `shard N` a shard worker, `other`',
-    'V8\'s GC and compiler threads, libuv\'s pool and LMDB\'s writer.',
+    "V8's GC and compiler threads, libuv's pool and LMDB's writer.",
     '',
     '| scenario | connections | bare req/s | Tally req/s | Tally ÷ bare | Tally p50 / p99 ms | Tally CPU µs per request | bare CPU µs per request |',
     '|---|---|---|---|---|---|---|---|',

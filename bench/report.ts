@@ -106,7 +106,10 @@ export interface BenchReport {
 }
 
 /** Merges the alternating segments of one server into one set of statistics; `cpuSeconds` by thread group over them. */
-export function summarize(segments: readonly SegmentResult[], cpuSeconds: ReadonlyMap<string, number> = new Map()): ServerStats {
+export function summarize(
+  segments: readonly SegmentResult[],
+  cpuSeconds: ReadonlyMap<string, number> = new Map(),
+): ServerStats {
   const latency = new LatencyHistogram();
   const statusCodes: Record<string, number> = {};
   let durationSec = 0;
@@ -123,7 +126,8 @@ export function summarize(segments: readonly SegmentResult[], cpuSeconds: Readon
     errors += segment.errors;
     timeouts += segment.timeouts;
     dropped += segment.dropped;
-    for (const [code, count] of Object.entries(segment.statusCodes)) statusCodes[code] = (statusCodes[code] ?? 0) + count;
+    for (const [code, count] of Object.entries(segment.statusCodes))
+      statusCodes[code] = (statusCodes[code] ?? 0) + count;
   }
   return {
     requests2xx,
@@ -138,9 +142,18 @@ export function summarize(segments: readonly SegmentResult[], cpuSeconds: Readon
     dropped,
     statusCodes,
     segments: segments.length,
-    reqPerSecBySegment: segments.map((segment) => (segment.durationSec > 0 ? segment.ok2xx / segment.durationSec : 0)),
+    reqPerSecBySegment: segments.map((segment) =>
+      segment.durationSec > 0 ? segment.ok2xx / segment.durationSec : 0,
+    ),
     latencyMsP99BySegment: segments.map((segment) => segment.latency.quantileMs(0.99)),
-    cpuUsPerRequest: requests2xx > 0 ? Object.fromEntries([...cpuSeconds].sort(([a], [b]) => groupOrder(a) - groupOrder(b) || a.localeCompare(b)).map(([group, sec]) => [group, (sec * 1e6) / requests2xx])) : {},
+    cpuUsPerRequest:
+      requests2xx > 0
+        ? Object.fromEntries(
+            [...cpuSeconds]
+              .sort(([a], [b]) => groupOrder(a) - groupOrder(b) || a.localeCompare(b))
+              .map(([group, sec]) => [group, (sec * 1e6) / requests2xx]),
+          )
+        : {},
   };
 }
 
@@ -166,7 +179,10 @@ interface Ceilings {
 /** Segment r of `numerator` ÷ segment r of `denominator`, for the rounds both have (a zero denominator: skipped). */
 export function roundRatios(numerator: ServerStats, denominator: ServerStats): number[] {
   const ratios: number[] = [];
-  const rounds = Math.min(numerator.reqPerSecBySegment.length, denominator.reqPerSecBySegment.length);
+  const rounds = Math.min(
+    numerator.reqPerSecBySegment.length,
+    denominator.reqPerSecBySegment.length,
+  );
   for (let r = 0; r < rounds; r++) {
     const below = denominator.reqPerSecBySegment[r] ?? 0;
     if (below > 0) ratios.push((numerator.reqPerSecBySegment[r] ?? 0) / below);
@@ -181,7 +197,9 @@ export function medianOf(values: readonly number[]): number {
 
 function median(sorted: readonly number[]): number {
   const middle = sorted.length / 2;
-  return sorted.length % 2 === 1 ? (sorted[Math.floor(middle)] ?? 0) : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2;
+  return sorted.length % 2 === 1
+    ? (sorted[Math.floor(middle)] ?? 0)
+    : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2;
 }
 
 /**
@@ -189,31 +207,49 @@ function median(sorted: readonly number[]): number {
  * for a minimum (`unit` 'x'), "rounds: 1 of 4 <= 2, median 2.31 ms, ..." for a maximum.
  * Empty when there are no rounds.
  */
-export function roundsNote(values: readonly number[], bound: { readonly min: number } | { readonly max: number }, unit: 'x' | ' ms' = 'x'): string {
+export function roundsNote(
+  values: readonly number[],
+  bound: { readonly min: number } | { readonly max: number },
+  unit: 'x' | ' ms' = 'x',
+): string {
   if (values.length === 0) return '';
   const sorted = [...values].sort((a, b) => a - b);
   const digits = unit === 'x' ? 3 : 2;
   const show = (value: number): string => `${fixed(value, digits)}${unit}`;
-  const [met, test] = 'min' in bound
-    ? [values.filter((value) => value >= bound.min).length, `>= ${bound.min}`]
-    : [values.filter((value) => value <= bound.max).length, `<= ${bound.max}`];
+  const [met, test] =
+    'min' in bound
+      ? [values.filter((value) => value >= bound.min).length, `>= ${bound.min}`]
+      : [values.filter((value) => value <= bound.max).length, `<= ${bound.max}`];
   return `rounds: ${met} of ${values.length} ${test}, median ${show(median(sorted))}, ${show(sorted[0] ?? 0)}-${show(sorted.at(-1) ?? 0)}`;
 }
 
-function checkVsScenario(target: Extract<Target, { kind: 'vsScenario' }>, tally: ServerStats | null, peers: PeerTallies, ceilings: Ceilings): TargetCheck {
+function checkVsScenario(
+  target: Extract<Target, { kind: 'vsScenario' }>,
+  tally: ServerStats | null,
+  peers: PeerTallies,
+  ceilings: Ceilings,
+): TargetCheck {
   const net = target.netOfRateLimitHeaders === true;
   const description = `tally >= ${target.min} x ${target.scenario}'s tally req/s (${target.what}${net ? ', net of the load generator parsing the three headers' : ''})`;
   const peer = peers.get(target.scenario);
-  if (tally === null || peer === null) return { description, pass: null, note: 'tally did not run' };
-  if (peer === undefined) return { description, pass: null, note: `${target.scenario} did not run` };
-  if (peer.reqPerSec === 0) return { description, pass: false, note: `${target.scenario} had no 2xx` };
+  if (tally === null || peer === null)
+    return { description, pass: null, note: 'tally did not run' };
+  if (peer === undefined)
+    return { description, pass: null, note: `${target.scenario} did not run` };
+  if (peer.reqPerSec === 0)
+    return { description, pass: false, note: `${target.scenario} had no 2xx` };
   const ratio = medianOf(roundRatios(tally, peer));
   if (!net) {
     const rounds = roundsNote(roundRatios(tally, peer), { min: target.min });
-    return { description, pass: ratio >= target.min, note: `median ${fixed(ratio, 3)}x${rounds === '' ? '' : `; ${rounds}`}` };
+    return {
+      description,
+      pass: ratio >= target.min,
+      note: `median ${fixed(ratio, 3)}x${rounds === '' ? '' : `; ${rounds}`}`,
+    };
   }
   const control = ceilings.headerControl;
-  if (control === null || control.reqPerSec === 0 || ceilings.bare.reqPerSec === 0) return { description, pass: null, note: 'the header control did not run' };
+  if (control === null || control.reqPerSec === 0 || ceilings.bare.reqPerSec === 0)
+    return { description, pass: null, note: 'the header control did not run' };
   const harnessByRound = roundRatios(control, ceilings.bare);
   const harness = medianOf(harnessByRound);
   const netByRound = roundRatios(tally, peer).flatMap((r, i) => {
@@ -241,17 +277,33 @@ function checkTarget(
   if (target.kind === 'ratio') {
     const description = `median tally/bare >= ${target.min}${target.atConnections === undefined ? '' : ` at ${target.atConnections} connections`}`;
     if (ratio === null) return { description, pass: null, note: 'tally did not run' };
-    if (target.atConnections !== undefined && measured.connections !== target.atConnections) return { description, pass: null, note: `ran at ${measured.connections}` };
+    if (target.atConnections !== undefined && measured.connections !== target.atConnections)
+      return { description, pass: null, note: `ran at ${measured.connections}` };
     const rounds = roundsNote(ratioByRound, { min: target.min });
-    return { description, pass: ratio >= target.min, ...(rounds === '' ? {} : { note: `measured ${fixed(ratio, 3)}x; ${rounds}` }) };
+    return {
+      description,
+      pass: ratio >= target.min,
+      ...(rounds === '' ? {} : { note: `measured ${fixed(ratio, 3)}x; ${rounds}` }),
+    };
   }
   const description = `tally p99 <= ${target.maxMs} ms at ${target.atConnections} connections x pipelining ${target.atPipelining}`;
   if (tally === null) return { description, pass: null, note: 'tally did not run' };
-  if (measured.connections !== target.atConnections || measured.pipelining !== target.atPipelining) {
-    return { description, pass: null, note: `ran at ${measured.connections}x${measured.pipelining}` };
+  if (
+    measured.connections !== target.atConnections ||
+    measured.pipelining !== target.atPipelining
+  ) {
+    return {
+      description,
+      pass: null,
+      note: `ran at ${measured.connections}x${measured.pipelining}`,
+    };
   }
   const rounds = roundsNote(tally.latencyMsP99BySegment, { max: target.maxMs }, ' ms');
-  return { description, pass: tally.latencyMsP99 <= target.maxMs, ...(rounds === '' ? {} : { note: `measured ${fixed(tally.latencyMsP99, 2)} ms; ${rounds}` }) };
+  return {
+    description,
+    pass: tally.latencyMsP99 <= target.maxMs,
+    ...(rounds === '' ? {} : { note: `measured ${fixed(tally.latencyMsP99, 2)} ms; ${rounds}` }),
+  };
 }
 
 function scenarioResult(measured: MeasuredScenario, peers: PeerTallies): ScenarioResult {
@@ -271,7 +323,9 @@ function scenarioResult(measured: MeasuredScenario, peers: PeerTallies): Scenari
     tally,
     ratio,
     ratioByRound,
-    targets: scenario.targets.map((t) => checkTarget(t, tally, ratio, ratioByRound, measured, peers)),
+    targets: scenario.targets.map((t) =>
+      checkTarget(t, tally, ratio, ratioByRound, measured, peers),
+    ),
   };
 }
 
@@ -281,7 +335,8 @@ export function scenarioResults(measured: readonly MeasuredScenario[]): Scenario
   return measured.map((m) => scenarioResult(m, peers));
 }
 
-const fixed = (value: number, digits: number): string => (Number.isFinite(value) ? value.toFixed(digits) : '-');
+const fixed = (value: number, digits: number): string =>
+  Number.isFinite(value) ? value.toFixed(digits) : '-';
 
 function marker(check: TargetCheck): string {
   const status = check.pass === null ? 'n/a' : check.pass ? 'PASS' : 'FAIL';
@@ -289,14 +344,24 @@ function marker(check: TargetCheck): string {
 }
 
 function row(cells: readonly string[], widths: readonly number[]): string {
-  return cells.map((cell, i) => (i < 2 ? cell.padEnd(widths[i] ?? 0) : cell.padStart(widths[i] ?? 0))).join('  ');
+  return cells
+    .map((cell, i) => (i < 2 ? cell.padEnd(widths[i] ?? 0) : cell.padStart(widths[i] ?? 0)))
+    .join('  ');
 }
 
-function statsCells(scenario: ScenarioResult, server: 'bare' | 'headerControl' | 'tally'): string[] {
+function statsCells(
+  scenario: ScenarioResult,
+  server: 'bare' | 'headerControl' | 'tally',
+): string[] {
   const stats = scenario[server];
   const load = `${scenario.connections}x${scenario.pipelining}`;
   const shared = scenario.bareSharedWith === null ? '' : ` (same as ${scenario.bareSharedWith})`;
-  const label = server === 'tally' ? scenario.tallyLabel : server === 'bare' ? `bare${shared}` : `bare + rate-limit headers${shared}`;
+  const label =
+    server === 'tally'
+      ? scenario.tallyLabel
+      : server === 'bare'
+        ? `bare${shared}`
+        : `bare + rate-limit headers${shared}`;
   const head = [server === 'bare' ? scenario.name : '', `${label} ${scenario.method}`, load];
   if (stats === null) return [...head, 'not run', '-', '-', '-', '-', '-', '-', '-'];
   const ratio =
@@ -314,21 +379,43 @@ function statsCells(scenario: ScenarioResult, server: 'bare' | 'headerControl' |
     String(stats.errors),
     String(stats.dropped),
     ratio,
-    Object.entries(stats.cpuUsPerRequest).map(([group, us]) => `${group.replace('tally-shard-', 'shard')} ${fixed(us, 1)}`).join(' '),
+    Object.entries(stats.cpuUsPerRequest)
+      .map(([group, us]) => `${group.replace('tally-shard-', 'shard')} ${fixed(us, 1)}`)
+      .join(' '),
   ];
 }
 
 function rateLimitLine(report: BenchReport): string {
-  const on = report.rateLimitHeaderSeen ? 'x-ratelimit-limit header seen on tally' : 'NO x-ratelimit-limit header on tally (limiter not in this build?)';
+  const on = report.rateLimitHeaderSeen
+    ? 'x-ratelimit-limit header seen on tally'
+    : 'NO x-ratelimit-limit header on tally (limiter not in this build?)';
   if (report.rateLimitOffHeaderSeen === null) return on;
   return `${on}; ${report.rateLimitOffHeaderSeen ? 'but ALSO on tally-rl-off (limiter not off!)' : 'none on tally-rl-off'}`;
 }
 
 /** The results table, then the target checks, as printable text. */
 export function formatReport(report: BenchReport): string {
-  const header = ['scenario', 'server', 'conn x pipe', 'req/s (2xx)', 'p50 ms', 'p99 ms', 'non-2xx', 'errors', 'dropped', 'vs bare (median)', 'cpu us/req by thread'];
-  const body = report.scenarios.flatMap((s) => [statsCells(s, 'bare'), ...(s.headerControl === null ? [] : [statsCells(s, 'headerControl')]), statsCells(s, 'tally')]);
-  const widths = header.map((h, i) => Math.max(h.length, ...body.map((cells) => (cells[i] ?? '').length)));
+  const header = [
+    'scenario',
+    'server',
+    'conn x pipe',
+    'req/s (2xx)',
+    'p50 ms',
+    'p99 ms',
+    'non-2xx',
+    'errors',
+    'dropped',
+    'vs bare (median)',
+    'cpu us/req by thread',
+  ];
+  const body = report.scenarios.flatMap((s) => [
+    statsCells(s, 'bare'),
+    ...(s.headerControl === null ? [] : [statsCells(s, 'headerControl')]),
+    statsCells(s, 'tally'),
+  ]);
+  const widths = header.map((h, i) =>
+    Math.max(h.length, ...body.map((cells) => (cells[i] ?? '').length)),
+  );
   const lines = [
     `node ${report.node}, availableParallelism ${report.availableParallelism}, ${report.cpuModel}, ${report.platform}`,
     `load average (1 min) before: ${fixed(report.loadAverage1mAtStart, 2)}, after: ${fixed(report.loadAverage1m, 2)}`,

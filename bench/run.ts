@@ -53,7 +53,15 @@ import { startChild, stopAll, type Child } from './children.js';
 import { runSegment as runAutocannonSegment, type LoadShape, type SegmentResult } from './load.js';
 import { runWrkSegment, wrkAvailable } from './wrk.js';
 import { parseOptions, USAGE, type BenchOptions } from './options.js';
-import { formatReport, scenarioResults, summarize, writeJson, type BenchReport, type MeasuredScenario, type ScenarioResult } from './report.js';
+import {
+  formatReport,
+  scenarioResults,
+  summarize,
+  writeJson,
+  type BenchReport,
+  type MeasuredScenario,
+  type ScenarioResult,
+} from './report.js';
 import { writeMarkdownReport } from './report-markdown.js';
 import { addCpu, cpuSecondsBetween, sampleThreads } from './thread-cpu.js';
 import { buildRequests, sliceForConnections, type BenchKeys, type Scenario } from './scenarios.js';
@@ -77,24 +85,34 @@ interface Target {
 function assertAlive(target: Target): void {
   const { exitCode, signalCode } = target.child.process;
   if (exitCode === null && signalCode === null) return;
-  throw new Error(`${target.label} died during the run (code ${exitCode}, signal ${signalCode})\n--- output ---\n${target.child.outputTail()}`);
+  throw new Error(
+    `${target.label} died during the run (code ${exitCode}, signal ${signalCode})\n--- output ---\n${target.child.outputTail()}`,
+  );
 }
 
 /** Sends the target's first request once with fetch and throws unless it answers 2xx; returns the response's headers. */
 async function preflight(target: Target): Promise<globalThis.Headers> {
   const request = target.slices[0]?.[0];
   if (request === undefined) throw new Error(`${target.label}: no requests built`);
-  const init: RequestInit = { method: request.method ?? 'GET', headers: request.headers as Record<string, string> };
+  const init: RequestInit = {
+    method: request.method ?? 'GET',
+    headers: request.headers as Record<string, string>,
+  };
   if (request.body !== undefined) init.body = request.body;
   const response = await fetch(`${target.baseUrl}${request.path ?? '/'}`, init);
   const text = await response.text();
-  if (!response.ok) throw new Error(`preflight ${init.method} ${request.path} on ${target.label} answered ${response.status}: ${text}`);
+  if (!response.ok)
+    throw new Error(
+      `preflight ${init.method} ${request.path} on ${target.label} answered ${response.status}: ${text}`,
+    );
   return response.headers;
 }
 
 /** Whether a selected scenario's target is judged net of the rate-limit headers' parsing cost. */
 function needsHeaderControl(scenarios: readonly Scenario[]): boolean {
-  return scenarios.some((s) => s.targets.some((t) => t.kind === 'vsScenario' && t.netOfRateLimitHeaders === true));
+  return scenarios.some((s) =>
+    s.targets.some((t) => t.kind === 'vsScenario' && t.netOfRateLimitHeaders === true),
+  );
 }
 
 /** The bare server that adds the three rate-limit lines to every reply (bare-server.ts). */
@@ -106,8 +124,14 @@ const HEADER_CONTROL_LABEL = 'bare + rate-limit headers';
  * …), so over each pair of rounds every target's mean position in time is the same and
  * a linear drift in machine conditions cancels out.
  */
-async function measure(targets: readonly Target[], shape: LoadShape, options: BenchOptions): Promise<Map<Target, Measured>> {
-  const measured = new Map<Target, Measured>(targets.map((t) => [t, { segments: [], cpuSeconds: new Map() }]));
+async function measure(
+  targets: readonly Target[],
+  shape: LoadShape,
+  options: BenchOptions,
+): Promise<Map<Target, Measured>> {
+  const measured = new Map<Target, Measured>(
+    targets.map((t) => [t, { segments: [], cpuSeconds: new Map() }]),
+  );
   const runSegment = options.driver === 'wrk' ? runWrkSegment : runAutocannonSegment;
   for (const target of targets) {
     await runSegment(target.baseUrl, target.slices, { ...shape, durationSec: options.warmupSec });
@@ -118,10 +142,14 @@ async function measure(targets: readonly Target[], shape: LoadShape, options: Be
     for (const target of order) {
       const pid = target.child.process.pid ?? 0;
       const before = sampleThreads(pid);
-      const segment = await runSegment(target.baseUrl, target.slices, { ...shape, durationSec: options.durationSec });
+      const segment = await runSegment(target.baseUrl, target.slices, {
+        ...shape,
+        durationSec: options.durationSec,
+      });
       const entry = measured.get(target);
       entry?.segments.push(segment);
-      if (entry !== undefined) addCpu(entry.cpuSeconds, cpuSecondsBetween(before, sampleThreads(pid)));
+      if (entry !== undefined)
+        addCpu(entry.cpuSeconds, cpuSecondsBetween(before, sampleThreads(pid)));
       assertAlive(target);
     }
   }
@@ -142,29 +170,64 @@ function groupScenarios(scenarios: readonly Scenario[]): Scenario[][] {
   const selected = new Set(scenarios.map((s) => s.name));
   const groups = new Map<string, Scenario[]>();
   for (const scenario of scenarios) {
-    const lead = scenario.interleaveWith !== undefined && selected.has(scenario.interleaveWith) ? scenario.interleaveWith : scenario.name;
+    const lead =
+      scenario.interleaveWith !== undefined && selected.has(scenario.interleaveWith)
+        ? scenario.interleaveWith
+        : scenario.name;
     groups.set(lead, [...(groups.get(lead) ?? []), scenario]);
   }
   return [...groups.values()];
 }
 
 /** The group's one load shape at `connections`; interleaved scenarios must agree on it (a SCENARIOS bug otherwise). */
-function groupShape(group: readonly Scenario[], options: BenchOptions, connections: number): LoadShape {
-  const shapes = group.map((s) => `${s.connections ?? connections}x${s.pipelining ?? options.pipelining}`);
-  if (new Set(shapes).size !== 1) throw new Error(`interleaved scenarios ${group.map((s) => s.name).join(', ')} differ in load shape: ${shapes.join(', ')}`);
+function groupShape(
+  group: readonly Scenario[],
+  options: BenchOptions,
+  connections: number,
+): LoadShape {
+  const shapes = group.map(
+    (s) => `${s.connections ?? connections}x${s.pipelining ?? options.pipelining}`,
+  );
+  if (new Set(shapes).size !== 1)
+    throw new Error(
+      `interleaved scenarios ${group.map((s) => s.name).join(', ')} differ in load shape: ${shapes.join(', ')}`,
+    );
   const first = group[0];
   if (first === undefined) throw new Error('empty scenario group');
-  return { connections: first.connections ?? connections, pipelining: first.pipelining ?? options.pipelining, durationSec: options.durationSec };
+  return {
+    connections: first.connections ?? connections,
+    pipelining: first.pipelining ?? options.pipelining,
+    durationSec: options.durationSec,
+  };
 }
 
-function makeTarget(label: string, child: Child, scenario: Scenario, keys: BenchKeys, connections: number): Target {
+function makeTarget(
+  label: string,
+  child: Child,
+  scenario: Scenario,
+  keys: BenchKeys,
+  connections: number,
+): Target {
   const slices = sliceForConnections(buildRequests(scenario, keys), connections);
   return { label, child, baseUrl: `http://127.0.0.1:${child.port}`, slices };
 }
 
-function tallyTarget(scenario: Scenario, tallies: Tallies, connections: number): Target | undefined {
+function tallyTarget(
+  scenario: Scenario,
+  tallies: Tallies,
+  connections: number,
+): Target | undefined {
   const server = tallies.servers.get(scenario.tally);
-  return server && makeTarget(TALLY_INSTANCES[scenario.tally].label, server.child, scenario, server.keys, connections);
+  return (
+    server &&
+    makeTarget(
+      TALLY_INSTANCES[scenario.tally].label,
+      server.child,
+      scenario,
+      server.keys,
+      connections,
+    )
+  );
 }
 
 /**
@@ -172,25 +235,44 @@ function tallyTarget(scenario: Scenario, tallies: Tallies, connections: number):
  * Tally's keys, byte for byte) and each scenario's Tally, interleaved in one `measure`.
  * Every scenario of the group reports the same bare statistics.
  */
-async function runGroup(group: readonly Scenario[], bareChild: Child, controlChild: Child | null, tallies: Tallies, options: BenchOptions, connections: number): Promise<MeasuredScenario[]> {
+async function runGroup(
+  group: readonly Scenario[],
+  bareChild: Child,
+  controlChild: Child | null,
+  tallies: Tallies,
+  options: BenchOptions,
+  connections: number,
+): Promise<MeasuredScenario[]> {
   const shape = groupShape(group, options, connections);
   const lead = group[0];
   if (lead === undefined) throw new Error('empty scenario group');
   const tallyTargets = group.map((s) => tallyTarget(s, tallies, shape.connections));
   const bareKeys = tallies.servers.get(lead.tally)?.keys ?? PLACEHOLDER_KEYS;
   const bare = makeTarget('bare', bareChild, lead, bareKeys, shape.connections);
-  const control = controlChild !== null && needsHeaderControl(group) ? makeTarget(HEADER_CONTROL_LABEL, controlChild, lead, bareKeys, shape.connections) : null;
-  const targets = [bare, ...(control === null ? [] : [control]), ...tallyTargets.filter((t) => t !== undefined)];
+  const control =
+    controlChild !== null && needsHeaderControl(group)
+      ? makeTarget(HEADER_CONTROL_LABEL, controlChild, lead, bareKeys, shape.connections)
+      : null;
+  const targets = [
+    bare,
+    ...(control === null ? [] : [control]),
+    ...tallyTargets.filter((t) => t !== undefined),
+  ];
   for (const target of targets) {
     const headers = await preflight(target);
     if (target === control && headers.get('x-ratelimit-limit') !== String(RATE_LIMIT_HUGE)) {
-      throw new Error(`${HEADER_CONTROL_LABEL} sent no x-ratelimit-limit: ${RATE_LIMIT_HUGE} header`);
+      throw new Error(
+        `${HEADER_CONTROL_LABEL} sent no x-ratelimit-limit: ${RATE_LIMIT_HUGE} header`,
+      );
     }
   }
   const names = group.map((s) => s.name).join(' + ');
-  process.stderr.write(`bench: ${names} (${shape.connections} connections x pipelining ${shape.pipelining}; ${targets.map((t) => t.label).join(', ')}) ...\n`);
+  process.stderr.write(
+    `bench: ${names} (${shape.connections} connections x pipelining ${shape.pipelining}; ${targets.map((t) => t.label).join(', ')}) ...\n`,
+  );
   const measured = await measure(targets, shape, options);
-  const stats = (target: Target): ReturnType<typeof summarize> => summarize(measured.get(target)?.segments ?? [], measured.get(target)?.cpuSeconds);
+  const stats = (target: Target): ReturnType<typeof summarize> =>
+    summarize(measured.get(target)?.segments ?? [], measured.get(target)?.cpuSeconds);
   const bareStats = stats(bare);
   const controlStats = control === null ? null : stats(control);
   return group.map((scenario, i) => {
@@ -219,7 +301,12 @@ function autocannonVersion(): string {
   }
 }
 
-function reportShell(options: BenchOptions, tallies: Tallies, scenarios: ScenarioResult[], loadAverage1mAtStart: number): BenchReport {
+function reportShell(
+  options: BenchOptions,
+  tallies: Tallies,
+  scenarios: ScenarioResult[],
+  loadAverage1mAtStart: number,
+): BenchReport {
   return {
     startedAt: new Date().toISOString(),
     node: process.version,
@@ -248,24 +335,34 @@ function reportShell(options: BenchOptions, tallies: Tallies, scenarios: Scenari
 
 async function bench(options: BenchOptions, dataDirs: string[]): Promise<void> {
   if (options.driver === 'wrk' && !(await wrkAvailable())) {
-    throw new Error('wrk is not installed: `apt-get install wrk` (Debian, Ubuntu), or run with --driver autocannon');
+    throw new Error(
+      'wrk is not installed: `apt-get install wrk` (Debian, Ubuntu), or run with --driver autocannon',
+    );
   }
   const loadAverage1m = loadavg()[0] ?? Number.NaN;
   const bareChild = await startChild('bare', BARE_SCRIPT, { PORT: '0' });
-  const controlChild = needsHeaderControl(options.scenarios) ? await startChild('bare-rl', BARE_SCRIPT, { PORT: '0', RATE_LIMIT_HEADERS: String(RATE_LIMIT_HUGE) }) : null;
+  const controlChild = needsHeaderControl(options.scenarios)
+    ? await startChild('bare-rl', BARE_SCRIPT, {
+        PORT: '0',
+        RATE_LIMIT_HEADERS: String(RATE_LIMIT_HUGE),
+      })
+    : null;
   const tallies = await startTallies(TALLY_SCRIPT, options, dataDirs);
   if (tallies.servers.size === 0) process.stderr.write(`bench: tally ${tallies.note}\n`);
   const measured: MeasuredScenario[] = [];
   for (const connections of options.connectionsList) {
     for (const group of groupScenarios(options.scenarios)) {
       if (group.some((s) => s.connections !== undefined && s.connections !== connections)) continue;
-      measured.push(...(await runGroup(group, bareChild, controlChild, tallies, options, connections)));
+      measured.push(
+        ...(await runGroup(group, bareChild, controlChild, tallies, options, connections)),
+      );
     }
   }
   const report = reportShell(options, tallies, scenarioResults(measured), loadAverage1m);
   process.stdout.write(`${formatReport(report)}\n`);
   if (options.jsonPath !== undefined) await writeJson(options.jsonPath, report);
-  if (options.reportPath !== undefined) await writeMarkdownReport(options.reportPath, report, process.argv.slice(2));
+  if (options.reportPath !== undefined)
+    await writeMarkdownReport(options.reportPath, report, process.argv.slice(2));
 }
 
 async function cleanup(dataDirs: readonly string[]): Promise<void> {
@@ -301,7 +398,9 @@ async function main(): Promise<void> {
 main().then(
   () => process.exit(0),
   (error: unknown) => {
-    process.stderr.write(`bench failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.stderr.write(
+      `bench failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
     process.exit(1);
   },
 );

@@ -71,7 +71,12 @@ export type Target =
       readonly netOfRateLimitHeaders?: boolean;
     }
   /** Latency is only comparable at a fixed load shape (Little's law), so the target names it. */
-  | { readonly kind: 'p99'; readonly maxMs: number; readonly atConnections: number; readonly atPipelining: number };
+  | {
+      readonly kind: 'p99';
+      readonly maxMs: number;
+      readonly atConnections: number;
+      readonly atPipelining: number;
+    };
 
 export interface Scenario {
   readonly name: string;
@@ -148,12 +153,25 @@ export const SCENARIOS: readonly Scenario[] = [
     targets: [
       { kind: 'ratio', min: 0.8, atConnections: 256 },
       { kind: 'p99', maxMs: 2, atConnections: 50, atPipelining: 1 },
-      { kind: 'vsScenario', scenario: 'has-unlimited', min: 0.95, what: 'rate limiting on vs off', netOfRateLimitHeaders: true },
+      {
+        kind: 'vsScenario',
+        scenario: 'has-unlimited',
+        min: 0.95,
+        what: 'rate limiting on vs off',
+        netOfRateLimitHeaders: true,
+      },
     ],
     fullOnly: false,
   },
   /** The same requests as `has`, against the Tally with rate limiting off: the limiter's price. */
-  { name: 'has-unlimited', ...HAS, tally: 'rate-limit-off', interleaveWith: 'has', targets: [], fullOnly: false },
+  {
+    name: 'has-unlimited',
+    ...HAS,
+    tally: 'rate-limit-off',
+    interleaveWith: 'has',
+    targets: [],
+    fullOnly: false,
+  },
   {
     name: 'balance',
     method: 'GET',
@@ -163,7 +181,12 @@ export const SCENARIOS: readonly Scenario[] = [
     fullOnly: false,
     build: (id, keys) => getRequest(`/v1/usage/api_calls/balance?customerId=${id}`, keys.server),
   },
-  { name: 'consume', ...CONSUME, targets: [{ kind: 'ratio', min: 0.55, atConnections: 256 }], fullOnly: false },
+  {
+    name: 'consume',
+    ...CONSUME,
+    targets: [{ kind: 'ratio', min: 0.55, atConnections: 256 }],
+    fullOnly: false,
+  },
   {
     name: 'context',
     method: 'POST',
@@ -188,7 +211,10 @@ export function buildRequests(scenario: Scenario, keys: BenchKeys): autocannon.R
  * connection's pipelined window holds distinct customers: the load is spread, not
  * hammering one actor. Each slice must hold at least `pipelining` customers.
  */
-export function sliceForConnections(requests: readonly autocannon.Request[], connections: number): autocannon.Request[][] {
+export function sliceForConnections(
+  requests: readonly autocannon.Request[],
+  connections: number,
+): autocannon.Request[][] {
   const slices: autocannon.Request[][] = Array.from({ length: connections }, () => []);
   requests.forEach((request, i) => slices[i % connections]?.push(request));
   return slices;

@@ -48,7 +48,10 @@ function tally(args: readonly string[], env: Record<string, string>): Promise<Ra
 process.argv = [process.argv[0], ${JSON.stringify(CLI)}, ...process.argv.slice(1)];
 await import(${JSON.stringify(`file://${CLI}`)});`;
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--input-type=module', '-e', wrapper, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--input-type=module', '-e', wrapper, ...args], {
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -56,13 +59,23 @@ await import(${JSON.stringify(`file://${CLI}`)});`;
     child.once('error', reject);
     child.once('close', (code) => {
       const kb = Number(/MAXRSS_KB=(\d+)/.exec(stderr)?.[1] ?? 0);
-      resolve({ code, stdout, stderr: stderr.replace(/\n?MAXRSS_KB=\d+\n/, ''), ms: performance.now() - started, peakRssBytes: kb * 1024 });
+      resolve({
+        code,
+        stdout,
+        stderr: stderr.replace(/\n?MAXRSS_KB=\d+\n/, ''),
+        ms: performance.now() - started,
+        peakRssBytes: kb * 1024,
+      });
     });
   });
 }
 
 /** Sends `has` one at a time until `stop()`; answers the slowest and the count. */
-function probe(baseUrl: string, key: string, customers: number): { stop: () => Promise<{ maxMs: number; count: number; failures: number }> } {
+function probe(
+  baseUrl: string,
+  key: string,
+  customers: number,
+): { stop: () => Promise<{ maxMs: number; count: number; failures: number }> } {
   let running = true;
   let maxMs = 0;
   let count = 0;
@@ -70,7 +83,10 @@ function probe(baseUrl: string, key: string, customers: number): { stop: () => P
   const loop = (async () => {
     for (let i = 0; running; i++) {
       const started = performance.now();
-      const res = await fetch(`${baseUrl}/v1/entitlements/sso/has?customerId=${customerIdOf((i * 7919) % customers)}`, { headers: { 'x-tally-key': key } });
+      const res = await fetch(
+        `${baseUrl}/v1/entitlements/sso/has?customerId=${customerIdOf((i * 7919) % customers)}`,
+        { headers: { 'x-tally-key': key } },
+      );
       await res.arrayBuffer();
       if (res.status !== 200) failures++;
       maxMs = Math.max(maxMs, performance.now() - started);
@@ -90,7 +106,9 @@ async function balances(baseUrl: string, key: string, ids: readonly string[]): P
   const out: string[] = [];
   for (const id of ids) {
     for (const meter of RECOVERY_METERS) {
-      const res = await fetch(`${baseUrl}/v1/usage/${meter}/balance?customerId=${id}`, { headers: { 'x-tally-key': key } });
+      const res = await fetch(`${baseUrl}/v1/usage/${meter}/balance?customerId=${id}`, {
+        headers: { 'x-tally-key': key },
+      });
       out.push(`${res.status} ${await res.text()}`);
     }
   }
@@ -103,15 +121,28 @@ const sec = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
 async function main(): Promise<void> {
   const { values } = parseArgs({
     args: process.argv.slice(2),
-    options: { customers: { type: 'string' }, workers: { type: 'string' }, dir: { type: 'string' }, help: { type: 'boolean', default: false } },
+    options: {
+      customers: { type: 'string' },
+      workers: { type: 'string' },
+      dir: { type: 'string' },
+      help: { type: 'boolean', default: false },
+    },
   });
   if (values.help) {
-    process.stdout.write('usage: node dist/bench/snapshot.js [--customers n (default 1000000)] [--workers n (default 1)] [--dir path]\n');
+    process.stdout.write(
+      'usage: node dist/bench/snapshot.js [--customers n (default 1000000)] [--workers n (default 1)] [--dir path]\n',
+    );
     return;
   }
   const customers = Number(values.customers ?? 1_000_000);
   const workers = Number(values.workers ?? 1);
-  if (!Number.isSafeInteger(customers) || customers < 3 || !Number.isSafeInteger(workers) || workers < 1) throw new Error('--customers and --workers must be positive integers');
+  if (
+    !Number.isSafeInteger(customers) ||
+    customers < 3 ||
+    !Number.isSafeInteger(workers) ||
+    workers < 1
+  )
+    throw new Error('--customers and --workers must be positive integers');
   const parent = await mkdtemp(join(values.dir ?? tmpdir(), 'tally-snapbench-'));
   const dataDir = join(parent, 'data');
   const restoredDir = join(parent, 'restored');
@@ -119,24 +150,53 @@ async function main(): Promise<void> {
   const log = (line: string): void => void process.stderr.write(`bench:snapshot: ${line}\n`);
   try {
     log(`building ${customers} customers x 3 meters (${workers} worker(s)) ...`);
-    const built = await buildDataDir({ dataDir, customers, events: customers * 3, eventsPerRecord: 128, tailEvents: 0, workers, mainScript: MAIN_SCRIPT, log });
-    const keys = JSON.parse(await readFile(join(dataDir, 'bootstrap-keys.json'), 'utf8')) as { test: { server: string; client: string }; admin: string };
-    const original = await startAndMeasure(MAIN_SCRIPT, dataDir, { TALLY_RATE_LIMIT_SERVER: '0', TALLY_RATE_LIMIT_CLIENT: '0' });
+    const built = await buildDataDir({
+      dataDir,
+      customers,
+      events: customers * 3,
+      eventsPerRecord: 128,
+      tailEvents: 0,
+      workers,
+      mainScript: MAIN_SCRIPT,
+      log,
+    });
+    const keys = JSON.parse(await readFile(join(dataDir, 'bootstrap-keys.json'), 'utf8')) as {
+      test: { server: string; client: string };
+      admin: string;
+    };
+    const original = await startAndMeasure(MAIN_SCRIPT, dataDir, {
+      TALLY_RATE_LIMIT_SERVER: '0',
+      TALLY_RATE_LIMIT_CLIENT: '0',
+    });
     log(`original healthy after ${sec(original.measurement.msToHealthz)}; taking the snapshot ...`);
     const traffic = probe(original.baseUrl, keys.test.client, customers);
-    const created = await tally(['snapshot', 'create', '--out', file, '--json'], { TALLY_URL: original.baseUrl, TALLY_API_KEY: keys.admin });
+    const created = await tally(['snapshot', 'create', '--out', file, '--json'], {
+      TALLY_URL: original.baseUrl,
+      TALLY_API_KEY: keys.admin,
+    });
     const during = await traffic.stop();
     if (created.code !== 0) throw new Error(`snapshot create failed: ${created.stderr}`);
-    const info = JSON.parse(created.stdout) as { id: string; createdAt: string; completedAt: string; bytes: number; customers: number };
+    const info = JSON.parse(created.stdout) as {
+      id: string;
+      createdAt: string;
+      completedAt: string;
+      bytes: number;
+      customers: number;
+    };
     const serverMs = Date.parse(info.completedAt) - Date.parse(info.createdAt);
-    const secret = await tally(['snapshot', 'secret'], { TALLY_URL: original.baseUrl, TALLY_API_KEY: keys.admin });
+    const secret = await tally(['snapshot', 'secret'], {
+      TALLY_URL: original.baseUrl,
+      TALLY_API_KEY: keys.admin,
+    });
     if (secret.code !== 0) throw new Error(`snapshot secret failed: ${secret.stderr}`);
     const sample = [0, 1, Math.floor(customers / 2), customers - 1].map(customerIdOf);
     const before = await balances(original.baseUrl, keys.test.server, sample);
     await stopServer(original);
 
     log('restoring ...');
-    const restored = await tally(['snapshot', 'restore', file, '--data-dir', restoredDir], { TALLY_SNAPSHOT_SECRET: secret.stdout.trim() });
+    const restored = await tally(['snapshot', 'restore', file, '--data-dir', restoredDir], {
+      TALLY_SNAPSHOT_SECRET: secret.stdout.trim(),
+    });
     if (restored.code !== 0) throw new Error(`restore failed: ${restored.stderr}`);
     const started = await startAndMeasure(MAIN_SCRIPT, restoredDir, {});
     const after = await balances(started.baseUrl, keys.test.server, sample);
@@ -145,16 +205,30 @@ async function main(): Promise<void> {
 
     const rows: Array<[string, string]> = [
       ['customers (3 meters each)', String(info.customers)],
-      ['data dir built in', `${sec(built.buildMs)} (${built.records} journal records, then a shard snapshot)`],
-      ['snapshot file', `${mib((await stat(file)).size)} (${(info.bytes / info.customers).toFixed(0)} bytes per customer)`],
+      [
+        'data dir built in',
+        `${sec(built.buildMs)} (${built.records} journal records, then a shard snapshot)`,
+      ],
+      [
+        'snapshot file',
+        `${mib((await stat(file)).size)} (${(info.bytes / info.customers).toFixed(0)} bytes per customer)`,
+      ],
       ['snapshot on the server (cut → file complete)', sec(serverMs)],
       ['tally snapshot create (incl. download + SHA-256 + verify)', sec(created.ms)],
-      ['has answers during it (one at a time)', `${during.count}, slowest ${during.maxMs.toFixed(1)} ms, failed ${during.failures}`],
+      [
+        'has answers during it (one at a time)',
+        `${during.count}, slowest ${during.maxMs.toFixed(1)} ms, failed ${during.failures}`,
+      ],
       ['tally snapshot restore', `${sec(restored.ms)}, peak RSS ${mib(restored.peakRssBytes)}`],
-      ['restored server: spawn → /healthz 200', `${sec(started.measurement.msToHealthz)}, peak RSS ${mib(started.measurement.peakRssBytes)}`],
+      [
+        'restored server: spawn → /healthz 200',
+        `${sec(started.measurement.msToHealthz)}, peak RSS ${mib(started.measurement.peakRssBytes)}`,
+      ],
       ['sampled balances equal original', same ? 'yes' : 'NO'],
     ];
-    process.stdout.write(`node ${process.version}, ${availableParallelism()} cores (${cpus()[0]?.model ?? '?'}), ${workers} worker(s)\n`);
+    process.stdout.write(
+      `node ${process.version}, ${availableParallelism()} cores (${cpus()[0]?.model ?? '?'}), ${workers} worker(s)\n`,
+    );
     for (const [name, value] of rows) process.stdout.write(`${name.padEnd(58)} ${value}\n`);
     if (!same) throw new Error('restored balances differ from the original');
   } finally {
@@ -166,7 +240,9 @@ async function main(): Promise<void> {
 main().then(
   () => process.exit(0),
   (error: unknown) => {
-    process.stderr.write(`bench:snapshot failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.stderr.write(
+      `bench:snapshot failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
     process.exit(1);
   },
 );

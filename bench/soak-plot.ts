@@ -25,7 +25,11 @@ function scale(values: readonly number[]): number {
   return Math.ceil(max / magnitude) * magnitude;
 }
 
-function polyline(points: ReadonlyArray<readonly [number, number]>, color: string, dash = ''): string {
+function polyline(
+  points: ReadonlyArray<readonly [number, number]>,
+  color: string,
+  dash = '',
+): string {
   const text = points.map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(' ');
   return `<polyline fill="none" stroke="${color}" stroke-width="2"${dash === '' ? '' : ` stroke-dasharray="${dash}"`} points="${text}"/>`;
 }
@@ -37,12 +41,20 @@ export function plotSoak(windows: readonly SoakWindow[]): string {
   const rssMax = scale(windows.map((w) => w.rssMiB));
   const msMax = scale(windows.map((w) => w.probeMsMax));
   const x = (sec: number): number => PAD.left + (sec / endSec) * plotW;
-  const y = (value: number, max: number): number => PAD.top + plotH - (Math.min(value, max) / max) * plotH;
+  const y = (value: number, max: number): number =>
+    PAD.top + plotH - (Math.min(value, max) / max) * plotH;
   const axis = (label: string, max: number, side: 'left' | 'right'): string => {
     const at = side === 'left' ? PAD.left - 6 : WIDTH - PAD.right + 6;
     const anchor = side === 'left' ? 'end' : 'start';
-    return [0, 0.5, 1].map((f) => `<text x="${at}" y="${y(max * f, max) + 4}" text-anchor="${anchor}" font-size="11">${(max * f).toFixed(0)}</text>`).join('') +
-      `<text x="${at}" y="${PAD.top - 8}" text-anchor="${anchor}" font-size="11">${label}</text>`;
+    return (
+      [0, 0.5, 1]
+        .map(
+          (f) =>
+            `<text x="${at}" y="${y(max * f, max) + 4}" text-anchor="${anchor}" font-size="11">${(max * f).toFixed(0)}</text>`,
+        )
+        .join('') +
+      `<text x="${at}" y="${PAD.top - 8}" text-anchor="${anchor}" font-size="11">${label}</text>`
+    );
   };
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${HEIGHT}" font-family="sans-serif">`,
@@ -51,9 +63,19 @@ export function plotSoak(windows: readonly SoakWindow[]): string {
     axis('RSS MiB', rssMax, 'left'),
     axis('probe ms', msMax, 'right'),
     `<text x="${WIDTH / 2}" y="${HEIGHT - 8}" text-anchor="middle" font-size="11">seconds (0–${endSec})</text>`,
-    polyline(windows.map((w) => [x(w.atSec), y(w.rssMiB, rssMax)]), '#1f77b4'),
-    polyline(windows.map((w) => [x(w.atSec), y(w.probeMsP99, msMax)]), '#d62728'),
-    polyline(windows.map((w) => [x(w.atSec), y(w.probeMsMax, msMax)]), '#ff9896', '4 3'),
+    polyline(
+      windows.map((w) => [x(w.atSec), y(w.rssMiB, rssMax)]),
+      '#1f77b4',
+    ),
+    polyline(
+      windows.map((w) => [x(w.atSec), y(w.probeMsP99, msMax)]),
+      '#d62728',
+    ),
+    polyline(
+      windows.map((w) => [x(w.atSec), y(w.probeMsMax, msMax)]),
+      '#ff9896',
+      '4 3',
+    ),
     `<text x="${PAD.left + 8}" y="${PAD.top + 14}" font-size="11" fill="#1f77b4">RSS</text>`,
     `<text x="${PAD.left + 48}" y="${PAD.top + 14}" font-size="11" fill="#d62728">probe p99</text>`,
     `<text x="${PAD.left + 120}" y="${PAD.top + 14}" font-size="11" fill="#ff9896">probe max</text>`,

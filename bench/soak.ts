@@ -45,25 +45,39 @@ export interface SoakResult {
   readonly node: string;
   readonly options: SoakOptions;
   readonly windows: readonly SoakWindow[];
-  readonly load: { readonly requests: number; readonly errors: number; readonly non2xx: number; readonly msP99: number; readonly perSec: number };
+  readonly load: {
+    readonly requests: number;
+    readonly errors: number;
+    readonly non2xx: number;
+    readonly msP99: number;
+    readonly perSec: number;
+  };
 }
 
 function parse(argv: readonly string[]): SoakOptions {
   const { values } = parseArgs({
     args: [...argv],
     strict: true,
-    options: { minutes: { type: 'string' }, rate: { type: 'string' }, connections: { type: 'string' }, workers: { type: 'string' }, report: { type: 'string' } },
+    options: {
+      minutes: { type: 'string' },
+      rate: { type: 'string' },
+      connections: { type: 'string' },
+      workers: { type: 'string' },
+      report: { type: 'string' },
+    },
   });
   const positive = (name: string, raw: string | undefined, fallback: number): number => {
     const value = raw === undefined ? fallback : Number(raw);
-    if (!Number.isFinite(value) || value <= 0) throw new Error(`--${name} must be a positive number, got ${JSON.stringify(raw)}`);
+    if (!Number.isFinite(value) || value <= 0)
+      throw new Error(`--${name} must be a positive number, got ${JSON.stringify(raw)}`);
     return value;
   };
   return {
     minutes: positive('minutes', values.minutes, 30),
     rate: values.rate === undefined ? null : positive('rate', values.rate, 1),
     connections: Math.round(positive('connections', values.connections, 128)),
-    workers: values.workers === undefined ? undefined : Math.round(positive('workers', values.workers, 1)),
+    workers:
+      values.workers === undefined ? undefined : Math.round(positive('workers', values.workers, 1)),
     reportPath: values.report,
   };
 }
@@ -90,17 +104,43 @@ end
 async function runLoad(server: TallyServer, options: SoakOptions): Promise<SoakResult['load']> {
   const dir = await mkdtemp(join(tmpdir(), 'tally-soak-'));
   try {
-    const delayMs = options.rate === null ? 0 : Math.max(1, Math.round((1000 * options.connections) / options.rate));
+    const delayMs =
+      options.rate === null
+        ? 0
+        : Math.max(1, Math.round((1000 * options.connections) / options.rate));
     const file = join(dir, 'soak.lua');
     await writeFile(file, loadScript(server.keys.server, delayMs));
-    const args = ['-t1', `-c${options.connections}`, `-d${Math.round(options.minutes * 60)}s`, '--timeout', '10s', '-s', file, server.baseUrl];
+    const args = [
+      '-t1',
+      `-c${options.connections}`,
+      `-d${Math.round(options.minutes * 60)}s`,
+      '--timeout',
+      '10s',
+      '-s',
+      file,
+      server.baseUrl,
+    ];
     const stdout = await new Promise<string>((resolve, reject) =>
-      execFile('wrk', args, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) => (error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out))),
+      execFile('wrk', args, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) =>
+        error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out),
+      ),
     );
     const line = stdout.split('\n').find((l) => l.startsWith('WRK_JSON'));
     if (line === undefined) throw new Error(`wrk printed no summary:\n${stdout}`);
-    const s = JSON.parse(line.slice('WRK_JSON'.length)) as { requests: number; durationUs: number; status: number; errors: number; p99Us: number };
-    return { requests: s.requests, errors: s.errors, non2xx: s.status, msP99: s.p99Us / 1000, perSec: s.requests / (s.durationUs / 1e6) };
+    const s = JSON.parse(line.slice('WRK_JSON'.length)) as {
+      requests: number;
+      durationUs: number;
+      status: number;
+      errors: number;
+      p99Us: number;
+    };
+    return {
+      requests: s.requests,
+      errors: s.errors,
+      non2xx: s.status,
+      msP99: s.p99Us / 1000,
+      perSec: s.requests / (s.durationUs / 1e6),
+    };
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
@@ -109,12 +149,16 @@ async function runLoad(server: TallyServer, options: SoakOptions): Promise<SoakR
 /** Sum of a Prometheus gauge's samples in the metrics text. */
 function gaugeSum(text: string, name: string): number {
   let sum = 0;
-  for (const line of text.split('\n')) if (line.startsWith(`${name}{`) || line.startsWith(`${name} `)) sum += Number(line.slice(line.lastIndexOf(' ') + 1));
+  for (const line of text.split('\n'))
+    if (line.startsWith(`${name}{`) || line.startsWith(`${name} `))
+      sum += Number(line.slice(line.lastIndexOf(' ') + 1));
   return sum;
 }
 
 async function scrape(server: TallyServer, adminKey: string): Promise<string> {
-  const response = await fetch(`${server.baseUrl}/v1/admin/metrics`, { headers: { 'x-tally-key': adminKey } });
+  const response = await fetch(`${server.baseUrl}/v1/admin/metrics`, {
+    headers: { 'x-tally-key': adminKey },
+  });
   return response.text();
 }
 
@@ -124,7 +168,10 @@ async function rssMiB(pid: number): Promise<number> {
 }
 
 /** Probes `has` every 20 ms until `stop`; the caller reads and resets `window` every 15 s. */
-function startProbe(server: TallyServer): { window: () => { histogram: LatencyHistogram; failures: number }; stop: () => Promise<void> } {
+function startProbe(server: TallyServer): {
+  window: () => { histogram: LatencyHistogram; failures: number };
+  stop: () => Promise<void>;
+} {
   let histogram = new LatencyHistogram();
   let failures = 0;
   let running = true;
@@ -132,14 +179,19 @@ function startProbe(server: TallyServer): { window: () => { histogram: LatencyHi
     for (let n = 0; running; n++) {
       const started = performance.now();
       try {
-        const response = await fetch(`${server.baseUrl}/v1/entitlements/sso/has?customerId=probe-${n % 100}`, { headers: { 'x-tally-key': server.keys.client } });
+        const response = await fetch(
+          `${server.baseUrl}/v1/entitlements/sso/has?customerId=probe-${n % 100}`,
+          { headers: { 'x-tally-key': server.keys.client } },
+        );
         await response.arrayBuffer();
         if (response.ok) histogram.record(performance.now() - started);
         else failures++;
       } catch {
         failures++;
       }
-      await new Promise((resolve) => setTimeout(resolve, Math.max(0, PROBE_INTERVAL_MS - (performance.now() - started))));
+      await new Promise((resolve) =>
+        setTimeout(resolve, Math.max(0, PROBE_INTERVAL_MS - (performance.now() - started))),
+      );
     }
   })();
   return {
@@ -162,7 +214,9 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
     TALLY_RATE_LIMIT_CLIENT: '0',
     ...(options.workers === undefined ? {} : { TALLY_WORKERS: String(options.workers) }),
   });
-  const adminKey = (JSON.parse(await readFile(join(dataDir, 'bootstrap-keys.json'), 'utf8')) as { admin: string }).admin;
+  const adminKey = (
+    JSON.parse(await readFile(join(dataDir, 'bootstrap-keys.json'), 'utf8')) as { admin: string }
+  ).admin;
   const pid = server.child.process.pid ?? 0;
   const probe = startProbe(server);
   const started = Date.now();
@@ -186,12 +240,21 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
       });
       lastAge = age;
       const w = windows.at(-1);
-      if (w !== undefined) process.stderr.write(`soak ${w.atSec}s: RSS ${w.rssMiB.toFixed(0)} MiB, keys ${w.idempotencyEntries}, probe p99 ${w.probeMsP99.toFixed(2)} ms max ${w.probeMsMax.toFixed(1)} ms\n`);
+      if (w !== undefined)
+        process.stderr.write(
+          `soak ${w.atSec}s: RSS ${w.rssMiB.toFixed(0)} MiB, keys ${w.idempotencyEntries}, probe p99 ${w.probeMsP99.toFixed(2)} ms max ${w.probeMsMax.toFixed(1)} ms\n`,
+        );
     })();
   }, WINDOW_MS);
   try {
     const load = await runLoad(server, options);
-    return { startedAt: new Date(started).toISOString(), node: process.version, options, windows, load };
+    return {
+      startedAt: new Date(started).toISOString(),
+      node: process.version,
+      options,
+      windows,
+      load,
+    };
   } finally {
     clearInterval(timer);
     await probe.stop();
@@ -200,7 +263,8 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
 
 /** The soak table and plot, between the document's soak markers (added at its end when missing). */
 async function writeReport(path: string, result: SoakResult, svgPath: string): Promise<void> {
-  const begin = '<!-- soak:begin: written by `npm run bench:soak -- --report docs/performance.md`; edit outside the markers -->';
+  const begin =
+    '<!-- soak:begin: written by `npm run bench:soak -- --report docs/performance.md`; edit outside the markers -->';
   const end = '<!-- soak:end -->';
   const o = result.options;
   const last = result.windows.at(-1);
@@ -216,27 +280,37 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
     '',
     '| at | RSS MiB | idempotency keys in memory | snapshots | probe p99 ms | p999 ms | max ms | probe failures |',
     '|---|---|---|---|---|---|---|---|',
-    ...result.windows.map((w) => `| ${w.atSec} s | ${w.rssMiB.toFixed(0)} | ${w.idempotencyEntries} | ${w.snapshots} | ${w.probeMsP99.toFixed(2)} | ${w.probeMsP999.toFixed(2)} | ${w.probeMsMax.toFixed(1)} | ${w.probeFailures} |`),
+    ...result.windows.map(
+      (w) =>
+        `| ${w.atSec} s | ${w.rssMiB.toFixed(0)} | ${w.idempotencyEntries} | ${w.snapshots} | ${w.probeMsP99.toFixed(2)} | ${w.probeMsP999.toFixed(2)} | ${w.probeMsMax.toFixed(1)} | ${w.probeFailures} |`,
+    ),
     '',
-    last === undefined ? '' : `At the end: RSS ${last.rssMiB.toFixed(0)} MiB with ${last.idempotencyEntries} keys held in memory.`,
+    last === undefined
+      ? ''
+      : `At the end: RSS ${last.rssMiB.toFixed(0)} MiB with ${last.idempotencyEntries} keys held in memory.`,
     end,
   ].join('\n');
   const existing = await readFile(path, 'utf8').catch(() => '# Performance\n');
   const from = existing.indexOf('<!-- soak:begin');
   const to = existing.indexOf(end);
-  const next = from !== -1 && to > from ? existing.slice(0, from) + block + existing.slice(to + end.length) : `${existing.trimEnd()}\n\n${block}\n`;
+  const next =
+    from !== -1 && to > from
+      ? existing.slice(0, from) + block + existing.slice(to + end.length)
+      : `${existing.trimEnd()}\n\n${block}\n`;
   await writeFile(path, next);
   await writeFile(svgPath, plotSoak(result.windows));
 }
 
 async function main(): Promise<void> {
   const options = parse(process.argv.slice(2));
-  if (!(await wrkAvailable())) throw new Error('wrk is not installed: `apt-get install wrk` (Debian, Ubuntu)');
+  if (!(await wrkAvailable()))
+    throw new Error('wrk is not installed: `apt-get install wrk` (Debian, Ubuntu)');
   const dataDir = await makeDataDir();
   try {
     const result = await soak(options, dataDir);
     process.stdout.write(`${JSON.stringify(result.load)}\n`);
-    if (options.reportPath !== undefined) await writeReport(options.reportPath, result, join(dirname(options.reportPath), 'soak.svg'));
+    if (options.reportPath !== undefined)
+      await writeReport(options.reportPath, result, join(dirname(options.reportPath), 'soak.svg'));
   } finally {
     await stopAll();
     await removeDataDir(dataDir);
@@ -246,7 +320,9 @@ async function main(): Promise<void> {
 main().then(
   () => process.exit(0),
   (error: unknown) => {
-    process.stderr.write(`soak failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.stderr.write(
+      `soak failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
     process.exit(1);
   },
 );

@@ -14,7 +14,13 @@
  */
 import type { BenchOptions } from './options.js';
 import type { TallyInstance } from './scenarios.js';
-import { makeDataDir, rateLimitHeader, startTally, tallyBuilt, type TallyServer } from './tally-server.js';
+import {
+  makeDataDir,
+  rateLimitHeader,
+  startTally,
+  tallyBuilt,
+  type TallyServer,
+} from './tally-server.js';
 
 /** Requests per minute per key: ~10^4 times what a 10 s bench run sends in a minute. */
 export const RATE_LIMIT_HUGE = 1_000_000_000;
@@ -32,7 +38,11 @@ const rateLimitEnv = (perMinute: number): Record<string, string> => ({
 });
 
 export const TALLY_INSTANCES: Readonly<Record<TallyInstance, InstanceSpec>> = {
-  'rate-limited': { label: 'tally', env: rateLimitEnv(RATE_LIMIT_HUGE), note: `rate limit ${RATE_LIMIT_HUGE}/min per key (on, never reached)` },
+  'rate-limited': {
+    label: 'tally',
+    env: rateLimitEnv(RATE_LIMIT_HUGE),
+    note: `rate limit ${RATE_LIMIT_HUGE}/min per key (on, never reached)`,
+  },
   'rate-limit-off': { label: 'tally-rl-off', env: rateLimitEnv(0), note: 'rate limiting off (0)' },
 };
 
@@ -51,11 +61,17 @@ function neededInstances(options: BenchOptions): TallyInstance[] {
   return [...new Set<TallyInstance>(['rate-limited', ...options.scenarios.map((s) => s.tally)])];
 }
 
-async function startInstance(mainScript: string, instance: TallyInstance, options: BenchOptions, dataDirs: string[]): Promise<TallyServer> {
+async function startInstance(
+  mainScript: string,
+  instance: TallyInstance,
+  options: BenchOptions,
+  dataDirs: string[],
+): Promise<TallyServer> {
   const dataDir = await makeDataDir();
   dataDirs.push(dataDir); // before starting, so cleanup removes it even if the start fails
   const spec = TALLY_INSTANCES[instance];
-  const workers: Record<string, string> = options.workers === undefined ? {} : { TALLY_WORKERS: String(options.workers) };
+  const workers: Record<string, string> =
+    options.workers === undefined ? {} : { TALLY_WORKERS: String(options.workers) };
   return startTally(mainScript, spec.label, dataDir, { ...workers, ...spec.env });
 }
 
@@ -71,13 +87,19 @@ function describe(instances: readonly TallyInstance[], options: BenchOptions): s
  * built. Throws if a Tally fails to start or its probe request is not answered 2xx; the
  * children stay registered for `stopAll`.
  */
-export async function startTallies(mainScript: string, options: BenchOptions, dataDirs: string[]): Promise<Tallies> {
+export async function startTallies(
+  mainScript: string,
+  options: BenchOptions,
+  dataDirs: string[],
+): Promise<Tallies> {
   if (!tallyBuilt(mainScript)) {
     const note = `NOT RUN: ${mainScript} does not exist (run npm run build once the server exists); bare only`;
     return { servers: new Map(), note, rateLimitHeaderSeen: false, rateLimitOffHeaderSeen: null };
   }
   const instances = neededInstances(options);
-  const started = await Promise.all(instances.map(async (i) => [i, await startInstance(mainScript, i, options, dataDirs)] as const));
+  const started = await Promise.all(
+    instances.map(async (i) => [i, await startInstance(mainScript, i, options, dataDirs)] as const),
+  );
   const servers = new Map<TallyInstance, TallyServer>(started);
   const limited = servers.get('rate-limited');
   if (limited === undefined) throw new Error('the rate-limited Tally must always run');

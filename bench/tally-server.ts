@@ -31,15 +31,24 @@ export interface TallyServer {
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Polls until `probe` returns a value; throws with `what` after HEALTH_TIMEOUT_MS. */
-async function waitFor<T>(what: string, child: Child, probe: () => Promise<T | undefined>): Promise<T> {
+async function waitFor<T>(
+  what: string,
+  child: Child,
+  probe: () => Promise<T | undefined>,
+): Promise<T> {
   const deadline = Date.now() + HEALTH_TIMEOUT_MS;
   for (;;) {
     if (child.process.exitCode !== null || child.process.signalCode !== null) {
-      throw new Error(`${child.name} exited while waiting for ${what}\n--- ${child.name} output ---\n${child.outputTail()}`);
+      throw new Error(
+        `${child.name} exited while waiting for ${what}\n--- ${child.name} output ---\n${child.outputTail()}`,
+      );
     }
     const value = await probe().catch(() => undefined);
     if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`${child.name}: no ${what} within ${HEALTH_TIMEOUT_MS} ms\n--- ${child.name} output ---\n${child.outputTail()}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `${child.name}: no ${what} within ${HEALTH_TIMEOUT_MS} ms\n--- ${child.name} output ---\n${child.outputTail()}`,
+      );
     await sleep(POLL_INTERVAL_MS);
   }
 }
@@ -57,7 +66,12 @@ async function readKeys(dataDir: string): Promise<BenchKeys | undefined> {
   return { server: test.server, client: test.client };
 }
 
-async function pushConfig(name: string, baseUrl: string, keys: BenchKeys, config: unknown): Promise<void> {
+async function pushConfig(
+  name: string,
+  baseUrl: string,
+  keys: BenchKeys,
+  config: unknown,
+): Promise<void> {
   const response = await fetch(`${baseUrl}/v1/sync/push`, {
     method: 'POST',
     headers: { 'x-tally-key': keys.server, 'content-type': 'application/json' },
@@ -106,9 +120,14 @@ export async function startTally(
  */
 export async function rateLimitHeader(server: TallyServer): Promise<string | null> {
   const request = hasRequest('cust-0', server.keys);
-  const response = await fetch(`${server.baseUrl}${request.path ?? '/'}`, { headers: request.headers as Record<string, string> });
+  const response = await fetch(`${server.baseUrl}${request.path ?? '/'}`, {
+    headers: request.headers as Record<string, string>,
+  });
   const text = await response.text();
-  if (!response.ok) throw new Error(`${server.child.name}: rate-limit probe ${request.path} answered ${response.status}: ${text}`);
+  if (!response.ok)
+    throw new Error(
+      `${server.child.name}: rate-limit probe ${request.path} answered ${response.status}: ${text}`,
+    );
   return response.headers.get('x-ratelimit-limit');
 }
 

@@ -55,7 +55,8 @@ function readOrNull(file: string): string | null {
 /** CPU seconds per group between two samples (threads that appeared meanwhile count from zero). */
 export function cpuSecondsBetween(before: ThreadTicks, after: ThreadTicks): Map<string, number> {
   const seconds = new Map<string, number>();
-  for (const [group, ticks] of after) seconds.set(group, Math.max(0, ticks - (before.get(group) ?? 0)) / TICKS_PER_SEC);
+  for (const [group, ticks] of after)
+    seconds.set(group, Math.max(0, ticks - (before.get(group) ?? 0)) / TICKS_PER_SEC);
   return seconds;
 }
 

@@ -27,7 +27,9 @@ const QUANTILES = 1000;
 
 function rawRequest(request: autocannon.Request, host: string): string {
   const body = request.body === undefined ? '' : String(request.body);
-  const headers = Object.entries((request.headers ?? {}) as Record<string, string>).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+  const headers = Object.entries((request.headers ?? {}) as Record<string, string>)
+    .map(([name, value]) => `${name}: ${value}\r\n`)
+    .join('');
   const length = body === '' ? '' : `content-length: ${Buffer.byteLength(body)}\r\n`;
   return `${request.method ?? 'GET'} ${request.path ?? '/'} HTTP/1.1\r\nhost: ${host}\r\n${headers}${length}\r\n${body}`;
 }
@@ -72,7 +74,11 @@ interface WrkSummary {
 
 /** Whether wrk is installed (the driver is optional; CI does not need it). */
 export function wrkAvailable(): Promise<boolean> {
-  return new Promise((resolve) => execFile('wrk', ['--version'], (error) => resolve(error === null || (error as { code?: unknown }).code !== 'ENOENT')));
+  return new Promise((resolve) =>
+    execFile('wrk', ['--version'], (error) =>
+      resolve(error === null || (error as { code?: unknown }).code !== 'ENOENT'),
+    ),
+  );
 }
 
 /**
@@ -80,8 +86,13 @@ export function wrkAvailable(): Promise<boolean> {
  * connections, cycling through every request of `slices`. Rejects if wrk fails or prints
  * no summary; non-2xx answers and socket errors are counted, not thrown.
  */
-export async function runWrkSegment(baseUrl: string, slices: readonly autocannon.Request[][], shape: LoadShape): Promise<SegmentResult> {
-  if (shape.pipelining !== 1) throw new Error('the wrk driver sends one request at a time per connection (pipelining 1)');
+export async function runWrkSegment(
+  baseUrl: string,
+  slices: readonly autocannon.Request[][],
+  shape: LoadShape,
+): Promise<SegmentResult> {
+  if (shape.pipelining !== 1)
+    throw new Error('the wrk driver sends one request at a time per connection (pipelining 1)');
   const host = new URL(baseUrl).host;
   // Interleave the slices back into customer order, so consecutive requests hit different connections' customers.
   const requests: string[] = [];
@@ -96,9 +107,20 @@ export async function runWrkSegment(baseUrl: string, slices: readonly autocannon
     const file = join(dir, 'requests.lua');
     await writeFile(file, script(requests));
     const durationSec = Math.max(1, Math.round(shape.durationSec));
-    const args = ['-t1', `-c${shape.connections}`, `-d${durationSec}s`, '--timeout', '10s', '-s', file, baseUrl];
+    const args = [
+      '-t1',
+      `-c${shape.connections}`,
+      `-d${durationSec}s`,
+      '--timeout',
+      '10s',
+      '-s',
+      file,
+      baseUrl,
+    ];
     const stdout = await new Promise<string>((resolve, reject) =>
-      execFile('wrk', args, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) => (error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out))),
+      execFile('wrk', args, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) =>
+        error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out),
+      ),
     );
     const line = stdout.split('\n').find((l) => l.startsWith('WRK_JSON'));
     if (line === undefined) throw new Error(`wrk printed no summary:\n${stdout}`);

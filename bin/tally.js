@@ -6,7 +6,9 @@ import fs from 'node:fs';
 
 const main = new URL('../dist/src/cli/main.js', import.meta.url);
 if (!fs.existsSync(main)) {
-  console.error('tally: the CLI is not built (dist/src/cli/main.js is missing); run `npm run build` first');
+  console.error(
+    'tally: the CLI is not built (dist/src/cli/main.js is missing); run `npm run build` first',
+  );
   process.exit(1);
 }
 const { run } = await import(main.href);

@@ -22,7 +22,11 @@ export interface Quotas {
 }
 
 export const UNLIMITED: PerEnvironment = { test: 0, live: 0 };
-export const NO_QUOTAS: Quotas = { customers: UNLIMITED, idempotencyKeys: UNLIMITED, auditEntriesPerDay: UNLIMITED };
+export const NO_QUOTAS: Quotas = {
+  customers: UNLIMITED,
+  idempotencyKeys: UNLIMITED,
+  auditEntriesPerDay: UNLIMITED,
+};
 
 /** A quota as one worker enforces it: the operator's number and this worker's share of it. */
 export interface QuotaShare {
@@ -59,7 +63,8 @@ export function parsePerEnvironment(raw: string): PerEnvironment {
   const result = { test: 0, live: 0 };
   for (const part of raw.split(',')) {
     const match = /^\s*(test|live)\s*:\s*(\d+)\s*$/.exec(part);
-    if (match === null) throw new Error(`expected a whole number or test:N,live:M, got ${JSON.stringify(raw)}`);
+    if (match === null)
+      throw new Error(`expected a whole number or test:N,live:M, got ${JSON.stringify(raw)}`);
     result[match[1] as Environment] = Number(match[2]);
   }
   return result;

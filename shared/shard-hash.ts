@@ -8,7 +8,11 @@ import type { Environment } from './environment.js';
  * Stable FNV-1a hash of (environment, customerId) onto a logical shard. Stable across
  * processes and versions: it decides where a customer's journal lives.
  */
-export function logicalShardOf(environment: Environment, customerId: string, logicalShards: number): number {
+export function logicalShardOf(
+  environment: Environment,
+  customerId: string,
+  logicalShards: number,
+): number {
   let hash = 0x811c9dc5;
   hash = fnvString(hash, environment);
   hash = Math.imul(hash ^ 0, 0x01000193) >>> 0;

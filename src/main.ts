@@ -24,7 +24,9 @@ nameThisThread('tally-main');
 
 const levelRaw = process.env['TALLY_LOG_LEVEL'] || 'info';
 if (!isLogLevel(levelRaw)) {
-  process.stderr.write(`TALLY_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(levelRaw)}\n`);
+  process.stderr.write(
+    `TALLY_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(levelRaw)}\n`,
+  );
   process.exit(2);
 }
 // One stdout stream for log lines and the bootstrap block, so they come out in order.
@@ -69,8 +71,12 @@ async function main(): Promise<void> {
   const snapshotEveryBatches = intFromEnv('TALLY_SNAPSHOT_EVERY_BATCHES', undefined);
   const snapshotSliceCustomers = intFromEnv('TALLY_SNAPSHOT_SLICE', undefined);
   const rateLimits = {
-    server: intFromEnv('TALLY_RATE_LIMIT_SERVER', DEFAULT_RATE_LIMITS.server) ?? DEFAULT_RATE_LIMITS.server,
-    client: intFromEnv('TALLY_RATE_LIMIT_CLIENT', DEFAULT_RATE_LIMITS.client) ?? DEFAULT_RATE_LIMITS.client,
+    server:
+      intFromEnv('TALLY_RATE_LIMIT_SERVER', DEFAULT_RATE_LIMITS.server) ??
+      DEFAULT_RATE_LIMITS.server,
+    client:
+      intFromEnv('TALLY_RATE_LIMIT_CLIENT', DEFAULT_RATE_LIMITS.client) ??
+      DEFAULT_RATE_LIMITS.client,
   };
   const reserveMb = intFromEnv('TALLY_STORAGE_RESERVE_MB', undefined);
   const quotas = {
@@ -98,8 +104,12 @@ async function main(): Promise<void> {
     processor,
     ...(workers === undefined || workers === 0 ? {} : { workers }),
     ...(queueMax === undefined || queueMax === 0 ? {} : { queueMax }),
-    ...(snapshotEveryBatches === undefined || snapshotEveryBatches === 0 ? {} : { snapshotEveryBatches }),
-    ...(snapshotSliceCustomers === undefined || snapshotSliceCustomers === 0 ? {} : { snapshotSliceCustomers }),
+    ...(snapshotEveryBatches === undefined || snapshotEveryBatches === 0
+      ? {}
+      : { snapshotEveryBatches }),
+    ...(snapshotSliceCustomers === undefined || snapshotSliceCustomers === 0
+      ? {}
+      : { snapshotSliceCustomers }),
   });
   if (server.bootstrapKeys !== null) {
     stdout.write(
@@ -108,7 +118,11 @@ async function main(): Promise<void> {
     );
   }
   log.info({ host, port: server.port, dataDir }, 'listening');
-  if (server.stripeSandboxUrl !== null) log.info({ url: server.stripeSandboxUrl }, 'stripe sandbox (no STRIPE_SECRET_KEY: payments are simulated)');
+  if (server.stripeSandboxUrl !== null)
+    log.info(
+      { url: server.stripeSandboxUrl },
+      'stripe sandbox (no STRIPE_SECRET_KEY: payments are simulated)',
+    );
   else log.info({ apiUrl: apiUrl ?? 'https://api.stripe.com' }, 'stripe');
   const started = Date.now();
   await server.ready;

@@ -10,7 +10,6 @@
  * instance would silently share the port and half the traffic.
  */
 import { randomBytes } from 'node:crypto';
-import fs from 'node:fs';
 import os from 'node:os';
 import uWS from 'uWebSockets.js';
 import type { BillingConfig } from '../actors/billing-config.js';
@@ -19,7 +18,7 @@ import { LOGICAL_SHARDS } from '../shared/limits.js';
 import { logicalShardOf, workerOf } from '../shared/shard-hash.js';
 import { ControlStore, type KeyRecord } from '../storage/control-store.js';
 import { claimDataDir } from '../storage/data-dir-lock.js';
-import { ensurePrivateDir, writePrivateFile } from '../storage/private-files.js';
+import { ensurePrivateDir } from '../storage/private-files.js';
 import { SNAPSHOT_SECRET_BYTES } from '../storage/snapshot-file.js';
 import { AuditLog, type AuditVerification } from '../storage/audit-log.js';
 import { CustomerIndex } from '../storage/customer-index.js';
@@ -31,7 +30,11 @@ import { snapshotRoutes } from './api/snapshot-routes.js';
 import { Snapshots } from './snapshots.js';
 import { buildApiRouter, type Route } from './api/routes.js';
 import { issueKey, KeyRing } from './auth/keys.js';
-import { replaceBootstrapAdmin, writeBootstrapFile, type BootstrapKeys } from './auth/bootstrap-file.js';
+import {
+  replaceBootstrapAdmin,
+  writeBootstrapFile,
+  type BootstrapKeys,
+} from './auth/bootstrap-file.js';
 import { DEFAULT_RATE_LIMITS, RateLimiter, type RateLimits } from './auth/rate-limit.js';
 import { checkBodyHeaders, readJsonBody } from './http/body.js';
 import { Exchange } from './http/exchange.js';
@@ -46,7 +49,14 @@ import { UNLIMITED, type Quotas } from '../shared/quotas.js';
 import { ShardPool } from './shard-pool.js';
 import { webhookHandler } from './api/commerce-routes.js';
 import { syncCatalog, type CatalogAction } from './commerce/catalog-sync.js';
-import { processorSettingsProblem, ProcessorFailure, startProcessor, STRIPE_WEBHOOK_PATH, type Processor, type ProcessorSettings } from './commerce/processor.js';
+import {
+  processorSettingsProblem,
+  ProcessorFailure,
+  startProcessor,
+  STRIPE_WEBHOOK_PATH,
+  type Processor,
+  type ProcessorSettings,
+} from './commerce/processor.js';
 import { SideJobs } from './side-jobs.js';
 import { STORAGE_RESERVE_BYTES_DEFAULT, StorageWatch } from './storage-watch.js';
 
@@ -129,7 +139,10 @@ export function defaultWorkers(cores: number): number {
 }
 
 /** The worker count is part of the data dir's layout: the first start fixes it. */
-async function resolveWorkers(control: ControlStore, requested: number | undefined): Promise<number> {
+async function resolveWorkers(
+  control: ControlStore,
+  requested: number | undefined,
+): Promise<number> {
   const stored = control.getMeta('workers');
   if (typeof stored === 'number') return stored;
   const workers = requested ?? defaultWorkers(os.availableParallelism());
@@ -141,15 +154,28 @@ async function resolveWorkers(control: ControlStore, requested: number | undefin
  * The native module exports the flag at top level while its typings declare it in a
  * runtime-absent enum; read the real value and insist it exists.
  */
-const LISTEN_EXCLUSIVE_PORT = (uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT?: uWS.ListenOptions }).LIBUS_LISTEN_EXCLUSIVE_PORT;
+const LISTEN_EXCLUSIVE_PORT = (
+  uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT?: uWS.ListenOptions }
+).LIBUS_LISTEN_EXCLUSIVE_PORT;
 
 function listen(app: uWS.TemplatedApp, host: string, port: number): Promise<uWS.us_listen_socket> {
-  if (LISTEN_EXCLUSIVE_PORT === undefined) throw new Error('uWebSockets.js lacks LIBUS_LISTEN_EXCLUSIVE_PORT');
+  if (LISTEN_EXCLUSIVE_PORT === undefined)
+    throw new Error('uWebSockets.js lacks LIBUS_LISTEN_EXCLUSIVE_PORT');
   // The typings leave out the (host, port, options, callback) form the native module has.
-  const listenOn = app.listen as unknown as (host: string, port: number, options: uWS.ListenOptions, cb: (socket: uWS.us_listen_socket | false) => void) => void;
+  const listenOn = app.listen as unknown as (
+    host: string,
+    port: number,
+    options: uWS.ListenOptions,
+    cb: (socket: uWS.us_listen_socket | false) => void,
+  ) => void;
   return new Promise((resolve, reject) => {
     listenOn.call(app, host, port, LISTEN_EXCLUSIVE_PORT, (socket) => {
-      if (socket === false) reject(new Error(`cannot listen on port ${port} of ${host}: it is in use, not open to this account, or not an address of this machine`));
+      if (socket === false)
+        reject(
+          new Error(
+            `cannot listen on port ${port} of ${host}: it is in use, not open to this account, or not an address of this machine`,
+          ),
+        );
       else resolve(socket);
     });
   });
@@ -175,7 +201,8 @@ async function openDataDir(options: ServerOptions): Promise<OpenedDataDir> {
   let control: ControlStore | null = null;
   try {
     control = ControlStore.open(options.dataDir);
-    if (control.snapshotSecret() === null) await control.putSnapshotSecret(randomBytes(SNAPSHOT_SECRET_BYTES));
+    if (control.snapshotSecret() === null)
+      await control.putSnapshotSecret(randomBytes(SNAPSHOT_SECRET_BYTES));
     const keys = new KeyRing(control);
     const bootstrap = await bootstrapKeys(keys, options.dataDir);
     const workers = await resolveWorkers(control, options.workers);
@@ -193,7 +220,9 @@ async function openDataDir(options: ServerOptions): Promise<OpenedDataDir> {
  * head may be parsed as another request.
  */
 function answerStarting(res: uWS.HttpResponse, req: uWS.HttpRequest, obs: Observability): void {
-  new Exchange(res, req.getCaseSensitiveMethod(), req.getUrl(), obs).failAndClose('not_ready', {}, [['retry-after', '1']]);
+  new Exchange(res, req.getCaseSensitiveMethod(), req.getUrl(), obs).failAndClose('not_ready', {}, [
+    ['retry-after', '1'],
+  ]);
 }
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
@@ -204,7 +233,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const app = uWS.App();
   const obs = new Observability(options.log ?? silentLogger());
   let frontEnd: FrontEnd | null = null;
-  app.any('/*', (res, req) => (frontEnd === null ? answerStarting(res, req, obs) : frontEnd.handle(res, req)));
+  app.any('/*', (res, req) =>
+    frontEnd === null ? answerStarting(res, req, obs) : frontEnd.handle(res, req),
+  );
   const socket = await listen(app, options.host ?? DEFAULT_HOST, options.port);
   const port = uWS.us_socket_local_port(socket);
   let opened: OpenedDataDir;
@@ -227,39 +258,68 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
 
   let pool: ShardPool | null = null;
   const pushChains = new Map<Environment, Promise<unknown>>();
-  const pushConfig = (environment: Environment, config: BillingConfig, actor: string): Promise<{ version: number; pushedAtMs: number; catalog: CatalogAction[] }> => {
+  const pushConfig = (
+    environment: Environment,
+    config: BillingConfig,
+    actor: string,
+  ): Promise<{ version: number; pushedAtMs: number; catalog: CatalogAction[] }> => {
     const previous = pushChains.get(environment) ?? Promise.resolve();
     const next = previous.then(async () => {
       // The processor first: a push it fails changes nothing in Tally.
       const version = (control.latestConfig(environment)?.version ?? 0) + 1;
-      const catalog = await syncCatalog(processor, environment, version, config).catch((error: unknown) => {
-        throw new ProcessorFailure(error instanceof Error ? error.message : String(error));
-      });
+      const catalog = await syncCatalog(processor, environment, version, config).catch(
+        (error: unknown) => {
+          throw new ProcessorFailure(error instanceof Error ? error.message : String(error));
+        },
+      );
       const pushedAtMs = Date.now();
       // Both writes are issued in this one turn, so the control store commits them in one
       // transaction (eventTurnBatching, lmdb-env.ts): a crash keeps the version and its
       // audit entry together or neither.
       const stored = control.putConfig(environment, { version, pushedAtMs, config });
-      const entry = { action: 'config.push', resourceType: 'config', resourceId: `v${version}`, actor, data: { version } };
+      const entry = {
+        action: 'config.push',
+        resourceType: 'config',
+        resourceId: `v${version}`,
+        actor,
+        data: { version },
+      };
       await Promise.all([stored, audit.append(environment, entry, pushedAtMs)]);
       pool?.broadcastConfig(environment, version, config);
       return { version, pushedAtMs, catalog };
     });
-    pushChains.set(environment, next.catch(() => undefined));
+    pushChains.set(
+      environment,
+      next.catch(() => undefined),
+    );
     return next;
   };
 
-  const storage = new StorageWatch(options.dataDir, options.storageReserveBytes ?? STORAGE_RESERVE_BYTES_DEFAULT, obs.log);
+  const storage = new StorageWatch(
+    options.dataDir,
+    options.storageReserveBytes ?? STORAGE_RESERVE_BYTES_DEFAULT,
+    obs.log,
+  );
   await storage.start();
-  const front = new FrontEnd(keys, new RateLimiter(options.rateLimits ?? DEFAULT_RATE_LIMITS), () => pool !== null, obs, storage);
+  const front = new FrontEnd(
+    keys,
+    new RateLimiter(options.rateLimits ?? DEFAULT_RATE_LIMITS),
+    () => pool !== null,
+    obs,
+    storage,
+  );
   frontEnd = front;
 
   const poolOptions = {
     dataDir: options.dataDir,
     workers,
     ...(options.queueMax === undefined ? {} : { queueMax: options.queueMax }),
-    ...(options.snapshotEveryBatches === undefined ? {} : { snapshotEveryBatches: options.snapshotEveryBatches }),
-    ...(options.snapshotSliceCustomers === undefined ? {} : { snapshotSliceCustomers: options.snapshotSliceCustomers }),
+    ...(options.snapshotEveryBatches === undefined
+      ? {}
+      : { snapshotEveryBatches: options.snapshotEveryBatches }),
+    ...(options.snapshotSliceCustomers === undefined
+      ? {}
+      : { snapshotSliceCustomers: options.snapshotSliceCustomers }),
     ...(options.quotas === undefined ? {} : { quotas: options.quotas }),
   };
   let customers: CustomerIndex | null = null;
@@ -272,7 +332,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     await appendRecoveredAudits(started, audit);
     for (const environment of ENVIRONMENTS) {
       const latest = control.latestConfig(environment);
-      if (latest !== null) started.broadcastConfig(environment, latest.version, latest.config as BillingConfig);
+      if (latest !== null)
+        started.broadcastConfig(environment, latest.version, latest.config as BillingConfig);
     }
     await resyncSandboxCatalog(processor, control, options.log);
     customers = CustomerIndex.open(options.dataDir, workers, (environment, id) =>
@@ -308,16 +369,34 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       audit,
       assemble: (task) => sideJobs.assembleSnapshot(task),
       record: (action, info, actor) => {
-        const fields = { action, resourceType: 'snapshot', resourceId: info.id, actor, bytes: info.bytes, customers: info.customers, error: info.error };
-        if (info.status === 'failed') obs.log.warn(fields, 'operator action');
-        else obs.log.info(fields, 'operator action');
-        return audit.append(OPERATOR_STREAM, {
+        const fields = {
           action,
           resourceType: 'snapshot',
           resourceId: info.id,
           actor,
-          data: { bytes: info.bytes, customers: info.customers, sha256: info.sha256, error: info.error, journalPositions: info.journalPositions },
-        }, Date.now());
+          bytes: info.bytes,
+          customers: info.customers,
+          error: info.error,
+        };
+        if (info.status === 'failed') obs.log.warn(fields, 'operator action');
+        else obs.log.info(fields, 'operator action');
+        return audit.append(
+          OPERATOR_STREAM,
+          {
+            action,
+            resourceType: 'snapshot',
+            resourceId: info.id,
+            actor,
+            data: {
+              bytes: info.bytes,
+              customers: info.customers,
+              sha256: info.sha256,
+              error: info.error,
+              journalPositions: info.journalPositions,
+            },
+          },
+          Date.now(),
+        );
       },
     });
     const adminRouter = buildAdminRouter(adminDeps, [
@@ -382,7 +461,13 @@ class FrontEnd {
     if (!this.storage.full || ex.method === 'GET') return false;
     this.storage.refused++;
     const free = this.storage.freeBytes ?? 0;
-    ex.fail('storage_full', { detail: `${free} bytes free on the data directory's filesystem, below the reserve; reads are still served` }, [['retry-after', '5']]);
+    ex.fail(
+      'storage_full',
+      {
+        detail: `${free} bytes free on the data directory's filesystem, below the reserve; reads are still served`,
+      },
+      [['retry-after', '5']],
+    );
     return true;
   }
 
@@ -431,7 +516,10 @@ class FrontEnd {
     const rate = this.limiter.take(key, Date.now());
     if (rate !== null) {
       ex.rate = rate;
-      if (!rate.allowed) return ex.fail('rate_limited', { limit: rate.limit }, [['retry-after', String(rate.retryAfterSec)]]);
+      if (!rate.allowed)
+        return ex.fail('rate_limited', { limit: rate.limit }, [
+          ['retry-after', String(rate.retryAfterSec)],
+        ]);
     }
     if (url.startsWith('/v1/admin/')) return this.dispatchAdmin(ex, req, key);
     if (key.environment === null) return ex.fail('environment_key_required');
@@ -439,18 +527,24 @@ class FrontEnd {
 
     const found = this.router.lookup(method, url);
     if (found.kind === 'not_found') return ex.fail('route_not_found', { method, path: url });
-    if (found.kind === 'method_not_allowed') return ex.fail('method_not_allowed', { method, path: url }, [['allow', found.allow]]);
+    if (found.kind === 'method_not_allowed')
+      return ex.fail('method_not_allowed', { method, path: url }, [['allow', found.allow]]);
     const { route, params } = found.match;
     ex.slot = this.apiSlotBase + found.match.index;
-    if (route.record.keys === 'server' && key.keyClass !== 'server') return ex.fail('server_key_required');
+    if (route.record.keys === 'server' && key.keyClass !== 'server')
+      return ex.fail('server_key_required');
     if (this.refusedForStorage(ex)) return;
 
     const query = routeQuery(req.getQuery() ?? '', route.takesQuery);
     if (!query.ok) return ex.fail('invalid_query', { detail: query.message });
     const environment = key.environment;
-    if (!route.hasBody) return runRoute(route, ex, key, environment, params, query.params, undefined, '');
-    if (!checkBodyHeaders(ex, req.getHeader('content-type'), req.getHeader('content-length'))) return;
-    readJsonBody(ex, (body, bodyText) => runRoute(route, ex, key, environment, params, query.params, body, bodyText));
+    if (!route.hasBody)
+      return runRoute(route, ex, key, environment, params, query.params, undefined, '');
+    if (!checkBodyHeaders(ex, req.getHeader('content-type'), req.getHeader('content-length')))
+      return;
+    readJsonBody(ex, (body, bodyText) =>
+      runRoute(route, ex, key, environment, params, query.params, body, bodyText),
+    );
   }
 
   /** A public route: GET only, like every route another method is a 405 with `Allow`; no key, no query. */
@@ -459,7 +553,8 @@ class FrontEnd {
     ex.slot = this.obs.metrics.fixedSlot(url, method);
     const found = this.publicRouter.lookup(method, url);
     if (found.kind === 'not_found') return ex.fail('route_not_found', { method, path: url });
-    if (found.kind === 'method_not_allowed') return ex.fail('method_not_allowed', { method, path: url }, [['allow', found.allow]]);
+    if (found.kind === 'method_not_allowed')
+      return ex.fail('method_not_allowed', { method, path: url }, [['allow', found.allow]]);
     runRoute(found.match.route, ex, null, null, found.match.params, NO_QUERY, undefined, '');
   }
 
@@ -470,15 +565,19 @@ class FrontEnd {
     if (this.adminRouter === null) return ex.fail('not_ready', {}, [['retry-after', '1']]);
     const found = this.adminRouter.lookup(method, url);
     if (found.kind === 'not_found') return ex.fail('route_not_found', { method, path: url });
-    if (found.kind === 'method_not_allowed') return ex.fail('method_not_allowed', { method, path: url }, [['allow', found.allow]]);
+    if (found.kind === 'method_not_allowed')
+      return ex.fail('method_not_allowed', { method, path: url }, [['allow', found.allow]]);
     const { route, params } = found.match;
     ex.slot = this.adminSlotBase + found.match.index;
     if (this.refusedForStorage(ex)) return;
     const query = routeQuery(req.getQuery() ?? '', route.takesQuery);
     if (!query.ok) return ex.fail('invalid_query', { detail: query.message });
     if (!route.hasBody) return runRoute(route, ex, key, null, params, query.params, undefined, '');
-    if (!checkBodyHeaders(ex, req.getHeader('content-type'), req.getHeader('content-length'))) return;
-    readJsonBody(ex, (body, bodyText) => runRoute(route, ex, key, null, params, query.params, body, bodyText));
+    if (!checkBodyHeaders(ex, req.getHeader('content-type'), req.getHeader('content-length')))
+      return;
+    readJsonBody(ex, (body, bodyText) =>
+      runRoute(route, ex, key, null, params, query.params, body, bodyText),
+    );
   }
 }
 
@@ -487,21 +586,32 @@ const NO_QUERY: Readonly<Record<string, string>> = Object.freeze({});
 
 /** The token of `Authorization: Bearer <token>`; the scheme name is case-insensitive (RFC 9110 §11.1). */
 function bearerToken(header: string): string {
-  return header.length > 7 && header.slice(0, 7).toLowerCase() === 'bearer ' ? header.slice(7).trim() : '';
+  return header.length > 7 && header.slice(0, 7).toLowerCase() === 'bearer '
+    ? header.slice(7).trim()
+    : '';
 }
 
 /**
  * The embedded sandbox starts empty at every start: it is given the catalog of the stored
  * configurations again, so checkout works without a new push. (Stripe keeps its own.)
  */
-async function resyncSandboxCatalog(processor: Processor, control: ControlStore, log: Logger | undefined): Promise<void> {
+async function resyncSandboxCatalog(
+  processor: Processor,
+  control: ControlStore,
+  log: Logger | undefined,
+): Promise<void> {
   if (processor.sandboxUrl === null) return;
   for (const environment of ENVIRONMENTS) {
     const latest = control.latestConfig(environment);
     if (latest === null) continue;
-    await syncCatalog(processor, environment, latest.version, latest.config as BillingConfig).catch((error: unknown) => {
-      log?.warn({ environment, error: error instanceof Error ? error.message : String(error) }, 'stripe sandbox catalog sync failed');
-    });
+    await syncCatalog(processor, environment, latest.version, latest.config as BillingConfig).catch(
+      (error: unknown) => {
+        log?.warn(
+          { environment, error: error instanceof Error ? error.message : String(error) },
+          'stripe sandbox catalog sync failed',
+        );
+      },
+    );
   }
 }
 
@@ -512,10 +622,14 @@ async function resyncSandboxCatalog(processor: Processor, control: ControlStore,
  * may forget their copies. Entries the chain already holds are only forgotten.
  */
 async function appendRecoveredAudits(pool: ShardPool, audit: AuditLog): Promise<void> {
-  const recovered = pool.takeRecoveredAudits().sort((a, b) => a.atMs - b.atMs || (a.ref < b.ref ? -1 : 1));
+  const recovered = pool
+    .takeRecoveredAudits()
+    .sort((a, b) => a.atMs - b.atMs || (a.ref < b.ref ? -1 : 1));
   for (const entry of recovered) {
     const { ref, environment, action, resourceType, resourceId, actor, data, atMs } = entry;
-    if (!audit.hasRef(ref)) await audit.append(environment, { action, resourceType, resourceId, actor, data }, atMs, ref);
+    if (!audit.hasRef(ref))
+      await audit.append(environment, { action, resourceType, resourceId, actor, data }, atMs, ref);
   }
-  for (const entry of recovered) pool.auditsRecorded(entry.environment, entry.resourceId, [entry.ref]);
+  for (const entry of recovered)
+    pool.auditsRecorded(entry.environment, entry.resourceId, [entry.ref]);
 }

@@ -13,7 +13,14 @@ import { Worker } from 'node:worker_threads';
 import { assert } from '../shared/assert.js';
 import { logicalShardOf, workerOf } from '../shared/shard-hash.js';
 import type { BillingConfig } from '../actors/billing-config.js';
-import { BATCH_COMMANDS_MAX, EXPORT_SLICE_CUSTOMERS, LOGICAL_SHARDS, SHARD_YOUNG_GENERATION_MB, SNAPSHOT_EVERY_BATCHES, WORKER_QUEUE_MAX } from '../shared/limits.js';
+import {
+  BATCH_COMMANDS_MAX,
+  EXPORT_SLICE_CUSTOMERS,
+  LOGICAL_SHARDS,
+  SHARD_YOUNG_GENERATION_MB,
+  SNAPSHOT_EVERY_BATCHES,
+  WORKER_QUEUE_MAX,
+} from '../shared/limits.js';
 import {
   COMMAND_SLOTS,
   pushCommand,
@@ -66,7 +73,10 @@ export class ShardPool {
   private readonly recoveredAudits: PendingAudit[] = [];
   private nextId = 1;
   /** Outstanding stats requests: request id → one result slot per worker. */
-  private readonly statsRequests = new Map<number, { results: Array<ShardLiveStats | null>; left: number; done: (stats: ShardLiveStats[]) => void }>();
+  private readonly statsRequests = new Map<
+    number,
+    { results: Array<ShardLiveStats | null>; left: number; done: (stats: ShardLiveStats[]) => void }
+  >();
   private nextStatsRequest = 1;
   /** The online snapshot being cut, if any: one result slot per worker. */
   private cutting: {
@@ -119,7 +129,11 @@ export class ShardPool {
           this.deliver(slot, message.replies);
         } else if (message.t === 'stats') {
           this.statsArrived(index, message.requestId, message.stats);
-        } else if (message.t === 'cutProgress' || message.t === 'cutDone' || message.t === 'cutFailed') {
+        } else if (
+          message.t === 'cutProgress' ||
+          message.t === 'cutDone' ||
+          message.t === 'cutFailed'
+        ) {
           this.cutReport(index, message);
         }
       });
@@ -140,7 +154,9 @@ export class ShardPool {
       this.options.onWorkerDeath(index, reason);
       return;
     }
-    process.stderr.write(`${JSON.stringify({ level: 'fatal', msg: 'shard worker died', worker: index, reason })}\n`);
+    process.stderr.write(
+      `${JSON.stringify({ level: 'fatal', msg: 'shard worker died', worker: index, reason })}\n`,
+    );
     process.exit(70);
   }
 
@@ -189,7 +205,11 @@ export class ShardPool {
    * with every part once all are written and durable, rejects if any worker fails.
    * One cut at a time (programmer error otherwise).
    */
-  cut(snapshotId: string, partPathOf: (index: number) => string, onProgress: (done: number, total: number) => void): Promise<CutResult[]> {
+  cut(
+    snapshotId: string,
+    partPathOf: (index: number) => string,
+    onProgress: (done: number, total: number) => void,
+  ): Promise<CutResult[]> {
     if (this.cutting !== null) throw new Error('a snapshot cut is already in progress');
     this.flush();
     return new Promise((resolve, reject) => {
@@ -205,11 +225,16 @@ export class ShardPool {
           else reject(error);
         },
       };
-      this.slots.forEach((slot, index) => this.post(slot, { t: 'cut', snapshotId, partPath: partPathOf(index) }));
+      this.slots.forEach((slot, index) =>
+        this.post(slot, { t: 'cut', snapshotId, partPath: partPathOf(index) }),
+      );
     });
   }
 
-  private cutReport(index: number, message: Extract<FromWorker, { t: 'cutProgress' | 'cutDone' | 'cutFailed' }>): void {
+  private cutReport(
+    index: number,
+    message: Extract<FromWorker, { t: 'cutProgress' | 'cutDone' | 'cutFailed' }>,
+  ): void {
     const cut = this.cutting;
     if (cut === null || cut.snapshotId !== message.snapshotId) return;
     if (message.t === 'cutFailed') {
@@ -235,7 +260,10 @@ export class ShardPool {
    * `audit`: an audited write's tag; the shard stores its entry with the change (protocol.ts).
    */
   submit(command: Command, onReply: ReplyHandler, audit: AuditTag | null = null): boolean {
-    const index = workerOf(logicalShardOf(command.environment, command.customerId, LOGICAL_SHARDS), this.slots.length);
+    const index = workerOf(
+      logicalShardOf(command.environment, command.customerId, LOGICAL_SHARDS),
+      this.slots.length,
+    );
     const slot = this.slots[index];
     if (slot === undefined || slot.inFlight >= this.queueMax) return false;
     const id = this.nextId++;
@@ -259,7 +287,10 @@ export class ShardPool {
 
   /** Tells the shard holding `customerId` that these audit entries are durable in the chain. */
   auditsRecorded(environment: Environment, customerId: string, refs: readonly string[]): void {
-    const slot = this.slots[workerOf(logicalShardOf(environment, customerId, LOGICAL_SHARDS), this.slots.length)];
+    const slot =
+      this.slots[
+        workerOf(logicalShardOf(environment, customerId, LOGICAL_SHARDS), this.slots.length)
+      ];
     if (slot !== undefined && refs.length > 0) this.post(slot, { t: 'auditsRecorded', refs });
   }
 
@@ -271,7 +302,8 @@ export class ShardPool {
       slot.outbox = [];
       const slotsMax = BATCH_COMMANDS_MAX * COMMAND_SLOTS;
       for (let start = 0; start < outbox.length; start += slotsMax) {
-        const wire = start === 0 && outbox.length <= slotsMax ? outbox : outbox.slice(start, start + slotsMax);
+        const wire =
+          start === 0 && outbox.length <= slotsMax ? outbox : outbox.slice(start, start + slotsMax);
         this.post(slot, { t: 'batch', wire });
       }
     }
@@ -295,7 +327,11 @@ export class ShardPool {
       assert(slot.inFlight > 0, `reply for request ${id} from a worker with nothing in flight`);
       this.pending.delete(id);
       slot.inFlight--;
-      handler(replies[i + 1] as ReplyOutcome, replies[i + 2] as string, replies[i + 3] as AuditEffect);
+      handler(
+        replies[i + 1] as ReplyOutcome,
+        replies[i + 2] as string,
+        replies[i + 3] as AuditEffect,
+      );
     }
   }
 

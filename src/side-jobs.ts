@@ -57,12 +57,18 @@ export class SideJobs {
   verifyAudit(stream: string, nowMs = Date.now()): Promise<AuditVerification> {
     const lastSeq = this.lastSeq(stream);
     const known = this.verdicts.get(stream);
-    if (known !== undefined && known.lastSeq === lastSeq && nowMs - known.atMs <= VERIFY_CACHE_MS) return known.result;
-    if (this.walks >= VERIFY_QUEUE_MAX) return Promise.reject(new SideJobsBusyError('audit verification lane is full'));
+    if (known !== undefined && known.lastSeq === lastSeq && nowMs - known.atMs <= VERIFY_CACHE_MS)
+      return known.result;
+    if (this.walks >= VERIFY_QUEUE_MAX)
+      return Promise.reject(new SideJobsBusyError('audit verification lane is full'));
     this.walks++;
     this.verifyLane ??= new Piscina({ maxThreads: 1, idleTimeout: IDLE_TIMEOUT_MS });
     const task: AuditVerifyTask = { dataDir: this.dataDir, environment: stream };
-    const result = (this.verifyLane.run(task, { filename: new URL('audit-verify-task.js', this.tasks).href }) as Promise<AuditVerification>).finally(() => this.walks--);
+    const result = (
+      this.verifyLane.run(task, {
+        filename: new URL('audit-verify-task.js', this.tasks).href,
+      }) as Promise<AuditVerification>
+    ).finally(() => this.walks--);
     const verdict: Verdict = { lastSeq, atMs: nowMs, result };
     this.verdicts.set(stream, verdict);
     // A failed walk is not a verdict: the next request tries again.
@@ -75,7 +81,9 @@ export class SideJobs {
   /** Writes an operator snapshot file on the snapshot lane. */
   assembleSnapshot(task: SnapshotAssembleTask): Promise<SnapshotAssembled> {
     this.snapshotLane ??= new Piscina({ maxThreads: 1, idleTimeout: IDLE_TIMEOUT_MS });
-    return this.snapshotLane.run(task, { filename: new URL('snapshot-assemble-task.js', this.tasks).href }) as Promise<SnapshotAssembled>;
+    return this.snapshotLane.run(task, {
+      filename: new URL('snapshot-assemble-task.js', this.tasks).href,
+    }) as Promise<SnapshotAssembled>;
   }
 
   async destroy(): Promise<void> {

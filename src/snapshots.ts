@@ -59,7 +59,8 @@ export class Snapshots {
     fs.mkdirSync(this.dir, { recursive: true });
     // Pieces of a snapshot that a crash interrupted are never listed; clear them away.
     for (const name of fs.readdirSync(this.dir)) {
-      if (name.endsWith('.parts') || name.endsWith('.tmp')) fs.rmSync(path.join(this.dir, name), { recursive: true, force: true });
+      if (name.endsWith('.parts') || name.endsWith('.tmp'))
+        fs.rmSync(path.join(this.dir, name), { recursive: true, force: true });
     }
     const stored = deps.control.getMeta(META_KEY);
     this.known = Array.isArray(stored) ? (stored as SnapshotInfo[]) : [];
@@ -94,7 +95,8 @@ export class Snapshots {
    * as it progresses. Throws SnapshotBusyError while another snapshot is running.
    */
   create(actor: string): SnapshotInfo {
-    if (this.running !== null) throw new SnapshotBusyError(`snapshot ${this.running.id} is still running`);
+    if (this.running !== null)
+      throw new SnapshotBusyError(`snapshot ${this.running.id} is still running`);
     const nowMs = Date.now();
     const id = `snap_${new Date(nowMs).toISOString().replace(/[-:.]/g, '').slice(0, 15)}Z_${randomBytes(3).toString('hex')}`;
     const info: SnapshotInfo = {
@@ -120,8 +122,15 @@ export class Snapshots {
       createdAtMs: nowMs,
       workers: pool.workerCount,
       environments: ['test', 'live'],
-      configVersions: { test: control.latestConfigVersion('test'), live: control.latestConfigVersion('live') },
-      auditSeqs: { test: audit.lastSeq('test'), live: audit.lastSeq('live'), operator: audit.lastSeq('operator') },
+      configVersions: {
+        test: control.latestConfigVersion('test'),
+        live: control.latestConfigVersion('live'),
+      },
+      auditSeqs: {
+        test: audit.lastSeq('test'),
+        live: audit.lastSeq('live'),
+        operator: audit.lastSeq('operator'),
+      },
     };
     const keyRecords = keys.list();
     const partOf = (index: number): string => path.join(partsDir, `shard-${index}.part`);
@@ -129,7 +138,15 @@ export class Snapshots {
       info.progress = { customersDone: done, customersTotal: total };
     });
     this.running = info;
-    void this.complete(info, cut, { ...header, journalPositions: [] }, keyRecords, partOf, partsDir, actor);
+    void this.complete(
+      info,
+      cut,
+      { ...header, journalPositions: [] },
+      keyRecords,
+      partOf,
+      partsDir,
+      actor,
+    );
     return info;
   }
 
@@ -150,12 +167,25 @@ export class Snapshots {
         file: this.fileOf(info.id),
         header: { ...header, journalPositions: info.journalPositions },
         keys: keyRecords,
-        parts: results.map((r, index) => ({ path: partOf(index), frames: r.frames, customers: r.customers, bytes: r.bytes })),
+        parts: results.map((r, index) => ({
+          path: partOf(index),
+          frames: r.frames,
+          customers: r.customers,
+          bytes: r.bytes,
+        })),
       });
-      Object.assign(info, { status: 'complete', bytes: assembled.bytes, customers: assembled.customers, sha256: assembled.sha256 });
+      Object.assign(info, {
+        status: 'complete',
+        bytes: assembled.bytes,
+        customers: assembled.customers,
+        sha256: assembled.sha256,
+      });
       info.progress = { customersDone: assembled.customers, customersTotal: assembled.customers };
     } catch (error) {
-      Object.assign(info, { status: 'failed', error: error instanceof Error ? error.message : String(error) });
+      Object.assign(info, {
+        status: 'failed',
+        error: error instanceof Error ? error.message : String(error),
+      });
       fs.rmSync(this.fileOf(info.id), { force: true });
     }
     info.completedAt = new Date().toISOString();
@@ -164,9 +194,15 @@ export class Snapshots {
     this.running = null;
     try {
       await this.deps.control.putMeta(META_KEY, this.known);
-      await this.deps.record(info.status === 'complete' ? 'snapshot.create' : 'snapshot.fail', info, actor);
+      await this.deps.record(
+        info.status === 'complete' ? 'snapshot.create' : 'snapshot.fail',
+        info,
+        actor,
+      );
     } catch (error) {
-      process.stderr.write(`${JSON.stringify({ level: 'error', msg: 'snapshot bookkeeping failed', id: info.id, error: String(error) })}\n`);
+      process.stderr.write(
+        `${JSON.stringify({ level: 'error', msg: 'snapshot bookkeeping failed', id: info.id, error: String(error) })}\n`,
+      );
     }
   }
 

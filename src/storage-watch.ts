@@ -60,7 +60,11 @@ export class StorageWatch {
     const full = this.freeBytes < this.reserveBytes;
     if (full === this.full) return;
     this.full = full;
-    const fields = { dataDir: this.dir, freeBytes: this.freeBytes, reserveBytes: this.reserveBytes };
+    const fields = {
+      dataDir: this.dir,
+      freeBytes: this.freeBytes,
+      reserveBytes: this.reserveBytes,
+    };
     if (full) this.log.warn(fields, 'storage full: refusing writes until space is freed');
     else this.log.warn(fields, 'storage has room again: accepting writes');
   }

@@ -38,7 +38,12 @@ export interface AuditPage {
 
 export type AuditVerification =
   | { readonly ok: true; readonly entries: number; readonly lastHash: string }
-  | { readonly ok: false; readonly entries: number; readonly brokenAt: string; readonly reason: string };
+  | {
+      readonly ok: false;
+      readonly entries: number;
+      readonly brokenAt: string;
+      readonly reason: string;
+    };
 
 /** The link before the first entry of a chain. */
 export const GENESIS_HASH = '0'.repeat(64);
@@ -47,7 +52,17 @@ export const GENESIS_HASH = '0'.repeat(64);
 const SCAN_MAX = 10_000;
 
 function hashOf(entry: Omit<AuditEntry, 'hash'>): string {
-  const canonical = JSON.stringify([entry.id, entry.seq, entry.at, entry.action, entry.resourceType, entry.resourceId, entry.actor, entry.data, entry.prevHash]);
+  const canonical = JSON.stringify([
+    entry.id,
+    entry.seq,
+    entry.at,
+    entry.action,
+    entry.resourceType,
+    entry.resourceId,
+    entry.actor,
+    entry.data,
+    entry.prevHash,
+  ]);
   return createHash('sha256').update(canonical).digest('hex');
 }
 
@@ -74,7 +89,12 @@ export class AuditLog {
     let tail = this.last.get(environment);
     if (tail === undefined) {
       tail = { seq: 0, hash: GENESIS_HASH };
-      for (const { value } of this.db.getRange({ start: [environment, Number.MAX_SAFE_INTEGER], end: [environment, 0], reverse: true, limit: 1 })) {
+      for (const { value } of this.db.getRange({
+        start: [environment, Number.MAX_SAFE_INTEGER],
+        end: [environment, 0],
+        reverse: true,
+        limit: 1,
+      })) {
         const entry = decode(value);
         tail = { seq: entry.seq, hash: entry.hash };
       }
@@ -90,7 +110,10 @@ export class AuditLog {
 
   /** The stored bytes of entries 1..`upToSeq`, in order: a snapshot copies them verbatim. */
   *rawEntries(stream: string, upToSeq: number): Generator<[number, Buffer]> {
-    for (const { key, value } of this.db.getRange({ start: [stream, 0], end: [stream, upToSeq + 1] })) {
+    for (const { key, value } of this.db.getRange({
+      start: [stream, 0],
+      end: [stream, upToSeq + 1],
+    })) {
       yield [(key as [string, number])[1], value];
     }
   }
@@ -98,7 +121,10 @@ export class AuditLog {
   /** Stores an entry's bytes as they were (restore); resolves once durable. */
   putRaw(stream: string, seq: number, bytes: Uint8Array): Promise<void> {
     this.last.delete(stream);
-    return durableVoid(this.db.put([stream, seq], Buffer.from(bytes)), `audit ${stream} ${seq} restore`);
+    return durableVoid(
+      this.db.put([stream, seq], Buffer.from(bytes)),
+      `audit ${stream} ${seq} restore`,
+    );
   }
 
   /**
@@ -113,7 +139,11 @@ export class AuditLog {
     const known = this.today.get(stream);
     if (known !== undefined && known.dayStartMs === dayStartMs) return known.count;
     let count = 0;
-    for (const { value } of this.db.getRange({ start: [stream, Number.MAX_SAFE_INTEGER], end: [stream, 0], reverse: true })) {
+    for (const { value } of this.db.getRange({
+      start: [stream, Number.MAX_SAFE_INTEGER],
+      end: [stream, 0],
+      reverse: true,
+    })) {
       if (Date.parse(decode(value).at) < dayStartMs) break;
       count++;
     }
@@ -121,16 +151,31 @@ export class AuditLog {
     return count;
   }
 
-  async append(environment: string, input: AuditInput, nowMs: number, ref?: string): Promise<AuditEntry> {
+  async append(
+    environment: string,
+    input: AuditInput,
+    nowMs: number,
+    ref?: string,
+  ): Promise<AuditEntry> {
     const tail = this.tail(environment);
     const seq = tail.seq + 1;
-    const unhashed = { id: `aud_${environment}_${seq}`, seq, at: new Date(nowMs).toISOString(), ...input, prevHash: tail.hash };
+    const unhashed = {
+      id: `aud_${environment}_${seq}`,
+      seq,
+      at: new Date(nowMs).toISOString(),
+      ...input,
+      prevHash: tail.hash,
+    };
     const entry: AuditEntry = { ...unhashed, hash: hashOf(unhashed) };
     this.last.set(environment, { seq, hash: entry.hash });
     try {
-      const written = durableVoid(this.db.put([environment, seq], encodeRecord(entry)), `audit ${entry.id} write`);
+      const written = durableVoid(
+        this.db.put([environment, seq], encodeRecord(entry)),
+        `audit ${entry.id} write`,
+      );
       // Issued in the same turn as the entry: the control store commits both in one transaction.
-      if (ref !== undefined && this.refs !== null) this.refs.put(ref, encodeRecord([environment, seq])).catch(() => undefined);
+      if (ref !== undefined && this.refs !== null)
+        this.refs.put(ref, encodeRecord([environment, seq])).catch(() => undefined);
       await written;
       const today = this.today.get(environment);
       if (today !== undefined && nowMs >= today.dayStartMs) today.count++;
@@ -143,7 +188,12 @@ export class AuditLog {
   }
 
   /** Newest first, optionally filtered; `before` continues a previous page. */
-  page(environment: string, filter: { action?: string; resourceType?: string }, limit: number, before: number | null): AuditPage {
+  page(
+    environment: string,
+    filter: { action?: string; resourceType?: string },
+    limit: number,
+    before: number | null,
+  ): AuditPage {
     const data: AuditEntry[] = [];
     let scanned = 0;
     const start = [environment, before === null ? Number.MAX_SAFE_INTEGER : before - 1];
@@ -164,15 +214,42 @@ export class AuditLog {
     let prev = GENESIS_HASH;
     let expectedSeq = 1;
     let entries = 0;
-    for (const { key, value } of this.db.getRange({ start: [environment, 0], end: [environment, Number.MAX_SAFE_INTEGER] })) {
+    for (const { key, value } of this.db.getRange({
+      start: [environment, 0],
+      end: [environment, Number.MAX_SAFE_INTEGER],
+    })) {
       const decoded = decodeRecord(value);
       const seq = (key as [string, number])[1];
-      if (!decoded.ok) return { ok: false, entries, brokenAt: `aud_${environment}_${seq}`, reason: `stored record is unreadable (${decoded.reason})` };
+      if (!decoded.ok)
+        return {
+          ok: false,
+          entries,
+          brokenAt: `aud_${environment}_${seq}`,
+          reason: `stored record is unreadable (${decoded.reason})`,
+        };
       const entry = decoded.value as AuditEntry;
-      if (seq !== expectedSeq || entry.seq !== seq) return { ok: false, entries, brokenAt: entry.id, reason: `expected entry ${expectedSeq}, found ${seq}` };
-      if (entry.prevHash !== prev) return { ok: false, entries, brokenAt: entry.id, reason: 'link to the previous entry does not match' };
+      if (seq !== expectedSeq || entry.seq !== seq)
+        return {
+          ok: false,
+          entries,
+          brokenAt: entry.id,
+          reason: `expected entry ${expectedSeq}, found ${seq}`,
+        };
+      if (entry.prevHash !== prev)
+        return {
+          ok: false,
+          entries,
+          brokenAt: entry.id,
+          reason: 'link to the previous entry does not match',
+        };
       const { hash, ...rest } = entry;
-      if (hashOf(rest) !== hash) return { ok: false, entries, brokenAt: entry.id, reason: 'content does not match its hash' };
+      if (hashOf(rest) !== hash)
+        return {
+          ok: false,
+          entries,
+          brokenAt: entry.id,
+          reason: 'content does not match its hash',
+        };
       prev = hash;
       expectedSeq++;
       entries++;

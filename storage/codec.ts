@@ -75,10 +75,14 @@ export function encodeRecord(value: unknown): Buffer {
  * Checks a frame's checksum without decoding it (verifying a large file cheaply); the
  * payload may still fail to decode later. Never throws.
  */
-export function checkRecord(bytes: Uint8Array): { readonly ok: true } | { readonly ok: false; readonly reason: DecodeFailure } {
+export function checkRecord(
+  bytes: Uint8Array,
+): { readonly ok: true } | { readonly ok: false; readonly reason: DecodeFailure } {
   if (bytes.length <= HEADER_BYTES) return { ok: false, reason: 'truncated' };
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  return crc32(bytes.subarray(HEADER_BYTES)) === view.getUint32(0, false) ? { ok: true } : { ok: false, reason: 'checksum' };
+  return crc32(bytes.subarray(HEADER_BYTES)) === view.getUint32(0, false)
+    ? { ok: true }
+    : { ok: false, reason: 'checksum' };
 }
 
 /** Verifies and decodes a frame. Never throws: bad bytes come back as `{ ok: false }`. */

@@ -16,7 +16,14 @@
 import { join } from 'node:path';
 import { assert } from '../shared/assert.js';
 import { decodeRecord, encodeRecord } from './codec.js';
-import { durableVoid, durableWrite, openDurableEnv, readRecord, type BinaryDb, type DurableEnv } from './lmdb-env.js';
+import {
+  durableVoid,
+  durableWrite,
+  openDurableEnv,
+  readRecord,
+  type BinaryDb,
+  type DurableEnv,
+} from './lmdb-env.js';
 
 export type Environment = 'test' | 'live';
 
@@ -59,7 +66,15 @@ export class ControlStore {
 
   /** Opens (creating if needed) `<dataDir>/control`. Throws if LMDB cannot open it. */
   static open(dataDir: string): ControlStore {
-    return new ControlStore(openDurableEnv<DbName>(join(dataDir, 'control'), ['keys', 'configs', 'meta', 'audit', 'auditRefs']));
+    return new ControlStore(
+      openDurableEnv<DbName>(join(dataDir, 'control'), [
+        'keys',
+        'configs',
+        'meta',
+        'audit',
+        'auditRefs',
+      ]),
+    );
   }
 
   /**
@@ -68,7 +83,10 @@ export class ControlStore {
    */
   putKey(record: KeyRecord): Promise<void> {
     assert(isKeyRecord(record), 'putKey: malformed KeyRecord');
-    return durableVoid(this.#env.dbs.keys.put(record.id, encodeRecord(record)), `key ${record.id} write`);
+    return durableVoid(
+      this.#env.dbs.keys.put(record.id, encodeRecord(record)),
+      `key ${record.id} write`,
+    );
   }
 
   /** Every key, ordered by id. Throws if any stored key record is corrupt. */
@@ -100,7 +118,9 @@ export class ControlStore {
       `config ${environment} v${entry.version} write`,
     );
     if (!written) {
-      throw new Error(`control store: config version ${entry.version} for ${environment} already exists`);
+      throw new Error(
+        `control store: config version ${entry.version} for ${environment} already exists`,
+      );
     }
   }
 
@@ -108,9 +128,16 @@ export class ControlStore {
   listConfigs(environment: Environment, upToVersion: number): ConfigEntry[] {
     assertEnvironment(environment);
     const entries: ConfigEntry[] = [];
-    for (const { key, value } of this.#env.dbs.configs.getRange({ start: [environment, 0], end: [environment, upToVersion + 1] })) {
+    for (const { key, value } of this.#env.dbs.configs.getRange({
+      start: [environment, 0],
+      end: [environment, upToVersion + 1],
+    })) {
       const decoded = decodeRecord(value);
-      if (!decoded.ok || !isConfigEntry(decoded.value) || !sameKey(key, [environment, decoded.value.version])) {
+      if (
+        !decoded.ok ||
+        !isConfigEntry(decoded.value) ||
+        !sameKey(key, [environment, decoded.value.version])
+      ) {
         throw new Error(`control store: config record ${JSON.stringify(key)} is corrupt`);
       }
       entries.push(decoded.value);
@@ -121,10 +148,19 @@ export class ControlStore {
   /** The highest version stored for `environment`, or null. Throws if that record is corrupt. */
   latestConfig(environment: Environment): ConfigEntry | null {
     assertEnvironment(environment);
-    const newestFirst = { start: [environment, Number.MAX_SAFE_INTEGER], end: [environment], reverse: true, limit: 1 };
+    const newestFirst = {
+      start: [environment, Number.MAX_SAFE_INTEGER],
+      end: [environment],
+      reverse: true,
+      limit: 1,
+    };
     for (const { key, value } of this.#env.dbs.configs.getRange(newestFirst)) {
       const decoded = decodeRecord(value);
-      if (!decoded.ok || !isConfigEntry(decoded.value) || !sameKey(key, [environment, decoded.value.version])) {
+      if (
+        !decoded.ok ||
+        !isConfigEntry(decoded.value) ||
+        !sameKey(key, [environment, decoded.value.version])
+      ) {
         throw new Error(`control store: config record ${JSON.stringify(key)} is corrupt`);
       }
       return decoded.value;
@@ -139,7 +175,12 @@ export class ControlStore {
    */
   latestConfigVersion(environment: Environment): number {
     assertEnvironment(environment);
-    const newestFirst = { start: [environment, Number.MAX_SAFE_INTEGER], end: [environment], reverse: true, limit: 1 };
+    const newestFirst = {
+      start: [environment, Number.MAX_SAFE_INTEGER],
+      end: [environment],
+      reverse: true,
+      limit: 1,
+    };
     for (const key of this.#env.dbs.configs.getKeys(newestFirst)) {
       const version: unknown = Array.isArray(key) ? key[1] : undefined;
       if (typeof version !== 'number' || !sameKey(key, [environment, version])) {
@@ -157,7 +198,10 @@ export class ControlStore {
 
   /** Stores a value; resolves once durable, rejects if the write fails. */
   putMeta(name: string, value: unknown): Promise<void> {
-    return durableVoid(this.#env.dbs.meta.put(name, encodeRecord(value)), `control meta "${name}" write`);
+    return durableVoid(
+      this.#env.dbs.meta.put(name, encodeRecord(value)),
+      `control meta "${name}" write`,
+    );
   }
 
   /**
@@ -168,7 +212,10 @@ export class ControlStore {
   snapshotSecret(): Buffer | null {
     const stored = this.getMeta(SNAPSHOT_SECRET_META);
     if (stored === undefined) return null;
-    assert(typeof stored === 'string' && /^[0-9a-f]{64}$/.test(stored), 'control store: the snapshot secret is malformed');
+    assert(
+      typeof stored === 'string' && /^[0-9a-f]{64}$/.test(stored),
+      'control store: the snapshot secret is malformed',
+    );
     return Buffer.from(stored, 'hex');
   }
 
@@ -185,7 +232,10 @@ export class ControlStore {
 }
 
 function assertEnvironment(environment: unknown): asserts environment is Environment {
-  assert(environment === 'test' || environment === 'live', `unknown environment ${String(environment)}`);
+  assert(
+    environment === 'test' || environment === 'live',
+    `unknown environment ${String(environment)}`,
+  );
 }
 
 function isKeyRecord(value: unknown): value is KeyRecord {
@@ -216,5 +266,9 @@ function isConfigEntry(value: unknown): value is ConfigEntry {
 }
 
 function sameKey(key: unknown, expected: readonly (string | number)[]): boolean {
-  return Array.isArray(key) && key.length === expected.length && key.every((part, i) => part === expected[i]);
+  return (
+    Array.isArray(key) &&
+    key.length === expected.length &&
+    key.every((part, i) => part === expected[i])
+  );
 }

@@ -27,8 +27,18 @@ export class CustomerIndex {
   ) {}
 
   /** Opens the index of every shard worker's environment under `dataDir`. */
-  static open(dataDir: string, workers: number, shardOf: (environment: string, id: string) => number): CustomerIndex {
-    const envs = Array.from({ length: workers }, (_, i) => openDurableEnv<'customers'>(path.join(dataDir, `shard-${i}`), ['customers'], SHARD_ENV_OPTIONS));
+  static open(
+    dataDir: string,
+    workers: number,
+    shardOf: (environment: string, id: string) => number,
+  ): CustomerIndex {
+    const envs = Array.from({ length: workers }, (_, i) =>
+      openDurableEnv<'customers'>(
+        path.join(dataDir, `shard-${i}`),
+        ['customers'],
+        SHARD_ENV_OPTIONS,
+      ),
+    );
     return new CustomerIndex(envs, shardOf);
   }
 

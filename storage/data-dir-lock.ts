@@ -32,18 +32,26 @@ const held = new Map<string, { fd: number; claims: number }>();
 
 /** Takes the lock on `fd` if it is free; false if another open file holds it. */
 function tryLock(fd: number): boolean {
-  const result = spawnSync('flock', ['--exclusive', '--nonblock', '3'], { stdio: ['ignore', 'ignore', 'pipe', fd] });
+  const result = spawnSync('flock', ['--exclusive', '--nonblock', '3'], {
+    stdio: ['ignore', 'ignore', 'pipe', fd],
+  });
   if (result.error !== undefined) {
-    throw new Error(`cannot lock the data dir: the flock command (util-linux) is needed (${result.error.message})`);
+    throw new Error(
+      `cannot lock the data dir: the flock command (util-linux) is needed (${result.error.message})`,
+    );
   }
   if (result.status === 0) return true;
   if (result.status === 1) return false;
-  throw new Error(`cannot lock the data dir: flock exited ${result.status}: ${result.stderr.toString().trim()}`);
+  throw new Error(
+    `cannot lock the data dir: flock exited ${result.status}: ${result.stderr.toString().trim()}`,
+  );
 }
 
 function readOwner(dataDir: string): DataDirOwner | null {
   try {
-    const owner = JSON.parse(fs.readFileSync(path.join(dataDir, OWNER_FILE), 'utf8')) as DataDirOwner;
+    const owner = JSON.parse(
+      fs.readFileSync(path.join(dataDir, OWNER_FILE), 'utf8'),
+    ) as DataDirOwner;
     return typeof owner.pid === 'number' ? owner : null;
   } catch {
     return null;
@@ -77,7 +85,11 @@ export function claimDataDir(dataDir: string, role: string): () => void {
     return releaser(key, dataDir);
   }
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  const fd = fs.openSync(path.join(dataDir, LOCK_FILE), fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o600);
+  const fd = fs.openSync(
+    path.join(dataDir, LOCK_FILE),
+    fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW,
+    0o600,
+  );
   if (!tryLock(fd)) {
     fs.closeSync(fd);
     const owner = readOwner(dataDir);

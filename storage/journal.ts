@@ -28,7 +28,16 @@
  */
 import { assert } from '../shared/assert.js';
 import { encodeRecord, decodeRecord } from './codec.js';
-import { envInfo, flushedWrite, openDurableEnv, readRecord, SHARD_ENV_OPTIONS, type BinaryDb, type DurableEnv, type EnvInfo } from './lmdb-env.js';
+import {
+  envInfo,
+  flushedWrite,
+  openDurableEnv,
+  readRecord,
+  SHARD_ENV_OPTIONS,
+  type BinaryDb,
+  type DurableEnv,
+  type EnvInfo,
+} from './lmdb-env.js';
 
 /**
  * Largest journal record. A batch holds at most BATCH_COMMANDS_MAX (1,024) commands whose
@@ -128,9 +137,16 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * header is corrupt (refuse to start).
    */
   static open(path: string): ShardStore;
-  static open<Ev, Item, Audit>(path: string, shapes: RecordShapes<Ev, Item, Audit>): ShardStore<Ev, Item, Audit>;
+  static open<Ev, Item, Audit>(
+    path: string,
+    shapes: RecordShapes<Ev, Item, Audit>,
+  ): ShardStore<Ev, Item, Audit>;
   static open(path: string, shapes: RecordShapes<unknown, unknown, unknown> = UNTYPED): ShardStore {
-    const env = openDurableEnv<DbName>(path, ['journal', 'snapshot', 'meta', 'customers', 'audits'], SHARD_ENV_OPTIONS);
+    const env = openDurableEnv<DbName>(
+      path,
+      ['journal', 'snapshot', 'meta', 'customers', 'audits'],
+      SHARD_ENV_OPTIONS,
+    );
     try {
       return new ShardStore(env, shapes);
     } catch (error) {
@@ -176,22 +192,33 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     audits: ReadonlyArray<Audit & { readonly ref: string }> = [],
     forget: readonly string[] = [],
   ): { seq: number; durable: Promise<void> } {
-    assert(this.#tornTailSeq === null, `torn journal tail at seq ${this.#tornTailSeq}: replay() before append()`);
+    assert(
+      this.#tornTailSeq === null,
+      `torn journal tail at seq ${this.#tornTailSeq}: replay() before append()`,
+    );
     assert(Array.isArray(events), 'journal record must be an array of events');
     const seq = this.#lastSeq + 1;
     assert(Number.isSafeInteger(seq), 'journal seq overflow');
     const frame = encodeRecord(events);
-    assert(frame.length <= JOURNAL_RECORD_BYTES_MAX, `journal record of ${frame.length} bytes exceeds the limit`);
+    assert(
+      frame.length <= JOURNAL_RECORD_BYTES_MAX,
+      `journal record of ${frame.length} bytes exceeds the limit`,
+    );
     // Issued in the same turn as the journal record, the index puts land in the same LMDB
     // transaction: the customer index never disagrees with the journal, even after a crash.
     // (A failure fails the whole transaction; the journal record's `durable` reports it.)
-    for (const entry of index) this.#env.dbs.customers.put([entry.environment, entry.id], entry.json).catch(() => undefined);
+    for (const entry of index)
+      this.#env.dbs.customers.put([entry.environment, entry.id], entry.json).catch(() => undefined);
     // The audit entries of audited writes, likewise: kept until the front end has them in
     // the audit chain (`forget`, which rides on a later append), and handed to it again
     // after a crash (pendingAudits).
-    for (const audit of audits) this.#env.dbs.audits.put(audit.ref, encodeRecord(audit)).catch(() => undefined);
+    for (const audit of audits)
+      this.#env.dbs.audits.put(audit.ref, encodeRecord(audit)).catch(() => undefined);
     for (const ref of forget) this.#env.dbs.audits.remove(ref).catch(() => undefined);
-    const durable = this.#flushed(this.#env.dbs.journal.put(seq, frame), `journal append of seq ${seq}`);
+    const durable = this.#flushed(
+      this.#env.dbs.journal.put(seq, frame),
+      `journal append of seq ${seq}`,
+    );
     this.#lastSeq = seq;
     return { seq, durable };
   }
@@ -201,7 +228,10 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     const audits: Audit[] = [];
     for (const { key } of this.#env.dbs.audits.getRange({})) {
       const audit = readRecord(this.#env.dbs.audits, key as string, `pending audit ${String(key)}`);
-      if (!this.#shapes.isAudit(audit)) throw new Error(`pending audit ${String(key)} is corrupt (not an audit entry); refusing to start`);
+      if (!this.#shapes.isAudit(audit))
+        throw new Error(
+          `pending audit ${String(key)} is corrupt (not an audit entry); refusing to start`,
+        );
       audits.push(audit);
     }
     return audits;
@@ -212,7 +242,11 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * resolves once durable. Only for a clean stop: while running, forgets ride on appends.
    */
   forgetAudits(refs: readonly string[]): Promise<void> {
-    return Promise.all(refs.map((ref) => this.#flushed(this.#env.dbs.audits.remove(ref), `pending audit ${ref} removal`))).then(() => undefined);
+    return Promise.all(
+      refs.map((ref) =>
+        this.#flushed(this.#env.dbs.audits.remove(ref), `pending audit ${ref} removal`),
+      ),
+    ).then(() => undefined);
   }
 
   /**
@@ -228,9 +262,18 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * Errors thrown by `onBatch` propagate unchanged.
    */
   replay(afterSeq: number, onBatch: (seq: number, events: readonly Ev[]) => void): ReplayResult {
-    assert(Number.isSafeInteger(afterSeq) && afterSeq >= 0, 'replay afterSeq must be a non-negative integer');
-    assert(afterSeq >= this.#snapshotSeq, `replay after ${afterSeq} but the snapshot covers up to ${this.#snapshotSeq}`);
-    const range = this.#tornTailSeq === null ? { start: afterSeq + 1 } : { start: afterSeq + 1, end: this.#tornTailSeq };
+    assert(
+      Number.isSafeInteger(afterSeq) && afterSeq >= 0,
+      'replay afterSeq must be a non-negative integer',
+    );
+    assert(
+      afterSeq >= this.#snapshotSeq,
+      `replay after ${afterSeq} but the snapshot covers up to ${this.#snapshotSeq}`,
+    );
+    const range =
+      this.#tornTailSeq === null
+        ? { start: afterSeq + 1 }
+        : { start: afterSeq + 1, end: this.#tornTailSeq };
     let expectedSeq = afterSeq + 1;
     const afterGap: number[] = [];
     for (const { key, value } of this.#env.dbs.journal.getRange(range)) {
@@ -274,10 +317,19 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * all decoded. Same guarantees and failures as `writeSnapshot`.
    */
   writeSnapshotChunks(seq: number, chunks: readonly Buffer[], itemCount: number): Promise<void> {
-    assert(this.#tornTailSeq === null, `torn journal tail at seq ${this.#tornTailSeq}: replay() before writeSnapshot()`);
+    assert(
+      this.#tornTailSeq === null,
+      `torn journal tail at seq ${this.#tornTailSeq}: replay() before writeSnapshot()`,
+    );
     assert(Number.isSafeInteger(seq), 'snapshot seq must be an integer');
-    assert(seq >= this.#snapshotSeq, `snapshot at ${seq} would go back before ${this.#snapshotSeq}`);
-    assert(seq <= this.#lastSeq, `snapshot at ${seq} is beyond the journal (lastSeq ${this.#lastSeq})`);
+    assert(
+      seq >= this.#snapshotSeq,
+      `snapshot at ${seq} would go back before ${this.#snapshotSeq}`,
+    );
+    assert(
+      seq <= this.#lastSeq,
+      `snapshot at ${seq} is beyond the journal (lastSeq ${this.#lastSeq})`,
+    );
     const header: SnapshotHeader = {
       formatVersion: SNAPSHOT_FORMAT_VERSION,
       seq,
@@ -286,7 +338,9 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
       createdAtMs: Date.now(),
     };
     const { journal, snapshot } = this.#env.dbs;
-    const replaced = snapshot.childTransaction(() => replaceSnapshot(journal, snapshot, header, chunks));
+    const replaced = snapshot.childTransaction(() =>
+      replaceSnapshot(journal, snapshot, header, chunks),
+    );
     return this.#flushed(replaced, `snapshot at seq ${seq}`).then(() => {
       // Only a committed snapshot moves the floor; concurrent requests are ordered (or
       // refused) inside the transaction by replaceSnapshot.
@@ -317,7 +371,9 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * must discard everything it loaded (the shard worker dies). Errors thrown by
    * `onChunk` propagate unchanged.
    */
-  readSnapshot(onChunk: (items: readonly Item[]) => void): { seq: number; createdAtMs: number; itemCount: number } | null {
+  readSnapshot(
+    onChunk: (items: readonly Item[]) => void,
+  ): { seq: number; createdAtMs: number; itemCount: number } | null {
     const { snapshot } = this.#env.dbs;
     const header = readSnapshotHeader(snapshot);
     if (header === null) return null;
@@ -325,12 +381,16 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     let expectedKey = 1;
     for (const { key, value } of snapshot.getRange({ start: 1 })) {
       if (key !== expectedKey || expectedKey > header.chunkCount) {
-        throw new Error(`snapshot is corrupt: unexpected chunk key ${String(key)} (chunkCount ${header.chunkCount})`);
+        throw new Error(
+          `snapshot is corrupt: unexpected chunk key ${String(key)} (chunkCount ${header.chunkCount})`,
+        );
       }
       const items = decodeChunk(expectedKey, value);
       itemCount += items.length;
       if (itemCount > header.itemCount) {
-        throw new Error(`snapshot is corrupt: header says ${header.itemCount} items, chunk ${expectedKey} goes beyond`);
+        throw new Error(
+          `snapshot is corrupt: header says ${header.itemCount} items, chunk ${expectedKey} goes beyond`,
+        );
       }
       onChunk(this.#items(expectedKey, items));
       expectedKey += 1;
@@ -349,7 +409,14 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    */
   async putIndex(entries: readonly IndexEntry[]): Promise<void> {
     const { customers } = this.#env.dbs;
-    await Promise.all(entries.map((entry) => this.#flushed(customers.put([entry.environment, entry.id], entry.json), `index row ${entry.id}`)));
+    await Promise.all(
+      entries.map((entry) =>
+        this.#flushed(
+          customers.put([entry.environment, entry.id], entry.json),
+          `index row ${entry.id}`,
+        ),
+      ),
+    );
   }
 
   /** Returns the stored value, or undefined. Throws if the stored record is corrupt. */
@@ -359,7 +426,10 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
 
   /** Stores a value; resolves once durable, rejects if the write fails. */
   putMeta(name: string, value: unknown): Promise<void> {
-    return this.#flushed(this.#env.dbs.meta.put(name, encodeRecord(value)), `shard meta "${name}" write`);
+    return this.#flushed(
+      this.#env.dbs.meta.put(name, encodeRecord(value)),
+      `shard meta "${name}" write`,
+    );
   }
 
   /**
@@ -375,7 +445,10 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * must die: a failed sync may have dropped the pages).
    */
   syncRecovered(): Promise<void> {
-    assert(this.#tornTailSeq === null, `torn journal tail at seq ${this.#tornTailSeq}: replay() before syncRecovered()`);
+    assert(
+      this.#tornTailSeq === null,
+      `torn journal tail at seq ${this.#tornTailSeq}: replay() before syncRecovered()`,
+    );
     return this.putMeta(RECOVERED_META, { lastSeq: this.#lastSeq, atMs: Date.now() });
   }
 
@@ -383,7 +456,12 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   stats(): ShardStoreStats {
     const { journal } = this.#env.dbs;
     const { entryCount } = journal.getStats() as { entryCount: number };
-    return { ...envInfo(journal), lastSeq: this.#lastSeq, snapshotSeq: this.#snapshotSeq, journalRecords: entryCount };
+    return {
+      ...envInfo(journal),
+      lastSeq: this.#lastSeq,
+      snapshotSeq: this.#snapshotSeq,
+      journalRecords: entryCount,
+    };
   }
 
   /**
@@ -400,7 +478,10 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   /** A journal record's events, checked against the store's shapes. */
   #events(seq: number, events: readonly unknown[]): readonly Ev[] {
     for (const event of events) {
-      if (!this.#shapes.isEvent(event)) throw new Error(`journal is corrupt at seq ${seq} (an event of the wrong shape); refusing to start`);
+      if (!this.#shapes.isEvent(event))
+        throw new Error(
+          `journal is corrupt at seq ${seq} (an event of the wrong shape); refusing to start`,
+        );
     }
     return events as readonly Ev[];
   }
@@ -408,7 +489,8 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   /** A snapshot chunk's items, checked against the store's shapes. */
   #items(key: number, items: readonly unknown[]): readonly Item[] {
     for (const item of items) {
-      if (!this.#shapes.isSnapshotItem(item)) throw new Error(`snapshot is corrupt: chunk ${key} holds an item of the wrong shape`);
+      if (!this.#shapes.isSnapshotItem(item))
+        throw new Error(`snapshot is corrupt: chunk ${key} holds an item of the wrong shape`);
     }
     return items as readonly Item[];
   }
@@ -424,7 +506,10 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
 }
 
 function journalSeq(key: unknown): number {
-  assert(typeof key === 'number' && Number.isSafeInteger(key) && key > 0, `journal key ${String(key)} is not a seq`);
+  assert(
+    typeof key === 'number' && Number.isSafeInteger(key) && key > 0,
+    `journal key ${String(key)} is not a seq`,
+  );
   return key;
 }
 
@@ -441,14 +526,19 @@ function decodeJournalRecord(seq: number, bytes: Buffer): readonly unknown[] {
     throw new Error(`journal is corrupt at seq ${seq} (${decoded.reason}); refusing to start`);
   }
   if (!Array.isArray(decoded.value)) {
-    throw new Error(`journal is corrupt at seq ${seq} (record is not an events array); refusing to start`);
+    throw new Error(
+      `journal is corrupt at seq ${seq} (record is not an events array); refusing to start`,
+    );
   }
   return decoded.value;
 }
 
 /** One chunk of a shard snapshot: at most SNAPSHOT_CHUNK_ITEMS items (throws beyond). */
 export function encodeSnapshotChunk(items: readonly unknown[]): Buffer {
-  assert(items.length <= SNAPSHOT_CHUNK_ITEMS, `a snapshot chunk holds at most ${SNAPSHOT_CHUNK_ITEMS} items`);
+  assert(
+    items.length <= SNAPSHOT_CHUNK_ITEMS,
+    `a snapshot chunk holds at most ${SNAPSHOT_CHUNK_ITEMS} items`,
+  );
   return encodeRecord(items);
 }
 
@@ -462,8 +552,10 @@ function encodeChunks(items: readonly unknown[]): Buffer[] {
 
 function decodeChunk(key: number, bytes: Buffer): unknown[] {
   const decoded = decodeRecord(bytes);
-  if (!decoded.ok) throw new Error(`snapshot is corrupt: chunk ${key} failed verification (${decoded.reason})`);
-  if (!Array.isArray(decoded.value)) throw new Error(`snapshot is corrupt: chunk ${key} is not an array`);
+  if (!decoded.ok)
+    throw new Error(`snapshot is corrupt: chunk ${key} failed verification (${decoded.reason})`);
+  if (!Array.isArray(decoded.value))
+    throw new Error(`snapshot is corrupt: chunk ${key} is not an array`);
   return decoded.value;
 }
 
@@ -478,7 +570,9 @@ function readSnapshotHeader(snapshot: BinaryDb): SnapshotHeader | null {
     !counts.every((n) => typeof n === 'number' && Number.isSafeInteger(n) && n >= 0) ||
     typeof header.createdAtMs !== 'number'
   ) {
-    throw new Error(`snapshot header is corrupt or of an unknown format: ${JSON.stringify(value, bigintSafe)}`);
+    throw new Error(
+      `snapshot header is corrupt or of an unknown format: ${JSON.stringify(value, bigintSafe)}`,
+    );
   }
   return header as SnapshotHeader;
 }
@@ -491,13 +585,20 @@ function bigintSafe(_key: string, value: unknown): unknown {
  * Runs inside the snapshot's write transaction (reads see this transaction's writes).
  * Throwing aborts the child transaction, so nothing of it is committed.
  */
-function replaceSnapshot(journal: BinaryDb, snapshot: BinaryDb, header: SnapshotHeader, chunks: readonly Buffer[]): void {
+function replaceSnapshot(
+  journal: BinaryDb,
+  snapshot: BinaryDb,
+  header: SnapshotHeader,
+  chunks: readonly Buffer[],
+): void {
   const previousSeq = readSnapshotHeader(snapshot)?.seq ?? 0;
   if (header.seq < previousSeq) {
     throw new Error(`snapshot at ${header.seq} would replace a newer snapshot at ${previousSeq}`);
   }
   if (header.seq > previousSeq && !journal.doesExist(header.seq)) {
-    throw new Error(`snapshot at ${header.seq}: journal record ${header.seq} was never committed (did its append fail?)`);
+    throw new Error(
+      `snapshot at ${header.seq}: journal record ${header.seq} was never committed (did its append fail?)`,
+    );
   }
   snapshot.putSync(SNAPSHOT_HEADER_KEY, encodeRecord(header));
   chunks.forEach((chunk, index) => snapshot.putSync(index + 1, chunk));

@@ -183,7 +183,12 @@ export interface EnvInfo {
 }
 
 export function envInfo(db: BinaryDb): EnvInfo {
-  const stats = db.getStats() as { lastTxnId: number; mapSize: number; lastPageNumber: number; pageSize: number };
+  const stats = db.getStats() as {
+    lastTxnId: number;
+    mapSize: number;
+    lastPageNumber: number;
+    pageSize: number;
+  };
   return {
     lastTxnId: stats.lastTxnId,
     mapSizeBytes: stats.mapSize,

@@ -59,10 +59,16 @@ export function ensurePrivateDir(dir: string): DirCheck {
     return { unsafe: `data dir ${dir} belongs to another account (uid ${stat.uid})`, loose: null };
   }
   if ((stat.mode & 0o022) !== 0) {
-    return { unsafe: `data dir ${dir} is writable by other accounts (mode ${mode}); chmod 700 it`, loose: null };
+    return {
+      unsafe: `data dir ${dir} is writable by other accounts (mode ${mode}); chmod 700 it`,
+      loose: null,
+    };
   }
   if ((stat.mode & OTHERS_MASK) !== 0) {
-    return { unsafe: null, loose: `data dir ${dir} is readable by other accounts (mode ${mode}); chmod 700 it` };
+    return {
+      unsafe: null,
+      loose: `data dir ${dir} is readable by other accounts (mode ${mode}); chmod 700 it`,
+    };
   }
   return { unsafe: null, loose: null };
 }

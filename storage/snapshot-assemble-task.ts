@@ -63,7 +63,11 @@ export default function assembleSnapshot(task: SnapshotAssembleTask): SnapshotAs
     writer.frame(task.header);
     writer.frame({ k: 'keys', items: task.keys });
     for (const [environment, version] of Object.entries(task.header.configVersions)) {
-      writer.frame({ k: 'configs', environment, entries: control.listConfigs(environment as Environment, version) });
+      writer.frame({
+        k: 'configs',
+        environment,
+        entries: control.listConfigs(environment as Environment, version),
+      });
     }
     for (const [stream, seq] of Object.entries(task.header.auditSeqs)) {
       let entries: Array<[number, Buffer]> = [];
@@ -83,7 +87,12 @@ export default function assembleSnapshot(task: SnapshotAssembleTask): SnapshotAs
     const dir = fs.openSync(path.dirname(task.file), 'r');
     fs.fsyncSync(dir);
     fs.closeSync(dir);
-    return { bytes: writer.bytes, customers: trailer.customers, frames: trailer.frames, sha256: fileSha256 };
+    return {
+      bytes: writer.bytes,
+      customers: trailer.customers,
+      frames: trailer.frames,
+      sha256: fileSha256,
+    };
   } catch (error) {
     try {
       fs.closeSync(fd);

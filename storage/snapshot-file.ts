@@ -54,7 +54,11 @@ export type SnapshotFrame =
   | { readonly k: 'keys'; readonly items: readonly unknown[] }
   | { readonly k: 'configs'; readonly environment: string; readonly entries: readonly unknown[] }
   /** Audit entries as stored (framed bytes), so the restored chain verifies exactly. */
-  | { readonly k: 'audit'; readonly stream: string; readonly entries: ReadonlyArray<readonly [number, Uint8Array]> }
+  | {
+      readonly k: 'audit';
+      readonly stream: string;
+      readonly entries: ReadonlyArray<readonly [number, Uint8Array]>;
+    }
   | { readonly k: 'customers'; readonly items: readonly unknown[] }
   | SnapshotTrailer;
 
@@ -72,7 +76,8 @@ export interface SnapshotTrailer {
 /** Encodes one frame with its length prefix. Throws for a frame over the limit (a bug). */
 export function encodeFrame(frame: SnapshotFrame): Buffer {
   const record = encodeRecord(frame);
-  if (record.length > SNAPSHOT_FRAME_BYTES_MAX) throw new Error(`snapshot frame of ${record.length} bytes exceeds the limit`);
+  if (record.length > SNAPSHOT_FRAME_BYTES_MAX)
+    throw new Error(`snapshot frame of ${record.length} bytes exceeds the limit`);
   const prefix = Buffer.allocUnsafe(4);
   prefix.writeUInt32BE(record.length, 0);
   return Buffer.concat([prefix, record]);
@@ -92,8 +97,12 @@ export class SnapshotWriter {
   bytes = 0;
 
   /** `secret`: the data dir's snapshot secret (SNAPSHOT_SECRET_BYTES), which keys the trailer's MAC. */
-  constructor(private readonly fd: number, secret: Uint8Array) {
-    if (secret.length !== SNAPSHOT_SECRET_BYTES) throw new Error(`a snapshot secret has ${SNAPSHOT_SECRET_BYTES} bytes, got ${secret.length}`);
+  constructor(
+    private readonly fd: number,
+    secret: Uint8Array,
+  ) {
+    if (secret.length !== SNAPSHOT_SECRET_BYTES)
+      throw new Error(`a snapshot secret has ${SNAPSHOT_SECRET_BYTES} bytes, got ${secret.length}`);
     this.mac = createHmac('sha256', secret);
     this.write(SNAPSHOT_MAGIC);
   }
@@ -103,7 +112,8 @@ export class SnapshotWriter {
     this.mac.update(bytes);
     this.fileHash.update(bytes);
     let offset = 0;
-    while (offset < bytes.length) offset += fs.writeSync(this.fd, bytes, offset, bytes.length - offset);
+    while (offset < bytes.length)
+      offset += fs.writeSync(this.fd, bytes, offset, bytes.length - offset);
     this.bytes += bytes.length;
   }
 
@@ -117,7 +127,10 @@ export class SnapshotWriter {
    * Copies the frames another writer produced (a shard's part file, already
    * length-prefixed) in bounded reads. Throws if the file is not `bytes` long.
    */
-  copyFrames(file: string, part: { readonly frames: number; readonly customers: number; readonly bytes: number }): void {
+  copyFrames(
+    file: string,
+    part: { readonly frames: number; readonly customers: number; readonly bytes: number },
+  ): void {
     const fd = fs.openSync(file, 'r');
     try {
       const buffer = Buffer.allocUnsafe(4 * 1024 * 1024);
@@ -128,7 +141,8 @@ export class SnapshotWriter {
         this.write(buffer.subarray(0, read));
         copied += read;
       }
-      if (copied !== part.bytes) throw new Error(`snapshot part ${file} has ${copied} bytes, expected ${part.bytes}`);
+      if (copied !== part.bytes)
+        throw new Error(`snapshot part ${file} has ${copied} bytes, expected ${part.bytes}`);
     } finally {
       fs.closeSync(fd);
     }
@@ -138,11 +152,18 @@ export class SnapshotWriter {
 
   /** Appends the trailer and fsyncs; answers the trailer and the whole file's SHA-256. */
   finish(): { trailer: SnapshotTrailer; fileSha256: string } {
-    const trailer: SnapshotTrailer = { k: 'end', frames: this.frames, customers: this.customers, sha256: this.hash.digest('hex'), mac: this.mac.digest('hex') };
+    const trailer: SnapshotTrailer = {
+      k: 'end',
+      frames: this.frames,
+      customers: this.customers,
+      sha256: this.hash.digest('hex'),
+      mac: this.mac.digest('hex'),
+    };
     const bytes = encodeFrame(trailer);
     this.fileHash.update(bytes);
     let offset = 0;
-    while (offset < bytes.length) offset += fs.writeSync(this.fd, bytes, offset, bytes.length - offset);
+    while (offset < bytes.length)
+      offset += fs.writeSync(this.fd, bytes, offset, bytes.length - offset);
     this.bytes += bytes.length;
     fs.fsyncSync(this.fd);
     return { trailer, fileSha256: this.fileHash.digest('hex') };
@@ -174,7 +195,10 @@ export function readSnapshotFile(
     const hash = new DigestPair(secret);
     let position = 0;
     const readExactly = (length: number, what: string): Buffer => {
-      if (position + length > size) throw new SnapshotFileError(`snapshot file is truncated: ${what} at byte ${position} runs past the end (${size} bytes)`);
+      if (position + length > size)
+        throw new SnapshotFileError(
+          `snapshot file is truncated: ${what} at byte ${position} runs past the end (${size} bytes)`,
+        );
       const buffer = Buffer.allocUnsafe(length);
       let done = 0;
       while (done < length) done += fs.readSync(fd, buffer, done, length - done, position + done);
@@ -182,20 +206,28 @@ export function readSnapshotFile(
       return buffer;
     };
     const magic = readExactly(SNAPSHOT_MAGIC.length, 'the magic');
-    if (!magic.equals(SNAPSHOT_MAGIC)) throw new SnapshotFileError('not a Tally snapshot file (bad magic)');
+    if (!magic.equals(SNAPSHOT_MAGIC))
+      throw new SnapshotFileError('not a Tally snapshot file (bad magic)');
     hash.update(magic);
     let header: SnapshotHeader | null = null;
     let frames = 0;
     for (;;) {
-      if (position === size) throw new SnapshotFileError('snapshot file is truncated: it ends before its trailer');
+      if (position === size)
+        throw new SnapshotFileError('snapshot file is truncated: it ends before its trailer');
       const prefix = readExactly(4, 'a frame length');
       const length = prefix.readUInt32BE(0);
-      if (length === 0 || length > SNAPSHOT_FRAME_BYTES_MAX) throw new SnapshotFileError(`snapshot file is corrupt: frame ${frames + 1} has length ${length}`);
+      if (length === 0 || length > SNAPSHOT_FRAME_BYTES_MAX)
+        throw new SnapshotFileError(
+          `snapshot file is corrupt: frame ${frames + 1} has length ${length}`,
+        );
       const record = readExactly(length, `frame ${frames + 1}`);
       // Without a consumer, frames between header and trailer are only checksummed.
       if (onFrame === null && frames > 0 && position < size) {
         const checked = checkRecord(record);
-        if (!checked.ok) throw new SnapshotFileError(`snapshot file is corrupt: frame ${frames + 1} failed verification (${checked.reason})`);
+        if (!checked.ok)
+          throw new SnapshotFileError(
+            `snapshot file is corrupt: frame ${frames + 1} failed verification (${checked.reason})`,
+          );
         hash.update(prefix);
         hash.update(record);
         frames++;
@@ -203,14 +235,26 @@ export function readSnapshotFile(
         continue;
       }
       const decoded = decodeRecord(record);
-      if (!decoded.ok) throw new SnapshotFileError(`snapshot file is corrupt: frame ${frames + 1} failed verification (${decoded.reason})`);
+      if (!decoded.ok)
+        throw new SnapshotFileError(
+          `snapshot file is corrupt: frame ${frames + 1} failed verification (${decoded.reason})`,
+        );
       const frame = decoded.value as SnapshotFrame;
       if (frame.k === 'end') {
         const digest = hash.sha256();
-        if (frame.sha256 !== digest) throw new SnapshotFileError('snapshot file is corrupt: its SHA-256 does not match the trailer');
+        if (frame.sha256 !== digest)
+          throw new SnapshotFileError(
+            'snapshot file is corrupt: its SHA-256 does not match the trailer',
+          );
         if (secret !== null) checkMac(frame, hash.mac());
-        if (frame.frames !== frames) throw new SnapshotFileError(`snapshot file is corrupt: trailer counts ${frame.frames} frames, found ${frames}`);
-        if (position !== size) throw new SnapshotFileError(`snapshot file has ${size - position} unexpected bytes after its trailer`);
+        if (frame.frames !== frames)
+          throw new SnapshotFileError(
+            `snapshot file is corrupt: trailer counts ${frame.frames} frames, found ${frames}`,
+          );
+        if (position !== size)
+          throw new SnapshotFileError(
+            `snapshot file has ${size - position} unexpected bytes after its trailer`,
+          );
         if (header === null) throw new SnapshotFileError('snapshot file has no header');
         return { header, trailer: frame };
       }
@@ -232,9 +276,12 @@ export function readSnapshotFile(
 }
 
 function checkHeader(frame: SnapshotFrame): SnapshotHeader {
-  if (frame.k !== 'header') throw new SnapshotFileError('snapshot file is corrupt: it does not start with a header');
+  if (frame.k !== 'header')
+    throw new SnapshotFileError('snapshot file is corrupt: it does not start with a header');
   if (!SNAPSHOT_FILE_FORMATS_READ.includes(frame.formatVersion)) {
-    throw new SnapshotFileError(`snapshot file format ${String(frame.formatVersion)} is not supported (this build reads ${SNAPSHOT_FILE_FORMATS_READ.join(' and ')})`);
+    throw new SnapshotFileError(
+      `snapshot file format ${String(frame.formatVersion)} is not supported (this build reads ${SNAPSHOT_FILE_FORMATS_READ.join(' and ')})`,
+    );
   }
   return frame;
 }
@@ -266,11 +313,15 @@ class DigestPair {
 /** Throws SnapshotNotAuthenticError unless the trailer's MAC is the one `expected` gives. */
 function checkMac(trailer: SnapshotTrailer, expected: Buffer): void {
   if (trailer.mac === undefined) {
-    throw new SnapshotNotAuthenticError('snapshot file carries no MAC (it was written before snapshots were authenticated), so it cannot be authenticated');
+    throw new SnapshotNotAuthenticError(
+      'snapshot file carries no MAC (it was written before snapshots were authenticated), so it cannot be authenticated',
+    );
   }
   const given = Buffer.from(trailer.mac, 'hex');
   if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
-    throw new SnapshotNotAuthenticError('snapshot file is not authentic: its MAC does not verify with this snapshot secret (the file was edited, or it comes from another data dir)');
+    throw new SnapshotNotAuthenticError(
+      'snapshot file is not authentic: its MAC does not verify with this snapshot secret (the file was edited, or it comes from another data dir)',
+    );
   }
 }
 

@@ -19,22 +19,42 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { customerView, type CustomerProfile, type CustomerRecord } from '../shared/customer-record.js';
+import {
+  customerView,
+  type CustomerProfile,
+  type CustomerRecord,
+} from '../shared/customer-record.js';
 import type { Environment } from '../shared/environment.js';
 import { LOGICAL_SHARDS } from '../shared/limits.js';
 import { logicalShardOf, workerOf } from '../shared/shard-hash.js';
 import { AuditLog } from './audit-log.js';
 import { ControlStore, type ConfigEntry, type KeyRecord } from './control-store.js';
 import { claimDataDir, dataDirOwner } from './data-dir-lock.js';
-import { encodeSnapshotChunk, ShardStore, SNAPSHOT_CHUNK_ITEMS, type IndexEntry } from './journal.js';
-import { readSnapshotFile, SNAPSHOT_SECRET_BYTES, SnapshotFileError, verifySnapshotFile, type SnapshotHeader, type SnapshotTrailer } from './snapshot-file.js';
+import {
+  encodeSnapshotChunk,
+  ShardStore,
+  SNAPSHOT_CHUNK_ITEMS,
+  type IndexEntry,
+} from './journal.js';
+import {
+  readSnapshotFile,
+  SNAPSHOT_SECRET_BYTES,
+  SnapshotFileError,
+  verifySnapshotFile,
+  type SnapshotHeader,
+  type SnapshotTrailer,
+} from './snapshot-file.js';
 
 export class RestoreRefusedError extends Error {}
 
 export interface RestoreOptions {
   /** Worker count of the restored data dir (default: the snapshot's). */
   readonly workers?: number;
-  readonly onProgress?: (phase: 'verify' | 'restore', bytesRead: number, bytesTotal: number) => void;
+  readonly onProgress?: (
+    phase: 'verify' | 'restore',
+    bytesRead: number,
+    bytesTotal: number,
+  ) => void;
   /** Who restored, for the operator audit stream (e.g. the OS user). */
   readonly actor?: string;
   /** The snapshot secret of the data dir the file was taken from: the file's MAC must verify with it. */
@@ -59,11 +79,15 @@ export interface RestoreResult {
 export function checkRestoreTarget(dataDir: string): void {
   const owner = dataDirOwner(dataDir);
   if (owner !== null) {
-    throw new RestoreRefusedError(`data dir ${dataDir} is held by a running Tally ${owner.role} (pid ${owner.pid}); stop it first, and restore into an empty directory`);
+    throw new RestoreRefusedError(
+      `data dir ${dataDir} is held by a running Tally ${owner.role} (pid ${owner.pid}); stop it first, and restore into an empty directory`,
+    );
   }
   const entries = fs.existsSync(dataDir) ? fs.readdirSync(dataDir) : [];
   if (entries.length > 0) {
-    throw new RestoreRefusedError(`data dir ${dataDir} is not empty (${entries.length} entries); restore needs an empty or new directory`);
+    throw new RestoreRefusedError(
+      `data dir ${dataDir} is not empty (${entries.length} entries); restore needs an empty or new directory`,
+    );
   }
 }
 
@@ -71,29 +95,45 @@ export function checkRestoreTarget(dataDir: string): void {
  * Restores `file` into `dataDir`. Rejects with RestoreRefusedError for a refused target,
  * SnapshotFileError for a bad file (nothing written in either case), or the write error.
  */
-export async function restoreSnapshot(file: string, dataDir: string, options: RestoreOptions = {}): Promise<RestoreResult> {
+export async function restoreSnapshot(
+  file: string,
+  dataDir: string,
+  options: RestoreOptions = {},
+): Promise<RestoreResult> {
   checkRestoreTarget(dataDir);
   const secret = options.secret ?? null;
-  if (secret !== null && secret.length !== SNAPSHOT_SECRET_BYTES) throw new RestoreRefusedError(`a snapshot secret is ${SNAPSHOT_SECRET_BYTES} bytes (${SNAPSHOT_SECRET_BYTES * 2} hex digits)`);
+  if (secret !== null && secret.length !== SNAPSHOT_SECRET_BYTES)
+    throw new RestoreRefusedError(
+      `a snapshot secret is ${SNAPSHOT_SECRET_BYTES} bytes (${SNAPSHOT_SECRET_BYTES * 2} hex digits)`,
+    );
   if (secret === null && options.unauthenticated !== true) {
     throw new RestoreRefusedError(
       'restore needs the snapshot secret of the data dir the file was taken from, to check the file is the one the service wrote ' +
         '(`tally snapshot secret` prints it); to restore a file that cannot be authenticated, say so explicitly',
     );
   }
-  const verified = verifySnapshotFile(file, (read, total) => options.onProgress?.('verify', read, total), secret);
+  const verified = verifySnapshotFile(
+    file,
+    (read, total) => options.onProgress?.('verify', read, total),
+    secret,
+  );
   const workers = options.workers ?? verified.header.workers;
-  if (!Number.isInteger(workers) || workers < 1 || workers > 64) throw new RestoreRefusedError(`workers must be 1 to 64, got ${workers}`);
+  if (!Number.isInteger(workers) || workers < 1 || workers > 64)
+    throw new RestoreRefusedError(`workers must be 1 to 64, got ${workers}`);
   const existed = fs.existsSync(dataDir);
   const release = claimDataDir(dataDir, 'restore');
   try {
-    const result = await writeDataDir(file, dataDir, workers, { ...options, secret: secret ?? randomBytes(SNAPSHOT_SECRET_BYTES) });
+    const result = await writeDataDir(file, dataDir, workers, {
+      ...options,
+      secret: secret ?? randomBytes(SNAPSHOT_SECRET_BYTES),
+    });
     release();
     return result;
   } catch (error) {
     release();
     // Leave the directory as empty as it was found.
-    for (const name of fs.readdirSync(dataDir)) fs.rmSync(path.join(dataDir, name), { recursive: true, force: true });
+    for (const name of fs.readdirSync(dataDir))
+      fs.rmSync(path.join(dataDir, name), { recursive: true, force: true });
     if (!existed) fs.rmSync(dataDir, { recursive: true, force: true });
     throw error;
   }
@@ -109,8 +149,12 @@ interface StoredCustomer extends CustomerRecord {
 
 /** `item` as a StoredCustomer, or SnapshotFileError when it lacks those fields. */
 function storedCustomer(item: unknown): StoredCustomer {
-  const fields = (typeof item === 'object' && item !== null ? item : {}) as Partial<Record<keyof StoredCustomer, unknown>>;
-  const profile = (typeof fields.profile === 'object' && fields.profile !== null ? fields.profile : {}) as Partial<Record<keyof CustomerProfile, unknown>>;
+  const fields = (typeof item === 'object' && item !== null ? item : {}) as Partial<
+    Record<keyof StoredCustomer, unknown>
+  >;
+  const profile = (
+    typeof fields.profile === 'object' && fields.profile !== null ? fields.profile : {}
+  ) as Partial<Record<keyof CustomerProfile, unknown>>;
   const ok =
     (fields.environment === 'test' || fields.environment === 'live') &&
     typeof fields.id === 'string' &&
@@ -118,7 +162,10 @@ function storedCustomer(item: unknown): StoredCustomer {
     typeof profile.updatedAtMs === 'number' &&
     typeof profile.metadata === 'object' &&
     profile.metadata !== null;
-  if (!ok) throw new SnapshotFileError('a customer item of the snapshot lacks its environment, id or profile');
+  if (!ok)
+    throw new SnapshotFileError(
+      'a customer item of the snapshot lacks its environment, id or profile',
+    );
   return item as StoredCustomer;
 }
 
@@ -136,7 +183,11 @@ class ShardContents {
   add(item: StoredCustomer): void {
     this.pending.push(item);
     this.items++;
-    this.index.push({ environment: item.environment, id: item.id, json: Buffer.from(JSON.stringify(customerView(item))) });
+    this.index.push({
+      environment: item.environment,
+      id: item.id,
+      json: Buffer.from(JSON.stringify(customerView(item))),
+    });
     if (this.pending.length === SNAPSHOT_CHUNK_ITEMS) this.seal();
   }
 
@@ -150,7 +201,12 @@ class ShardContents {
 /** Index rows written per LMDB batch: bounded promises in flight. */
 const INDEX_ROWS_PER_BATCH = 10_000;
 
-async function writeDataDir(file: string, dataDir: string, workers: number, options: RestoreOptions & { secret: Uint8Array }): Promise<RestoreResult> {
+async function writeDataDir(
+  file: string,
+  dataDir: string,
+  workers: number,
+  options: RestoreOptions & { secret: Uint8Array },
+): Promise<RestoreResult> {
   const control = ControlStore.open(dataDir);
   const audit = new AuditLog(control.auditDb);
   const shards = Array.from({ length: workers }, () => new ShardContents());
@@ -165,15 +221,24 @@ async function writeDataDir(file: string, dataDir: string, workers: number, opti
           keys += frame.items.length;
           return;
         case 'configs':
-          for (const entry of frame.entries) writes.push(control.putConfig(checkedEnvironment(frame.environment), checkedConfig(entry, options)));
+          for (const entry of frame.entries)
+            writes.push(
+              control.putConfig(
+                checkedEnvironment(frame.environment),
+                checkedConfig(entry, options),
+              ),
+            );
           return;
         case 'audit':
-          for (const [seq, bytes] of frame.entries) writes.push(audit.putRaw(frame.stream, seq, bytes));
+          for (const [seq, bytes] of frame.entries)
+            writes.push(audit.putRaw(frame.stream, seq, bytes));
           return;
         case 'customers':
           for (const item of frame.items.map(storedCustomer)) {
             checkCustomer(item, options);
-            shards[workerOf(logicalShardOf(item.environment, item.id, LOGICAL_SHARDS), workers)]?.add(item);
+            shards[
+              workerOf(logicalShardOf(item.environment, item.id, LOGICAL_SHARDS), workers)
+            ]?.add(item);
           }
           return;
       }
@@ -182,16 +247,32 @@ async function writeDataDir(file: string, dataDir: string, workers: number, opti
   );
   writes.push(control.putMeta('workers', workers));
   writes.push(control.putSnapshotSecret(options.secret));
-  writes.push(control.putMeta('restoredFrom', { id: header.id, createdAtMs: header.createdAtMs, sha256: trailer.sha256 }));
+  writes.push(
+    control.putMeta('restoredFrom', {
+      id: header.id,
+      createdAtMs: header.createdAtMs,
+      sha256: trailer.sha256,
+    }),
+  );
   await Promise.all(writes);
-  for (let index = 0; index < workers; index++) await writeShard(dataDir, index, shards[index] ?? new ShardContents());
-  await audit.append('operator', {
-    action: 'snapshot.restore',
-    resourceType: 'snapshot',
-    resourceId: header.id,
-    actor: options.actor ?? 'cli',
-    data: { createdAt: new Date(header.createdAtMs).toISOString(), sha256: trailer.sha256, customers: trailer.customers, workers },
-  }, Date.now());
+  for (let index = 0; index < workers; index++)
+    await writeShard(dataDir, index, shards[index] ?? new ShardContents());
+  await audit.append(
+    'operator',
+    {
+      action: 'snapshot.restore',
+      resourceType: 'snapshot',
+      resourceId: header.id,
+      actor: options.actor ?? 'cli',
+      data: {
+        createdAt: new Date(header.createdAtMs).toISOString(),
+        sha256: trailer.sha256,
+        customers: trailer.customers,
+        workers,
+      },
+    },
+    Date.now(),
+  );
   await control.close();
   return { header, trailer, workers, keys, customers: trailer.customers };
 }
@@ -212,7 +293,9 @@ async function writeShard(dataDir: string, index: number, contents: ShardContent
 
 /** A restored record that breaks a rule live input obeys: the file was edited or is damaged. */
 function refused(what: string, why: string): never {
-  throw new RestoreRefusedError(`snapshot file holds an invalid ${what}: ${why}; nothing was restored`);
+  throw new RestoreRefusedError(
+    `snapshot file holds an invalid ${what}: ${why}; nothing was restored`,
+  );
 }
 
 function checkedEnvironment(value: unknown): Environment {
@@ -226,12 +309,18 @@ const KEY_CLASSES: ReadonlySet<unknown> = new Set(['server', 'client', 'admin'])
 function checkedKey(value: unknown): KeyRecord {
   const key = value as Partial<KeyRecord> | null;
   const shaped =
-    typeof key === 'object' && key !== null &&
-    typeof key.id === 'string' && /^key_[A-Za-z0-9_-]{1,64}$/.test(key.id) &&
-    typeof key.prefix === 'string' && key.prefix.length <= 64 &&
-    typeof key.hashHex === 'string' && /^[0-9a-f]{64}$/.test(key.hashHex) &&
+    typeof key === 'object' &&
+    key !== null &&
+    typeof key.id === 'string' &&
+    /^key_[A-Za-z0-9_-]{1,64}$/.test(key.id) &&
+    typeof key.prefix === 'string' &&
+    key.prefix.length <= 64 &&
+    typeof key.hashHex === 'string' &&
+    /^[0-9a-f]{64}$/.test(key.hashHex) &&
     KEY_CLASSES.has(key.keyClass) &&
-    (key.keyClass === 'admin' ? key.environment === null : key.environment === 'test' || key.environment === 'live') &&
+    (key.keyClass === 'admin'
+      ? key.environment === null
+      : key.environment === 'test' || key.environment === 'live') &&
     Number.isSafeInteger(key.createdAtMs) &&
     (key.revokedAtMs === null || Number.isSafeInteger(key.revokedAtMs));
   if (!shaped) refused('API key record', JSON.stringify(value));
@@ -240,7 +329,12 @@ function checkedKey(value: unknown): KeyRecord {
 
 function checkedConfig(value: unknown, options: RestoreOptions): ConfigEntry {
   const entry = value as Partial<ConfigEntry> | null;
-  if (typeof entry !== 'object' || entry === null || !Number.isSafeInteger(entry.version) || !Number.isSafeInteger(entry.pushedAtMs)) {
+  if (
+    typeof entry !== 'object' ||
+    entry === null ||
+    !Number.isSafeInteger(entry.version) ||
+    !Number.isSafeInteger(entry.pushedAtMs)
+  ) {
     refused('configuration entry', 'version and pushedAtMs must be whole numbers');
   }
   const why = options.checkConfig?.(entry.config) ?? null;

@@ -14,7 +14,9 @@ import { call, startServerProcess, type ServerProcess } from './support/server-p
 
 const CONFIG = {
   entitlements: { seats: { type: 'limit' }, tokens: { type: 'meter' } },
-  products: { free: { default: true, entitlements: { seats: { included: 1 }, tokens: { included: 10 } } } },
+  products: {
+    free: { default: true, entitlements: { seats: { included: 1 }, tokens: { included: 10 } } },
+  },
 };
 const ONE_WORKER = { TALLY_WORKERS: '1' };
 
@@ -24,7 +26,9 @@ afterEach(async () => {
   servers = [];
 });
 
-async function start(options: Parameters<typeof startServerProcess>[0] = {}): Promise<ServerProcess> {
+async function start(
+  options: Parameters<typeof startServerProcess>[0] = {},
+): Promise<ServerProcess> {
   const server = await startServerProcess({ env: ONE_WORKER, ...options });
   servers.push(server);
   return server;
@@ -67,7 +71,14 @@ async function undoNewestEntry(dataDir: string, environment: string): Promise<St
   const control = openDurableEnv(path.join(dataDir, 'control'), ['audit', 'auditRefs']);
   const shard = openDurableEnv(path.join(dataDir, 'shard-0'), ['audits'], SHARD_ENV_OPTIONS);
   try {
-    const [newest] = [...control.dbs.audit.getRange({ start: [environment, Number.MAX_SAFE_INTEGER], end: [environment, 0], reverse: true, limit: 1 })];
+    const [newest] = [
+      ...control.dbs.audit.getRange({
+        start: [environment, Number.MAX_SAFE_INTEGER],
+        end: [environment, 0],
+        reverse: true,
+        limit: 1,
+      }),
+    ];
     const decoded = decodeRecord(newest?.value as Buffer);
     if (!decoded.ok) throw new Error('no newest entry');
     const entry = decoded.value as StoredEntry;
@@ -79,7 +90,19 @@ async function undoNewestEntry(dataDir: string, environment: string): Promise<St
     await control.dbs.audit.remove([environment, entry.seq]);
     await control.dbs.auditRefs.remove(ref as string);
     const { action, resourceType, resourceId, actor, data } = entry;
-    await shard.dbs.audits.put(ref as string, encodeRecord({ ref, environment, action, resourceType, resourceId, actor, data, atMs: Date.parse(entry.at) }));
+    await shard.dbs.audits.put(
+      ref as string,
+      encodeRecord({
+        ref,
+        environment,
+        action,
+        resourceType,
+        resourceId,
+        actor,
+        data,
+        atMs: Date.parse(entry.at),
+      }),
+    );
     await shard.root.flushed;
     return entry;
   } finally {
@@ -89,13 +112,21 @@ async function undoNewestEntry(dataDir: string, environment: string): Promise<St
 }
 
 const newestEntries = async (server: ServerProcess, n: number) =>
-  (await call(server.base, 'GET', `/v1/audit?limit=${n}`, { key: server.keys.test.server })).body.data as StoredEntry[];
+  (await call(server.base, 'GET', `/v1/audit?limit=${n}`, { key: server.keys.test.server })).body
+    .data as StoredEntry[];
 
 describe('audit entries of shard writes survive a crash between the change and the chain', () => {
   it('a shard holds an entry only until the chain has it', async () => {
     const server = await start({ config: CONFIG });
     const sk = server.keys.test.server;
-    expect((await call(server.base, 'PUT', '/v1/contracts/c1', { key: sk, body: { priceAmount: 5, priceInterval: 'month' } })).status).toBe(200);
+    expect(
+      (
+        await call(server.base, 'PUT', '/v1/contracts/c1', {
+          key: sk,
+          body: { priceAmount: 5, priceInterval: 'month' },
+        })
+      ).status,
+    ).toBe(200);
     await stop(server);
     expect(await pendingInShard(server.dataDir)).toEqual([]);
   });
@@ -103,9 +134,23 @@ describe('audit entries of shard writes survive a crash between the change and t
   it('a running shard drops its copy with its next journal write, which needs no sync of its own', async () => {
     const server = await start({ config: CONFIG });
     const sk = server.keys.test.server;
-    expect((await call(server.base, 'PUT', '/v1/contracts/c3', { key: sk, body: { priceAmount: 5, priceInterval: 'month' } })).status).toBe(200);
+    expect(
+      (
+        await call(server.base, 'PUT', '/v1/contracts/c3', {
+          key: sk,
+          body: { priceAmount: 5, priceInterval: 'month' },
+        })
+      ).status,
+    ).toBe(200);
     // The consume's record is durable before its reply, and the forget went in its transaction.
-    expect((await call(server.base, 'POST', '/v1/usage/tokens/consume', { key: sk, body: { customerId: 'c3', amount: 1 } })).status).toBe(200);
+    expect(
+      (
+        await call(server.base, 'POST', '/v1/usage/tokens/consume', {
+          key: sk,
+          body: { customerId: 'c3', amount: 1 },
+        })
+      ).status,
+    ).toBe(200);
     await server.kill9();
     servers = servers.filter((s) => s !== server);
     expect(await pendingInShard(server.dataDir)).toEqual([]);
@@ -114,7 +159,14 @@ describe('audit entries of shard writes survive a crash between the change and t
   it('the next start appends an entry the chain lacks, as it was, once', async () => {
     let server = await start({ config: CONFIG });
     const sk = server.keys.test.server;
-    expect((await call(server.base, 'PUT', '/v1/contracts/c2', { key: sk, body: { priceAmount: 7, priceInterval: 'year' } })).status).toBe(200);
+    expect(
+      (
+        await call(server.base, 'PUT', '/v1/contracts/c2', {
+          key: sk,
+          body: { priceAmount: 7, priceInterval: 'year' },
+        })
+      ).status,
+    ).toBe(200);
     const before = await newestEntries(server, 1);
     await stop(server);
     const undone = await undoNewestEntry(server.dataDir, 'test');
@@ -124,13 +176,19 @@ describe('audit entries of shard writes survive a crash between the change and t
     const after = await newestEntries(server, 1);
     const { action, resourceType, resourceId, actor, data, at, seq } = before[0] as StoredEntry;
     expect(after[0]).toMatchObject({ action, resourceType, resourceId, actor, data, at, seq });
-    expect((await call(server.base, 'GET', '/v1/audit/verify', { key: sk })).body).toMatchObject({ ok: true });
+    expect((await call(server.base, 'GET', '/v1/audit/verify', { key: sk })).body).toMatchObject({
+      ok: true,
+    });
     await stop(server);
     expect(await pendingInShard(server.dataDir)).toEqual([]);
 
     // A stored copy of an entry the chain already holds is only forgotten.
     server = await start({ dataDir: server.dataDir, keys: server.keys });
-    expect((await newestEntries(server, 100)).filter((e) => e.resourceId === 'c2' && e.action === 'contract.put')).toHaveLength(1);
+    expect(
+      (await newestEntries(server, 100)).filter(
+        (e) => e.resourceId === 'c2' && e.action === 'contract.put',
+      ),
+    ).toHaveLength(1);
   });
 
   it('after kill -9 under concurrent audited writes, every stored contract has its entry', async () => {
@@ -139,7 +197,10 @@ describe('audit entries of shard writes survive a crash between the change and t
     let stop9 = false;
     const writers = Array.from({ length: 40 }, async (_, w) => {
       for (let i = 0; !stop9; i++) {
-        await call(server.base, 'PUT', `/v1/contracts/k${w}-${i}`, { key: sk, body: { priceAmount: i, priceInterval: 'month' } }).catch(() => undefined);
+        await call(server.base, 'PUT', `/v1/contracts/k${w}-${i}`, {
+          key: sk,
+          body: { priceAmount: i, priceInterval: 'month' },
+        }).catch(() => undefined);
       }
     });
     await new Promise((resolve) => setTimeout(resolve, 700));
@@ -152,23 +213,43 @@ describe('audit entries of shard writes survive a crash between the change and t
     const audited = new Set<string>();
     let cursor: string | null = null;
     do {
-      const page: { body: { data: StoredEntry[]; nextCursor: string | null } } = await call(server.base, 'GET', `/v1/audit?action=contract.put&limit=100${cursor === null ? '' : `&cursor=${cursor}`}`, { key: sk });
+      const page: { body: { data: StoredEntry[]; nextCursor: string | null } } = await call(
+        server.base,
+        'GET',
+        `/v1/audit?action=contract.put&limit=100${cursor === null ? '' : `&cursor=${cursor}`}`,
+        { key: sk },
+      );
       for (const entry of page.body.data) audited.add(entry.resourceId);
       cursor = page.body.nextCursor;
     } while (cursor !== null);
     let stored = 0;
     cursor = null;
     do {
-      const page: { body: { data: Array<{ id: string }>; nextCursor: string | null } } = await call(server.base, 'GET', `/v1/customers?limit=100${cursor === null ? '' : `&cursor=${cursor}`}`, { key: sk });
+      const page: { body: { data: Array<{ id: string }>; nextCursor: string | null } } = await call(
+        server.base,
+        'GET',
+        `/v1/customers?limit=100${cursor === null ? '' : `&cursor=${cursor}`}`,
+        { key: sk },
+      );
       for (const customer of page.body.data) {
-        if ((await call(server.base, 'GET', `/v1/contracts/${encodeURIComponent(customer.id)}`, { key: sk })).status === 200) {
+        if (
+          (
+            await call(server.base, 'GET', `/v1/contracts/${encodeURIComponent(customer.id)}`, {
+              key: sk,
+            })
+          ).status === 200
+        ) {
           stored++;
-          expect(audited.has(customer.id), `contract of ${customer.id} has its audit entry`).toBe(true);
+          expect(audited.has(customer.id), `contract of ${customer.id} has its audit entry`).toBe(
+            true,
+          );
         }
       }
       cursor = page.body.nextCursor;
     } while (cursor !== null);
     expect(stored).toBeGreaterThan(50);
-    expect((await call(server.base, 'GET', '/v1/audit/verify', { key: sk })).body).toMatchObject({ ok: true });
+    expect((await call(server.base, 'GET', '/v1/audit/verify', { key: sk })).body).toMatchObject({
+      ok: true,
+    });
   }, 60_000);
 });

@@ -13,7 +13,16 @@ import { SCENARIOS } from '../bench/scenarios.js';
 function segment(ok2xx: number, latencyMs: number): SegmentResult {
   const latency = new LatencyHistogram();
   for (let i = 0; i < 100; i++) latency.record(latencyMs);
-  return { durationSec: 1, ok2xx, dropped: 0, non2xx: 0, errors: 0, timeouts: 0, statusCodes: { 200: ok2xx }, latency };
+  return {
+    durationSec: 1,
+    ok2xx,
+    dropped: 0,
+    non2xx: 0,
+    errors: 0,
+    timeouts: 0,
+    statusCodes: { 200: ok2xx },
+    latency,
+  };
 }
 
 function scenario(name: string) {
@@ -39,9 +48,15 @@ describe('bench report, round by round', () => {
   });
 
   it('counts the rounds that meet a minimum or a maximum and gives the median and range', () => {
-    expect(roundsNote([0.4, 0.45, 0.3], { min: 0.4 })).toBe('rounds: 2 of 3 >= 0.4, median 0.400x, 0.300x-0.450x');
-    expect(roundsNote([0.3, 0.5, 0.45, 0.35], { min: 0.4 })).toBe('rounds: 2 of 4 >= 0.4, median 0.400x, 0.300x-0.500x');
-    expect(roundsNote([2.5, 1.5, 1.9], { max: 2 }, ' ms')).toBe('rounds: 2 of 3 <= 2, median 1.90 ms, 1.50 ms-2.50 ms');
+    expect(roundsNote([0.4, 0.45, 0.3], { min: 0.4 })).toBe(
+      'rounds: 2 of 3 >= 0.4, median 0.400x, 0.300x-0.450x',
+    );
+    expect(roundsNote([0.3, 0.5, 0.45, 0.35], { min: 0.4 })).toBe(
+      'rounds: 2 of 4 >= 0.4, median 0.400x, 0.300x-0.500x',
+    );
+    expect(roundsNote([2.5, 1.5, 1.9], { max: 2 }, ' ms')).toBe(
+      'rounds: 2 of 3 <= 2, median 1.90 ms, 1.50 ms-2.50 ms',
+    );
     expect(roundsNote([], { min: 0.4 })).toBe('');
   });
 
@@ -51,10 +66,31 @@ describe('bench report, round by round', () => {
     const unlimited = summarize([segment(700, 1), segment(700, 1)]);
     const at = (connections: number) =>
       scenarioResults([
-        { scenario: scenario('has'), connections, pipelining: 1, bare, headerControl: bare, tallyLabel: 'tally', tally: rateLimited, bareSharedWith: null },
-        { scenario: scenario('has-unlimited'), connections, pipelining: 1, bare, headerControl: bare, tallyLabel: 'tally-rl-off', tally: unlimited, bareSharedWith: 'has' },
+        {
+          scenario: scenario('has'),
+          connections,
+          pipelining: 1,
+          bare,
+          headerControl: bare,
+          tallyLabel: 'tally',
+          tally: rateLimited,
+          bareSharedWith: null,
+        },
+        {
+          scenario: scenario('has-unlimited'),
+          connections,
+          pipelining: 1,
+          bare,
+          headerControl: bare,
+          tallyLabel: 'tally-rl-off',
+          tally: unlimited,
+          bareSharedWith: 'has',
+        },
       ])[0];
-    const notes = (connections: number) => at(connections)?.targets.map((t) => `${t.pass === null ? 'n/a' : t.pass ? 'PASS' : 'FAIL'} ${t.note ?? ''}`);
+    const notes = (connections: number) =>
+      at(connections)?.targets.map(
+        (t) => `${t.pass === null ? 'n/a' : t.pass ? 'PASS' : 'FAIL'} ${t.note ?? ''}`,
+      );
     expect(at(256)?.ratioByRound).toEqual([0.7, 0.6]);
     // The figure is the median of the rounds' ratios.
     expect(at(256)?.ratio).toBeCloseTo(0.65, 10);
@@ -67,7 +103,9 @@ describe('bench report, round by round', () => {
     expect(notes(50)).toEqual([
       'n/a ran at 50',
       // Half the answers took 2.5 ms, so the run's p99 fails while one round passes.
-      expect.stringMatching(/^FAIL measured 2\.5\d ms; rounds: 1 of 2 <= 2, median 2\.0\d ms, 1\.5\d ms-2\.5\d ms$/),
+      expect.stringMatching(
+        /^FAIL measured 2\.5\d ms; rounds: 1 of 2 <= 2, median 2\.0\d ms, 1\.5\d ms-2\.5\d ms$/,
+      ),
       'FAIL median net 0.929x (raw 0.929x, bare with the headers vs without 1.000x); net rounds: 1 of 2 >= 0.95, median 0.929x, 0.857x-1.000x',
     ]);
   });
@@ -80,8 +118,26 @@ describe('bench report, round by round', () => {
     const unlimited = summarize([segment(700, 1), segment(700, 1)]);
     const measured = (headers: typeof headerControl | null) =>
       scenarioResults([
-        { scenario: scenario('has'), connections: 50, pipelining: 1, bare, headerControl: headers, tallyLabel: 'tally', tally: rateLimited, bareSharedWith: null },
-        { scenario: scenario('has-unlimited'), connections: 50, pipelining: 1, bare, headerControl: headers, tallyLabel: 'tally-rl-off', tally: unlimited, bareSharedWith: 'has' },
+        {
+          scenario: scenario('has'),
+          connections: 50,
+          pipelining: 1,
+          bare,
+          headerControl: headers,
+          tallyLabel: 'tally',
+          tally: rateLimited,
+          bareSharedWith: null,
+        },
+        {
+          scenario: scenario('has-unlimited'),
+          connections: 50,
+          pipelining: 1,
+          bare,
+          headerControl: headers,
+          tallyLabel: 'tally-rl-off',
+          tally: unlimited,
+          bareSharedWith: 'has',
+        },
       ])[0]?.targets[2];
     // Raw rounds 700/700 = 1.0 and 600/700 = 0.857 (median 0.929); the generator's share
     // 0.9 and 0.8 (median 0.85); net rounds 1.0/0.9 = 1.111 and 0.857/0.8 = 1.071 (median 1.091).
@@ -95,8 +151,15 @@ describe('bench report, round by round', () => {
 });
 
 describe('CPU per request and the Markdown report', () => {
-  it('divides each thread group\'s CPU seconds by the answered requests, front end first', () => {
-    const stats = summarize([segment(1000, 1), segment(1000, 1)], new Map([['other', 0.002], ['tally-shard-0', 0.01], ['main', 0.03]]));
+  it("divides each thread group's CPU seconds by the answered requests, front end first", () => {
+    const stats = summarize(
+      [segment(1000, 1), segment(1000, 1)],
+      new Map([
+        ['other', 0.002],
+        ['tally-shard-0', 0.01],
+        ['main', 0.03],
+      ]),
+    );
     expect(Object.keys(stats.cpuUsPerRequest)).toEqual(['main', 'tally-shard-0', 'other']);
     expect(stats.cpuUsPerRequest['main']).toBeCloseTo(15, 10);
     expect(stats.cpuUsPerRequest['tally-shard-0']).toBeCloseTo(5, 10);
@@ -113,9 +176,30 @@ describe('CPU per request and the Markdown report', () => {
     const bare = summarize([segment(1000, 1), segment(1000, 1)]);
     const tally = summarize([segment(700, 1), segment(600, 1)], new Map([['main', 0.013]]));
     const report = {
-      startedAt: '2026-01-02T03:04:05.000Z', node: 'v20.0.0', availableParallelism: 2, loadAverage1mAtStart: 0.5, loadAverage1m: 0.7, cpuModel: 'cpu', platform: 'linux-x64',
-      loadGenerator: 'wrk (1 thread)', options: { rounds: 2, durationSec: 5 }, tally: { ran: true, note: 'one worker' }, rateLimitHeaderSeen: true, rateLimitOffHeaderSeen: null,
-      scenarios: scenarioResults([{ scenario: scenario('consume'), connections: 256, pipelining: 1, bare, headerControl: null, tallyLabel: 'tally', tally, bareSharedWith: null }]),
+      startedAt: '2026-01-02T03:04:05.000Z',
+      node: 'v20.0.0',
+      availableParallelism: 2,
+      loadAverage1mAtStart: 0.5,
+      loadAverage1m: 0.7,
+      cpuModel: 'cpu',
+      platform: 'linux-x64',
+      loadGenerator: 'wrk (1 thread)',
+      options: { rounds: 2, durationSec: 5 },
+      tally: { ran: true, note: 'one worker' },
+      rateLimitHeaderSeen: true,
+      rateLimitOffHeaderSeen: null,
+      scenarios: scenarioResults([
+        {
+          scenario: scenario('consume'),
+          connections: 256,
+          pipelining: 1,
+          bare,
+          headerControl: null,
+          tallyLabel: 'tally',
+          tally,
+          bareSharedWith: null,
+        },
+      ]),
     };
     await writeMarkdownReport(file, report, ['--rounds', '2']);
     await writeMarkdownReport(file, report, ['--rounds', '2']); // a second run replaces, never appends
@@ -125,17 +209,30 @@ describe('CPU per request and the Markdown report', () => {
     expect(text).toContain('| `consume` | 256 | 1000 | 650 | **0.65×** (0.60–0.70) |');
     expect(text).toContain('main 10.0');
     expect(text).toContain('Command: `npm run bench -- --rounds 2`');
-    expect(text).toMatch(/`consume` at 256 connections: median tally\/bare >= 0\.55 at 256 connections: met/);
+    expect(text).toMatch(
+      /`consume` at 256 connections: median tally\/bare >= 0\.55 at 256 connections: met/,
+    );
   });
 });
 
 describe('soak plot', () => {
   it('draws RSS, probe p99 and probe max as three lines over the run, scaled into the frame', async () => {
     const { plotSoak } = await import('../bench/soak-plot.js');
-    const windows = [15, 30, 45].map((atSec, i) => ({ atSec, rssMiB: 200 + 50 * i, idempotencyEntries: 0, snapshots: 0, probeMsP99: 1 + i, probeMsP999: 2, probeMsMax: 5 * (i + 1), probeFailures: 0 }));
+    const windows = [15, 30, 45].map((atSec, i) => ({
+      atSec,
+      rssMiB: 200 + 50 * i,
+      idempotencyEntries: 0,
+      snapshots: 0,
+      probeMsP99: 1 + i,
+      probeMsP999: 2,
+      probeMsMax: 5 * (i + 1),
+      probeFailures: 0,
+    }));
     const svg = plotSoak(windows);
     expect(svg.startsWith('<svg')).toBe(true);
-    const lines = [...svg.matchAll(/<polyline[^>]*points="([^"]+)"/g)].map((m) => (m[1] ?? '').split(' ').map((p) => p.split(',').map(Number)));
+    const lines = [...svg.matchAll(/<polyline[^>]*points="([^"]+)"/g)].map((m) =>
+      (m[1] ?? '').split(' ').map((p) => p.split(',').map(Number)),
+    );
     expect(lines).toHaveLength(3);
     for (const line of lines) {
       expect(line).toHaveLength(3);

@@ -24,13 +24,16 @@ let running: ChildProcess | undefined;
 
 afterEach(() => {
   // The bench stops its own servers on SIGTERM; this only matters if the test timed out.
-  if (running !== undefined && running.exitCode === null && running.signalCode === null) running.kill('SIGTERM');
+  if (running !== undefined && running.exitCode === null && running.signalCode === null)
+    running.kill('SIGTERM');
   running = undefined;
 });
 
 function runBench(args: readonly string[]): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [RUN_SCRIPT, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [RUN_SCRIPT, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     running = child;
     let output = '';
     child.stdout.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
@@ -42,7 +45,10 @@ function runBench(args: readonly string[]): Promise<{ code: number | null; outpu
 
 function expectClean(stats: ServerStats, label: string): void {
   expect(stats.reqPerSec, `${label}: req/s`).toBeGreaterThan(0);
-  expect(stats.non2xx, `${label}: non-2xx (status codes ${JSON.stringify(stats.statusCodes)})`).toBe(0);
+  expect(
+    stats.non2xx,
+    `${label}: non-2xx (status codes ${JSON.stringify(stats.statusCodes)})`,
+  ).toBe(0);
   expect(stats.errors, `${label}: connection errors`).toBe(0);
   expect(stats.dropped, `${label}: requests never answered (server closed connections)`).toBe(0);
 }
@@ -58,15 +64,27 @@ describe('bench (tiny)', () => {
         expect(code, output).toBe(0);
         const report = JSON.parse(await readFile(jsonPath, 'utf8')) as BenchReport;
         expect(report.tally.ran, report.tally.note).toBe(true);
-        expect(report.scenarios.map((s) => s.name)).toEqual(expect.arrayContaining(['has', 'has-unlimited']));
-        expect(report.rateLimitHeaderSeen, 'rate-limited tally sent x-ratelimit-limit: 1000000000').toBe(true);
-        expect(report.rateLimitOffHeaderSeen, 'tally with rate limiting off sent no x-ratelimit-limit').toBe(false);
+        expect(report.scenarios.map((s) => s.name)).toEqual(
+          expect.arrayContaining(['has', 'has-unlimited']),
+        );
+        expect(
+          report.rateLimitHeaderSeen,
+          'rate-limited tally sent x-ratelimit-limit: 1000000000',
+        ).toBe(true);
+        expect(
+          report.rateLimitOffHeaderSeen,
+          'tally with rate limiting off sent no x-ratelimit-limit',
+        ).toBe(false);
         for (const scenario of report.scenarios) {
           expectClean(scenario.bare, `${scenario.name} bare`);
           // has and has-unlimited are priced net of the rate-limit headers' parsing cost.
           if (scenario.name.startsWith('has')) {
-            expect(scenario.headerControl, `${scenario.name}: bare + rate-limit headers results`).not.toBeNull();
-            if (scenario.headerControl !== null) expectClean(scenario.headerControl, `${scenario.name} bare + rate-limit headers`);
+            expect(
+              scenario.headerControl,
+              `${scenario.name}: bare + rate-limit headers results`,
+            ).not.toBeNull();
+            if (scenario.headerControl !== null)
+              expectClean(scenario.headerControl, `${scenario.name} bare + rate-limit headers`);
           }
           expect(scenario.tally, `${scenario.name}: tally results`).not.toBeNull();
           if (scenario.tally !== null) expectClean(scenario.tally, `${scenario.name} tally`);

@@ -4,7 +4,13 @@
  * draws only on a terminal). The commands themselves are tested end to end in cli.test.ts.
  */
 import { describe, expect, it } from 'vitest';
-import { activity, isLoopback, plainHttpWarning, progressBar, withActivity } from '../src/cli/client.js';
+import {
+  activity,
+  isLoopback,
+  plainHttpWarning,
+  progressBar,
+  withActivity,
+} from '../src/cli/client.js';
 import { changeCount, diffConfigs, formatDiff } from '../src/cli/config-diff.js';
 import { formatBytes, formatDuration, formatTable } from '../src/cli/format.js';
 import { PRODUCT_EXAMPLE_CONFIG } from './support/product-example.js';
@@ -13,13 +19,22 @@ import { PRODUCT_EXAMPLE_CONFIG } from './support/product-example.js';
 function reverseKeys(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(reverseKeys);
   if (typeof value !== 'object' || value === null) return value;
-  return Object.fromEntries(Object.entries(value).reverse().map(([key, item]) => [key, reverseKeys(item)]));
+  return Object.fromEntries(
+    Object.entries(value)
+      .reverse()
+      .map(([key, item]) => [key, reverseKeys(item)]),
+  );
 }
 
 describe('config diff', () => {
   it('finds no change between a document and its reordered, re-serialised copy with a $schema', () => {
-    const copy = { $schema: 'https://tally.dev/schemas/billing-config.json', ...(reverseKeys(structuredClone(PRODUCT_EXAMPLE_CONFIG)) as object) };
-    expect(JSON.stringify(copy)).not.toContain(JSON.stringify(PRODUCT_EXAMPLE_CONFIG.products.free.entitlements));
+    const copy = {
+      $schema: 'https://tally.dev/schemas/billing-config.json',
+      ...(reverseKeys(structuredClone(PRODUCT_EXAMPLE_CONFIG)) as object),
+    };
+    expect(JSON.stringify(copy)).not.toContain(
+      JSON.stringify(PRODUCT_EXAMPLE_CONFIG.products.free.entitlements),
+    );
     const diff = diffConfigs(PRODUCT_EXAMPLE_CONFIG, copy);
     expect(changeCount(diff)).toBe(0);
     expect(formatDiff(diff)).toEqual([]);
@@ -57,12 +72,26 @@ describe('config diff', () => {
   });
 
   it('cuts long values and long change lists', () => {
-    const many = Object.fromEntries(Array.from({ length: 25 }, (_, i) => [`e${i}`, { included: i }]));
-    const changed = Object.fromEntries(Array.from({ length: 25 }, (_, i) => [`e${i}`, { included: i + 1 }]));
-    const lines = formatDiff(diffConfigs({ products: { p: { entitlements: many } } }, { products: { p: { entitlements: changed } } }));
+    const many = Object.fromEntries(
+      Array.from({ length: 25 }, (_, i) => [`e${i}`, { included: i }]),
+    );
+    const changed = Object.fromEntries(
+      Array.from({ length: 25 }, (_, i) => [`e${i}`, { included: i + 1 }]),
+    );
+    const lines = formatDiff(
+      diffConfigs(
+        { products: { p: { entitlements: many } } },
+        { products: { p: { entitlements: changed } } },
+      ),
+    );
     expect(lines).toHaveLength(2 + 20 + 1);
     expect(lines.at(-1)).toBe('      … and 5 more');
-    const long = formatDiff(diffConfigs({ products: { p: { name: 'a' } } }, { products: { p: { name: 'x'.repeat(200) } } }));
+    const long = formatDiff(
+      diffConfigs(
+        { products: { p: { name: 'a' } } },
+        { products: { p: { name: 'x'.repeat(200) } } },
+      ),
+    );
     expect(long[2]?.length).toBeLessThan(120);
     expect(long[2]).toMatch(/…$/);
   });
@@ -70,7 +99,15 @@ describe('config diff', () => {
 
 describe('formatting', () => {
   it('aligns table columns without trailing spaces', () => {
-    expect(formatTable(['ID', 'NAME'], [['a', 'x'], ['long-id', '-']])).toBe('ID       NAME\na        x\nlong-id  -');
+    expect(
+      formatTable(
+        ['ID', 'NAME'],
+        [
+          ['a', 'x'],
+          ['long-id', '-'],
+        ],
+      ),
+    ).toBe('ID       NAME\na        x\nlong-id  -');
   });
 
   it.each([
@@ -91,7 +128,10 @@ describe('formatting', () => {
 describe('progress bar', () => {
   const fakeStream = (isTTY: boolean) => {
     const writes: string[] = [];
-    const stream = { isTTY, write: (text: string) => writes.push(text) } as unknown as NodeJS.WriteStream;
+    const stream = {
+      isTTY,
+      write: (text: string) => writes.push(text),
+    } as unknown as NodeJS.WriteStream;
     return { stream, writes };
   };
 
@@ -123,9 +163,20 @@ describe('progress bar', () => {
 describe('plain http warning', () => {
   it('warns before a key goes over http:// to another machine, never for https:// or this machine', () => {
     const admin = 'ak_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa';
-    expect(plainHttpWarning(new URL('http://billing.internal:8787'), admin)).toMatch(/^warning: sending the operator key over plain http:\/\/ to billing\.internal:8787/);
-    expect(plainHttpWarning(new URL('http://10.0.0.5'), 'sk_live_x')).toMatch(/sending an API key over plain http/);
-    for (const local of ['http://localhost:8787', 'http://127.0.0.1:1', 'http://127.3.2.1', 'http://[::1]:8787', 'http://[::ffff:127.0.0.1]', 'https://billing.example.com']) {
+    expect(plainHttpWarning(new URL('http://billing.internal:8787'), admin)).toMatch(
+      /^warning: sending the operator key over plain http:\/\/ to billing\.internal:8787/,
+    );
+    expect(plainHttpWarning(new URL('http://10.0.0.5'), 'sk_live_x')).toMatch(
+      /sending an API key over plain http/,
+    );
+    for (const local of [
+      'http://localhost:8787',
+      'http://127.0.0.1:1',
+      'http://127.3.2.1',
+      'http://[::1]:8787',
+      'http://[::ffff:127.0.0.1]',
+      'https://billing.example.com',
+    ]) {
       expect(plainHttpWarning(new URL(local), admin), local).toBeNull();
     }
     expect(isLoopback('128.0.0.1')).toBe(false);
@@ -136,7 +187,10 @@ describe('plain http warning', () => {
 describe('activity line', () => {
   const fakeStream = (isTTY: boolean) => {
     const writes: string[] = [];
-    const stream = { isTTY, write: (text: string) => writes.push(text) } as unknown as NodeJS.WriteStream;
+    const stream = {
+      isTTY,
+      write: (text: string) => writes.push(text),
+    } as unknown as NodeJS.WriteStream;
     return { stream, writes };
   };
 
@@ -145,7 +199,9 @@ describe('activity line', () => {
     expect(await withActivity('pushing billing.json', async () => 7, tty.stream)).toBe(7);
     expect(tty.writes).toEqual(['pushing billing.json…', '\r\x1b[K']);
     const failing = fakeStream(true);
-    await expect(withActivity('pushing', () => Promise.reject(new Error('refused')), failing.stream)).rejects.toThrow('refused');
+    await expect(
+      withActivity('pushing', () => Promise.reject(new Error('refused')), failing.stream),
+    ).rejects.toThrow('refused');
     expect(failing.writes.at(-1)).toBe('\r\x1b[K');
   });
 

@@ -41,8 +41,20 @@ afterAll(async () => {
  * Runs `tally args…` with TALLY_URL pointing at the test server and no TALLY_API_KEY
  * unless given; stdin is /dev/null (not a terminal), so nothing can wait on a prompt.
  */
-function tally(args: readonly string[], options: { key?: string; env?: Record<string, string>; command?: readonly string[]; bin?: string } = {}): Promise<Ran> {
-  const env: Record<string, string | undefined> = { ...process.env, TALLY_URL: server.base, ...options.env };
+function tally(
+  args: readonly string[],
+  options: {
+    key?: string;
+    env?: Record<string, string>;
+    command?: readonly string[];
+    bin?: string;
+  } = {},
+): Promise<Ran> {
+  const env: Record<string, string | undefined> = {
+    ...process.env,
+    TALLY_URL: server.base,
+    ...options.env,
+  };
   delete env.TALLY_API_KEY;
   if (options.key !== undefined) env.TALLY_API_KEY = options.key;
   const [command, ...prefix] = options.command ?? [process.execPath, options.bin ?? BIN];
@@ -56,15 +68,37 @@ function writeJson(name: string, value: unknown): string {
 }
 
 const CONFIG_V1 = {
-  entitlements: { sso: { type: 'feature' }, seats: { type: 'limit', name: 'Seats' }, api_calls: { type: 'meter', reset: 'month' } },
-  products: { free: { name: 'Free', default: true, entitlements: { sso: true, seats: { included: 5 }, api_calls: { included: 1000 } } } },
+  entitlements: {
+    sso: { type: 'feature' },
+    seats: { type: 'limit', name: 'Seats' },
+    api_calls: { type: 'meter', reset: 'month' },
+  },
+  products: {
+    free: {
+      name: 'Free',
+      default: true,
+      entitlements: { sso: true, seats: { included: 5 }, api_calls: { included: 1000 } },
+    },
+  },
 };
 
 const CONFIG_V2 = {
-  entitlements: { sso: { type: 'feature' }, seats: { type: 'limit', name: 'Seat count' }, storage: { type: 'meter', reset: 'never' } },
+  entitlements: {
+    sso: { type: 'feature' },
+    seats: { type: 'limit', name: 'Seat count' },
+    storage: { type: 'meter', reset: 'never' },
+  },
   products: {
-    free: { name: 'Free', default: true, entitlements: { sso: false, seats: { included: 3 }, storage: { included: 10 } } },
-    pro: { name: 'Pro', price: { amount: 2000, currency: 'usd', interval: 'month' }, entitlements: { sso: true, seats: { included: 10 } } },
+    free: {
+      name: 'Free',
+      default: true,
+      entitlements: { sso: false, seats: { included: 3 }, storage: { included: 10 } },
+    },
+    pro: {
+      name: 'Pro',
+      price: { amount: 2000, currency: 'usd', interval: 'month' },
+      entitlements: { sso: true, seats: { included: 10 } },
+    },
   },
 };
 
@@ -80,13 +114,31 @@ function findCommand(program: Command, names: readonly string[]): Command {
 
 /** Every command path of the program: [], ['push'], ['keys', 'create'], … */
 function commandPaths(command: Command, prefix: readonly string[] = []): string[][] {
-  return [[...prefix], ...command.commands.flatMap((sub) => commandPaths(sub, [...prefix, sub.name()]))];
+  return [
+    [...prefix],
+    ...command.commands.flatMap((sub) => commandPaths(sub, [...prefix, sub.name()])),
+  ];
 }
 
 describe('the binary', () => {
-  it('answers --help on every command with exit 0 and that command\'s usage', async () => {
+  it("answers --help on every command with exit 0 and that command's usage", async () => {
     const paths = commandPaths(buildProgram());
-    expect(paths.map((p) => p.join(' '))).toEqual(expect.arrayContaining(['push', 'pull', 'keys create', 'keys list', 'keys revoke', 'keys rotate-admin', 'snapshot create', 'snapshot list', 'snapshot download', 'snapshot delete', 'snapshot restore', 'status']));
+    expect(paths.map((p) => p.join(' '))).toEqual(
+      expect.arrayContaining([
+        'push',
+        'pull',
+        'keys create',
+        'keys list',
+        'keys revoke',
+        'keys rotate-admin',
+        'snapshot create',
+        'snapshot list',
+        'snapshot download',
+        'snapshot delete',
+        'snapshot restore',
+        'status',
+      ]),
+    );
     const runs = await Promise.all(paths.map((p) => tally([...p, '--help'])));
     runs.forEach((ran, index) => {
       const name = ['tally', ...(paths[index] ?? [])].join(' ');
@@ -98,12 +150,20 @@ describe('the binary', () => {
     // (`snapshot restore` works on files offline and calls no service).
     const program = buildProgram();
     const offline = ['snapshot restore'];
-    const leaves = paths.filter((p) => p.length > 0 && findCommand(program, p).commands.length === 0 && !offline.includes(p.join(' ')));
-    expect(leaves.length).toBe(paths.filter((p) => p.length > 0 && findCommand(program, p).commands.length === 0).length - offline.length);
+    const leaves = paths.filter(
+      (p) =>
+        p.length > 0 &&
+        findCommand(program, p).commands.length === 0 &&
+        !offline.includes(p.join(' ')),
+    );
+    expect(leaves.length).toBe(
+      paths.filter((p) => p.length > 0 && findCommand(program, p).commands.length === 0).length -
+        offline.length,
+    );
     for (const p of leaves) {
       const help = runs[paths.indexOf(p)]?.stdout ?? '';
-      expect(help, p.join(' ')).toMatch(/--url <url>[^]*env: TALLY_URL/);
-      expect(help, p.join(' ')).toMatch(/--key <key>[^]*env:\s+TALLY_API_KEY/);
+      expect(help, p.join(' ')).toMatch(/--url <url>[\s\S]*env: TALLY_URL/);
+      expect(help, p.join(' ')).toMatch(/--key <key>[\s\S]*env:\s+TALLY_API_KEY/);
     }
   });
 
@@ -127,8 +187,14 @@ describe('the binary', () => {
   it.each([
     [['frobnicate'], /unknown command 'frobnicate'/],
     [['push'], /missing required argument 'config.json'/],
-    [['keys', 'create', '--env', 'prod', '--class', 'server'], /argument 'prod' is invalid\. Allowed choices are test, live/],
-    [['keys', 'create', '--class', 'server'], /required option '--env <environment>' not specified/],
+    [
+      ['keys', 'create', '--env', 'prod', '--class', 'server'],
+      /argument 'prod' is invalid\. Allowed choices are test, live/,
+    ],
+    [
+      ['keys', 'create', '--class', 'server'],
+      /required option '--env <environment>' not specified/,
+    ],
     [['status', '--bogus'], /unknown option '--bogus'/],
     [['keys'], /Usage: tally keys/],
     [['pull', '--url', 'ftp://example.com'], /must be http:\/\/ or https:\/\//],
@@ -144,12 +210,17 @@ describe('the binary', () => {
     [['snapshto', '--help'], 'snapshto', 'snapshot'],
     [['keys', 'revok', '--help'], 'revok', 'revoke'],
     [['-h', 'statsu'], 'statsu', 'status'],
-  ])('exits 2 on an unknown command %j, even with --help, suggesting the close one', async (args, unknown, close) => {
-    const ran = await tally(args);
-    expect(ran.code).toBe(2);
-    expect(ran.stdout).toBe('');
-    expect(ran.stderr).toBe(`error: unknown command '${unknown}'\n(Did you mean ${close}?)\n(run with --help for usage)\n`);
-  });
+  ])(
+    'exits 2 on an unknown command %j, even with --help, suggesting the close one',
+    async (args, unknown, close) => {
+      const ran = await tally(args);
+      expect(ran.code).toBe(2);
+      expect(ran.stdout).toBe('');
+      expect(ran.stderr).toBe(
+        `error: unknown command '${unknown}'\n(Did you mean ${close}?)\n(run with --help for usage)\n`,
+      );
+    },
+  );
 
   it('suggests nothing when no command is close', async () => {
     const ran = await tally(['frobnicate', '--help']);
@@ -164,9 +235,14 @@ describe('push and pull', () => {
     const v1 = writeJson('v1.json', CONFIG_V1);
 
     // Nothing deployed: even an empty document is a change (it would create version 1).
-    const empty = await tally(['push', writeJson('empty.json', { entitlements: {}, products: {} }), '--dry-run'], { key });
+    const empty = await tally(
+      ['push', writeJson('empty.json', { entitlements: {}, products: {} }), '--dry-run'],
+      { key },
+    );
     expect(empty.code, empty.stderr).toBe(0);
-    expect(empty.stdout).toContain('An empty configuration: no entitlements, no products.\nDry run: nothing pushed.');
+    expect(empty.stdout).toContain(
+      'An empty configuration: no entitlements, no products.\nDry run: nothing pushed.',
+    );
 
     const refused = await tally(['push', v1], { key });
     expect(refused.code).toBe(2);
@@ -190,22 +266,27 @@ describe('push and pull', () => {
     expect(second.code, second.stderr).toBe(0);
     const lines = second.stdout.split('\n');
     expect(lines[0]).toMatch(/^Deployed to the test environment at .*: version 1 /);
-    expect(lines).toEqual(expect.arrayContaining([
-      'Entitlements: 1 added, 1 removed, 1 changed',
-      '  + storage (meter)',
-      '  - api_calls (meter)',
-      '  ~ seats',
-      '      name: "Seats" → "Seat count"',
-      'Products: 1 added, 0 removed, 1 changed',
-      '  + pro (Pro)',
-      '  ~ free',
-      '      entitlements.sso: true → false',
-      '      entitlements.seats.included: 5 → 3',
-      '      entitlements.storage: (absent) → {"included":10}',
-      '      entitlements.api_calls: {"included":1000} → (absent)',
-    ]));
+    expect(lines).toEqual(
+      expect.arrayContaining([
+        'Entitlements: 1 added, 1 removed, 1 changed',
+        '  + storage (meter)',
+        '  - api_calls (meter)',
+        '  ~ seats',
+        '      name: "Seats" → "Seat count"',
+        'Products: 1 added, 0 removed, 1 changed',
+        '  + pro (Pro)',
+        '  ~ free',
+        '      entitlements.sso: true → false',
+        '      entitlements.seats.included: 5 → 3',
+        '      entitlements.storage: (absent) → {"included":10}',
+        '      entitlements.api_calls: {"included":1000} → (absent)',
+      ]),
+    );
     expect(second.stdout).toContain('Pushed version 2 ');
-    expect((await call(server.base, 'GET', '/v1/sync/pull', { key })).body).toMatchObject({ version: 2, config: CONFIG_V2 });
+    expect((await call(server.base, 'GET', '/v1/sync/pull', { key })).body).toMatchObject({
+      version: 2,
+      config: CONFIG_V2,
+    });
 
     const dry = await tally(['push', v1, '--dry-run'], { key });
     expect(dry.code).toBe(0);
@@ -219,12 +300,16 @@ describe('push and pull', () => {
     const before = await call(server.base, 'GET', '/v1/sync/pull', { key });
     const bad = writeJson('bad.json', {
       entitlements: { sso: { type: 'feture' }, seats: { type: 'limit', reset: 'day' } },
-      products: { free: { name: 'Free', default: true, prise: 3, entitlements: { nope: true, seats: true } } },
+      products: {
+        free: { name: 'Free', default: true, prise: 3, entitlements: { nope: true, seats: true } },
+      },
     });
     const ran = await tally(['push', bad, '--yes'], { key });
     expect(ran.code).toBe(1);
     expect(ran.stdout).toBe('');
-    expect(ran.stderr).toContain('is not a valid billing configuration (5 violations); nothing was pushed');
+    expect(ran.stderr).toContain(
+      'is not a valid billing configuration (5 violations); nothing was pushed',
+    );
     for (const violation of [
       'entitlements.sso.type must be one of feature, limit, meter',
       'products.free has unknown property "prise"',
@@ -251,8 +336,11 @@ describe('push and pull', () => {
 
   it('pull --out then push of the same file: no changes, nothing pushed', async () => {
     const key = server.keys.live.server;
-    expect((await call(server.base, 'POST', '/v1/sync/push', { key, body: CONFIG_V2 })).status).toBe(200);
-    const version = (await call(server.base, 'GET', '/v1/sync/pull', { key })).body.version as number;
+    expect(
+      (await call(server.base, 'POST', '/v1/sync/push', { key, body: CONFIG_V2 })).status,
+    ).toBe(200);
+    const version = (await call(server.base, 'GET', '/v1/sync/pull', { key })).body
+      .version as number;
 
     const out = path.join(tmp, 'pulled.json');
     const pulled = await tally(['pull', '--out', out], { key });
@@ -268,11 +356,13 @@ describe('push and pull', () => {
     const again = await tally(['push', out], { key });
     expect(again.code, again.stderr).toBe(0);
     expect(again.stdout).toContain(`version ${version} `);
-    expect(again.stdout).toContain('No changes: the deployed configuration already matches; nothing pushed.');
+    expect(again.stdout).toContain(
+      'No changes: the deployed configuration already matches; nothing pushed.',
+    );
     expect((await call(server.base, 'GET', '/v1/sync/pull', { key })).body.version).toBe(version);
   });
 
-  it('prints the service\'s error when it refuses: a client key cannot pull', async () => {
+  it("prints the service's error when it refuses: a client key cannot pull", async () => {
     const ran = await tally(['pull'], { key: server.keys.test.client });
     expect(ran.code).toBe(1);
     expect(ran.stderr).toBe('error: this endpoint requires a server key (HTTP 403)\n');
@@ -281,21 +371,33 @@ describe('push and pull', () => {
 
 describe('operator commands', () => {
   it('keys: create (secret printed once, and it works), list without secrets, revoke (then 401)', async () => {
-    const created = await tally(['keys', 'create', '--env', 'test', '--class', 'server'], { key: adminKey });
+    const created = await tally(['keys', 'create', '--env', 'test', '--class', 'server'], {
+      key: adminKey,
+    });
     expect(created.code, created.stderr).toBe(0);
     const secret = /^(sk_test_\S+)$/m.exec(created.stdout)?.[1];
     const id = /Created test server key (key_[0-9a-f]+) /.exec(created.stdout)?.[1];
     expect(secret).toBeDefined();
     expect(id).toBeDefined();
-    expect((await call(server.base, 'GET', '/v1/customers', { key: secret ?? '' })).status).toBe(200);
+    expect((await call(server.base, 'GET', '/v1/customers', { key: secret ?? '' })).status).toBe(
+      200,
+    );
 
     const listed = await tally(['keys', 'list'], { key: adminKey });
     expect(listed.code).toBe(0);
-    expect(listed.stdout.split('\n')[0]).toMatch(/^ID\s+PREFIX\s+ENVIRONMENT\s+CLASS\s+CREATED\s+REVOKED$/);
+    expect(listed.stdout.split('\n')[0]).toMatch(
+      /^ID\s+PREFIX\s+ENVIRONMENT\s+CLASS\s+CREATED\s+REVOKED$/,
+    );
     const row = listed.stdout.split('\n').find((line) => line.startsWith(id ?? '?'));
-    expect(row).toMatch(new RegExp(`^${id}\\s+${(secret ?? '').slice(0, 12)}…\\s+test\\s+server\\s+\\d{4}-\\d\\d-\\d\\dT\\S+\\s+-$`));
+    expect(row).toMatch(
+      new RegExp(
+        `^${id}\\s+${(secret ?? '').slice(0, 12)}…\\s+test\\s+server\\s+\\d{4}-\\d\\d-\\d\\dT\\S+\\s+-$`,
+      ),
+    );
     expect(listed.stdout).not.toContain(secret);
-    const json = JSON.parse((await tally(['keys', 'list', '--json'], { key: adminKey })).stdout) as { data: Array<Record<string, unknown>> };
+    const json = JSON.parse(
+      (await tally(['keys', 'list', '--json'], { key: adminKey })).stdout,
+    ) as { data: Array<Record<string, unknown>> };
     const view = json.data.find((key) => key.id === id);
     expect(view).toMatchObject({ environment: 'test', class: 'server', revokedAt: null });
     expect(JSON.stringify(json)).not.toContain(secret);
@@ -303,34 +405,58 @@ describe('operator commands', () => {
     const revoked = await tally(['keys', 'revoke', id ?? ''], { key: adminKey });
     expect(revoked.code, revoked.stderr).toBe(0);
     expect(revoked.stdout).toMatch(new RegExp(`^Revoked ${id} `));
-    expect((await call(server.base, 'GET', '/v1/customers', { key: secret ?? '' })).status).toBe(401);
-    const after = JSON.parse((await tally(['keys', 'list', '--json'], { key: adminKey })).stdout) as { data: Array<Record<string, unknown>> };
+    expect((await call(server.base, 'GET', '/v1/customers', { key: secret ?? '' })).status).toBe(
+      401,
+    );
+    const after = JSON.parse(
+      (await tally(['keys', 'list', '--json'], { key: adminKey })).stdout,
+    ) as { data: Array<Record<string, unknown>> };
     expect(after.data.find((key) => key.id === id)?.revokedAt).toEqual(expect.any(String));
 
     const again = await tally(['keys', 'revoke', id ?? ''], { key: adminKey });
     expect(again.code).toBe(1);
-    expect(again.stderr).toMatch(new RegExp(`^error: key ${id} was already revoked at \\d{4}-\\S+ \\(HTTP 409\\)\n$`));
+    expect(again.stderr).toMatch(
+      new RegExp(`^error: key ${id} was already revoked at \\d{4}-\\S+ \\(HTTP 409\\)\n$`),
+    );
 
     const unknown = await tally(['keys', 'revoke', 'key_0000'], { key: adminKey });
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toBe('error: key key_0000 not found (HTTP 404)\n');
   });
 
-  it('refuses an environment key on every operator command with the service\'s 403 message', async () => {
-    const keysBefore = (await call(server.base, 'GET', '/v1/admin/keys', { key: adminKey })).body.data.length as number;
-    const commands = [['status'], ['keys', 'list'], ['keys', 'create', '--env', 'live', '--class', 'server'], ['keys', 'revoke', 'key_0000'], ['keys', 'rotate-admin']];
+  it("refuses an environment key on every operator command with the service's 403 message", async () => {
+    const keysBefore = (await call(server.base, 'GET', '/v1/admin/keys', { key: adminKey })).body
+      .data.length as number;
+    const commands = [
+      ['status'],
+      ['keys', 'list'],
+      ['keys', 'create', '--env', 'live', '--class', 'server'],
+      ['keys', 'revoke', 'key_0000'],
+      ['keys', 'rotate-admin'],
+    ];
     for (const [index, args] of commands.entries()) {
       const key = index % 2 === 0 ? server.keys.test.server : server.keys.live.server;
       const ran = await tally(args, { key });
       expect(ran.code, args.join(' ')).toBe(1);
-      expect(ran.stderr, args.join(' ')).toBe('error: this endpoint requires the operator key (HTTP 403)\n');
+      expect(ran.stderr, args.join(' ')).toBe(
+        'error: this endpoint requires the operator key (HTTP 403)\n',
+      );
       expect(ran.stdout).toBe('');
     }
-    expect((await call(server.base, 'GET', '/v1/admin/keys', { key: adminKey })).body.data.length).toBe(keysBefore);
+    expect(
+      (await call(server.base, 'GET', '/v1/admin/keys', { key: adminKey })).body.data.length,
+    ).toBe(keysBefore);
   });
 
-  it('status: health, shards, customers per shard, journal, last snapshot, uptime; --json is the service\'s answer', async () => {
-    expect((await call(server.base, 'POST', '/v1/customers', { key: server.keys.test.server, body: { id: 'cli-status' } })).status).toBe(201);
+  it("status: health, shards, customers per shard, journal, last snapshot, uptime; --json is the service's answer", async () => {
+    expect(
+      (
+        await call(server.base, 'POST', '/v1/customers', {
+          key: server.keys.test.server,
+          body: { id: 'cli-status' },
+        })
+      ).status,
+    ).toBe(201);
     const api = (await call(server.base, 'GET', '/v1/admin/status', { key: adminKey })).body;
     const ran = await tally(['status'], { key: adminKey });
     expect(ran.code, ran.stderr).toBe(0);
@@ -342,22 +468,36 @@ describe('operator commands', () => {
     expect(ran.stdout).toMatch(/^Configurations:\s+test v2, live v\d+$/m);
     expect(ran.stdout).toMatch(/^Journal:\s+\d+(\.\d)? (B|KiB|MiB|GiB)$/m);
     expect(ran.stdout).toMatch(/^Last shard snapshot:\s+(never|\d{4}-\S+)$/m);
-    expect(ran.stdout).toMatch(/^SHARD\s+CUSTOMERS\s+QUEUE\s+JOURNAL RECORDS\s+JOURNAL SIZE\s+LAST SEQ\s+SNAPSHOT SEQ\s+LAST SNAPSHOT$/m);
+    expect(ran.stdout).toMatch(
+      /^SHARD\s+CUSTOMERS\s+QUEUE\s+JOURNAL RECORDS\s+JOURNAL SIZE\s+LAST SEQ\s+SNAPSHOT SEQ\s+LAST SNAPSHOT$/m,
+    );
     for (const shard of api.shards as Array<{ index: number; customers: number }>) {
-      expect(ran.stdout).toMatch(new RegExp(`^${shard.index}\\s+${shard.customers}\\s+\\d+\\s+\\d+\\s+`, 'm'));
+      expect(ran.stdout).toMatch(
+        new RegExp(`^${shard.index}\\s+${shard.customers}\\s+\\d+\\s+\\d+\\s+`, 'm'),
+      );
     }
 
     const json = await tally(['status', '--json'], { key: adminKey });
     expect(json.code).toBe(0);
     const parsed = JSON.parse(json.stdout);
-    expect(parsed).toMatchObject({ ok: true, workers: api.workers, customers: api.customers, environments: api.environments });
+    expect(parsed).toMatchObject({
+      ok: true,
+      workers: api.workers,
+      customers: api.customers,
+      environments: api.environments,
+    });
     expect(parsed.shards).toHaveLength(api.shards.length);
   });
 
   it('keys rotate-admin prints the new operator key once and revokes the old one', async () => {
     const oldKey = adminKey;
-    const oldId = ((await call(server.base, 'GET', '/v1/admin/keys', { key: oldKey })).body.data as Array<{ id: string; class: string; revokedAt: string | null }>)
-      .find((key) => key.class === 'operator' && key.revokedAt === null)?.id;
+    const oldId = (
+      (await call(server.base, 'GET', '/v1/admin/keys', { key: oldKey })).body.data as Array<{
+        id: string;
+        class: string;
+        revokedAt: string | null;
+      }>
+    ).find((key) => key.class === 'operator' && key.revokedAt === null)?.id;
     const ran = await tally(['keys', 'rotate-admin'], { key: oldKey });
     expect(ran.code, ran.stderr).toBe(0);
     const newKey = /^(ak_\S+)$/m.exec(ran.stdout)?.[1];

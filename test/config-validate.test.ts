@@ -7,12 +7,14 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { compileConfig, type BillingConfig, type CompiledConfig, type EntitlementType } from '../actors/billing-config.js';
-import { billingConfigSchema, BILLING_SCHEMA_ID } from '../src/config/billing-schema.js';
 import {
-  formatViolations,
-  validateBillingConfig,
-} from '../src/config/validate-config.js';
+  compileConfig,
+  type BillingConfig,
+  type CompiledConfig,
+  type EntitlementType,
+} from '../actors/billing-config.js';
+import { billingConfigSchema, BILLING_SCHEMA_ID } from '../src/config/billing-schema.js';
+import { formatViolations, validateBillingConfig } from '../src/config/validate-config.js';
 import { PRODUCT_EXAMPLE_CONFIG } from './support/product-example.js';
 
 /** The full example configuration (test/support/product-example.ts). */
@@ -36,9 +38,13 @@ function errorsOf(doc: unknown): string[] {
 
 describe('__proto__ as a key', () => {
   it('is refused for entitlements and products: msgpackr would rename it in the stored record', () => {
-    const entitlement = JSON.parse('{"entitlements":{"__proto__":{"type":"feature"}},"products":{}}') as unknown;
+    const entitlement = JSON.parse(
+      '{"entitlements":{"__proto__":{"type":"feature"}},"products":{}}',
+    ) as unknown;
     expect(errorsOf(entitlement).join('; ')).toContain('entitlements has invalid key "__proto__"');
-    const product = JSON.parse('{"entitlements":{"sso":{"type":"feature"}},"products":{"__proto__":{"entitlements":{"sso":true}}}}') as unknown;
+    const product = JSON.parse(
+      '{"entitlements":{"sso":{"type":"feature"}},"products":{"__proto__":{"entitlements":{"sso":true}}}}',
+    ) as unknown;
     expect(errorsOf(product).join('; ')).toContain('products has invalid key "__proto__"');
   });
 });
@@ -51,7 +57,10 @@ describe('the full example', () => {
     const compiled = compileConfig(result.config, 1);
     expect(compiled.defaultProduct?.key).toBe('free');
     expect([...(compiled.products.get('pro')?.features ?? [])]).toEqual(['sso']);
-    expect(compiled.products.get('pro')?.limits.get('seats')).toEqual({ included: 5, expansionAllowed: true });
+    expect(compiled.products.get('pro')?.limits.get('seats')).toEqual({
+      included: 5,
+      expansionAllowed: true,
+    });
     expect(compiled.products.get('pro')?.meters.get('api_calls')).toEqual({
       includedMicros: 10_000_000_000n,
       overageAllowed: true,
@@ -77,7 +86,8 @@ describe('the full example', () => {
       example((d) => (d.products.credits_5k.entitlements = { sso: true, seats: { included: 2 } })),
       { entitlements: {}, products: {} },
     ];
-    for (const doc of variants) expect(validateBillingConfig(doc)).toEqual({ ok: true, config: doc });
+    for (const doc of variants)
+      expect(validateBillingConfig(doc)).toEqual({ ok: true, config: doc });
   });
 });
 
@@ -89,130 +99,346 @@ const KEY_RULE = 'keys are 1-255 characters of A-Z, a-z, 0-9 and _ . : - (not __
 const INVALID: ReadonlyArray<readonly [string, Doc, readonly string[]]> = [
   // Top level.
   ['missing products', example((d) => delete d.products), ['products is required']],
-  ['unknown top-level property', example((d) => (d.webhook = {})), ['configuration has unknown property "webhook"']],
+  [
+    'unknown top-level property',
+    example((d) => (d.webhook = {})),
+    ['configuration has unknown property "webhook"'],
+  ],
   // Entitlement definitions.
-  ['unknown type', example((d) => (d.entitlements.sso.type = 'flag')),
-    ['entitlements.sso.type must be one of feature, limit, meter']],
-  ['missing type', example((d) => delete d.entitlements.sso.type), ['entitlements.sso.type is required']],
-  ['unknown reset', example((d) => (d.entitlements.api_calls.reset = 'hour')),
-    ['entitlements.api_calls.reset must be one of day, week, month, year, never']],
-  ['reset on a feature', example((d) => (d.entitlements.sso.reset = 'month')),
-    ['entitlements.sso.reset is only allowed on a meter; "sso" is a feature']],
-  ['reset on a limit', example((d) => (d.entitlements.seats.reset = 'never')),
-    ['entitlements.seats.reset is only allowed on a meter; "seats" is a limit']],
-  ['empty name', example((d) => (d.entitlements.sso.name = '')), ['entitlements.sso.name must not be empty']],
-  ['typo in a definition', example((d) => (d.entitlements.sso.nmae = 'SSO')),
-    ['entitlements.sso has unknown property "nmae"']],
+  [
+    'unknown type',
+    example((d) => (d.entitlements.sso.type = 'flag')),
+    ['entitlements.sso.type must be one of feature, limit, meter'],
+  ],
+  [
+    'missing type',
+    example((d) => delete d.entitlements.sso.type),
+    ['entitlements.sso.type is required'],
+  ],
+  [
+    'unknown reset',
+    example((d) => (d.entitlements.api_calls.reset = 'hour')),
+    ['entitlements.api_calls.reset must be one of day, week, month, year, never'],
+  ],
+  [
+    'reset on a feature',
+    example((d) => (d.entitlements.sso.reset = 'month')),
+    ['entitlements.sso.reset is only allowed on a meter; "sso" is a feature'],
+  ],
+  [
+    'reset on a limit',
+    example((d) => (d.entitlements.seats.reset = 'never')),
+    ['entitlements.seats.reset is only allowed on a meter; "seats" is a limit'],
+  ],
+  [
+    'empty name',
+    example((d) => (d.entitlements.sso.name = '')),
+    ['entitlements.sso.name must not be empty'],
+  ],
+  [
+    'typo in a definition',
+    example((d) => (d.entitlements.sso.nmae = 'SSO')),
+    ['entitlements.sso has unknown property "nmae"'],
+  ],
   // Keys.
-  ['key with a space', example((d) => (d.products['has space'] = {})),
-    [`products has invalid key "has space": ${KEY_RULE}`]],
-  ['empty key', example((d) => (d.entitlements[''] = { type: 'feature' })), [`entitlements has invalid key "": ${KEY_RULE}`]],
-  ['key of 256 characters', example((d) => (d.products[K256] = {})),
-    [`products has invalid key "${'k'.repeat(64)}…": ${KEY_RULE}`]],
-  ['key with a slash', example((d) => (d.products.pro.entitlements['a/b'] = true)),
-    [`products.pro.entitlements has invalid key "a/b": ${KEY_RULE}`, 'products.pro.entitlements["a/b"] is not a defined entitlement']],
+  [
+    'key with a space',
+    example((d) => (d.products['has space'] = {})),
+    [`products has invalid key "has space": ${KEY_RULE}`],
+  ],
+  [
+    'empty key',
+    example((d) => (d.entitlements[''] = { type: 'feature' })),
+    [`entitlements has invalid key "": ${KEY_RULE}`],
+  ],
+  [
+    'key of 256 characters',
+    example((d) => (d.products[K256] = {})),
+    [`products has invalid key "${'k'.repeat(64)}…": ${KEY_RULE}`],
+  ],
+  [
+    'key with a slash',
+    example((d) => (d.products.pro.entitlements['a/b'] = true)),
+    [
+      `products.pro.entitlements has invalid key "a/b": ${KEY_RULE}`,
+      'products.pro.entitlements["a/b"] is not a defined entitlement',
+    ],
+  ],
   // Products: shape.
-  ['typo in a product', example((d) => (d.products.pro.prise = d.products.pro.price)),
-    ['products.pro has unknown property "prise"']],
-  ['fractional price', example((d) => (d.products.pro.price.amount = 19.99)), ['products.pro.price.amount must be an integer']],
-  ['negative price', example((d) => (d.products.pro.price.amount = -1)), ['products.pro.price.amount must be >= 0']],
-  ['uppercase currency', example((d) => (d.products.pro.price.currency = 'USD')),
-    ['products.pro.price.currency must be a three-letter lowercase ISO 4217 currency code, e.g. usd']],
-  ['missing currency', example((d) => delete d.products.pro.price.currency), ['products.pro.price.currency is required']],
-  ['weekly interval', example((d) => (d.products.pro.price.interval = 'week')),
-    ['products.pro.price.interval must be one of month, year']],
-  ['default as a string', example((d) => (d.products.free.default = 'yes')), ['products.free.default must be a boolean']],
-  ['entitlement value a number', example((d) => (d.products.pro.entitlements.sso = 1)),
-    ['products.pro.entitlements.sso must be a boolean or an object']],
-  ['negative included', example((d) => (d.products.pro.entitlements.seats.included = -1)),
-    ['products.pro.entitlements.seats.included must be >= 0']],
-  ['included over the cap', example((d) => (d.products.pro.entitlements.api_calls.included = 1e12 + 1)),
-    ['products.pro.entitlements.api_calls.included must be <= 1000000000000']],
-  ['included as a string', example((d) => (d.products.pro.entitlements.api_calls.included = '10')),
-    ['products.pro.entitlements.api_calls.included must be a number']],
-  ['fractional unit amount', example((d) => (d.products.pro.entitlements.seats.expansion.unitAmount = 0.5)),
-    ['products.pro.entitlements.seats.expansion.unitAmount must be an integer']],
-  ['expansion without unitAmount', example((d) => (d.products.pro.entitlements.seats.expansion = {})),
-    ['products.pro.entitlements.seats.expansion.unitAmount is required']],
-  ['typo in a grant', example((d) => (d.products.pro.entitlements.api_calls.overrage = { unitAmount: 1 })),
-    ['products.pro.entitlements.api_calls has unknown property "overrage"']],
-  ['zero grant', example((d) => (d.products.credits_5k.grants.api_calls = 0)),
-    ['products.credits_5k.grants.api_calls must be > 0']],
+  [
+    'typo in a product',
+    example((d) => (d.products.pro.prise = d.products.pro.price)),
+    ['products.pro has unknown property "prise"'],
+  ],
+  [
+    'fractional price',
+    example((d) => (d.products.pro.price.amount = 19.99)),
+    ['products.pro.price.amount must be an integer'],
+  ],
+  [
+    'negative price',
+    example((d) => (d.products.pro.price.amount = -1)),
+    ['products.pro.price.amount must be >= 0'],
+  ],
+  [
+    'uppercase currency',
+    example((d) => (d.products.pro.price.currency = 'USD')),
+    [
+      'products.pro.price.currency must be a three-letter lowercase ISO 4217 currency code, e.g. usd',
+    ],
+  ],
+  [
+    'missing currency',
+    example((d) => delete d.products.pro.price.currency),
+    ['products.pro.price.currency is required'],
+  ],
+  [
+    'weekly interval',
+    example((d) => (d.products.pro.price.interval = 'week')),
+    ['products.pro.price.interval must be one of month, year'],
+  ],
+  [
+    'default as a string',
+    example((d) => (d.products.free.default = 'yes')),
+    ['products.free.default must be a boolean'],
+  ],
+  [
+    'entitlement value a number',
+    example((d) => (d.products.pro.entitlements.sso = 1)),
+    ['products.pro.entitlements.sso must be a boolean or an object'],
+  ],
+  [
+    'negative included',
+    example((d) => (d.products.pro.entitlements.seats.included = -1)),
+    ['products.pro.entitlements.seats.included must be >= 0'],
+  ],
+  [
+    'included over the cap',
+    example((d) => (d.products.pro.entitlements.api_calls.included = 1e12 + 1)),
+    ['products.pro.entitlements.api_calls.included must be <= 1000000000000'],
+  ],
+  [
+    'included as a string',
+    example((d) => (d.products.pro.entitlements.api_calls.included = '10')),
+    ['products.pro.entitlements.api_calls.included must be a number'],
+  ],
+  [
+    'fractional unit amount',
+    example((d) => (d.products.pro.entitlements.seats.expansion.unitAmount = 0.5)),
+    ['products.pro.entitlements.seats.expansion.unitAmount must be an integer'],
+  ],
+  [
+    'expansion without unitAmount',
+    example((d) => (d.products.pro.entitlements.seats.expansion = {})),
+    ['products.pro.entitlements.seats.expansion.unitAmount is required'],
+  ],
+  [
+    'typo in a grant',
+    example((d) => (d.products.pro.entitlements.api_calls.overrage = { unitAmount: 1 })),
+    ['products.pro.entitlements.api_calls has unknown property "overrage"'],
+  ],
+  [
+    'zero grant',
+    example((d) => (d.products.credits_5k.grants.api_calls = 0)),
+    ['products.credits_5k.grants.api_calls must be > 0'],
+  ],
   // Products: semantics.
-  ['undefined entitlement', example((d) => (d.products.pro.entitlements.sms = true)),
-    ['products.pro.entitlements.sms is not a defined entitlement']],
-  ['an Object.prototype name', example((d) => (d.products.pro.entitlements.toString = true)),
-    ['products.pro.entitlements.toString is not a defined entitlement']],
-  ['undefined key with a dot', example((d) => (d.products.pro.entitlements['a.b'] = true)),
-    ['products.pro.entitlements["a.b"] is not a defined entitlement']],
-  ['grant of an undefined meter', example((d) => (d.products.credits_5k.grants.sms = 10)),
-    ['products.credits_5k.grants.sms is not a defined entitlement']],
-  ['grant of a limit', example((d) => (d.products.credits_5k.grants.seats = 10)),
-    ['products.credits_5k.grants.seats must name a meter; "seats" is a limit']],
-  ['grants on a plan', example((d) => (d.products.pro.grants = { api_calls: 10 })),
-    ['products.pro.grants is only allowed on a one-time product (price without interval)']],
-  ['grants on a free product', example((d) => (d.products.free.grants = { api_calls: 10 })),
-    ['products.free.grants is only allowed on a one-time product (price without interval)']],
-  ['limit given true', example((d) => (d.products.pro.entitlements.seats = true)),
-    ['products.pro.entitlements.seats must be an object such as {"included": 1}, not a boolean; "seats" is a limit']],
-  ['meter given false', example((d) => (d.products.pro.entitlements.api_calls = false)),
-    ['products.pro.entitlements.api_calls must be an object such as {"included": 1}, not a boolean; "api_calls" is a meter']],
-  ['feature with expansion', example((d) => (d.products.pro.entitlements.sso = { included: 1, expansion: { unitAmount: 1 } })),
-    ['products.pro.entitlements.sso.expansion is only allowed on a limit; "sso" is a feature']],
-  ['feature with overage', example((d) => (d.products.pro.entitlements.sso = { overage: { unitAmount: 1 } })),
-    ['products.pro.entitlements.sso.overage is only allowed on a meter; "sso" is a feature']],
-  ['expansion on a meter', example((d) => (d.products.pro.entitlements.api_calls.expansion = { unitAmount: 1 })),
-    ['products.pro.entitlements.api_calls.expansion is only allowed on a limit; "api_calls" is a meter']],
-  ['overage on a limit', example((d) => (d.products.pro.entitlements.seats.overage = { unitAmount: 1 })),
-    ['products.pro.entitlements.seats.overage is only allowed on a meter; "seats" is a limit']],
-  ['fractional limit', example((d) => (d.products.pro.entitlements.seats.included = 1.5)),
-    ['products.pro.entitlements.seats.included must be a whole number for a limit']],
-  ['seven decimals on a meter', example((d) => (d.products.pro.entitlements.api_calls.included = 0.1234567)),
-    ['products.pro.entitlements.api_calls.included must have at most 6 decimal places']],
-  ['1e-7 on a meter', example((d) => (d.products.pro.entitlements.api_calls.included = 1e-7)),
-    ['products.pro.entitlements.api_calls.included must have at most 6 decimal places']],
-  ['seven decimals on a feature', example((d) => (d.products.pro.entitlements.sso = { included: 0.1234567 })),
-    ['products.pro.entitlements.sso.included must have at most 6 decimal places']],
-  ['seven decimals in a grant', example((d) => (d.products.credits_5k.grants.api_calls = 2.0000001)),
-    ['products.credits_5k.grants.api_calls must have at most 6 decimal places']],
-  ['meter in a one-time product', example((d) => (d.products.credits_5k.entitlements = { api_calls: { included: 5 } })),
-    ['products.credits_5k.entitlements.api_calls: a one-time product adds meter credits through grants, not entitlements']],
-  ['two defaults', example((d) => (d.products.basic = { default: true })),
-    ['products has 2 default products ("free", "basic"); at most one may be default']],
-  ['default with a recurring price', example((d) => {
-    d.products.pro.default = true;
-    delete d.products.free.default;
-  }),
-    ['products.pro is default but has a price; the default product must be free (no price)']],
-  ['one-time default', example((d) => {
-    d.products.credits_5k.default = true;
-    delete d.products.free.default;
-  }),
-    ['products.credits_5k is default but is a one-time product (price without interval); the default product must be free (no price)']],
+  [
+    'undefined entitlement',
+    example((d) => (d.products.pro.entitlements.sms = true)),
+    ['products.pro.entitlements.sms is not a defined entitlement'],
+  ],
+  [
+    'an Object.prototype name',
+    example((d) => (d.products.pro.entitlements.toString = true)),
+    ['products.pro.entitlements.toString is not a defined entitlement'],
+  ],
+  [
+    'undefined key with a dot',
+    example((d) => (d.products.pro.entitlements['a.b'] = true)),
+    ['products.pro.entitlements["a.b"] is not a defined entitlement'],
+  ],
+  [
+    'grant of an undefined meter',
+    example((d) => (d.products.credits_5k.grants.sms = 10)),
+    ['products.credits_5k.grants.sms is not a defined entitlement'],
+  ],
+  [
+    'grant of a limit',
+    example((d) => (d.products.credits_5k.grants.seats = 10)),
+    ['products.credits_5k.grants.seats must name a meter; "seats" is a limit'],
+  ],
+  [
+    'grants on a plan',
+    example((d) => (d.products.pro.grants = { api_calls: 10 })),
+    ['products.pro.grants is only allowed on a one-time product (price without interval)'],
+  ],
+  [
+    'grants on a free product',
+    example((d) => (d.products.free.grants = { api_calls: 10 })),
+    ['products.free.grants is only allowed on a one-time product (price without interval)'],
+  ],
+  [
+    'limit given true',
+    example((d) => (d.products.pro.entitlements.seats = true)),
+    [
+      'products.pro.entitlements.seats must be an object such as {"included": 1}, not a boolean; "seats" is a limit',
+    ],
+  ],
+  [
+    'meter given false',
+    example((d) => (d.products.pro.entitlements.api_calls = false)),
+    [
+      'products.pro.entitlements.api_calls must be an object such as {"included": 1}, not a boolean; "api_calls" is a meter',
+    ],
+  ],
+  [
+    'feature with expansion',
+    example(
+      (d) => (d.products.pro.entitlements.sso = { included: 1, expansion: { unitAmount: 1 } }),
+    ),
+    ['products.pro.entitlements.sso.expansion is only allowed on a limit; "sso" is a feature'],
+  ],
+  [
+    'feature with overage',
+    example((d) => (d.products.pro.entitlements.sso = { overage: { unitAmount: 1 } })),
+    ['products.pro.entitlements.sso.overage is only allowed on a meter; "sso" is a feature'],
+  ],
+  [
+    'expansion on a meter',
+    example((d) => (d.products.pro.entitlements.api_calls.expansion = { unitAmount: 1 })),
+    [
+      'products.pro.entitlements.api_calls.expansion is only allowed on a limit; "api_calls" is a meter',
+    ],
+  ],
+  [
+    'overage on a limit',
+    example((d) => (d.products.pro.entitlements.seats.overage = { unitAmount: 1 })),
+    ['products.pro.entitlements.seats.overage is only allowed on a meter; "seats" is a limit'],
+  ],
+  [
+    'fractional limit',
+    example((d) => (d.products.pro.entitlements.seats.included = 1.5)),
+    ['products.pro.entitlements.seats.included must be a whole number for a limit'],
+  ],
+  [
+    'seven decimals on a meter',
+    example((d) => (d.products.pro.entitlements.api_calls.included = 0.1234567)),
+    ['products.pro.entitlements.api_calls.included must have at most 6 decimal places'],
+  ],
+  [
+    '1e-7 on a meter',
+    example((d) => (d.products.pro.entitlements.api_calls.included = 1e-7)),
+    ['products.pro.entitlements.api_calls.included must have at most 6 decimal places'],
+  ],
+  [
+    'seven decimals on a feature',
+    example((d) => (d.products.pro.entitlements.sso = { included: 0.1234567 })),
+    ['products.pro.entitlements.sso.included must have at most 6 decimal places'],
+  ],
+  [
+    'seven decimals in a grant',
+    example((d) => (d.products.credits_5k.grants.api_calls = 2.0000001)),
+    ['products.credits_5k.grants.api_calls must have at most 6 decimal places'],
+  ],
+  [
+    'meter in a one-time product',
+    example((d) => (d.products.credits_5k.entitlements = { api_calls: { included: 5 } })),
+    [
+      'products.credits_5k.entitlements.api_calls: a one-time product adds meter credits through grants, not entitlements',
+    ],
+  ],
+  [
+    'two defaults',
+    example((d) => (d.products.basic = { default: true })),
+    ['products has 2 default products ("free", "basic"); at most one may be default'],
+  ],
+  [
+    'default with a recurring price',
+    example((d) => {
+      d.products.pro.default = true;
+      delete d.products.free.default;
+    }),
+    ['products.pro is default but has a price; the default product must be free (no price)'],
+  ],
+  [
+    'one-time default',
+    example((d) => {
+      d.products.credits_5k.default = true;
+      delete d.products.free.default;
+    }),
+    [
+      'products.credits_5k is default but is a one-time product (price without interval); the default product must be free (no price)',
+    ],
+  ],
   // Webhooks.
-  ['path without a slash', example((d) => (d.webhooks.forwarding[0].path = 'api/auth/tally')),
-    ['webhooks.forwarding[0].path must start with / and contain no whitespace']],
-  ['missing events', example((d) => delete d.webhooks.forwarding[0].events), ['webhooks.forwarding[0].events is required']],
-  ['events a number', example((d) => (d.webhooks.forwarding[0].events = 1)),
-    ['webhooks.forwarding[0].events must be a string or an array']],
-  ['empty events string', example((d) => (d.webhooks.forwarding[0].events = '')), ['webhooks.forwarding[0].events must not be empty']],
-  ['empty events array', example((d) => (d.webhooks.forwarding[0].events = [])),
-    ['webhooks.forwarding[0].events must have at least 1 item(s)']],
-  ['unknown kind in a string', example((d) => (d.webhooks.forwarding[0].events = 'customer.created,customer.deleted')),
-    ['webhooks.forwarding[0].events names unknown event kind "customer.deleted"']],
-  ['empty entry in a string', example((d) => (d.webhooks.forwarding[0].events = 'customer.created,,usage.exhausted')),
-    ['webhooks.forwarding[0].events has an empty entry']],
-  ['unknown kind in an array', example((d) => (d.webhooks.forwarding[0].events = ['customer.deleted'])),
-    [`webhooks.forwarding[0].events[0] must be one of *, customer.created, customer.updated, subscription.created, subscription.updated, subscription.canceled, subscription.refunded, purchase.completed, purchase.refunded, usage.exhausted, config.pushed`]],
-  ['"*" with others', example((d) => (d.webhooks.forwarding[0].events = '*, usage.exhausted')),
-    ['webhooks.forwarding[0].events: "*" must stand alone']],
-  ['repeated kind', example((d) => (d.webhooks.forwarding[0].events = ['usage.exhausted', 'usage.exhausted'])),
-    ['webhooks.forwarding[0].events has duplicate items (0 and 1)']],
-  ['duplicate forwarding key', example((d) => d.webhooks.forwarding.push({ key: 'app', path: '/hooks', events: '*' })),
-    ['webhooks.forwarding[1].key duplicates webhooks.forwarding[0].key']],
-  ['typo in forwarding', example((d) => (d.webhooks.forwarding[0].autoregister = true)),
-    ['webhooks.forwarding[0] has unknown property "autoregister"']],
-  ['devTunnel as a string', example((d) => (d.webhooks.devTunnel = 'true')), ['webhooks.devTunnel must be a boolean']],
+  [
+    'path without a slash',
+    example((d) => (d.webhooks.forwarding[0].path = 'api/auth/tally')),
+    ['webhooks.forwarding[0].path must start with / and contain no whitespace'],
+  ],
+  [
+    'missing events',
+    example((d) => delete d.webhooks.forwarding[0].events),
+    ['webhooks.forwarding[0].events is required'],
+  ],
+  [
+    'events a number',
+    example((d) => (d.webhooks.forwarding[0].events = 1)),
+    ['webhooks.forwarding[0].events must be a string or an array'],
+  ],
+  [
+    'empty events string',
+    example((d) => (d.webhooks.forwarding[0].events = '')),
+    ['webhooks.forwarding[0].events must not be empty'],
+  ],
+  [
+    'empty events array',
+    example((d) => (d.webhooks.forwarding[0].events = [])),
+    ['webhooks.forwarding[0].events must have at least 1 item(s)'],
+  ],
+  [
+    'unknown kind in a string',
+    example((d) => (d.webhooks.forwarding[0].events = 'customer.created,customer.deleted')),
+    ['webhooks.forwarding[0].events names unknown event kind "customer.deleted"'],
+  ],
+  [
+    'empty entry in a string',
+    example((d) => (d.webhooks.forwarding[0].events = 'customer.created,,usage.exhausted')),
+    ['webhooks.forwarding[0].events has an empty entry'],
+  ],
+  [
+    'unknown kind in an array',
+    example((d) => (d.webhooks.forwarding[0].events = ['customer.deleted'])),
+    [
+      `webhooks.forwarding[0].events[0] must be one of *, customer.created, customer.updated, subscription.created, subscription.updated, subscription.canceled, subscription.refunded, purchase.completed, purchase.refunded, usage.exhausted, config.pushed`,
+    ],
+  ],
+  [
+    '"*" with others',
+    example((d) => (d.webhooks.forwarding[0].events = '*, usage.exhausted')),
+    ['webhooks.forwarding[0].events: "*" must stand alone'],
+  ],
+  [
+    'repeated kind',
+    example((d) => (d.webhooks.forwarding[0].events = ['usage.exhausted', 'usage.exhausted'])),
+    ['webhooks.forwarding[0].events has duplicate items (0 and 1)'],
+  ],
+  [
+    'duplicate forwarding key',
+    example((d) => d.webhooks.forwarding.push({ key: 'app', path: '/hooks', events: '*' })),
+    ['webhooks.forwarding[1].key duplicates webhooks.forwarding[0].key'],
+  ],
+  [
+    'typo in forwarding',
+    example((d) => (d.webhooks.forwarding[0].autoregister = true)),
+    ['webhooks.forwarding[0] has unknown property "autoregister"'],
+  ],
+  [
+    'devTunnel as a string',
+    example((d) => (d.webhooks.devTunnel = 'true')),
+    ['webhooks.devTunnel must be a boolean'],
+  ],
 ];
 
 describe('invalid documents', () => {
@@ -230,13 +456,15 @@ describe('invalid documents', () => {
 
   it('bounds the number of products', () => {
     const products = Object.fromEntries(Array.from({ length: 1001 }, (_, i) => [`p${i}`, {}]));
-    expect(errorsOf({ entitlements: {}, products })).toEqual(['products has more than 1000 entries']);
+    expect(errorsOf({ entitlements: {}, products })).toEqual([
+      'products has more than 1000 entries',
+    ]);
   });
 
   it('rejects NaN and Infinity from JS callers', () => {
-    expect(errorsOf(example((d) => (d.products.pro.entitlements.api_calls.included = NaN)))).toEqual([
-      'products.pro.entitlements.api_calls.included must be a number',
-    ]);
+    expect(
+      errorsOf(example((d) => (d.products.pro.entitlements.api_calls.included = NaN))),
+    ).toEqual(['products.pro.entitlements.api_calls.included must be a number']);
     expect(errorsOf(example((d) => (d.products.credits_5k.grants.api_calls = Infinity)))).toEqual([
       'products.credits_5k.grants.api_calls must be a number',
     ]);
@@ -272,7 +500,9 @@ describe('several violations', () => {
   });
 
   it('a push of 60 bad entitlements is refused with all 60 named', () => {
-    const entitlements = Object.fromEntries(Array.from({ length: 60 }, (_, i) => [`e${i}`, { type: 'bogus' }]));
+    const entitlements = Object.fromEntries(
+      Array.from({ length: 60 }, (_, i) => [`e${i}`, { type: 'bogus' }]),
+    );
     const result = validateBillingConfig({ entitlements, products: {} });
     expect(result.ok).toBe(false);
     if (result.ok) return;
@@ -294,7 +524,10 @@ describe('non-object inputs', () => {
     ['a boolean', true],
     ['undefined', undefined],
   ])('rejects %s cleanly', (_what, doc) => {
-    expect(validateBillingConfig(doc)).toEqual({ ok: false, errors: ['configuration must be an object'] });
+    expect(validateBillingConfig(doc)).toEqual({
+      ok: false,
+      errors: ['configuration must be an object'],
+    });
   });
 
   it('reports both missing sections of an empty object', () => {
@@ -343,7 +576,10 @@ const quantity = fc.oneof(
   { arbitrary: fc.constantFrom(1e-7, 2.1234567, -1, 1e12 + 1, 0), weight: 1 },
   { arbitrary: fc.double({ min: 0, max: 1e6, noNaN: true }), weight: 1 },
 );
-const wholeQuantity = fc.oneof({ arbitrary: fc.nat(10_000), weight: 9 }, { arbitrary: quantity, weight: 1 });
+const wholeQuantity = fc.oneof(
+  { arbitrary: fc.nat(10_000), weight: 9 },
+  { arbitrary: quantity, weight: 1 },
+);
 const unitPrice = fc.record({ unitAmount: fc.nat(10_000) });
 
 /** Any grant value at all, of any type: the mismatches the semantic pass must catch. */
@@ -359,7 +595,10 @@ const grantValueOfType: Record<EntitlementType, fc.Arbitrary<unknown>> = {
 };
 
 function grantValueFor(key: string): fc.Arbitrary<unknown> {
-  return fc.oneof({ arbitrary: grantValueOfType[intendedType(key)], weight: 40 }, { arbitrary: anyGrantValue, weight: 1 });
+  return fc.oneof(
+    { arbitrary: grantValueOfType[intendedType(key)], weight: 40 },
+    { arbitrary: anyGrantValue, weight: 1 },
+  );
 }
 
 function definitionFor(key: string): fc.Arbitrary<Record<string, unknown>> {
@@ -368,27 +607,42 @@ function definitionFor(key: string): fc.Arbitrary<Record<string, unknown>> {
     { arbitrary: fc.constantFrom(...ENTITLEMENT_TYPES), weight: 1 },
   );
   const reset = fc.constantFrom('day', 'week', 'month', 'year', 'never');
-  const definition = fc.record({ type, name: fc.string({ minLength: 1, maxLength: 10 }), reset }, { requiredKeys: ['type'] });
-  // A reset on a feature or limit is a violation: keep one now and then.
-  return fc.tuple(definition, fc.nat(40)).map(([{ reset: kept, ...rest }, dice]) =>
-    kept !== undefined && (rest.type === 'meter' || dice === 0) ? { ...rest, reset: kept } : rest,
+  const definition = fc.record(
+    { type, name: fc.string({ minLength: 1, maxLength: 10 }), reset },
+    { requiredKeys: ['type'] },
   );
+  // A reset on a feature or limit is a violation: keep one now and then.
+  return fc
+    .tuple(definition, fc.nat(40))
+    .map(([{ reset: kept, ...rest }, dice]) =>
+      kept !== undefined && (rest.type === 'meter' || dice === 0) ? { ...rest, reset: kept } : rest,
+    );
 }
 
 /** Maps each key to its own arbitrary, each key present or absent. */
 function someOf(keys: readonly string[], valueFor: (key: string) => fc.Arbitrary<unknown>) {
-  return fc.record(Object.fromEntries(keys.map((key) => [key, valueFor(key)])), { requiredKeys: [] });
+  return fc.record(Object.fromEntries(keys.map((key) => [key, valueFor(key)])), {
+    requiredKeys: [],
+  });
 }
 
 const productName = fc.string({ minLength: 1, maxLength: 10 });
 const freeProduct = fc.record(
-  { name: productName, default: fc.boolean(), entitlements: someOf(ENTITLEMENT_KEYS, grantValueFor) },
+  {
+    name: productName,
+    default: fc.boolean(),
+    entitlements: someOf(ENTITLEMENT_KEYS, grantValueFor),
+  },
   { requiredKeys: [] },
 );
 const planProduct = fc.record(
   {
     name: productName,
-    price: fc.record({ amount: fc.nat(100_000), currency: fc.constant('usd'), interval: fc.constantFrom('month', 'year') }),
+    price: fc.record({
+      amount: fc.nat(100_000),
+      currency: fc.constant('usd'),
+      interval: fc.constantFrom('month', 'year'),
+    }),
     entitlements: someOf(ENTITLEMENT_KEYS, grantValueFor),
   },
   { requiredKeys: ['price'] },
@@ -407,10 +661,16 @@ const wildProduct = fc.record(
   {
     default: fc.boolean(),
     price: fc.record(
-      { amount: fc.nat(100_000), currency: fc.constant('usd'), interval: fc.constantFrom('month', 'year') },
+      {
+        amount: fc.nat(100_000),
+        currency: fc.constant('usd'),
+        interval: fc.constantFrom('month', 'year'),
+      },
       { requiredKeys: ['amount', 'currency'] },
     ),
-    entitlements: fc.dictionary(fc.constantFrom(...ENTITLEMENT_KEYS, 'x'), anyGrantValue, { maxKeys: 4 }),
+    entitlements: fc.dictionary(fc.constantFrom(...ENTITLEMENT_KEYS, 'x'), anyGrantValue, {
+      maxKeys: 4,
+    }),
     grants: fc.dictionary(fc.constantFrom(...ENTITLEMENT_KEYS, 'x'), quantity, { maxKeys: 2 }),
   },
   { requiredKeys: [] },
@@ -441,7 +701,10 @@ const entitlementDefinitions = fc
  */
 const nearValidDocument = fc.record({
   entitlements: entitlementDefinitions,
-  products: fc.record({ free: freeProduct, plan: planProduct, oneTime: oneTimeProduct, other: anyProduct }, { requiredKeys: [] }),
+  products: fc.record(
+    { free: freeProduct, plan: planProduct, oneTime: oneTimeProduct, other: anyProduct },
+    { requiredKeys: [] },
+  ),
 });
 
 /** A compiled configuration with a default product and at least one feature, limit and meter granted. */
@@ -508,18 +771,30 @@ describe('properties', () => {
         const doc = example((d) => {
           d.products.pro.entitlements = JSON.parse(`{${JSON.stringify(missing)}: true}`);
         });
-        expect(errorsOf(doc)).toContain(`products.pro.entitlements.${missing} is not a defined entitlement`);
+        expect(errorsOf(doc)).toContain(
+          `products.pro.entitlements.${missing} is not a defined entitlement`,
+        );
       }),
     );
   });
 
   it('never throws, whatever the input', () => {
     fc.assert(
-      fc.property(fc.oneof(fc.anything(), fc.jsonValue(), nearValidDocument.map((d) => ({ ...d, extra: 1 }))), (doc) => {
-        const result = validateBillingConfig(doc);
-        if (result.ok) assertCompilesConsistently(result.config);
-        else expect(result.errors.every((error) => typeof error === 'string' && error.length > 0)).toBe(true);
-      }),
+      fc.property(
+        fc.oneof(
+          fc.anything(),
+          fc.jsonValue(),
+          nearValidDocument.map((d) => ({ ...d, extra: 1 })),
+        ),
+        (doc) => {
+          const result = validateBillingConfig(doc);
+          if (result.ok) assertCompilesConsistently(result.config);
+          else
+            expect(
+              result.errors.every((error) => typeof error === 'string' && error.length > 0),
+            ).toBe(true);
+        },
+      ),
       { numRuns: 1000 },
     );
   });

@@ -5,7 +5,13 @@
  * all of it survives replay and the snapshot form.
  */
 import { describe, expect, it } from 'vitest';
-import { fromSnapshot, toSnapshot, type Command, type CustomerState, type SubscriptionInput } from '../actors/customer.js';
+import {
+  fromSnapshot,
+  toSnapshot,
+  type Command,
+  type CustomerState,
+  type SubscriptionInput,
+} from '../actors/customer.js';
 import { compileConfig } from '../actors/billing-config.js';
 import { CONFIG, Driver, T0, throughCodec } from './support/core-fixtures.js';
 
@@ -13,7 +19,15 @@ const at = { environment: 'test', customerId: 'ada', key: '' } as const;
 const DAY = 86_400_000;
 
 function subscription(status: string, startMs: number, productKey = 'pro'): SubscriptionInput {
-  return { productKey, status, currentPeriodStartMs: startMs, currentPeriodEndMs: startMs + 30 * DAY, cancelAtPeriodEnd: false, processor: 'stripe', processorSubscriptionId: 'sub_1' };
+  return {
+    productKey,
+    status,
+    currentPeriodStartMs: startMs,
+    currentPeriodEndMs: startMs + 30 * DAY,
+    cancelAtPeriodEnd: false,
+    processor: 'stripe',
+    processorSubscriptionId: 'sub_1',
+  };
 }
 
 function sync(eventId: string | null, input: SubscriptionInput): Command {
@@ -38,16 +52,56 @@ describe('commerce in the customer actor', () => {
 
   it('meters resetting at the plan interval follow the subscription period; others keep the calendar', () => {
     const d = new Driver();
-    d.run({ op: 'grantLot', environment: 'test', customerId: 'ada', key: 'api_calls', lotId: 'l1', amountMicros: 1_000_000_000n }, T0);
-    d.run({ op: 'consume', environment: 'test', customerId: 'ada', key: 'api_calls', amountMicros: 150_000_000n }, T0);
-    d.run({ op: 'consume', environment: 'test', customerId: 'ada', key: 'tokens', amountMicros: 5_000_000n }, T0);
+    d.run(
+      {
+        op: 'grantLot',
+        environment: 'test',
+        customerId: 'ada',
+        key: 'api_calls',
+        lotId: 'l1',
+        amountMicros: 1_000_000_000n,
+      },
+      T0,
+    );
+    d.run(
+      {
+        op: 'consume',
+        environment: 'test',
+        customerId: 'ada',
+        key: 'api_calls',
+        amountMicros: 150_000_000n,
+      },
+      T0,
+    );
+    d.run(
+      {
+        op: 'consume',
+        environment: 'test',
+        customerId: 'ada',
+        key: 'tokens',
+        amountMicros: 5_000_000n,
+      },
+      T0,
+    );
     const start = T0 + DAY;
     d.run(sync('evt_1', subscription('active', start)), T0 + 2);
     const monthly = balance(d, 'api_calls', T0 + 3);
     // A new billing period: nothing consumed in it yet; it resets at the period's end.
-    expect(monthly).toMatchObject({ kind: 'balance', view: { consumed: 0, resets: new Date(start + 30 * DAY).toISOString() } });
+    expect(monthly).toMatchObject({
+      kind: 'balance',
+      view: { consumed: 0, resets: new Date(start + 30 * DAY).toISOString() },
+    });
     expect(balance(d, 'tokens', T0 + 3)).toMatchObject({ view: { consumed: 5 } });
-    d.run({ op: 'consume', environment: 'test', customerId: 'ada', key: 'api_calls', amountMicros: 7_000_000n }, T0 + 4);
+    d.run(
+      {
+        op: 'consume',
+        environment: 'test',
+        customerId: 'ada',
+        key: 'api_calls',
+        amountMicros: 7_000_000n,
+      },
+      T0 + 4,
+    );
     expect(balance(d, 'api_calls', T0 + 5)).toMatchObject({ view: { consumed: 7 } });
     // The renewal moves the period on: usage resets.
     d.run(sync('evt_2', subscription('active', start + 30 * DAY)), T0 + 6);
@@ -69,7 +123,9 @@ describe('commerce in the customer actor', () => {
     const d = new Driver();
     d.run(sync('evt_1', subscription('active', T0 + 30 * DAY)), T0);
     d.run(sync('evt_2', subscription('active', T0)), T0 + 1);
-    expect(d.run({ op: 'getCommerce', ...at }, T0 + 2)).toMatchObject({ view: { subscriptions: [{ currentPeriodStart: new Date(T0 + 30 * DAY).toISOString() }] } });
+    expect(d.run({ op: 'getCommerce', ...at }, T0 + 2)).toMatchObject({
+      view: { subscriptions: [{ currentPeriodStart: new Date(T0 + 30 * DAY).toISOString() }] },
+    });
     d.run(sync('evt_3', subscription('canceled', T0 + 30 * DAY)), T0 + 3);
     d.run(sync('evt_4', subscription('active', T0 + 30 * DAY)), T0 + 4);
     expect(has(d, 'audit', T0 + 5)).toEqual({ kind: 'has', value: false });
@@ -79,7 +135,21 @@ describe('commerce in the customer actor', () => {
     const d = new Driver();
     const purchase = { id: 'stripe:pi_1', productKey: 'pack', amount: 500, currency: 'usd' };
     const out = d.run({ op: 'recordPurchase', ...at, eventId: 'evt_1', purchase }, T0);
-    expect(out).toMatchObject({ kind: 'commerce', view: { purchases: [{ id: 'stripe:pi_1', status: 'paid', amount: 500, currency: 'usd', refundedAmount: 0, grant: { api_calls: 50 } }] } });
+    expect(out).toMatchObject({
+      kind: 'commerce',
+      view: {
+        purchases: [
+          {
+            id: 'stripe:pi_1',
+            status: 'paid',
+            amount: 500,
+            currency: 'usd',
+            refundedAmount: 0,
+            grant: { api_calls: 50 },
+          },
+        ],
+      },
+    });
     expect(d.journal.map((e) => e.type)).toEqual(['purchaseRecorded', 'lotGranted']);
     expect(balance(d, 'api_calls', T0)).toMatchObject({ view: { balance: 150 } });
     d.run({ op: 'recordPurchase', ...at, eventId: 'evt_2', purchase }, T0 + 1);
@@ -87,32 +157,84 @@ describe('commerce in the customer actor', () => {
   });
 
   it('a paid one-time product adds its features and limits to the plan', () => {
-    const config = compileConfig({ ...CONFIG, products: { ...CONFIG.products, addon: { price: { amount: 900, currency: 'usd' }, entitlements: { audit: true, seats: { included: 3 } } } } }, 2);
+    const config = compileConfig(
+      {
+        ...CONFIG,
+        products: {
+          ...CONFIG.products,
+          addon: {
+            price: { amount: 900, currency: 'usd' },
+            entitlements: { audit: true, seats: { included: 3 } },
+          },
+        },
+      },
+      2,
+    );
     const d = new Driver(config);
     expect(has(d, 'audit', T0)).toEqual({ kind: 'has', value: false });
-    d.run({ op: 'recordPurchase', ...at, eventId: 'evt_1', purchase: { id: 'stripe:pi_9', productKey: 'addon', amount: 900, currency: 'usd' } }, T0);
+    d.run(
+      {
+        op: 'recordPurchase',
+        ...at,
+        eventId: 'evt_1',
+        purchase: { id: 'stripe:pi_9', productKey: 'addon', amount: 900, currency: 'usd' },
+      },
+      T0,
+    );
     expect(has(d, 'audit', T0)).toEqual({ kind: 'has', value: true });
-    expect(d.run({ op: 'limit', ...at, key: 'seats' }, T0)).toMatchObject({ view: { limit: 8, included: 8 } });
+    expect(d.run({ op: 'limit', ...at, key: 'seats' }, T0)).toMatchObject({
+      view: { limit: 8, included: 8 },
+    });
   });
 
   it('context answers the live subscription when asked', () => {
     const d = new Driver();
-    const ask = (now: number) => d.run({ op: 'context', ...at, patch: {}, request: { features: [], usage: [], limits: [], subscription: true } }, now);
+    const ask = (now: number) =>
+      d.run(
+        {
+          op: 'context',
+          ...at,
+          patch: {},
+          request: { features: [], usage: [], limits: [], subscription: true },
+        },
+        now,
+      );
     expect(ask(T0)).toMatchObject({ kind: 'context', view: { subscription: null } });
     d.run(sync('evt_1', subscription('active', T0)), T0);
-    expect(ask(T0 + 1)).toMatchObject({ view: { subscription: { id: 'stripe:sub_1', productKey: 'pro', status: 'active', currentPeriodStart: new Date(T0).toISOString() } } });
-    const plain = d.run({ op: 'context', ...at, patch: {}, request: { features: [], usage: [], limits: [] } }, T0 + 2);
+    expect(ask(T0 + 1)).toMatchObject({
+      view: {
+        subscription: {
+          id: 'stripe:sub_1',
+          productKey: 'pro',
+          status: 'active',
+          currentPeriodStart: new Date(T0).toISOString(),
+        },
+      },
+    });
+    const plain = d.run(
+      { op: 'context', ...at, patch: {}, request: { features: [], usage: [], limits: [] } },
+      T0 + 2,
+    );
     expect(plain.kind === 'context' && 'subscription' in plain.view).toBe(false);
   });
 
   it('keeps the first processor customer, unless a new one replaces it', () => {
     const d = new Driver();
     d.run({ op: 'setProcessorCustomer', ...at, processorCustomerId: 'cus_1' }, T0);
-    const second = d.run({ op: 'setProcessorCustomer', ...at, processorCustomerId: 'cus_2' }, T0 + 1);
+    const second = d.run(
+      { op: 'setProcessorCustomer', ...at, processorCustomerId: 'cus_2' },
+      T0 + 1,
+    );
     expect(second).toMatchObject({ kind: 'commerce', view: { processorCustomerId: 'cus_1' } });
-    const stale = d.run({ op: 'setProcessorCustomer', ...at, processorCustomerId: 'cus_3', replaces: 'cus_0' }, T0 + 2);
+    const stale = d.run(
+      { op: 'setProcessorCustomer', ...at, processorCustomerId: 'cus_3', replaces: 'cus_0' },
+      T0 + 2,
+    );
     expect(stale).toMatchObject({ view: { processorCustomerId: 'cus_1' } });
-    const replaced = d.run({ op: 'setProcessorCustomer', ...at, processorCustomerId: 'cus_4', replaces: 'cus_1' }, T0 + 3);
+    const replaced = d.run(
+      { op: 'setProcessorCustomer', ...at, processorCustomerId: 'cus_4', replaces: 'cus_1' },
+      T0 + 3,
+    );
     expect(replaced).toMatchObject({ view: { processorCustomerId: 'cus_4' } });
   });
 
@@ -120,7 +242,15 @@ describe('commerce in the customer actor', () => {
     const d = new Driver();
     d.run({ op: 'setProcessorCustomer', ...at, processorCustomerId: 'cus_1' }, T0);
     d.run(sync('evt_1', subscription('active', T0)), T0);
-    d.run({ op: 'recordPurchase', ...at, eventId: 'evt_2', purchase: { id: 'stripe:pi_1', productKey: 'pack', amount: 500, currency: 'usd' } }, T0);
+    d.run(
+      {
+        op: 'recordPurchase',
+        ...at,
+        eventId: 'evt_2',
+        purchase: { id: 'stripe:pi_1', productKey: 'pack', amount: 500, currency: 'usd' },
+      },
+      T0,
+    );
     const live = d.customers.get('test\u0000ada') as CustomerState;
     expect(d.replayed().get('test\u0000ada')).toEqual(live);
     expect(fromSnapshot(throughCodec(toSnapshot(live)))).toEqual(live);

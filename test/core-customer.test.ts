@@ -6,7 +6,14 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { compileConfig } from '../actors/billing-config.js';
 import type { BalanceView, Command, Outcome } from '../actors/customer.js';
-import { AMOUNT_UNITS_MAX, EXACT_UNITS_MAX, parseAmount, quantityToMicros, type AmountParse, type Micros } from '../actors/fixed.js';
+import {
+  AMOUNT_UNITS_MAX,
+  EXACT_UNITS_MAX,
+  parseAmount,
+  quantityToMicros,
+  type AmountParse,
+  type Micros,
+} from '../actors/fixed.js';
 import { periodAt } from '../actors/periods.js';
 import { CONFIG, Driver, T0 } from './support/core-fixtures.js';
 
@@ -19,10 +26,24 @@ const u = (units: number): Micros => {
 };
 
 function consume(key: string, amount: number, idempotencyKey?: string): Command {
-  return { op: 'consume', environment: env, customerId, key, amountMicros: u(amount), ...(idempotencyKey ? { idempotencyKey } : {}) };
+  return {
+    op: 'consume',
+    environment: env,
+    customerId,
+    key,
+    amountMicros: u(amount),
+    ...(idempotencyKey ? { idempotencyKey } : {}),
+  };
 }
 function refund(key: string, amount: number, idempotencyKey?: string): Command {
-  return { op: 'refund', environment: env, customerId, key, amountMicros: u(amount), ...(idempotencyKey ? { idempotencyKey } : {}) };
+  return {
+    op: 'refund',
+    environment: env,
+    customerId,
+    key,
+    amountMicros: u(amount),
+    ...(idempotencyKey ? { idempotencyKey } : {}),
+  };
 }
 function balance(key: string): Command {
   return { op: 'balance', environment: env, customerId, key };
@@ -63,6 +84,7 @@ describe('parseAmount', () => {
     ['1', 'not_number'],
     [null, 'not_number'],
     [1e13, 'too_large'],
+    // biome-ignore lint/correctness/noPrecisionLoss: a literal beyond a double is the case under test (it parses to Infinity)
     [1e309, 'not_number'],
   ])('rejects %s (%s)', (value, reason) => {
     expect(parseAmount(value)).toEqual({ ok: false, reason });
@@ -70,19 +92,28 @@ describe('parseAmount', () => {
   it('finds without String() exactly the micro-units the digits spell, for any amount', () => {
     const reference = (value: number): AmountParse => {
       const micros = quantityToMicros(value);
-      return micros === null || micros === 0n ? { ok: false, reason: 'too_many_decimals' } : { ok: true, micros };
+      return micros === null || micros === 0n
+        ? { ok: false, reason: 'too_many_decimals' }
+        : { ok: true, micros };
     };
     const sixDecimals = fc.integer({ min: 1, max: Number.MAX_SAFE_INTEGER }).map((k) => k / 1e6);
     const sixDecimalsInRange = fc.integer({ min: 1, max: 2 ** 43 }).map((k) => k / 1e6);
     const sevenDecimals = fc.integer({ min: 1, max: 2 ** 46 }).map((k) => k / 1e7);
     const anyDouble = fc.double({ min: Number.MIN_VALUE, max: AMOUNT_UNITS_MAX, noNaN: true });
-    const nearLimit = fc.double({ min: EXACT_UNITS_MAX / 2, max: EXACT_UNITS_MAX * 2, noNaN: true });
+    const nearLimit = fc.double({
+      min: EXACT_UNITS_MAX / 2,
+      max: EXACT_UNITS_MAX * 2,
+      noNaN: true,
+    });
     const wholeUnits = fc.integer({ min: 1, max: AMOUNT_UNITS_MAX });
     fc.assert(
-      fc.property(fc.oneof(sixDecimals, sixDecimalsInRange, sevenDecimals, anyDouble, nearLimit, wholeUnits), (value) => {
-        fc.pre(value > 0 && value <= AMOUNT_UNITS_MAX);
-        expect(parseAmount(value)).toEqual(reference(value));
-      }),
+      fc.property(
+        fc.oneof(sixDecimals, sixDecimalsInRange, sevenDecimals, anyDouble, nearLimit, wholeUnits),
+        (value) => {
+          fc.pre(value > 0 && value <= AMOUNT_UNITS_MAX);
+          expect(parseAmount(value)).toEqual(reference(value));
+        },
+      ),
       { numRuns: 20_000 },
     );
   });
@@ -99,7 +130,10 @@ describe('periods (UTC calendar)', () => {
     expect(periodAt(reset, at)).toEqual({ startMs, endMs });
   });
   it('week starts on Monday even when now is Sunday', () => {
-    expect(periodAt('week', Date.UTC(2026, 2, 22, 23, 59))).toEqual({ startMs: Date.UTC(2026, 2, 16), endMs: Date.UTC(2026, 2, 23) });
+    expect(periodAt('week', Date.UTC(2026, 2, 22, 23, 59))).toEqual({
+      startMs: Date.UTC(2026, 2, 16),
+      endMs: Date.UTC(2026, 2, 23),
+    });
   });
   it('never has no end', () => {
     expect(periodAt('never', at)).toEqual({ startMs: 0, endMs: null });
@@ -115,13 +149,28 @@ describe('consume', () => {
     const d = new Driver();
     d.run(grant('api_calls', 'lot_a', 10), T0);
     d.run(grant('api_calls', 'lot_b', 10), T0 + 1);
-    expect(viewOf(d.run(consume('api_calls', 95), T0 + 2))).toMatchObject({ balance: 25, consumed: 95, overage: 0 });
-    expect(viewOf(d.run(consume('api_calls', 12), T0 + 3))).toMatchObject({ balance: 13, consumed: 107 });
+    expect(viewOf(d.run(consume('api_calls', 95), T0 + 2))).toMatchObject({
+      balance: 25,
+      consumed: 95,
+      overage: 0,
+    });
+    expect(viewOf(d.run(consume('api_calls', 12), T0 + 3))).toMatchObject({
+      balance: 13,
+      consumed: 107,
+    });
     const customer = d.customers.get(`test\u0000${customerId}`);
-    expect(customer?.meters.get('api_calls')?.lots.map((l) => l.remainingMicros)).toEqual([u(3), u(10)]);
+    expect(customer?.meters.get('api_calls')?.lots.map((l) => l.remainingMicros)).toEqual([
+      u(3),
+      u(10),
+    ]);
     expect(rejectionOf(d.run(consume('api_calls', 14), T0 + 4))).toBe('insufficient_balance');
     d.run(overage('api_calls', true), T0 + 5);
-    expect(viewOf(d.run(consume('api_calls', 14), T0 + 6))).toMatchObject({ balance: 0, consumed: 121, overage: 1, overageEnabled: true });
+    expect(viewOf(d.run(consume('api_calls', 14), T0 + 6))).toMatchObject({
+      balance: 0,
+      consumed: 121,
+      overage: 1,
+      overageEnabled: true,
+    });
   });
 
   it('answers 429 with the balance fields and draws nothing when short', () => {
@@ -130,13 +179,19 @@ describe('consume', () => {
     const outcome = d.run(consume('api_calls', 41), T0 + 1);
     expect(rejectionOf(outcome)).toBe('insufficient_balance');
     expect(viewOf(outcome)).toMatchObject({ balance: 40, consumed: 60, included: 100 });
-    expect(viewOf(d.run(balance('api_calls'), T0 + 2))).toMatchObject({ balance: 40, consumed: 60 });
+    expect(viewOf(d.run(balance('api_calls'), T0 + 2))).toMatchObject({
+      balance: 40,
+      consumed: 60,
+    });
   });
 
   it('keeps exact decimals: 0.1 + 0.2 consumed is 0.3', () => {
     const d = new Driver();
     d.run(consume('api_calls', 0.1), T0);
-    expect(viewOf(d.run(consume('api_calls', 0.2), T0))).toMatchObject({ consumed: 0.3, balance: 99.7 });
+    expect(viewOf(d.run(consume('api_calls', 0.2), T0))).toMatchObject({
+      consumed: 0.3,
+      balance: 99.7,
+    });
   });
 
   it('rejects in precedence order: unknown key, then wrong type', () => {
@@ -151,7 +206,11 @@ describe('consume', () => {
     const d = new Driver();
     expect(rejectionOf(d.run(consume('exports', 1), T0))).toBe('insufficient_balance');
     d.run(grant('exports', 'lot_x', 5), T0);
-    expect(viewOf(d.run(consume('exports', 2), T0))).toMatchObject({ balance: 3, included: 0, consumed: 2 });
+    expect(viewOf(d.run(consume('exports', 2), T0))).toMatchObject({
+      balance: 3,
+      included: 0,
+      consumed: 2,
+    });
   });
 });
 
@@ -168,13 +227,17 @@ describe('idempotency', () => {
   it('same key with different parameters is rejected', () => {
     const d = new Driver();
     d.run(consume('api_calls', 10, 'req-1'), T0);
-    expect(rejectionOf(d.run(consume('api_calls', 11, 'req-1'), T0 + 1))).toBe('idempotency_key_reused');
+    expect(rejectionOf(d.run(consume('api_calls', 11, 'req-1'), T0 + 1))).toBe(
+      'idempotency_key_reused',
+    );
   });
 
   it('a failed attempt records nothing, so its key can be used again', () => {
     const d = new Driver();
     expect(rejectionOf(d.run(consume('api_calls', 500, 'req-9'), T0))).toBe('insufficient_balance');
-    expect(viewOf(d.run(consume('api_calls', 50, 'req-9'), T0 + 1))).toMatchObject({ consumed: 50 });
+    expect(viewOf(d.run(consume('api_calls', 50, 'req-9'), T0 + 1))).toMatchObject({
+      consumed: 50,
+    });
   });
 
   it('consume and refund of one meter are separate scopes', () => {
@@ -190,7 +253,9 @@ describe('idempotency', () => {
     d.run(consume('storage', 1, 'k'), T0 + 24 * 3600_000 - 1);
     expect(viewOf(d.run(balance('storage'), T0 + 1))).toMatchObject({ consumed: 1 });
     d.run(consume('storage', 1, 'k'), T0 + 24 * 3600_000 + 1);
-    expect(viewOf(d.run(balance('storage'), T0 + 24 * 3600_000 + 2))).toMatchObject({ consumed: 2 });
+    expect(viewOf(d.run(balance('storage'), T0 + 24 * 3600_000 + 2))).toMatchObject({
+      consumed: 2,
+    });
   });
 });
 
@@ -202,10 +267,21 @@ describe('refund', () => {
     d.run(overage('api_calls', true), T0);
     d.run(consume('api_calls', 125), T0); // 100 included, 10 lot_a, 10 lot_b, 5 overage
     const meter = () => d.customers.get(`test\u0000${customerId}`)?.meters.get('api_calls');
-    expect(viewOf(d.run(refund('api_calls', 3), T0))).toMatchObject({ overage: 2, consumed: 122, balance: 0 });
-    expect(viewOf(d.run(refund('api_calls', 4), T0))).toMatchObject({ overage: 0, consumed: 118, balance: 2 });
+    expect(viewOf(d.run(refund('api_calls', 3), T0))).toMatchObject({
+      overage: 2,
+      consumed: 122,
+      balance: 0,
+    });
+    expect(viewOf(d.run(refund('api_calls', 4), T0))).toMatchObject({
+      overage: 0,
+      consumed: 118,
+      balance: 2,
+    });
     expect(meter()?.lots.map((l) => l.remainingMicros)).toEqual([0n, u(2)]);
-    expect(viewOf(d.run(refund('api_calls', 10), T0))).toMatchObject({ consumed: 108, balance: 12 });
+    expect(viewOf(d.run(refund('api_calls', 10), T0))).toMatchObject({
+      consumed: 108,
+      balance: 12,
+    });
     expect(meter()?.lots.map((l) => l.remainingMicros)).toEqual([u(2), u(10)]);
     expect(viewOf(d.run(refund('api_calls', 28), T0))).toMatchObject({ consumed: 80, balance: 40 });
     expect(meter()?.lots.map((l) => l.remainingMicros)).toEqual([u(10), u(10)]);
@@ -231,9 +307,16 @@ describe('periods on meters', () => {
   it('resets usage on the calendar boundary and reports resets with milliseconds', () => {
     const d = new Driver();
     d.run(consume('api_calls', 40), T0);
-    expect(viewOf(d.run(balance('api_calls'), T0))).toMatchObject({ balance: 60, resets: '2026-04-01T00:00:00.000Z' });
+    expect(viewOf(d.run(balance('api_calls'), T0))).toMatchObject({
+      balance: 60,
+      resets: '2026-04-01T00:00:00.000Z',
+    });
     const april = Date.UTC(2026, 3, 1);
-    expect(viewOf(d.run(balance('api_calls'), april))).toMatchObject({ balance: 100, consumed: 0, resets: '2026-05-01T00:00:00.000Z' });
+    expect(viewOf(d.run(balance('api_calls'), april))).toMatchObject({
+      balance: 100,
+      consumed: 0,
+      resets: '2026-05-01T00:00:00.000Z',
+    });
     expect(viewOf(d.run(balance('tokens'), T0)).resets).toBe('2026-03-16T00:00:00.000Z');
     expect(viewOf(d.run(balance('storage'), T0)).resets).toBeNull();
   });
@@ -243,13 +326,20 @@ describe('periods on meters', () => {
     d.run(grant('tokens', 'lot', 500), T0);
     d.run(consume('tokens', 1200), T0);
     const tomorrow = T0 + 86_400_000;
-    expect(viewOf(d.run(balance('tokens'), tomorrow))).toMatchObject({ balance: 1300, consumed: 0 });
+    expect(viewOf(d.run(balance('tokens'), tomorrow))).toMatchObject({
+      balance: 1300,
+      consumed: 0,
+    });
     expect(rejectionOf(d.run(refund('tokens', 1), tomorrow))).toBe('refund_exceeds_usage');
   });
 });
 
 describe('settings and /has', () => {
-  const limitSettings = (purchased?: number, autoExpansionEnabled?: boolean, key = 'seats'): Command => ({
+  const limitSettings = (
+    purchased?: number,
+    autoExpansionEnabled?: boolean,
+    key = 'seats',
+  ): Command => ({
     op: 'limitSettings',
     environment: env,
     customerId,
@@ -262,9 +352,17 @@ describe('settings and /has', () => {
     const d = new Driver();
     expect(d.run(limitSettings(3, true), T0)).toEqual({
       kind: 'limit',
-      view: { limit: 8, included: 5, purchased: 3, expansionAllowed: true, autoExpansionEnabled: true },
+      view: {
+        limit: 8,
+        included: 5,
+        purchased: 3,
+        expansionAllowed: true,
+        autoExpansionEnabled: true,
+      },
     });
-    expect(d.run(limitSettings(undefined, false), T0)).toMatchObject({ view: { limit: 8, autoExpansionEnabled: false } });
+    expect(d.run(limitSettings(undefined, false), T0)).toMatchObject({
+      view: { limit: 8, autoExpansionEnabled: false },
+    });
   });
 
   it.each([
@@ -289,7 +387,8 @@ describe('settings and /has', () => {
 
   it('/has answers for every entitlement type', () => {
     const d = new Driver();
-    const has = (key: string): Outcome => d.run({ op: 'has', environment: env, customerId, key }, T0);
+    const has = (key: string): Outcome =>
+      d.run({ op: 'has', environment: env, customerId, key }, T0);
     expect(has('sso')).toEqual({ kind: 'has', value: true });
     expect(has('audit')).toEqual({ kind: 'has', value: false });
     expect(has('seats')).toEqual({ kind: 'has', value: true });
@@ -304,8 +403,12 @@ describe('settings and /has', () => {
 
   it('/limit and /usage refuse other types', () => {
     const d = new Driver();
-    expect(rejectionOf(d.run({ op: 'limit', environment: env, customerId, key: 'api_calls' }, T0))).toBe('wrong_entitlement_type');
-    expect(rejectionOf(d.run({ op: 'balance', environment: env, customerId, key: 'seats' }, T0))).toBe('wrong_entitlement_type');
+    expect(
+      rejectionOf(d.run({ op: 'limit', environment: env, customerId, key: 'api_calls' }, T0)),
+    ).toBe('wrong_entitlement_type');
+    expect(
+      rejectionOf(d.run({ op: 'balance', environment: env, customerId, key: 'seats' }, T0)),
+    ).toBe('wrong_entitlement_type');
   });
 
   it('an unknown customer reads as the default product with nothing stored', () => {
@@ -328,7 +431,10 @@ describe('settings and /has', () => {
     const { api_calls: _removed, ...rest } = CONFIG.entitlements;
     const free = CONFIG.products['free'];
     const { api_calls: _gone, ...freeEntitlements } = free?.entitlements ?? {};
-    d.config = compileConfig({ entitlements: rest, products: { free: { ...free, entitlements: freeEntitlements } } }, 2);
+    d.config = compileConfig(
+      { entitlements: rest, products: { free: { ...free, entitlements: freeEntitlements } } },
+      2,
+    );
     expect(rejectionOf(d.run(balance('api_calls'), T0))).toBe('entitlement_not_found');
     expect(d.customers.get(`test\u0000${customerId}`)?.meters.has('api_calls')).toBe(true);
   });
@@ -342,23 +448,54 @@ describe('settings and /has', () => {
 });
 
 describe('contracts', () => {
-  const put = (entitlements: Record<string, { included: number }>, customer = customerId): Command => ({
+  const put = (
+    entitlements: Record<string, { included: number }>,
+    customer = customerId,
+  ): Command => ({
     op: 'putContract',
     environment: env,
     customerId: customer,
     key: '',
     contract: { priceAmount: 4900, priceInterval: 'month', entitlements },
   });
-  const get = (customer = customerId): Command => ({ op: 'getContract', environment: env, customerId: customer, key: '' });
-  const del = (customer = customerId): Command => ({ op: 'deleteContract', environment: env, customerId: customer, key: '' });
+  const get = (customer = customerId): Command => ({
+    op: 'getContract',
+    environment: env,
+    customerId: customer,
+    key: '',
+  });
+  const del = (customer = customerId): Command => ({
+    op: 'deleteContract',
+    environment: env,
+    customerId: customer,
+    key: '',
+  });
   const limit = (key: string): Command => ({ op: 'limit', environment: env, customerId, key });
   const has = (key: string): Command => ({ op: 'has', environment: env, customerId, key });
 
   it('overrides included amounts of limits and meters and grants or denies features', () => {
     const d = new Driver();
-    const stored = d.run(put({ seats: { included: 50 }, api_calls: { included: 2.5 }, sso: { included: 0 }, audit: { included: 1 } }), T0);
-    expect(stored).toMatchObject({ kind: 'contract', view: { customerId, priceAmount: 4900, priceInterval: 'month', updatedAt: new Date(T0).toISOString() } });
-    expect(d.run(limit('seats'), T0)).toMatchObject({ view: { limit: 50, included: 50, expansionAllowed: true } });
+    const stored = d.run(
+      put({
+        seats: { included: 50 },
+        api_calls: { included: 2.5 },
+        sso: { included: 0 },
+        audit: { included: 1 },
+      }),
+      T0,
+    );
+    expect(stored).toMatchObject({
+      kind: 'contract',
+      view: {
+        customerId,
+        priceAmount: 4900,
+        priceInterval: 'month',
+        updatedAt: new Date(T0).toISOString(),
+      },
+    });
+    expect(d.run(limit('seats'), T0)).toMatchObject({
+      view: { limit: 50, included: 50, expansionAllowed: true },
+    });
     expect(viewOf(d.run(balance('api_calls'), T0))).toMatchObject({ included: 2.5, balance: 2.5 });
     expect(d.run(has('sso'), T0)).toEqual({ kind: 'has', value: false });
     expect(d.run(has('audit'), T0)).toEqual({ kind: 'has', value: true });
@@ -377,12 +514,24 @@ describe('contracts', () => {
   });
 
   it.each([
-    [{ nope: { included: 1 } }, 'entitlements.nope is not an entitlement of the billing configuration'],
-    [{ seats: { included: 1.5 } }, 'entitlements.seats.included must be a whole number for a limit'],
-    [{ api_calls: { included: 0.0000001 } }, 'entitlements.api_calls.included must have at most 6 decimal places'],
+    [
+      { nope: { included: 1 } },
+      'entitlements.nope is not an entitlement of the billing configuration',
+    ],
+    [
+      { seats: { included: 1.5 } },
+      'entitlements.seats.included must be a whole number for a limit',
+    ],
+    [
+      { api_calls: { included: 0.0000001 } },
+      'entitlements.api_calls.included must have at most 6 decimal places',
+    ],
   ])('refuses %j', (entitlements, detail) => {
     const d = new Driver();
-    expect(d.run(put(entitlements), T0)).toEqual({ kind: 'rejected', rejection: { kind: 'contract_invalid', detail } });
+    expect(d.run(put(entitlements), T0)).toEqual({
+      kind: 'rejected',
+      rejection: { kind: 'contract_invalid', detail },
+    });
     expect(d.journal).toEqual([]);
   });
 

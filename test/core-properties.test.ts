@@ -7,7 +7,14 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { toSnapshot, type Command, type CustomerSnapshot, type CustomerState, type MeterState, type Outcome } from '../actors/customer.js';
+import {
+  toSnapshot,
+  type Command,
+  type CustomerSnapshot,
+  type CustomerState,
+  type MeterState,
+  type Outcome,
+} from '../actors/customer.js';
 import { OPS_BY_CODE } from '../actors/ops.js';
 import { periodAt } from '../actors/periods.js';
 import { COMPILED, Driver, T0 } from './support/core-fixtures.js';
@@ -36,7 +43,16 @@ const profilePatch = fc.record(
   {
     name: fc.constantFrom('Ada', 'Grace', null),
     email: fc.constantFrom('ada@example.com', null),
-    metadata: fc.dictionary(fc.constantFrom('plan', 'region', 'tier'), fc.oneof(fc.constantFrom('eu', 'us'), fc.integer({ min: 0, max: 3 }), fc.boolean(), fc.constant(null)), { maxKeys: 3 }),
+    metadata: fc.dictionary(
+      fc.constantFrom('plan', 'region', 'tier'),
+      fc.oneof(
+        fc.constantFrom('eu', 'us'),
+        fc.integer({ min: 0, max: 3 }),
+        fc.boolean(),
+        fc.constant(null),
+      ),
+      { maxKeys: 3 },
+    ),
   },
   { requiredKeys: [] },
 );
@@ -57,70 +73,147 @@ const limitSettings = fc.record(
 );
 
 const command: fc.Arbitrary<Command> = fc.oneof(
-  { weight: 5, arbitrary: fc.tuple(addressed, amountMicros, idempotencyKey).map(([a, amountMicros, k]): Command => ({ op: 'consume', ...a, amountMicros, ...(k ? { idempotencyKey: k } : {}) })) },
-  { weight: 3, arbitrary: fc.tuple(addressed, amountMicros, idempotencyKey).map(([a, amountMicros, k]): Command => ({ op: 'refund', ...a, amountMicros, ...(k ? { idempotencyKey: k } : {}) })) },
-  { weight: 1, arbitrary: fc.tuple(addressed, fc.boolean()).map(([a, overageEnabled]): Command => ({ op: 'usageSettings', ...a, overageEnabled })) },
-  { weight: 1, arbitrary: fc.tuple(addressed, amountMicros, fc.integer({ min: 0, max: 5 })).map(([a, amountMicros, n]): Command => ({ op: 'grantLot', ...a, lotId: `lot_${n}`, amountMicros })) },
+  {
+    weight: 5,
+    arbitrary: fc.tuple(addressed, amountMicros, idempotencyKey).map(
+      ([a, amountMicros, k]): Command => ({
+        op: 'consume',
+        ...a,
+        amountMicros,
+        ...(k ? { idempotencyKey: k } : {}),
+      }),
+    ),
+  },
+  {
+    weight: 3,
+    arbitrary: fc.tuple(addressed, amountMicros, idempotencyKey).map(
+      ([a, amountMicros, k]): Command => ({
+        op: 'refund',
+        ...a,
+        amountMicros,
+        ...(k ? { idempotencyKey: k } : {}),
+      }),
+    ),
+  },
   {
     weight: 1,
-    arbitrary: fc.tuple(addressed, fc.integer({ min: 0, max: 200 }), fc.integer({ min: 0, max: 10 })).map(([a, meterIncluded, seats]): Command => ({
-      op: 'putContract',
-      ...a,
-      key: '',
-      contract: { priceAmount: 1000, priceInterval: 'month', entitlements: { [a.key]: { included: meterIncluded }, seats: { included: seats } } },
-    })),
+    arbitrary: fc
+      .tuple(addressed, fc.boolean())
+      .map(([a, overageEnabled]): Command => ({ op: 'usageSettings', ...a, overageEnabled })),
   },
-  { weight: 1, arbitrary: addressed.map((a): Command => ({ op: 'deleteContract', ...a, key: '' })) },
   {
     weight: 1,
-    arbitrary: fc.tuple(addressed, fc.constantFrom(...LIMITS), limitSettings).map(([a, key, settings]): Command => ({ op: 'limitSettings', ...a, key, ...settings })),
+    arbitrary: fc.tuple(addressed, amountMicros, fc.integer({ min: 0, max: 5 })).map(
+      ([a, amountMicros, n]): Command => ({
+        op: 'grantLot',
+        ...a,
+        lotId: `lot_${n}`,
+        amountMicros,
+      }),
+    ),
   },
-  { weight: 1, arbitrary: fc.tuple(addressed, profilePatch).map(([a, patch]): Command => ({ op: 'upsertCustomer', ...a, key: '', patch })) },
-  { weight: 1, arbitrary: fc.tuple(addressed, fc.integer({ min: 0, max: 2 })).map(([a, n]): Command => ({ op: 'setProcessorCustomer', ...a, key: '', processorCustomerId: `cus_${n}` })) },
+  {
+    weight: 1,
+    arbitrary: fc
+      .tuple(addressed, fc.integer({ min: 0, max: 200 }), fc.integer({ min: 0, max: 10 }))
+      .map(
+        ([a, meterIncluded, seats]): Command => ({
+          op: 'putContract',
+          ...a,
+          key: '',
+          contract: {
+            priceAmount: 1000,
+            priceInterval: 'month',
+            entitlements: { [a.key]: { included: meterIncluded }, seats: { included: seats } },
+          },
+        }),
+      ),
+  },
+  {
+    weight: 1,
+    arbitrary: addressed.map((a): Command => ({ op: 'deleteContract', ...a, key: '' })),
+  },
+  {
+    weight: 1,
+    arbitrary: fc
+      .tuple(addressed, fc.constantFrom(...LIMITS), limitSettings)
+      .map(([a, key, settings]): Command => ({ op: 'limitSettings', ...a, key, ...settings })),
+  },
+  {
+    weight: 1,
+    arbitrary: fc
+      .tuple(addressed, profilePatch)
+      .map(([a, patch]): Command => ({ op: 'upsertCustomer', ...a, key: '', patch })),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.tuple(addressed, fc.integer({ min: 0, max: 2 })).map(
+      ([a, n]): Command => ({
+        op: 'setProcessorCustomer',
+        ...a,
+        key: '',
+        processorCustomerId: `cus_${n}`,
+      }),
+    ),
+  },
   {
     // Subscriptions whose product leaves the plan and periods as they are (a canceled one, or
     // one of a product no longer configured), so the calendar-period normalisation above holds;
     // plans and billing periods from subscriptions are tested end to end (test/commerce.test.ts).
     weight: 1,
-    arbitrary: fc.tuple(addressed, processorEventId, fc.integer({ min: 0, max: 2 }), fc.boolean()).map(([a, eventId, n, gone]): Command => ({
-      op: 'syncSubscription',
-      ...a,
-      key: '',
-      eventId,
-      subscription: {
-        productKey: gone ? 'retired' : 'pro',
-        status: gone ? 'active' : 'canceled',
-        currentPeriodStartMs: T0,
-        currentPeriodEndMs: T0 + 30 * 86_400_000,
-        cancelAtPeriodEnd: false,
-        processor: 'stripe',
-        processorSubscriptionId: `sub_${n}`,
-      },
-    })),
+    arbitrary: fc
+      .tuple(addressed, processorEventId, fc.integer({ min: 0, max: 2 }), fc.boolean())
+      .map(
+        ([a, eventId, n, gone]): Command => ({
+          op: 'syncSubscription',
+          ...a,
+          key: '',
+          eventId,
+          subscription: {
+            productKey: gone ? 'retired' : 'pro',
+            status: gone ? 'active' : 'canceled',
+            currentPeriodStartMs: T0,
+            currentPeriodEndMs: T0 + 30 * 86_400_000,
+            cancelAtPeriodEnd: false,
+            processor: 'stripe',
+            processorSubscriptionId: `sub_${n}`,
+          },
+        }),
+      ),
   },
   {
     weight: 1,
-    arbitrary: fc.tuple(addressed, processorEventId, fc.integer({ min: 0, max: 3 })).map(([a, eventId, n]): Command => ({
-      op: 'recordPurchase',
-      ...a,
-      key: '',
-      eventId,
-      purchase: { id: `stripe:pi_${n}`, productKey: 'pack', amount: 500, currency: 'usd' },
-    })),
+    arbitrary: fc.tuple(addressed, processorEventId, fc.integer({ min: 0, max: 3 })).map(
+      ([a, eventId, n]): Command => ({
+        op: 'recordPurchase',
+        ...a,
+        key: '',
+        eventId,
+        purchase: { id: `stripe:pi_${n}`, productKey: 'pack', amount: 500, currency: 'usd' },
+      }),
+    ),
   },
   {
     weight: 2,
-    arbitrary: fc.tuple(addressed, profilePatch, contextRequest).map(([a, patch, request]): Command => ({ op: 'context', ...a, key: '', patch, request })),
+    arbitrary: fc
+      .tuple(addressed, profilePatch, contextRequest)
+      .map(([a, patch, request]): Command => ({ op: 'context', ...a, key: '', patch, request })),
   },
 );
 
 /** Steps in time: mostly milliseconds, sometimes across day/month boundaries. */
-const step = fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 1000 }), fc.integer({ min: 3_600_000, max: 40 * 86_400_000 }));
+const step = fc.oneof(
+  fc.constant(0),
+  fc.integer({ min: 1, max: 1000 }),
+  fc.integer({ min: 3_600_000, max: 40 * 86_400_000 }),
+);
 
 const scenario = fc.array(fc.tuple(command, step), { minLength: 1, maxLength: 60 });
 
 function snapshotAll(customers: Map<string, CustomerState>): unknown {
-  return [...customers.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, c]) => [k, toSnapshot(c)]);
+  return [...customers.entries()]
+    .sort(([a], [b]) => (a < b ? -1 : 1))
+    .map(([k, c]) => [k, toSnapshot(c)]);
 }
 
 /**
@@ -134,10 +227,19 @@ function currentPeriodOnly(snapshot: CustomerSnapshot, nowMs: number): CustomerS
       const reset = COMPILED.entitlements.get(key)?.reset ?? 'never';
       const start = periodAt(reset, nowMs).startMs;
       if (meter.periodStartMs >= start) return [key, { ...meter, periodStartMs: start }];
-      return [key, { ...meter, periodStartMs: start, includedUsedMicros: 0n, overageMicros: 0n, lotDraws: [] }];
+      return [
+        key,
+        { ...meter, periodStartMs: start, includedUsedMicros: 0n, overageMicros: 0n, lotDraws: [] },
+      ];
     })
     // A meter entry with nothing in it reads exactly like an absent one.
-    .filter(([, m]) => m.includedUsedMicros !== 0n || m.overageMicros !== 0n || m.lots.length > 0 || m.overageEnabled);
+    .filter(
+      ([, m]) =>
+        m.includedUsedMicros !== 0n ||
+        m.overageMicros !== 0n ||
+        m.lots.length > 0 ||
+        m.overageEnabled,
+    );
   return { ...snapshot, meters };
 }
 
@@ -205,9 +307,22 @@ describe('customer actor properties', () => {
         let now = T0;
         for (const [cmd, dt] of steps) {
           now += dt;
-          const before = driver.run({ op: 'balance', environment: cmd.environment, customerId: cmd.customerId, key: cmd.key }, now);
+          const before = driver.run(
+            {
+              op: 'balance',
+              environment: cmd.environment,
+              customerId: cmd.customerId,
+              key: cmd.key,
+            },
+            now,
+          );
           const outcome = driver.run(cmd, now);
-          if (cmd.op === 'consume' && outcome.kind === 'balance' && before.kind === 'balance' && outcome.view.overage > before.view.overage) {
+          if (
+            cmd.op === 'consume' &&
+            outcome.kind === 'balance' &&
+            before.kind === 'balance' &&
+            outcome.view.overage > before.view.overage
+          ) {
             expect(before.view.overageEnabled).toBe(true);
           }
         }
@@ -222,8 +337,11 @@ describe('customer actor properties', () => {
         const once = new Driver();
         const twice = new Driver();
         let now = T0;
-        const keyed = steps.map(([cmd], i): Command =>
-          cmd.op === 'consume' || cmd.op === 'refund' ? { ...cmd, idempotencyKey: `req-${i}` } : cmd,
+        const keyed = steps.map(
+          ([cmd], i): Command =>
+            cmd.op === 'consume' || cmd.op === 'refund'
+              ? { ...cmd, idempotencyKey: `req-${i}` }
+              : cmd,
         );
         const retry = new Set(retryPicks.map((n) => n % keyed.length));
         keyed.forEach((cmd, i) => {
@@ -246,16 +364,25 @@ describe('customer actor properties', () => {
         const read = (): Outcome => driver.run({ op: 'balance', ...target }, now);
         const key = `${target.environment}\u0000${target.customerId}`;
         const stored = driver.customers.get(key);
-        const before = stored === undefined ? null : currentPeriodOnly(structuredClone(toSnapshot(stored)), now);
+        const before =
+          stored === undefined ? null : currentPeriodOnly(structuredClone(toSnapshot(stored)), now);
         const beforeView = read();
         const consumed = driver.run({ op: 'consume', ...target, amountMicros: amount }, now);
         fc.pre(consumed.kind === 'balance');
         const refunded = driver.run({ op: 'refund', ...target, amountMicros: amount }, now);
         expect(refunded).toEqual(beforeView);
-        const after = currentPeriodOnly(toSnapshot(driver.customers.get(key) as CustomerState), now);
+        const after = currentPeriodOnly(
+          toSnapshot(driver.customers.get(key) as CustomerState),
+          now,
+        );
         if (before === null) {
           // The consume created the customer: everything it recorded is unwound again.
-          for (const [, meter] of after.meters) expect([meter.includedUsedMicros, meter.overageMicros, meter.lotDraws]).toEqual([0n, 0n, []]);
+          for (const [, meter] of after.meters)
+            expect([meter.includedUsedMicros, meter.overageMicros, meter.lotDraws]).toEqual([
+              0n,
+              0n,
+              [],
+            ]);
         } else {
           expect(after).toEqual(before);
         }

@@ -19,7 +19,15 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { call, listeningPort, MAIN_JS, startServerProcess, tempDataDir, type Keys, type ServerProcess } from './support/server-process.js';
+import {
+  call,
+  listeningPort,
+  MAIN_JS,
+  startServerProcess,
+  tempDataDir,
+  type Keys,
+  type ServerProcess,
+} from './support/server-process.js';
 
 const CYCLES = 6;
 const LOOPS = 24;
@@ -29,12 +37,18 @@ const LOAD_MS = [500, 1100] as const;
 const KILL_ON = ['timer', 'key', 'consume', 'push', 'upsert', 'key'] as const;
 const ENV = { TALLY_WORKERS: '2', TALLY_RATE_LIMIT_SERVER: '0', TALLY_RATE_LIMIT_CLIENT: '0' };
 /** Per cycle: journal only, then snapshots every few batches, copied a customer per slice. */
-const SNAPSHOTS = [{}, { TALLY_SNAPSHOT_EVERY_BATCHES: '5', TALLY_SNAPSHOT_SLICE: '1' }, { TALLY_SNAPSHOT_EVERY_BATCHES: '20' }];
+const SNAPSHOTS = [
+  {},
+  { TALLY_SNAPSHOT_EVERY_BATCHES: '5', TALLY_SNAPSHOT_SLICE: '1' },
+  { TALLY_SNAPSHOT_EVERY_BATCHES: '20' },
+];
 
 /** The pushed document differs per version (its allowance), so a pull shows which one survived. */
 const configOf = (version: number) => ({
   entitlements: { api_calls: { type: 'meter', reset: 'never' } },
-  products: { free: { default: true, entitlements: { api_calls: { included: 1_000_000_000 + version } } } },
+  products: {
+    free: { default: true, entitlements: { api_calls: { included: 1_000_000_000 + version } } },
+  },
 });
 
 interface Ledger {
@@ -54,18 +68,32 @@ type AckKind = 'consume' | 'key' | 'push' | 'upsert';
  * Runs load against `server` until `killing()`; records every acknowledgment in `ledger`
  * and tells `acked` of each, right as it arrives (a cycle may kill the server there).
  */
-async function load(server: ServerProcess, keys: Keys, ledger: Ledger, cycle: number, killing: () => boolean, failures: string[], acked: (kind: AckKind) => void): Promise<void> {
+async function load(
+  server: ServerProcess,
+  keys: Keys,
+  ledger: Ledger,
+  cycle: number,
+  killing: () => boolean,
+  failures: string[],
+  acked: (kind: AckKind) => void,
+): Promise<void> {
   const sk = keys.test.server;
   const failed = (what: string, detail: unknown): void => {
-    if (!killing()) failures.push(`cycle ${cycle}: ${what} failed while the server should be up: ${String(detail)}`);
+    if (!killing())
+      failures.push(
+        `cycle ${cycle}: ${what} failed while the server should be up: ${String(detail)}`,
+      );
   };
   const consumeLoop = async (loop: number): Promise<void> => {
     for (let n = 0; !killing(); n++) {
       const customerId = `cc-${loop}-${n % CUSTOMERS_PER_LOOP}`;
       ledger.maybe.set(customerId, (ledger.maybe.get(customerId) ?? 0) + 1);
-      let res;
+      let res: Awaited<ReturnType<typeof call>>;
       try {
-        res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId, amount: 1, idempotencyKey: `${cycle}-${loop}-${n}` } });
+        res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+          key: sk,
+          body: { customerId, amount: 1, idempotencyKey: `${cycle}-${loop}-${n}` },
+        });
       } catch (error) {
         failed('a consume', error);
         return; // in flight at the kill: stays in `maybe`
@@ -82,20 +110,31 @@ async function load(server: ServerProcess, keys: Keys, ledger: Ledger, cycle: nu
   const controlLoop = async (): Promise<void> => {
     for (let n = 0; !killing(); n++) {
       try {
-        const created = await call(server.base, 'POST', '/v1/admin/keys', { key: keys.admin, body: { environment: 'test', class: 'server' } });
+        const created = await call(server.base, 'POST', '/v1/admin/keys', {
+          key: keys.admin,
+          body: { environment: 'test', class: 'server' },
+        });
         if (created.status !== 201) throw new Error(`key create answered ${created.status}`);
         ledger.keys.push({ id: created.body.id, secret: created.body.key });
         acked('key');
         const doc = ++ledger.pushes;
-        const pushed = await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: configOf(doc) });
-        if (pushed.status !== 200) throw new Error(`push answered ${pushed.status} ${JSON.stringify(pushed.body)}`);
+        const pushed = await call(server.base, 'POST', '/v1/sync/push', {
+          key: sk,
+          body: configOf(doc),
+        });
+        if (pushed.status !== 200)
+          throw new Error(`push answered ${pushed.status} ${JSON.stringify(pushed.body)}`);
         const version = pushed.body.version as number;
-        if (!(version > ledger.lastConfig.version)) throw new Error(`push answered version ${version} after ${ledger.lastConfig.version}`);
+        if (!(version > ledger.lastConfig.version))
+          throw new Error(`push answered version ${version} after ${ledger.lastConfig.version}`);
         ledger.lastConfig = { version, doc };
         ledger.configs.add(version);
         acked('push');
         const id = `up-${cycle}-${n}`;
-        const upserted = await call(server.base, 'POST', '/v1/customers', { key: sk, body: { id, name: `N${n}` } });
+        const upserted = await call(server.base, 'POST', '/v1/customers', {
+          key: sk,
+          body: { id, name: `N${n}` },
+        });
         if (upserted.status !== 201) throw new Error(`upsert answered ${upserted.status}`);
         ledger.upserts.add(id);
         acked('upsert');
@@ -109,17 +148,30 @@ async function load(server: ServerProcess, keys: Keys, ledger: Ledger, cycle: nu
 }
 
 /** Every acknowledged write must be there (see the file header). */
-async function verify(server: ServerProcess, keys: Keys, ledger: Ledger, when: string): Promise<void> {
+async function verify(
+  server: ServerProcess,
+  keys: Keys,
+  ledger: Ledger,
+  when: string,
+): Promise<void> {
   const sk = keys.test.server;
   for (let loop = 0; loop < LOOPS; loop++) {
     for (let c = 0; c < CUSTOMERS_PER_LOOP; c++) {
       const customerId = `cc-${loop}-${c}`;
-      const res = await call(server.base, 'GET', `/v1/usage/api_calls/balance?customerId=${customerId}`, { key: sk });
+      const res = await call(
+        server.base,
+        'GET',
+        `/v1/usage/api_calls/balance?customerId=${customerId}`,
+        { key: sk },
+      );
       expect(res.status, when).toBe(200);
       const acked = ledger.acked.get(customerId) ?? 0;
       const maybe = ledger.maybe.get(customerId) ?? 0;
       const consumed = res.body.consumed as number;
-      expect(consumed >= acked && consumed <= acked + maybe, `${when}: ${customerId} consumed ${consumed}, acknowledged ${acked}, in flight at kills ${maybe}`).toBe(true);
+      expect(
+        consumed >= acked && consumed <= acked + maybe,
+        `${when}: ${customerId} consumed ${consumed}, acknowledged ${acked}, in flight at kills ${maybe}`,
+      ).toBe(true);
       // What recovery found is now settled: the next check starts from it.
       ledger.acked.set(customerId, consumed);
       ledger.maybe.set(customerId, 0);
@@ -130,17 +182,36 @@ async function verify(server: ServerProcess, keys: Keys, ledger: Ledger, when: s
     expect(res.status, `${when}: acknowledged key ${key.id} must authenticate`).toBe(200);
   }
   const pulled = await call(server.base, 'GET', '/v1/sync/pull', { key: sk });
-  expect(pulled.body.version, `${when}: configuration version`).toBeGreaterThanOrEqual(ledger.lastConfig.version);
-  if (pulled.body.version === ledger.lastConfig.version && ledger.lastConfig.doc >= 0) expect(pulled.body.config, when).toEqual(configOf(ledger.lastConfig.doc));
+  expect(pulled.body.version, `${when}: configuration version`).toBeGreaterThanOrEqual(
+    ledger.lastConfig.version,
+  );
+  if (pulled.body.version === ledger.lastConfig.version && ledger.lastConfig.doc >= 0)
+    expect(pulled.body.config, when).toEqual(configOf(ledger.lastConfig.doc));
   // A push in flight at the kill may have landed: later pushes continue from there.
   ledger.lastConfig = { version: pulled.body.version, doc: -1 };
   const envAudit = await auditIds(server, sk, '/v1/audit');
-  for (const version of ledger.configs) expect(envAudit.has(`config.push v${version}`), `${when}: audit entry of config v${version}`).toBe(true);
-  for (const id of ledger.upserts) expect(envAudit.has(`customer.upsert ${id}`), `${when}: audit entry of upsert ${id}`).toBe(true);
+  for (const version of ledger.configs)
+    expect(
+      envAudit.has(`config.push v${version}`),
+      `${when}: audit entry of config v${version}`,
+    ).toBe(true);
+  for (const id of ledger.upserts)
+    expect(envAudit.has(`customer.upsert ${id}`), `${when}: audit entry of upsert ${id}`).toBe(
+      true,
+    );
   const operatorAudit = await auditIds(server, keys.admin, '/v1/admin/audit');
-  for (const key of ledger.keys) expect(operatorAudit.has(`key.create ${key.id}`), `${when}: audit entry of key ${key.id}`).toBe(true);
-  for (const [route, key] of [['/v1/audit/verify', sk], ['/v1/admin/audit/verify', keys.admin]] as const) {
-    expect((await call(server.base, 'GET', route, { key })).body, `${when}: ${route}`).toMatchObject({ ok: true });
+  for (const key of ledger.keys)
+    expect(operatorAudit.has(`key.create ${key.id}`), `${when}: audit entry of key ${key.id}`).toBe(
+      true,
+    );
+  for (const [route, key] of [
+    ['/v1/audit/verify', sk],
+    ['/v1/admin/audit/verify', keys.admin],
+  ] as const) {
+    expect(
+      (await call(server.base, 'GET', route, { key })).body,
+      `${when}: ${route}`,
+    ).toMatchObject({ ok: true });
   }
 }
 
@@ -149,9 +220,15 @@ async function auditIds(server: ServerProcess, key: string, route: string): Prom
   const seen = new Set<string>();
   let cursor: string | null = null;
   do {
-    const page: { status: number; body: any } = await call(server.base, 'GET', `${route}?limit=100${cursor === null ? '' : `&cursor=${cursor}`}`, { key });
+    const page: { status: number; body: any } = await call(
+      server.base,
+      'GET',
+      `${route}?limit=100${cursor === null ? '' : `&cursor=${cursor}`}`,
+      { key },
+    );
     expect(page.status).toBe(200);
-    for (const entry of page.body.data as Array<{ action: string; resourceId: string }>) seen.add(`${entry.action} ${entry.resourceId}`);
+    for (const entry of page.body.data as Array<{ action: string; resourceId: string }>)
+      seen.add(`${entry.action} ${entry.resourceId}`);
     cursor = page.body.nextCursor;
   } while (cursor !== null);
   return seen;
@@ -161,14 +238,24 @@ async function auditIds(server: ServerProcess, key: string, route: string): Prom
  * Starts the server and kills it `delayMs` after it starts listening, which it does before
  * its shards recover (/healthz answers 200 only once they have). Says when the kill came.
  */
-async function killDuringRecovery(dataDir: string, env: Record<string, string>, delayMs: number): Promise<string> {
-  const child = spawn(process.execPath, [MAIN_JS], { env: { ...process.env, PORT: '0', TALLY_DATA_DIR: dataDir, ...ENV, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+async function killDuringRecovery(
+  dataDir: string,
+  env: Record<string, string>,
+  delayMs: number,
+): Promise<string> {
+  const child = spawn(process.execPath, [MAIN_JS], {
+    env: { ...process.env, PORT: '0', TALLY_DATA_DIR: dataDir, ...ENV, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (out += chunk.toString()));
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   let port: number | null = null;
-  for (const deadline = Date.now() + 30_000; port === null && child.exitCode === null && Date.now() < deadline; ) {
+  for (
+    const deadline = Date.now() + 30_000;
+    port === null && child.exitCode === null && Date.now() < deadline;
+  ) {
     port = listeningPort(out);
     if (port === null) await new Promise((resolve) => setTimeout(resolve, 2));
   }
@@ -185,24 +272,47 @@ async function killDuringRecovery(dataDir: string, env: Record<string, string>, 
 describe('crash cycles', () => {
   it(`keeps every acknowledged write and control-store change across ${CYCLES} kill -9 cycles under load (two workers, kills during recovery too)`, async () => {
     const dataDir = tempDataDir('tally-crash-cycles');
-    const ledger: Ledger = { acked: new Map(), maybe: new Map(), keys: [], upserts: new Set(), lastConfig: { version: 0, doc: 0 }, configs: new Set(), pushes: 0 };
+    const ledger: Ledger = {
+      acked: new Map(),
+      maybe: new Map(),
+      keys: [],
+      upserts: new Set(),
+      lastConfig: { version: 0, doc: 0 },
+      configs: new Set(),
+      pushes: 0,
+    };
     const failures: string[] = [];
     const recoveryKills: string[] = [];
     let keys: Keys | undefined;
     let totalAcked = 0;
     for (let cycle = 0; cycle < CYCLES; cycle++) {
       const env = SNAPSHOTS[cycle % SNAPSHOTS.length] as Record<string, string>;
-      if (cycle > 0 && cycle % 2 === 0) recoveryKills.push(await killDuringRecovery(dataDir, env, (cycle - 2) * 10));
-      const server = await startServerProcess({ dataDir, env: { ...ENV, ...env }, ...(keys === undefined ? {} : { keys }) });
+      if (cycle > 0 && cycle % 2 === 0)
+        recoveryKills.push(await killDuringRecovery(dataDir, env, (cycle - 2) * 10));
+      const server = await startServerProcess({
+        dataDir,
+        env: { ...ENV, ...env },
+        ...(keys === undefined ? {} : { keys }),
+      });
       keys ??= server.keys;
       let killing = false;
       server.child.once('exit', (code, signal) => {
-        if (!killing) failures.push(`cycle ${cycle}: the server exited by itself (code ${code}, signal ${signal}):\n${server.output().slice(-2000)}`);
+        if (!killing)
+          failures.push(
+            `cycle ${cycle}: the server exited by itself (code ${code}, signal ${signal}):\n${server.output().slice(-2000)}`,
+          );
       });
       try {
         if (cycle > 0) await verify(server, keys, ledger, `after kill ${cycle}`);
         else {
-          expect((await call(server.base, 'POST', '/v1/sync/push', { key: keys.test.server, body: configOf(0) })).status).toBe(200);
+          expect(
+            (
+              await call(server.base, 'POST', '/v1/sync/push', {
+                key: keys.test.server,
+                body: configOf(0),
+              })
+            ).status,
+          ).toBe(200);
           ledger.lastConfig = { version: 1, doc: 0 };
           ledger.configs.add(1);
         }
@@ -212,23 +322,36 @@ describe('crash cycles', () => {
         // the act.
         const killOn = KILL_ON[cycle % KILL_ON.length] as AckKind | 'timer';
         let armed = false;
-        const running = load(server, keys, ledger, cycle, () => killing, failures, (kind) => {
-          if (armed && kind === killOn && !killing) {
-            killing = true;
-            server.child.kill('SIGKILL');
-          }
-        });
-        await new Promise((resolve) => setTimeout(resolve, LOAD_MS[0] + Math.random() * (LOAD_MS[1] - LOAD_MS[0])));
+        const running = load(
+          server,
+          keys,
+          ledger,
+          cycle,
+          () => killing,
+          failures,
+          (kind) => {
+            if (armed && kind === killOn && !killing) {
+              killing = true;
+              server.child.kill('SIGKILL');
+            }
+          },
+        );
+        await new Promise((resolve) =>
+          setTimeout(resolve, LOAD_MS[0] + Math.random() * (LOAD_MS[1] - LOAD_MS[0])),
+        );
         expect(failures).toEqual([]);
         armed = true;
         if (killOn === 'timer') killing = true;
-        await (killOn === 'timer' ? server.kill9() : new Promise((resolve) => server.child.once('exit', resolve)));
+        await (killOn === 'timer'
+          ? server.kill9()
+          : new Promise((resolve) => server.child.once('exit', resolve)));
         expect(server.child.signalCode).toBe('SIGKILL');
         await running;
         totalAcked += [...ledger.acked.values()].reduce((a, b) => a + b, 0) - before;
       } finally {
         killing = true;
-        if (server.child.exitCode === null && server.child.signalCode === null) await server.kill9();
+        if (server.child.exitCode === null && server.child.signalCode === null)
+          await server.kill9();
       }
       expect(failures).toEqual([]);
     }
@@ -241,8 +364,12 @@ describe('crash cycles', () => {
     expect(failures).toEqual([]);
     expect(totalAcked, 'consumes acknowledged over all cycles').toBeGreaterThan(CYCLES * 100);
     expect(ledger.keys.length, 'keys created').toBeGreaterThan(CYCLES);
-    expect(recoveryKills, 'a kill that came while the shards recovered').toContain('during recovery');
+    expect(recoveryKills, 'a kill that came while the shards recovered').toContain(
+      'during recovery',
+    );
     fs.rmSync(dataDir, { recursive: true, force: true });
-    process.stdout.write(`crash cycles: ${totalAcked} consumes, ${ledger.keys.length} keys, ${ledger.configs.size} configs, ${ledger.upserts.size} upserts acknowledged; recovery kills: ${recoveryKills.join(', ')}\n`);
+    process.stdout.write(
+      `crash cycles: ${totalAcked} consumes, ${ledger.keys.length} keys, ${ledger.configs.size} configs, ${ledger.upserts.size} upserts acknowledged; recovery kills: ${recoveryKills.join(', ')}\n`,
+    );
   });
 });

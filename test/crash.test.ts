@@ -10,7 +10,6 @@ const CONFIG = {
   products: { free: { default: true, entitlements: { api_calls: { included: 1_000_000_000 } } } },
 };
 
-
 describe('crash safety', () => {
   it('idempotency keys, settings and config survive a restart', async () => {
     const dataDir = tempDataDir('tally-restart');
@@ -18,17 +17,28 @@ describe('crash safety', () => {
     const sk = first.keys.test.server;
     await call(first.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG });
     const body = { customerId: 'r1', amount: 7, idempotencyKey: 'once' };
-    expect((await call(first.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body })).body).toMatchObject({ consumed: 7 });
+    expect(
+      (await call(first.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body })).body,
+    ).toMatchObject({ consumed: 7 });
     await first.stop();
 
     const second = await startServerProcess({ dataDir });
     try {
       expect(second.keys).toEqual(first.keys);
-      const replay = await call(second.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body });
+      const replay = await call(second.base, 'POST', '/v1/usage/api_calls/consume', {
+        key: sk,
+        body,
+      });
       expect(replay).toMatchObject({ status: 200, body: { consumed: 7 } });
-      const reused = await call(second.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { ...body, amount: 8 } });
+      const reused = await call(second.base, 'POST', '/v1/usage/api_calls/consume', {
+        key: sk,
+        body: { ...body, amount: 8 },
+      });
       expect(reused.status).toBe(400);
-      expect((await call(second.base, 'GET', '/v1/sync/pull', { key: sk })).body).toMatchObject({ config: CONFIG, version: 1 });
+      expect((await call(second.base, 'GET', '/v1/sync/pull', { key: sk })).body).toMatchObject({
+        config: CONFIG,
+        version: 1,
+      });
     } finally {
       await second.stop();
     }

@@ -18,7 +18,8 @@ import { snapshotRoutes } from '../src/api/snapshot-routes.js';
 import { ERRORS } from '../src/errors.js';
 import type { Snapshots } from '../src/snapshots.js';
 
-const read = (relative: string): string => fs.readFileSync(new URL(`../${relative}`, import.meta.url), 'utf8');
+const read = (relative: string): string =>
+  fs.readFileSync(new URL(`../${relative}`, import.meta.url), 'utf8');
 
 const apiDoc = read('docs/api.md');
 const serverSource = read('src/server.ts');
@@ -48,8 +49,17 @@ function commerceWiredRoutes(): string[] {
 
 function servedRoutes(): string[] {
   const api = buildApiRouter({} as ApiDeps).list();
-  const admin = buildAdminRouter({} as AdminDeps, snapshotRoutes({} as AdminDeps, {} as Snapshots)).list();
-  return [...new Set([...serverWiredRoutes(), ...commerceWiredRoutes(), ...[...api, ...admin].map(({ method, pattern }) => `${method} ${docPath(pattern)}`)])];
+  const admin = buildAdminRouter(
+    {} as AdminDeps,
+    snapshotRoutes({} as AdminDeps, {} as Snapshots),
+  ).list();
+  return [
+    ...new Set([
+      ...serverWiredRoutes(),
+      ...commerceWiredRoutes(),
+      ...[...api, ...admin].map(({ method, pattern }) => `${method} ${docPath(pattern)}`),
+    ]),
+  ];
 }
 
 /**
@@ -63,14 +73,23 @@ function mentions(text: string, route: string): boolean {
 
 /** Every Markdown file a user reads: README.md and docs/*.md. */
 function documents(): Array<{ readonly name: string; readonly text: string }> {
-  const docs = fs.readdirSync(new URL('../docs/', import.meta.url)).filter((name) => name.endsWith('.md'));
-  return [{ name: 'README.md', text: read('README.md') }, ...docs.map((name) => ({ name: `docs/${name}`, text: read(`docs/${name}`) }))];
+  const docs = fs
+    .readdirSync(new URL('../docs/', import.meta.url))
+    .filter((name) => name.endsWith('.md'));
+  return [
+    { name: 'README.md', text: read('README.md') },
+    ...docs.map((name) => ({ name: `docs/${name}`, text: read(`docs/${name}`) })),
+  ];
 }
 
 describe('docs/api.md', () => {
   it('finds the routes src/server.ts wires by hand', () => {
     // If these are no longer found, the patterns above need updating, not the docs.
-    expect(serverWiredRoutes().sort()).toEqual(['GET /healthz', 'GET /v1/admin/metrics', 'GET /v1/schema/billing']);
+    expect(serverWiredRoutes().sort()).toEqual([
+      'GET /healthz',
+      'GET /v1/admin/metrics',
+      'GET /v1/schema/billing',
+    ]);
   });
 
   it('names every route the server serves', () => {
@@ -98,7 +117,11 @@ describe('README.md and docs/', () => {
 
   it('no document narrates development sessions', () => {
     const offending = documents().flatMap(({ name, text }) =>
-      text.split('\n').flatMap((line, index) => (/\bsessions? [0-9]+/i.test(line) ? [`${name}:${index + 1}: ${line}`] : [])),
+      text
+        .split('\n')
+        .flatMap((line, index) =>
+          /\bsessions? [0-9]+/i.test(line) ? [`${name}:${index + 1}: ${line}`] : [],
+        ),
     );
     expect(offending).toEqual([]);
   });

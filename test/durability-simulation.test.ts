@@ -10,37 +10,59 @@ import { describe, expect, it } from 'vitest';
 import { simulate, SimulationFailure, type SimStats } from './support/durability-sim.js';
 
 const STEPS = 400;
-const seeds = process.env['SIM_SEED'] !== undefined ? [Number(process.env['SIM_SEED'])] : Array.from({ length: 48 }, (_, i) => 7 + i * 7919);
+const seeds =
+  process.env['SIM_SEED'] !== undefined
+    ? [Number(process.env['SIM_SEED'])]
+    : Array.from({ length: 48 }, (_, i) => 7 + i * 7919);
 
 describe('durability simulation', () => {
   const totals: Partial<Record<keyof SimStats, number>> = {};
   it.each(seeds)('seed %i', async (seed) => {
     const stats = await simulate(seed, STEPS);
-    for (const [k, v] of Object.entries(stats)) totals[k as keyof SimStats] = (totals[k as keyof SimStats] ?? 0) + v;
+    for (const [k, v] of Object.entries(stats))
+      totals[k as keyof SimStats] = (totals[k as keyof SimStats] ?? 0) + v;
   });
 
   it.skipIf(process.env['SIM_SEED'] !== undefined)('the seed set exercises every fault', () => {
     // A pass means little if the schedule never got there.
     process.stdout.write(`durability simulation totals: ${JSON.stringify(totals)}\n`);
-    for (const key of ['writesAcked', 'syncsOutOfOrder', 'syncFailures', 'commitFailures', 'processCrashes', 'machineCrashes', 'crashesDuringRecovery', 'tornTails', 'snapshots', 'heldBackBatches', 'recoveryBarriers', 'crashesAwaitingBarrier'] as const) {
+    for (const key of [
+      'writesAcked',
+      'syncsOutOfOrder',
+      'syncFailures',
+      'commitFailures',
+      'processCrashes',
+      'machineCrashes',
+      'crashesDuringRecovery',
+      'tornTails',
+      'snapshots',
+      'heldBackBatches',
+      'recoveryBarriers',
+      'crashesAwaitingBarrier',
+    ] as const) {
       expect(totals[key] ?? 0, `${key} over all seeds`).toBeGreaterThan(0);
     }
   });
 
-  it.skipIf(process.env['SIM_SEED'] !== undefined)('negative control: a recovery that serves before its barrier is durable is caught', async () => {
-    // The first seeds of the set, until one fails: a reply computed from records a killed
-    // process never synced must be reported as not durable.
-    const failures: string[] = [];
-    for (const seed of seeds) {
-      try {
-        await simulate(seed, STEPS, { skipRecoveryBarrier: true });
-      } catch (error) {
-        if (!(error instanceof SimulationFailure)) throw error;
-        failures.push(error.message);
-        break;
+  it.skipIf(process.env['SIM_SEED'] !== undefined)(
+    'negative control: a recovery that serves before its barrier is durable is caught',
+    async () => {
+      // The first seeds of the set, until one fails: a reply computed from records a killed
+      // process never synced must be reported as not durable.
+      const failures: string[] = [];
+      for (const seed of seeds) {
+        try {
+          await simulate(seed, STEPS, { skipRecoveryBarrier: true });
+        } catch (error) {
+          if (!(error instanceof SimulationFailure)) throw error;
+          failures.push(error.message);
+          break;
+        }
       }
-    }
-    expect(failures, 'no seed caught a recovery without its barrier').toHaveLength(1);
-    expect(failures[0]).toMatch(/recovered from the page cache and never synced\) is not durable/);
-  });
+      expect(failures, 'no seed caught a recovery without its barrier').toHaveLength(1);
+      expect(failures[0]).toMatch(
+        /recovered from the page cache and never synced\) is not durable/,
+      );
+    },
+  );
 });

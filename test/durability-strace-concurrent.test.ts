@@ -49,7 +49,9 @@ import {
 
 const CONFIG = {
   entitlements: { api_calls: { type: 'meter', reset: 'never' }, sso: { type: 'feature' } },
-  products: { free: { default: true, entitlements: { sso: true, api_calls: { included: 1_000_000 } } } },
+  products: {
+    free: { default: true, entitlements: { sso: true, api_calls: { included: 1_000_000 } } },
+  },
 };
 const WORKERS = 2;
 const CLIENTS = 16;
@@ -63,7 +65,8 @@ interface Sent {
   readonly shard: number;
 }
 
-const shardOf = (customerId: string): number => workerOf(logicalShardOf('test', customerId, LOGICAL_SHARDS), WORKERS);
+const shardOf = (customerId: string): number =>
+  workerOf(logicalShardOf('test', customerId, LOGICAL_SHARDS), WORKERS);
 
 /**
  * The bytes written on `first`'s descriptor from `first` on, up to the next read of it:
@@ -76,7 +79,8 @@ function replyText(calls: readonly Syscall[], first: Syscall): string {
   for (const c of calls) {
     if (c.startLine < first.startLine || callFd(c) !== fd) continue;
     if (READ_SYSCALLS.has(c.name)) break;
-    if (WRITE_SYSCALLS.has(c.name)) text += [...c.args.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((m) => m[1]).join('');
+    if (WRITE_SYSCALLS.has(c.name))
+      text += [...c.args.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((m) => m[1]).join('');
   }
   return text;
 }
@@ -85,28 +89,59 @@ function replyText(calls: readonly Syscall[], first: Syscall): string {
  * Checks one request against the trace; returns null when the order holds, else what
  * is missing (see the file header for the three steps).
  */
-function checkRequest(calls: readonly Syscall[], spans: readonly FdSpan[], dataDir: string, sent: Sent): string | null {
+function checkRequest(
+  calls: readonly Syscall[],
+  spans: readonly FdSpan[],
+  dataDir: string,
+  sent: Sent,
+): string | null {
   const { customerId } = sent;
   const shardFile = path.join(dataDir, `shard-${sent.shard}`, 'data.mdb');
-  const request = calls.find((c) => READ_SYSCALLS.has(c.name) && c.args.includes(customerId) && succeeded(c));
+  const request = calls.find(
+    (c) => READ_SYSCALLS.has(c.name) && c.args.includes(customerId) && succeeded(c),
+  );
   if (request === undefined) return `${customerId}: no traced read of its request`;
-  const response = calls.find((c) => WRITE_SYSCALLS.has(c.name) && callFd(c) === callFd(request) && c.startLine > request.endLine);
-  if (response === undefined) return `${customerId}: no write on fd ${callFd(request)} after its request (line ${request.endLine})`;
-  const expected = sent.kind === 'consume' ? /^HTTP\/1\.1 200 .*\\"consumed\\":1[,}]/ : /^HTTP\/1\.1 200 .*\\"customer\\":\{\\"id\\":/;
+  const response = calls.find(
+    (c) =>
+      WRITE_SYSCALLS.has(c.name) && callFd(c) === callFd(request) && c.startLine > request.endLine,
+  );
+  if (response === undefined)
+    return `${customerId}: no write on fd ${callFd(request)} after its request (line ${request.endLine})`;
+  const expected =
+    sent.kind === 'consume'
+      ? /^HTTP\/1\.1 200 .*\\"consumed\\":1[,}]/
+      : /^HTTP\/1\.1 200 .*\\"customer\\":\{\\"id\\":/;
   const reply = replyText(calls, response);
-  if (!expected.test(reply)) return `${customerId}: the writes from the first after its request (line ${response.startLine}) are not its ${sent.kind} reply: ${reply.slice(0, 300)}`;
-  const inWindow = (c: Syscall): boolean => c.startLine > request.endLine && c.endLine < response.startLine && succeeded(c);
+  if (!expected.test(reply))
+    return `${customerId}: the writes from the first after its request (line ${response.startLine}) are not its ${sent.kind} reply: ${reply.slice(0, 300)}`;
+  const inWindow = (c: Syscall): boolean =>
+    c.startLine > request.endLine && c.endLine < response.startLine && succeeded(c);
   const onShard = (c: Syscall, dsync: boolean): boolean => {
     const file = fileOf(c, spans);
     return file !== undefined && file.path === shardFile && isDsync(file) === dsync;
   };
   const where = `between its request (line ${request.endLine}) and its reply (line ${response.startLine})`;
-  const journalWrite = calls.find((c) => WRITE_SYSCALLS.has(c.name) && inWindow(c) && onShard(c, false) && c.args.includes(customerId));
-  if (journalWrite === undefined) return `${customerId}: no completed write carrying it to ${shardFile} ${where}`;
-  const sync = calls.find((c) => SYNC_SYSCALLS.has(c.name) && inWindow(c) && c.startLine > journalWrite.endLine && onShard(c, false));
-  if (sync === undefined) return `${customerId}: no sync of ${shardFile} that started after its journal write (line ${journalWrite.endLine}) and returned 0 before its reply (line ${response.startLine})`;
-  const meta = calls.find((c) => WRITE_SYSCALLS.has(c.name) && inWindow(c) && c.startLine > sync.endLine && onShard(c, true));
-  if (meta === undefined) return `${customerId}: no meta-page write through the O_DSYNC descriptor of ${shardFile} after its sync (line ${sync.endLine}) and before its reply`;
+  const journalWrite = calls.find(
+    (c) =>
+      WRITE_SYSCALLS.has(c.name) && inWindow(c) && onShard(c, false) && c.args.includes(customerId),
+  );
+  if (journalWrite === undefined)
+    return `${customerId}: no completed write carrying it to ${shardFile} ${where}`;
+  const sync = calls.find(
+    (c) =>
+      SYNC_SYSCALLS.has(c.name) &&
+      inWindow(c) &&
+      c.startLine > journalWrite.endLine &&
+      onShard(c, false),
+  );
+  if (sync === undefined)
+    return `${customerId}: no sync of ${shardFile} that started after its journal write (line ${journalWrite.endLine}) and returned 0 before its reply (line ${response.startLine})`;
+  const meta = calls.find(
+    (c) =>
+      WRITE_SYSCALLS.has(c.name) && inWindow(c) && c.startLine > sync.endLine && onShard(c, true),
+  );
+  if (meta === undefined)
+    return `${customerId}: no meta-page write through the O_DSYNC descriptor of ${shardFile} after its sync (line ${sync.endLine}) and before its reply`;
   return null;
 }
 
@@ -115,50 +150,104 @@ function checkRequest(calls: readonly Syscall[], spans: readonly FdSpan[], dataD
  * file: its reply (found by the key id it carries) must follow a completed write of the
  * key id to `control/data.mdb`, a sync of that file started after it, and the meta page.
  */
-function checkKeyCreate(calls: readonly Syscall[], spans: readonly FdSpan[], dataDir: string, keyId: string): string | null {
+function checkKeyCreate(
+  calls: readonly Syscall[],
+  spans: readonly FdSpan[],
+  dataDir: string,
+  keyId: string,
+): string | null {
   const controlFile = path.join(dataDir, 'control', 'data.mdb');
-  const response = calls.find((c) => WRITE_SYSCALLS.has(c.name) && c.args.includes(keyId) && /^"HTTP\/1\.1 201 /.test(c.args.slice(c.args.indexOf('"'))));
+  const response = calls.find(
+    (c) =>
+      WRITE_SYSCALLS.has(c.name) &&
+      c.args.includes(keyId) &&
+      /^"HTTP\/1\.1 201 /.test(c.args.slice(c.args.indexOf('"'))),
+  );
   if (response === undefined) return `${keyId}: no traced 201 reply carrying it`;
-  const request = calls.filter((c) => READ_SYSCALLS.has(c.name) && callFd(c) === callFd(response) && c.endLine < response.startLine && succeeded(c) && c.args.includes('/v1/admin/keys')).at(-1);
-  if (request === undefined) return `${keyId}: no traced read of its request before its reply (line ${response.startLine})`;
-  const inWindow = (c: Syscall): boolean => c.startLine > request.endLine && c.endLine < response.startLine && succeeded(c);
+  const request = calls
+    .filter(
+      (c) =>
+        READ_SYSCALLS.has(c.name) &&
+        callFd(c) === callFd(response) &&
+        c.endLine < response.startLine &&
+        succeeded(c) &&
+        c.args.includes('/v1/admin/keys'),
+    )
+    .at(-1);
+  if (request === undefined)
+    return `${keyId}: no traced read of its request before its reply (line ${response.startLine})`;
+  const inWindow = (c: Syscall): boolean =>
+    c.startLine > request.endLine && c.endLine < response.startLine && succeeded(c);
   const onControl = (c: Syscall, dsync: boolean): boolean => {
     const file = fileOf(c, spans);
     return file !== undefined && file.path === controlFile && isDsync(file) === dsync;
   };
-  const write = calls.find((c) => WRITE_SYSCALLS.has(c.name) && inWindow(c) && onControl(c, false) && c.args.includes(keyId));
-  if (write === undefined) return `${keyId}: no completed write carrying it to ${controlFile} between its request (line ${request.endLine}) and its reply (line ${response.startLine})`;
-  const sync = calls.find((c) => SYNC_SYSCALLS.has(c.name) && inWindow(c) && c.startLine > write.endLine && onControl(c, false));
-  if (sync === undefined) return `${keyId}: no sync of ${controlFile} that started after its write (line ${write.endLine}) and returned 0 before its reply (line ${response.startLine})`;
-  const meta = calls.find((c) => WRITE_SYSCALLS.has(c.name) && inWindow(c) && c.startLine > sync.endLine && onControl(c, true));
-  if (meta === undefined) return `${keyId}: no meta-page write through the O_DSYNC descriptor of ${controlFile} after its sync and before its reply`;
+  const write = calls.find(
+    (c) =>
+      WRITE_SYSCALLS.has(c.name) && inWindow(c) && onControl(c, false) && c.args.includes(keyId),
+  );
+  if (write === undefined)
+    return `${keyId}: no completed write carrying it to ${controlFile} between its request (line ${request.endLine}) and its reply (line ${response.startLine})`;
+  const sync = calls.find(
+    (c) =>
+      SYNC_SYSCALLS.has(c.name) &&
+      inWindow(c) &&
+      c.startLine > write.endLine &&
+      onControl(c, false),
+  );
+  if (sync === undefined)
+    return `${keyId}: no sync of ${controlFile} that started after its write (line ${write.endLine}) and returned 0 before its reply (line ${response.startLine})`;
+  const meta = calls.find(
+    (c) =>
+      WRITE_SYSCALLS.has(c.name) && inWindow(c) && c.startLine > sync.endLine && onControl(c, true),
+  );
+  if (meta === undefined)
+    return `${keyId}: no meta-page write through the O_DSYNC descriptor of ${controlFile} after its sync and before its reply`;
   return null;
 }
 
 /** Runs the load under strace; returns the violations and the requests checked. */
-async function tracedLoad(env: Record<string, string>): Promise<{ violations: string[]; keyViolations: string[]; sent: Sent[]; statuses: number[] }> {
+async function tracedLoad(
+  env: Record<string, string>,
+): Promise<{ violations: string[]; keyViolations: string[]; sent: Sent[]; statuses: number[] }> {
   requireStrace();
   const dataDir = tempDataDir('tally-strace-conc');
   const tracePath = `${dataDir}.strace`;
-  const server = await startTracedServer(dataDir, tracePath, { TALLY_WORKERS: String(WORKERS), TALLY_RATE_LIMIT_SERVER: '0', ...env });
+  const server = await startTracedServer(dataDir, tracePath, {
+    TALLY_WORKERS: String(WORKERS),
+    TALLY_RATE_LIMIT_SERVER: '0',
+    ...env,
+  });
   const tag = randomBytes(4).toString('hex');
   const sent: Sent[] = [];
   const statuses: number[] = [];
   const keyIds: string[] = [];
   try {
     const key = server.keys.test.server;
-    expect((await call(server.base, 'POST', '/v1/sync/push', { key, body: CONFIG })).status).toBe(200);
+    expect((await call(server.base, 'POST', '/v1/sync/push', { key, body: CONFIG })).status).toBe(
+      200,
+    );
     // Warm-up: one write per shard, not checked.
     const warm = new Set<number>();
     for (let n = 0; warm.size < WORKERS; n++) {
       const customerId = `warm${n}-${tag}`;
       if (warm.has(shardOf(customerId))) continue;
       warm.add(shardOf(customerId));
-      expect((await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key, body: { customerId, amount: 1 } })).status).toBe(200);
+      expect(
+        (
+          await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+            key,
+            body: { customerId, amount: 1 },
+          })
+        ).status,
+      ).toBe(200);
     }
     const keyClient = async (): Promise<void> => {
       for (let n = 0; n < KEYS_CREATED; n++) {
-        const res = await call(server.base, 'POST', '/v1/admin/keys', { key: server.keys.admin, body: { environment: 'test', class: 'server' } });
+        const res = await call(server.base, 'POST', '/v1/admin/keys', {
+          key: server.keys.admin,
+          body: { environment: 'test', class: 'server' },
+        });
         statuses.push(res.status === 201 ? 200 : res.status);
         keyIds.push(res.body.id as string);
       }
@@ -172,8 +261,14 @@ async function tracedLoad(env: Record<string, string>): Promise<{ violations: st
           sent.push({ customerId, kind, shard: shardOf(customerId) });
           const res =
             kind === 'consume'
-              ? await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key, body: { customerId, amount: 1 } })
-              : await call(server.base, 'POST', '/v1/context', { key, body: { customer: { id: customerId }, features: ['sso'], usage: ['api_calls'] } });
+              ? await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+                  key,
+                  body: { customerId, amount: 1 },
+                })
+              : await call(server.base, 'POST', '/v1/context', {
+                  key,
+                  body: { customer: { id: customerId }, features: ['sso'], usage: ['api_calls'] },
+                });
           statuses.push(res.status);
         }
       }),
@@ -185,15 +280,19 @@ async function tracedLoad(env: Record<string, string>): Promise<{ violations: st
   const trace = fs.readFileSync(tracePath, 'utf8');
   const calls = parseTrace(trace);
   const spans = descriptorSpans(calls);
-  const violations = sent.map((s) => checkRequest(calls, spans, dataDir, s)).filter((v): v is string => v !== null);
-  const keyViolations = keyIds.map((id) => checkKeyCreate(calls, spans, dataDir, id)).filter((v): v is string => v !== null);
+  const violations = sent
+    .map((s) => checkRequest(calls, spans, dataDir, s))
+    .filter((v): v is string => v !== null);
+  const keyViolations = keyIds
+    .map((id) => checkKeyCreate(calls, spans, dataDir, id))
+    .filter((v): v is string => v !== null);
   fs.rmSync(dataDir, { recursive: true, force: true });
   fs.rmSync(tracePath, { force: true });
   return { violations, keyViolations, sent, statuses };
 }
 
 describe('durability at the syscall level under concurrency (strace, two shards)', () => {
-  it('replies to each of 16 clients\' writes only after its own shard synced its own record, and to key creates after the control store synced', async () => {
+  it("replies to each of 16 clients' writes only after its own shard synced its own record, and to key creates after the control store synced", async () => {
     const { violations, keyViolations, sent, statuses } = await tracedLoad({});
     expect(statuses.filter((s) => s !== 200)).toEqual([]);
     expect(new Set(sent.map((s) => s.shard)).size).toBe(WORKERS);
@@ -201,12 +300,18 @@ describe('durability at the syscall level under concurrency (strace, two shards)
     expect(keyViolations).toEqual([]);
   });
 
-  it('negative control: releasing replies on the previous group\'s sync is caught', async () => {
+  it("negative control: releasing replies on the previous group's sync is caught", async () => {
     const { violations, sent } = await tracedLoad({ TALLY_TEST_BREAK_DURABILITY: 'previous-sync' });
     expect(violations.length, 'violations found in the broken build').toBeGreaterThan(0);
     // Each is a reply that overtook its own record's write, sync or meta page; none is a
     // request the checker could not find.
-    expect(violations.filter((v) => !/no completed write carrying it|no sync of|no meta-page write/.test(v))).toEqual([]);
-    process.stdout.write(`negative control: ${violations.length} of ${sent.length} replies caught without their own sync\n`);
+    expect(
+      violations.filter(
+        (v) => !/no completed write carrying it|no sync of|no meta-page write/.test(v),
+      ),
+    ).toEqual([]);
+    process.stdout.write(
+      `negative control: ${violations.length} of ${sent.length} replies caught without their own sync\n`,
+    );
   });
 });

@@ -59,10 +59,19 @@ interface InFlight {
  * For each shard, what is missing before the first 200 reply of the trace (see the file
  * header); an empty list when every shard synced its file and wrote its meta page first.
  */
-function checkSyncedBeforeFirstReply(calls: readonly Syscall[], spans: readonly FdSpan[], dataDir: string, workers: number): string[] {
+function checkSyncedBeforeFirstReply(
+  calls: readonly Syscall[],
+  spans: readonly FdSpan[],
+  dataDir: string,
+  workers: number,
+): string[] {
   // Tally's own replies (uWebSockets.js names itself in a header); the embedded payment
   // sandbox, an HTTP server in the same process, answers Tally's processor calls too.
-  const reply = calls.find((c) => WRITE_SYSCALLS.has(c.name) && /^"HTTP\/1\.1 200 .*uWebSockets: /.test(c.args.slice(c.args.indexOf('"'))));
+  const reply = calls.find(
+    (c) =>
+      WRITE_SYSCALLS.has(c.name) &&
+      /^"HTTP\/1\.1 200 .*uWebSockets: /.test(c.args.slice(c.args.indexOf('"'))),
+  );
   if (reply === undefined) return ['no traced 200 reply'];
   const before = (c: Syscall): boolean => c.endLine < reply.startLine && succeeded(c);
   const problems: string[] = [];
@@ -74,22 +83,35 @@ function checkSyncedBeforeFirstReply(calls: readonly Syscall[], spans: readonly 
     };
     const sync = calls.find((c) => SYNC_SYSCALLS.has(c.name) && before(c) && on(c, false));
     if (sync === undefined) {
-      problems.push(`shard ${shard}: no ${[...SYNC_SYSCALLS].join('/')} of ${file} returned 0 before the first 200 reply (line ${reply.startLine})`);
+      problems.push(
+        `shard ${shard}: no ${[...SYNC_SYSCALLS].join('/')} of ${file} returned 0 before the first 200 reply (line ${reply.startLine})`,
+      );
       continue;
     }
-    const meta = calls.find((c) => WRITE_SYSCALLS.has(c.name) && before(c) && c.startLine > sync.endLine && on(c, true));
-    if (meta === undefined) problems.push(`shard ${shard}: no meta-page write through the O_DSYNC descriptor of ${file} after its sync (line ${sync.endLine}) and before the first 200 reply (line ${reply.startLine})`);
+    const meta = calls.find(
+      (c) => WRITE_SYSCALLS.has(c.name) && before(c) && c.startLine > sync.endLine && on(c, true),
+    );
+    if (meta === undefined)
+      problems.push(
+        `shard ${shard}: no meta-page write through the O_DSYNC descriptor of ${file} after its sync (line ${sync.endLine}) and before the first 200 reply (line ${reply.startLine})`,
+      );
   }
   return problems;
 }
 
 /** Loads a server, kills it with requests in flight, restarts it traced; returns the check's findings. */
-async function killAndRestartTraced(env: Record<string, string>): Promise<{ problems: string[]; inFlight: InFlight[]; retries: number[] }> {
+async function killAndRestartTraced(
+  env: Record<string, string>,
+): Promise<{ problems: string[]; inFlight: InFlight[]; retries: number[] }> {
   requireStrace();
   const dataDir = tempDataDir('tally-strace-recovery');
   const tracePath = `${dataDir}.strace`;
   const tag = randomBytes(4).toString('hex');
-  const first = await startServerProcess({ dataDir, env: { TALLY_WORKERS: String(WORKERS) }, config: CONFIG });
+  const first = await startServerProcess({
+    dataDir,
+    env: { TALLY_WORKERS: String(WORKERS) },
+    config: CONFIG,
+  });
   const key = first.keys.test.server;
   const inFlight = new Map<number, InFlight>();
   let acked = 0;
@@ -99,23 +121,34 @@ async function killAndRestartTraced(env: Record<string, string>): Promise<{ prob
     for (let n = 0; !killed; n++) {
       const request = { customerId: `r${client}-${tag}`, idempotencyKey: `r${client}-${n}-${tag}` };
       inFlight.set(client, request);
-      const res = await call(first.base, 'POST', '/v1/usage/api_calls/consume', { key, body: { ...request, amount: 1 } }).catch(() => null);
+      const res = await call(first.base, 'POST', '/v1/usage/api_calls/consume', {
+        key,
+        body: { ...request, amount: 1 },
+      }).catch(() => null);
       if (res === null || killed) return; // the kill cut it off: it stays in flight
       if (res.status !== 200) refused.push(res.status);
       acked++;
     }
   });
-  while (acked < ACKS_BEFORE_KILL && refused.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+  while (acked < ACKS_BEFORE_KILL && refused.length === 0)
+    await new Promise((resolve) => setTimeout(resolve, 5));
   killed = true;
   await first.kill9();
   await Promise.all(loops);
   expect(refused, 'consumes refused under load before the kill').toEqual([]);
 
-  const server = await startTracedServer(dataDir, tracePath, { TALLY_WORKERS: String(WORKERS), TALLY_RATE_LIMIT_SERVER: '0', ...env });
+  const server = await startTracedServer(dataDir, tracePath, {
+    TALLY_WORKERS: String(WORKERS),
+    TALLY_RATE_LIMIT_SERVER: '0',
+    ...env,
+  });
   const retries: number[] = [];
   try {
     for (const request of inFlight.values()) {
-      const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key, body: { ...request, amount: 1 } });
+      const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+        key,
+        body: { ...request, amount: 1 },
+      });
       retries.push(res.status);
     }
     await server.stop();
@@ -130,7 +163,7 @@ async function killAndRestartTraced(env: Record<string, string>): Promise<{ prob
 }
 
 describe('the recovery barrier at the syscall level (strace, kill -9 under load)', () => {
-  it('syncs every shard\'s data file and writes its meta page before the restarted server answers 200', async () => {
+  it("syncs every shard's data file and writes its meta page before the restarted server answers 200", async () => {
     const { problems, inFlight, retries } = await killAndRestartTraced({});
     expect(inFlight).toHaveLength(CLIENTS);
     expect(retries).toEqual(inFlight.map(() => 200));
@@ -138,8 +171,17 @@ describe('the recovery barrier at the syscall level (strace, kill -9 under load)
   });
 
   it('negative control: a worker that reports ready without the barrier is caught', async () => {
-    const { problems } = await killAndRestartTraced({ TALLY_TEST_BREAK_DURABILITY: 'no-recovery-sync' });
-    expect(problems.length, 'shards found unsynced before the first reply in the broken build').toBeGreaterThan(0);
-    expect(problems.filter((p) => !/no fdatasync\/fsync of .* returned 0 before the first 200 reply/.test(p))).toEqual([]);
+    const { problems } = await killAndRestartTraced({
+      TALLY_TEST_BREAK_DURABILITY: 'no-recovery-sync',
+    });
+    expect(
+      problems.length,
+      'shards found unsynced before the first reply in the broken build',
+    ).toBeGreaterThan(0);
+    expect(
+      problems.filter(
+        (p) => !/no fdatasync\/fsync of .* returned 0 before the first 200 reply/.test(p),
+      ),
+    ).toEqual([]);
   });
 });

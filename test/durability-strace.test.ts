@@ -80,7 +80,11 @@ interface DurabilityReport {
  * Never throws on a bad trace: every missing or misordered step is a violation string that
  * names the customer and quotes the trace between request and reply.
  */
-function checkReplyAfterSync(trace: string, shardDataFile: string, customerIds: readonly string[]): DurabilityReport {
+function checkReplyAfterSync(
+  trace: string,
+  shardDataFile: string,
+  customerIds: readonly string[],
+): DurabilityReport {
   const calls = parseTrace(trace);
   const spans = descriptorSpans(calls);
   const lines = trace.split('\n');
@@ -89,7 +93,10 @@ function checkReplyAfterSync(trace: string, shardDataFile: string, customerIds: 
   for (const customerId of customerIds) {
     const result = checkOne(calls, spans, shardDataFile, customerId);
     if (typeof result === 'string') violations.push(result);
-    else if ('problem' in result) violations.push(`${customerId}: ${result.problem}\n${excerpt(lines, result.from, result.to)}`);
+    else if ('problem' in result)
+      violations.push(
+        `${customerId}: ${result.problem}\n${excerpt(lines, result.from, result.to)}`,
+      );
     else evidence.set(customerId, result);
   }
   return { violations, evidence };
@@ -101,31 +108,56 @@ function checkOne(
   shardDataFile: string,
   customerId: string,
 ): ConsumeEvidence | string | { problem: string; from: number; to: number } {
-  const request = calls.find((c) => READ_SYSCALLS.has(c.name) && c.args.includes(customerId) && succeeded(c));
-  if (request === undefined) return `${customerId}: no traced read of its request (syscalls traced: ${[...READ_SYSCALLS].join(', ')})`;
-  const response = calls.find((c) => WRITE_SYSCALLS.has(c.name) && callFd(c) === callFd(request) && c.startLine > request.endLine);
-  if (response === undefined) return `${customerId}: no write on fd ${callFd(request)} after its request (line ${request.endLine})`;
+  const request = calls.find(
+    (c) => READ_SYSCALLS.has(c.name) && c.args.includes(customerId) && succeeded(c),
+  );
+  if (request === undefined)
+    return `${customerId}: no traced read of its request (syscalls traced: ${[...READ_SYSCALLS].join(', ')})`;
+  const response = calls.find(
+    (c) =>
+      WRITE_SYSCALLS.has(c.name) && callFd(c) === callFd(request) && c.startLine > request.endLine,
+  );
+  if (response === undefined)
+    return `${customerId}: no write on fd ${callFd(request)} after its request (line ${request.endLine})`;
   const window = { from: request.endLine, to: response.startLine };
-  if (!/^"HTTP\/1\.1 200 .*\\"consumed\\":1[,}]/.test(response.args.slice(response.args.indexOf('"')))) {
-    return { problem: `the first write after the request (line ${response.startLine}) is not its 200 reply with "consumed":1`, ...window };
+  if (
+    !/^"HTTP\/1\.1 200 .*\\"consumed\\":1[,}]/.test(response.args.slice(response.args.indexOf('"')))
+  ) {
+    return {
+      problem: `the first write after the request (line ${response.startLine}) is not its 200 reply with "consumed":1`,
+      ...window,
+    };
   }
-  const inWindow = (c: Syscall): boolean => c.startLine > request.endLine && c.endLine < response.startLine && succeeded(c);
+  const inWindow = (c: Syscall): boolean =>
+    c.startLine > request.endLine && c.endLine < response.startLine && succeeded(c);
   const onShard = (c: Syscall, dsync: boolean): boolean => {
     const file = fileOf(c, spans);
     return file !== undefined && file.path === shardDataFile && isDsync(file) === dsync;
   };
   const reply = `the reply (line ${response.startLine})`;
-  const journalWrite = calls.find((c) => WRITE_SYSCALLS.has(c.name) && inWindow(c) && onShard(c, false) && c.args.includes(customerId));
+  const journalWrite = calls.find(
+    (c) =>
+      WRITE_SYSCALLS.has(c.name) && inWindow(c) && onShard(c, false) && c.args.includes(customerId),
+  );
   if (journalWrite === undefined) {
     const problem = `no completed write carrying the customerId to ${shardDataFile} between the request (line ${request.endLine}) and ${reply}`;
     return { problem, ...window };
   }
-  const sync = calls.find((c) => SYNC_SYSCALLS.has(c.name) && inWindow(c) && c.startLine > journalWrite.endLine && onShard(c, false));
+  const sync = calls.find(
+    (c) =>
+      SYNC_SYSCALLS.has(c.name) &&
+      inWindow(c) &&
+      c.startLine > journalWrite.endLine &&
+      onShard(c, false),
+  );
   if (sync === undefined) {
     const problem = `no ${[...SYNC_SYSCALLS].join('/')} of ${shardDataFile} that returned 0 after the journal write (line ${journalWrite.endLine}) and before ${reply}`;
     return { problem, ...window };
   }
-  const metaWrite = calls.find((c) => WRITE_SYSCALLS.has(c.name) && inWindow(c) && c.startLine > sync.endLine && onShard(c, true));
+  const metaWrite = calls.find(
+    (c) =>
+      WRITE_SYSCALLS.has(c.name) && inWindow(c) && c.startLine > sync.endLine && onShard(c, true),
+  );
   if (metaWrite === undefined) {
     const problem = `no meta-page write through the O_DSYNC descriptor of ${shardDataFile} after the sync (line ${sync.endLine}) and before ${reply}`;
     return { problem, ...window };
@@ -136,7 +168,9 @@ function checkOne(
 /** The trace from line `from` to `to`, each line cut short, at most 60 lines. */
 function excerpt(lines: readonly string[], from: number, to: number): string {
   const shown = lines.slice(from - 1, Math.min(to, from + 59));
-  return shown.map((text, i) => `  ${from + i}: ${text.length > 160 ? `${text.slice(0, 160)}…` : text}`).join('\n');
+  return shown
+    .map((text, i) => `  ${from + i}: ${text.length > 160 ? `${text.slice(0, 160)}…` : text}`)
+    .join('\n');
 }
 
 // ---------------------------------------------------------------------------------------
@@ -154,9 +188,14 @@ describe('durability at the syscall level (strace)', () => {
     const customerIds = Array.from({ length: CONSUMES }, (_, n) => `c${n}-${tag}`);
     try {
       const sk = server.keys.test.server;
-      expect((await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG })).status).toBe(200);
+      expect(
+        (await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG })).status,
+      ).toBe(200);
       for (const customerId of customerIds) {
-        const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId, amount: 1 } });
+        const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+          key: sk,
+          body: { customerId, amount: 1 },
+        });
         expect(res, server.output()).toMatchObject({ status: 200, body: { consumed: 1 } });
       }
       await server.stop();
@@ -193,22 +232,70 @@ describe('durability at the syscall level (strace)', () => {
     { name: 'the real order', trace: build(request, journal, sync, meta, reply), violation: null },
     {
       name: 'the real order with the sync split by another thread (-f)',
-      trace: build(request, journal, `101 10:00:01.000003 fdatasync(27 <unfinished ...>`, `100 10:00:01.000003 close(40) = 0`,
-        `101 10:00:01.000004 <... fdatasync resumed>) = 0`, meta, reply),
+      trace: build(
+        request,
+        journal,
+        `101 10:00:01.000003 fdatasync(27 <unfinished ...>`,
+        `100 10:00:01.000003 close(40) = 0`,
+        `101 10:00:01.000004 <... fdatasync resumed>) = 0`,
+        meta,
+        reply,
+      ),
       violation: null,
     },
-    { name: 'reply written before the fdatasync', trace: build(request, journal, reply, sync, meta), violation: /no fdatasync\/fsync .* returned 0/ },
+    {
+      name: 'reply written before the fdatasync',
+      trace: build(request, journal, reply, sync, meta),
+      violation: /no fdatasync\/fsync .* returned 0/,
+    },
     {
       name: 'reply written while the fdatasync is still running',
-      trace: build(request, journal, `101 10:00:01.000003 fdatasync(27 <unfinished ...>`, meta, reply, `101 10:00:01.000006 <... fdatasync resumed>) = 0`),
+      trace: build(
+        request,
+        journal,
+        `101 10:00:01.000003 fdatasync(27 <unfinished ...>`,
+        meta,
+        reply,
+        `101 10:00:01.000006 <... fdatasync resumed>) = 0`,
+      ),
       violation: /no fdatasync\/fsync/,
     },
-    { name: 'fdatasync failed', trace: build(request, journal, sync.replace('= 0', '= -1 EIO (Input/output error)'), meta, reply), violation: /no fdatasync\/fsync/ },
-    { name: 'only the control store was synced', trace: build(request, journal, sync.replace('(27)', '(19)'), meta, reply), violation: /no fdatasync\/fsync/ },
-    { name: 'sync before the journal write', trace: build(request, sync, journal, meta, reply), violation: /no fdatasync\/fsync/ },
-    { name: 'no journal write carrying the customer', trace: build(request, sync, meta, reply), violation: /no completed write carrying the customerId/ },
-    { name: 'meta page written after the reply', trace: build(request, journal, sync, reply, meta), violation: /no meta-page write/ },
-    { name: 'request never read', trace: build(journal, sync, meta, reply), violation: /no traced read of its request/ },
+    {
+      name: 'fdatasync failed',
+      trace: build(
+        request,
+        journal,
+        sync.replace('= 0', '= -1 EIO (Input/output error)'),
+        meta,
+        reply,
+      ),
+      violation: /no fdatasync\/fsync/,
+    },
+    {
+      name: 'only the control store was synced',
+      trace: build(request, journal, sync.replace('(27)', '(19)'), meta, reply),
+      violation: /no fdatasync\/fsync/,
+    },
+    {
+      name: 'sync before the journal write',
+      trace: build(request, sync, journal, meta, reply),
+      violation: /no fdatasync\/fsync/,
+    },
+    {
+      name: 'no journal write carrying the customer',
+      trace: build(request, sync, meta, reply),
+      violation: /no completed write carrying the customerId/,
+    },
+    {
+      name: 'meta page written after the reply',
+      trace: build(request, journal, sync, reply, meta),
+      violation: /no meta-page write/,
+    },
+    {
+      name: 'request never read',
+      trace: build(journal, sync, meta, reply),
+      violation: /no traced read of its request/,
+    },
   ];
 
   it.each(cases)('checker on a synthetic trace: $name', ({ trace, violation }) => {

@@ -7,7 +7,14 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { roundedNumberPath } from '../src/http/json-source.js';
-import { exactAmountValue, exactJson, formatMicros, mayRoundInJson, microsToDecimal, parseAmount } from '../actors/fixed.js';
+import {
+  exactAmountValue,
+  exactJson,
+  formatMicros,
+  mayRoundInJson,
+  microsToDecimal,
+  parseAmount,
+} from '../actors/fixed.js';
 import { memberSource } from '../src/http/json-source.js';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
 
@@ -32,17 +39,28 @@ describe('reading amounts exactly', () => {
     ['5', 5_000_000n],
   ])('%s → %s', (literal, expected) => {
     const parsed = amountOfBody(`{"customerId":"c","amount":${literal}}`);
-    expect(parsed).toEqual(typeof expected === 'bigint' ? { ok: true, micros: expected } : { ok: false, reason: expected });
+    expect(parsed).toEqual(
+      typeof expected === 'bigint'
+        ? { ok: true, micros: expected }
+        : { ok: false, reason: expected },
+    );
   });
 
   it('an amount written with more digits than a double holds is never silently rounded', () => {
     // 17 significant digits: a double cannot tell these apart, the literal can.
-    expect(amountOfBody('{"amount":99999999999.999999,"customerId":"c"}')).toEqual({ ok: true, micros: 99_999_999_999_999_999n });
-    expect(amountOfBody('{"amount":99999999999.999998,"customerId":"c"}')).toEqual({ ok: true, micros: 99_999_999_999_999_998n });
+    expect(amountOfBody('{"amount":99999999999.999999,"customerId":"c"}')).toEqual({
+      ok: true,
+      micros: 99_999_999_999_999_999n,
+    });
+    expect(amountOfBody('{"amount":99999999999.999998,"customerId":"c"}')).toEqual({
+      ok: true,
+      micros: 99_999_999_999_999_998n,
+    });
   });
 
   it('finds the member JSON.parse keeps: the last one, names decoded, nesting and strings skipped', () => {
-    const text = ' { "amount" : 1 , "x" : {"amount": 2, "s": "}\\"{"}, "am\\u006funt":\t3.50 ,"y":[1,{"amount":4}] } ';
+    const text =
+      ' { "amount" : 1 , "x" : {"amount": 2, "s": "}\\"{"}, "am\\u006funt":\t3.50 ,"y":[1,{"amount":4}] } ';
     expect(memberSource(text, 'amount')).toBe('3.50');
     expect(memberSource('{"a":[[]],"b":"]","amount":-0.5e-3}', 'amount')).toBe('-0.5e-3');
     expect(memberSource('{"a":1}', 'amount')).toBeUndefined();
@@ -52,11 +70,16 @@ describe('reading amounts exactly', () => {
 
   it('property: memberSource finds the text of any top-level member of any JSON object', () => {
     fc.assert(
-      fc.property(fc.dictionary(fc.string(), fc.jsonValue()), fc.double({ noNaN: true, noDefaultInfinity: true }), fc.boolean(), (obj, amount, spaced) => {
-        const doc = { ...obj, amount };
-        const text = spaced ? JSON.stringify(doc, null, 2) : JSON.stringify(doc);
-        expect(memberSource(text, 'amount')).toBe(JSON.stringify(amount));
-      }),
+      fc.property(
+        fc.dictionary(fc.string(), fc.jsonValue()),
+        fc.double({ noNaN: true, noDefaultInfinity: true }),
+        fc.boolean(),
+        (obj, amount, spaced) => {
+          const doc = { ...obj, amount };
+          const text = spaced ? JSON.stringify(doc, null, 2) : JSON.stringify(doc);
+          expect(memberSource(text, 'amount')).toBe(JSON.stringify(amount));
+        },
+      ),
       { numRuns: 300 },
     );
   });
@@ -80,7 +103,9 @@ describe('writing amounts exactly', () => {
     [-3_000_001n, '-3.000001'],
   ])('%s micro-units → %s', (micros, text) => {
     expect(microsToDecimal(micros)).toBe(text);
-    expect(exactJson(JSON.stringify({ balance: formatMicros(micros), resets: null }))).toBe(`{"balance":${text},"resets":null}`);
+    expect(exactJson(JSON.stringify({ balance: formatMicros(micros), resets: null }))).toBe(
+      `{"balance":${text},"resets":null}`,
+    );
   });
 
   it('property: any total renders as its exact decimal, small ones as plain numbers', () => {
@@ -88,7 +113,8 @@ describe('writing amounts exactly', () => {
       fc.property(fc.bigInt({ min: -(10n ** 25n), max: 10n ** 25n }), (micros) => {
         const rendered = exactJson(JSON.stringify([formatMicros(micros)]));
         expect(rendered).toBe(`[${microsToDecimal(micros)}]`);
-        if (micros < 10n ** 15n && micros > -(10n ** 15n)) expect(typeof formatMicros(micros)).toBe('number');
+        if (micros < 10n ** 15n && micros > -(10n ** 15n))
+          expect(typeof formatMicros(micros)).toBe('number');
       }),
       { numRuns: 500 },
     );
@@ -111,10 +137,17 @@ describe('writing amounts exactly', () => {
 
   it('property: marks are found beside any client text, escapes included (the backslash pre-check)', () => {
     fc.assert(
-      fc.property(fc.string(), fc.constantFrom('', '\\', '"', '\n', '\\udfff1'), fc.bigInt({ min: -(10n ** 25n), max: 10n ** 25n }), (text, extra, micros) => {
-        const name = text + extra;
-        expect(exactJson(JSON.stringify({ name, balance: formatMicros(micros) }))).toBe(`{"name":${JSON.stringify(name)},"balance":${microsToDecimal(micros)}}`);
-      }),
+      fc.property(
+        fc.string(),
+        fc.constantFrom('', '\\', '"', '\n', '\\udfff1'),
+        fc.bigInt({ min: -(10n ** 25n), max: 10n ** 25n }),
+        (text, extra, micros) => {
+          const name = text + extra;
+          expect(exactJson(JSON.stringify({ name, balance: formatMicros(micros) }))).toBe(
+            `{"name":${JSON.stringify(name)},"balance":${microsToDecimal(micros)}}`,
+          );
+        },
+      ),
       { numRuns: 500 },
     );
   });
@@ -168,50 +201,101 @@ describe('exact amounts over HTTP', () => {
   let sk: string;
   const config = {
     entitlements: { tokens: { type: 'meter', reset: 'never' } },
-    products: { free: { default: true, entitlements: { tokens: { included: 10, overage: { unitAmount: 1 } } } } },
+    products: {
+      free: {
+        default: true,
+        entitlements: { tokens: { included: 10, overage: { unitAmount: 1 } } },
+      },
+    },
   };
 
   beforeAll(async () => {
     server = await startServerProcess({ config });
     sk = server.keys.test.server;
-    expect((await call(server.base, 'POST', '/v1/usage/tokens/settings', { key: sk, body: { customerId: 'x', overageEnabled: true } })).status).toBe(200);
+    expect(
+      (
+        await call(server.base, 'POST', '/v1/usage/tokens/settings', {
+          key: sk,
+          body: { customerId: 'x', overageEnabled: true },
+        })
+      ).status,
+    ).toBe(200);
   });
   afterAll(async () => {
     await server?.stop();
   });
 
   /** POSTs raw JSON and returns the status and the reply's text (not parsed: a double would round it). */
-  async function raw(path: string, text: string, method = 'POST'): Promise<{ status: number; text: string }> {
-    const res = await fetch(server.base + path, { method, headers: { 'x-tally-key': sk, 'content-type': 'application/json' }, body: text });
+  async function raw(
+    path: string,
+    text: string,
+    method = 'POST',
+  ): Promise<{ status: number; text: string }> {
+    const res = await fetch(server.base + path, {
+      method,
+      headers: { 'x-tally-key': sk, 'content-type': 'application/json' },
+      body: text,
+    });
     return { status: res.status, text: await res.text() };
   }
 
   it('refuses, naming the field, a stored number JSON.parse would have changed; stores one it keeps', async () => {
-    const refused = (path: string) => ({ status: 400, text: JSON.stringify({ error: `${path} cannot be stored exactly: a JSON number keeps at most 15 significant digits`, code: 'invalid_request' }) });
-    const contract = (included: string) => `{"priceAmount":100,"priceInterval":"month","entitlements":{"tokens":{"included":${included}}}}`;
-    expect(await raw('/v1/contracts/lit', contract('99999999999.999999'), 'PUT')).toEqual(refused('entitlements.tokens.included'));
-    expect(await raw('/v1/contracts/lit', contract('1.0000000000000000000001'), 'PUT')).toEqual(refused('entitlements.tokens.included'));
-    expect(await raw('/v1/contracts/lit', '{"priceAmount":5.0000000000000001,"priceInterval":"month"}', 'PUT')).toEqual(refused('priceAmount'));
+    const refused = (path: string) => ({
+      status: 400,
+      text: JSON.stringify({
+        error: `${path} cannot be stored exactly: a JSON number keeps at most 15 significant digits`,
+        code: 'invalid_request',
+      }),
+    });
+    const contract = (included: string) =>
+      `{"priceAmount":100,"priceInterval":"month","entitlements":{"tokens":{"included":${included}}}}`;
+    expect(await raw('/v1/contracts/lit', contract('99999999999.999999'), 'PUT')).toEqual(
+      refused('entitlements.tokens.included'),
+    );
+    expect(await raw('/v1/contracts/lit', contract('1.0000000000000000000001'), 'PUT')).toEqual(
+      refused('entitlements.tokens.included'),
+    );
+    expect(
+      await raw(
+        '/v1/contracts/lit',
+        '{"priceAmount":5.0000000000000001,"priceInterval":"month"}',
+        'PUT',
+      ),
+    ).toEqual(refused('priceAmount'));
     expect((await call(server.base, 'GET', '/v1/contracts/lit', { key: sk })).status).toBe(404);
-    expect(await raw('/v1/customers', '{"id":"lit","metadata":{"order":12345678901234567890}}')).toEqual(refused('metadata.order'));
-    expect(await raw('/v1/context', '{"customer":{"id":"lit","metadata":{"n":12345678901234567890}}}')).toEqual(refused('customer.metadata.n'));
+    expect(
+      await raw('/v1/customers', '{"id":"lit","metadata":{"order":12345678901234567890}}'),
+    ).toEqual(refused('metadata.order'));
+    expect(
+      await raw('/v1/context', '{"customer":{"id":"lit","metadata":{"n":12345678901234567890}}}'),
+    ).toEqual(refused('customer.metadata.n'));
     expect((await call(server.base, 'GET', '/v1/customers/lit', { key: sk })).status).toBe(404);
     const pushed = `{"entitlements":{"tokens":{"type":"meter","reset":"never"}},"products":{"free":{"default":true,"entitlements":{"tokens":{"included":99999999999.999999}}}}}`;
-    expect(await raw('/v1/sync/push', pushed)).toEqual(refused('products.free.entitlements.tokens.included'));
+    expect(await raw('/v1/sync/push', pushed)).toEqual(
+      refused('products.free.entitlements.tokens.included'),
+    );
     expect((await call(server.base, 'GET', '/v1/sync/pull', { key: sk })).body.version).toBe(1);
     // Sixteen digits a double holds exactly are fine.
     expect((await raw('/v1/contracts/lit', contract('100000000000.0000'), 'PUT')).status).toBe(200);
-    expect((await call(server.base, 'GET', '/v1/usage/tokens/balance?customerId=lit', { key: sk })).body).toMatchObject({ included: 100_000_000_000 });
+    expect(
+      (await call(server.base, 'GET', '/v1/usage/tokens/balance?customerId=lit', { key: sk })).body,
+    ).toMatchObject({ included: 100_000_000_000 });
   });
 
   it('records and answers an amount of 17 significant digits exactly, and refunds it exactly', async () => {
-    const consumed = await raw('/v1/usage/tokens/consume', '{"customerId":"x","amount":99999999999.999999}');
+    const consumed = await raw(
+      '/v1/usage/tokens/consume',
+      '{"customerId":"x","amount":99999999999.999999}',
+    );
     expect(consumed.status).toBe(200);
     expect(consumed.text).toContain('"consumed":99999999999.999999,');
     expect(consumed.text).toContain('"overage":99999999989.999999,');
     const again = await raw('/v1/usage/tokens/consume', '{"customerId":"x","amount":0.000001}');
     expect(again.text).toContain('"consumed":100000000000,');
-    const refunded = await raw('/v1/usage/tokens/refund', '{"customerId":"x","amount":99999999999.999998}');
+    const refunded = await raw(
+      '/v1/usage/tokens/refund',
+      '{"customerId":"x","amount":99999999999.999998}',
+    );
     expect(refunded.status).toBe(200);
     expect(refunded.text).toContain('"consumed":0.000002,');
     const audit = await call(server.base, 'GET', '/v1/audit?action=usage.refund', { key: sk });
@@ -219,7 +303,11 @@ describe('exact amounts over HTTP', () => {
   });
 
   it('refuses digits a double would have dropped: too many decimals, or just over the largest amount', async () => {
-    expect(await raw('/v1/usage/tokens/consume', '{"customerId":"x","amount":1.0000000000000000000001}')).toMatchObject({ status: 400, text: expect.stringContaining('at most 6 decimal places') });
-    expect(await raw('/v1/usage/tokens/consume', '{"customerId":"x","amount":1000000000000.000001}')).toMatchObject({ status: 400, text: expect.stringContaining('at most 1000000000000') });
+    expect(
+      await raw('/v1/usage/tokens/consume', '{"customerId":"x","amount":1.0000000000000000000001}'),
+    ).toMatchObject({ status: 400, text: expect.stringContaining('at most 6 decimal places') });
+    expect(
+      await raw('/v1/usage/tokens/consume', '{"customerId":"x","amount":1000000000000.000001}'),
+    ).toMatchObject({ status: 400, text: expect.stringContaining('at most 1000000000000') });
   });
 });

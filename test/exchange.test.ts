@@ -13,7 +13,11 @@ import { Observability } from '../src/observability/observability.js';
 /** An Observability whose log lines land in `lines` (parsed). */
 function observer(level: LogLevel = 'info') {
   const lines: Array<Record<string, unknown>> = [];
-  const obs = new Observability(createLogger(level, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) }));
+  const obs = new Observability(
+    createLogger(level, {
+      write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>),
+    }),
+  );
   return { obs, lines };
 }
 
@@ -52,8 +56,18 @@ describe('Exchange', () => {
     new Exchange(a.res, 'GET', '/x', obs).send(200, 'true');
     expect(a.written).toEqual(['content-type: application/json', 'body true']);
     const b = recorder();
-    new Exchange(b.res, 'GET', '/x', obs, 'req-1').fail('route_not_found', { method: 'GET', path: '/x' }, [['x-extra', '1']]);
-    expect(b.written).toEqual(['status 404 Not Found', 'content-type: application/json', 'x-request-id: req-1', 'x-extra: 1', 'body {"error":"no route GET /x","code":"route_not_found"}']);
+    new Exchange(b.res, 'GET', '/x', obs, 'req-1').fail(
+      'route_not_found',
+      { method: 'GET', path: '/x' },
+      [['x-extra', '1']],
+    );
+    expect(b.written).toEqual([
+      'status 404 Not Found',
+      'content-type: application/json',
+      'x-request-id: req-1',
+      'x-extra: 1',
+      'body {"error":"no route GET /x","code":"route_not_found"}',
+    ]);
   });
 
   it('answers once, and never after the client aborted', () => {
@@ -82,13 +96,21 @@ describe('Exchange', () => {
     expect(a.written).toContain('body {"error":"internal error","code":"internal"}');
     expect(a.written).toContain(`x-request-id: ${ex.requestId}`);
     expect(lines).toHaveLength(1);
-    expect(lines[0]).toMatchObject({ level: 'error', msg: 'request handler failed', requestId: ex.requestId, method: 'POST', route: 'unmatched', status: 500 });
+    expect(lines[0]).toMatchObject({
+      level: 'error',
+      msg: 'request handler failed',
+      requestId: ex.requestId,
+      method: 'POST',
+      route: 'unmatched',
+      status: 500,
+    });
     expect(JSON.stringify(lines[0]?.['err'])).toContain('boom');
   });
 
   it('echoes x-request-id on errors and to clients that sent one; not on a plain 200', () => {
     const { obs } = observer();
-    const header = (written: string[]) => written.find((w) => w.startsWith('x-request-id: '))?.slice('x-request-id: '.length);
+    const header = (written: string[]) =>
+      written.find((w) => w.startsWith('x-request-id: '))?.slice('x-request-id: '.length);
     const plain = recorder();
     new Exchange(plain.res, 'GET', '/x', obs).send(200, 'true');
     expect(header(plain.written)).toBeUndefined();
@@ -123,6 +145,9 @@ describe('Exchange', () => {
     ]);
     expect(lines[1]?.['requestId']).toBe(down.requestId);
     // A method outside the fixed list never becomes a label value of its own.
-    expect(obs.metrics.series[obs.metrics.fixedSlot('unmatched', 'BREW')]).toMatchObject({ route: 'unmatched', method: 'other' });
+    expect(obs.metrics.series[obs.metrics.fixedSlot('unmatched', 'BREW')]).toMatchObject({
+      route: 'unmatched',
+      method: 'other',
+    });
   });
 });

@@ -21,7 +21,9 @@ describe('Exposition', () => {
       .text();
     const families = parsePrometheusText(text);
     expect(sampleValue(families, 't_requests_total', { odd: 'q"uo\\te\nnl' })).toBe(3);
-    const buckets = families.get('t_latency_seconds')?.samples.filter((s) => s.name.endsWith('_bucket'));
+    const buckets = families
+      .get('t_latency_seconds')
+      ?.samples.filter((s) => s.name.endsWith('_bucket'));
     expect(buckets?.map((s) => [s.labels['le'], s.value])).toEqual([
       ['0.001', 2],
       ['0.005', 3],
@@ -51,10 +53,19 @@ describe('the test parser refuses invalid expositions', () => {
     ['duplicate series', '# HELP a A.\n# TYPE a gauge\na{x="1"} 1\na{x="1"} 2\n'],
     ['sample of another family', '# HELP a A.\n# TYPE a gauge\nb 1\n'],
     ['family declared twice', '# HELP a A.\n# TYPE a gauge\na 1\n# HELP a A.\n# TYPE a gauge\n'],
-    ['buckets not cumulative', `${head}h_seconds_bucket{le="1"} 2\nh_seconds_bucket{le="+Inf"} 1\nh_seconds_sum 1\nh_seconds_count 1\n`],
-    ['+Inf differs from _count', `${head}h_seconds_bucket{le="1"} 1\nh_seconds_bucket{le="+Inf"} 1\nh_seconds_sum 1\nh_seconds_count 2\n`],
+    [
+      'buckets not cumulative',
+      `${head}h_seconds_bucket{le="1"} 2\nh_seconds_bucket{le="+Inf"} 1\nh_seconds_sum 1\nh_seconds_count 1\n`,
+    ],
+    [
+      '+Inf differs from _count',
+      `${head}h_seconds_bucket{le="1"} 1\nh_seconds_bucket{le="+Inf"} 1\nh_seconds_sum 1\nh_seconds_count 2\n`,
+    ],
     ['no +Inf bucket', `${head}h_seconds_bucket{le="1"} 1\nh_seconds_sum 1\nh_seconds_count 1\n`],
-    ['le not ascending', `${head}h_seconds_bucket{le="2"} 1\nh_seconds_bucket{le="1"} 1\nh_seconds_bucket{le="+Inf"} 1\nh_seconds_sum 1\nh_seconds_count 1\n`],
+    [
+      'le not ascending',
+      `${head}h_seconds_bucket{le="2"} 1\nh_seconds_bucket{le="1"} 1\nh_seconds_bucket{le="+Inf"} 1\nh_seconds_sum 1\nh_seconds_count 1\n`,
+    ],
   ];
   it.each(cases)('%s', (_what, text) => {
     expect(() => parsePrometheusText(text)).toThrow();

@@ -9,7 +9,14 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runProcess } from './support/run-process.js';
-import { listeningPort, logLines, MAIN_JS, startServerProcess, tempDataDir, type ServerProcess } from './support/server-process.js';
+import {
+  listeningPort,
+  logLines,
+  MAIN_JS,
+  startServerProcess,
+  tempDataDir,
+  type ServerProcess,
+} from './support/server-process.js';
 
 const BIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'bin', 'tally.js');
 const started: ServerProcess[] = [];
@@ -37,7 +44,8 @@ describe('files on disk', () => {
     expect(modeOf(dataDir)).toBe('700');
     const entries = walk(dataDir);
     expect(entries.some((entry) => entry.endsWith('data.mdb'))).toBe(true);
-    for (const entry of entries) expect((fs.lstatSync(entry).mode & 0o077).toString(8), entry).toBe('0');
+    for (const entry of entries)
+      expect((fs.lstatSync(entry).mode & 0o077).toString(8), entry).toBe('0');
     expect(modeOf(path.join(dataDir, 'bootstrap-keys.json'))).toBe('600');
   });
 
@@ -46,11 +54,21 @@ describe('files on disk', () => {
     fs.chmodSync(readable, 0o755);
     const server = await startServerProcess({ dataDir: readable });
     started.push(server);
-    expect(logLines(server.output()).some((line) => line.level === 'warn' && /readable by other accounts \(mode 0755\)/.test(String(line.msg)))).toBe(true);
+    expect(
+      logLines(server.output()).some(
+        (line) =>
+          line.level === 'warn' &&
+          /readable by other accounts \(mode 0755\)/.test(String(line.msg)),
+      ),
+    ).toBe(true);
 
     const writable = tempDataDir('open');
     fs.chmodSync(writable, 0o777);
-    const refused = spawnSync(process.execPath, [MAIN_JS], { env: { ...process.env, PORT: '0', TALLY_DATA_DIR: writable }, encoding: 'utf8', timeout: 20_000 });
+    const refused = spawnSync(process.execPath, [MAIN_JS], {
+      env: { ...process.env, PORT: '0', TALLY_DATA_DIR: writable },
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
     expect(refused.status).toBe(1);
     expect(refused.stderr).toMatch(/writable by other accounts \(mode 0777\)/);
     expect(fs.readdirSync(writable)).toEqual([]);
@@ -72,7 +90,7 @@ describe('files on disk', () => {
     expect(JSON.parse(fs.readFileSync(keysFile, 'utf8')).admin).toBe(server.keys.admin);
   });
 
-  it('a link planted at the snapshot download\'s .partial file is replaced, not written through', async () => {
+  it("a link planted at the snapshot download's .partial file is replaced, not written through", async () => {
     const server = await startServerProcess();
     started.push(server);
     const dir = tempDataDir('snapout');
@@ -81,7 +99,9 @@ describe('files on disk', () => {
     fs.writeFileSync(stolen, '', { mode: 0o644 });
     fs.symlinkSync(stolen, `${out}.partial`);
     const env = { ...process.env, TALLY_URL: server.base, TALLY_API_KEY: server.keys.admin };
-    const created = await runProcess(process.execPath, [BIN, 'snapshot', 'create', '--out', out], { env });
+    const created = await runProcess(process.execPath, [BIN, 'snapshot', 'create', '--out', out], {
+      env,
+    });
     expect(created.code, created.stderr).toBe(0);
     expect(fs.readFileSync(stolen, 'utf8')).toBe('');
     expect(fs.lstatSync(out).isFile()).toBe(true);
@@ -94,7 +114,11 @@ describe('data dir lock', () => {
     const server = await startServerProcess();
     started.push(server);
     fs.rmSync(path.join(server.dataDir, 'tally.pid'));
-    const second = spawnSync(process.execPath, [MAIN_JS], { env: { ...process.env, PORT: '0', TALLY_DATA_DIR: server.dataDir }, encoding: 'utf8', timeout: 20_000 });
+    const second = spawnSync(process.execPath, [MAIN_JS], {
+      env: { ...process.env, PORT: '0', TALLY_DATA_DIR: server.dataDir },
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
     expect(second.status).toBe(1);
     expect(second.stderr).toMatch(/in use by a running Tally/);
   });
@@ -103,18 +127,33 @@ describe('data dir lock', () => {
     for (let round = 0; round < 3; round++) {
       const dataDir = tempDataDir('race');
       // A stale owner file as a killed server leaves it (a pid that is not running).
-      fs.writeFileSync(path.join(dataDir, 'tally.pid'), `${JSON.stringify({ pid: 2 ** 22 - 1, role: 'server', startedAtMs: 0 })}\n`);
-      const children = [0, 1].map(() => spawn(process.execPath, [MAIN_JS], { env: { ...process.env, PORT: '0', TALLY_DATA_DIR: dataDir }, stdio: ['ignore', 'pipe', 'pipe'] }));
-      const outcomes = await Promise.all(children.map((child) => new Promise<'listening' | 'refused'>((resolve) => {
-        let out = '';
-        const seen = (chunk: Buffer): void => {
-          out += chunk.toString();
-          if (listeningPort(out) !== null) resolve('listening');
-        };
-        child.stdout.on('data', seen);
-        child.stderr.on('data', seen);
-        child.once('exit', () => resolve(/in use by a running Tally/.test(out) ? 'refused' : 'listening'));
-      })));
+      fs.writeFileSync(
+        path.join(dataDir, 'tally.pid'),
+        `${JSON.stringify({ pid: 2 ** 22 - 1, role: 'server', startedAtMs: 0 })}\n`,
+      );
+      const children = [0, 1].map(() =>
+        spawn(process.execPath, [MAIN_JS], {
+          env: { ...process.env, PORT: '0', TALLY_DATA_DIR: dataDir },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        }),
+      );
+      const outcomes = await Promise.all(
+        children.map(
+          (child) =>
+            new Promise<'listening' | 'refused'>((resolve) => {
+              let out = '';
+              const seen = (chunk: Buffer): void => {
+                out += chunk.toString();
+                if (listeningPort(out) !== null) resolve('listening');
+              };
+              child.stdout.on('data', seen);
+              child.stderr.on('data', seen);
+              child.once('exit', () =>
+                resolve(/in use by a running Tally/.test(out) ? 'refused' : 'listening'),
+              );
+            }),
+        ),
+      );
       for (const child of children) child.kill('SIGKILL');
       expect(outcomes.sort(), `round ${round}`).toEqual(['listening', 'refused']);
     }
@@ -123,8 +162,13 @@ describe('data dir lock', () => {
 
 describe('bind address', () => {
   /** Starts the service with `env`; resolves with its port and the `listening` line once it is up. */
-  async function start(env: Record<string, string>): Promise<{ port: number; line: Record<string, unknown>; stop: () => void }> {
-    const child = spawn(process.execPath, [MAIN_JS], { env: { ...process.env, PORT: '0', TALLY_DATA_DIR: tempDataDir('host'), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  async function start(
+    env: Record<string, string>,
+  ): Promise<{ port: number; line: Record<string, unknown>; stop: () => void }> {
+    const child = spawn(process.execPath, [MAIN_JS], {
+      env: { ...process.env, PORT: '0', TALLY_DATA_DIR: tempDataDir('host'), ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     const port = await new Promise<number>((resolve, reject) => {
       child.stdout.on('data', (chunk: Buffer) => {
@@ -138,7 +182,10 @@ describe('bind address', () => {
     return { port, line, stop: () => child.kill('SIGKILL') };
   }
   const reachable = (host: string, port: number): Promise<boolean> =>
-    fetch(`http://${host}:${port}/healthz`).then(() => true, () => false);
+    fetch(`http://${host}:${port}/healthz`).then(
+      () => true,
+      () => false,
+    );
 
   it('binds 127.0.0.1 by default, and TALLY_HOST elsewhere', async () => {
     const plain = await start({});

@@ -14,20 +14,28 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
 import { sampleValue, parsePrometheusText } from './support/prometheus-text.js';
 
-const CONFIG = { entitlements: { api_calls: { type: 'meter', reset: 'never' } }, products: { free: { default: true, entitlements: { api_calls: { included: 1_000_000 } } } } };
+const CONFIG = {
+  entitlements: { api_calls: { type: 'meter', reset: 'never' } },
+  products: { free: { default: true, entitlements: { api_calls: { included: 1_000_000 } } } },
+};
 const MIB = 1024 * 1024;
 
 /** Mounts a tmpfs of `mib` MiB; null where this process may not mount (not root, no tmpfs). */
 function mountTmpfs(mib: number): string | null {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tally-fs-'));
-  const ran = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${mib}m,mode=0700`, 'tmpfs', dir], { encoding: 'utf8' });
+  const ran = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${mib}m,mode=0700`, 'tmpfs', dir], {
+    encoding: 'utf8',
+  });
   return ran.status === 0 ? dir : null;
 }
 const mounts: string[] = [];
 const probe = mountTmpfs(1);
 if (probe !== null) spawnSync('umount', [probe]);
 const canMount = probe !== null;
-if (!canMount) process.stderr.write('full-disk.test.ts: cannot mount a tmpfs here (needs root): the full-disk cases are skipped\n');
+if (!canMount)
+  process.stderr.write(
+    'full-disk.test.ts: cannot mount a tmpfs here (needs root): the full-disk cases are skipped\n',
+  );
 
 const servers: ServerProcess[] = [];
 afterAll(async () => {
@@ -57,7 +65,12 @@ function fill(dir: string, leaveBytes: number): string {
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function consumed(server: ServerProcess, customerId: string): Promise<number> {
-  const res = await call(server.base, 'GET', `/v1/usage/api_calls/balance?customerId=${customerId}`, { key: server.keys.test.client });
+  const res = await call(
+    server.base,
+    'GET',
+    `/v1/usage/api_calls/balance?customerId=${customerId}`,
+    { key: server.keys.test.client },
+  );
   expect(res.status).toBe(200);
   return res.body.consumed as number;
 }
@@ -73,7 +86,10 @@ describe.skipIf(!canMount)('a full disk', () => {
     const sk = server.keys.test.server;
     const acked = new Map<string, number>();
     const consume = async (customerId: string): Promise<number> => {
-      const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId, amount: 1 } });
+      const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+        key: sk,
+        body: { customerId, amount: 1 },
+      });
       if (res.status === 200) acked.set(customerId, (acked.get(customerId) ?? 0) + 1);
       return res.status;
     };
@@ -81,18 +97,46 @@ describe.skipIf(!canMount)('a full disk', () => {
 
     const filler = fill(fsDir, 8 * MIB);
     await sleep(1500); // the next poll sees it
-    expect(await call(server.base, 'GET', '/healthz')).toMatchObject({ status: 503, body: { ok: false, storage: 'full' } });
-    const refused = await Promise.all(Array.from({ length: 16 }, (_, i) => call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: `c${i % 10}`, amount: 1 } })));
+    expect(await call(server.base, 'GET', '/healthz')).toMatchObject({
+      status: 503,
+      body: { ok: false, storage: 'full' },
+    });
+    const refused = await Promise.all(
+      Array.from({ length: 16 }, (_, i) =>
+        call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+          key: sk,
+          body: { customerId: `c${i % 10}`, amount: 1 },
+        }),
+      ),
+    );
     for (const res of refused) {
-      expect(res).toMatchObject({ status: 503, body: { code: 'storage_full', error: expect.stringMatching(/^storage full: /) } });
+      expect(res).toMatchObject({
+        status: 503,
+        body: { code: 'storage_full', error: expect.stringMatching(/^storage full: /) },
+      });
       expect(res.headers.get('retry-after')).toBe('5');
     }
-    expect((await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG })).status).toBe(503);
-    expect((await call(server.base, 'POST', '/v1/admin/keys', { key: server.keys.admin, body: { environment: 'test', class: 'client' } })).status).toBe(503);
+    expect(
+      (await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG })).status,
+    ).toBe(503);
+    expect(
+      (
+        await call(server.base, 'POST', '/v1/admin/keys', {
+          key: server.keys.admin,
+          body: { environment: 'test', class: 'client' },
+        })
+      ).status,
+    ).toBe(503);
     // Reads are answered from memory, listings too.
     expect(await consumed(server, 'c0')).toBe(acked.get('c0'));
     expect((await call(server.base, 'GET', '/v1/customers', { key: sk })).status).toBe(200);
-    const metrics = parsePrometheusText(await (await fetch(`${server.base}/v1/admin/metrics`, { headers: { 'x-tally-key': server.keys.admin } })).text());
+    const metrics = parsePrometheusText(
+      await (
+        await fetch(`${server.base}/v1/admin/metrics`, {
+          headers: { 'x-tally-key': server.keys.admin },
+        })
+      ).text(),
+    );
     expect(sampleValue(metrics, 'tally_storage_full', {})).toBe(1);
     expect(sampleValue(metrics, 'tally_storage_refused_total', {})).toBeGreaterThanOrEqual(18);
 
@@ -106,7 +150,8 @@ describe.skipIf(!canMount)('a full disk', () => {
     await server.stop();
     server = await startServerProcess({ dataDir, env, keys: server.keys });
     servers.push(server);
-    for (const [customerId, count] of acked) expect(await consumed(server, customerId), customerId).toBe(count);
+    for (const [customerId, count] of acked)
+      expect(await consumed(server, customerId), customerId).toBe(count);
   });
 
   it('starts on a full disk serving reads and refusing writes', async () => {
@@ -116,13 +161,23 @@ describe.skipIf(!canMount)('a full disk', () => {
     const env = { TALLY_STORAGE_RESERVE_MB: '16', TALLY_WORKERS: '1' };
     const first = await startServerProcess({ dataDir, config: CONFIG, env });
     servers.push(first);
-    expect((await call(first.base, 'POST', '/v1/usage/api_calls/consume', { key: first.keys.test.server, body: { customerId: 's', amount: 3 } })).status).toBe(200);
+    expect(
+      (
+        await call(first.base, 'POST', '/v1/usage/api_calls/consume', {
+          key: first.keys.test.server,
+          body: { customerId: 's', amount: 3 },
+        })
+      ).status,
+    ).toBe(200);
     await first.stop();
     fill(fsDir, 8 * MIB);
     // Not through startServerProcess, which waits for /healthz 200: full, it answers 503.
     const { spawn } = await import('node:child_process');
     const { MAIN_JS, listeningPort } = await import('./support/server-process.js');
-    const child = spawn(process.execPath, [MAIN_JS], { env: { ...process.env, ...env, PORT: '0', TALLY_DATA_DIR: dataDir }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [MAIN_JS], {
+      env: { ...process.env, ...env, PORT: '0', TALLY_DATA_DIR: dataDir },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
     child.stderr.on('data', (chunk: Buffer) => (out += chunk.toString()));
@@ -131,11 +186,25 @@ describe.skipIf(!canMount)('a full disk', () => {
       for (let i = 0; i < 200 && port === null; i++, await sleep(50)) port = listeningPort(out);
       const base = `http://127.0.0.1:${port}`;
       let health = await call(base, 'GET', '/healthz');
-      for (let i = 0; i < 100 && health.status === 503 && health.body.storage !== 'full'; i++, await sleep(100)) health = await call(base, 'GET', '/healthz');
+      for (
+        let i = 0;
+        i < 100 && health.status === 503 && health.body.storage !== 'full';
+        i++, await sleep(100)
+      )
+        health = await call(base, 'GET', '/healthz');
       expect(health).toMatchObject({ status: 503, body: { ok: false, storage: 'full' } });
-      const read = await call(base, 'GET', '/v1/usage/api_calls/balance?customerId=s', { key: first.keys.test.client });
+      const read = await call(base, 'GET', '/v1/usage/api_calls/balance?customerId=s', {
+        key: first.keys.test.client,
+      });
       expect(read).toMatchObject({ status: 200, body: { consumed: 3 } });
-      expect((await call(base, 'POST', '/v1/usage/api_calls/consume', { key: first.keys.test.server, body: { customerId: 's', amount: 1 } })).status).toBe(503);
+      expect(
+        (
+          await call(base, 'POST', '/v1/usage/api_calls/consume', {
+            key: first.keys.test.server,
+            body: { customerId: 's', amount: 1 },
+          })
+        ).status,
+      ).toBe(503);
       expect(child.exitCode).toBeNull();
     } finally {
       child.kill('SIGTERM');
@@ -149,10 +218,19 @@ describe.skipIf(!canMount)('a full disk', () => {
     const env = { TALLY_STORAGE_RESERVE_MB: '0', TALLY_WORKERS: '1' };
     const server = await startServerProcess({ dataDir, config: CONFIG, env });
     servers.push(server);
-    const exited = new Promise<number | null>((resolve) => server.child.once('exit', (code) => resolve(code)));
+    const exited = new Promise<number | null>((resolve) =>
+      server.child.once('exit', (code) => resolve(code)),
+    );
     const acked = new Map<string, number>();
     for (let i = 0; i < 20; i++) {
-      expect((await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: server.keys.test.server, body: { customerId: `w0-${i}`, amount: 1 } })).status).toBe(200);
+      expect(
+        (
+          await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+            key: server.keys.test.server,
+            body: { customerId: `w0-${i}`, amount: 1 },
+          })
+        ).status,
+      ).toBe(200);
       acked.set(`w0-${i}`, 1);
     }
     const filler = fill(fsDir, 0);
@@ -160,18 +238,24 @@ describe.skipIf(!canMount)('a full disk', () => {
     let died = false;
     void exited.then(() => (died = true));
     // Concurrent writers with their own customers, until the journal runs out of room.
-    await Promise.all(Array.from({ length: 8 }, async (_, w) => {
-      for (let n = 0; !died && Date.now() < deadline; n++) {
-        const customerId = `w${w}-${n % 50}`;
-        const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: server.keys.test.server, body: { customerId, amount: 1 } }).catch(() => null);
-        if (res?.status === 200) acked.set(customerId, (acked.get(customerId) ?? 0) + 1);
-      }
-    }));
+    await Promise.all(
+      Array.from({ length: 8 }, async (_, w) => {
+        for (let n = 0; !died && Date.now() < deadline; n++) {
+          const customerId = `w${w}-${n % 50}`;
+          const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+            key: server.keys.test.server,
+            body: { customerId, amount: 1 },
+          }).catch(() => null);
+          if (res?.status === 200) acked.set(customerId, (acked.get(customerId) ?? 0) + 1);
+        }
+      }),
+    );
     expect(died, 'the process stopped when a journal write failed').toBe(true);
     expect(await exited).toBe(70);
     fs.rmSync(filler);
     const restarted = await startServerProcess({ dataDir, env, keys: server.keys });
     servers.push(restarted);
-    for (const [customerId, count] of acked) expect(await consumed(restarted, customerId), customerId).toBe(count);
+    for (const [customerId, count] of acked)
+      expect(await consumed(restarted, customerId), customerId).toBe(count);
   }, 60_000);
 });

@@ -12,7 +12,12 @@ import { call, startServerProcess, type ServerProcess } from './support/server-p
  * writer gets EPIPE or a reset there, so write errors are ignored). `received` is
  * everything read so far; `closed` settles when the server closes the connection.
  */
-function rawConnection(base: string): { readonly socket: net.Socket; readonly received: () => string; readonly clear: () => void; readonly closed: Promise<void> } {
+function rawConnection(base: string): {
+  readonly socket: net.Socket;
+  readonly received: () => string;
+  readonly clear: () => void;
+  readonly closed: Promise<void>;
+} {
   const { hostname, port } = new URL(base);
   const socket = net.connect(Number(port), hostname);
   let received = '';
@@ -42,7 +47,11 @@ const CONFIG = {
         tokens: { included: 10 },
       },
     },
-    pro: { name: 'Pro', price: { amount: 2000, currency: 'usd', interval: 'month' }, entitlements: { sso: true } },
+    pro: {
+      name: 'Pro',
+      price: { amount: 2000, currency: 'usd', interval: 'month' },
+      entitlements: { sso: true },
+    },
   },
 };
 
@@ -63,11 +72,15 @@ afterAll(async () => {
 });
 
 const get = (path: string, key = ck) => call(server.base, 'GET', path, { key });
-const post = (path: string, body: unknown, key = sk) => call(server.base, 'POST', path, { key, body });
+const post = (path: string, body: unknown, key = sk) =>
+  call(server.base, 'POST', path, { key, body });
 
 describe('public and health routes', () => {
   it('GET /healthz answers ok without a key', async () => {
-    expect(await call(server.base, 'GET', '/healthz')).toMatchObject({ status: 200, body: { ok: true } });
+    expect(await call(server.base, 'GET', '/healthz')).toMatchObject({
+      status: 200,
+      body: { ok: true },
+    });
   });
   it('GET /v1/schema/billing is public and is a JSON Schema', async () => {
     const res = await call(server.base, 'GET', '/v1/schema/billing');
@@ -81,15 +94,27 @@ describe('authentication (401/403)', () => {
   it.each([
     ['missing key', undefined, 401, 'x-tally-key header is required'],
     ['malformed key', 'nope', 401, 'API key is invalid or revoked'],
-    ['unknown well-formed key', 'sk_test_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA', 401, 'API key is invalid or revoked'],
+    [
+      'unknown well-formed key',
+      'sk_test_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA',
+      401,
+      'API key is invalid or revoked',
+    ],
   ])('%s → %s', async (_label, key, status, error) => {
-    const res = await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=c', key === undefined ? {} : { key });
+    const res = await call(
+      server.base,
+      'GET',
+      '/v1/entitlements/sso/has?customerId=c',
+      key === undefined ? {} : { key },
+    );
     expect(res).toMatchObject({ status, body: { error } });
   });
 
   it('accepts the key as a Bearer token too, the scheme in any case', async () => {
     for (const scheme of ['Bearer', 'bearer', 'BEARER']) {
-      const res = await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=c', { headers: { authorization: `${scheme} ${ck}` } });
+      const res = await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=c', {
+        headers: { authorization: `${scheme} ${ck}` },
+      });
       expect(res, scheme).toMatchObject({ status: 200, body: true });
     }
   });
@@ -102,8 +127,14 @@ describe('authentication (401/403)', () => {
     ['POST', '/v1/sync/push'],
     ['GET', '/v1/sync/pull'],
   ])('client key on %s %s → 403', async (method, path) => {
-    const res = await call(server.base, method, path, { key: ck, ...(method === 'GET' ? {} : { body: { customerId: 'c', amount: 1 } }) });
-    expect(res).toMatchObject({ status: 403, body: { error: 'this endpoint requires a server key' } });
+    const res = await call(server.base, method, path, {
+      key: ck,
+      ...(method === 'GET' ? {} : { body: { customerId: 'c', amount: 1 } }),
+    });
+    expect(res).toMatchObject({
+      status: 403,
+      body: { error: 'this endpoint requires a server key' },
+    });
   });
 
   it('the operator key is refused on environment routes', async () => {
@@ -129,16 +160,25 @@ describe('routing (404/405)', () => {
     expect((await call(server.base, 'GET', '/elsewhere')).status).toBe(404);
   });
   it('wrong method → 405 with Allow', async () => {
-    const res = await call(server.base, 'PUT', '/v1/usage/api_calls/consume', { key: sk, body: {} });
+    const res = await call(server.base, 'PUT', '/v1/usage/api_calls/consume', {
+      key: sk,
+      body: {},
+    });
     expect(res.status).toBe(405);
     expect(res.headers.get('allow')).toBe('POST');
   });
   it('unknown entitlement → 404 naming it', async () => {
-    expect(await get('/v1/entitlements/nope/has?customerId=c')).toMatchObject({ status: 404, body: { error: 'entitlement nope not found' } });
+    expect(await get('/v1/entitlements/nope/has?customerId=c')).toMatchObject({
+      status: 404,
+      body: { error: 'entitlement nope not found' },
+    });
     expect((await post('/v1/usage/nope/consume', { customerId: 'c', amount: 1 })).status).toBe(404);
   });
   it('wrong entitlement type → 400', async () => {
-    expect(await get('/v1/entitlements/sso/limit?customerId=c')).toMatchObject({ status: 400, body: { error: 'sso is a feature, not a limit' } });
+    expect(await get('/v1/entitlements/sso/limit?customerId=c')).toMatchObject({
+      status: 400,
+      body: { error: 'sso is a feature, not a limit' },
+    });
     expect((await get('/v1/usage/seats/balance?customerId=c')).status).toBe(400);
     expect((await post('/v1/usage/sso/consume', { customerId: 'c', amount: 1 })).status).toBe(400);
   });
@@ -148,12 +188,21 @@ describe('metering over HTTP', () => {
   it('consume draws, answers the balance, and 429 carries the balance fields', async () => {
     const c = 'http-consume';
     const first = await post('/v1/usage/api_calls/consume', { customerId: c, amount: 60 });
-    expect(first).toMatchObject({ status: 200, body: { balance: 40, consumed: 60, included: 100, overage: 0 } });
+    expect(first).toMatchObject({
+      status: 200,
+      body: { balance: 40, consumed: 60, included: 100, overage: 0 },
+    });
     expect(first.body.resets).toMatch(/^\d{4}-\d{2}-01T00:00:00\.000Z$/);
     const short = await post('/v1/usage/api_calls/consume', { customerId: c, amount: 41 });
     expect(short.status).toBe(429);
-    expect(short.body).toMatchObject({ error: 'insufficient balance for api_calls', balance: 40, consumed: 60 });
-    expect((await get(`/v1/usage/api_calls/balance?customerId=${c}`)).body).toMatchObject({ balance: 40 });
+    expect(short.body).toMatchObject({
+      error: 'insufficient balance for api_calls',
+      balance: 40,
+      consumed: 60,
+    });
+    expect((await get(`/v1/usage/api_calls/balance?customerId=${c}`)).body).toMatchObject({
+      balance: 40,
+    });
   });
 
   it('0.1 + 0.2 = 0.3 exactly', async () => {
@@ -165,9 +214,16 @@ describe('metering over HTTP', () => {
   it('overage settings: allowed meter accepts, then consume runs into overage', async () => {
     const c = 'http-overage';
     const set = await post('/v1/usage/api_calls/settings', { customerId: c, overageEnabled: true });
-    expect(set).toMatchObject({ status: 200, body: { overageEnabled: true, overageAllowed: true } });
-    expect((await post('/v1/usage/api_calls/consume', { customerId: c, amount: 150 })).body).toMatchObject({ overage: 50, balance: 0 });
-    expect(await post('/v1/usage/tokens/settings', { customerId: c, overageEnabled: true })).toMatchObject({
+    expect(set).toMatchObject({
+      status: 200,
+      body: { overageEnabled: true, overageAllowed: true },
+    });
+    expect(
+      (await post('/v1/usage/api_calls/consume', { customerId: c, amount: 150 })).body,
+    ).toMatchObject({ overage: 50, balance: 0 });
+    expect(
+      await post('/v1/usage/tokens/settings', { customerId: c, overageEnabled: true }),
+    ).toMatchObject({
       status: 400,
       body: { error: "overageEnabled: overage is not allowed for tokens on the customer's plan" },
     });
@@ -176,7 +232,9 @@ describe('metering over HTTP', () => {
   it('refund unwinds, and beyond refundable is 409 with the balance fields', async () => {
     const c = 'http-refund';
     await post('/v1/usage/api_calls/consume', { customerId: c, amount: 10 });
-    expect((await post('/v1/usage/api_calls/refund', { customerId: c, amount: 4 })).body).toMatchObject({ consumed: 6, balance: 94 });
+    expect(
+      (await post('/v1/usage/api_calls/refund', { customerId: c, amount: 4 })).body,
+    ).toMatchObject({ consumed: 6, balance: 94 });
     const over = await post('/v1/usage/api_calls/refund', { customerId: c, amount: 7 });
     expect(over.status).toBe(409);
     expect(over.body).toMatchObject({ consumed: 6, balance: 94 });
@@ -197,17 +255,36 @@ describe('metering over HTTP', () => {
 
   it('limit settings', async () => {
     const c = 'http-limit';
-    expect(await post('/v1/entitlements/seats/limit/settings', { customerId: c, purchased: 3, autoExpansionEnabled: true })).toMatchObject({
+    expect(
+      await post('/v1/entitlements/seats/limit/settings', {
+        customerId: c,
+        purchased: 3,
+        autoExpansionEnabled: true,
+      }),
+    ).toMatchObject({
       status: 200,
-      body: { limit: 8, included: 5, purchased: 3, expansionAllowed: true, autoExpansionEnabled: true },
+      body: {
+        limit: 8,
+        included: 5,
+        purchased: 3,
+        expansionAllowed: true,
+        autoExpansionEnabled: true,
+      },
     });
-    expect((await get(`/v1/entitlements/seats/limit?customerId=${c}`)).body).toMatchObject({ limit: 8 });
-    expect((await post('/v1/entitlements/projects/limit/settings', { customerId: c, purchased: 1 })).status).toBe(400);
+    expect((await get(`/v1/entitlements/seats/limit?customerId=${c}`)).body).toMatchObject({
+      limit: 8,
+    });
+    expect(
+      (await post('/v1/entitlements/projects/limit/settings', { customerId: c, purchased: 1 }))
+        .status,
+    ).toBe(400);
     expect((await post('/v1/entitlements/seats/limit/settings', { customerId: c })).body).toEqual({
       error: 'purchased or autoExpansionEnabled is required',
       code: 'invalid_request',
     });
-    expect((await post('/v1/entitlements/seats/limit/settings', { customerId: c, purchased: 1.5 })).body).toEqual({
+    expect(
+      (await post('/v1/entitlements/seats/limit/settings', { customerId: c, purchased: 1.5 })).body,
+    ).toEqual({
       error: 'purchased must be a whole number',
       code: 'invalid_request',
     });
@@ -215,33 +292,55 @@ describe('metering over HTTP', () => {
 
   it('environments never see each other', async () => {
     const live = server.keys.live;
-    expect((await call(server.base, 'GET', '/v1/sync/pull', { key: live.server })).status).toBe(404);
+    expect((await call(server.base, 'GET', '/v1/sync/pull', { key: live.server })).status).toBe(
+      404,
+    );
     expect((await get('/v1/entitlements/sso/has?customerId=c', live.client)).status).toBe(404);
   });
 });
 
 describe('contracts', () => {
-  const contract = { priceAmount: 9900, priceInterval: 'year', entitlements: { seats: { included: 40 }, tokens: { included: 0.5 }, sso: { included: 0 } } };
+  const contract = {
+    priceAmount: 9900,
+    priceInterval: 'year',
+    entitlements: { seats: { included: 40 }, tokens: { included: 0.5 }, sso: { included: 0 } },
+  };
 
   it('PUT stores (creating the customer), GET reads, the overrides apply, DELETE restores the plan', async () => {
     const c = 'contract-customer';
     const put = await call(server.base, 'PUT', `/v1/contracts/${c}`, { key: sk, body: contract });
     expect(put).toMatchObject({ status: 200, body: { customerId: c, ...contract } });
     expect(put.body.updatedAt).toMatch(/Z$/);
-    expect(await get(`/v1/contracts/${c}`, sk)).toMatchObject({ status: 200, body: { customerId: c, priceAmount: 9900 } });
-    expect((await get(`/v1/entitlements/seats/limit?customerId=${c}`)).body).toMatchObject({ limit: 40, included: 40 });
-    expect((await get(`/v1/usage/tokens/balance?customerId=${c}`)).body).toMatchObject({ included: 0.5, balance: 0.5 });
+    expect(await get(`/v1/contracts/${c}`, sk)).toMatchObject({
+      status: 200,
+      body: { customerId: c, priceAmount: 9900 },
+    });
+    expect((await get(`/v1/entitlements/seats/limit?customerId=${c}`)).body).toMatchObject({
+      limit: 40,
+      included: 40,
+    });
+    expect((await get(`/v1/usage/tokens/balance?customerId=${c}`)).body).toMatchObject({
+      included: 0.5,
+      balance: 0.5,
+    });
     expect((await get(`/v1/entitlements/sso/has?customerId=${c}`)).body).toBe(false);
     const removed = await call(server.base, 'DELETE', `/v1/contracts/${c}`, { key: sk });
     expect(removed.status).toBe(204);
-    expect((await get(`/v1/entitlements/seats/limit?customerId=${c}`)).body).toMatchObject({ limit: 5 });
-    expect(await get(`/v1/contracts/${c}`, sk)).toMatchObject({ status: 404, body: { error: `customer ${c} has no contract` } });
+    expect((await get(`/v1/entitlements/seats/limit?customerId=${c}`)).body).toMatchObject({
+      limit: 5,
+    });
+    expect(await get(`/v1/contracts/${c}`, sk)).toMatchObject({
+      status: 404,
+      body: { error: `customer ${c} has no contract` },
+    });
     expect((await call(server.base, 'DELETE', `/v1/contracts/${c}`, { key: sk })).status).toBe(404);
   });
 
   it('answers DELETE with a bare 204: no Content-Length, no content type, and the connection stays usable', async () => {
     const c = 'contract-204';
-    expect((await call(server.base, 'PUT', `/v1/contracts/${c}`, { key: sk, body: contract })).status).toBe(200);
+    expect(
+      (await call(server.base, 'PUT', `/v1/contracts/${c}`, { key: sk, body: contract })).status,
+    ).toBe(200);
     const { socket, received, clear } = rawConnection(server.base);
     const until = async (done: () => boolean): Promise<void> => {
       while (!done()) await new Promise((resolve) => setTimeout(resolve, 5));
@@ -265,20 +364,41 @@ describe('contracts', () => {
     [{ ...contract, priceAmount: 1.5 }, 'priceAmount must be a whole number'],
     [{ ...contract, priceAmount: -1 }, 'priceAmount must be >= 0'],
     [{ priceInterval: 'month' }, 'priceAmount is required'],
-    [{ ...contract, entitlements: { seats: { included: 'x' } } }, 'entitlements.seats.included must be a number'],
+    [
+      { ...contract, entitlements: { seats: { included: 'x' } } },
+      'entitlements.seats.included must be a number',
+    ],
     [{ ...contract, entitlements: { seats: {} } }, 'entitlements.seats.included is required'],
-    [{ ...contract, entitlements: { seats: { included: 1, extra: 2 } } }, 'entitlements.seats.extra is not a known field'],
-    [{ ...contract, entitlements: { nope: { included: 1 } } }, 'entitlements.nope is not an entitlement of the billing configuration'],
-    [{ ...contract, entitlements: { seats: { included: 2.5 } } }, 'entitlements.seats.included must be a whole number for a limit'],
+    [
+      { ...contract, entitlements: { seats: { included: 1, extra: 2 } } },
+      'entitlements.seats.extra is not a known field',
+    ],
+    [
+      { ...contract, entitlements: { nope: { included: 1 } } },
+      'entitlements.nope is not an entitlement of the billing configuration',
+    ],
+    [
+      { ...contract, entitlements: { seats: { included: 2.5 } } },
+      'entitlements.seats.included must be a whole number for a limit',
+    ],
   ])('PUT %j → 400 %s', async (body, error) => {
-    expect(await call(server.base, 'PUT', '/v1/contracts/bad', { key: sk, body })).toMatchObject({ status: 400, body: { error } });
+    expect(await call(server.base, 'PUT', '/v1/contracts/bad', { key: sk, body })).toMatchObject({
+      status: 400,
+      body: { error },
+    });
   });
 
   it('needs a server key, and a customerId path segment', async () => {
     expect((await get('/v1/contracts/x', ck)).status).toBe(403);
-    expect((await call(server.base, 'PUT', '/v1/contracts/x', { key: ck, body: contract })).status).toBe(403);
+    expect(
+      (await call(server.base, 'PUT', '/v1/contracts/x', { key: ck, body: contract })).status,
+    ).toBe(403);
     expect((await get('/v1/contracts/', sk)).status).toBe(404);
-    expect((await call(server.base, 'POST', '/v1/contracts/x', { key: sk, body: contract })).headers.get('allow')).toBe('GET, PUT, DELETE');
+    expect(
+      (await call(server.base, 'POST', '/v1/contracts/x', { key: sk, body: contract })).headers.get(
+        'allow',
+      ),
+    ).toBe('GET, PUT, DELETE');
   });
 });
 
@@ -296,7 +416,10 @@ describe('hostile input (400, never 500)', () => {
     [{ customerId: 'c', amount: 0.0000001 }, 'amount must have at most 6 decimal places'],
     [{ customerId: 'c', amount: 1e300 }, 'amount must be at most 1000000000000'],
     [{ customerId: 'c', amount: 1, extra: true }, 'extra is not a known field'],
-    [{ customerId: 'c', amount: 1, idempotencyKey: '' }, 'idempotencyKey must be 1 to 255 characters'],
+    [
+      { customerId: 'c', amount: 1, idempotencyKey: '' },
+      'idempotencyKey must be 1 to 255 characters',
+    ],
     [[1, 2], 'request body must be a JSON object'],
     ['text', 'request body must be a JSON object'],
     [null, 'request body must be a JSON object'],
@@ -305,37 +428,83 @@ describe('hostile input (400, never 500)', () => {
   });
 
   it('1e309 (Infinity after parsing) is a 400', async () => {
-    const res = await call(server.base, 'POST', consume, { key: sk, rawBody: '{"customerId":"c","amount":1e309}', headers: { 'content-type': 'application/json' } });
+    const res = await call(server.base, 'POST', consume, {
+      key: sk,
+      rawBody: '{"customerId":"c","amount":1e309}',
+      headers: { 'content-type': 'application/json' },
+    });
     expect(res).toMatchObject({ status: 400, body: { error: 'amount must be a number' } });
   });
 
   it('malformed JSON and wrong content type', async () => {
-    expect(await call(server.base, 'POST', consume, { key: sk, rawBody: '{"customerId":', headers: { 'content-type': 'application/json' } })).toMatchObject({
+    expect(
+      await call(server.base, 'POST', consume, {
+        key: sk,
+        rawBody: '{"customerId":',
+        headers: { 'content-type': 'application/json' },
+      }),
+    ).toMatchObject({
       status: 400,
       body: { error: 'request body is not valid JSON' },
     });
-    expect(await call(server.base, 'POST', consume, { key: sk, rawBody: '{}', headers: { 'content-type': 'text/plain' } })).toMatchObject({
+    expect(
+      await call(server.base, 'POST', consume, {
+        key: sk,
+        rawBody: '{}',
+        headers: { 'content-type': 'text/plain' },
+      }),
+    ).toMatchObject({
       status: 400,
       body: { error: 'content-type must be application/json' },
     });
-    expect((await call(server.base, 'POST', consume, { key: sk, rawBody: '' , headers: { 'content-type': 'application/json' } })).status).toBe(400);
+    expect(
+      (
+        await call(server.base, 'POST', consume, {
+          key: sk,
+          rawBody: '',
+          headers: { 'content-type': 'application/json' },
+        })
+      ).status,
+    ).toBe(400);
   });
 
   it('query strings: missing, duplicated, unknown and badly encoded parameters', async () => {
-    expect(await get('/v1/entitlements/sso/has')).toMatchObject({ status: 400, body: { error: 'customerId is required' } });
+    expect(await get('/v1/entitlements/sso/has')).toMatchObject({
+      status: 400,
+      body: { error: 'customerId is required' },
+    });
     expect(await get('/v1/entitlements/sso/has?customerId=')).toMatchObject({ status: 400 });
-    expect(await get('/v1/entitlements/sso/has?customerId=a&customerId=b')).toMatchObject({ status: 400, body: { error: 'customerId is given more than once' } });
-    expect(await get('/v1/entitlements/sso/has?customerId=a&foo=1')).toMatchObject({ status: 400, body: { error: 'foo is not a known field' } });
-    expect(await get('/v1/entitlements/sso/has?customerId=%E0%A4%A')).toMatchObject({ status: 400, body: { error: 'customerId has invalid percent-encoding' } });
-    expect(await get('/v1/entitlements/s%ZZo/has?customerId=a')).toMatchObject({ status: 400, body: { error: 'key has invalid percent-encoding' } });
-    expect(await get('/v1/entitlements/sso/has?customerId=caf%C3%A9+x')).toMatchObject({ status: 200, body: true });
+    expect(await get('/v1/entitlements/sso/has?customerId=a&customerId=b')).toMatchObject({
+      status: 400,
+      body: { error: 'customerId is given more than once' },
+    });
+    expect(await get('/v1/entitlements/sso/has?customerId=a&foo=1')).toMatchObject({
+      status: 400,
+      body: { error: 'foo is not a known field' },
+    });
+    expect(await get('/v1/entitlements/sso/has?customerId=%E0%A4%A')).toMatchObject({
+      status: 400,
+      body: { error: 'customerId has invalid percent-encoding' },
+    });
+    expect(await get('/v1/entitlements/s%ZZo/has?customerId=a')).toMatchObject({
+      status: 400,
+      body: { error: 'key has invalid percent-encoding' },
+    });
+    expect(await get('/v1/entitlements/sso/has?customerId=caf%C3%A9+x')).toMatchObject({
+      status: 200,
+      body: true,
+    });
   });
 
   it('routes that read no query refuse any parameter, naming it (nothing is silently ignored)', async () => {
     const cases: Array<[string, string, unknown]> = [
       ['POST', '/v1/usage/api_calls/consume?foo=1', { customerId: 'q1', amount: 1 }],
       ['POST', '/v1/usage/api_calls/consume?customerId=other', { customerId: 'q1', amount: 1 }],
-      ['POST', '/v1/entitlements/seats/limit/settings?dryRun=true', { customerId: 'q1', purchased: 1 }],
+      [
+        'POST',
+        '/v1/entitlements/seats/limit/settings?dryRun=true',
+        { customerId: 'q1', purchased: 1 },
+      ],
       ['POST', '/v1/sync/push?dryRun=1', CONFIG],
       ['GET', '/v1/sync/pull?foo=1', undefined],
       ['GET', '/v1/plans?x=', undefined],
@@ -343,52 +512,108 @@ describe('hostile input (400, never 500)', () => {
     const before = await call(server.base, 'GET', '/v1/sync/pull', { key: sk });
     for (const [method, path, body] of cases) {
       const name = path.slice(path.indexOf('?') + 1).split('=')[0];
-      const res = await call(server.base, method, path, { key: sk, ...(body === undefined ? {} : { body }) });
-      expect(res, `${method} ${path}`).toMatchObject({ status: 400, body: { error: `${name} is not a known field` } });
+      const res = await call(server.base, method, path, {
+        key: sk,
+        ...(body === undefined ? {} : { body }),
+      });
+      expect(res, `${method} ${path}`).toMatchObject({
+        status: 400,
+        body: { error: `${name} is not a known field` },
+      });
     }
     // Nothing was applied: no usage for q1, no new configuration version.
-    expect((await get('/v1/usage/api_calls/balance?customerId=q1', sk)).body).toMatchObject({ consumed: 0 });
-    expect((await call(server.base, 'GET', '/v1/sync/pull', { key: sk })).body.version).toBe(before.body.version);
+    expect((await get('/v1/usage/api_calls/balance?customerId=q1', sk)).body).toMatchObject({
+      consumed: 0,
+    });
+    expect((await call(server.base, 'GET', '/v1/sync/pull', { key: sk })).body.version).toBe(
+      before.body.version,
+    );
   });
 
   it('content type is judged before the declared length (400 before 413)', async () => {
-    const res = await call(server.base, 'POST', consume, { key: sk, rawBody: `{"customerId":"${'x'.repeat(1024 * 1024)}","amount":1}`, headers: { 'content-type': 'text/plain' } });
-    expect(res).toMatchObject({ status: 400, body: { error: 'content-type must be application/json' } });
+    const res = await call(server.base, 'POST', consume, {
+      key: sk,
+      rawBody: `{"customerId":"${'x'.repeat(1024 * 1024)}","amount":1}`,
+      headers: { 'content-type': 'text/plain' },
+    });
+    expect(res).toMatchObject({
+      status: 400,
+      body: { error: 'content-type must be application/json' },
+    });
   });
 
   it('refuses a body string holding a lone surrogate, naming the field; well-formed non-BMP text passes', async () => {
-    const raw = (json: string) => call(server.base, 'POST', consume, { key: sk, rawBody: json, headers: { 'content-type': 'application/json' } });
-    expect(await raw('{"customerId":"\\ud800","amount":1}')).toMatchObject({ status: 400, body: { error: expect.stringMatching(/^customerId holds a lone surrogate/) } });
-    expect(await raw('{"customerId":"ok","amount":1,"idempotencyKey":"a\\udc00b"}')).toMatchObject({ status: 400, body: { error: expect.stringMatching(/^idempotencyKey holds a lone surrogate/) } });
-    const upsert = await call(server.base, 'POST', '/v1/customers', { key: sk, rawBody: '{"id":"m1","metadata":{"k":"\\udbff"}}', headers: { 'content-type': 'application/json' } });
-    expect(upsert).toMatchObject({ status: 400, body: { error: expect.stringMatching(/^metadata\.k holds a lone surrogate/) } });
+    const raw = (json: string) =>
+      call(server.base, 'POST', consume, {
+        key: sk,
+        rawBody: json,
+        headers: { 'content-type': 'application/json' },
+      });
+    expect(await raw('{"customerId":"\\ud800","amount":1}')).toMatchObject({
+      status: 400,
+      body: { error: expect.stringMatching(/^customerId holds a lone surrogate/) },
+    });
+    expect(await raw('{"customerId":"ok","amount":1,"idempotencyKey":"a\\udc00b"}')).toMatchObject({
+      status: 400,
+      body: { error: expect.stringMatching(/^idempotencyKey holds a lone surrogate/) },
+    });
+    const upsert = await call(server.base, 'POST', '/v1/customers', {
+      key: sk,
+      rawBody: '{"id":"m1","metadata":{"k":"\\udbff"}}',
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(upsert).toMatchObject({
+      status: 400,
+      body: { error: expect.stringMatching(/^metadata\.k holds a lone surrogate/) },
+    });
     const pair = await raw('{"customerId":"\\ud83d\\ude00-emoji","amount":1}');
     expect(pair).toMatchObject({ status: 200, body: { consumed: 1 } });
-    expect((await get(`/v1/usage/api_calls/balance?customerId=${encodeURIComponent('\u{1F600}-emoji')}`)).body).toMatchObject({ consumed: 1 });
+    expect(
+      (await get(`/v1/usage/api_calls/balance?customerId=${encodeURIComponent('\u{1F600}-emoji')}`))
+        .body,
+    ).toMatchObject({ consumed: 1 });
   });
 
   it('a path id is measured in characters as the body schemas measure it (an emoji is one)', async () => {
     const id = '\u{1F600}'.repeat(200); // 200 characters, 400 UTF-16 units
     expect((await post('/v1/customers', { id })).status).toBe(201);
-    expect(await call(server.base, 'GET', `/v1/customers/${encodeURIComponent(id)}`, { key: sk })).toMatchObject({ status: 200, body: { id } });
-    expect((await call(server.base, 'GET', `/v1/customers/${encodeURIComponent('\u{1F600}'.repeat(256))}`, { key: sk })).status).toBe(400);
+    expect(
+      await call(server.base, 'GET', `/v1/customers/${encodeURIComponent(id)}`, { key: sk }),
+    ).toMatchObject({ status: 200, body: { id } });
+    expect(
+      (
+        await call(
+          server.base,
+          'GET',
+          `/v1/customers/${encodeURIComponent('\u{1F600}'.repeat(256))}`,
+          { key: sk },
+        )
+      ).status,
+    ).toBe(400);
   });
 
   it('a declared body over 1 MiB → 413 at once, before any of it is sent, and the connection is closed', async () => {
     // Only the head is sent: the answer must not wait for the body.
     const { socket, received, closed } = rawConnection(server.base);
-    socket.write(`POST ${consume} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\ncontent-type: application/json\r\ncontent-length: ${1024 * 1024 + 1}\r\n\r\n`);
+    socket.write(
+      `POST ${consume} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\ncontent-type: application/json\r\ncontent-length: ${1024 * 1024 + 1}\r\n\r\n`,
+    );
     await closed;
     expect(received()).toMatch(/^HTTP\/1\.1 413 Payload Too Large\r\n/);
-    expect(received()).toContain('{"error":"request body exceeds 1048576 bytes","code":"body_too_large"}');
+    expect(received()).toContain(
+      '{"error":"request body exceeds 1048576 bytes","code":"body_too_large"}',
+    );
   });
 
   it('a chunked body (here one that would grow past 1 MiB) is refused and the connection is closed', async () => {
     // Chunked framing is refused outright (src/http/framing.ts): a 411 when the head
     // arrives alone, else a close before the body is read.
     const { socket, received, closed } = rawConnection(server.base);
-    const chunk = (text: string): string => `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`;
-    socket.write(`POST ${consume} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`);
+    const chunk = (text: string): string =>
+      `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`;
+    socket.write(
+      `POST ${consume} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`,
+    );
     socket.write(chunk('{"customerId":"'));
     const piece = chunk('x'.repeat(64 * 1024));
     for (let i = 0; i < 20 && !socket.destroyed; i++) socket.write(piece);
@@ -407,17 +632,28 @@ describe('configuration sync', () => {
   it('push validates and lists every violation in one 400', async () => {
     const bad = {
       entitlements: { a: { type: 'meter' }, b: { type: 'bogus' } },
-      products: { p: { default: true, entitlements: { missing: true, a: true } }, q: { default: true } },
+      products: {
+        p: { default: true, entitlements: { missing: true, a: true } },
+        q: { default: true },
+      },
     };
     const res = await post('/v1/sync/push', bad);
     expect(res.status).toBe(400);
     expect(res.body.error).toMatch(/^invalid billing configuration: /);
-    expect(res.body.error).not.toMatch(/invalid billing configuration: invalid billing configuration/);
+    expect(res.body.error).not.toMatch(
+      /invalid billing configuration: invalid billing configuration/,
+    );
     expect(res.body.error).toContain('entitlements.b.type');
   });
 
   it('semantic violations are listed together', async () => {
-    const bad = { entitlements: { a: { type: 'meter' } }, products: { p: { default: true, entitlements: { missing: true, a: true } }, q: { default: true } } };
+    const bad = {
+      entitlements: { a: { type: 'meter' } },
+      products: {
+        p: { default: true, entitlements: { missing: true, a: true } },
+        q: { default: true },
+      },
+    };
     const res = await post('/v1/sync/push', bad);
     expect(res.status).toBe(400);
     expect(res.body.error).toContain('missing');
@@ -439,17 +675,44 @@ describe('configuration sync', () => {
     const res = await get('/v1/plans', sk);
     expect(res.status).toBe(200);
     expect(res.body.data.map((p: { key: string }) => p.key)).toEqual(['free', 'pro']);
-    expect(res.body.data[0]).toMatchObject({ key: 'free', name: 'Free', default: true, type: 'free', price: null });
-    expect(res.body.data[1]).toMatchObject({ key: 'pro', type: 'recurring', price: { amount: 2000, currency: 'usd', interval: 'month' }, entitlements: { sso: true } });
+    expect(res.body.data[0]).toMatchObject({
+      key: 'free',
+      name: 'Free',
+      default: true,
+      type: 'free',
+      price: null,
+    });
+    expect(res.body.data[1]).toMatchObject({
+      key: 'pro',
+      type: 'recurring',
+      price: { amount: 2000, currency: 'usd', interval: 'month' },
+      entitlements: { sso: true },
+    });
     expect((await get('/v1/plans', ck)).status).toBe(403);
-    expect(await get('/v1/plans', server.keys.live.server)).toMatchObject({ status: 200, body: { data: [] } });
+    expect(await get('/v1/plans', server.keys.live.server)).toMatchObject({
+      status: 200,
+      body: { data: [] },
+    });
   });
 
   it('shards see a new configuration without restart', async () => {
-    const more = { ...CONFIG, entitlements: { ...CONFIG.entitlements, beta: { type: 'feature' } }, products: { ...CONFIG.products, free: { ...CONFIG.products.free, entitlements: { ...CONFIG.products.free.entitlements, beta: true } } } };
+    const more = {
+      ...CONFIG,
+      entitlements: { ...CONFIG.entitlements, beta: { type: 'feature' } },
+      products: {
+        ...CONFIG.products,
+        free: {
+          ...CONFIG.products.free,
+          entitlements: { ...CONFIG.products.free.entitlements, beta: true },
+        },
+      },
+    };
     expect((await get('/v1/entitlements/beta/has?customerId=cfg')).status).toBe(404);
     expect((await post('/v1/sync/push', more)).status).toBe(200);
-    expect(await get('/v1/entitlements/beta/has?customerId=cfg')).toMatchObject({ status: 200, body: true });
+    expect(await get('/v1/entitlements/beta/has?customerId=cfg')).toMatchObject({
+      status: 200,
+      body: true,
+    });
     expect((await post('/v1/sync/push', CONFIG)).status).toBe(200);
   });
 });

@@ -7,7 +7,9 @@ import { ControlStore } from '../storage/control-store.js';
 import { issueKey, KeyRing } from '../src/auth/keys.js';
 import { storeFixture } from './support/store-fixture.js';
 
-const { tempDir, openStore, closeStore } = storeFixture('tally-keys-', (dir) => ControlStore.open(dir));
+const { tempDir, openStore, closeStore } = storeFixture('tally-keys-', (dir) =>
+  ControlStore.open(dir),
+);
 
 function ring(dir = tempDir()): { ring: KeyRing; store: ControlStore; dir: string } {
   const store = openStore(dir);

@@ -11,7 +11,13 @@ import { describe, expect, it } from 'vitest';
 import { ShardStore } from '../storage/journal.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
 import { runProcess } from './support/run-process.js';
-import { call, MAIN_JS, startServerProcess, tempDataDir, waitForLogLine } from './support/server-process.js';
+import {
+  call,
+  MAIN_JS,
+  startServerProcess,
+  tempDataDir,
+  waitForLogLine,
+} from './support/server-process.js';
 
 const CONFIG = {
   entitlements: { api_calls: { type: 'meter', reset: 'never' } },
@@ -20,7 +26,10 @@ const CONFIG = {
 
 function runToExit(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [MAIN_JS], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [MAIN_JS], {
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     child.stdout.on('data', (c: Buffer) => (output += c.toString()));
     child.stderr.on('data', (c: Buffer) => (output += c.toString()));
@@ -40,22 +49,39 @@ describe('operations', () => {
       await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG });
       const results = await Promise.all(
         Array.from({ length: 64 }, (_, i) =>
-          call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: `q${i}`, amount: 1 } }),
+          call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+            key: sk,
+            body: { customerId: `q${i}`, amount: 1 },
+          }),
         ),
       );
       const overloaded = results.filter((r) => r.status === 503);
       expect(overloaded.length).toBeGreaterThan(0);
-      expect(overloaded[0]?.body).toEqual({ error: 'shard queue is full, retry later', code: 'overloaded' });
+      expect(overloaded[0]?.body).toEqual({
+        error: 'shard queue is full, retry later',
+        code: 'overloaded',
+      });
       expect(overloaded[0]?.headers.get('retry-after')).toBe('1');
       expect(results.every((r) => r.status === 200 || r.status === 503)).toBe(true);
       // Each 503 carries a request id, and the log has a warning line naming one of them (lines are budgeted per second).
       const ids = new Set(overloaded.map((r) => r.headers.get('x-request-id')));
       expect(ids.has(null)).toBe(false);
-      const warned = await waitForLogLine(server, (line) => line['level'] === 'warn' && line['status'] === 503 && ids.has(line['requestId'] as string));
+      const warned = await waitForLogLine(
+        server,
+        (line) =>
+          line['level'] === 'warn' &&
+          line['status'] === 503 &&
+          ids.has(line['requestId'] as string),
+      );
       expect(warned).toMatchObject({ method: 'POST', route: '/v1/usage/:key/consume' });
       // A refused command was never applied; an accepted one was.
       for (const [i, r] of results.entries()) {
-        const balance = await call(server.base, 'GET', `/v1/usage/api_calls/balance?customerId=q${i}`, { key: sk });
+        const balance = await call(
+          server.base,
+          'GET',
+          `/v1/usage/api_calls/balance?customerId=q${i}`,
+          { key: sk },
+        );
         expect(balance.body.consumed).toBe(r.status === 200 ? 1 : 0);
       }
     } finally {
@@ -70,7 +96,10 @@ describe('operations', () => {
     const sk = first.keys.test.server;
     await call(first.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG });
     for (let i = 0; i < 37; i++) {
-      const res = await call(first.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: `s${i % 4}`, amount: 0.5 } });
+      const res = await call(first.base, 'POST', '/v1/usage/api_calls/consume', {
+        key: sk,
+        body: { customerId: `s${i % 4}`, amount: 0.5 },
+      });
       expect(res.status).toBe(200);
     }
     expect(await first.stop()).toBe(0);
@@ -87,7 +116,9 @@ describe('operations', () => {
     try {
       const expected = [5, 4.5, 4.5, 4.5]; // 37 consumes of 0.5 dealt over 4 customers
       for (let c = 0; c < 4; c++) {
-        const res = await call(second.base, 'GET', `/v1/usage/api_calls/balance?customerId=s${c}`, { key: sk });
+        const res = await call(second.base, 'GET', `/v1/usage/api_calls/balance?customerId=s${c}`, {
+          key: sk,
+        });
         expect(res.body.consumed).toBe(expected[c]);
       }
     } finally {
@@ -102,16 +133,42 @@ describe('operations', () => {
     const env = { TALLY_SNAPSHOT_EVERY_BATCHES: '10', TALLY_WORKERS: '1' };
     const config = {
       entitlements: { tokens: { type: 'meter', reset: 'never' } },
-      products: { free: { default: true, entitlements: { tokens: { included: 10, overage: { unitAmount: 1 } } } } },
+      products: {
+        free: {
+          default: true,
+          entitlements: { tokens: { included: 10, overage: { unitAmount: 1 } } },
+        },
+      },
     };
     const first = await startServerProcess({ dataDir, env, config });
     const sk = first.keys.test.server;
-    expect((await call(first.base, 'POST', '/v1/usage/tokens/settings', { key: sk, body: { customerId: 'big', overageEnabled: true } })).status).toBe(200);
+    expect(
+      (
+        await call(first.base, 'POST', '/v1/usage/tokens/settings', {
+          key: sk,
+          body: { customerId: 'big', overageEnabled: true },
+        })
+      ).status,
+    ).toBe(200);
     for (let i = 0; i < 25; i++) {
-      expect((await call(first.base, 'POST', '/v1/usage/tokens/consume', { key: sk, body: { customerId: 'big', amount: 1e12 } })).status).toBe(200);
+      expect(
+        (
+          await call(first.base, 'POST', '/v1/usage/tokens/consume', {
+            key: sk,
+            body: { customerId: 'big', amount: 1e12 },
+          })
+        ).status,
+      ).toBe(200);
     }
     for (let i = 0; i < 15; i++) {
-      expect((await call(first.base, 'POST', '/v1/usage/tokens/consume', { key: sk, body: { customerId: 'big', amount: 1 } })).status).toBe(200);
+      expect(
+        (
+          await call(first.base, 'POST', '/v1/usage/tokens/consume', {
+            key: sk,
+            body: { customerId: 'big', amount: 1 },
+          })
+        ).status,
+      ).toBe(200);
     }
     expect(await first.stop()).toBe(0);
 
@@ -122,8 +179,13 @@ describe('operations', () => {
 
     const second = await startServerProcess({ dataDir, env });
     try {
-      const balance = await call(second.base, 'GET', '/v1/usage/tokens/balance?customerId=big', { key: sk });
-      expect(balance.body).toMatchObject({ consumed: 25_000_000_000_015, overage: 25_000_000_000_005 });
+      const balance = await call(second.base, 'GET', '/v1/usage/tokens/balance?customerId=big', {
+        key: sk,
+      });
+      expect(balance.body).toMatchObject({
+        consumed: 25_000_000_000_015,
+        overage: 25_000_000_000_005,
+      });
     } finally {
       await second.stop();
     }
@@ -136,7 +198,14 @@ describe('operations', () => {
     const sk = first.keys.test.server;
     await call(first.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG });
     for (let i = 0; i < 5; i++) {
-      expect((await call(first.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: 'torn', amount: 2 } })).status).toBe(200);
+      expect(
+        (
+          await call(first.base, 'POST', '/v1/usage/api_calls/consume', {
+            key: sk,
+            body: { customerId: 'torn', amount: 2 },
+          })
+        ).status,
+      ).toBe(200);
     }
     await first.stop();
 
@@ -149,10 +218,22 @@ describe('operations', () => {
     const second = await startServerProcess({ dataDir, env });
     try {
       // The ready line is written asynchronously: wait for it rather than read the output once.
-      await waitForLogLine(second, (line) => line['msg'] === 'ready' && JSON.stringify(line).includes('"droppedTornTail":true'));
-      const balance = await call(second.base, 'GET', '/v1/usage/api_calls/balance?customerId=torn', { key: sk });
+      await waitForLogLine(
+        second,
+        (line) =>
+          line['msg'] === 'ready' && JSON.stringify(line).includes('"droppedTornTail":true'),
+      );
+      const balance = await call(
+        second.base,
+        'GET',
+        '/v1/usage/api_calls/balance?customerId=torn',
+        { key: sk },
+      );
       expect(balance.body.consumed).toBe(10);
-      const next = await call(second.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: 'torn', amount: 1 } });
+      const next = await call(second.base, 'POST', '/v1/usage/api_calls/consume', {
+        key: sk,
+        body: { customerId: 'torn', amount: 1 },
+      });
       expect(next.body.consumed).toBe(11);
     } finally {
       await second.stop();
@@ -162,7 +243,10 @@ describe('operations', () => {
   it('binds its port exclusively: a second instance on the same port refuses to start', async () => {
     const server = await startServerProcess();
     try {
-      const second = await runToExit({ PORT: String(server.port), TALLY_DATA_DIR: tempDataDir('tally-port') });
+      const second = await runToExit({
+        PORT: String(server.port),
+        TALLY_DATA_DIR: tempDataDir('tally-port'),
+      });
       expect(second.code).toBe(1);
       expect(second.output).toContain(`cannot listen on port ${server.port}`);
     } finally {
@@ -171,7 +255,11 @@ describe('operations', () => {
   });
 
   it("refuses to run on the package's slow pure-JS fallback", async () => {
-    const result = await runToExit({ PORT: '0', TALLY_DATA_DIR: tempDataDir('tally-fallback'), UWS_USE_FALLBACK: '1' });
+    const result = await runToExit({
+      PORT: '0',
+      TALLY_DATA_DIR: tempDataDir('tally-fallback'),
+      UWS_USE_FALLBACK: '1',
+    });
     expect(result.code).toBe(1);
     expect(result.output).toContain('LIBUS_LISTEN_EXCLUSIVE_PORT');
   });
@@ -179,9 +267,13 @@ describe('operations', () => {
 
 describe('a start that fails', () => {
   /** Starts the service with `env` and a data dir that does not exist yet; waits for it to exit. */
-  async function failedStart(env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string; dataDir: string }> {
+  async function failedStart(
+    env: Record<string, string>,
+  ): Promise<{ code: number | null; stdout: string; stderr: string; dataDir: string }> {
     const dataDir = path.join(tempDataDir('tally-failed-start'), 'data');
-    const ran = await runProcess(process.execPath, [MAIN_JS], { env: { ...process.env, PORT: '0', TALLY_DATA_DIR: dataDir, ...env } });
+    const ran = await runProcess(process.execPath, [MAIN_JS], {
+      env: { ...process.env, PORT: '0', TALLY_DATA_DIR: dataDir, ...env },
+    });
     return { ...ran, dataDir };
   }
 
@@ -192,7 +284,9 @@ describe('a start that fails', () => {
     try {
       const ran = await failedStart({ PORT: String(port) });
       expect(ran.code).toBe(1);
-      expect(ran.stderr).toBe(`tally failed to start: cannot listen on port ${port} of 127.0.0.1: it is in use, not open to this account, or not an address of this machine\n`);
+      expect(ran.stderr).toBe(
+        `tally failed to start: cannot listen on port ${port} of 127.0.0.1: it is in use, not open to this account, or not an address of this machine\n`,
+      );
       expect(ran.stdout).toBe('');
       expect(fs.existsSync(ran.dataDir)).toBe(false);
       // At debug level the JSON line (with the stack) is written too, on stdout.
@@ -209,19 +303,27 @@ describe('a start that fails', () => {
   it.each([
     [{ PORT: 'eighty' }, 'PORT must be a whole number, got "eighty"'],
     [{ TALLY_WORKERS: '-1' }, 'TALLY_WORKERS must be a whole number, got "-1"'],
-    [{ TALLY_LOG_LEVEL: 'loud' }, 'TALLY_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "loud"'],
-  ])('with a bad setting %j: exits 2 with one line on stderr and creates no data dir', async (env, message) => {
-    const ran = await failedStart(env);
-    expect(ran.code).toBe(2);
-    expect(ran.stderr).toBe(`${message}\n`);
-    expect(ran.stdout).toBe('');
-    expect(fs.existsSync(ran.dataDir)).toBe(false);
-  });
+    [
+      { TALLY_LOG_LEVEL: 'loud' },
+      'TALLY_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "loud"',
+    ],
+  ])(
+    'with a bad setting %j: exits 2 with one line on stderr and creates no data dir',
+    async (env, message) => {
+      const ran = await failedStart(env);
+      expect(ran.code).toBe(2);
+      expect(ran.stderr).toBe(`${message}\n`);
+      expect(ran.stdout).toBe('');
+      expect(fs.existsSync(ran.dataDir)).toBe(false);
+    },
+  );
 
   it('on a data dir another server holds: one line on stderr, and that server keeps running', async () => {
     const server = await startServerProcess();
     try {
-      const ran = await runProcess(process.execPath, [MAIN_JS], { env: { ...process.env, PORT: '0', TALLY_DATA_DIR: server.dataDir } });
+      const ran = await runProcess(process.execPath, [MAIN_JS], {
+        env: { ...process.env, PORT: '0', TALLY_DATA_DIR: server.dataDir },
+      });
       expect(ran.code).toBe(1);
       expect(ran.stderr).toMatch(/^tally failed to start: [^\n]+\n$/);
       expect(ran.stdout).toBe('');

@@ -15,26 +15,74 @@ const SAMPLES: { readonly [O in Op]: Extract<Command, { op: O }> } = {
   has: { op: 'has', ...at, key: 'sso' },
   limit: { op: 'limit', ...at, key: 'seats' },
   balance: { op: 'balance', ...at, key: 'api_calls' },
-  consume: { op: 'consume', ...at, key: 'api_calls', amountMicros: 1_500_000n, idempotencyKey: 'k1' },
+  consume: {
+    op: 'consume',
+    ...at,
+    key: 'api_calls',
+    amountMicros: 1_500_000n,
+    idempotencyKey: 'k1',
+  },
   refund: { op: 'refund', ...at, key: 'api_calls', amountMicros: 2n, idempotencyKey: 'k2' },
-  limitSettings: { op: 'limitSettings', ...at, key: 'seats', purchased: 3, autoExpansionEnabled: true },
+  limitSettings: {
+    op: 'limitSettings',
+    ...at,
+    key: 'seats',
+    purchased: 3,
+    autoExpansionEnabled: true,
+  },
   usageSettings: { op: 'usageSettings', ...at, key: 'api_calls', overageEnabled: true },
   grantLot: { op: 'grantLot', ...at, key: 'api_calls', lotId: 'lot1', amountMicros: 7n },
   getContract: { op: 'getContract', ...at, key: '' },
-  putContract: { op: 'putContract', ...at, key: '', contract: { priceAmount: 100, priceInterval: 'year', entitlements: { seats: { included: 9 } } } },
+  putContract: {
+    op: 'putContract',
+    ...at,
+    key: '',
+    contract: { priceAmount: 100, priceInterval: 'year', entitlements: { seats: { included: 9 } } },
+  },
   deleteContract: { op: 'deleteContract', ...at, key: '' },
-  upsertCustomer: { op: 'upsertCustomer', ...at, key: '', patch: { name: 'Ada', metadata: { tier: 2 } } },
-  context: { op: 'context', ...at, key: '', patch: { email: null }, request: { features: ['sso'], usage: ['api_calls'], limits: [] } },
+  upsertCustomer: {
+    op: 'upsertCustomer',
+    ...at,
+    key: '',
+    patch: { name: 'Ada', metadata: { tier: 2 } },
+  },
+  context: {
+    op: 'context',
+    ...at,
+    key: '',
+    patch: { email: null },
+    request: { features: ['sso'], usage: ['api_calls'], limits: [] },
+  },
   getCommerce: { op: 'getCommerce', ...at, key: '' },
-  setProcessorCustomer: { op: 'setProcessorCustomer', ...at, key: '', processorCustomerId: 'cus_2', replaces: 'cus_1' },
+  setProcessorCustomer: {
+    op: 'setProcessorCustomer',
+    ...at,
+    key: '',
+    processorCustomerId: 'cus_2',
+    replaces: 'cus_1',
+  },
   syncSubscription: {
     op: 'syncSubscription',
     ...at,
     key: '',
     eventId: 'evt_1',
-    subscription: { productKey: 'pro', status: 'active', currentPeriodStartMs: 1, currentPeriodEndMs: 2, cancelAtPeriodEnd: false, processor: 'stripe', processorSubscriptionId: 'sub_1' },
+    subscription: {
+      productKey: 'pro',
+      status: 'active',
+      currentPeriodStartMs: 1,
+      currentPeriodEndMs: 2,
+      cancelAtPeriodEnd: false,
+      processor: 'stripe',
+      processorSubscriptionId: 'sub_1',
+    },
   },
-  recordPurchase: { op: 'recordPurchase', ...at, key: '', eventId: null, purchase: { id: 'stripe:pi_1', productKey: 'pack', amount: 500, currency: 'usd' } },
+  recordPurchase: {
+    op: 'recordPurchase',
+    ...at,
+    key: '',
+    eventId: null,
+    purchase: { id: 'stripe:pi_1', productKey: 'pack', amount: 500, currency: 'usd' },
+  },
 };
 
 const WITHOUT_OPTIONALS: readonly Command[] = [
@@ -54,26 +102,35 @@ function roundTrip(command: Command): Command {
 describe('op table', () => {
   it('has one record per op, its wire code being its index', () => {
     expect(OPS_BY_CODE.map((record) => record.op).sort()).toEqual(Object.keys(SAMPLES).sort());
-    OPS_BY_CODE.forEach((record, code) => expect([record.code, OPS[record.op]]).toEqual([code, record]));
+    OPS_BY_CODE.forEach((record, code) =>
+      expect([record.code, OPS[record.op]]).toEqual([code, record]),
+    );
   });
 
   it('carries every command over the wire and back unchanged', () => {
-    for (const command of [...Object.values(SAMPLES), ...WITHOUT_OPTIONALS]) expect(roundTrip(command)).toEqual(command);
+    for (const command of [...Object.values(SAMPLES), ...WITHOUT_OPTIONALS])
+      expect(roundTrip(command)).toEqual(command);
   });
 
   it('carries the audit tag with the command', () => {
     const wire: WireBatch = [];
     pushCommand(wire, 7, SAMPLES.refund, { actor: 'key_1', ref: 'abc.1' });
-    expect(decodeBatch(wire)).toEqual([{ id: 7, command: SAMPLES.refund, audit: { actor: 'key_1', ref: 'abc.1' } }]);
+    expect(decodeBatch(wire)).toEqual([
+      { id: 7, command: SAMPLES.refund, audit: { actor: 'key_1', ref: 'abc.1' } },
+    ]);
   });
 
   it('splits reads from writes', () => {
-    const reads = Object.values(SAMPLES).filter((command) => isRead(command)).map((command) => command.op);
+    const reads = Object.values(SAMPLES)
+      .filter((command) => isRead(command))
+      .map((command) => command.op);
     expect(reads.sort()).toEqual(['balance', 'getCommerce', 'getContract', 'has', 'limit']);
   });
 
   it('derives the audit entry of each audited write from the command', () => {
-    const actions = Object.fromEntries(Object.values(SAMPLES).map((command) => [command.op, auditOf(command)?.action ?? null]));
+    const actions = Object.fromEntries(
+      Object.values(SAMPLES).map((command) => [command.op, auditOf(command)?.action ?? null]),
+    );
     expect(actions).toEqual({
       has: null,
       limit: null,
@@ -93,7 +150,12 @@ describe('op table', () => {
       syncSubscription: 'subscription.sync',
       recordPurchase: 'purchase.record',
     });
-    expect(auditOf(SAMPLES.refund)).toEqual({ action: 'usage.refund', resourceType: 'meter', resourceId: 'c1', data: { key: 'api_calls', amount: 0.000002, idempotencyKey: 'k2' } });
+    expect(auditOf(SAMPLES.refund)).toEqual({
+      action: 'usage.refund',
+      resourceType: 'meter',
+      resourceId: 'c1',
+      data: { key: 'api_calls', amount: 0.000002, idempotencyKey: 'k2' },
+    });
     expect(auditOf(WITHOUT_OPTIONALS[2] as Command)?.data).toEqual({ key: 'seats' });
   });
 });

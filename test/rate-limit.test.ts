@@ -8,10 +8,19 @@ import { RateLimiter, WINDOW_MS } from '../src/auth/rate-limit.js';
 import type { KeyRecord } from '../storage/control-store.js';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
 
-const text = (bytes: Uint8Array | undefined): string => Buffer.from(bytes ?? new Uint8Array()).toString('latin1');
+const text = (bytes: Uint8Array | undefined): string =>
+  Buffer.from(bytes ?? new Uint8Array()).toString('latin1');
 
 function key(id: string, keyClass: KeyRecord['keyClass']): KeyRecord {
-  return { id, prefix: 'x', hashHex: '00', environment: keyClass === 'admin' ? null : 'test', keyClass, createdAtMs: 0, revokedAtMs: null };
+  return {
+    id,
+    prefix: 'x',
+    hashHex: '00',
+    environment: keyClass === 'admin' ? null : 'test',
+    keyClass,
+    createdAtMs: 0,
+    revokedAtMs: null,
+  };
 }
 
 describe('RateLimiter', () => {
@@ -23,7 +32,9 @@ describe('RateLimiter', () => {
     const decisions = [0, 1000, 2000].map((dt) => limiter.take(client, t0 + 30_000 + dt));
     expect(decisions.map((d) => d?.allowed)).toEqual([true, true, false]);
     expect(decisions[0]).toMatchObject({ remaining: 1 });
-    expect(text(decisions[0]?.lines)).toBe(`application/json\r\nx-ratelimit-limit: 2\r\nx-ratelimit-reset: ${(t0 + WINDOW_MS) / 1000}\r\nx-ratelimit-remaining: `);
+    expect(text(decisions[0]?.lines)).toBe(
+      `application/json\r\nx-ratelimit-limit: 2\r\nx-ratelimit-reset: ${(t0 + WINDOW_MS) / 1000}\r\nx-ratelimit-remaining: `,
+    );
     expect(decisions[2]).toMatchObject({ allowed: false, remaining: 0 });
     expect(decisions[2]?.retryAfterSec).toBe(28);
     // The next minute starts a fresh window; other keys never shared this one.
@@ -59,7 +70,9 @@ describe('RateLimiter', () => {
 describe('rate limits over HTTP', () => {
   let server: ServerProcess;
   beforeAll(async () => {
-    server = await startServerProcess({ env: { TALLY_RATE_LIMIT_SERVER: '6', TALLY_RATE_LIMIT_CLIENT: '3' } });
+    server = await startServerProcess({
+      env: { TALLY_RATE_LIMIT_SERVER: '6', TALLY_RATE_LIMIT_CLIENT: '3' },
+    });
   });
   afterAll(async () => {
     await server?.stop();
@@ -68,7 +81,8 @@ describe('rate limits over HTTP', () => {
   it('puts the headers on every keyed response and answers 429 past the limit', async () => {
     // Keep the four requests inside one window: never start in a minute's last 3 s.
     const intoMinuteMs = Date.now() % WINDOW_MS;
-    if (intoMinuteMs > WINDOW_MS - 3000) await new Promise((r) => setTimeout(r, WINDOW_MS - intoMinuteMs + 100));
+    if (intoMinuteMs > WINDOW_MS - 3000)
+      await new Promise((r) => setTimeout(r, WINDOW_MS - intoMinuteMs + 100));
     const ck = server.keys.test.client;
     const path = '/v1/entitlements/sso/has?customerId=c';
     const first = await call(server.base, 'GET', path, { key: ck }); // 404: no config pushed
@@ -85,19 +99,30 @@ describe('rate limits over HTTP', () => {
     await call(server.base, 'GET', path, { key: ck });
     const limited = await call(server.base, 'GET', path, { key: ck });
     expect(limited.status).toBe(429);
-    expect(limited.body).toEqual({ error: 'rate limit exceeded: 3 requests per minute for this key', code: 'rate_limited' });
+    expect(limited.body).toEqual({
+      error: 'rate limit exceeded: 3 requests per minute for this key',
+      code: 'rate_limited',
+    });
     expect(limited.headers.get('x-ratelimit-remaining')).toBe('0');
     const retryAfter = Number(limited.headers.get('retry-after'));
     expect(retryAfter).toBeGreaterThanOrEqual(1);
     expect(retryAfter).toBeLessThanOrEqual(60);
     // Another key has its own window.
-    expect((await call(server.base, 'GET', path, { key: server.keys.live.client })).headers.get('x-ratelimit-remaining')).toBe('2');
+    expect(
+      (await call(server.base, 'GET', path, { key: server.keys.live.client })).headers.get(
+        'x-ratelimit-remaining',
+      ),
+    ).toBe('2');
   });
 
   it('unauthenticated requests carry no headers', async () => {
-    const res = await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=c', { key: 'sk_test_nope' });
+    const res = await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=c', {
+      key: 'sk_test_nope',
+    });
     expect(res.status).toBe(401);
     expect(res.headers.get('x-ratelimit-limit')).toBeNull();
-    expect((await call(server.base, 'GET', '/healthz')).headers.get('x-ratelimit-limit')).toBeNull();
+    expect(
+      (await call(server.base, 'GET', '/healthz')).headers.get('x-ratelimit-limit'),
+    ).toBeNull();
   });
 });

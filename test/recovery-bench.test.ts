@@ -12,7 +12,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { buildDataDir, customerIdOf, eventOf, RECOVERY_METERS, removeDataDir, type Workload } from '../bench/recovery-data.js';
+import {
+  buildDataDir,
+  customerIdOf,
+  eventOf,
+  RECOVERY_METERS,
+  removeDataDir,
+  type Workload,
+} from '../bench/recovery-data.js';
 import { startAndMeasure, stopServer } from '../bench/recovery-start.js';
 
 const MAIN_SCRIPT = fileURLToPath(new URL('../dist/src/main.js', import.meta.url));
@@ -42,7 +49,14 @@ const units = (micros: bigint): number => Number(micros) / 1e6;
 async function checkRecovery(tailEvents: number | null): Promise<void> {
   const dataDir = await mkdtemp(join(tmpdir(), 'tally-recovery-test-'));
   try {
-    const built = await buildDataDir({ ...WORKLOAD, dataDir, workers: WORKERS, eventsPerRecord: EVENTS_PER_RECORD, tailEvents, mainScript: MAIN_SCRIPT });
+    const built = await buildDataDir({
+      ...WORKLOAD,
+      dataDir,
+      workers: WORKERS,
+      eventsPerRecord: EVENTS_PER_RECORD,
+      tailEvents,
+      mainScript: MAIN_SCRIPT,
+    });
     expect(built.records).toBeGreaterThanOrEqual(WORKLOAD.events / EVENTS_PER_RECORD);
     for (const shard of built.shards) expect(shard.snapshotSeq > 0).toBe(tailEvents !== null);
     const server = await startAndMeasure(MAIN_SCRIPT, dataDir, { TALLY_WORKERS: String(WORKERS) });
@@ -50,17 +64,27 @@ async function checkRecovery(tailEvents: number | null): Promise<void> {
       const { measurement } = server;
       expect(measurement.msToHealthz).toBeGreaterThan(0);
       expect(measurement.peakRssBytes).toBeGreaterThanOrEqual(measurement.rssBytes);
-      const shards = measurement.shards as Array<{ customers: number; lastSeq: number; snapshotSeq: number; replayedBatches: number }>;
+      const shards = measurement.shards as Array<{
+        customers: number;
+        lastSeq: number;
+        snapshotSeq: number;
+        replayedBatches: number;
+      }>;
       expect(shards.reduce((sum, s) => sum + s.customers, 0)).toBe(WORKLOAD.customers);
-      expect(shards.map((s) => [s.lastSeq, s.snapshotSeq])).toEqual(built.shards.map((s) => [s.lastSeq, s.snapshotSeq]));
+      expect(shards.map((s) => [s.lastSeq, s.snapshotSeq])).toEqual(
+        built.shards.map((s) => [s.lastSeq, s.snapshotSeq]),
+      );
       for (const s of shards) expect(s.replayedBatches).toBe(s.lastSeq - s.snapshotSeq);
       for (const [customer, consumed] of expectedConsumedMicros()) {
         for (const [m, meter] of RECOVERY_METERS.entries()) {
           const consumedMicros = consumed[m] ?? 0n;
           expect(consumedMicros).toBeGreaterThan(0n);
-          const response = await fetch(`${server.baseUrl}/v1/usage/${meter}/balance?customerId=${customerIdOf(customer)}`, {
-            headers: { 'x-tally-key': built.serverKey },
-          });
+          const response = await fetch(
+            `${server.baseUrl}/v1/usage/${meter}/balance?customerId=${customerIdOf(customer)}`,
+            {
+              headers: { 'x-tally-key': built.serverKey },
+            },
+          );
           const body: unknown = await response.json();
           expect(response.status, `${meter} of customer ${customer}`).toBe(200);
           expect(body, `${meter} of customer ${customer}`).toMatchObject({
@@ -80,6 +104,14 @@ async function checkRecovery(tailEvents: number | null): Promise<void> {
 }
 
 describe('recovery bench (tiny)', () => {
-  it('recovers exactly the journaled balances from the journal alone', () => checkRecovery(null), 30_000);
-  it('recovers exactly the journaled balances from a snapshot plus the journal tail', () => checkRecovery(5_000), 30_000);
+  it(
+    'recovers exactly the journaled balances from the journal alone',
+    () => checkRecovery(null),
+    30_000,
+  );
+  it(
+    'recovers exactly the journaled balances from a snapshot plus the journal tail',
+    () => checkRecovery(5_000),
+    30_000,
+  );
 });

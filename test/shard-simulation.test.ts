@@ -48,9 +48,24 @@ describe('shard replies', () => {
   it('answers a context that changed nothing at once, and one that created the customer only when durable', async () => {
     const disk = new SimDisk();
     const replies: number[] = [];
-    const shard = new Shard({ journal: disk.journal(), clock: () => T0, reply: (id) => replies.push(id), flush: () => undefined, fatal: (e) => { throw e; } });
+    const shard = new Shard({
+      journal: disk.journal(),
+      clock: () => T0,
+      reply: (id) => replies.push(id),
+      flush: () => undefined,
+      fatal: (e) => {
+        throw e;
+      },
+    });
     shard.setConfig('test', 1, CONFIG);
-    const context = { op: 'context', environment: 'test', customerId: 'ctx', key: '', patch: {}, request: { features: ['sso'], usage: [], limits: [] } } as const;
+    const context = {
+      op: 'context',
+      environment: 'test',
+      customerId: 'ctx',
+      key: '',
+      patch: {},
+      request: { features: ['sso'], usage: [], limits: [] },
+    } as const;
     shard.handleBatch([{ id: 1, command: context }]);
     expect(replies).toEqual([]); // it created the customer: a journal write is pending
     shard.handleBatch([{ id: 2, command: context }]);
@@ -62,7 +77,7 @@ describe('shard replies', () => {
 });
 
 describe('audited writes', () => {
-  it("hand their audit entry to the journal with the change, and only when something changed", () => {
+  it('hand their audit entry to the journal with the change, and only when something changed', () => {
     const appended: unknown[][] = [];
     const journal: ShardJournal = {
       append: (_events, _index, audits) => {
@@ -70,12 +85,37 @@ describe('audited writes', () => {
         return { seq: appended.length, durable: new Promise<void>(() => undefined) };
       },
     };
-    const shard = new Shard({ journal, clock: () => T0, reply: () => undefined, flush: () => undefined, fatal: (e) => { throw e; } });
+    const shard = new Shard({
+      journal,
+      clock: () => T0,
+      reply: () => undefined,
+      flush: () => undefined,
+      fatal: (e) => {
+        throw e;
+      },
+    });
     shard.setConfig('test', 1, CONFIG);
-    const upsert = { op: 'upsertCustomer', environment: 'test', customerId: 'aud', key: '', patch: { name: 'A' } } as const;
+    const upsert = {
+      op: 'upsertCustomer',
+      environment: 'test',
+      customerId: 'aud',
+      key: '',
+      patch: { name: 'A' },
+    } as const;
     shard.handleBatch([{ id: 1, command: upsert, audit: { ref: 'r1', actor: 'key_1' } }]);
     expect(appended).toEqual([
-      [{ ref: 'r1', environment: 'test', action: 'customer.upsert', resourceType: 'customer', resourceId: 'aud', actor: 'key_1', data: { name: 'A' }, atMs: T0 }],
+      [
+        {
+          ref: 'r1',
+          environment: 'test',
+          action: 'customer.upsert',
+          resourceType: 'customer',
+          resourceId: 'aud',
+          actor: 'key_1',
+          data: { name: 'A' },
+          atMs: T0,
+        },
+      ],
     ]);
     // The same profile again changes nothing: no record, so no stored entry.
     shard.handleBatch([{ id: 2, command: upsert, audit: { ref: 'r2', actor: 'key_1' } }]);
@@ -85,20 +125,39 @@ describe('audited writes', () => {
 
 describe('shard recovery', () => {
   const newShard = (disk = new SimDisk()): Shard => {
-    const shard = new Shard({ journal: disk.journal(), clock: () => T0, reply: () => undefined, flush: () => undefined, fatal: (e) => { throw e; } });
+    const shard = new Shard({
+      journal: disk.journal(),
+      clock: () => T0,
+      reply: () => undefined,
+      flush: () => undefined,
+      fatal: (e) => {
+        throw e;
+      },
+    });
     shard.setConfig('test', 1, CONFIG);
     shard.setConfig('live', 1, CONFIG);
     return shard;
   };
   const consume = (environment: 'test' | 'live', customerId: string): Envelope['command'] => ({
-    op: 'consume', environment, customerId, key: 'api_calls', amountMicros: 1_000_000n,
+    op: 'consume',
+    environment,
+    customerId,
+    key: 'api_calls',
+    amountMicros: 1_000_000n,
   });
   const sortedItems = (shard: Shard): CustomerSnapshot[] =>
-    shard.snapshotItems().sort((x, y) => (`${x.environment}/${x.id}` < `${y.environment}/${y.id}` ? -1 : 1));
+    shard
+      .snapshotItems()
+      .sort((x, y) => (`${x.environment}/${x.id}` < `${y.environment}/${y.id}` ? -1 : 1));
 
   it('loads a snapshot chunk by chunk, refuses a customer twice, and refuses a snapshot after replay', () => {
     const live = newShard();
-    live.handleBatch(['a', 'b', 'c', 'd'].map((id, i) => ({ id: i, command: consume(i % 2 === 0 ? 'test' : 'live', id) })));
+    live.handleBatch(
+      ['a', 'b', 'c', 'd'].map((id, i) => ({
+        id: i,
+        command: consume(i % 2 === 0 ? 'test' : 'live', id),
+      })),
+    );
     const items = structuredClone(live.snapshotItems());
     expect(items).toHaveLength(4);
 

@@ -7,11 +7,21 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AuditLog } from '../storage/audit-log.js';
 import { ControlStore } from '../storage/control-store.js';
-import { SideJobs, SideJobsBusyError, VERIFY_CACHE_MS, VERIFY_QUEUE_MAX } from '../src/side-jobs.js';
+import {
+  SideJobs,
+  SideJobsBusyError,
+  VERIFY_CACHE_MS,
+  VERIFY_QUEUE_MAX,
+} from '../src/side-jobs.js';
 
 /** The compiled task modules the pool threads load. */
 const TASKS = new URL('../dist/storage/', import.meta.url);
-import { call, startServerProcess, tempDataDir, type ServerProcess } from './support/server-process.js';
+import {
+  call,
+  startServerProcess,
+  tempDataDir,
+  type ServerProcess,
+} from './support/server-process.js';
 
 let dataDir: string;
 let control: ControlStore;
@@ -22,7 +32,17 @@ beforeAll(async () => {
   control = ControlStore.open(dataDir);
   audit = new AuditLog(control.auditDb, control.auditRefsDb);
   for (let i = 0; i < 50; i++) {
-    await audit.append('test', { action: 'customer.upsert', resourceType: 'customer', resourceId: `c${i}`, actor: 'key_x', data: {} }, 1_000 + i);
+    await audit.append(
+      'test',
+      {
+        action: 'customer.upsert',
+        resourceType: 'customer',
+        resourceId: `c${i}`,
+        actor: 'key_x',
+        data: {},
+      },
+      1_000 + i,
+    );
   }
 });
 afterAll(async () => {
@@ -32,10 +52,14 @@ afterAll(async () => {
 describe('audit verification lane', () => {
   it('requests for an unchanged chain share one walk, and its verdict is answered again until the cache expires', async () => {
     let walks = 0;
-    const jobs = new SideJobs(dataDir, (stream) => {
-      walks++;
-      return audit.lastSeq(stream);
-    }, TASKS);
+    const jobs = new SideJobs(
+      dataDir,
+      (stream) => {
+        walks++;
+        return audit.lastSeq(stream);
+      },
+      TASKS,
+    );
     try {
       const now = 5_000_000;
       const burst = Array.from({ length: 60 }, () => jobs.verifyAudit('test', now));
@@ -77,14 +101,24 @@ describe('over HTTP', () => {
   });
 
   it('sixty test-environment verifications, a live one and an operator snapshot all complete together', async () => {
-    const testVerifies = Array.from({ length: 60 }, () => call(server.base, 'GET', '/v1/audit/verify', { key: server.keys.test.server }));
+    const testVerifies = Array.from({ length: 60 }, () =>
+      call(server.base, 'GET', '/v1/audit/verify', { key: server.keys.test.server }),
+    );
     const live = call(server.base, 'GET', '/v1/audit/verify', { key: server.keys.live.server });
-    const snapshot = await call(server.base, 'POST', '/v1/admin/snapshots', { key: server.keys.admin });
+    const snapshot = await call(server.base, 'POST', '/v1/admin/snapshots', {
+      key: server.keys.admin,
+    });
     expect(snapshot.status).toBe(202);
-    for (const res of await Promise.all(testVerifies)) expect(res).toMatchObject({ status: 200, body: { ok: true } });
+    for (const res of await Promise.all(testVerifies))
+      expect(res).toMatchObject({ status: 200, body: { ok: true } });
     expect(await live).toMatchObject({ status: 200, body: { ok: true } });
     for (let i = 0; i < 100; i++) {
-      const info = await call(server.base, 'GET', `/v1/admin/snapshots/${snapshot.body.id as string}`, { key: server.keys.admin });
+      const info = await call(
+        server.base,
+        'GET',
+        `/v1/admin/snapshots/${snapshot.body.id as string}`,
+        { key: server.keys.admin },
+      );
       if (info.body.status === 'complete') return;
       await new Promise((resolve) => setTimeout(resolve, 100));
     }

@@ -33,6 +33,8 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof SimulationFailure ? error.message : String(error instanceof Error ? error.stack : error)}\n`);
+  process.stderr.write(
+    `${error instanceof SimulationFailure ? error.message : String(error instanceof Error ? error.stack : error)}\n`,
+  );
   process.exit(1);
 });

@@ -11,10 +11,25 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { issueKey } from '../src/auth/keys.js';
-import { readSnapshotFile, SnapshotFileError, SnapshotNotAuthenticError, SnapshotWriter, verifySnapshotFile, type SnapshotFrame, type SnapshotHeader, type SnapshotTrailer } from '../storage/snapshot-file.js';
+import {
+  readSnapshotFile,
+  SnapshotFileError,
+  SnapshotNotAuthenticError,
+  SnapshotWriter,
+  verifySnapshotFile,
+  type SnapshotFrame,
+  type SnapshotHeader,
+  type SnapshotTrailer,
+} from '../storage/snapshot-file.js';
 import { RestoreRefusedError, restoreSnapshot } from '../storage/snapshot-restore.js';
 import { runProcess, type Ran } from './support/run-process.js';
-import { call, MAIN_JS, startServerProcess, tempDataDir, type ServerProcess } from './support/server-process.js';
+import {
+  call,
+  MAIN_JS,
+  startServerProcess,
+  tempDataDir,
+  type ServerProcess,
+} from './support/server-process.js';
 
 const BIN = path.join(path.dirname(path.dirname(MAIN_JS)), '..', 'bin', 'tally.js');
 
@@ -23,14 +38,21 @@ let secretHex = '';
 
 /** Runs the real `tally` binary (with the source's snapshot secret in its environment); resolves with its exit code and output. */
 function tally(args: readonly string[], env: Record<string, string> = {}): Promise<Ran> {
-  return runProcess(process.execPath, [BIN, ...args], { env: { ...process.env, TALLY_SNAPSHOT_SECRET: secretHex, ...env } });
+  return runProcess(process.execPath, [BIN, ...args], {
+    env: { ...process.env, TALLY_SNAPSHOT_SECRET: secretHex, ...env },
+  });
 }
 
 const secretBytes = (): Buffer => Buffer.from(secretHex, 'hex');
 
 const CONFIG = {
   entitlements: { api_calls: { type: 'meter', reset: 'month' }, seats: { type: 'limit' } },
-  products: { free: { default: true, entitlements: { api_calls: { included: 1_000_000_000 }, seats: { included: 3 } } } },
+  products: {
+    free: {
+      default: true,
+      entitlements: { api_calls: { included: 1_000_000_000 }, seats: { included: 3 } },
+    },
+  },
 };
 const CUSTOMERS = 24;
 const CLIENTS = 8;
@@ -60,15 +82,29 @@ let acceptedAt = 0;
  */
 function startConsumers(
   server: ServerProcess,
-  options: { readonly clients: number; readonly stride: number; readonly keyPrefix: string; readonly log: Sent[]; readonly after?: (client: number, n: number) => Promise<void> },
+  options: {
+    readonly clients: number;
+    readonly stride: number;
+    readonly keyPrefix: string;
+    readonly log: Sent[];
+    readonly after?: (client: number, n: number) => Promise<void>;
+  },
 ): { stop(): Promise<void> } {
   const sk = server.keys.test.server;
   let stopped = false;
   const client = async (c: number): Promise<void> => {
     for (let n = 0; !stopped; n++) {
-      const entry: Sent = { customerId: `cust-${(c * options.stride + n) % CUSTOMERS}`, idempotencyKey: `${options.keyPrefix}-${c}-${n}`, sentAt: performance.now(), ackedAt: null };
+      const entry: Sent = {
+        customerId: `cust-${(c * options.stride + n) % CUSTOMERS}`,
+        idempotencyKey: `${options.keyPrefix}-${c}-${n}`,
+        sentAt: performance.now(),
+        ackedAt: null,
+      };
       options.log.push(entry);
-      const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: entry.customerId, amount: 1, idempotencyKey: entry.idempotencyKey } });
+      const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+        key: sk,
+        body: { customerId: entry.customerId, amount: 1, idempotencyKey: entry.idempotencyKey },
+      });
       expect(res.status).toBe(200);
       entry.ackedAt = performance.now();
       await options.after?.(c, n);
@@ -85,7 +121,9 @@ function startConsumers(
 
 async function waitComplete(server: ServerProcess, id: string): Promise<Record<string, any>> {
   for (let i = 0; i < 400; i++) {
-    const res = await call(server.base, 'GET', `/v1/admin/snapshots/${id}`, { key: server.keys.admin });
+    const res = await call(server.base, 'GET', `/v1/admin/snapshots/${id}`, {
+      key: server.keys.admin,
+    });
     if (res.body.status !== 'running') return res.body;
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
@@ -93,7 +131,9 @@ async function waitComplete(server: ServerProcess, id: string): Promise<Record<s
 }
 
 async function download(server: ServerProcess, id: string, file: string): Promise<Response> {
-  const res = await fetch(`${server.base}/v1/admin/snapshots/${id}/file`, { headers: { authorization: `Bearer ${server.keys.admin}` } });
+  const res = await fetch(`${server.base}/v1/admin/snapshots/${id}/file`, {
+    headers: { authorization: `Bearer ${server.keys.admin}` },
+  });
   fs.writeFileSync(file, Buffer.from(await res.arrayBuffer()));
   return res;
 }
@@ -102,12 +142,25 @@ beforeAll(async () => {
   // One customer per slice: batches interleave with the copy, so pre-images are exercised.
   source = await startServerProcess({ config: CONFIG, env: { TALLY_SNAPSHOT_SLICE: '1' } });
   const sk = source.keys.test.server;
-  await call(source.base, 'POST', '/v1/customers', { key: sk, body: { id: 'named', name: 'Named Co', metadata: { tier: 'gold' } } });
-  await call(source.base, 'POST', '/v1/entitlements/seats/limit/settings', { key: sk, body: { customerId: 'named', purchased: 0 } }).catch(() => null);
+  await call(source.base, 'POST', '/v1/customers', {
+    key: sk,
+    body: { id: 'named', name: 'Named Co', metadata: { tier: 'gold' } },
+  });
+  await call(source.base, 'POST', '/v1/entitlements/seats/limit/settings', {
+    key: sk,
+    body: { customerId: 'named', purchased: 0 },
+  }).catch(() => null);
   // Cold customers first: the copy goes in creation order, so the busy customers below are
   // copied last, long after the 202, while their writes keep arriving (pre-images at work).
   for (let batch = 0; batch < COLD_CUSTOMERS; batch += 100) {
-    await Promise.all(Array.from({ length: 100 }, (_, i) => call(source.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: `cold-${batch + i}`, amount: 1 } })));
+    await Promise.all(
+      Array.from({ length: 100 }, (_, i) =>
+        call(source.base, 'POST', '/v1/usage/api_calls/consume', {
+          key: sk,
+          body: { customerId: `cold-${batch + i}`, amount: 1 },
+        }),
+      ),
+    );
   }
   const consumers = startConsumers(source, {
     clients: CLIENTS,
@@ -119,12 +172,21 @@ beforeAll(async () => {
     async after(c, n) {
       const late = `late-${c}-${Math.floor(n / 3)}`;
       if (!firstSent.has(late)) firstSent.set(late, performance.now());
-      expect((await call(source.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: late, amount: 1 } })).status).toBe(200);
+      expect(
+        (
+          await call(source.base, 'POST', '/v1/usage/api_calls/consume', {
+            key: sk,
+            body: { customerId: late, amount: 1 },
+          })
+        ).status,
+      ).toBe(200);
     },
   });
   await new Promise((resolve) => setTimeout(resolve, 300));
   postSentAt = performance.now();
-  const created = await call(source.base, 'POST', '/v1/admin/snapshots', { key: source.keys.admin });
+  const created = await call(source.base, 'POST', '/v1/admin/snapshots', {
+    key: source.keys.admin,
+  });
   acceptedAt = performance.now();
   expect(created.status).toBe(202);
   await new Promise((resolve) => setTimeout(resolve, 300));
@@ -136,7 +198,10 @@ beforeAll(async () => {
   const res = await download(source, created.body.id, snapshotFile);
   expect(res.status).toBe(200);
   expect(res.headers.get('x-tally-snapshot-sha256')).toBe(info.sha256);
-  const printed = await tally(['snapshot', 'secret'], { TALLY_URL: source.base, TALLY_API_KEY: source.keys.admin });
+  const printed = await tally(['snapshot', 'secret'], {
+    TALLY_URL: source.base,
+    TALLY_API_KEY: source.keys.admin,
+  });
   expect(printed.code).toBe(0);
   secretHex = printed.stdout.trim();
   expect(secretHex).toMatch(/^[0-9a-f]{64}$/);
@@ -154,7 +219,12 @@ afterAll(async () => {
 });
 
 const consumed = async (server: ServerProcess, customerId: string): Promise<number> => {
-  const res = await call(server.base, 'GET', `/v1/usage/api_calls/balance?customerId=${customerId}`, { key: server.keys.test.server });
+  const res = await call(
+    server.base,
+    'GET',
+    `/v1/usage/api_calls/balance?customerId=${customerId}`,
+    { key: server.keys.test.server },
+  );
   return res.status === 404 ? 0 : (res.body.consumed as number);
 };
 
@@ -179,13 +249,20 @@ describe('online snapshot → offline restore', () => {
     for (const id of lateAfter) expect(await consumed(server, id), id).toBe(0);
     // Replaying an acknowledged-before key is a replay: it is in the snapshot, idempotency cache included.
     const sk = server.keys.test.server;
-    const replay = (s: Sent) => call(server.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey } });
+    const replay = (s: Sent) =>
+      call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+        key: sk,
+        body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey },
+      });
     for (const s of before) expect((await replay(s)).status).toBe(200);
-    for (const [customerId, value] of start) expect(await consumed(server, customerId), customerId).toBe(value);
+    for (const [customerId, value] of start)
+      expect(await consumed(server, customerId), customerId).toBe(value);
     // A key sent after the 202 is not in it: replaying it consumes once more.
     for (const s of after) await replay(s);
     for (const [customerId, value] of start) {
-      expect(await consumed(server, customerId), customerId).toBe(value + after.filter((s) => s.customerId === customerId).length);
+      expect(await consumed(server, customerId), customerId).toBe(
+        value + after.filter((s) => s.customerId === customerId).length,
+      );
     }
   });
 
@@ -193,16 +270,34 @@ describe('online snapshot → offline restore', () => {
     const server = restored as ServerProcess;
     // bootstrap-keys.json is not restored (secrets stay where they were); the same keys work.
     expect(fs.existsSync(path.join(restoredDir, 'bootstrap-keys.json'))).toBe(false);
-    expect((await call(server.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).status).toBe(200);
-    const pulled = await call(server.base, 'GET', '/v1/sync/pull', { key: source.keys.test.server });
+    expect(
+      (await call(server.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).status,
+    ).toBe(200);
+    const pulled = await call(server.base, 'GET', '/v1/sync/pull', {
+      key: source.keys.test.server,
+    });
     expect(pulled.status).toBe(200);
-    expect(pulled.body.config).toEqual((await call(source.base, 'GET', '/v1/sync/pull', { key: source.keys.test.server })).body.config);
-    const named = await call(server.base, 'GET', '/v1/customers/named', { key: source.keys.test.server });
+    expect(pulled.body.config).toEqual(
+      (await call(source.base, 'GET', '/v1/sync/pull', { key: source.keys.test.server })).body
+        .config,
+    );
+    const named = await call(server.base, 'GET', '/v1/customers/named', {
+      key: source.keys.test.server,
+    });
     expect(named.body).toMatchObject({ id: 'named', name: 'Named Co', metadata: { tier: 'gold' } });
-    expect((await call(server.base, 'GET', '/v1/audit/verify', { key: source.keys.test.server })).body.ok).toBe(true);
+    expect(
+      (await call(server.base, 'GET', '/v1/audit/verify', { key: source.keys.test.server })).body
+        .ok,
+    ).toBe(true);
     const operator = await call(server.base, 'GET', '/v1/admin/audit', { key: source.keys.admin });
-    expect(operator.body.data[0]).toMatchObject({ action: 'snapshot.restore', resourceType: 'snapshot' });
-    expect((await call(server.base, 'GET', '/v1/admin/audit/verify', { key: source.keys.admin })).body.ok).toBe(true);
+    expect(operator.body.data[0]).toMatchObject({
+      action: 'snapshot.restore',
+      resourceType: 'snapshot',
+    });
+    expect(
+      (await call(server.base, 'GET', '/v1/admin/audit/verify', { key: source.keys.admin })).body
+        .ok,
+    ).toBe(true);
   });
 });
 
@@ -216,27 +311,50 @@ describe('restore refuses', () => {
   it.each([
     // Where the middle byte lands depends on the file's content: in a frame's payload its
     // checksum fails (corrupt); in a length prefix the frame overruns the file (truncated).
-    ['a flipped byte', (b: Buffer) => { const c = Buffer.from(b); const i = Math.floor(c.length / 2); c[i] = (c[i] ?? 0) ^ 0xff; return c; }, /corrupt|truncated/],
+    [
+      'a flipped byte',
+      (b: Buffer) => {
+        const c = Buffer.from(b);
+        const i = Math.floor(c.length / 2);
+        c[i] = (c[i] ?? 0) ^ 0xff;
+        return c;
+      },
+      /corrupt|truncated/,
+    ],
     ['a truncated file', (b: Buffer) => b.subarray(0, b.length - 10), /truncated|corrupt/],
     ['a file cut in half', (b: Buffer) => b.subarray(0, Math.floor(b.length / 2)), /truncated/],
     ['something else', () => Buffer.from('{"not":"a snapshot"}'), /not a Tally snapshot/],
   ])('%s, writing nothing', async (_name, mutate, message) => {
     const target = path.join(tempDataDir('target'), 'data');
-    await expect(restoreSnapshot(corrupt(mutate), target, { secret: secretBytes() })).rejects.toThrow(SnapshotFileError);
-    await expect(restoreSnapshot(corrupt(mutate), target, { secret: secretBytes() })).rejects.toThrow(message);
+    await expect(
+      restoreSnapshot(corrupt(mutate), target, { secret: secretBytes() }),
+    ).rejects.toThrow(SnapshotFileError);
+    await expect(
+      restoreSnapshot(corrupt(mutate), target, { secret: secretBytes() }),
+    ).rejects.toThrow(message);
     expect(fs.existsSync(target)).toBe(false);
   });
 
   it('a data dir a running server holds, and a non-empty one', async () => {
-    await expect(restoreSnapshot(snapshotFile, source.dataDir, { secret: secretBytes() })).rejects.toThrow(RestoreRefusedError);
-    await expect(restoreSnapshot(snapshotFile, source.dataDir, { secret: secretBytes() })).rejects.toThrow(/running Tally server \(pid \d+\)/);
+    await expect(
+      restoreSnapshot(snapshotFile, source.dataDir, { secret: secretBytes() }),
+    ).rejects.toThrow(RestoreRefusedError);
+    await expect(
+      restoreSnapshot(snapshotFile, source.dataDir, { secret: secretBytes() }),
+    ).rejects.toThrow(/running Tally server \(pid \d+\)/);
     const nonEmpty = tempDataDir('nonempty');
     fs.writeFileSync(path.join(nonEmpty, 'something'), 'x');
-    await expect(restoreSnapshot(snapshotFile, nonEmpty, { secret: secretBytes() })).rejects.toThrow(/not empty/);
+    await expect(
+      restoreSnapshot(snapshotFile, nonEmpty, { secret: secretBytes() }),
+    ).rejects.toThrow(/not empty/);
   });
 
   it('and a second server will not start on a data dir in use', () => {
-    const result = spawnSync(process.execPath, [MAIN_JS], { env: { ...process.env, PORT: '0', TALLY_DATA_DIR: source.dataDir }, encoding: 'utf8', timeout: 20_000 });
+    const result = spawnSync(process.execPath, [MAIN_JS], {
+      env: { ...process.env, PORT: '0', TALLY_DATA_DIR: source.dataDir },
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
     expect(result.status).toBe(1);
     expect(result.stderr).toMatch(/in use by a running Tally server \(pid \d+\)/);
   });
@@ -248,15 +366,36 @@ describe('snapshot management', () => {
     const list = await call(source.base, 'GET', '/v1/admin/snapshots', { key: admin });
     expect(list.body.data.length).toBeGreaterThanOrEqual(1);
     const [latest] = list.body.data;
-    expect(latest).toMatchObject({ status: 'complete', customers: expect.any(Number), bytes: expect.any(Number), journalPositions: expect.any(Array) });
-    expect((await call(source.base, 'GET', '/v1/admin/snapshots/snap_nope', { key: admin })).status).toBe(404);
-    expect((await call(source.base, 'GET', '/v1/admin/snapshots/snap_nope/file', { key: admin })).status).toBe(404);
-    expect((await call(source.base, 'GET', '/v1/admin/snapshots/..%2Fcontrol', { key: admin })).status).toBe(400);
-    expect((await call(source.base, 'DELETE', `/v1/admin/snapshots/${latest.id}`, { key: admin })).status).toBe(204);
-    expect((await call(source.base, 'GET', `/v1/admin/snapshots/${latest.id}`, { key: admin })).status).toBe(404);
+    expect(latest).toMatchObject({
+      status: 'complete',
+      customers: expect.any(Number),
+      bytes: expect.any(Number),
+      journalPositions: expect.any(Array),
+    });
+    expect(
+      (await call(source.base, 'GET', '/v1/admin/snapshots/snap_nope', { key: admin })).status,
+    ).toBe(404);
+    expect(
+      (await call(source.base, 'GET', '/v1/admin/snapshots/snap_nope/file', { key: admin })).status,
+    ).toBe(404);
+    expect(
+      (await call(source.base, 'GET', '/v1/admin/snapshots/..%2Fcontrol', { key: admin })).status,
+    ).toBe(400);
+    expect(
+      (await call(source.base, 'DELETE', `/v1/admin/snapshots/${latest.id}`, { key: admin }))
+        .status,
+    ).toBe(204);
+    expect(
+      (await call(source.base, 'GET', `/v1/admin/snapshots/${latest.id}`, { key: admin })).status,
+    ).toBe(404);
     expect(fs.existsSync(path.join(source.dataDir, 'snapshots', `${latest.id}.tsnap`))).toBe(false);
-    const audit = await call(source.base, 'GET', '/v1/admin/audit?resourceType=snapshot', { key: admin });
-    expect(audit.body.data.map((e: { action: string }) => e.action)).toEqual(['snapshot.delete', 'snapshot.create']);
+    const audit = await call(source.base, 'GET', '/v1/admin/audit?resourceType=snapshot', {
+      key: admin,
+    });
+    expect(audit.body.data.map((e: { action: string }) => e.action)).toEqual([
+      'snapshot.delete',
+      'snapshot.create',
+    ]);
   });
 });
 
@@ -278,13 +417,20 @@ describe('tally snapshot (the CLI)', () => {
     expect(listed.stdout).toContain('complete');
 
     // An existing --out is refused before the service is asked for anything; --force replaces it.
-    const snapshotsBefore = (await call(source.base, 'GET', '/v1/admin/snapshots', { key: source.keys.admin })).body.data.length as number;
+    const snapshotsBefore = (
+      await call(source.base, 'GET', '/v1/admin/snapshots', { key: source.keys.admin })
+    ).body.data.length as number;
     const kept = fs.readFileSync(out);
     const again = await tally(['snapshot', 'create', '--out', out], env);
     expect(again.code).toBe(1);
-    expect(again.stderr).toBe(`error: ${out} already exists; pass --force to replace it (nothing was done)\n`);
+    expect(again.stderr).toBe(
+      `error: ${out} already exists; pass --force to replace it (nothing was done)\n`,
+    );
     expect(fs.readFileSync(out).equals(kept)).toBe(true);
-    expect((await call(source.base, 'GET', '/v1/admin/snapshots', { key: source.keys.admin })).body.data.length).toBe(snapshotsBefore);
+    expect(
+      (await call(source.base, 'GET', '/v1/admin/snapshots', { key: source.keys.admin })).body.data
+        .length,
+    ).toBe(snapshotsBefore);
     const download = await tally(['snapshot', 'download', info.id, '--out', out], env);
     expect(download.code).toBe(1);
     expect(download.stderr).toContain('already exists; pass --force');
@@ -295,23 +441,53 @@ describe('tally snapshot (the CLI)', () => {
     const replaced = JSON.parse(forced.stdout) as { id: string; sha256: string };
     expect(replaced.id).not.toBe(info.id);
     expect(createHash('sha256').update(fs.readFileSync(out)).digest('hex')).toBe(replaced.sha256);
-    expect((await tally(['snapshot', 'download', info.id, '--out', out, '--force'], env)).code).toBe(0);
+    expect(
+      (await tally(['snapshot', 'download', info.id, '--out', out, '--force'], env)).code,
+    ).toBe(0);
     expect(createHash('sha256').update(fs.readFileSync(out)).digest('hex')).toBe(info.sha256);
 
     const target = path.join(dir, 'data');
-    const restore = await tally(['snapshot', 'restore', out, '--data-dir', target, '--workers', '2']);
+    const restore = await tally([
+      'snapshot',
+      'restore',
+      out,
+      '--data-dir',
+      target,
+      '--workers',
+      '2',
+    ]);
     expect(restore.code).toBe(0);
     const copy = await startServerProcess({ dataDir: target, keys: source.keys });
     try {
       // Nothing wrote to the source since the snapshot: every balance is exactly the same,
       // although the customers are now dealt over two workers.
-      expect((await call(copy.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).body.workers).toBe(2);
-      for (const customerId of [...Array.from({ length: CUSTOMERS }, (_, c) => `cust-${c}`), 'cold-0', 'cold-1999', 'named']) {
-        const a = await call(source.base, 'GET', `/v1/usage/api_calls/balance?customerId=${customerId}`, { key: source.keys.test.server });
-        const b = await call(copy.base, 'GET', `/v1/usage/api_calls/balance?customerId=${customerId}`, { key: source.keys.test.server });
+      expect(
+        (await call(copy.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).body.workers,
+      ).toBe(2);
+      for (const customerId of [
+        ...Array.from({ length: CUSTOMERS }, (_, c) => `cust-${c}`),
+        'cold-0',
+        'cold-1999',
+        'named',
+      ]) {
+        const a = await call(
+          source.base,
+          'GET',
+          `/v1/usage/api_calls/balance?customerId=${customerId}`,
+          { key: source.keys.test.server },
+        );
+        const b = await call(
+          copy.base,
+          'GET',
+          `/v1/usage/api_calls/balance?customerId=${customerId}`,
+          { key: source.keys.test.server },
+        );
         expect(b.body, customerId).toEqual(a.body);
       }
-      expect((await call(copy.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).body.customers).toBe(info.customers);
+      expect(
+        (await call(copy.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).body
+          .customers,
+      ).toBe(info.customers);
     } finally {
       await copy.stop();
     }
@@ -335,7 +511,11 @@ describe('tally snapshot (the CLI)', () => {
     expect((await tally(['snapshot', 'restore', out, '--data-dir', target])).code).toBe(0);
     const copy = await startServerProcess({ dataDir: target, keys: source.keys });
     try {
-      const replay = (s: Sent) => call(copy.base, 'POST', '/v1/usage/api_calls/consume', { key: sk, body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey } });
+      const replay = (s: Sent) =>
+        call(copy.base, 'POST', '/v1/usage/api_calls/consume', {
+          key: sk,
+          body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey },
+        });
       const before = log.filter((s) => s.ackedAt !== null && s.ackedAt < spawnedAt);
       const after = log.filter((s) => s.sentAt > exitedAt);
       expect(before.length).toBeGreaterThan(10);
@@ -343,9 +523,16 @@ describe('tally snapshot (the CLI)', () => {
       const start = new Map<string, number>();
       for (let c = 0; c < CUSTOMERS; c++) start.set(`cust-${c}`, await consumed(copy, `cust-${c}`));
       for (const s of before) await replay(s);
-      for (const [id, value] of start) expect(await consumed(copy, id), `${id}: a key acknowledged before the command was not in the snapshot`).toBe(value);
+      for (const [id, value] of start)
+        expect(
+          await consumed(copy, id),
+          `${id}: a key acknowledged before the command was not in the snapshot`,
+        ).toBe(value);
       for (const s of after) await replay(s);
-      for (const [id, value] of start) expect(await consumed(copy, id), id).toBe(value + after.filter((s) => s.customerId === id).length);
+      for (const [id, value] of start)
+        expect(await consumed(copy, id), id).toBe(
+          value + after.filter((s) => s.customerId === id).length,
+        );
     } finally {
       await copy.stop();
     }
@@ -366,7 +553,10 @@ describe('tally snapshot (the CLI)', () => {
     expect(live.stderr).toMatch(/held by a running Tally server/);
     const usage = await tally(['snapshot', 'restore', snapshotFile]);
     expect(usage.code).toBe(2);
-    const envKey = await tally(['snapshot', 'create', '--out', path.join(dir, 'x.tsnap')], { TALLY_URL: source.base, TALLY_API_KEY: source.keys.live.server });
+    const envKey = await tally(['snapshot', 'create', '--out', path.join(dir, 'x.tsnap')], {
+      TALLY_URL: source.base,
+      TALLY_API_KEY: source.keys.live.server,
+    });
     expect(envKey.code).toBe(1);
     expect(envKey.stderr).toContain('this endpoint requires the operator key');
   });
@@ -384,20 +574,24 @@ describe('snapshot authenticity', () => {
     const fd = fs.openSync(file, 'w');
     const writer = new SnapshotWriter(fd, randomBytes(32));
     writer.frame(header);
-    for (const frame of frames) writer.frame(edit(frame) as Exclude<SnapshotFrame, SnapshotHeader | SnapshotTrailer>);
+    for (const frame of frames)
+      writer.frame(edit(frame) as Exclude<SnapshotFrame, SnapshotHeader | SnapshotTrailer>);
     writer.finish();
     fs.closeSync(fd);
     return file;
   }
   /** An operator key whose secret the editor knows. */
   const planted = issueKey('admin', null, Date.now());
-  const withPlantedKey = (frame: SnapshotFrame): SnapshotFrame => (frame.k === 'keys' ? { ...frame, items: [...frame.items, planted.record] } : frame);
+  const withPlantedKey = (frame: SnapshotFrame): SnapshotFrame =>
+    frame.k === 'keys' ? { ...frame, items: [...frame.items, planted.record] } : frame;
 
   it('an edited file whose checksums were all recomputed is refused with the true secret, and nothing is written', async () => {
     const file = edited(withPlantedKey);
     expect(() => verifySnapshotFile(file)).not.toThrow(); // intact as far as checksums can tell
     const target = path.join(tempDataDir('auth'), 'data');
-    await expect(restoreSnapshot(file, target, { secret: secretBytes() })).rejects.toThrow(SnapshotNotAuthenticError);
+    await expect(restoreSnapshot(file, target, { secret: secretBytes() })).rejects.toThrow(
+      SnapshotNotAuthenticError,
+    );
     expect(fs.existsSync(target)).toBe(false);
     const cli = await tally(['snapshot', 'restore', file, '--data-dir', target]);
     expect(cli.code).toBe(1);
@@ -407,32 +601,91 @@ describe('snapshot authenticity', () => {
 
   it('without the secret a restore is refused unless the operator says --unauthenticated', async () => {
     const target = path.join(tempDataDir('nosecret'), 'data');
-    const refused = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', target], { TALLY_SNAPSHOT_SECRET: '' });
+    const refused = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', target], {
+      TALLY_SNAPSHOT_SECRET: '',
+    });
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/restore needs the snapshot secret/);
     expect(fs.existsSync(target)).toBe(false);
-    const wrong = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', target], { TALLY_SNAPSHOT_SECRET: 'f'.repeat(64) });
+    const wrong = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', target], {
+      TALLY_SNAPSHOT_SECRET: 'f'.repeat(64),
+    });
     expect(wrong.stderr).toMatch(/not authentic/);
-    const accepted = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', target, '--unauthenticated'], { TALLY_SNAPSHOT_SECRET: '' });
+    const accepted = await tally(
+      ['snapshot', 'restore', snapshotFile, '--data-dir', target, '--unauthenticated'],
+      { TALLY_SNAPSHOT_SECRET: '' },
+    );
     expect(accepted.code, accepted.stderr).toBe(0);
   });
 
   it('restored with the secret, the new data dir keeps that secret for its own snapshots', async () => {
     // beforeAll's restored server runs on the data dir restored with the source's secret.
-    const secret = await call((restored as ServerProcess).base, 'GET', '/v1/admin/snapshot-secret', { key: source.keys.admin });
+    const secret = await call(
+      (restored as ServerProcess).base,
+      'GET',
+      '/v1/admin/snapshot-secret',
+      { key: source.keys.admin },
+    );
     expect(secret).toMatchObject({ status: 200, body: { secret: secretHex } });
-    expect((await call((restored as ServerProcess).base, 'GET', '/v1/admin/snapshot-secret', { key: source.keys.test.server })).status).toBe(403);
+    expect(
+      (
+        await call((restored as ServerProcess).base, 'GET', '/v1/admin/snapshot-secret', {
+          key: source.keys.test.server,
+        })
+      ).status,
+    ).toBe(403);
   });
 
   it('an unauthenticated file is still validated: a malformed key, configuration or customer is refused, nothing written', async () => {
-    const cases: ReadonlyArray<readonly [string, (frame: SnapshotFrame) => SnapshotFrame, RegExp]> = [
-      ['key', (f) => (f.k === 'keys' ? { ...f, items: [...f.items, { ...planted.record, hashHex: 'not-a-digest' }] } : f), /invalid API key record/],
-      ['config', (f) => (f.k === 'configs' ? { ...f, entries: f.entries.map((e) => ({ ...(e as object), config: { entitlements: 'nope' } })) } : f), /invalid configuration \(version \d+\): invalid billing configuration/],
-      ['customer', (f) => (f.k === 'customers' ? { ...f, items: f.items.map((c, i) => (i === 0 ? { ...(c as { profile: object }), profile: { ...(c as { profile: object }).profile, email: 'not an email' } } : c)) } : f), /invalid customer .*email/],
-    ];
+    const cases: ReadonlyArray<readonly [string, (frame: SnapshotFrame) => SnapshotFrame, RegExp]> =
+      [
+        [
+          'key',
+          (f) =>
+            f.k === 'keys'
+              ? { ...f, items: [...f.items, { ...planted.record, hashHex: 'not-a-digest' }] }
+              : f,
+          /invalid API key record/,
+        ],
+        [
+          'config',
+          (f) =>
+            f.k === 'configs'
+              ? {
+                  ...f,
+                  entries: f.entries.map((e) => ({
+                    ...(e as object),
+                    config: { entitlements: 'nope' },
+                  })),
+                }
+              : f,
+          /invalid configuration \(version \d+\): invalid billing configuration/,
+        ],
+        [
+          'customer',
+          (f) =>
+            f.k === 'customers'
+              ? {
+                  ...f,
+                  items: f.items.map((c, i) =>
+                    i === 0
+                      ? {
+                          ...(c as { profile: object }),
+                          profile: { ...(c as { profile: object }).profile, email: 'not an email' },
+                        }
+                      : c,
+                  ),
+                }
+              : f,
+          /invalid customer .*email/,
+        ],
+      ];
     for (const [what, edit, message] of cases) {
       const target = path.join(tempDataDir(`invalid-${what}`), 'data');
-      const res = await tally(['snapshot', 'restore', edited(edit), '--data-dir', target, '--unauthenticated'], { TALLY_SNAPSHOT_SECRET: '' });
+      const res = await tally(
+        ['snapshot', 'restore', edited(edit), '--data-dir', target, '--unauthenticated'],
+        { TALLY_SNAPSHOT_SECRET: '' },
+      );
       expect(res.code, what).toBe(1);
       expect(res.stderr, what).toMatch(message);
       expect(fs.existsSync(target), what).toBe(false);

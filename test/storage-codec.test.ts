@@ -10,7 +10,14 @@ import { describe, it, expect } from 'vitest';
 import { decodeRecord, encodeRecord, packr } from '../storage/codec.js';
 
 /** How frames were encoded before msgpackr records (codec.ts): plain MessagePack maps. */
-const mapsPackr = new Packr({ useRecords: false, mapsAsObjects: true, int64AsType: 'bigint', useBigIntExtension: true, useToJSON: false, copyBuffers: true });
+const mapsPackr = new Packr({
+  useRecords: false,
+  mapsAsObjects: true,
+  int64AsType: 'bigint',
+  useBigIntExtension: true,
+  useToJSON: false,
+  copyBuffers: true,
+});
 
 /** A journal record written by the plain-map codec, byte for byte (base64 of the frame). */
 const MAPS_FRAME_BASE64 =
@@ -30,7 +37,15 @@ const MAPS_FRAME_EVENTS = [
     overageMicros: 0n,
     idempotency: { scope: 'consume\u0000api_calls\u0000k1', fingerprint: '1500064' },
   },
-  { type: 'limitSettingsSet', environment: 'live', customerId: 'cust-2', key: 'seats', atMs: 1767225600124, purchased: 100, autoExpansionEnabled: true },
+  {
+    type: 'limitSettingsSet',
+    environment: 'live',
+    customerId: 'cust-2',
+    key: 'seats',
+    atMs: 1767225600124,
+    purchased: 100,
+    autoExpansionEnabled: true,
+  },
   {
     type: 'customerUpserted',
     environment: 'test',
@@ -58,7 +73,11 @@ const storedValue = fc.letrec((tie) => ({
     fc.boolean(),
     fc.constant(null),
     fc.array(tie('value'), { maxLength: 6 }),
-    fc.dictionary(fc.string({ maxLength: 6 }).filter((k) => k !== '__proto__'), tie('value'), { maxKeys: 6 }),
+    fc.dictionary(
+      fc.string({ maxLength: 6 }).filter((k) => k !== '__proto__'),
+      tie('value'),
+      { maxKeys: 6 },
+    ),
   ),
 })).value;
 
@@ -85,12 +104,19 @@ describe('codec', () => {
   });
 
   it("round-trips bigints wider than 64 bits (a meter's overage total can outgrow int64)", () => {
-    const totals = { overageMicros: 25_000_000_000_000_000_000n, deficit: -(2n ** 70n) - 3n, edge: 2n ** 64n };
+    const totals = {
+      overageMicros: 25_000_000_000_000_000_000n,
+      deficit: -(2n ** 70n) - 3n,
+      edge: 2n ** 64n,
+    };
     expect(decodeRecord(encodeRecord(totals))).toEqual({ ok: true, value: totals });
   });
 
   it('round-trips arrays of events (the journal record shape)', () => {
-    const events = [{ type: 'usage', qty: 3n }, { type: 'grant', amountMinor: 10n }];
+    const events = [
+      { type: 'usage', qty: 3n },
+      { type: 'grant', amountMinor: 10n },
+    ];
     expect(decodeRecord(encodeRecord(events))).toEqual({ ok: true, value: events });
   });
 
@@ -103,14 +129,21 @@ describe('codec', () => {
   });
 
   it('writes records: a repeated object shape is stored once per frame', () => {
-    const events = Array.from({ length: 100 }, (_, i) => ({ type: 'consumed', customerId: `c${i}`, includedMicros: BigInt(i) }));
+    const events = Array.from({ length: 100 }, (_, i) => ({
+      type: 'consumed',
+      customerId: `c${i}`,
+      includedMicros: BigInt(i),
+    }));
     const frame = encodeRecord(events);
     expect(frame.length).toBeLessThan(mapsPackr.pack(events).length / 2);
     expect(decodeRecord(frame)).toEqual({ ok: true, value: events });
   });
 
   it('round-trips more object shapes in one frame than msgpackr has record ids (64)', () => {
-    const items = Array.from({ length: 300 }, (_, i) => ({ id: i, [`k${i % 150}`]: { [`m${i % 97}`]: i, n: 64 + (i % 64) } }));
+    const items = Array.from({ length: 300 }, (_, i) => ({
+      id: i,
+      [`k${i % 150}`]: { [`m${i % 97}`]: i, n: 64 + (i % 64) },
+    }));
     expect(decodeRecord(encodeRecord(items))).toEqual({ ok: true, value: items });
   });
 
@@ -149,7 +182,10 @@ describe('codec', () => {
     expect(decodeRecord(frame.subarray(0, 3))).toEqual({ ok: false, reason: 'truncated' });
     expect(decodeRecord(frame.subarray(0, 4))).toEqual({ ok: false, reason: 'truncated' });
     // A cut payload fails its checksum (the frame has no length field).
-    expect(decodeRecord(frame.subarray(0, frame.length - 1))).toEqual({ ok: false, reason: 'checksum' });
+    expect(decodeRecord(frame.subarray(0, frame.length - 1))).toEqual({
+      ok: false,
+      reason: 'checksum',
+    });
   });
 
   it('reports garbage without throwing', () => {
@@ -170,7 +206,9 @@ describe('codec', () => {
     const frame = encodeRecord([1n, 2, 'x']);
     const padded = new Uint8Array(frame.length + 10);
     padded.set(frame, 7);
-    expect(decodeRecord(padded.subarray(7, 7 + frame.length))).toEqual({ ok: true, value: [1n, 2, 'x'] });
+    expect(decodeRecord(padded.subarray(7, 7 + frame.length))).toEqual({
+      ok: true,
+      value: [1n, 2, 'x'],
+    });
   });
 });
-

@@ -8,7 +8,9 @@ import { ControlStore, type KeyRecord } from '../storage/control-store.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
 import { storeFixture } from './support/store-fixture.js';
 
-const { tempDir, openStore, closeStore } = storeFixture('tally-control-', (dir) => ControlStore.open(dir));
+const { tempDir, openStore, closeStore } = storeFixture('tally-control-', (dir) =>
+  ControlStore.open(dir),
+);
 
 function key(id: string, overrides: Partial<KeyRecord> = {}): KeyRecord {
   return {
@@ -48,15 +50,29 @@ describe('ControlStore', () => {
     expect(store.latestConfig('test')).toBeNull();
     expect(store.latestConfigVersion('test')).toBe(0);
     await store.putConfig('test', { version: 1, pushedAtMs: 10, config: { plan: 'a' } });
-    await store.putConfig('test', { version: 2, pushedAtMs: 20, config: { plan: 'b', priceMinor: 5n } });
+    await store.putConfig('test', {
+      version: 2,
+      pushedAtMs: 20,
+      config: { plan: 'b', priceMinor: 5n },
+    });
     await store.putConfig('live', { version: 9, pushedAtMs: 30, config: { plan: 'live' } });
     await store.putConfig('test', { version: 10, pushedAtMs: 40, config: { plan: 'c' } });
     await closeStore(store);
 
     const reopened = openStore(dataDir);
-    expect(reopened.latestConfig('test')).toEqual({ version: 10, pushedAtMs: 40, config: { plan: 'c' } });
-    expect(reopened.latestConfig('live')).toEqual({ version: 9, pushedAtMs: 30, config: { plan: 'live' } });
-    expect([reopened.latestConfigVersion('test'), reopened.latestConfigVersion('live')]).toEqual([10, 9]);
+    expect(reopened.latestConfig('test')).toEqual({
+      version: 10,
+      pushedAtMs: 40,
+      config: { plan: 'c' },
+    });
+    expect(reopened.latestConfig('live')).toEqual({
+      version: 9,
+      pushedAtMs: 30,
+      config: { plan: 'live' },
+    });
+    expect([reopened.latestConfigVersion('test'), reopened.latestConfigVersion('live')]).toEqual([
+      10, 9,
+    ]);
     await closeStore(reopened);
 
     const env = openDurableEnv(join(dataDir, 'control'), ['configs']);
@@ -69,7 +85,7 @@ describe('ControlStore', () => {
     await env.root.close();
   });
 
-  it('keeps environments apart: one environment never sees the other\'s config', async () => {
+  it("keeps environments apart: one environment never sees the other's config", async () => {
     const store = openStore(tempDir());
     await store.putConfig('live', { version: 3, pushedAtMs: 1, config: 'live-only' });
     expect(store.latestConfig('test')).toBeNull();
@@ -81,9 +97,9 @@ describe('ControlStore', () => {
   it('refuses to overwrite an existing config version', async () => {
     const store = openStore(tempDir());
     await store.putConfig('test', { version: 1, pushedAtMs: 1, config: 'first' });
-    await expect(store.putConfig('test', { version: 1, pushedAtMs: 2, config: 'second' })).rejects.toThrow(
-      /version 1 for test already exists/,
-    );
+    await expect(
+      store.putConfig('test', { version: 1, pushedAtMs: 2, config: 'second' }),
+    ).rejects.toThrow(/version 1 for test already exists/);
     expect(store.latestConfig('test')?.config).toBe('first');
   });
 

@@ -44,7 +44,11 @@ const straceWorks = spawnSync('strace', ['-f', '-o', '/dev/null', 'true']).statu
 
 describe('storage durability', () => {
   it('opens the control environment with overlappingSync and noSync off', async () => {
-    expect(DURABLE_ENV_OPTIONS).toMatchObject({ overlappingSync: false, noSync: false, noMetaSync: false });
+    expect(DURABLE_ENV_OPTIONS).toMatchObject({
+      overlappingSync: false,
+      noSync: false,
+      noMetaSync: false,
+    });
     const env = openDurableEnv(tempDir('options'), ['journal']);
     // lmdb-js copies the effective root options onto the root store (and turns
     // overlappingSync off there if the environment on disk was opened without it).
@@ -55,7 +59,12 @@ describe('storage durability', () => {
   });
 
   it('opens shard environments with overlappingSync and separateFlushed, syncing', async () => {
-    expect(SHARD_ENV_OPTIONS).toMatchObject({ overlappingSync: true, separateFlushed: true, noSync: false, noMetaSync: false });
+    expect(SHARD_ENV_OPTIONS).toMatchObject({
+      overlappingSync: true,
+      separateFlushed: true,
+      noSync: false,
+      noMetaSync: false,
+    });
     const env = openDurableEnv(tempDir('shard-options'), ['journal'], SHARD_ENV_OPTIONS);
     const effective = env.root as unknown as { overlappingSync: unknown; noSync: unknown };
     expect(effective.overlappingSync).toBe(true);
@@ -70,14 +79,21 @@ describe('storage durability', () => {
       const events = [{ type: 'usage', amountMinor: 42n }];
       const { seq, durable } = store.append(events);
       await durable;
-      const child = spawnSync(process.execPath, ['--input-type=module', '-e', readJournalHexScript, dir, String(seq)], {
-        cwd: projectRoot,
-        encoding: 'utf8',
-      });
+      const child = spawnSync(
+        process.execPath,
+        ['--input-type=module', '-e', readJournalHexScript, dir, String(seq)],
+        {
+          cwd: projectRoot,
+          encoding: 'utf8',
+        },
+      );
       expect(child.stderr).toBe('');
       expect(child.status).toBe(0);
       expect(child.stdout).not.toBe('missing');
-      expect(decodeRecord(Buffer.from(child.stdout.trim(), 'hex'))).toEqual({ ok: true, value: events });
+      expect(decodeRecord(Buffer.from(child.stdout.trim(), 'hex'))).toEqual({
+        ok: true,
+        value: events,
+      });
     } finally {
       await store.close();
     }
@@ -90,8 +106,18 @@ describe('storage durability', () => {
     const tracePath = join(outDir, 'trace.txt');
     const child = spawnSync(
       'strace',
-      ['-f', '-o', tracePath, '-e', 'trace=fdatasync,fsync,write', '-e', `inject=fdatasync,fsync:delay_enter=${DELAY_MS * 1000}`,
-        process.execPath, join(outDir, 'probe.mjs'), dataDir],
+      [
+        '-f',
+        '-o',
+        tracePath,
+        '-e',
+        'trace=fdatasync,fsync,write',
+        '-e',
+        `inject=fdatasync,fsync:delay_enter=${DELAY_MS * 1000}`,
+        process.execPath,
+        join(outDir, 'probe.mjs'),
+        dataDir,
+      ],
       { encoding: 'utf8' },
     );
     expect(child.status, child.stderr).toBe(0);
@@ -103,12 +129,15 @@ describe('storage durability', () => {
     expect(Number(durableLine?.[2])).toBeGreaterThanOrEqual(DELAY_MS);
 
     const trace = readFileSync(tracePath, 'utf8').split('\n');
-    const syncCompleted = (line: string): boolean => /f(data)?sync(\(\d+\)| resumed>).*= 0/.test(line);
+    const syncCompleted = (line: string): boolean =>
+      /f(data)?sync(\(\d+\)| resumed>).*= 0/.test(line);
     const barrierIssued = trace.findIndex((line) => line.includes('write(1, "BARRIER ISSUED'));
     const barrierDone = trace.findIndex((line) => line.includes('write(1, "BARRIER DURABLE'));
     expect(barrierIssued).toBeGreaterThanOrEqual(0);
     expect(barrierDone).toBeGreaterThan(barrierIssued);
-    expect(trace.slice(barrierIssued, barrierDone).filter(syncCompleted).length).toBeGreaterThanOrEqual(1);
+    expect(
+      trace.slice(barrierIssued, barrierDone).filter(syncCompleted).length,
+    ).toBeGreaterThanOrEqual(1);
     const issued = trace.findIndex((line) => line.includes('write(1, "ISSUED'));
     const resolved = trace.findIndex((line) => line.includes('write(1, "DURABLE'));
     expect(issued).toBeGreaterThanOrEqual(0);
@@ -123,7 +152,13 @@ describe('storage durability', () => {
     // killing the process) makes the 8 MiB record's transaction fail.
     const child = spawnSync(
       'bash',
-      ['-c', `trap '' XFSZ; ulimit -f 4096; exec "$0" "$1" "$2"`, process.execPath, join(outDir, 'probe.mjs'), tempDir('efbig')],
+      [
+        '-c',
+        `trap '' XFSZ; ulimit -f 4096; exec "$0" "$1" "$2"`,
+        process.execPath,
+        join(outDir, 'probe.mjs'),
+        tempDir('efbig'),
+      ],
       { encoding: 'utf8' },
     );
     expect(child.status, child.stderr).toBe(0);
@@ -189,8 +224,24 @@ function compileStorage(script: string): string {
   const outDir = tempDir('build');
   const tsc = spawnSync(
     join(projectRoot, 'node_modules/.bin/tsc'),
-    ['--ignoreConfig', '--outDir', outDir, '--rootDir', projectRoot, '--module', 'nodenext', '--moduleResolution', 'nodenext',
-      '--target', 'es2022', '--types', 'node', '--skipLibCheck', '--strict', join(projectRoot, 'storage/journal.ts')],
+    [
+      '--ignoreConfig',
+      '--outDir',
+      outDir,
+      '--rootDir',
+      projectRoot,
+      '--module',
+      'nodenext',
+      '--moduleResolution',
+      'nodenext',
+      '--target',
+      'es2022',
+      '--types',
+      'node',
+      '--skipLibCheck',
+      '--strict',
+      join(projectRoot, 'storage/journal.ts'),
+    ],
     { encoding: 'utf8', cwd: projectRoot },
   );
   expect(tsc.status, tsc.stdout + tsc.stderr).toBe(0);

@@ -12,11 +12,30 @@ import { ShardStore } from '../storage/journal.js';
 import { storeFixture } from './support/store-fixture.js';
 
 const SHAPES = { isEvent, isSnapshotItem: isCustomerSnapshot, isAudit: isPendingAudit };
-const { tempDir, openStore, closeStore } = storeFixture('tally-shapes-', (dir) => ShardStore.open(dir, SHAPES));
+const { tempDir, openStore, closeStore } = storeFixture('tally-shapes-', (dir) =>
+  ShardStore.open(dir, SHAPES),
+);
 const untyped = storeFixture('tally-shapes-untyped-', (dir) => ShardStore.open(dir));
 
-const EVENT: Event = { type: 'lotGranted', environment: 'test', customerId: 'c1', key: 'api_calls', atMs: 1, lotId: 'lot1', micros: 5n };
-const AUDIT: PendingAudit = { ref: 'r1', environment: 'test', action: 'contract.delete', resourceType: 'contract', resourceId: 'c1', actor: 'key_1', data: {}, atMs: 1 };
+const EVENT: Event = {
+  type: 'lotGranted',
+  environment: 'test',
+  customerId: 'c1',
+  key: 'api_calls',
+  atMs: 1,
+  lotId: 'lot1',
+  micros: 5n,
+};
+const AUDIT: PendingAudit = {
+  ref: 'r1',
+  environment: 'test',
+  action: 'contract.delete',
+  resourceType: 'contract',
+  resourceId: 'c1',
+  actor: 'key_1',
+  data: {},
+  atMs: 1,
+};
 
 describe('record shapes', () => {
   it('accepts the records the shard writes', async () => {
@@ -39,11 +58,17 @@ describe('record shapes', () => {
     const raw = untyped.openStore(dir);
     await raw.append([EVENT]).durable;
     const badAudit = { ref: 'r2', actor: 7 };
-    await raw.append([{ type: 'consumed', environment: 'staging', customerId: 'c1' }], [], [badAudit]).durable;
+    await raw.append(
+      [{ type: 'consumed', environment: 'staging', customerId: 'c1' }],
+      [],
+      [badAudit],
+    ).durable;
     await raw.writeSnapshot(1, [{ id: 'c3' }]);
     await untyped.closeStore(raw);
     const typed = openStore(dir);
-    expect(() => typed.replay(1, () => undefined)).toThrow(/journal is corrupt at seq 2 \(an event of the wrong shape\)/);
+    expect(() => typed.replay(1, () => undefined)).toThrow(
+      /journal is corrupt at seq 2 \(an event of the wrong shape\)/,
+    );
     expect(() => typed.loadSnapshot()).toThrow(/chunk 1 holds an item of the wrong shape/);
     expect(() => typed.pendingAudits()).toThrow(/pending audit r2 is corrupt/);
   });

@@ -4,10 +4,22 @@
  * the configuration or the clock: everything it needs is in the event.
  */
 import { assert } from '../../shared/assert.js';
-import { IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX, IDEMPOTENCY_RETENTION_MS } from '../../shared/limits.js';
+import {
+  IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX,
+  IDEMPOTENCY_RETENTION_MS,
+} from '../../shared/limits.js';
 import { applyCommerce } from './commerce.js';
 import { internKey, newCustomer, NO_LOT_DRAWS, NO_LOTS } from './state.js';
-import type { CustomerProfile, CustomerState, Event, IdempotencyRecord, Lot, LotDraw, MeterState, ProfilePatch } from './types.js';
+import type {
+  CustomerProfile,
+  CustomerState,
+  Event,
+  IdempotencyRecord,
+  Lot,
+  LotDraw,
+  MeterState,
+  ProfilePatch,
+} from './types.js';
 
 /**
  * Folds one event into the customer's state, creating the customer if needed. Mutates
@@ -16,7 +28,10 @@ import type { CustomerProfile, CustomerState, Event, IdempotencyRecord, Lot, Lot
  */
 export function apply(customer: CustomerState | undefined, event: Event): CustomerState {
   const state = customer ?? newCustomer(event.environment, event.customerId, event.atMs);
-  assert(state.id === event.customerId && state.environment === event.environment, 'event addressed to this customer');
+  assert(
+    state.id === event.customerId && state.environment === event.environment,
+    'event addressed to this customer',
+  );
   switch (event.type) {
     case 'consumed':
       applyConsumed(meterFor(state, event.key), event);
@@ -25,7 +40,10 @@ export function apply(customer: CustomerState | undefined, event: Event): Custom
       applyRefunded(meterFor(state, event.key), event);
       break;
     case 'limitSettingsSet':
-      (state.limits ??= new Map()).set(event.key, { purchased: event.purchased, autoExpansionEnabled: event.autoExpansionEnabled });
+      (state.limits ??= new Map()).set(event.key, {
+        purchased: event.purchased,
+        autoExpansionEnabled: event.autoExpansionEnabled,
+      });
       break;
     case 'usageSettingsSet':
       meterFor(state, event.key).overageEnabled = event.overageEnabled;
@@ -77,7 +95,14 @@ function applyProfile(profile: CustomerProfile, patch: ProfilePatch, atMs: numbe
 function meterFor(state: CustomerState, key: string): MeterState {
   let meter = state.meters.get(key);
   if (meter === undefined) {
-    meter = { periodStartMs: 0, includedUsedMicros: 0n, overageMicros: 0n, lotDraws: NO_LOT_DRAWS, overageEnabled: false, lots: NO_LOTS };
+    meter = {
+      periodStartMs: 0,
+      includedUsedMicros: 0n,
+      overageMicros: 0n,
+      lotDraws: NO_LOT_DRAWS,
+      overageEnabled: false,
+      lots: NO_LOTS,
+    };
     state.meters.set(internKey(key), meter);
   }
   return meter;
@@ -132,7 +157,10 @@ function applyRefunded(meter: MeterState, event: Extract<Event, { type: 'refunde
   meter.overageMicros -= event.overageMicros;
   for (const [lotId, micros] of event.lotRestores) {
     const last = meter.lotDraws[meter.lotDraws.length - 1];
-    assert(last !== undefined && last[0] === lotId && last[1] >= micros, 'lot restores unwind the newest draws');
+    assert(
+      last !== undefined && last[0] === lotId && last[1] >= micros,
+      'lot restores unwind the newest draws',
+    );
     last[1] -= micros;
     if (last[1] === 0n) meter.lotDraws.pop();
     findLot(meter, lotId).remainingMicros += micros;
@@ -146,7 +174,11 @@ function remember(state: CustomerState, record: IdempotencyRecord, atMs: number)
   cache.delete(record.scope);
   cache.set(record.scope, { fingerprint: record.fingerprint, atMs });
   for (const [scope, entry] of cache) {
-    if (entry.atMs > atMs - IDEMPOTENCY_RETENTION_MS && cache.size <= IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX) break;
+    if (
+      entry.atMs > atMs - IDEMPOTENCY_RETENTION_MS &&
+      cache.size <= IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX
+    )
+      break;
     cache.delete(scope);
   }
 }

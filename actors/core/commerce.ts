@@ -9,11 +9,25 @@
  * to the processor's current object makes duplicates and reordered events converge.
  */
 import { assert } from '../../shared/assert.js';
-import { COMMERCE_RECORDS_PER_CUSTOMER_MAX, LOTS_PER_METER_MAX, PROCESSOR_EVENTS_PER_CUSTOMER_MAX } from '../../shared/limits.js';
+import {
+  COMMERCE_RECORDS_PER_CUSTOMER_MAX,
+  LOTS_PER_METER_MAX,
+  PROCESSOR_EVENTS_PER_CUSTOMER_MAX,
+} from '../../shared/limits.js';
 import { isoOf } from '../../shared/iso-time.js';
 import type { CompiledConfig, CompiledEntitlement, CompiledProduct } from '../billing-config.js';
 import { exactAmountValue } from '../fixed.js';
-import type { CommerceState, CommerceView, CustomerState, Decision, Event, PurchaseRecord, SubscriptionRecord, SubscriptionView, WriteCommand } from './types.js';
+import type {
+  CommerceState,
+  CommerceView,
+  CustomerState,
+  Decision,
+  Event,
+  PurchaseRecord,
+  SubscriptionRecord,
+  SubscriptionView,
+  WriteCommand,
+} from './types.js';
 
 const REPLAY: Decision = { rejection: null, events: [] };
 
@@ -35,28 +49,41 @@ export function liveSubscription(customer: CustomerState | undefined): Subscript
 }
 
 /** The customer's plan: a live subscription's product (if still configured), else the default product. */
-export function subscribedPlan(customer: CustomerState | undefined, config: CompiledConfig): CompiledProduct | null {
+export function subscribedPlan(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+): CompiledProduct | null {
   const subscription = liveSubscription(customer);
-  return (subscription === null ? undefined : config.products.get(subscription.productKey)) ?? config.defaultProduct;
+  return (
+    (subscription === null ? undefined : config.products.get(subscription.productKey)) ??
+    config.defaultProduct
+  );
 }
 
 /**
  * The configured products of the customer's paid one-time purchases: their features and
  * limits apply on top of the plan (until refunded). Empty for almost every customer.
  */
-export function purchasedProducts(customer: CustomerState | undefined, config: CompiledConfig): CompiledProduct[] {
+export function purchasedProducts(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+): CompiledProduct[] {
   const purchases = customer?.commerce?.purchases;
   if (purchases === undefined || purchases.length === 0) return [];
   const products: CompiledProduct[] = [];
   for (const purchase of purchases) {
-    const product = purchase.status === 'paid' ? config.products.get(purchase.productKey) : undefined;
+    const product =
+      purchase.status === 'paid' ? config.products.get(purchase.productKey) : undefined;
     if (product !== undefined) products.push(product);
   }
   return products;
 }
 
 /** The live subscription as the API shows it (context's `subscription`), or null. */
-export function liveSubscriptionView(customerId: string, customer: CustomerState | undefined): SubscriptionView | null {
+export function liveSubscriptionView(
+  customerId: string,
+  customer: CustomerState | undefined,
+): SubscriptionView | null {
   const live = liveSubscription(customer);
   return live === null ? null : subscriptionView(customerId, live);
 }
@@ -79,11 +106,16 @@ function subscriptionView(customerId: string, s: SubscriptionRecord): Subscripti
  * The billing period a meter follows instead of the calendar: the live subscription's
  * period, when the meter resets at the plan's interval. Null: the calendar period applies.
  */
-export function subscriptionPeriod(customer: CustomerState | undefined, config: CompiledConfig, ent: CompiledEntitlement): { startMs: number; endMs: number } | null {
+export function subscriptionPeriod(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  ent: CompiledEntitlement,
+): { startMs: number; endMs: number } | null {
   const subscription = liveSubscription(customer);
   if (subscription === null) return null;
   const product = config.products.get(subscription.productKey);
-  if (product === undefined || product.interval === null || product.interval !== ent.reset) return null;
+  if (product === undefined || product.interval === null || product.interval !== ent.reset)
+    return null;
   return { startMs: subscription.currentPeriodStartMs, endMs: subscription.currentPeriodEndMs };
 }
 
@@ -91,18 +123,51 @@ function seen(customer: CustomerState | undefined, eventId: string | null): bool
   return eventId !== null && (customer?.commerce?.eventIds.includes(eventId) ?? false);
 }
 
-function noted(command: { environment: CustomerState['environment']; customerId: string }, eventId: string | null, nowMs: number): Decision {
+function noted(
+  command: { environment: CustomerState['environment']; customerId: string },
+  eventId: string | null,
+  nowMs: number,
+): Decision {
   if (eventId === null) return REPLAY;
-  return { rejection: null, events: [{ type: 'processorEventNoted', environment: command.environment, customerId: command.customerId, key: '', atMs: nowMs, eventId }] };
+  return {
+    rejection: null,
+    events: [
+      {
+        type: 'processorEventNoted',
+        environment: command.environment,
+        customerId: command.customerId,
+        key: '',
+        atMs: nowMs,
+        eventId,
+      },
+    ],
+  };
 }
 
-export function decideSetProcessorCustomer(customer: CustomerState | undefined, command: Extract<WriteCommand, { op: 'setProcessorCustomer' }>, nowMs: number): Decision {
+export function decideSetProcessorCustomer(
+  customer: CustomerState | undefined,
+  command: Extract<WriteCommand, { op: 'setProcessorCustomer' }>,
+  nowMs: number,
+): Decision {
   // The first processor customer stays: a second (a race between two checkouts) is ignored,
   // unless it replaces the stored one, which the processor no longer has.
   const stored = customer?.commerce?.processorCustomerId ?? null;
-  if (stored !== null && (command.replaces !== stored || stored === command.processorCustomerId)) return REPLAY;
+  if (stored !== null && (command.replaces !== stored || stored === command.processorCustomerId))
+    return REPLAY;
   const { environment, customerId, processorCustomerId } = command;
-  return { rejection: null, events: [{ type: 'processorCustomerSet', environment, customerId, key: '', atMs: nowMs, processorCustomerId }] };
+  return {
+    rejection: null,
+    events: [
+      {
+        type: 'processorCustomerSet',
+        environment,
+        customerId,
+        key: '',
+        atMs: nowMs,
+        processorCustomerId,
+      },
+    ],
+  };
 }
 
 function sameSubscription(a: SubscriptionRecord, b: SubscriptionRecord): boolean {
@@ -128,34 +193,80 @@ function isStale(stored: SubscriptionRecord, incoming: SubscriptionRecord): bool
   return incoming.currentPeriodStartMs < stored.currentPeriodStartMs;
 }
 
-export function decideSyncSubscription(customer: CustomerState | undefined, command: Extract<WriteCommand, { op: 'syncSubscription' }>, nowMs: number): Decision {
+export function decideSyncSubscription(
+  customer: CustomerState | undefined,
+  command: Extract<WriteCommand, { op: 'syncSubscription' }>,
+  nowMs: number,
+): Decision {
   if (seen(customer, command.eventId)) return REPLAY;
   const input = command.subscription;
-  const subscription: SubscriptionRecord = { ...input, id: `${input.processor}:${input.processorSubscriptionId}` };
+  const subscription: SubscriptionRecord = {
+    ...input,
+    id: `${input.processor}:${input.processorSubscriptionId}`,
+  };
   const stored = customer?.commerce?.subscriptions.find((s) => s.id === subscription.id);
-  if (stored !== undefined && (sameSubscription(stored, subscription) || isStale(stored, subscription))) return noted(command, command.eventId, nowMs);
-  if (stored === undefined && (customer?.commerce?.subscriptions.length ?? 0) >= COMMERCE_RECORDS_PER_CUSTOMER_MAX) {
+  if (
+    stored !== undefined &&
+    (sameSubscription(stored, subscription) || isStale(stored, subscription))
+  )
+    return noted(command, command.eventId, nowMs);
+  if (
+    stored === undefined &&
+    (customer?.commerce?.subscriptions.length ?? 0) >= COMMERCE_RECORDS_PER_CUSTOMER_MAX
+  ) {
     return { rejection: { kind: 'too_many_records' }, events: [] };
   }
   const { environment, customerId, eventId } = command;
-  return { rejection: null, events: [{ type: 'subscriptionSynced', environment, customerId, key: '', atMs: nowMs, eventId, subscription }] };
+  return {
+    rejection: null,
+    events: [
+      {
+        type: 'subscriptionSynced',
+        environment,
+        customerId,
+        key: '',
+        atMs: nowMs,
+        eventId,
+        subscription,
+      },
+    ],
+  };
 }
 
 /** A paid purchase: recorded once by its id, with a credit lot (named by the purchase) per meter its product grants. */
-export function decideRecordPurchase(customer: CustomerState | undefined, config: CompiledConfig, command: Extract<WriteCommand, { op: 'recordPurchase' }>, nowMs: number): Decision {
+export function decideRecordPurchase(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  command: Extract<WriteCommand, { op: 'recordPurchase' }>,
+  nowMs: number,
+): Decision {
   if (seen(customer, command.eventId)) return REPLAY;
   const { environment, customerId, eventId, purchase: input } = command;
-  if (customer?.commerce?.purchases.some((p) => p.id === input.id) === true) return noted(command, eventId, nowMs);
-  if ((customer?.commerce?.purchases.length ?? 0) >= COMMERCE_RECORDS_PER_CUSTOMER_MAX) return { rejection: { kind: 'too_many_records' }, events: [] };
-  const grants = [...(config.products.get(input.productKey)?.grants ?? new Map<string, bigint>())].filter(([key]) => config.entitlements.get(key)?.type === 'meter');
+  if (customer?.commerce?.purchases.some((p) => p.id === input.id) === true)
+    return noted(command, eventId, nowMs);
+  if ((customer?.commerce?.purchases.length ?? 0) >= COMMERCE_RECORDS_PER_CUSTOMER_MAX)
+    return { rejection: { kind: 'too_many_records' }, events: [] };
+  const grants = [
+    ...(config.products.get(input.productKey)?.grants ?? new Map<string, bigint>()),
+  ].filter(([key]) => config.entitlements.get(key)?.type === 'meter');
   for (const [key] of grants) {
-    if ((customer?.meters.get(key)?.lots.length ?? 0) >= LOTS_PER_METER_MAX) return { rejection: { kind: 'too_many_lots', key }, events: [] };
+    if ((customer?.meters.get(key)?.lots.length ?? 0) >= LOTS_PER_METER_MAX)
+      return { rejection: { kind: 'too_many_lots', key }, events: [] };
   }
-  const grant = Object.fromEntries(grants.map(([key, micros]) => [key, Number(exactAmountValue(micros))]));
-  const purchase: PurchaseRecord = { ...input, status: 'paid', refundedAmount: 0, grant, atMs: nowMs };
+  const grant = Object.fromEntries(
+    grants.map(([key, micros]) => [key, Number(exactAmountValue(micros))]),
+  );
+  const purchase: PurchaseRecord = {
+    ...input,
+    status: 'paid',
+    refundedAmount: 0,
+    grant,
+    atMs: nowMs,
+  };
   const base = { environment, customerId, atMs: nowMs } as const;
   const events: Event[] = [{ type: 'purchaseRecorded', ...base, key: '', eventId, purchase }];
-  for (const [key, micros] of grants) if (micros > 0n) events.push({ type: 'lotGranted', ...base, key, lotId: input.id, micros });
+  for (const [key, micros] of grants)
+    if (micros > 0n) events.push({ type: 'lotGranted', ...base, key, lotId: input.id, micros });
   return { rejection: null, events };
 }
 
@@ -170,7 +281,19 @@ function rememberEvent(commerce: CommerceState, eventId: string | null): void {
 }
 
 /** Folds a commerce event into the state (apply.ts hands these over). */
-export function applyCommerce(state: CustomerState, event: Extract<Event, { type: 'processorCustomerSet' | 'subscriptionSynced' | 'purchaseRecorded' | 'processorEventNoted' }>): void {
+export function applyCommerce(
+  state: CustomerState,
+  event: Extract<
+    Event,
+    {
+      type:
+        | 'processorCustomerSet'
+        | 'subscriptionSynced'
+        | 'purchaseRecorded'
+        | 'processorEventNoted';
+    }
+  >,
+): void {
   const commerce = commerceOf(state);
   switch (event.type) {
     case 'processorCustomerSet':
@@ -184,7 +307,10 @@ export function applyCommerce(state: CustomerState, event: Extract<Event, { type
       return;
     }
     case 'purchaseRecorded':
-      assert(!commerce.purchases.some((p) => p.id === event.purchase.id), 'a purchase is recorded once');
+      assert(
+        !commerce.purchases.some((p) => p.id === event.purchase.id),
+        'a purchase is recorded once',
+      );
       commerce.purchases.push(event.purchase);
       rememberEvent(commerce, event.eventId);
       return;
@@ -194,7 +320,10 @@ export function applyCommerce(state: CustomerState, event: Extract<Event, { type
   }
 }
 
-export function commerceView(customerId: string, customer: CustomerState | undefined): CommerceView {
+export function commerceView(
+  customerId: string,
+  customer: CustomerState | undefined,
+): CommerceView {
   const commerce = customer?.commerce ?? null;
   return {
     customerId,

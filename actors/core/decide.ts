@@ -9,11 +9,22 @@
  * precedence order; broken invariants are assertion failures.
  */
 import { assert } from '../../shared/assert.js';
-import { IDEMPOTENCY_RETENTION_MS, LOTS_PER_METER_MAX, METADATA_KEYS_MAX, PURCHASED_MAX } from '../../shared/limits.js';
+import {
+  IDEMPOTENCY_RETENTION_MS,
+  LOTS_PER_METER_MAX,
+  METADATA_KEYS_MAX,
+  PURCHASED_MAX,
+} from '../../shared/limits.js';
 import type { CompiledConfig, CompiledEntitlement, EntitlementType } from '../billing-config.js';
 import { minMicros, quantityToMicros } from '../fixed.js';
 import { OPS } from '../ops.js';
-import { commerceView, decideRecordPurchase, decideSetProcessorCustomer, decideSyncSubscription, subscriptionPeriod } from './commerce.js';
+import {
+  commerceView,
+  decideRecordPurchase,
+  decideSetProcessorCustomer,
+  decideSyncSubscription,
+  subscriptionPeriod,
+} from './commerce.js';
 import type {
   ContextRequest,
   ContractInput,
@@ -55,7 +66,9 @@ const REPLAY: Decision = { rejection: null, events: [] };
 
 /** An unknown key: of an environment nobody configured yet (version 0), or of its configuration. */
 function notFound(config: CompiledConfig, environment: Environment, key: string): Rejection {
-  return config.version === 0 ? { kind: 'not_configured', environment } : { kind: 'entitlement_not_found', key };
+  return config.version === 0
+    ? { kind: 'not_configured', environment }
+    : { kind: 'entitlement_not_found', key };
 }
 
 /**
@@ -63,7 +76,12 @@ function notFound(config: CompiledConfig, environment: Environment, key: string)
  * type), or says why it cannot: 404 (no configuration was ever pushed to the environment,
  * or the key is not in it), then wrong type 400.
  */
-function resolveEntitlement(config: CompiledConfig, environment: Environment, key: string, expected: EntitlementType | 'any'): CompiledEntitlement | Rejection {
+function resolveEntitlement(
+  config: CompiledConfig,
+  environment: Environment,
+  key: string,
+  expected: EntitlementType | 'any',
+): CompiledEntitlement | Rejection {
   const ent = config.entitlements.get(key);
   if (ent === undefined) return notFound(config, environment, key);
   if (expected !== 'any' && ent.type !== expected) {
@@ -90,7 +108,10 @@ export function query(
   nowMs: number,
 ): Outcome {
   const op = OPS[command.op];
-  const ent = op.entitlement === null ? null : resolveEntitlement(config, command.environment, command.key, op.entitlement);
+  const ent =
+    op.entitlement === null
+      ? null
+      : resolveEntitlement(config, command.environment, command.key, op.entitlement);
   if (ent !== null && isRejection(ent)) return { kind: 'rejected', rejection: ent };
   switch (op.answer) {
     case 'has':
@@ -101,7 +122,11 @@ export function query(
       return { kind: 'balance', view: balanceView(customer, config, entitled(ent), nowMs) };
     case 'contract': {
       const contract = customer?.contract ?? null;
-      if (contract === null) return { kind: 'rejected', rejection: { kind: 'contract_not_found', customerId: command.customerId } };
+      if (contract === null)
+        return {
+          kind: 'rejected',
+          rejection: { kind: 'contract_not_found', customerId: command.customerId },
+        };
       return { kind: 'contract', view: contractView(command.customerId, contract) };
     }
     case 'commerce':
@@ -124,7 +149,10 @@ export function decide(
   nowMs: number,
 ): Decision {
   const expected = OPS[command.op].entitlement;
-  const ent = expected === null ? null : resolveEntitlement(config, command.environment, command.key, expected);
+  const ent =
+    expected === null
+      ? null
+      : resolveEntitlement(config, command.environment, command.key, expected);
   if (ent !== null && isRejection(ent)) return rejected(ent);
   switch (command.op) {
     case 'consume':
@@ -156,7 +184,10 @@ export function decide(
   }
 }
 
-type Replay = { readonly replay: true } | { readonly replay: false; readonly record: IdempotencyRecord | null } | Rejection;
+type Replay =
+  | { readonly replay: true }
+  | { readonly replay: false; readonly record: IdempotencyRecord | null }
+  | Rejection;
 
 /** Looks the idempotency key up: a live entry with the same fingerprint is a replay. */
 function checkIdempotency(
@@ -186,17 +217,32 @@ function decideConsume(
 ): Decision {
   const amount = command.amountMicros;
   assert(amount > 0n, 'consume amount must be positive');
-  const idem = checkIdempotency(customer, 'consume', ent.key, command.idempotencyKey, String(amount), nowMs);
+  const idem = checkIdempotency(
+    customer,
+    'consume',
+    ent.key,
+    command.idempotencyKey,
+    String(amount),
+    nowMs,
+  );
   if ('kind' in idem) return rejected(idem);
   if (idem.replay) return REPLAY;
 
   const meter = customer?.meters.get(ent.key) ?? NO_METER;
   const plan = planOf(customer, config);
-  const periodStartMs = currentPeriodStart(ent, meter, nowMs, subscriptionPeriod(customer, config, ent));
+  const periodStartMs = currentPeriodStart(
+    ent,
+    meter,
+    nowMs,
+    subscriptionPeriod(customer, config, ent),
+  );
   const usedIncluded = usageIn(meter, periodStartMs).included;
   const includedMicros = meterIncludedMicros(customer, plan, ent.key);
   let need = amount;
-  const fromIncluded = minMicros(need, includedMicros > usedIncluded ? includedMicros - usedIncluded : 0n);
+  const fromIncluded = minMicros(
+    need,
+    includedMicros > usedIncluded ? includedMicros - usedIncluded : 0n,
+  );
   need -= fromIncluded;
   const lotDraws: LotDraw[] = [];
   for (const lot of meter.lots) {
@@ -206,7 +252,11 @@ function decideConsume(
     need -= take;
   }
   if (need > 0n && !(meter.overageEnabled && overageAllowed(plan, ent.key))) {
-    return rejected({ kind: 'insufficient_balance', key: ent.key, view: balanceView(customer, config, ent, nowMs) });
+    return rejected({
+      kind: 'insufficient_balance',
+      key: ent.key,
+      view: balanceView(customer, config, ent, nowMs),
+    });
   }
   const event: Event = {
     type: 'consumed',
@@ -232,15 +282,31 @@ function decideRefund(
 ): Decision {
   const amount = command.amountMicros;
   assert(amount > 0n, 'refund amount must be positive');
-  const idem = checkIdempotency(customer, 'refund', ent.key, command.idempotencyKey, String(amount), nowMs);
+  const idem = checkIdempotency(
+    customer,
+    'refund',
+    ent.key,
+    command.idempotencyKey,
+    String(amount),
+    nowMs,
+  );
   if ('kind' in idem) return rejected(idem);
   if (idem.replay) return REPLAY;
 
   const meter = customer?.meters.get(ent.key) ?? NO_METER;
-  const periodStartMs = currentPeriodStart(ent, meter, nowMs, subscriptionPeriod(customer, config, ent));
+  const periodStartMs = currentPeriodStart(
+    ent,
+    meter,
+    nowMs,
+    subscriptionPeriod(customer, config, ent),
+  );
   const usage = usageIn(meter, periodStartMs);
   if (amount > usage.overage + usage.lots + usage.included) {
-    return rejected({ kind: 'refund_exceeds_usage', key: ent.key, view: balanceView(customer, config, ent, nowMs) });
+    return rejected({
+      kind: 'refund_exceeds_usage',
+      key: ent.key,
+      view: balanceView(customer, config, ent, nowMs),
+    });
   }
   let left = amount;
   const fromOverage = minMicros(left, usage.overage);
@@ -277,17 +343,25 @@ function decideLimitSettings(
   const current = limitView(customer, config, command.key);
   const purchased = command.purchased ?? current.purchased;
   const autoExpansionEnabled = command.autoExpansionEnabled ?? current.autoExpansionEnabled;
-  assert(Number.isInteger(purchased) && purchased >= 0 && purchased <= PURCHASED_MAX, 'purchased validated at the edge');
+  assert(
+    Number.isInteger(purchased) && purchased >= 0 && purchased <= PURCHASED_MAX,
+    'purchased validated at the edge',
+  );
   if (!current.expansionAllowed) {
     if (command.purchased !== undefined && command.purchased > 0) {
       return rejected({ kind: 'expansion_not_allowed', key: command.key, field: 'purchased' });
     }
     if (command.autoExpansionEnabled === true) {
-      return rejected({ kind: 'expansion_not_allowed', key: command.key, field: 'autoExpansionEnabled' });
+      return rejected({
+        kind: 'expansion_not_allowed',
+        key: command.key,
+        field: 'autoExpansionEnabled',
+      });
     }
   }
   // Settings that repeat what is stored are not a mutation: nothing written, stamped or audited.
-  if (purchased === current.purchased && autoExpansionEnabled === current.autoExpansionEnabled) return REPLAY;
+  if (purchased === current.purchased && autoExpansionEnabled === current.autoExpansionEnabled)
+    return REPLAY;
   const event: Event = {
     type: 'limitSettingsSet',
     environment: command.environment,
@@ -311,7 +385,8 @@ function decideUsageSettings(
     return rejected({ kind: 'overage_not_allowed', key: ent.key });
   }
   // A repeat of the stored setting is not a mutation (as for limit settings above).
-  if (command.overageEnabled === (customer?.meters.get(ent.key)?.overageEnabled ?? false)) return REPLAY;
+  if (command.overageEnabled === (customer?.meters.get(ent.key)?.overageEnabled ?? false))
+    return REPLAY;
   const event: Event = {
     type: 'usageSettingsSet',
     environment: command.environment,
@@ -325,7 +400,7 @@ function decideUsageSettings(
 
 function decideGrantLot(
   customer: CustomerState | undefined,
-  config: CompiledConfig,
+  _config: CompiledConfig,
   ent: CompiledEntitlement,
   command: Extract<WriteCommand, { op: 'grantLot' }>,
   nowMs: number,
@@ -334,7 +409,8 @@ function decideGrantLot(
   const meter = customer?.meters.get(ent.key);
   // A lot id names its grant (a purchase): granting it again is a replay, not a second lot.
   if (meter?.lots.some((lot) => lot.id === command.lotId) === true) return REPLAY;
-  if (meter !== undefined && meter.lots.length >= LOTS_PER_METER_MAX) return rejected({ kind: 'too_many_lots', key: ent.key });
+  if (meter !== undefined && meter.lots.length >= LOTS_PER_METER_MAX)
+    return rejected({ kind: 'too_many_lots', key: ent.key });
   const event: Event = {
     type: 'lotGranted',
     environment: command.environment,
@@ -355,8 +431,10 @@ function decideGrantLot(
 function contractViolation(config: CompiledConfig, contract: ContractInput): string | null {
   for (const [key, value] of Object.entries(contract.entitlements)) {
     const ent = config.entitlements.get(key);
-    if (ent === undefined) return `entitlements.${key} is not an entitlement of the billing configuration`;
-    if (ent.type === 'limit' && !Number.isInteger(value.included)) return `entitlements.${key}.included must be a whole number for a limit`;
+    if (ent === undefined)
+      return `entitlements.${key} is not an entitlement of the billing configuration`;
+    if (ent.type === 'limit' && !Number.isInteger(value.included))
+      return `entitlements.${key}.included must be a whole number for a limit`;
     if (ent.type === 'meter' && quantityToMicros(value.included) === null) {
       return `entitlements.${key}.included must have at most 6 decimal places`;
     }
@@ -364,7 +442,11 @@ function contractViolation(config: CompiledConfig, contract: ContractInput): str
   return null;
 }
 
-function decidePutContract(config: CompiledConfig, command: Extract<WriteCommand, { op: 'putContract' }>, nowMs: number): Decision {
+function decidePutContract(
+  config: CompiledConfig,
+  command: Extract<WriteCommand, { op: 'putContract' }>,
+  nowMs: number,
+): Decision {
   const violation = contractViolation(config, command.contract);
   if (violation !== null) return rejected({ kind: 'contract_invalid', detail: violation });
   return accepted({
@@ -385,7 +467,13 @@ function decideDeleteContract(
   if (customer?.contract === null || customer === undefined) {
     return rejected({ kind: 'contract_not_found', customerId: command.customerId });
   }
-  return accepted({ type: 'contractDeleted', environment: command.environment, customerId: command.customerId, key: '', atMs: nowMs });
+  return accepted({
+    type: 'contractDeleted',
+    environment: command.environment,
+    customerId: command.customerId,
+    key: '',
+    atMs: nowMs,
+  });
 }
 
 function decideUpsertCustomer(
@@ -407,7 +495,11 @@ function decideUpsertCustomer(
 }
 
 /** Every key must exist (404) and, for usage and limits, be of that type (400); first failure wins. */
-function contextRejection(config: CompiledConfig, environment: Environment, request: ContextRequest): Rejection | null {
+function contextRejection(
+  config: CompiledConfig,
+  environment: Environment,
+  request: ContextRequest,
+): Rejection | null {
   const lists: ReadonlyArray<readonly [readonly string[], EntitlementType | null]> = [
     [request.features, null],
     [request.usage, 'meter'],
@@ -417,7 +509,8 @@ function contextRejection(config: CompiledConfig, environment: Environment, requ
     for (const key of keys) {
       const ent = config.entitlements.get(key);
       if (ent === undefined) return notFound(config, environment, key);
-      if (expected !== null && ent.type !== expected) return { kind: 'wrong_entitlement_type', key, actual: ent.type, expected };
+      if (expected !== null && ent.type !== expected)
+        return { kind: 'wrong_entitlement_type', key, actual: ent.type, expected };
     }
   }
   return null;
@@ -441,7 +534,8 @@ function patchChanges(profile: CustomerProfile, patch: ProfilePatch): boolean {
   if (patch.name !== undefined && patch.name !== profile.name) return true;
   if (patch.email !== undefined && patch.email !== profile.email) return true;
   for (const [key, value] of Object.entries(patch.metadata ?? {})) {
-    if (value === null ? Object.hasOwn(profile.metadata, key) : profile.metadata[key] !== value) return true;
+    if (value === null ? Object.hasOwn(profile.metadata, key) : profile.metadata[key] !== value)
+      return true;
   }
   return false;
 }

@@ -4,7 +4,17 @@
  * them back at start.
  */
 import { canonicalEnvironment, internKey, NO_LOT_DRAWS, NO_LOTS, NO_METADATA } from './state.js';
-import type { CommerceState, Contract, CustomerProfile, CustomerState, Environment, IdempotencyEntry, LimitState, LotDraw, MeterState } from './types.js';
+import type {
+  CommerceState,
+  Contract,
+  CustomerProfile,
+  CustomerState,
+  Environment,
+  IdempotencyEntry,
+  LimitState,
+  LotDraw,
+  MeterState,
+} from './types.js';
 
 export interface CustomerSnapshot {
   readonly environment: Environment;
@@ -28,7 +38,14 @@ export function toSnapshot(state: CustomerState): CustomerSnapshot {
     contract: state.contract,
     meters: [...state.meters],
     limits: state.limits === null ? [] : [...state.limits],
-    idempotency: state.idempotency === null ? [] : [...state.idempotency].map(([scope, e]): [string, string, number] => [scope, e.fingerprint, e.atMs]),
+    idempotency:
+      state.idempotency === null
+        ? []
+        : [...state.idempotency].map(([scope, e]): [string, string, number] => [
+            scope,
+            e.fingerprint,
+            e.atMs,
+          ]),
     ...(state.commerce === null ? {} : { commerce: state.commerce }),
   };
 }
@@ -40,14 +57,27 @@ export function fromSnapshot(snapshot: CustomerSnapshot): CustomerState {
     environment: canonicalEnvironment(snapshot.environment),
     id: snapshot.id,
     createdAtMs: snapshot.createdAtMs,
-    profile: { ...snapshot.profile, metadata: Object.keys(metadata).length === 0 ? NO_METADATA : { ...metadata } },
+    profile: {
+      ...snapshot.profile,
+      metadata: Object.keys(metadata).length === 0 ? NO_METADATA : { ...metadata },
+    },
     contract: snapshot.contract ?? null,
-    meters: new Map(snapshot.meters.map(([k, m]): [string, MeterState] => [internKey(k), cloneMeter(m)])),
-    limits: snapshot.limits.length === 0 ? null : new Map(snapshot.limits.map(([k, l]): [string, LimitState] => [k, { ...l }])),
+    meters: new Map(
+      snapshot.meters.map(([k, m]): [string, MeterState] => [internKey(k), cloneMeter(m)]),
+    ),
+    limits:
+      snapshot.limits.length === 0
+        ? null
+        : new Map(snapshot.limits.map(([k, l]): [string, LimitState] => [k, { ...l }])),
     idempotency:
       snapshot.idempotency.length === 0
         ? null
-        : new Map(snapshot.idempotency.map(([s, fingerprint, atMs]): [string, IdempotencyEntry] => [s, { fingerprint, atMs }])),
+        : new Map(
+            snapshot.idempotency.map(([s, fingerprint, atMs]): [string, IdempotencyEntry] => [
+              s,
+              { fingerprint, atMs },
+            ]),
+          ),
     commerce: snapshot.commerce === undefined ? null : cloneCommerce(snapshot.commerce),
   };
 }
@@ -64,7 +94,8 @@ function cloneCommerce(commerce: CommerceState): CommerceState {
 function cloneMeter(meter: MeterState): MeterState {
   return {
     ...meter,
-    lotDraws: meter.lotDraws.length === 0 ? NO_LOT_DRAWS : meter.lotDraws.map((d): LotDraw => [d[0], d[1]]),
+    lotDraws:
+      meter.lotDraws.length === 0 ? NO_LOT_DRAWS : meter.lotDraws.map((d): LotDraw => [d[0], d[1]]),
     lots: meter.lots.length === 0 ? NO_LOTS : meter.lots.map((lot) => ({ ...lot })),
   };
 }

@@ -4,7 +4,14 @@
  * (which fills the state) and the snapshot form (which rebuilds it).
  */
 import { assert } from '../../shared/assert.js';
-import type { CustomerProfile, CustomerState, Environment, Lot, LotDraw, MetadataValue } from './types.js';
+import type {
+  CustomerProfile,
+  CustomerState,
+  Environment,
+  Lot,
+  LotDraw,
+  MetadataValue,
+} from './types.js';
 
 /*
  * Memory: a shard keeps every customer it owns in memory, millions of them, so the state
@@ -38,11 +45,33 @@ export function internKey(key: string): string {
 
 /** The string literal rather than the caller's copy (one per decoded event). */
 export function canonicalEnvironment(environment: Environment): Environment {
-  assert(environment === 'test' || environment === 'live', `unknown environment ${String(environment)}`);
+  assert(
+    environment === 'test' || environment === 'live',
+    `unknown environment ${String(environment)}`,
+  );
   return environment === 'live' ? 'live' : 'test';
 }
 
-export function newCustomer(environment: Environment, id: string, createdAtMs: number): CustomerState {
-  const profile: CustomerProfile = { name: null, email: null, metadata: NO_METADATA, updatedAtMs: createdAtMs };
-  return { environment: canonicalEnvironment(environment), id, createdAtMs, profile, contract: null, meters: new Map(), limits: null, idempotency: null, commerce: null };
+export function newCustomer(
+  environment: Environment,
+  id: string,
+  createdAtMs: number,
+): CustomerState {
+  const profile: CustomerProfile = {
+    name: null,
+    email: null,
+    metadata: NO_METADATA,
+    updatedAtMs: createdAtMs,
+  };
+  return {
+    environment: canonicalEnvironment(environment),
+    id,
+    createdAtMs,
+    profile,
+    contract: null,
+    meters: new Map(),
+    limits: null,
+    idempotency: null,
+    commerce: null,
+  };
 }

@@ -156,26 +156,54 @@ export type ReadCommand =
   | (Addressed & { readonly op: 'getCommerce' });
 
 export type WriteCommand =
-  | (Addressed & { readonly op: 'consume'; readonly amountMicros: Micros; readonly idempotencyKey?: string })
-  | (Addressed & { readonly op: 'refund'; readonly amountMicros: Micros; readonly idempotencyKey?: string })
-  | (Addressed & { readonly op: 'limitSettings'; readonly purchased?: number; readonly autoExpansionEnabled?: boolean })
+  | (Addressed & {
+      readonly op: 'consume';
+      readonly amountMicros: Micros;
+      readonly idempotencyKey?: string;
+    })
+  | (Addressed & {
+      readonly op: 'refund';
+      readonly amountMicros: Micros;
+      readonly idempotencyKey?: string;
+    })
+  | (Addressed & {
+      readonly op: 'limitSettings';
+      readonly purchased?: number;
+      readonly autoExpansionEnabled?: boolean;
+    })
   | (Addressed & { readonly op: 'usageSettings'; readonly overageEnabled: boolean })
   | (Addressed & { readonly op: 'grantLot'; readonly lotId: string; readonly amountMicros: Micros })
   | (Addressed & { readonly op: 'putContract'; readonly contract: ContractInput })
   /** Customer-level (`key` ''): fields given replace; metadata merges, null removes a key. */
   | (Addressed & { readonly op: 'upsertCustomer'; readonly patch: ProfilePatch })
   /** Row 8: upsert the customer, then answer the named features, meters and limits. */
-  | (Addressed & { readonly op: 'context'; readonly patch: ProfilePatch; readonly request: ContextRequest })
+  | (Addressed & {
+      readonly op: 'context';
+      readonly patch: ProfilePatch;
+      readonly request: ContextRequest;
+    })
   | (Addressed & { readonly op: 'deleteContract' })
   /**
    * Customer-level: the processor's customer id, set once (a later one is ignored), unless
    * `replaces` names the stored one (it no longer exists at the processor).
    */
-  | (Addressed & { readonly op: 'setProcessorCustomer'; readonly processorCustomerId: string; readonly replaces?: string })
+  | (Addressed & {
+      readonly op: 'setProcessorCustomer';
+      readonly processorCustomerId: string;
+      readonly replaces?: string;
+    })
   /** Customer-level: the subscription as the processor has it now; `eventId` applies once. */
-  | (Addressed & { readonly op: 'syncSubscription'; readonly eventId: string | null; readonly subscription: SubscriptionInput })
+  | (Addressed & {
+      readonly op: 'syncSubscription';
+      readonly eventId: string | null;
+      readonly subscription: SubscriptionInput;
+    })
   /** Customer-level: a paid one-time purchase; grants its product's credits once. */
-  | (Addressed & { readonly op: 'recordPurchase'; readonly eventId: string | null; readonly purchase: PurchaseInput });
+  | (Addressed & {
+      readonly op: 'recordPurchase';
+      readonly eventId: string | null;
+      readonly purchase: PurchaseInput;
+    });
 
 export type SubscriptionInput = Omit<SubscriptionRecord, 'id'>;
 export type PurchaseInput = Pick<PurchaseRecord, 'id' | 'productKey' | 'amount' | 'currency'>;
@@ -208,16 +236,28 @@ export type Event =
       readonly includedMicros: Micros;
       readonly idempotency: IdempotencyRecord | null;
     })
-  | (EventBase & { readonly type: 'limitSettingsSet'; readonly purchased: number; readonly autoExpansionEnabled: boolean })
+  | (EventBase & {
+      readonly type: 'limitSettingsSet';
+      readonly purchased: number;
+      readonly autoExpansionEnabled: boolean;
+    })
   | (EventBase & { readonly type: 'usageSettingsSet'; readonly overageEnabled: boolean })
   | (EventBase & { readonly type: 'lotGranted'; readonly lotId: string; readonly micros: Micros })
   | (EventBase & { readonly type: 'contractSet'; readonly contract: ContractInput })
   | (EventBase & { readonly type: 'contractDeleted' })
   | (EventBase & { readonly type: 'customerUpserted'; readonly patch: ProfilePatch })
   | (EventBase & { readonly type: 'processorCustomerSet'; readonly processorCustomerId: string })
-  | (EventBase & { readonly type: 'subscriptionSynced'; readonly eventId: string | null; readonly subscription: SubscriptionRecord })
+  | (EventBase & {
+      readonly type: 'subscriptionSynced';
+      readonly eventId: string | null;
+      readonly subscription: SubscriptionRecord;
+    })
   /** The purchase's lots follow as lotGranted events of the same decision. */
-  | (EventBase & { readonly type: 'purchaseRecorded'; readonly eventId: string | null; readonly purchase: PurchaseRecord })
+  | (EventBase & {
+      readonly type: 'purchaseRecorded';
+      readonly eventId: string | null;
+      readonly purchase: PurchaseRecord;
+    })
   /** A processor event that changed nothing (the record already matched): remembered only. */
   | (EventBase & { readonly type: 'processorEventNoted'; readonly eventId: string });
 
@@ -244,9 +284,18 @@ export interface LimitView {
 export type Rejection =
   | { readonly kind: 'not_configured'; readonly environment: Environment }
   | { readonly kind: 'entitlement_not_found'; readonly key: string }
-  | { readonly kind: 'wrong_entitlement_type'; readonly key: string; readonly actual: EntitlementType; readonly expected: EntitlementType }
+  | {
+      readonly kind: 'wrong_entitlement_type';
+      readonly key: string;
+      readonly actual: EntitlementType;
+      readonly expected: EntitlementType;
+    }
   | { readonly kind: 'idempotency_key_reused' }
-  | { readonly kind: 'expansion_not_allowed'; readonly key: string; readonly field: 'purchased' | 'autoExpansionEnabled' }
+  | {
+      readonly kind: 'expansion_not_allowed';
+      readonly key: string;
+      readonly field: 'purchased' | 'autoExpansionEnabled';
+    }
   | { readonly kind: 'overage_not_allowed'; readonly key: string }
   | { readonly kind: 'too_many_lots'; readonly key: string }
   | { readonly kind: 'insufficient_balance'; readonly key: string; readonly view: BalanceView }
@@ -255,7 +304,12 @@ export type Rejection =
   | { readonly kind: 'contract_invalid'; readonly detail: string }
   | { readonly kind: 'metadata_too_large'; readonly keys: number }
   /** The shard refused a write that would grow the environment past an operator's quota. */
-  | { readonly kind: 'quota_exceeded'; readonly quota: 'customers' | 'idempotencyKeys' | 'auditEntriesPerDay'; readonly environment: Environment; readonly limit: number }
+  | {
+      readonly kind: 'quota_exceeded';
+      readonly quota: 'customers' | 'idempotencyKeys' | 'auditEntriesPerDay';
+      readonly environment: Environment;
+      readonly limit: number;
+    }
   | { readonly kind: 'too_many_records' };
 
 export interface CommerceView {
@@ -304,7 +358,12 @@ export type Outcome =
   | { readonly kind: 'contract'; readonly view: ContractView }
   | { readonly kind: 'deleted' }
   /** `changed`: the call created or changed the customer (else it repeated what is stored). */
-  | { readonly kind: 'customer'; readonly view: CustomerView; readonly created: boolean; readonly changed: boolean }
+  | {
+      readonly kind: 'customer';
+      readonly view: CustomerView;
+      readonly created: boolean;
+      readonly changed: boolean;
+    }
   /** `wrote`: the call created or changed the customer (the front end audits it). */
   | { readonly kind: 'context'; readonly view: ContextView; readonly wrote: boolean }
   | { readonly kind: 'commerce'; readonly view: CommerceView }

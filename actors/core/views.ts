@@ -10,9 +10,23 @@ import { isoOf } from '../../shared/iso-time.js';
 import type { CompiledConfig, CompiledEntitlement, CompiledProduct } from '../billing-config.js';
 import { formatMicros, quantityToMicros, type Micros } from '../fixed.js';
 import { periodAt } from '../periods.js';
-import { liveSubscriptionView, purchasedProducts, subscribedPlan, subscriptionPeriod } from './commerce.js';
+import {
+  liveSubscriptionView,
+  purchasedProducts,
+  subscribedPlan,
+  subscriptionPeriod,
+} from './commerce.js';
 import { NO_LOT_DRAWS, NO_LOTS } from './state.js';
-import type { BalanceView, Contract, ContractView, ContextRequest, ContextView, CustomerState, LimitView, MeterState } from './types.js';
+import type {
+  BalanceView,
+  Contract,
+  ContractView,
+  ContextRequest,
+  ContextView,
+  CustomerState,
+  LimitView,
+  MeterState,
+} from './types.js';
 
 export { customerView };
 
@@ -22,7 +36,10 @@ export { customerView };
  * The product whose entitlements apply to the customer: the product of its live
  * subscription, else the environment's default product (or nothing).
  */
-export function planOf(customer: CustomerState | undefined, config: CompiledConfig): CompiledProduct | null {
+export function planOf(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+): CompiledProduct | null {
   return customer?.commerce == null ? config.defaultProduct : subscribedPlan(customer, config);
 }
 
@@ -31,7 +48,11 @@ function contractIncluded(customer: CustomerState | undefined, key: string): num
   return customer?.contract?.entitlements[key]?.included;
 }
 
-export function meterIncludedMicros(customer: CustomerState | undefined, plan: CompiledProduct | null, key: string): Micros {
+export function meterIncludedMicros(
+  customer: CustomerState | undefined,
+  plan: CompiledProduct | null,
+  key: string,
+): Micros {
   const override = contractIncluded(customer, key);
   if (override !== undefined) {
     const micros = quantityToMicros(override);
@@ -58,7 +79,10 @@ export const NO_METER: MeterState = Object.freeze({
 });
 
 /** The meter's usage as of `periodStartMs`: usage of an earlier period counts as nothing. */
-export function usageIn(meter: MeterState, periodStartMs: number): { included: Micros; overage: Micros; lots: Micros } {
+export function usageIn(
+  meter: MeterState,
+  periodStartMs: number,
+): { included: Micros; overage: Micros; lots: Micros } {
   if (meter.periodStartMs < periodStartMs) return { included: 0n, overage: 0n, lots: 0n };
   let lots = 0n;
   for (const draw of meter.lotDraws) lots += draw[1];
@@ -76,7 +100,12 @@ function lotsRemaining(meter: MeterState): Micros {
  * at the plan's interval, else the calendar's; never earlier than usage already recorded
  * (clock skew, or a subscription that has moved on).
  */
-export function currentPeriodStart(ent: CompiledEntitlement, meter: MeterState, nowMs: number, billing: { startMs: number } | null = null): number {
+export function currentPeriodStart(
+  ent: CompiledEntitlement,
+  meter: MeterState,
+  nowMs: number,
+  billing: { startMs: number } | null = null,
+): number {
   return Math.max(billing?.startMs ?? periodAt(ent.reset, nowMs).startMs, meter.periodStartMs);
 }
 
@@ -87,11 +116,22 @@ function balanceMicros(meter: MeterState, includedMicros: Micros, periodStartMs:
 }
 
 /** A customer's meter as of `nowMs`: its state, plan, included allowance and current period. */
-function meterAt(customer: CustomerState | undefined, config: CompiledConfig, ent: CompiledEntitlement, nowMs: number) {
+function meterAt(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  ent: CompiledEntitlement,
+  nowMs: number,
+) {
   const meter = customer?.meters.get(ent.key) ?? NO_METER;
   const plan = planOf(customer, config);
   const billing = subscriptionPeriod(customer, config, ent);
-  return { meter, plan, billing, includedMicros: meterIncludedMicros(customer, plan, ent.key), periodStartMs: currentPeriodStart(ent, meter, nowMs, billing) };
+  return {
+    meter,
+    plan,
+    billing,
+    includedMicros: meterIncludedMicros(customer, plan, ent.key),
+    periodStartMs: currentPeriodStart(ent, meter, nowMs, billing),
+  };
 }
 
 export function balanceView(
@@ -100,7 +140,12 @@ export function balanceView(
   ent: CompiledEntitlement,
   nowMs: number,
 ): BalanceView {
-  const { meter, plan, billing, includedMicros, periodStartMs } = meterAt(customer, config, ent, nowMs);
+  const { meter, plan, billing, includedMicros, periodStartMs } = meterAt(
+    customer,
+    config,
+    ent,
+    nowMs,
+  );
   const usage = usageIn(meter, periodStartMs);
   const period = billing ?? periodAt(ent.reset, Math.max(nowMs, periodStartMs));
   return {
@@ -114,12 +159,17 @@ export function balanceView(
   };
 }
 
-export function limitView(customer: CustomerState | undefined, config: CompiledConfig, key: string): LimitView {
+export function limitView(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  key: string,
+): LimitView {
   const grant = planOf(customer, config)?.limits.get(key);
   const settings = customer?.limits?.get(key);
   let included = contractIncluded(customer, key) ?? grant?.included ?? 0;
   // Paid one-time products add their limits on top.
-  for (const product of purchasedProducts(customer, config)) included += product.limits.get(key)?.included ?? 0;
+  for (const product of purchasedProducts(customer, config))
+    included += product.limits.get(key)?.included ?? 0;
   const purchased = settings?.purchased ?? 0;
   return {
     limit: included + purchased,
@@ -148,12 +198,20 @@ export function hasEntitlement(
     case 'meter': {
       // Judged on micro-units: the view's amounts are for rendering only.
       const { meter, plan, includedMicros, periodStartMs } = meterAt(customer, config, ent, nowMs);
-      return balanceMicros(meter, includedMicros, periodStartMs) > 0n || (meter.overageEnabled && overageAllowed(plan, ent.key));
+      return (
+        balanceMicros(meter, includedMicros, periodStartMs) > 0n ||
+        (meter.overageEnabled && overageAllowed(plan, ent.key))
+      );
     }
   }
 }
 
-export function contextView(customer: CustomerState, config: CompiledConfig, request: ContextRequest, nowMs: number): ContextView {
+export function contextView(
+  customer: CustomerState,
+  config: CompiledConfig,
+  request: ContextRequest,
+  nowMs: number,
+): ContextView {
   const entitlement = (key: string): CompiledEntitlement => {
     const ent = config.entitlements.get(key);
     assert(ent !== undefined, 'context keys resolved by decide');
@@ -161,10 +219,21 @@ export function contextView(customer: CustomerState, config: CompiledConfig, req
   };
   return {
     customer: customerView(customer),
-    features: Object.fromEntries(request.features.map((key) => [key, hasEntitlement(customer, config, entitlement(key), nowMs)])),
-    usage: Object.fromEntries(request.usage.map((key) => [key, balanceView(customer, config, entitlement(key), nowMs)])),
-    limits: Object.fromEntries(request.limits.map((key) => [key, limitView(customer, config, key)])),
-    ...(request.subscription === true ? { subscription: liveSubscriptionView(customer.id, customer) } : {}),
+    features: Object.fromEntries(
+      request.features.map((key) => [
+        key,
+        hasEntitlement(customer, config, entitlement(key), nowMs),
+      ]),
+    ),
+    usage: Object.fromEntries(
+      request.usage.map((key) => [key, balanceView(customer, config, entitlement(key), nowMs)]),
+    ),
+    limits: Object.fromEntries(
+      request.limits.map((key) => [key, limitView(customer, config, key)]),
+    ),
+    ...(request.subscription === true
+      ? { subscription: liveSubscriptionView(customer.id, customer) }
+      : {}),
   };
 }
 

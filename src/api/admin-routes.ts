@@ -18,8 +18,22 @@ import { decodeComponent } from '../http/query.js';
 import type { Router } from '../http/router.js';
 import type { ShardPool } from '../shard-pool.js';
 import { auditPage, failVerify } from './audit-page.js';
-import { routerOf, type AnyRouteRecord, type CompiledRoute, type Method, type OperatorCaller, type ParamReader, type RouteInput, type RouteRecord } from './route-record.js';
-import { keyCreateSchema, operatorAuditQuerySchema, type AuditQuery, type KeyCreateBody } from './validation.js';
+import {
+  routerOf,
+  type AnyRouteRecord,
+  type CompiledRoute,
+  type Method,
+  type OperatorCaller,
+  type ParamReader,
+  type RouteInput,
+  type RouteRecord,
+} from './route-record.js';
+import {
+  keyCreateSchema,
+  operatorAuditQuerySchema,
+  type AuditQuery,
+  type KeyCreateBody,
+} from './validation.js';
 
 /** The operator audit stream's chain name in the audit log. */
 export const OPERATOR_STREAM = 'operator';
@@ -82,7 +96,13 @@ export function auditOperator<T>(
   if (environment !== null) writes.push(deps.audit.append(environment, entry, now));
   Promise.all([mutation, ...writes]).then(
     ([result]) => {
-      ctx.ex.logInfo('operator action', { action: input.action, resourceType: input.resourceType, resourceId: input.resourceId, actor: ctx.key.id, environment });
+      ctx.ex.logInfo('operator action', {
+        action: input.action,
+        resourceType: input.resourceType,
+        resourceId: input.resourceId,
+        actor: ctx.key.id,
+        environment,
+      });
       answer(result);
     },
     (error: unknown) => ctx.ex.failInternal(error),
@@ -103,8 +123,15 @@ const keyIdParam: ParamReader = (raw, ex) => {
 function createKey(ctx: AdminContext<KeyCreateBody>, deps: AdminDeps): void {
   const { environment } = ctx.body;
   const issued = issueKey(ctx.body.class, environment, Date.now());
-  const audit = { action: 'key.create', resourceType: 'key', resourceId: issued.record.id, data: { environment, class: ctx.body.class, prefix: issued.record.prefix } };
-  auditOperator(deps, ctx, audit, environment, deps.keys.add(issued.record), () => ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret }));
+  const audit = {
+    action: 'key.create',
+    resourceType: 'key',
+    resourceId: issued.record.id,
+    data: { environment, class: ctx.body.class, prefix: issued.record.prefix },
+  };
+  auditOperator(deps, ctx, audit, environment, deps.keys.add(issued.record), () =>
+    ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret }),
+  );
 }
 
 /** DELETE /v1/admin/keys/{id}: the key answers 401 from the next request on. */
@@ -113,11 +140,23 @@ function revokeKey(ctx: AdminContext, deps: AdminDeps): void {
   const record = deps.keys.find(id);
   if (record === undefined) return ctx.ex.fail('key_not_found', { id });
   // Revoking the operator key by id would lock every operator out; rotating replaces it.
-  if (record.keyClass === 'admin' && record.revokedAtMs === null) return ctx.ex.fail('operator_key_not_revocable');
+  if (record.keyClass === 'admin' && record.revokedAtMs === null)
+    return ctx.ex.fail('operator_key_not_revocable');
   // Said, not hidden behind a 200: the caller may be revoking the wrong key.
-  if (record.revokedAtMs !== null) return ctx.ex.fail('key_already_revoked', { id, revokedAt: new Date(record.revokedAtMs).toISOString() });
-  const audit = { action: 'key.revoke', resourceType: 'key', resourceId: id, data: { environment: record.environment, class: record.keyClass, prefix: record.prefix } };
-  auditOperator(deps, ctx, audit, record.environment, deps.keys.revoke(id, Date.now()), (revoked) => ctx.ex.json(200, keyView(revoked ?? record)));
+  if (record.revokedAtMs !== null)
+    return ctx.ex.fail('key_already_revoked', {
+      id,
+      revokedAt: new Date(record.revokedAtMs).toISOString(),
+    });
+  const audit = {
+    action: 'key.revoke',
+    resourceType: 'key',
+    resourceId: id,
+    data: { environment: record.environment, class: record.keyClass, prefix: record.prefix },
+  };
+  auditOperator(deps, ctx, audit, record.environment, deps.keys.revoke(id, Date.now()), (revoked) =>
+    ctx.ex.json(200, keyView(revoked ?? record)),
+  );
 }
 
 /**
@@ -129,8 +168,16 @@ function revokeKey(ctx: AdminContext, deps: AdminDeps): void {
  */
 function rotateAdmin(ctx: AdminContext, deps: AdminDeps): void {
   const issued = issueKey('admin', null, Date.now());
-  const rotated = Promise.all([deps.keys.add(issued.record), deps.keys.revoke(ctx.key.id, Date.now())]);
-  const audit = { action: 'key.rotate', resourceType: 'key', resourceId: issued.record.id, data: { revoked: ctx.key.id, prefix: issued.record.prefix } };
+  const rotated = Promise.all([
+    deps.keys.add(issued.record),
+    deps.keys.revoke(ctx.key.id, Date.now()),
+  ]);
+  const audit = {
+    action: 'key.rotate',
+    resourceType: 'key',
+    resourceId: issued.record.id,
+    data: { revoked: ctx.key.id, prefix: issued.record.prefix },
+  };
   auditOperator(deps, ctx, audit, null, rotated, () => {
     updateBootstrapFile(deps, ctx, issued.secret);
     ctx.ex.json(201, { ...keyView(issued.record), key: issued.secret, revoked: ctx.key.id });
@@ -143,9 +190,12 @@ function rotateAdmin(ctx: AdminContext, deps: AdminDeps): void {
  */
 function updateBootstrapFile(deps: AdminDeps, ctx: AdminContext, secret: string): void {
   try {
-    if (deps.replaceBootstrapAdmin(secret)) ctx.ex.logInfo('bootstrap keys file updated with the new operator key', {});
+    if (deps.replaceBootstrapAdmin(secret))
+      ctx.ex.logInfo('bootstrap keys file updated with the new operator key', {});
   } catch (error) {
-    ctx.ex.logWarn('bootstrap keys file not updated: it still holds the revoked operator key', { reason: error instanceof Error ? error.message : String(error) });
+    ctx.ex.logWarn('bootstrap keys file not updated: it still holds the revoked operator key', {
+      reason: error instanceof Error ? error.message : String(error),
+    });
   }
 }
 
@@ -174,7 +224,8 @@ function status(ctx: AdminContext, deps: AdminDeps): void {
           journalBytes: s.usedBytes,
           lastSeq: s.lastSeq,
           snapshotSeq: s.snapshotSeq,
-          lastSnapshotAt: s.lastSnapshotAtMs === null ? null : new Date(s.lastSnapshotAtMs).toISOString(),
+          lastSnapshotAt:
+            s.lastSnapshotAtMs === null ? null : new Date(s.lastSnapshotAtMs).toISOString(),
         })),
         customers: shards.reduce((sum, s) => sum + s.customers, 0),
       });
@@ -183,39 +234,83 @@ function status(ctx: AdminContext, deps: AdminDeps): void {
   );
 }
 
-function route<B = undefined, Q = undefined>(record: RouteRecord<AdminDeps, B, Q, OperatorCaller>): AdminRouteRecord {
+function route<B = undefined, Q = undefined>(
+  record: RouteRecord<AdminDeps, B, Q, OperatorCaller>,
+): AdminRouteRecord {
   return record;
 }
 
 /** The built-in operator routes, in router order. */
 export const ADMIN_ROUTES: readonly AdminRouteRecord[] = [
-  route({ method: 'GET', path: '/v1/admin/status', keys: 'operator', audited: false, handle: status }),
   route({
-    method: 'GET', path: '/v1/admin/keys', keys: 'operator', audited: false,
+    method: 'GET',
+    path: '/v1/admin/status',
+    keys: 'operator',
+    audited: false,
+    handle: status,
+  }),
+  route({
+    method: 'GET',
+    path: '/v1/admin/keys',
+    keys: 'operator',
+    audited: false,
     handle: (ctx, deps) => ctx.ex.json(200, { data: deps.keys.list().map(keyView) }),
   }),
   route<KeyCreateBody>({
-    method: 'POST', path: '/v1/admin/keys', keys: 'operator', audited: true,
-    body: { schema: keyCreateSchema, numbers: 'as-parsed' }, handle: createKey,
+    method: 'POST',
+    path: '/v1/admin/keys',
+    keys: 'operator',
+    audited: true,
+    body: { schema: keyCreateSchema, numbers: 'as-parsed' },
+    handle: createKey,
   }),
-  route({ method: 'POST', path: '/v1/admin/keys/rotate-admin', keys: 'operator', audited: true, handle: rotateAdmin }),
-  route({ method: 'DELETE', path: '/v1/admin/keys/:id', keys: 'operator', param: keyIdParam, audited: true, handle: revokeKey }),
+  route({
+    method: 'POST',
+    path: '/v1/admin/keys/rotate-admin',
+    keys: 'operator',
+    audited: true,
+    handle: rotateAdmin,
+  }),
+  route({
+    method: 'DELETE',
+    path: '/v1/admin/keys/:id',
+    keys: 'operator',
+    param: keyIdParam,
+    audited: true,
+    handle: revokeKey,
+  }),
   route<undefined, AuditQuery>({
-    method: 'GET', path: '/v1/admin/audit', keys: 'operator', query: operatorAuditQuerySchema, audited: false,
+    method: 'GET',
+    path: '/v1/admin/audit',
+    keys: 'operator',
+    query: operatorAuditQuerySchema,
+    audited: false,
     handle: (ctx, deps) => auditPage(ctx.ex, deps.audit, OPERATOR_STREAM, ctx.query),
   }),
   route({
-    method: 'GET', path: '/v1/admin/audit/verify', keys: 'operator', audited: false,
-    handle: (ctx, deps) => deps.verifyAudit(OPERATOR_STREAM).then(
-      (verdict) => ctx.ex.json(200, verdict),
-      (error: unknown) => failVerify(ctx.ex, error),
-    ),
+    method: 'GET',
+    path: '/v1/admin/audit/verify',
+    keys: 'operator',
+    audited: false,
+    handle: (ctx, deps) =>
+      deps.verifyAudit(OPERATOR_STREAM).then(
+        (verdict) => ctx.ex.json(200, verdict),
+        (error: unknown) => failVerify(ctx.ex, error),
+      ),
   }),
 ];
 
 /** Every operator route: the built-in ones and those `extra` contributes, their schemas compiled. */
-export function buildAdminRouter(deps: AdminDeps, extra: readonly AdminRouteEntry[] = []): Router<AdminRoute> {
-  const records = [...ADMIN_ROUTES, ...extra.map(([method, path, rest]): AdminRouteRecord => ({ method, path, ...rest }))];
-  for (const record of records) if (record.keys !== 'operator') throw new Error(`${record.method} ${record.path}: operator routes take the operator key`);
+export function buildAdminRouter(
+  deps: AdminDeps,
+  extra: readonly AdminRouteEntry[] = [],
+): Router<AdminRoute> {
+  const records = [
+    ...ADMIN_ROUTES,
+    ...extra.map(([method, path, rest]): AdminRouteRecord => ({ method, path, ...rest })),
+  ];
+  for (const record of records)
+    if (record.keys !== 'operator')
+      throw new Error(`${record.method} ${record.path}: operator routes take the operator key`);
   return routerOf(records, deps);
 }

@@ -17,10 +17,15 @@ export function auditPage(ex: Exchange, audit: AuditLog, stream: string, query: 
   if (limit === null) return;
   let before: number | null = null;
   if (cursor !== undefined) {
-    before = decodeCursor(ex, cursor, ({ before: seq }) => (typeof seq === 'number' && Number.isSafeInteger(seq) && seq > 0 ? seq : null));
+    before = decodeCursor(ex, cursor, ({ before: seq }) =>
+      typeof seq === 'number' && Number.isSafeInteger(seq) && seq > 0 ? seq : null,
+    );
     if (before === null) return;
   }
-  const filter = { ...(action === undefined ? {} : { action }), ...(resourceType === undefined ? {} : { resourceType }) };
+  const filter = {
+    ...(action === undefined ? {} : { action }),
+    ...(resourceType === undefined ? {} : { resourceType }),
+  };
   const page = audit.page(stream, filter, limit, before);
   const nextCursor = page.nextBefore === null ? null : encodeCursor({ before: page.nextBefore });
   ex.json(200, { data: page.data, nextCursor });

@@ -28,7 +28,12 @@ import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import type { AnyRouteRecord, JsonSchema, RouteInput, RouteRecord } from './route-record.js';
 import { LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../http/limits.js';
 import { renderReply } from './shard-reply.js';
-import { checkoutSchema, commerceListQuerySchema, type CheckoutBody, type CommerceListQuery } from './commerce-validation.js';
+import {
+  checkoutSchema,
+  commerceListQuerySchema,
+  type CheckoutBody,
+  type CommerceListQuery,
+} from './commerce-validation.js';
 
 export interface CommerceDeps {
   readonly pool: ShardPool;
@@ -58,12 +63,17 @@ interface ShardAnswer {
 /** Hands a command to its shard and waits for the (durable, for a write) reply. */
 function ask(pool: ShardPool, command: Command, tag: AuditTag | null = null): Promise<ShardAnswer> {
   return new Promise((resolve, reject) => {
-    if (!pool.submit(command, (outcome, body, effect) => resolve({ outcome, body, effect }), tag)) reject(new ShardFull('shard queue is full'));
+    if (!pool.submit(command, (outcome, body, effect) => resolve({ outcome, body, effect }), tag))
+      reject(new ShardFull('shard queue is full'));
   });
 }
 
 /** The customer's processor customer, subscriptions and purchases. */
-async function commerceOf(pool: ShardPool, environment: Environment, customerId: string): Promise<CommerceView> {
+async function commerceOf(
+  pool: ShardPool,
+  environment: Environment,
+  customerId: string,
+): Promise<CommerceView> {
   const reply = await ask(pool, { op: 'getCommerce', environment, customerId, key: '' });
   return JSON.parse(reply.body) as CommerceView;
 }
@@ -93,7 +103,8 @@ async function stillExists(stripe: Stripe, processorCustomerId: string): Promise
     const customer = await stripe.customers.retrieve(processorCustomerId);
     return customer.deleted !== true;
   } catch (error) {
-    if (error instanceof Error && (error as { code?: unknown }).code === 'resource_missing') return false;
+    if (error instanceof Error && (error as { code?: unknown }).code === 'resource_missing')
+      return false;
     throw error;
   }
 }
@@ -103,14 +114,33 @@ async function stillExists(stripe: Stripe, processorCustomerId: string): Promise
  * its actor; created again, replacing the remembered one, only when the processor no
  * longer has it.
  */
-async function processorCustomer(deps: CommerceDeps, environment: Environment, customerId: string, known: string | null): Promise<{ id: string; created: boolean }> {
+async function processorCustomer(
+  deps: CommerceDeps,
+  environment: Environment,
+  customerId: string,
+  known: string | null,
+): Promise<{ id: string; created: boolean }> {
   const { stripe } = deps.processor;
   if (known !== null && (await stillExists(stripe, known))) return { id: known, created: false };
   const customer = await stripe.customers.create(
     { metadata: { [META.environment]: environment, [META.customerId]: customerId } },
-    { idempotencyKey: fitKey(`tally-${environment}-customer-`, customerId, known === null ? '' : `-after-${known}`, IDEMPOTENCY_KEY_MAX) },
+    {
+      idempotencyKey: fitKey(
+        `tally-${environment}-customer-`,
+        customerId,
+        known === null ? '' : `-after-${known}`,
+        IDEMPOTENCY_KEY_MAX,
+      ),
+    },
   );
-  const command = { op: 'setProcessorCustomer', environment, customerId, key: '', processorCustomerId: customer.id, ...(known === null ? {} : { replaces: known }) } as const;
+  const command = {
+    op: 'setProcessorCustomer',
+    environment,
+    customerId,
+    key: '',
+    processorCustomerId: customer.id,
+    ...(known === null ? {} : { replaces: known }),
+  } as const;
   const reply = await ask(deps.pool, command);
   if (reply.outcome === 'rejected') throw new Error(`setProcessorCustomer rejected: ${reply.body}`);
   // A concurrent checkout may have stored another one first: that one stays.
@@ -118,7 +148,12 @@ async function processorCustomer(deps: CommerceDeps, environment: Environment, c
   return { id: stored ?? customer.id, created: stored === customer.id };
 }
 
-async function createSession(deps: CommerceDeps, ctx: RouteInput<CheckoutBody>, body: CheckoutBody, config: BillingConfig): Promise<Stripe.Checkout.Session> {
+async function createSession(
+  deps: CommerceDeps,
+  ctx: RouteInput<CheckoutBody>,
+  body: CheckoutBody,
+  config: BillingConfig,
+): Promise<Stripe.Checkout.Session> {
   const { environment } = ctx;
   const product = config.products[body.productKey];
   const price = product?.price;
@@ -131,10 +166,21 @@ async function createSession(deps: CommerceDeps, ctx: RouteInput<CheckoutBody>, 
   }
   const { stripe } = deps.processor;
   const lookupKey = priceLookupKey(environment, body.productKey, price);
-  const found = (await stripe.prices.list({ lookup_keys: [lookupKey], active: true, limit: 1 })).data[0];
-  if (found === undefined) throw new Error(`no price ${lookupKey} at the processor: push the configuration again`);
-  const customer = await processorCustomer(deps, environment, body.customerId, view.processorCustomerId);
-  const metadata = { [META.environment]: environment, [META.customerId]: body.customerId, [META.productKey]: body.productKey };
+  const found = (await stripe.prices.list({ lookup_keys: [lookupKey], active: true, limit: 1 }))
+    .data[0];
+  if (found === undefined)
+    throw new Error(`no price ${lookupKey} at the processor: push the configuration again`);
+  const customer = await processorCustomer(
+    deps,
+    environment,
+    body.customerId,
+    view.processorCustomerId,
+  );
+  const metadata = {
+    [META.environment]: environment,
+    [META.customerId]: body.customerId,
+    [META.productKey]: body.productKey,
+  };
   return stripe.checkout.sessions.create(
     {
       mode: recurring ? 'subscription' : 'payment',
@@ -153,8 +199,14 @@ async function createSession(deps: CommerceDeps, ctx: RouteInput<CheckoutBody>, 
 /** POST /v1/checkout: a hosted checkout session for a priced product; answers `{url}`. */
 function checkout(ctx: RouteInput<CheckoutBody>, deps: CommerceDeps): void {
   const { successUrl, cancelUrl, productKey, customerId } = ctx.body;
-  if (!isAbsoluteHttpUrl(successUrl)) return ctx.ex.fail('invalid_request', { detail: 'successUrl must be an absolute http or https URL' });
-  if (!isAbsoluteHttpUrl(cancelUrl)) return ctx.ex.fail('invalid_request', { detail: 'cancelUrl must be an absolute http or https URL' });
+  if (!isAbsoluteHttpUrl(successUrl))
+    return ctx.ex.fail('invalid_request', {
+      detail: 'successUrl must be an absolute http or https URL',
+    });
+  if (!isAbsoluteHttpUrl(cancelUrl))
+    return ctx.ex.fail('invalid_request', {
+      detail: 'cancelUrl must be an absolute http or https URL',
+    });
   const latest = deps.control.latestConfig(ctx.environment);
   if (latest === null) return ctx.ex.fail('not_configured', { environment: ctx.environment });
   const config = latest.config as BillingConfig;
@@ -165,7 +217,17 @@ function checkout(ctx: RouteInput<CheckoutBody>, deps: CommerceDeps): void {
     .then(async (session) => {
       if (session.url === null) throw new Error('the processor returned a session without a url');
       const data = { productKey, sessionId: session.id, mode: session.mode };
-      await deps.audit.append(ctx.environment, { action: 'checkout.create', resourceType: 'checkout', resourceId: customerId, actor: ctx.key.id, data }, Date.now());
+      await deps.audit.append(
+        ctx.environment,
+        {
+          action: 'checkout.create',
+          resourceType: 'checkout',
+          resourceId: customerId,
+          actor: ctx.key.id,
+          data,
+        },
+        Date.now(),
+      );
       ctx.ex.json(200, { url: session.url });
     })
     .catch((error: unknown) => {
@@ -183,7 +245,9 @@ function list(what: 'subscriptions' | 'purchases') {
     if (limit === null) return;
     let after = '';
     if (ctx.query.cursor !== undefined) {
-      const decoded = decodeCursor(ctx.ex, ctx.query.cursor, ({ after: at }) => (typeof at === 'string' ? at : null));
+      const decoded = decodeCursor(ctx.ex, ctx.query.cursor, ({ after: at }) =>
+        typeof at === 'string' ? at : null,
+      );
       if (decoded === null) return;
       after = decoded;
     }
@@ -193,7 +257,8 @@ function list(what: 'subscriptions' | 'purchases') {
         const sorted = records.filter((r) => r.id > after).sort((a, b) => (a.id < b.id ? -1 : 1));
         const page = sorted.slice(0, limit);
         const last = page[page.length - 1];
-        const nextCursor = sorted.length > limit && last !== undefined ? encodeCursor({ after: last.id }) : null;
+        const nextCursor =
+          sorted.length > limit && last !== undefined ? encodeCursor({ after: last.id }) : null;
         ctx.ex.json(200, { data: page, nextCursor });
       },
       () => ctx.ex.fail('overloaded', {}, [['retry-after', '1']]),
@@ -206,11 +271,17 @@ async function applyProcessorCommand(deps: CommerceDeps, command: ProcessorComma
   const full: Command = { ...command, key: '' };
   const tag: AuditTag = { ref: freshRef(), actor: PROCESSOR_ACTOR };
   const reply = await ask(deps.pool, full, tag);
-  if (reply.outcome === 'rejected') throw new Error(`${command.op} rejected: ${renderReply(reply.outcome, reply.body).body}`);
+  if (reply.outcome === 'rejected')
+    throw new Error(`${command.op} rejected: ${renderReply(reply.outcome, reply.body).body}`);
   if (reply.effect !== 'wrote') return;
   const fields = auditOf(full);
   if (fields === null) return;
-  await deps.audit.append(command.environment, { ...fields, actor: PROCESSOR_ACTOR }, Date.now(), tag.ref);
+  await deps.audit.append(
+    command.environment,
+    { ...fields, actor: PROCESSOR_ACTOR },
+    Date.now(),
+    tag.ref,
+  );
   deps.pool.auditsRecorded(command.environment, fields.resourceId, [tag.ref]);
 }
 
@@ -218,7 +289,11 @@ async function applyProcessorCommand(deps: CommerceDeps, command: ProcessorComma
 function receiveWebhook(deps: CommerceDeps, ex: Exchange, text: string, signature: string): void {
   let event: Stripe.Event;
   try {
-    event = deps.processor.stripe.webhooks.constructEvent(text, signature, deps.processor.webhookSecret);
+    event = deps.processor.stripe.webhooks.constructEvent(
+      text,
+      signature,
+      deps.processor.webhookSecret,
+    );
   } catch (error) {
     return ex.fail('invalid_signature', { detail: processorMessage(error) });
   }
@@ -228,7 +303,11 @@ function receiveWebhook(deps: CommerceDeps, ex: Exchange, text: string, signatur
       ex.json(200, { received: true });
     })
     .catch((error: unknown) => {
-      ex.logWarn('processor event failed; the processor will deliver it again', { eventId: event.id, type: event.type, error: processorMessage(error) });
+      ex.logWarn('processor event failed; the processor will deliver it again', {
+        eventId: event.id,
+        type: event.type,
+        error: processorMessage(error),
+      });
       ex.fail('processor_event_failed', { id: event.id });
     });
 }
@@ -240,9 +319,13 @@ function receiveWebhook(deps: CommerceDeps, ex: Exchange, text: string, signatur
  */
 export function webhookHandler(deps: CommerceDeps): (ex: Exchange, req: uWS.HttpRequest) => void {
   return (ex, req) => {
-    if (ex.method !== 'POST') return ex.fail('method_not_allowed', { method: ex.method, path: ex.path }, [['allow', 'POST']]);
+    if (ex.method !== 'POST')
+      return ex.fail('method_not_allowed', { method: ex.method, path: ex.path }, [
+        ['allow', 'POST'],
+      ]);
     const signature = req.getHeader('stripe-signature');
-    if (!checkBodyHeaders(ex, req.getHeader('content-type'), req.getHeader('content-length'))) return;
+    if (!checkBodyHeaders(ex, req.getHeader('content-type'), req.getHeader('content-length')))
+      return;
     readJsonBody(ex, (_value, text) => receiveWebhook(deps, ex, text, signature));
   };
 }
@@ -253,39 +336,70 @@ const PAGING = `Pages of at most \`limit\` (default ${LIST_LIMIT_DEFAULT}, at mo
 /** The keyed commerce routes: records of the API route table (routes.ts spreads them in). */
 export const COMMERCE_ROUTES: ReadonlyArray<AnyRouteRecord<CommerceDeps>> = [
   route<CheckoutBody>({
-    method: 'POST', path: '/v1/checkout', keys: 'server', audited: true,
+    method: 'POST',
+    path: '/v1/checkout',
+    keys: 'server',
+    audited: true,
     body: { schema: checkoutSchema, numbers: 'as-parsed' },
     doc: {
-      operationId: 'createCheckout', tag: 'commerce', sharded: true,
+      operationId: 'createCheckout',
+      tag: 'commerce',
+      sharded: true,
       summary: 'A hosted checkout for a priced product',
-      description: 'A recurring product opens a subscription checkout, a one-time product a payment. The customer is created ' +
+      description:
+        'A recurring product opens a subscription checkout, a one-time product a payment. The customer is created ' +
         'if needed. Nothing changes until the processor reports the payment. 409 when the customer already has an active ' +
         'subscription and the product is recurring: change plans with POST /v1/subscriptions/change.',
       ok: { description: "The checkout page's address.", schema: ref('CheckoutSession') },
-      errors: ['invalid_request', 'not_configured', 'product_not_found', 'product_not_purchasable', 'subscription_exists', 'processor_error'],
+      errors: [
+        'invalid_request',
+        'not_configured',
+        'product_not_found',
+        'product_not_purchasable',
+        'subscription_exists',
+        'processor_error',
+      ],
     },
     handle: checkout,
   }),
   route<undefined, CommerceListQuery>({
-    method: 'GET', path: '/v1/subscriptions', keys: 'server', query: commerceListQuerySchema, audited: false,
+    method: 'GET',
+    path: '/v1/subscriptions',
+    keys: 'server',
+    query: commerceListQuerySchema,
+    audited: false,
     doc: {
-      operationId: 'listSubscriptions', tag: 'commerce', sharded: true,
-      summary: "A customer's subscriptions, in id order", description: PAGING,
-      ok: { description: 'A page.', schema: ref('SubscriptionList') }, errors: [],
+      operationId: 'listSubscriptions',
+      tag: 'commerce',
+      sharded: true,
+      summary: "A customer's subscriptions, in id order",
+      description: PAGING,
+      ok: { description: 'A page.', schema: ref('SubscriptionList') },
+      errors: [],
     },
     handle: list('subscriptions'),
   }),
   route<undefined, CommerceListQuery>({
-    method: 'GET', path: '/v1/purchases', keys: 'server', query: commerceListQuerySchema, audited: false,
+    method: 'GET',
+    path: '/v1/purchases',
+    keys: 'server',
+    query: commerceListQuerySchema,
+    audited: false,
     doc: {
-      operationId: 'listPurchases', tag: 'commerce', sharded: true,
-      summary: "A customer's one-time purchases, in id order", description: PAGING,
-      ok: { description: 'A page.', schema: ref('PurchaseList') }, errors: [],
+      operationId: 'listPurchases',
+      tag: 'commerce',
+      sharded: true,
+      summary: "A customer's one-time purchases, in id order",
+      description: PAGING,
+      ok: { description: 'A page.', schema: ref('PurchaseList') },
+      errors: [],
     },
     handle: list('purchases'),
   }),
 ];
 
-function route<B = undefined, Q = undefined>(record: RouteRecord<CommerceDeps, B, Q>): AnyRouteRecord<CommerceDeps> {
+function route<B = undefined, Q = undefined>(
+  record: RouteRecord<CommerceDeps, B, Q>,
+): AnyRouteRecord<CommerceDeps> {
   return record;
 }

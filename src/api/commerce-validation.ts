@@ -8,7 +8,12 @@ import { LIST_LIMIT_MAX } from '../http/limits.js';
 
 const ajv = new Ajv({ allErrors: false, strict: true, coerceTypes: false, verbose: true });
 const id = { type: 'string', minLength: 1, maxLength: ID_LENGTH_MAX } as const;
-const url = { type: 'string', minLength: 1, maxLength: 2048, description: 'An absolute http or https URL.' } as const;
+const url = {
+  type: 'string',
+  minLength: 1,
+  maxLength: 2048,
+  description: 'An absolute http or https URL.',
+} as const;
 
 export interface CheckoutBody {
   readonly customerId: string;
@@ -36,7 +41,11 @@ export const commerceListQuerySchema = {
   type: 'object',
   properties: {
     customerId: id,
-    limit: { type: 'string', pattern: '^(?:[1-9][0-9]?|100)$', description: `a whole number from 1 to ${LIST_LIMIT_MAX}` },
+    limit: {
+      type: 'string',
+      pattern: '^(?:[1-9][0-9]?|100)$',
+      description: `a whole number from 1 to ${LIST_LIMIT_MAX}`,
+    },
     cursor: { type: 'string', minLength: 1, maxLength: 2048 },
   },
   required: ['customerId'],

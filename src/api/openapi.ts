@@ -22,7 +22,11 @@ import { ID_LENGTH_MAX } from '../../shared/limits.js';
 import { BODY_BYTES_MAX } from '../http/limits.js';
 import type { Environment } from '../../actors/protocol.js';
 import type { ControlStore } from '../../storage/control-store.js';
-import { billingConfigSchema, CONFIG_KEY_LENGTH_MAX, CONFIG_KEY_PATTERN } from '../config/billing-schema.js';
+import {
+  billingConfigSchema,
+  CONFIG_KEY_LENGTH_MAX,
+  CONFIG_KEY_PATTERN,
+} from '../config/billing-schema.js';
 import { ERRORS, type ErrorCode } from '../errors.js';
 import { PUBLIC_ROUTES } from './public-routes.js';
 import type { AnyRouteRecord, BodySpec, Caller, RouteDoc } from './route-record.js';
@@ -63,7 +67,10 @@ interface OperationEntry extends RouteDoc {
 const ref = (name: string): Schema => ({ $ref: `#/components/schemas/${name}` });
 
 /** Errors whose body carries the balance fields beside `error`. */
-const BALANCE_ERRORS: ReadonlySet<ErrorCode> = new Set(['insufficient_balance', 'refund_exceeds_usage']);
+const BALANCE_ERRORS: ReadonlySet<ErrorCode> = new Set([
+  'insufficient_balance',
+  'refund_exceeds_usage',
+]);
 /** Errors answered before the key is known, so without rate-limit headers. */
 const UNAUTHENTICATED_ERRORS: ReadonlySet<ErrorCode> = new Set(['key_missing', 'key_invalid']);
 /** Errors answered with `Retry-After`. */
@@ -89,7 +96,13 @@ export function publishedBody(body: BodySpec): Schema {
   if (body.schema === billingConfigSchema) return ref('BillingConfig');
   if (body.numbers !== 'exact-amount') return body.schema;
   const schema = body.schema as { readonly properties: Readonly<Record<string, Schema>> };
-  return { ...schema, properties: { ...schema.properties, amount: { ...schema.properties['amount'], ...EXACT_AMOUNT_BOUNDS } } };
+  return {
+    ...schema,
+    properties: {
+      ...schema.properties,
+      amount: { ...schema.properties['amount'], ...EXACT_AMOUNT_BOUNDS },
+    },
+  };
 }
 
 /** The documented operation of a record, or null for an undocumented (operator) route. */
@@ -115,8 +128,10 @@ const OPERATIONS: readonly OperationEntry[] = [...PUBLIC_ROUTES, ...API_ROUTES]
   .filter((op): op is OperationEntry => op !== null);
 
 /** The OpenAPI path templates of every documented operation, for tests that compare with the router. */
-export const DOCUMENTED_OPERATIONS: ReadonlyArray<{ readonly method: string; readonly path: string }> =
-  OPERATIONS.map(({ method, path }) => ({ method: method.toUpperCase(), path }));
+export const DOCUMENTED_OPERATIONS: ReadonlyArray<{
+  readonly method: string;
+  readonly path: string;
+}> = OPERATIONS.map(({ method, path }) => ({ method: method.toUpperCase(), path }));
 
 /**
  * Builds the document. Pure and total: `config` is null before the first push, and then
@@ -142,7 +157,10 @@ export function buildOpenApi(config: BillingConfig | null, meta: OpenApiMeta): o
       { name: 'entitlements', description: 'Features and limits.' },
       { name: 'usage', description: 'Meters: balances, consumption, refunds.' },
       { name: 'configuration', description: 'The billing configuration and its products.' },
-      { name: 'commerce', description: 'Checkout, subscriptions and purchases through the payment processor.' },
+      {
+        name: 'commerce',
+        description: 'Checkout, subscriptions and purchases through the payment processor.',
+      },
       { name: 'customers', description: 'Customer records and listings.' },
       { name: 'audit', description: 'The tamper-evident audit log.' },
       { name: 'contracts', description: 'Per-customer prices and included amounts.' },
@@ -169,7 +187,9 @@ export function buildOpenApi(config: BillingConfig | null, meta: OpenApiMeta): o
  * machine (Node 20), once per push and environment. That is far under the 20 ms at which
  * moving it off the event loop would pay for a thread hop and cloning the configuration.
  */
-export function openApiCache(control: Pick<ControlStore, 'latestConfig' | 'latestConfigVersion'>): (environment: Environment) => string {
+export function openApiCache(
+  control: Pick<ControlStore, 'latestConfig' | 'latestConfigVersion'>,
+): (environment: Environment) => string {
   const cache = new Map<Environment, { readonly version: number; readonly json: string }>();
   return (environment) => {
     let cached = cache.get(environment);
@@ -177,7 +197,12 @@ export function openApiCache(control: Pick<ControlStore, 'latestConfig' | 'lates
       const latest = control.latestConfig(environment);
       const version = latest?.version ?? 0;
       const meta = { environment, version, pushedAtMs: latest?.pushedAtMs ?? null };
-      cached = { version, json: JSON.stringify(buildOpenApi(latest === null ? null : (latest.config as BillingConfig), meta)) };
+      cached = {
+        version,
+        json: JSON.stringify(
+          buildOpenApi(latest === null ? null : (latest.config as BillingConfig), meta),
+        ),
+      };
       cache.set(environment, cached);
     }
     return cached.json;
@@ -185,13 +210,16 @@ export function openApiCache(control: Pick<ControlStore, 'latestConfig' | 'lates
 }
 
 function infoDescription(meta: OpenApiMeta): string {
-  const source = meta.pushedAtMs === null
-    ? 'No billing configuration has been pushed to this environment yet, so no keys are enumerated.'
-    : `Generated from billing configuration v${meta.version}, pushed ${new Date(meta.pushedAtMs).toISOString()}.`;
-  return `The Tally API of the \`${meta.environment}\` environment. ${source} ` +
+  const source =
+    meta.pushedAtMs === null
+      ? 'No billing configuration has been pushed to this environment yet, so no keys are enumerated.'
+      : `Generated from billing configuration v${meta.version}, pushed ${new Date(meta.pushedAtMs).toISOString()}.`;
+  return (
+    `The Tally API of the \`${meta.environment}\` environment. ${source} ` +
     'Every error body is `{"error": message}`; 409 and 429 on usage add the balance fields. ' +
     'A known path called with a method it does not list answers 405 with `Allow`; an unknown path 404. ' +
-    `Bodies are JSON (\`content-type: application/json\`), at most ${BODY_BYTES_MAX} bytes.`;
+    `Bodies are JSON (\`content-type: application/json\`), at most ${BODY_BYTES_MAX} bytes.`
+  );
 }
 
 // ---------------------------------------------------------------------------
@@ -199,7 +227,9 @@ function infoDescription(meta: OpenApiMeta): string {
 
 function operationObject(op: OperationEntry): Record<string, unknown> {
   const parameters = [
-    ...(op.pathKey === undefined ? [] : [{ $ref: `#/components/parameters/${KEY_PARAMETERS[op.pathKey]}` }]),
+    ...(op.pathKey === undefined
+      ? []
+      : [{ $ref: `#/components/parameters/${KEY_PARAMETERS[op.pathKey]}` }]),
     ...(op.pathCustomer === undefined ? [] : [{ ...CUSTOMER_ID_PARAMETER, name: op.pathCustomer }]),
     ...(op.query === undefined ? [] : queryParameters(op.query)),
   ];
@@ -210,7 +240,9 @@ function operationObject(op: OperationEntry): Record<string, unknown> {
     description: `${op.description} ${ACCESS_TEXT[op.access]}`,
     security: SECURITY[op.access],
     ...(parameters.length === 0 ? {} : { parameters }),
-    ...(op.body === undefined ? {} : { requestBody: { required: true, content: { 'application/json': { schema: op.body } } } }),
+    ...(op.body === undefined
+      ? {}
+      : { requestBody: { required: true, content: { 'application/json': { schema: op.body } } } }),
     responses: responsesOf(op),
   };
 }
@@ -219,7 +251,7 @@ const CUSTOMER_ID_PARAMETER = {
   name: 'customerId',
   in: 'path',
   required: true,
-  description: 'The application\'s id of the customer (percent-encoded).',
+  description: "The application's id of the customer (percent-encoded).",
   schema: { type: 'string', minLength: 1, maxLength: ID_LENGTH_MAX },
 };
 
@@ -243,7 +275,12 @@ function queryParameters(query: ObjectSchema): object[] {
     in: 'query',
     required: query.required.includes(name),
     schema,
-    ...(name === 'customerId' ? { description: 'The application\'s id of the customer. An unknown customer reads as on the default product.' } : {}),
+    ...(name === 'customerId'
+      ? {
+          description:
+            "The application's id of the customer. An unknown customer reads as on the default product.",
+        }
+      : {}),
   }));
 }
 
@@ -251,7 +288,14 @@ function queryParameters(query: ObjectSchema): object[] {
 function errorCodesOf(op: OperationEntry): ErrorCode[] {
   const codes: ErrorCode[] = [];
   if (op.access !== 'none') {
-    codes.push('key_missing', 'key_invalid', 'environment_key_required', 'rate_limited', 'not_ready', 'invalid_query');
+    codes.push(
+      'key_missing',
+      'key_invalid',
+      'environment_key_required',
+      'rate_limited',
+      'not_ready',
+      'invalid_query',
+    );
     if (op.access === 'server') codes.push('server_key_required');
   }
   if (op.body !== undefined) codes.push('content_type', 'invalid_json', 'body_too_large');
@@ -274,7 +318,9 @@ function responsesOf(op: OperationEntry): Record<string, unknown> {
     responses[String(status)] = {
       description: op.ok.description,
       ...(keyed ? { headers: headersOf([]) } : {}),
-      ...(op.ok.schema === null ? {} : { content: { 'application/json': { schema: op.ok.schema } } }),
+      ...(op.ok.schema === null
+        ? {}
+        : { content: { 'application/json': { schema: op.ok.schema } } }),
     };
   }
   for (const status of [...byStatus.keys()].sort((a, b) => a - b)) {
@@ -285,9 +331,12 @@ function responsesOf(op: OperationEntry): Record<string, unknown> {
 
 function errorResponse(codes: readonly ErrorCode[], keyed: boolean): object {
   const withBalance = codes.filter((code) => BALANCE_ERRORS.has(code)).length;
-  const schema = withBalance === 0 ? ref('Error')
-    : withBalance === codes.length ? ref('BalanceError')
-    : { anyOf: [ref('Error'), ref('BalanceError')] };
+  const schema =
+    withBalance === 0
+      ? ref('Error')
+      : withBalance === codes.length
+        ? ref('BalanceError')
+        : { anyOf: [ref('Error'), ref('BalanceError')] };
   const rateCounted = keyed && !codes.every((code) => UNAUTHENTICATED_ERRORS.has(code));
   const headers = rateCounted ? headersOf(codes) : retryHeaderOf(codes);
   return {
@@ -310,7 +359,8 @@ function headersOf(codes: readonly ErrorCode[]): Record<string, unknown> {
 function retryHeaderOf(codes: readonly ErrorCode[]): Record<string, unknown> {
   const retrying = codes.filter((code) => RETRY_ERRORS.has(code));
   if (retrying.length === 0) return {};
-  if (retrying.length === codes.length) return { 'Retry-After': { $ref: '#/components/headers/Retry-After' } };
+  if (retrying.length === codes.length)
+    return { 'Retry-After': { $ref: '#/components/headers/Retry-After' } };
   return {
     'Retry-After': {
       description: `Whole seconds to wait; sent with ${retrying.map((code) => `\`${code}\``).join(', ')} only.`,
@@ -324,20 +374,35 @@ function retryHeaderOf(codes: readonly ErrorCode[]): Record<string, unknown> {
 
 const SECURITY_SCHEMES = {
   serverKey: {
-    type: 'apiKey', in: 'header', name: 'x-tally-key',
-    description: 'A server key (`sk_test_…` or `sk_live_…`); it selects the environment. Never ship it to a browser.',
+    type: 'apiKey',
+    in: 'header',
+    name: 'x-tally-key',
+    description:
+      'A server key (`sk_test_…` or `sk_live_…`); it selects the environment. Never ship it to a browser.',
   },
   clientKey: {
-    type: 'apiKey', in: 'header', name: 'x-tally-key',
-    description: 'A client key (`ck_test_…` or `ck_live_…`): browser-safe, for has, limit, balance and this document.',
+    type: 'apiKey',
+    in: 'header',
+    name: 'x-tally-key',
+    description:
+      'A client key (`ck_test_…` or `ck_live_…`): browser-safe, for has, limit, balance and this document.',
   },
-  serverBearer: { type: 'http', scheme: 'bearer', description: 'A server key as `Authorization: Bearer sk_…`.' },
-  clientBearer: { type: 'http', scheme: 'bearer', description: 'A client key as `Authorization: Bearer ck_…`.' },
+  serverBearer: {
+    type: 'http',
+    scheme: 'bearer',
+    description: 'A server key as `Authorization: Bearer sk_…`.',
+  },
+  clientBearer: {
+    type: 'http',
+    scheme: 'bearer',
+    description: 'A client key as `Authorization: Bearer ck_…`.',
+  },
 } as const;
 
 const HEADERS = {
   'X-RateLimit-Limit': {
-    description: 'Requests per minute allowed for this key. Absent when the key class is not rate limited.',
+    description:
+      'Requests per minute allowed for this key. Absent when the key class is not rate limited.',
     schema: { type: 'integer', minimum: 1 },
   },
   'X-RateLimit-Remaining': {
@@ -345,7 +410,8 @@ const HEADERS = {
     schema: { type: 'integer', minimum: 0 },
   },
   'X-RateLimit-Reset': {
-    description: 'When the current window ends, in Unix epoch seconds (windows are aligned to the whole minute, UTC).',
+    description:
+      'When the current window ends, in Unix epoch seconds (windows are aligned to the whole minute, UTC).',
     schema: { type: 'integer', minimum: 0 },
   },
   'Retry-After': {
@@ -355,8 +421,16 @@ const HEADERS = {
   },
 } as const;
 
-const KEY_PARAMETERS: Record<PathKey, string> = { entitlement: 'EntitlementKeyPath', limit: 'LimitKeyPath', meter: 'MeterKeyPath' };
-const KEY_SCHEMAS: Record<PathKey, string> = { entitlement: 'EntitlementKey', limit: 'LimitKey', meter: 'MeterKey' };
+const KEY_PARAMETERS: Record<PathKey, string> = {
+  entitlement: 'EntitlementKeyPath',
+  limit: 'LimitKeyPath',
+  meter: 'MeterKeyPath',
+};
+const KEY_SCHEMAS: Record<PathKey, string> = {
+  entitlement: 'EntitlementKey',
+  limit: 'LimitKey',
+  meter: 'MeterKey',
+};
 
 function keyParameters(): Record<string, object> {
   const parameters: Record<string, object> = {};
@@ -374,54 +448,107 @@ function keyParameters(): Record<string, object> {
 
 /** Enumerates the keys of each kind; an empty enum is not valid JSON Schema, so none then. */
 function keySchema(keys: readonly string[], what: string, version: number): Schema {
-  if (keys.length > 0) return { type: 'string', enum: keys, description: `${what} of configuration v${version}.` };
+  if (keys.length > 0)
+    return { type: 'string', enum: keys, description: `${what} of configuration v${version}.` };
   return {
     type: 'string',
     minLength: 1,
     maxLength: CONFIG_KEY_LENGTH_MAX,
     pattern: CONFIG_KEY_PATTERN,
-    description: version === 0
-      ? `${what}: none yet, since no configuration has been pushed (so no enum); every key answers 404.`
-      : `${what}: configuration v${version} defines none (an empty enum is not valid JSON Schema); every key answers 404 or 400.`,
+    description:
+      version === 0
+        ? `${what}: none yet, since no configuration has been pushed (so no enum); every key answers 404.`
+        : `${what}: configuration v${version} defines none (an empty enum is not valid JSON Schema); every key answers 404 or 400.`,
   };
 }
 
 function keySchemas(config: BillingConfig | null, version: number): Record<string, Schema> {
   const entitlements = Object.entries(config?.entitlements ?? {});
-  const ofType = (type: EntitlementType): string[] => entitlements.filter(([, def]) => def.type === type).map(([key]) => key);
+  const ofType = (type: EntitlementType): string[] =>
+    entitlements.filter(([, def]) => def.type === type).map(([key]) => key);
   const products = Object.entries(config?.products ?? {});
   return {
-    EntitlementKey: keySchema(entitlements.map(([key]) => key), 'Every entitlement key (features, limits and meters)', version),
+    EntitlementKey: keySchema(
+      entitlements.map(([key]) => key),
+      'Every entitlement key (features, limits and meters)',
+      version,
+    ),
     LimitKey: keySchema(ofType('limit'), 'The limit keys', version),
     MeterKey: keySchema(ofType('meter'), 'The meter keys', version),
-    ProductKey: keySchema(products.map(([key]) => key), 'Every product key', version),
-    PlanKey: keySchema(products.filter(([, def]) => def.price?.interval !== undefined).map(([key]) => key), 'The recurring products (plans)', version),
+    ProductKey: keySchema(
+      products.map(([key]) => key),
+      'Every product key',
+      version,
+    ),
+    PlanKey: keySchema(
+      products.filter(([, def]) => def.price?.interval !== undefined).map(([key]) => key),
+      'The recurring products (plans)',
+      version,
+    ),
   };
 }
 
-const isoTime = { type: 'string', format: 'date-time', description: 'ISO 8601 UTC with milliseconds.' } as const;
-
-const BALANCE_PROPERTIES = {
-  balance: { type: 'number', minimum: 0, description: 'Included allowance left plus purchased-credit lots; never negative.' },
-  included: { type: 'number', minimum: 0, description: 'The plan\'s included allowance per period.' },
-  consumed: { type: 'number', minimum: 0, description: 'Usage recorded in the current period, overage included.' },
-  overage: { type: 'number', minimum: 0, description: 'Usage beyond the balance in the current period.' },
-  overageAllowed: { type: 'boolean', description: 'The plan allows overage.' },
-  overageEnabled: { type: 'boolean', description: 'The customer enabled overage.' },
-  resets: { ...isoTime, type: ['string', 'null'], description: 'End of the current period; null for `reset: never`.' },
+const isoTime = {
+  type: 'string',
+  format: 'date-time',
+  description: 'ISO 8601 UTC with milliseconds.',
 } as const;
 
-function closedObject(properties: Readonly<Record<string, Schema>>, required = Object.keys(properties)): Schema {
+const BALANCE_PROPERTIES = {
+  balance: {
+    type: 'number',
+    minimum: 0,
+    description: 'Included allowance left plus purchased-credit lots; never negative.',
+  },
+  included: {
+    type: 'number',
+    minimum: 0,
+    description: "The plan's included allowance per period.",
+  },
+  consumed: {
+    type: 'number',
+    minimum: 0,
+    description: 'Usage recorded in the current period, overage included.',
+  },
+  overage: {
+    type: 'number',
+    minimum: 0,
+    description: 'Usage beyond the balance in the current period.',
+  },
+  overageAllowed: { type: 'boolean', description: 'The plan allows overage.' },
+  overageEnabled: { type: 'boolean', description: 'The customer enabled overage.' },
+  resets: {
+    ...isoTime,
+    type: ['string', 'null'],
+    description: 'End of the current period; null for `reset: never`.',
+  },
+} as const;
+
+function closedObject(
+  properties: Readonly<Record<string, Schema>>,
+  required = Object.keys(properties),
+): Schema {
   return { type: 'object', properties, required, additionalProperties: false };
 }
 
 function viewSchemas(): Record<string, Schema> {
   return {
-    Error: closedObject({ error: { type: 'string', description: 'What went wrong; names the field where one is at fault.' }, code: ref('ErrorCode') }),
-    BalanceError: closedObject({ error: { type: 'string' }, code: ref('ErrorCode'), ...BALANCE_PROPERTIES }),
+    Error: closedObject({
+      error: {
+        type: 'string',
+        description: 'What went wrong; names the field where one is at fault.',
+      },
+      code: ref('ErrorCode'),
+    }),
+    BalanceError: closedObject({
+      error: { type: 'string' },
+      code: ref('ErrorCode'),
+      ...BALANCE_PROPERTIES,
+    }),
     ErrorCode: {
       enum: Object.keys(ERRORS),
-      description: 'The error\'s key in the error catalog: stable, for programs to branch on (the message is for people and may change).',
+      description:
+        "The error's key in the error catalog: stable, for programs to branch on (the message is for people and may change).",
     },
     BalanceView: closedObject(BALANCE_PROPERTIES),
     LimitView: closedObject({
@@ -435,7 +562,11 @@ function viewSchemas(): Record<string, Schema> {
     PushResult: closedObject({
       version: { type: 'integer', minimum: 1 },
       pushedAt: isoTime,
-      catalog: { type: 'array', items: ref('CatalogAction'), description: 'What the push did at the payment processor, per priced product.' },
+      catalog: {
+        type: 'array',
+        items: ref('CatalogAction'),
+        description: 'What the push did at the payment processor, per priced product.',
+      },
     }),
     CatalogAction: closedObject({
       // A plain string: the push answers about the configuration it stores, not the one this document was made from.
@@ -444,10 +575,21 @@ function viewSchemas(): Record<string, Schema> {
       processorProductId: { type: 'string' },
       price: { enum: ['created', 'unchanged'] },
       processorPriceId: { type: 'string' },
-      lookupKey: { type: 'string', description: '`<environment>:<product key>:<amount>-<currency>-<interval|once>`.' },
-      archivedPrices: { type: 'array', items: { type: 'string' }, description: 'The product\'s earlier prices, archived by this push.' },
+      lookupKey: {
+        type: 'string',
+        description: '`<environment>:<product key>:<amount>-<currency>-<interval|once>`.',
+      },
+      archivedPrices: {
+        type: 'array',
+        items: { type: 'string' },
+        description: "The product's earlier prices, archived by this push.",
+      },
     }),
-    PullResult: closedObject({ config: ref('BillingConfig'), version: { type: 'integer', minimum: 1 }, pushedAt: isoTime }),
+    PullResult: closedObject({
+      config: ref('BillingConfig'),
+      version: { type: 'integer', minimum: 1 },
+      pushedAt: isoTime,
+    }),
     Plan: closedObject({
       key: ref('ProductKey'),
       name: { type: 'string' },
@@ -458,36 +600,54 @@ function viewSchemas(): Record<string, Schema> {
       grants: { type: 'object', additionalProperties: { type: 'number' } },
     }),
     PlanList: closedObject({ data: { type: 'array', items: ref('Plan') } }),
-    CheckoutSession: closedObject({ url: { type: 'string', description: 'The processor\'s hosted checkout page.' } }),
+    CheckoutSession: closedObject({
+      url: { type: 'string', description: "The processor's hosted checkout page." },
+    }),
     Subscription: closedObject({
       id: { type: 'string', description: '`stripe:<processor subscription id>`.' },
       customerId: { type: 'string' },
       productKey: { type: 'string' },
-      status: { type: 'string', description: 'The processor\'s status: `active`, `canceled`, …' },
+      status: { type: 'string', description: "The processor's status: `active`, `canceled`, …" },
       currentPeriodStart: isoTime,
       currentPeriodEnd: isoTime,
       cancelAtPeriodEnd: { type: 'boolean' },
       processor: { const: 'stripe' },
       processorSubscriptionId: { type: 'string' },
     }),
-    SubscriptionList: closedObject({ data: { type: 'array', items: ref('Subscription') }, nextCursor: { type: ['string', 'null'] } }),
+    SubscriptionList: closedObject({
+      data: { type: 'array', items: ref('Subscription') },
+      nextCursor: { type: ['string', 'null'] },
+    }),
     Purchase: closedObject({
-      id: { type: 'string', description: '`stripe:<payment intent id>`; also the id of the credit lots it granted.' },
+      id: {
+        type: 'string',
+        description: '`stripe:<payment intent id>`; also the id of the credit lots it granted.',
+      },
       customerId: { type: 'string' },
       productKey: { type: 'string' },
       status: { const: 'paid' },
       amount: { type: 'integer', minimum: 0, description: 'Integer minor units of `currency`.' },
       currency: { type: 'string' },
       refundedAmount: { type: 'integer', minimum: 0 },
-      grant: { type: 'object', additionalProperties: { type: 'number' }, description: 'Meter key → credits granted.' },
+      grant: {
+        type: 'object',
+        additionalProperties: { type: 'number' },
+        description: 'Meter key → credits granted.',
+      },
       createdAt: isoTime,
     }),
-    PurchaseList: closedObject({ data: { type: 'array', items: ref('Purchase') }, nextCursor: { type: ['string', 'null'] } }),
+    PurchaseList: closedObject({
+      data: { type: 'array', items: ref('Purchase') },
+      nextCursor: { type: ['string', 'null'] },
+    }),
     Customer: closedObject({
       id: { type: 'string' },
       name: { type: ['string', 'null'] },
       email: { type: ['string', 'null'] },
-      metadata: { type: 'object', additionalProperties: { type: ['string', 'number', 'boolean', 'null'] } },
+      metadata: {
+        type: 'object',
+        additionalProperties: { type: ['string', 'number', 'boolean', 'null'] },
+      },
       createdAt: isoTime,
       updatedAt: isoTime,
     }),
@@ -498,11 +658,17 @@ function viewSchemas(): Record<string, Schema> {
         usage: { type: 'object', additionalProperties: ref('BalanceView') },
         limits: { type: 'object', additionalProperties: ref('LimitView') },
         plans: { type: 'array', items: ref('Plan') },
-        subscription: { anyOf: [ref('Subscription'), { type: 'null' }], description: 'The live subscription (active, trialing or past due), or null.' },
+        subscription: {
+          anyOf: [ref('Subscription'), { type: 'null' }],
+          description: 'The live subscription (active, trialing or past due), or null.',
+        },
       }),
       required: ['customer', 'features', 'usage', 'limits'],
     },
-    CustomerList: closedObject({ data: { type: 'array', items: ref('Customer') }, nextCursor: { type: ['string', 'null'] } }),
+    CustomerList: closedObject({
+      data: { type: 'array', items: ref('Customer') },
+      nextCursor: { type: ['string', 'null'] },
+    }),
     AuditEntry: closedObject({
       id: { type: 'string' },
       seq: { type: 'integer', minimum: 1 },
@@ -510,29 +676,55 @@ function viewSchemas(): Record<string, Schema> {
       action: { type: 'string' },
       resourceType: { type: 'string' },
       resourceId: { type: 'string' },
-      actor: { type: 'string', description: 'The id of the key that made the change (never the key).' },
+      actor: {
+        type: 'string',
+        description: 'The id of the key that made the change (never the key).',
+      },
       data: { type: 'object' },
       prevHash: { type: 'string', pattern: '^[0-9a-f]{64}$' },
       hash: { type: 'string', pattern: '^[0-9a-f]{64}$' },
     }),
-    AuditList: closedObject({ data: { type: 'array', items: ref('AuditEntry') }, nextCursor: { type: ['string', 'null'] } }),
+    AuditList: closedObject({
+      data: { type: 'array', items: ref('AuditEntry') },
+      nextCursor: { type: ['string', 'null'] },
+    }),
     AuditVerification: {
       oneOf: [
-        closedObject({ ok: { const: true }, entries: { type: 'integer', minimum: 0 }, lastHash: { type: 'string' } }),
-        closedObject({ ok: { const: false }, entries: { type: 'integer', minimum: 0 }, brokenAt: { type: 'string' }, reason: { type: 'string' } }),
+        closedObject({
+          ok: { const: true },
+          entries: { type: 'integer', minimum: 0 },
+          lastHash: { type: 'string' },
+        }),
+        closedObject({
+          ok: { const: false },
+          entries: { type: 'integer', minimum: 0 },
+          brokenAt: { type: 'string' },
+          reason: { type: 'string' },
+        }),
       ],
     },
     Contract: closedObject({
       customerId: { type: 'string' },
-      priceAmount: { type: 'integer', minimum: 0, description: 'Integer minor units of the product currency per interval.' },
+      priceAmount: {
+        type: 'integer',
+        minimum: 0,
+        description: 'Integer minor units of the product currency per interval.',
+      },
       priceInterval: { enum: ['month', 'year'] },
-      entitlements: { type: 'object', additionalProperties: closedObject({ included: { type: 'number', minimum: 0 } }) },
+      entitlements: {
+        type: 'object',
+        additionalProperties: closedObject({ included: { type: 'number', minimum: 0 } }),
+      },
       updatedAt: isoTime,
     }),
     JsonSchemaDocument: {
       type: 'object',
       required: ['$schema', 'type', 'properties'],
-      properties: { $schema: { const: billingConfigSchema.$schema }, type: { const: 'object' }, properties: { type: 'object' } },
+      properties: {
+        $schema: { const: billingConfigSchema.$schema },
+        type: { const: 'object' },
+        properties: { type: 'object' },
+      },
     },
     OpenApiDocument: {
       type: 'object',
@@ -556,7 +748,8 @@ function viewSchemas(): Record<string, Schema> {
 function billingConfigSchemas(): Record<string, Schema> {
   const { $schema: _schema, $id: _id, $defs, ...root } = billingConfigSchema;
   const schemas: Record<string, Schema> = { BillingConfig: rewriteDefsRefs(root) as Schema };
-  for (const [name, def] of Object.entries($defs)) schemas[configDefName(name)] = rewriteDefsRefs(def) as Schema;
+  for (const [name, def] of Object.entries($defs))
+    schemas[configDefName(name)] = rewriteDefsRefs(def) as Schema;
   return schemas;
 }
 
@@ -569,9 +762,10 @@ function rewriteDefsRefs(value: unknown): unknown {
   if (value === null || typeof value !== 'object') return value;
   const out: Record<string, unknown> = {};
   for (const [name, inner] of Object.entries(value)) {
-    out[name] = name === '$ref' && typeof inner === 'string' && inner.startsWith('#/$defs/')
-      ? `#/components/schemas/${configDefName(inner.slice('#/$defs/'.length))}`
-      : rewriteDefsRefs(inner);
+    out[name] =
+      name === '$ref' && typeof inner === 'string' && inner.startsWith('#/$defs/')
+        ? `#/components/schemas/${configDefName(inner.slice('#/$defs/'.length))}`
+        : rewriteDefsRefs(inner);
   }
   return out;
 }

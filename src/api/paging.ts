@@ -19,11 +19,16 @@ export function encodeCursor(position: Readonly<Record<string, unknown>>): strin
 }
 
 /** The cursor's position object, or null (after answering 400) when it is not ours. */
-export function decodeCursor<T>(ex: Exchange, cursor: string, read: (position: Record<string, unknown>) => T | null): T | null {
+export function decodeCursor<T>(
+  ex: Exchange,
+  cursor: string,
+  read: (position: Record<string, unknown>) => T | null,
+): T | null {
   let position: T | null = null;
   try {
     const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-    if (typeof value === 'object' && value !== null) position = read(value as Record<string, unknown>);
+    if (typeof value === 'object' && value !== null)
+      position = read(value as Record<string, unknown>);
   } catch {
     position = null;
   }

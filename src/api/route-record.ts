@@ -13,7 +13,13 @@
  * object, as a hand-written handler would.
  */
 import type { ValidateFunction } from 'ajv';
-import { mayRoundInJson, parseAmount, AMOUNT_UNITS_MAX, type AmountParse, type Micros } from '../../actors/fixed.js';
+import {
+  mayRoundInJson,
+  parseAmount,
+  AMOUNT_UNITS_MAX,
+  type AmountParse,
+  type Micros,
+} from '../../actors/fixed.js';
 import type { AuditTag, Environment } from '../../actors/protocol.js';
 import type { KeyRecord } from '../../storage/control-store.js';
 import type { ErrorCode } from '../errors.js';
@@ -62,7 +68,16 @@ export interface BodySpec {
 /** The OpenAPI description of a route; operator routes have none (docs/api.md describes them). */
 export interface RouteDoc {
   readonly operationId: string;
-  readonly tag: 'service' | 'entitlements' | 'usage' | 'configuration' | 'commerce' | 'customers' | 'contracts' | 'audit' | 'docs';
+  readonly tag:
+    | 'service'
+    | 'entitlements'
+    | 'usage'
+    | 'configuration'
+    | 'commerce'
+    | 'customers'
+    | 'contracts'
+    | 'audit'
+    | 'docs';
   readonly summary: string;
   readonly description: string;
   /** Which keys the `{key}` path segment takes: any entitlement, only limits, or only meters. */
@@ -70,7 +85,11 @@ export interface RouteDoc {
   /** Answered by a shard worker, whose queue may be full (503 `overloaded`). */
   readonly sharded?: boolean;
   /** The success answer(s); `schema: null` with status 204 means no body. */
-  readonly ok: { readonly description: string; readonly schema: JsonSchema | null; readonly statuses?: readonly (200 | 201 | 204)[] };
+  readonly ok: {
+    readonly description: string;
+    readonly schema: JsonSchema | null;
+    readonly statuses?: readonly (200 | 201 | 204)[];
+  };
   /** Errors particular to this route; the shared ones follow from the key class and body. */
   readonly errors: readonly ErrorCode[];
 }
@@ -127,6 +146,7 @@ export interface RouteRecord<D, B = unknown, Q = unknown, C extends Caller = Env
 }
 
 /** A record as a router holds it, its input types erased (the table mixes them). */
+// biome-ignore lint/suspicious/noExplicitAny: a table mixes records of different body and query types; each is checked where it is declared
 export type AnyRouteRecord<D, C extends Caller = EnvironmentCaller> = RouteRecord<D, any, any, C>;
 
 /** A record ready to serve: its schemas compiled once, and the deps its handler gets. */
@@ -152,13 +172,22 @@ const AMOUNT_MESSAGES: Record<Exclude<AmountParse, { ok: true }>['reason'], stri
 };
 
 /** Compiles a record's schemas; throws (at startup) on a record that contradicts itself. */
-export function compileRoute<D, C extends Caller>(record: AnyRouteRecord<D, C>, deps: D): CompiledRoute<D, C> {
+export function compileRoute<D, C extends Caller>(
+  record: AnyRouteRecord<D, C>,
+  deps: D,
+): CompiledRoute<D, C> {
   const hasParam = record.path.includes('/:');
-  if (hasParam !== (record.param !== undefined)) throw new Error(`${record.method} ${record.path}: a path parameter needs a param reader, and only then`);
+  if (hasParam !== (record.param !== undefined))
+    throw new Error(
+      `${record.method} ${record.path}: a path parameter needs a param reader, and only then`,
+    );
   const body = record.body;
-  const validateBody = body === undefined || body.check !== undefined ? null : compileSchema(body.schema);
+  const validateBody =
+    body === undefined || body.check !== undefined ? null : compileSchema(body.schema);
   let checkBody: BodyCheck | null = body?.check ?? null;
-  if (validateBody !== null) checkBody = (value, ex) => validateBody(value) || failed(ex, 'invalid_request', validateBody, 'body');
+  if (validateBody !== null)
+    checkBody = (value, ex) =>
+      validateBody(value) || failed(ex, 'invalid_request', validateBody, 'body');
   return {
     record,
     deps,
@@ -173,13 +202,21 @@ export function compileRoute<D, C extends Caller>(record: AnyRouteRecord<D, C>, 
 }
 
 /** A router over compiled records, in table order (their metrics series). */
-export function routerOf<D, C extends Caller>(records: ReadonlyArray<AnyRouteRecord<D, C>>, deps: D): Router<CompiledRoute<D, C>> {
+export function routerOf<D, C extends Caller>(
+  records: ReadonlyArray<AnyRouteRecord<D, C>>,
+  deps: D,
+): Router<CompiledRoute<D, C>> {
   const router = new Router<CompiledRoute<D, C>>();
   for (const record of records) router.add(record.method, record.path, compileRoute(record, deps));
   return router;
 }
 
-function failed(ex: Exchange, code: ErrorCode, validate: ValidateFunction, what: 'body' | 'query'): false {
+function failed(
+  ex: Exchange,
+  code: ErrorCode,
+  validate: ValidateFunction,
+  what: 'body' | 'query',
+): false {
   ex.fail(code, { detail: describeFailure(validate, what) });
   return false;
 }
@@ -205,7 +242,8 @@ export function runRoute<D, C extends Caller>(
     if (value === null) return;
     param = value;
   }
-  if (route.validateQuery !== null && !route.validateQuery(query)) return void failed(ex, 'invalid_query', route.validateQuery, 'query');
+  if (route.validateQuery !== null && !route.validateQuery(query))
+    return void failed(ex, 'invalid_query', route.validateQuery, 'query');
   if (route.checkBody !== null && !route.checkBody(body, ex)) return;
   let amountMicros: Micros = 0n;
   if (route.numbers === 'exact') {
@@ -218,7 +256,10 @@ export function runRoute<D, C extends Caller>(
     amountMicros = amount.micros;
   }
   const tag = route.tagged && key !== null ? newAuditTag(key.id) : null;
-  record.handle({ ex, key, environment, param, query, body, bodyText, amountMicros, tag }, route.deps);
+  record.handle(
+    { ex, key, environment, param, query, body, bodyText, amountMicros, tag },
+    route.deps,
+  );
 }
 
 /**
@@ -230,6 +271,8 @@ export function runRoute<D, C extends Caller>(
 function keepsEveryNumber(ex: Exchange, bodyText: string): boolean {
   const path = mayRoundInJson(bodyText) ? roundedNumberPath(bodyText) : null;
   if (path === null) return true;
-  ex.fail('invalid_request', { detail: `${path} cannot be stored exactly: a JSON number keeps at most 15 significant digits` });
+  ex.fail('invalid_request', {
+    detail: `${path} cannot be stored exactly: a JSON number keeps at most 15 significant digits`,
+  });
   return false;
 }

@@ -32,7 +32,15 @@ import { auditPage, failVerify } from './audit-page.js';
 import { COMMERCE_ROUTES } from './commerce-routes.js';
 import { quotaDetail, renderReply } from './shard-reply.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
-import { routerOf, type AnyRouteRecord, type BodyCheck, type CompiledRoute, type JsonSchema, type ParamReader, type RouteRecord } from './route-record.js';
+import {
+  routerOf,
+  type AnyRouteRecord,
+  type BodyCheck,
+  type CompiledRoute,
+  type JsonSchema,
+  type ParamReader,
+  type RouteRecord,
+} from './route-record.js';
 import {
   auditQuerySchema,
   contextSchema,
@@ -63,7 +71,11 @@ export interface ApiDeps {
   /** Walks an environment's audit chain off the event loop (a piscina task). */
   readonly verifyAudit: (stream: string) => Promise<AuditVerification>;
   /** Stores a new configuration version and its `config.push` audit entry (by `actor`) in one transaction. */
-  readonly pushConfig: (environment: Environment, config: BillingConfig, actor: string) => Promise<{ version: number; pushedAtMs: number; catalog: readonly CatalogAction[] }>;
+  readonly pushConfig: (
+    environment: Environment,
+    config: BillingConfig,
+    actor: string,
+  ) => Promise<{ version: number; pushedAtMs: number; catalog: readonly CatalogAction[] }>;
   /** Audit entries a day per environment before audited changes are refused (0 = unlimited). */
   readonly auditQuota: PerEnvironment;
   /** The environment's OpenAPI document, serialised (openapi.ts `openApiCache`). */
@@ -76,7 +88,9 @@ export interface ApiDeps {
 export type Route = CompiledRoute<ApiDeps>;
 
 /** Declares one route of this table; `B` and `Q` type its validated body and query. */
-function route<B = undefined, Q = undefined>(record: RouteRecord<ApiDeps, B, Q>): AnyRouteRecord<ApiDeps> {
+function route<B = undefined, Q = undefined>(
+  record: RouteRecord<ApiDeps, B, Q>,
+): AnyRouteRecord<ApiDeps> {
   return record;
 }
 
@@ -133,7 +147,14 @@ function submit(
  * it; a failed one (4xx) records nothing. The chain records the tag's reference, and the
  * shard then forgets its stored copy.
  */
-function audited(deps: ApiDeps, ctx: Input<unknown, unknown>, fields: AuditFields, tag: AuditTag, outcome: ReplyOutcome, body: string): void {
+function audited(
+  deps: ApiDeps,
+  ctx: Input<unknown, unknown>,
+  fields: AuditFields,
+  tag: AuditTag,
+  outcome: ReplyOutcome,
+  body: string,
+): void {
   if (outcome === 'rejected') return sendReply(ctx.ex, outcome, body);
   deps.audit.append(ctx.environment, { ...fields, actor: tag.actor }, Date.now(), tag.ref).then(
     () => {
@@ -176,18 +197,38 @@ function auditQuotaReached(deps: ApiDeps, environment: Environment): number | nu
 function submitAudited(deps: ApiDeps, ctx: Input<unknown, unknown>, command: WriteCommand): void {
   const fields = fieldsOf(command);
   const tag = tagOf(deps, ctx);
-  submit(deps, ctx.ex, command, (outcome, reply, effect) => (effect === 'unchanged' ? sendReply(ctx.ex, outcome, reply) : audited(deps, ctx, fields, tag, outcome, reply)), tag);
+  submit(
+    deps,
+    ctx.ex,
+    command,
+    (outcome, reply, effect) =>
+      effect === 'unchanged'
+        ? sendReply(ctx.ex, outcome, reply)
+        : audited(deps, ctx, fields, tag, outcome, reply),
+    tag,
+  );
 }
 
 function read(op: 'has' | 'limit' | 'balance') {
   return (ctx: Input<undefined, CustomerQuery>, deps: ApiDeps): void =>
-    submit(deps, ctx.ex, { op, environment: ctx.environment, customerId: ctx.query.customerId, key: ctx.param });
+    submit(deps, ctx.ex, {
+      op,
+      environment: ctx.environment,
+      customerId: ctx.query.customerId,
+      key: ctx.param,
+    });
 }
 
 function usageAmount(op: 'consume' | 'refund') {
   return (ctx: Input<UsageAmountBody>, deps: ApiDeps): void => {
     const { customerId, idempotencyKey } = ctx.body;
-    const base = { op, environment: ctx.environment, customerId, key: ctx.param, amountMicros: ctx.amountMicros } as const;
+    const base = {
+      op,
+      environment: ctx.environment,
+      customerId,
+      key: ctx.param,
+      amountMicros: ctx.amountMicros,
+    } as const;
     const command = idempotencyKey === undefined ? base : { ...base, idempotencyKey };
     if (op === 'consume') return submit(deps, ctx.ex, command);
     submitAudited(deps, ctx, command);
@@ -198,42 +239,78 @@ function limitSettings(ctx: Input<LimitSettingsBody>, deps: ApiDeps): void {
   const { customerId, purchased, autoExpansionEnabled } = ctx.body;
   // A cross-field rule the schema could only phrase as an opaque anyOf error.
   if (purchased === undefined && autoExpansionEnabled === undefined) {
-    return ctx.ex.fail('invalid_request', { detail: 'purchased or autoExpansionEnabled is required' });
+    return ctx.ex.fail('invalid_request', {
+      detail: 'purchased or autoExpansionEnabled is required',
+    });
   }
   const settings = {
     ...(purchased === undefined ? {} : { purchased }),
     ...(autoExpansionEnabled === undefined ? {} : { autoExpansionEnabled }),
   };
-  submitAudited(deps, ctx, { op: 'limitSettings', environment: ctx.environment, customerId, key: ctx.param, ...settings });
+  submitAudited(deps, ctx, {
+    op: 'limitSettings',
+    environment: ctx.environment,
+    customerId,
+    key: ctx.param,
+    ...settings,
+  });
 }
 
 function usageSettings(ctx: Input<UsageSettingsBody>, deps: ApiDeps): void {
   const { customerId, overageEnabled } = ctx.body;
-  submitAudited(deps, ctx, { op: 'usageSettings', environment: ctx.environment, customerId, key: ctx.param, overageEnabled });
+  submitAudited(deps, ctx, {
+    op: 'usageSettings',
+    environment: ctx.environment,
+    customerId,
+    key: ctx.param,
+    overageEnabled,
+  });
 }
 
 function push(ctx: Input<BillingConfig>, deps: ApiDeps): void {
   const reached = auditQuotaReached(deps, ctx.environment);
   if (reached !== null) {
-    return ctx.ex.fail('quota_exceeded', { detail: quotaDetail({ kind: 'quota_exceeded', quota: 'auditEntriesPerDay', environment: ctx.environment, limit: reached }) });
+    return ctx.ex.fail('quota_exceeded', {
+      detail: quotaDetail({
+        kind: 'quota_exceeded',
+        quota: 'auditEntriesPerDay',
+        environment: ctx.environment,
+        limit: reached,
+      }),
+    });
   }
   deps.pushConfig(ctx.environment, ctx.body, ctx.key.id).then(
     ({ version, pushedAtMs, catalog }) => {
-      ctx.ex.logInfo('configuration pushed', { environment: ctx.environment, version, actor: ctx.key.id });
-      ctx.ex.send(200, JSON.stringify({ version, pushedAt: new Date(pushedAtMs).toISOString(), catalog }));
+      ctx.ex.logInfo('configuration pushed', {
+        environment: ctx.environment,
+        version,
+        actor: ctx.key.id,
+      });
+      ctx.ex.send(
+        200,
+        JSON.stringify({ version, pushedAt: new Date(pushedAtMs).toISOString(), catalog }),
+      );
     },
-    (error: unknown) => (error instanceof ProcessorFailure ? ctx.ex.fail('processor_error', { detail: error.message }) : ctx.ex.failInternal(error)),
+    (error: unknown) =>
+      error instanceof ProcessorFailure
+        ? ctx.ex.fail('processor_error', { detail: error.message })
+        : ctx.ex.failInternal(error),
   );
 }
 
 function pull(ctx: Input, deps: ApiDeps): void {
   const latest = deps.control.latestConfig(ctx.environment);
   if (latest === null) return ctx.ex.fail('config_not_found');
-  ctx.ex.json(200, { config: latest.config, version: latest.version, pushedAt: new Date(latest.pushedAtMs).toISOString() });
+  ctx.ex.json(200, {
+    config: latest.config,
+    version: latest.version,
+    pushedAt: new Date(latest.pushedAtMs).toISOString(),
+  });
 }
 
 /** The shard address of a contract: the customer, no entitlement key. */
-const contractAddress = (ctx: Input<unknown>) => ({ environment: ctx.environment, customerId: ctx.param, key: '' }) as const;
+const contractAddress = (ctx: Input<unknown>) =>
+  ({ environment: ctx.environment, customerId: ctx.param, key: '' }) as const;
 
 function putContract(ctx: Input<ContractBody>, deps: ApiDeps): void {
   const { priceAmount, priceInterval, entitlements } = ctx.body;
@@ -253,7 +330,13 @@ function profilePatch({ name, email, metadata }: CustomerUpsertBody): ProfilePat
 /** POST /v1/customers: 201 created / 200 updated; an update that changed nothing answers 200, unaudited. */
 function upsertCustomer(ctx: Input<CustomerUpsertBody>, deps: ApiDeps): void {
   const patch = profilePatch(ctx.body);
-  submitAudited(deps, ctx, { op: 'upsertCustomer', environment: ctx.environment, customerId: ctx.body.id, key: '', patch });
+  submitAudited(deps, ctx, {
+    op: 'upsertCustomer',
+    environment: ctx.environment,
+    customerId: ctx.body.id,
+    key: '',
+    patch,
+  });
 }
 
 /**
@@ -262,24 +345,51 @@ function upsertCustomer(ctx: Input<CustomerUpsertBody>, deps: ApiDeps): void {
  * `plans` (from the configuration) is added here, on the front end.
  */
 function context(ctx: Input<ContextBody>, deps: ApiDeps): void {
-  const { customer, features = [], usage = [], limits = [], includePlans, includeSubscription } = ctx.body;
+  const {
+    customer,
+    features = [],
+    usage = [],
+    limits = [],
+    includePlans,
+    includeSubscription,
+  } = ctx.body;
   const extra = [
-    ...(includePlans === true ? [`"plans":${JSON.stringify(productViews(deps, ctx.environment))}`] : []),
+    ...(includePlans === true
+      ? [`"plans":${JSON.stringify(productViews(deps, ctx.environment))}`]
+      : []),
   ];
   const patch = profilePatch(customer);
   // The shard answers the live subscription itself (the customer's state holds it).
-  const request = { features, usage, limits, ...(includeSubscription === true ? { subscription: true as const } : {}) };
-  const command = { op: 'context', environment: ctx.environment, customerId: customer.id, key: '', patch, request } as const;
+  const request = {
+    features,
+    usage,
+    limits,
+    ...(includeSubscription === true ? { subscription: true as const } : {}),
+  };
+  const command = {
+    op: 'context',
+    environment: ctx.environment,
+    customerId: customer.id,
+    key: '',
+    patch,
+    request,
+  } as const;
   // The shard stores the entry only if the call creates or changes the customer.
   const tag = tagOf(deps, ctx);
-  submit(deps, ctx.ex, command, (outcome, reply, effect) => {
-    if (outcome === 'rejected') return sendReply(ctx.ex, outcome, reply);
-    // The shard renders `{customer, features, usage, limits}`; splice our fields before its closing brace.
-    const body = extra.length > 0 ? `${reply.slice(0, -1)},${extra.join(',')}}` : reply;
-    if (effect !== 'wrote') return ctx.ex.send(200, body);
-    // It created or changed the customer: audited like POST /v1/customers.
-    audited(deps, ctx, fieldsOf(command), tag, 'ok', body);
-  }, tag);
+  submit(
+    deps,
+    ctx.ex,
+    command,
+    (outcome, reply, effect) => {
+      if (outcome === 'rejected') return sendReply(ctx.ex, outcome, reply);
+      // The shard renders `{customer, features, usage, limits}`; splice our fields before its closing brace.
+      const body = extra.length > 0 ? `${reply.slice(0, -1)},${extra.join(',')}}` : reply;
+      if (effect !== 'wrote') return ctx.ex.send(200, body);
+      // It created or changed the customer: audited like POST /v1/customers.
+      audited(deps, ctx, fieldsOf(command), tag, 'ok', body);
+    },
+    tag,
+  );
 }
 
 /** GET /v1/customers/{id}: read from the customer index, no shard involved. */
@@ -295,11 +405,14 @@ function listCustomers(ctx: Input<undefined, CustomerListQuery>, deps: ApiDeps):
   if (limit === null) return;
   let after: string | null = null;
   if (ctx.query.cursor !== undefined) {
-    after = decodeCursor(ctx.ex, ctx.query.cursor, ({ after: id }) => (typeof id === 'string' && isIdLength(id) ? id : null));
+    after = decodeCursor(ctx.ex, ctx.query.cursor, ({ after: id }) =>
+      typeof id === 'string' && isIdLength(id) ? id : null,
+    );
     if (after === null) return;
   }
   const page = deps.customers.page(ctx.environment, after, limit);
-  const next = page.nextAfter === null ? 'null' : JSON.stringify(encodeCursor({ after: page.nextAfter }));
+  const next =
+    page.nextAfter === null ? 'null' : JSON.stringify(encodeCursor({ after: page.nextAfter }));
   ctx.ex.send(200, `{"data":[${page.items.join(',')}],"nextCursor":${next}}`);
 }
 
@@ -316,7 +429,12 @@ export function productView(key: string, product: ProductDefinition): Record<str
   return {
     key,
     name: product.name ?? key,
-    type: product.price === undefined ? 'free' : product.price.interval === undefined ? 'one_time' : 'recurring',
+    type:
+      product.price === undefined
+        ? 'free'
+        : product.price.interval === undefined
+          ? 'one_time'
+          : 'recurring',
     default: product.default === true,
     price: product.price ?? null,
     entitlements: product.entitlements ?? {},
@@ -337,218 +455,385 @@ const TYPED_ERRORS = [...ENTITLEMENT_ERRORS, 'wrong_entitlement_type'] as const;
 export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
   ...COMMERCE_ROUTES,
   route<undefined, CustomerQuery>({
-    method: 'GET', path: '/v1/entitlements/:key/has', keys: 'client', param: keyParam, query: customerQuerySchema, audited: false,
+    method: 'GET',
+    path: '/v1/entitlements/:key/has',
+    keys: 'client',
+    param: keyParam,
+    query: customerQuerySchema,
+    audited: false,
     doc: {
-      operationId: 'hasEntitlement', tag: 'entitlements', pathKey: 'entitlement', sharded: true,
+      operationId: 'hasEntitlement',
+      tag: 'entitlements',
+      pathKey: 'entitlement',
+      sharded: true,
       summary: 'Does the customer have the entitlement?',
-      description: 'Any type: a feature when granted, a limit when its limit > 0, a meter when its balance > 0 or overage is enabled.',
+      description:
+        'Any type: a feature when granted, a limit when its limit > 0, a meter when its balance > 0 or overage is enabled.',
       ok: { description: 'Whether the customer has it.', schema: { type: 'boolean' } },
       errors: [...ENTITLEMENT_ERRORS],
     },
     handle: read('has'),
   }),
   route<undefined, CustomerQuery>({
-    method: 'GET', path: '/v1/entitlements/:key/limit', keys: 'client', param: keyParam, query: customerQuerySchema, audited: false,
+    method: 'GET',
+    path: '/v1/entitlements/:key/limit',
+    keys: 'client',
+    param: keyParam,
+    query: customerQuerySchema,
+    audited: false,
     doc: {
-      operationId: 'getLimit', tag: 'entitlements', pathKey: 'limit', sharded: true,
-      summary: 'A numeric limit of the customer', description: 'Limits only; another type answers 400.',
+      operationId: 'getLimit',
+      tag: 'entitlements',
+      pathKey: 'limit',
+      sharded: true,
+      summary: 'A numeric limit of the customer',
+      description: 'Limits only; another type answers 400.',
       ok: { description: 'The limit.', schema: ref('LimitView') },
       errors: [...TYPED_ERRORS],
     },
     handle: read('limit'),
   }),
   route<LimitSettingsBody>({
-    method: 'POST', path: '/v1/entitlements/:key/limit/settings', keys: 'server', param: keyParam, audited: true,
+    method: 'POST',
+    path: '/v1/entitlements/:key/limit/settings',
+    keys: 'server',
+    param: keyParam,
+    audited: true,
     body: { schema: limitSettingsSchema, numbers: 'exact' },
     doc: {
-      operationId: 'setLimitSettings', tag: 'entitlements', pathKey: 'limit', sharded: true,
+      operationId: 'setLimitSettings',
+      tag: 'entitlements',
+      pathKey: 'limit',
+      sharded: true,
       summary: 'Set purchased expansion or auto-expansion consent',
-      description: 'At least one of `purchased`, `autoExpansionEnabled`; both need `expansion` in the customer\'s plan.',
+      description:
+        "At least one of `purchased`, `autoExpansionEnabled`; both need `expansion` in the customer's plan.",
       ok: { description: 'The updated limit.', schema: ref('LimitView') },
       errors: [...TYPED_ERRORS, 'invalid_request', 'expansion_not_allowed'],
     },
     handle: limitSettings,
   }),
   route<undefined, CustomerQuery>({
-    method: 'GET', path: '/v1/usage/:key/balance', keys: 'client', param: keyParam, query: customerQuerySchema, audited: false,
+    method: 'GET',
+    path: '/v1/usage/:key/balance',
+    keys: 'client',
+    param: keyParam,
+    query: customerQuerySchema,
+    audited: false,
     doc: {
-      operationId: 'getBalance', tag: 'usage', pathKey: 'meter', sharded: true,
-      summary: 'A meter balance of the customer', description: 'Meters only; another type answers 400.',
+      operationId: 'getBalance',
+      tag: 'usage',
+      pathKey: 'meter',
+      sharded: true,
+      summary: 'A meter balance of the customer',
+      description: 'Meters only; another type answers 400.',
       ok: { description: 'The balance.', schema: ref('BalanceView') },
       errors: [...TYPED_ERRORS],
     },
     handle: read('balance'),
   }),
   route<UsageAmountBody>({
-    method: 'POST', path: '/v1/usage/:key/consume', keys: 'server', param: keyParam, audited: false,
+    method: 'POST',
+    path: '/v1/usage/:key/consume',
+    keys: 'server',
+    param: keyParam,
+    audited: false,
     body: { schema: usageAmountSchema, numbers: 'exact-amount' },
     doc: {
-      operationId: 'consumeUsage', tag: 'usage', pathKey: 'meter', sharded: true,
+      operationId: 'consumeUsage',
+      tag: 'usage',
+      pathKey: 'meter',
+      sharded: true,
       summary: 'Consume usage',
-      description: 'Draws included allowance, then purchased-credit lots oldest first, then overage when enabled. ' +
+      description:
+        'Draws included allowance, then purchased-credit lots oldest first, then overage when enabled. ' +
         'All-or-nothing: when short, 429 with the balance fields and nothing drawn. A retry with the same ' +
         '`idempotencyKey` (kept 24 h) is applied once and answers the current balance.',
       ok: { description: 'The balance after the draw.', schema: ref('BalanceView') },
-      errors: [...TYPED_ERRORS, 'invalid_request', 'idempotency_key_reused', 'insufficient_balance'],
+      errors: [
+        ...TYPED_ERRORS,
+        'invalid_request',
+        'idempotency_key_reused',
+        'insufficient_balance',
+      ],
     },
     handle: usageAmount('consume'),
   }),
   route<UsageAmountBody>({
-    method: 'POST', path: '/v1/usage/:key/refund', keys: 'server', param: keyParam, audited: true,
+    method: 'POST',
+    path: '/v1/usage/:key/refund',
+    keys: 'server',
+    param: keyParam,
+    audited: true,
     body: { schema: usageAmountSchema, numbers: 'exact-amount' },
     doc: {
-      operationId: 'refundUsage', tag: 'usage', pathKey: 'meter', sharded: true,
+      operationId: 'refundUsage',
+      tag: 'usage',
+      pathKey: 'meter',
+      sharded: true,
       summary: 'Refund usage',
-      description: 'Unwinds the current period\'s recorded usage: overage, then the lots drawn (newest first), then ' +
+      description:
+        "Unwinds the current period's recorded usage: overage, then the lots drawn (newest first), then " +
         'included allowance. Beyond the refundable usage: 409 with the balance fields.',
       ok: { description: 'The balance after the refund.', schema: ref('BalanceView') },
-      errors: [...TYPED_ERRORS, 'invalid_request', 'idempotency_key_reused', 'refund_exceeds_usage'],
+      errors: [
+        ...TYPED_ERRORS,
+        'invalid_request',
+        'idempotency_key_reused',
+        'refund_exceeds_usage',
+      ],
     },
     handle: usageAmount('refund'),
   }),
   route<UsageSettingsBody>({
-    method: 'POST', path: '/v1/usage/:key/settings', keys: 'server', param: keyParam, audited: true,
+    method: 'POST',
+    path: '/v1/usage/:key/settings',
+    keys: 'server',
+    param: keyParam,
+    audited: true,
     body: { schema: usageSettingsSchema, numbers: 'as-parsed' },
     doc: {
-      operationId: 'setUsageSettings', tag: 'usage', pathKey: 'meter', sharded: true,
-      summary: 'Enable or disable overage', description: '`overageEnabled: true` needs `overage` in the customer\'s plan.',
+      operationId: 'setUsageSettings',
+      tag: 'usage',
+      pathKey: 'meter',
+      sharded: true,
+      summary: 'Enable or disable overage',
+      description: "`overageEnabled: true` needs `overage` in the customer's plan.",
       ok: { description: 'The updated balance.', schema: ref('BalanceView') },
       errors: [...TYPED_ERRORS, 'invalid_request', 'overage_not_allowed'],
     },
     handle: usageSettings,
   }),
   route<BillingConfig>({
-    method: 'POST', path: '/v1/sync/push', keys: 'server', audited: true,
+    method: 'POST',
+    path: '/v1/sync/push',
+    keys: 'server',
+    audited: true,
     body: { schema: billingConfigSchema, numbers: 'exact', check: checkBillingConfig },
     doc: {
-      operationId: 'pushConfig', tag: 'configuration',
+      operationId: 'pushConfig',
+      tag: 'configuration',
       summary: 'Push a billing configuration',
-      description: 'Validated against the schema and then for what a schema cannot say; a 400 lists every violation. ' +
+      description:
+        'Validated against the schema and then for what a schema cannot say; a 400 lists every violation. ' +
         'The pushed version applies at once; this document is regenerated from it.',
-      ok: { description: 'The version assigned, and what the push did at the payment processor.', schema: ref('PushResult') }, errors: ['invalid_config', 'processor_error'],
+      ok: {
+        description: 'The version assigned, and what the push did at the payment processor.',
+        schema: ref('PushResult'),
+      },
+      errors: ['invalid_config', 'processor_error'],
     },
     handle: push,
   }),
   route({
-    method: 'GET', path: '/v1/sync/pull', keys: 'server', audited: false,
+    method: 'GET',
+    path: '/v1/sync/pull',
+    keys: 'server',
+    audited: false,
     doc: {
-      operationId: 'pullConfig', tag: 'configuration',
-      summary: 'The last pushed configuration', description: 'Exactly the pushed document, with its version.',
-      ok: { description: 'The configuration.', schema: ref('PullResult') }, errors: ['config_not_found'],
+      operationId: 'pullConfig',
+      tag: 'configuration',
+      summary: 'The last pushed configuration',
+      description: 'Exactly the pushed document, with its version.',
+      ok: { description: 'The configuration.', schema: ref('PullResult') },
+      errors: ['config_not_found'],
     },
     handle: pull,
   }),
   route({
-    method: 'GET', path: '/v1/plans', keys: 'server', audited: false,
+    method: 'GET',
+    path: '/v1/plans',
+    keys: 'server',
+    audited: false,
     doc: {
-      operationId: 'listPlans', tag: 'configuration',
-      summary: 'The products of the configuration', description: 'Named plans for compatibility; the records are products.',
-      ok: { description: 'Every product.', schema: ref('PlanList') }, errors: [],
+      operationId: 'listPlans',
+      tag: 'configuration',
+      summary: 'The products of the configuration',
+      description: 'Named plans for compatibility; the records are products.',
+      ok: { description: 'Every product.', schema: ref('PlanList') },
+      errors: [],
     },
     handle: (ctx, deps) => ctx.ex.json(200, { data: productViews(deps, ctx.environment) }),
   }),
   route<undefined, AuditQuery>({
-    method: 'GET', path: '/v1/audit', keys: 'server', query: auditQuerySchema, audited: false,
+    method: 'GET',
+    path: '/v1/audit',
+    keys: 'server',
+    query: auditQuerySchema,
+    audited: false,
     doc: {
-      operationId: 'listAudit', tag: 'audit',
+      operationId: 'listAudit',
+      tag: 'audit',
       summary: 'The audit log, newest first',
-      description: 'Every administrative mutation of the environment (config push, customer upsert, contracts, settings, usage refunds), ' +
+      description:
+        'Every administrative mutation of the environment (config push, customer upsert, contracts, settings, usage refunds), ' +
         `hash-chained. Filter by \`action\` and \`resourceType\`; \`limit\` (default ${LIST_LIMIT_DEFAULT}, at most ${LIST_LIMIT_MAX}) and \`cursor\` page.`,
-      ok: { description: 'A page.', schema: ref('AuditList') }, errors: [],
+      ok: { description: 'A page.', schema: ref('AuditList') },
+      errors: [],
     },
     handle: (ctx, deps) => auditPage(ctx.ex, deps.audit, ctx.environment, ctx.query),
   }),
   route({
-    method: 'GET', path: '/v1/audit/verify', keys: 'server', audited: false,
+    method: 'GET',
+    path: '/v1/audit/verify',
+    keys: 'server',
+    audited: false,
     doc: {
-      operationId: 'verifyAudit', tag: 'audit',
-      summary: 'Check the audit chain', description: 'Recomputes every entry\'s hash and link; reports the first entry that breaks the chain.',
-      ok: { description: 'The verdict.', schema: ref('AuditVerification') }, errors: [],
+      operationId: 'verifyAudit',
+      tag: 'audit',
+      summary: 'Check the audit chain',
+      description:
+        "Recomputes every entry's hash and link; reports the first entry that breaks the chain.",
+      ok: { description: 'The verdict.', schema: ref('AuditVerification') },
+      errors: [],
     },
     handle: verifyAudit,
   }),
   route<ContextBody>({
-    method: 'POST', path: '/v1/context', keys: 'server', audited: true,
+    method: 'POST',
+    path: '/v1/context',
+    keys: 'server',
+    audited: true,
     body: { schema: contextSchema, numbers: 'exact' },
     doc: {
-      operationId: 'getContext', tag: 'customers', sharded: true,
+      operationId: 'getContext',
+      tag: 'customers',
+      sharded: true,
       summary: 'Upsert a customer and read its entitlements in one call',
-      description: '`features` takes any entitlement (as `/has`), `usage` only meters, `limits` only limits. ' +
+      description:
+        '`features` takes any entitlement (as `/has`), `usage` only meters, `limits` only limits. ' +
         'An unknown key is 404 naming it; a key of the wrong type 400. `plans` and `subscription` (null until commerce) only when asked for.',
       ok: { description: 'The customer and the requested answers.', schema: ref('Context') },
-      errors: ['invalid_request', 'not_configured', 'entitlement_not_found', 'wrong_entitlement_type'],
+      errors: [
+        'invalid_request',
+        'not_configured',
+        'entitlement_not_found',
+        'wrong_entitlement_type',
+      ],
     },
     handle: context,
   }),
   route<CustomerUpsertBody>({
-    method: 'POST', path: '/v1/customers', keys: 'server', audited: true,
+    method: 'POST',
+    path: '/v1/customers',
+    keys: 'server',
+    audited: true,
     body: { schema: customerUpsertSchema, numbers: 'exact' },
     doc: {
-      operationId: 'upsertCustomer', tag: 'customers', sharded: true,
+      operationId: 'upsertCustomer',
+      tag: 'customers',
+      sharded: true,
       summary: 'Create or update a customer',
-      description: '201 when the customer is new, 200 when it existed (also when a consume created it). Only the fields ' +
+      description:
+        '201 when the customer is new, 200 when it existed (also when a consume created it). Only the fields ' +
         'given change; metadata keys merge and a `null` value removes a key (at most 50 keys).',
-      ok: { description: 'The stored customer.', schema: ref('Customer'), statuses: [200, 201] }, errors: ['invalid_request'],
+      ok: { description: 'The stored customer.', schema: ref('Customer'), statuses: [200, 201] },
+      errors: ['invalid_request'],
     },
     handle: upsertCustomer,
   }),
   route<undefined, CustomerListQuery>({
-    method: 'GET', path: '/v1/customers', keys: 'server', query: customerListQuerySchema, audited: false,
+    method: 'GET',
+    path: '/v1/customers',
+    keys: 'server',
+    query: customerListQuerySchema,
+    audited: false,
     doc: {
-      operationId: 'listCustomers', tag: 'customers',
+      operationId: 'listCustomers',
+      tag: 'customers',
       summary: 'Customers in id order',
-      description: `Pages of at most \`limit\` (default ${LIST_LIMIT_DEFAULT}, at most ${LIST_LIMIT_MAX}); pass \`nextCursor\` as \`cursor\` for the next page. ` +
+      description:
+        `Pages of at most \`limit\` (default ${LIST_LIMIT_DEFAULT}, at most ${LIST_LIMIT_MAX}); pass \`nextCursor\` as \`cursor\` for the next page. ` +
         'Cursors are opaque and stay valid while customers are added.',
-      ok: { description: 'A page.', schema: ref('CustomerList') }, errors: [],
+      ok: { description: 'A page.', schema: ref('CustomerList') },
+      errors: [],
     },
     handle: listCustomers,
   }),
   route({
-    method: 'GET', path: '/v1/customers/:id', keys: 'server', param: idParam('id'), audited: false,
+    method: 'GET',
+    path: '/v1/customers/:id',
+    keys: 'server',
+    param: idParam('id'),
+    audited: false,
     doc: {
-      operationId: 'getCustomer', tag: 'customers',
-      summary: 'One customer', description: 'Customers created implicitly by a consume exist too.',
-      ok: { description: 'The customer.', schema: ref('Customer') }, errors: ['customer_not_found'],
+      operationId: 'getCustomer',
+      tag: 'customers',
+      summary: 'One customer',
+      description: 'Customers created implicitly by a consume exist too.',
+      ok: { description: 'The customer.', schema: ref('Customer') },
+      errors: ['customer_not_found'],
     },
     handle: getCustomer,
   }),
   route({
-    method: 'GET', path: '/v1/contracts/:customerId', keys: 'server', param: customerIdParam, audited: false,
+    method: 'GET',
+    path: '/v1/contracts/:customerId',
+    keys: 'server',
+    param: customerIdParam,
+    audited: false,
     doc: {
-      operationId: 'getContract', tag: 'contracts', sharded: true,
-      summary: 'A customer\'s contract', description: 'The stored contract; 404 when the customer has none.',
-      ok: { description: 'The contract.', schema: ref('Contract') }, errors: ['contract_not_found'],
+      operationId: 'getContract',
+      tag: 'contracts',
+      sharded: true,
+      summary: "A customer's contract",
+      description: 'The stored contract; 404 when the customer has none.',
+      ok: { description: 'The contract.', schema: ref('Contract') },
+      errors: ['contract_not_found'],
     },
     handle: (ctx, deps) => submit(deps, ctx.ex, { op: 'getContract', ...contractAddress(ctx) }),
   }),
   route<ContractBody>({
-    method: 'PUT', path: '/v1/contracts/:customerId', keys: 'server', param: customerIdParam, audited: true,
+    method: 'PUT',
+    path: '/v1/contracts/:customerId',
+    keys: 'server',
+    param: customerIdParam,
+    audited: true,
     body: { schema: contractSchema, numbers: 'exact' },
     doc: {
-      operationId: 'putContract', tag: 'contracts', sharded: true,
-      summary: 'Set a customer\'s contract',
-      description: 'Replaces the contract. `entitlements.{key}.included` replaces the plan\'s included amount of a limit or meter; ' +
+      operationId: 'putContract',
+      tag: 'contracts',
+      sharded: true,
+      summary: "Set a customer's contract",
+      description:
+        "Replaces the contract. `entitlements.{key}.included` replaces the plan's included amount of a limit or meter; " +
         'for a feature, `included > 0` grants it and `0` denies it. Keys must be entitlements of the configuration. ' +
         'An unknown customer is created.',
-      ok: { description: 'The stored contract.', schema: ref('Contract') }, errors: ['invalid_request'],
+      ok: { description: 'The stored contract.', schema: ref('Contract') },
+      errors: ['invalid_request'],
     },
     handle: putContract,
   }),
   route({
-    method: 'DELETE', path: '/v1/contracts/:customerId', keys: 'server', param: customerIdParam, audited: true,
+    method: 'DELETE',
+    path: '/v1/contracts/:customerId',
+    keys: 'server',
+    param: customerIdParam,
+    audited: true,
     doc: {
-      operationId: 'deleteContract', tag: 'contracts', sharded: true,
-      summary: 'Remove a customer\'s contract', description: 'The plan\'s values apply again.',
-      ok: { description: 'Removed.', schema: null, statuses: [204] }, errors: ['contract_not_found'],
+      operationId: 'deleteContract',
+      tag: 'contracts',
+      sharded: true,
+      summary: "Remove a customer's contract",
+      description: "The plan's values apply again.",
+      ok: { description: 'Removed.', schema: null, statuses: [204] },
+      errors: ['contract_not_found'],
     },
-    handle: (ctx, deps) => submitAudited(deps, ctx, { op: 'deleteContract', ...contractAddress(ctx) }),
+    handle: (ctx, deps) =>
+      submitAudited(deps, ctx, { op: 'deleteContract', ...contractAddress(ctx) }),
   }),
   route({
-    method: 'GET', path: '/v1/docs/openapi.json', keys: 'client', audited: false,
+    method: 'GET',
+    path: '/v1/docs/openapi.json',
+    keys: 'client',
+    audited: false,
     doc: {
-      operationId: 'getOpenApi', tag: 'docs',
-      summary: 'This document', description: 'Generated from the configuration last pushed to the key\'s environment.',
-      ok: { description: 'An OpenAPI 3.1 document.', schema: ref('OpenApiDocument') }, errors: [],
+      operationId: 'getOpenApi',
+      tag: 'docs',
+      summary: 'This document',
+      description: "Generated from the configuration last pushed to the key's environment.",
+      ok: { description: 'An OpenAPI 3.1 document.', schema: ref('OpenApiDocument') },
+      errors: [],
     },
     handle: (ctx, deps) => ctx.ex.send(200, deps.openApiJson(ctx.environment)),
   }),
@@ -557,7 +842,8 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
 /** Every keyed environment route, its schemas compiled. */
 export function buildApiRouter(deps: ApiDeps): Router<Route> {
   for (const { method, path, keys } of API_ROUTES) {
-    if (keys !== 'client' && keys !== 'server') throw new Error(`${method} ${path}: environment routes take a client or server key`);
+    if (keys !== 'client' && keys !== 'server')
+      throw new Error(`${method} ${path}: environment routes take a client or server key`);
   }
   return routerOf(API_ROUTES, deps);
 }

@@ -30,7 +30,9 @@ export function successStatus(outcome: Exclude<ReplyOutcome, 'rejected'>): numbe
 
 /** The status and body a shard's reply is answered with. */
 export function renderReply(outcome: ReplyOutcome, body: string): Rendered {
-  return outcome === 'rejected' ? renderRejectionReply(body) : { status: successStatus(outcome), body };
+  return outcome === 'rejected'
+    ? renderRejectionReply(body)
+    : { status: successStatus(outcome), body };
 }
 
 /** A rejection reply's status and error body; `json` is the reply's body (the Rejection). */
@@ -54,7 +56,11 @@ function renderRejection(rejection: Rejection): Rendered {
     case 'too_many_lots':
       return fail(rejection.kind, { key: rejection.key });
     case 'wrong_entitlement_type':
-      return fail('wrong_entitlement_type', { key: rejection.key, actual: rejection.actual, expected: rejection.expected });
+      return fail('wrong_entitlement_type', {
+        key: rejection.key,
+        actual: rejection.actual,
+        expected: rejection.expected,
+      });
     case 'idempotency_key_reused':
       return fail('idempotency_key_reused');
     case 'expansion_not_allowed':
@@ -67,9 +73,13 @@ function renderRejection(rejection: Rejection): Rendered {
     case 'contract_invalid':
       return fail('invalid_request', { detail: rejection.detail });
     case 'too_many_records':
-      return fail('invalid_request', { detail: 'the customer holds the maximum number of subscriptions or purchases' });
+      return fail('invalid_request', {
+        detail: 'the customer holds the maximum number of subscriptions or purchases',
+      });
     case 'metadata_too_large':
-      return fail('invalid_request', { detail: `metadata may hold at most ${METADATA_KEYS_MAX} keys (would hold ${rejection.keys})` });
+      return fail('invalid_request', {
+        detail: `metadata may hold at most ${METADATA_KEYS_MAX} keys (would hold ${rejection.keys})`,
+      });
   }
 }
 

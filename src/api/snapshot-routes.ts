@@ -8,7 +8,12 @@ import fs from 'node:fs';
 import { decodeComponent } from '../http/query.js';
 import { streamFile } from '../http/file-stream.js';
 import { SnapshotBusyError, type SnapshotInfo, type Snapshots } from '../snapshots.js';
-import { auditOperator, type AdminContext, type AdminDeps, type AdminRouteEntry } from './admin-routes.js';
+import {
+  auditOperator,
+  type AdminContext,
+  type AdminDeps,
+  type AdminRouteEntry,
+} from './admin-routes.js';
 import type { ParamReader } from './route-record.js';
 
 /** A snapshot id path segment (`snap_…`). */
@@ -21,7 +26,10 @@ const snapshotId: ParamReader = (raw, ex) => {
   return id;
 };
 
-export function snapshotRoutes(deps: Pick<AdminDeps, 'audit'>, snapshots: Snapshots): AdminRouteEntry[] {
+export function snapshotRoutes(
+  deps: Pick<AdminDeps, 'audit'>,
+  snapshots: Snapshots,
+): AdminRouteEntry[] {
   /** The snapshot the path names, or null after answering 404. */
   const found = (ctx: AdminContext): SnapshotInfo | null => {
     const id = ctx.param;
@@ -30,69 +38,115 @@ export function snapshotRoutes(deps: Pick<AdminDeps, 'audit'>, snapshots: Snapsh
     return info ?? null;
   };
   return [
-    ['GET', '/v1/admin/snapshot-secret', {
-      keys: 'operator', audited: false,
-      handle(ctx) {
-        ctx.ex.logInfo('operator action', { action: 'snapshot.secret.export', resourceType: 'snapshot', actor: ctx.key.id });
-        ctx.ex.json(200, { secret: snapshots.secretHex() });
+    [
+      'GET',
+      '/v1/admin/snapshot-secret',
+      {
+        keys: 'operator',
+        audited: false,
+        handle(ctx) {
+          ctx.ex.logInfo('operator action', {
+            action: 'snapshot.secret.export',
+            resourceType: 'snapshot',
+            actor: ctx.key.id,
+          });
+          ctx.ex.json(200, { secret: snapshots.secretHex() });
+        },
       },
-    }],
-    ['POST', '/v1/admin/snapshots', {
-      keys: 'operator', audited: true,
-      handle(ctx) {
-        try {
-          const info = snapshots.create(ctx.key.id);
-          ctx.ex.logInfo('snapshot started', { resourceId: info.id, actor: ctx.key.id });
-          ctx.ex.json(202, info);
-        } catch (error) {
-          if (!(error instanceof SnapshotBusyError)) throw error;
-          ctx.ex.fail('snapshot_in_progress');
-        }
+    ],
+    [
+      'POST',
+      '/v1/admin/snapshots',
+      {
+        keys: 'operator',
+        audited: true,
+        handle(ctx) {
+          try {
+            const info = snapshots.create(ctx.key.id);
+            ctx.ex.logInfo('snapshot started', { resourceId: info.id, actor: ctx.key.id });
+            ctx.ex.json(202, info);
+          } catch (error) {
+            if (!(error instanceof SnapshotBusyError)) throw error;
+            ctx.ex.fail('snapshot_in_progress');
+          }
+        },
       },
-    }],
-    ['GET', '/v1/admin/snapshots', {
-      keys: 'operator', audited: false,
-      handle(ctx) {
-        ctx.ex.json(200, { data: snapshots.list() });
+    ],
+    [
+      'GET',
+      '/v1/admin/snapshots',
+      {
+        keys: 'operator',
+        audited: false,
+        handle(ctx) {
+          ctx.ex.json(200, { data: snapshots.list() });
+        },
       },
-    }],
-    ['GET', '/v1/admin/snapshots/:id', {
-      keys: 'operator', param: snapshotId, audited: false,
-      handle(ctx) {
-        const info = found(ctx);
-        if (info !== null) ctx.ex.json(200, info);
+    ],
+    [
+      'GET',
+      '/v1/admin/snapshots/:id',
+      {
+        keys: 'operator',
+        param: snapshotId,
+        audited: false,
+        handle(ctx) {
+          const info = found(ctx);
+          if (info !== null) ctx.ex.json(200, info);
+        },
       },
-    }],
-    ['GET', '/v1/admin/snapshots/:id/file', {
-      keys: 'operator', param: snapshotId, audited: false,
-      handle(ctx) {
-        const info = found(ctx);
-        if (info === null) return;
-        const { id } = info;
-        if (info.status !== 'complete' || info.sha256 === null) return ctx.ex.fail('snapshot_not_ready', { id, status: info.status });
-        const file = snapshots.fileOf(id);
-        const size = fs.statSync(file, { throwIfNoEntry: false })?.size;
-        if (size === undefined) return ctx.ex.fail('snapshot_not_found', { id });
-        streamFile(ctx.ex, file, size, [
-          ['content-type', 'application/octet-stream'],
-          ['content-disposition', `attachment; filename="${id}.tsnap"`],
-          ['x-tally-snapshot-sha256', info.sha256],
-        ]);
+    ],
+    [
+      'GET',
+      '/v1/admin/snapshots/:id/file',
+      {
+        keys: 'operator',
+        param: snapshotId,
+        audited: false,
+        handle(ctx) {
+          const info = found(ctx);
+          if (info === null) return;
+          const { id } = info;
+          if (info.status !== 'complete' || info.sha256 === null)
+            return ctx.ex.fail('snapshot_not_ready', { id, status: info.status });
+          const file = snapshots.fileOf(id);
+          const size = fs.statSync(file, { throwIfNoEntry: false })?.size;
+          if (size === undefined) return ctx.ex.fail('snapshot_not_found', { id });
+          streamFile(ctx.ex, file, size, [
+            ['content-type', 'application/octet-stream'],
+            ['content-disposition', `attachment; filename="${id}.tsnap"`],
+            ['x-tally-snapshot-sha256', info.sha256],
+          ]);
+        },
       },
-    }],
-    ['DELETE', '/v1/admin/snapshots/:id', {
-      keys: 'operator', param: snapshotId, audited: true,
-      handle(ctx) {
-        const id = ctx.param;
-        if (snapshots.get(id)?.status === 'running') return ctx.ex.fail('snapshot_not_ready', { id, status: 'running' });
-        snapshots.remove(id).then(
-          (removed) => {
-            if (removed === undefined) return ctx.ex.fail('snapshot_not_found', { id });
-            auditOperator(deps, ctx, { action: 'snapshot.delete', resourceType: 'snapshot', resourceId: id, data: {} }, null, Promise.resolve(), () => ctx.ex.send(204, ''));
-          },
-          (error: unknown) => ctx.ex.failInternal(error),
-        );
+    ],
+    [
+      'DELETE',
+      '/v1/admin/snapshots/:id',
+      {
+        keys: 'operator',
+        param: snapshotId,
+        audited: true,
+        handle(ctx) {
+          const id = ctx.param;
+          if (snapshots.get(id)?.status === 'running')
+            return ctx.ex.fail('snapshot_not_ready', { id, status: 'running' });
+          snapshots.remove(id).then(
+            (removed) => {
+              if (removed === undefined) return ctx.ex.fail('snapshot_not_found', { id });
+              auditOperator(
+                deps,
+                ctx,
+                { action: 'snapshot.delete', resourceType: 'snapshot', resourceId: id, data: {} },
+                null,
+                Promise.resolve(),
+                () => ctx.ex.send(204, ''),
+              );
+            },
+            (error: unknown) => ctx.ex.failInternal(error),
+          );
+        },
       },
-    }],
+    ],
   ];
 }

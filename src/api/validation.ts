@@ -8,7 +8,13 @@
  * that a schema cannot judge exactly (amount decimals) are checked by `parseAmount`.
  */
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { ID_LENGTH_MAX, METADATA_KEY_LENGTH_MAX, METADATA_KEYS_MAX, METADATA_VALUE_LENGTH_MAX, PURCHASED_MAX } from '../../shared/limits.js';
+import {
+  ID_LENGTH_MAX,
+  METADATA_KEY_LENGTH_MAX,
+  METADATA_KEYS_MAX,
+  METADATA_VALUE_LENGTH_MAX,
+  PURCHASED_MAX,
+} from '../../shared/limits.js';
 import { LIST_LIMIT_MAX } from '../http/limits.js';
 
 // verbose: errors carry their schema, so an anyOf can be described by its branches.
@@ -57,7 +63,12 @@ export const contractSchema = {
     entitlements: {
       type: 'object',
       maxProperties: 1000,
-      propertyNames: { type: 'string', minLength: 1, maxLength: ID_LENGTH_MAX, not: { const: '__proto__' } },
+      propertyNames: {
+        type: 'string',
+        minLength: 1,
+        maxLength: ID_LENGTH_MAX,
+        not: { const: '__proto__' },
+      },
       additionalProperties: {
         type: 'object',
         properties: { included: { type: 'number', minimum: 0, maximum: 1e12 } },
@@ -89,13 +100,33 @@ export const customerUpsertSchema = {
   properties: {
     id,
     name: { anyOf: [{ type: 'string', maxLength: ID_LENGTH_MAX }, { type: 'null' }] },
-    email: { anyOf: [{ type: 'string', maxLength: ID_LENGTH_MAX, pattern: EMAIL_PATTERN, description: 'an email address (name@domain)' }, { type: 'null' }] },
+    email: {
+      anyOf: [
+        {
+          type: 'string',
+          maxLength: ID_LENGTH_MAX,
+          pattern: EMAIL_PATTERN,
+          description: 'an email address (name@domain)',
+        },
+        { type: 'null' },
+      ],
+    },
     metadata: {
       type: 'object',
       maxProperties: METADATA_KEYS_MAX,
-      propertyNames: { type: 'string', minLength: 1, maxLength: METADATA_KEY_LENGTH_MAX, not: { const: '__proto__' } },
+      propertyNames: {
+        type: 'string',
+        minLength: 1,
+        maxLength: METADATA_KEY_LENGTH_MAX,
+        not: { const: '__proto__' },
+      },
       additionalProperties: {
-        anyOf: [{ type: 'string', maxLength: METADATA_VALUE_LENGTH_MAX }, { type: 'number' }, { type: 'boolean' }, { type: 'null' }],
+        anyOf: [
+          { type: 'string', maxLength: METADATA_VALUE_LENGTH_MAX },
+          { type: 'number' },
+          { type: 'boolean' },
+          { type: 'null' },
+        ],
       },
     },
   },
@@ -110,7 +141,11 @@ export interface CustomerUpsertBody {
   readonly metadata?: Readonly<Record<string, string | number | boolean | null>>;
 }
 
-const entitlementKeys = { type: 'array', maxItems: 1000, items: { type: 'string', minLength: 1, maxLength: ID_LENGTH_MAX } } as const;
+const entitlementKeys = {
+  type: 'array',
+  maxItems: 1000,
+  items: { type: 'string', minLength: 1, maxLength: ID_LENGTH_MAX },
+} as const;
 
 /** POST /v1/context. */
 export const contextSchema = {
@@ -141,7 +176,11 @@ export interface ContextBody {
  * pattern says the range too, so the OpenAPI document (which publishes these schemas)
  * refuses what the server refuses; `description` is also the error's wording.
  */
-const LIST_LIMIT_QUERY = { type: 'string', pattern: '^(?:[1-9][0-9]?|100)$', description: `a whole number from 1 to ${LIST_LIMIT_MAX}` } as const;
+const LIST_LIMIT_QUERY = {
+  type: 'string',
+  pattern: '^(?:[1-9][0-9]?|100)$',
+  description: `a whole number from 1 to ${LIST_LIMIT_MAX}`,
+} as const;
 
 /**
  * Every action and resource type an environment's audit log can hold, including those
@@ -149,10 +188,35 @@ const LIST_LIMIT_QUERY = { type: 'string', pattern: '^(?:[1-9][0-9]?|100)$', des
  * is a 400 naming the allowed values rather than an empty page.
  */
 export const AUDIT_ACTIONS = [
-  'config.push', 'customer.upsert', 'contract.put', 'contract.delete', 'limit.settings', 'usage.settings', 'usage.refund',
-  'checkout.create', 'subscription.sync', 'purchase.record', 'subscription.change', 'subscription.refund', 'purchase.refund', 'webhook.register', 'key.create', 'key.revoke',
+  'config.push',
+  'customer.upsert',
+  'contract.put',
+  'contract.delete',
+  'limit.settings',
+  'usage.settings',
+  'usage.refund',
+  'checkout.create',
+  'subscription.sync',
+  'purchase.record',
+  'subscription.change',
+  'subscription.refund',
+  'purchase.refund',
+  'webhook.register',
+  'key.create',
+  'key.revoke',
 ] as const;
-export const AUDIT_RESOURCE_TYPES = ['config', 'customer', 'contract', 'limit', 'meter', 'checkout', 'subscription', 'purchase', 'webhook', 'key'] as const;
+export const AUDIT_RESOURCE_TYPES = [
+  'config',
+  'customer',
+  'contract',
+  'limit',
+  'meter',
+  'checkout',
+  'subscription',
+  'purchase',
+  'webhook',
+  'key',
+] as const;
 
 /** GET /v1/audit. */
 export const auditQuerySchema = {
@@ -187,7 +251,10 @@ export interface AuditQuery {
 /** GET /v1/customers: query values are strings; limit is checked as a number after. */
 export const customerListQuerySchema = {
   type: 'object',
-  properties: { limit: LIST_LIMIT_QUERY, cursor: { type: 'string', minLength: 1, maxLength: 2048 } },
+  properties: {
+    limit: LIST_LIMIT_QUERY,
+    cursor: { type: 'string', minLength: 1, maxLength: 2048 },
+  },
   required: [],
   additionalProperties: false,
 } as const;
@@ -243,7 +310,9 @@ export function isIdLength(value: string): boolean {
   return true;
 }
 
-export type Checked<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string };
+export type Checked<T> =
+  | { readonly ok: true; readonly value: T }
+  | { readonly ok: false; readonly message: string };
 
 /** Compiles a route's query or body schema (once, when its router is built). */
 export function compileSchema(schema: object): ValidateFunction {
@@ -251,7 +320,11 @@ export function compileSchema(schema: object): ValidateFunction {
 }
 
 /** Runs a compiled validator and, on failure, names the offending field. */
-export function check<T>(validate: ValidateFunction<T>, value: unknown, what: 'body' | 'query'): Checked<T> {
+export function check<T>(
+  validate: ValidateFunction<T>,
+  value: unknown,
+  what: 'body' | 'query',
+): Checked<T> {
   if (validate(value)) return { ok: true, value };
   return { ok: false, message: describeFailure(validate, what) };
 }
@@ -259,7 +332,9 @@ export function check<T>(validate: ValidateFunction<T>, value: unknown, what: 'b
 /** The message for the last failed run of `validate`: one sentence naming the field. */
 export function describeFailure(validate: ValidateFunction, what: 'body' | 'query'): string {
   // A failed anyOf reports its branches' errors first; the anyOf itself says it best.
-  const error = validate.errors?.find((e) => e.keyword === 'anyOf' || e.keyword === 'propertyNames') ?? validate.errors?.[0];
+  const error =
+    validate.errors?.find((e) => e.keyword === 'anyOf' || e.keyword === 'propertyNames') ??
+    validate.errors?.[0];
   return error === undefined ? `invalid ${what}` : describe(error, what);
 }
 
@@ -269,7 +344,8 @@ function fieldOf(error: ErrorObject): string {
 
 function describe(error: ErrorObject, what: 'body' | 'query'): string {
   const field = fieldOf(error);
-  const within = (name: unknown): string => (field === '' ? String(name) : `${field}.${String(name)}`);
+  const within = (name: unknown): string =>
+    field === '' ? String(name) : `${field}.${String(name)}`;
   const p = error.params as Record<string, unknown>;
   switch (error.keyword) {
     case 'required':
@@ -277,7 +353,9 @@ function describe(error: ErrorObject, what: 'body' | 'query'): string {
     case 'additionalProperties':
       return `${within(p['additionalProperty'])} is not a known field`;
     case 'type':
-      return field === '' ? `request ${what} must be a JSON object` : `${field} must be ${article(String(p['type']))}`;
+      return field === ''
+        ? `request ${what} must be a JSON object`
+        : `${field} must be ${article(String(p['type']))}`;
     case 'minLength':
     case 'maxLength': {
       const bounds = error.parentSchema as { minLength?: number; maxLength?: number } | undefined;
@@ -292,12 +370,38 @@ function describe(error: ErrorObject, what: 'body' | 'query'): string {
       return `${field} keys must be ${String(names.minLength ?? 1)} to ${String(names.maxLength)} characters`;
     }
     case 'anyOf': {
-      const branches = (error.parentSchema as { anyOf?: Array<{ type?: string; maxLength?: number; pattern?: string; description?: string }> } | undefined)?.anyOf ?? [];
+      const branches =
+        (
+          error.parentSchema as
+            | {
+                anyOf?: Array<{
+                  type?: string;
+                  maxLength?: number;
+                  pattern?: string;
+                  description?: string;
+                }>;
+              }
+            | undefined
+        )?.anyOf ?? [];
       const text = typeof error.data === 'string' ? error.data : null;
-      const tooLong = branches.find((b) => b.type === 'string' && text !== null && b.maxLength !== undefined && text.length > b.maxLength);
-      if (tooLong !== undefined) return `${field} must be at most ${String(tooLong.maxLength)} characters`;
-      const misshapen = branches.find((b) => b.type === 'string' && text !== null && b.pattern !== undefined && !new RegExp(b.pattern, 'u').test(text));
-      if (misshapen !== undefined) return `${field} must be ${misshapen.description ?? 'well formed'}`;
+      const tooLong = branches.find(
+        (b) =>
+          b.type === 'string' &&
+          text !== null &&
+          b.maxLength !== undefined &&
+          text.length > b.maxLength,
+      );
+      if (tooLong !== undefined)
+        return `${field} must be at most ${String(tooLong.maxLength)} characters`;
+      const misshapen = branches.find(
+        (b) =>
+          b.type === 'string' &&
+          text !== null &&
+          b.pattern !== undefined &&
+          !new RegExp(b.pattern, 'u').test(text),
+      );
+      if (misshapen !== undefined)
+        return `${field} must be ${misshapen.description ?? 'well formed'}`;
       return `${field} must be ${branches.map((b) => article(String(b.type))).join(' or ')}`;
     }
     case 'pattern':

@@ -28,9 +28,14 @@ function sha256(text: string): Buffer {
 }
 
 /** Creates a key (not yet stored): 24 random bytes → 32 url-safe characters. */
-export function issueKey(keyClass: KeyClass, environment: Environment | null, nowMs: number): IssuedKey {
+export function issueKey(
+  keyClass: KeyClass,
+  environment: Environment | null,
+  nowMs: number,
+): IssuedKey {
   const random = randomBytes(24).toString('base64url');
-  const prefix = keyClass === 'admin' ? 'ak_' : `${CLASS_PREFIX[keyClass]}_${environment ?? 'test'}_`;
+  const prefix =
+    keyClass === 'admin' ? 'ak_' : `${CLASS_PREFIX[keyClass]}_${environment ?? 'test'}_`;
   const secret = prefix + random;
   const record: KeyRecord = {
     id: `key_${randomBytes(8).toString('hex')}`,
@@ -75,7 +80,9 @@ export class KeyRing {
 
   /** Every key (live and revoked), oldest first. */
   list(): KeyRecord[] {
-    return [...this.byHash.values()].sort((a, b) => a.createdAtMs - b.createdAtMs || (a.id < b.id ? -1 : 1));
+    return [...this.byHash.values()].sort(
+      (a, b) => a.createdAtMs - b.createdAtMs || (a.id < b.id ? -1 : 1),
+    );
   }
 
   find(id: string): KeyRecord | undefined {

@@ -55,9 +55,14 @@ export interface RemoteOptions {
 
 /** Adds `--url` (env TALLY_URL) and `--key` (env TALLY_API_KEY) to a command that calls the service. */
 export function addRemoteOptions(command: Command, keyKind: 'server' | 'operator'): Command {
-  const keyHelp = keyKind === 'server' ? 'environment server key (sk_test_… / sk_live_…)' : 'operator key (ak_…)';
+  const keyHelp =
+    keyKind === 'server' ? 'environment server key (sk_test_… / sk_live_…)' : 'operator key (ak_…)';
   return command
-    .addOption(new Option('--url <url>', 'base URL of the Tally service').env('TALLY_URL').default(DEFAULT_URL))
+    .addOption(
+      new Option('--url <url>', 'base URL of the Tally service')
+        .env('TALLY_URL')
+        .default(DEFAULT_URL),
+    )
     .addOption(new Option('--key <key>', keyHelp).env('TALLY_API_KEY'));
 }
 
@@ -77,7 +82,10 @@ export class TallyClient {
       throw new CliError(`--url / TALLY_URL is not a URL: ${options.url}`, EXIT.usage);
     }
     if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
-      throw new CliError(`--url / TALLY_URL must be http:// or https://, got ${options.url}`, EXIT.usage);
+      throw new CliError(
+        `--url / TALLY_URL must be http:// or https://, got ${options.url}`,
+        EXIT.usage,
+      );
     }
     if (options.key === undefined || options.key === '') {
       throw new CliError('no API key: set TALLY_API_KEY or pass --key', EXIT.usage);
@@ -103,7 +111,9 @@ export class TallyClient {
     try {
       return JSON.parse(text) as T;
     } catch {
-      throw new CliError(`${method} ${path} answered ${response.status} with a body that is not JSON`);
+      throw new CliError(
+        `${method} ${path} answered ${response.status} with a body that is not JSON`,
+      );
     }
   }
 
@@ -115,7 +125,10 @@ export class TallyClient {
    */
   async raw(method: string, path: string, body?: unknown): Promise<Response> {
     const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(new DOMException('timed out', 'TimeoutError')), REQUEST_TIMEOUT_MS);
+    const timer = setTimeout(
+      () => controller.abort(new DOMException('timed out', 'TimeoutError')),
+      REQUEST_TIMEOUT_MS,
+    );
     try {
       return await this.send(method, path, body, controller.signal);
     } finally {
@@ -123,7 +136,12 @@ export class TallyClient {
     }
   }
 
-  private async send(method: string, path: string, body: unknown, signal: AbortSignal): Promise<Response> {
+  private async send(
+    method: string,
+    path: string,
+    body: unknown,
+    signal: AbortSignal,
+  ): Promise<Response> {
     const headers: Record<string, string> = { 'x-tally-key': this.key };
     if (body !== undefined) headers['content-type'] = 'application/json';
     let response: Response;
@@ -156,8 +174,12 @@ async function errorMessage(response: Response): Promise<string> {
 
 /** fetch hides the socket error in `cause`: ECONNREFUSED says more than "fetch failed". */
 function describeFetchFailure(error: unknown): string {
-  if (error instanceof Error && error.name === 'TimeoutError') return `no answer within ${REQUEST_TIMEOUT_MS / 1000} s`;
-  const cause = error instanceof Error ? (error.cause as { code?: unknown; message?: unknown } | undefined) : undefined;
+  if (error instanceof Error && error.name === 'TimeoutError')
+    return `no answer within ${REQUEST_TIMEOUT_MS / 1000} s`;
+  const cause =
+    error instanceof Error
+      ? (error.cause as { code?: unknown; message?: unknown } | undefined)
+      : undefined;
   if (typeof cause?.code === 'string') return cause.code;
   if (typeof cause?.message === 'string') return cause.message;
   return error instanceof Error ? error.message : String(error);
@@ -184,11 +206,15 @@ export function progressBar(
   stream: NodeJS.WriteStream = process.stderr,
   unit: 'bytes' | 'count' = 'bytes',
 ): Progress {
-  const formatAmount = unit === 'bytes' ? formatBytes : (n: number): string => n.toLocaleString('en-US');
+  const formatAmount =
+    unit === 'bytes' ? formatBytes : (n: number): string => n.toLocaleString('en-US');
   let doneBytes = 0;
   let drawnAtMs = 0;
   const draw = (): void => {
-    const amount = total === null ? formatAmount(doneBytes) : `${formatAmount(doneBytes)}/${formatAmount(total)}`;
+    const amount =
+      total === null
+        ? formatAmount(doneBytes)
+        : `${formatAmount(doneBytes)}/${formatAmount(total)}`;
     let bar = '';
     if (total !== null && total > 0) {
       const fraction = Math.min(1, doneBytes / total);
@@ -215,7 +241,12 @@ export function progressBar(
 
 /** Whether `hostname` (as URL parses it) names this machine: localhost, 127.0.0.0/8 or ::1. */
 export function isLoopback(hostname: string): boolean {
-  return hostname === 'localhost' || hostname === '[::1]' || /^127(?:\.\d{1,3}){3}$/.test(hostname) || /^\[::ffff:7f[0-9a-f]{2}:[0-9a-f]{1,4}\]$/.test(hostname);
+  return (
+    hostname === 'localhost' ||
+    hostname === '[::1]' ||
+    /^127(?:\.\d{1,3}){3}$/.test(hostname) ||
+    /^\[::ffff:7f[0-9a-f]{2}:[0-9a-f]{1,4}\]$/.test(hostname)
+  );
 }
 
 /**
@@ -245,7 +276,11 @@ export function activity(label: string, stream: NodeJS.WriteStream = process.std
 }
 
 /** Runs `step` with `label` shown as an activity meanwhile. */
-export async function withActivity<T>(label: string, step: () => Promise<T>, stream: NodeJS.WriteStream = process.stderr): Promise<T> {
+export async function withActivity<T>(
+  label: string,
+  step: () => Promise<T>,
+  stream: NodeJS.WriteStream = process.stderr,
+): Promise<T> {
   const shown = activity(label, stream);
   try {
     return await step();

@@ -20,7 +20,10 @@ export interface SectionDiff {
   /** Keys only in the new document, each with its new definition. */
   readonly added: ReadonlyArray<{ readonly key: string; readonly value: unknown }>;
   readonly removed: ReadonlyArray<{ readonly key: string; readonly value: unknown }>;
-  readonly changed: ReadonlyArray<{ readonly key: string; readonly changes: readonly LeafChange[] }>;
+  readonly changed: ReadonlyArray<{
+    readonly key: string;
+    readonly changes: readonly LeafChange[];
+  }>;
 }
 
 export interface ConfigDiff {
@@ -40,16 +43,22 @@ const VALUE_SHOWN_LENGTH_MAX = 80;
 type Json = Record<string, unknown>;
 
 function asRecord(value: unknown): Json | null {
-  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Json) : null;
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+    ? (value as Json)
+    : null;
 }
 
 /** `deployed` null: nothing is deployed yet, so everything in `next` is added. */
 export function diffConfigs(deployed: unknown, next: unknown): ConfigDiff {
   const before = asRecord(deployed) ?? {};
   const after = asRecord(next) ?? {};
-  const rest = (doc: Json): Json => Object.fromEntries(Object.entries(doc).filter(([key]) => !IGNORED_TOP_LEVEL.has(key)));
+  const rest = (doc: Json): Json =>
+    Object.fromEntries(Object.entries(doc).filter(([key]) => !IGNORED_TOP_LEVEL.has(key)));
   return {
-    entitlements: diffSection(asRecord(before.entitlements) ?? {}, asRecord(after.entitlements) ?? {}),
+    entitlements: diffSection(
+      asRecord(before.entitlements) ?? {},
+      asRecord(after.entitlements) ?? {},
+    ),
     products: diffSection(asRecord(before.products) ?? {}, asRecord(after.products) ?? {}),
     other: leafChanges(rest(before), rest(after), []),
   };
@@ -115,12 +124,17 @@ function joinPath(path: readonly string[]): string {
 function showValue(value: unknown): string {
   if (value === undefined) return '(absent)';
   const text = JSON.stringify(value);
-  return text.length > VALUE_SHOWN_LENGTH_MAX ? `${text.slice(0, VALUE_SHOWN_LENGTH_MAX - 1)}…` : text;
+  return text.length > VALUE_SHOWN_LENGTH_MAX
+    ? `${text.slice(0, VALUE_SHOWN_LENGTH_MAX - 1)}…`
+    : text;
 }
 
 function showChanges(changes: readonly LeafChange[], indent: string): string[] {
-  const lines = changes.slice(0, CHANGES_LISTED_MAX).map((c) => `${indent}${c.path}: ${showValue(c.before)} → ${showValue(c.after)}`);
-  if (changes.length > CHANGES_LISTED_MAX) lines.push(`${indent}… and ${changes.length - CHANGES_LISTED_MAX} more`);
+  const lines = changes
+    .slice(0, CHANGES_LISTED_MAX)
+    .map((c) => `${indent}${c.path}: ${showValue(c.before)} → ${showValue(c.after)}`);
+  if (changes.length > CHANGES_LISTED_MAX)
+    lines.push(`${indent}… and ${changes.length - CHANGES_LISTED_MAX} more`);
   return lines;
 }
 
@@ -138,10 +152,13 @@ export function formatDiff(diff: ConfigDiff): string[] {
     const { added, removed, changed } = diff[section];
     if (added.length + removed.length + changed.length === 0) continue;
     const title = section === 'entitlements' ? 'Entitlements' : 'Products';
-    lines.push(`${title}: ${added.length} added, ${removed.length} removed, ${changed.length} changed`);
+    lines.push(
+      `${title}: ${added.length} added, ${removed.length} removed, ${changed.length} changed`,
+    );
     for (const item of added) lines.push(`  + ${item.key}${describeItem(section, item.value)}`);
     for (const item of removed) lines.push(`  - ${item.key}${describeItem(section, item.value)}`);
-    for (const item of changed) lines.push(`  ~ ${item.key}`, ...showChanges(item.changes, '      '));
+    for (const item of changed)
+      lines.push(`  ~ ${item.key}`, ...showChanges(item.changes, '      '));
   }
   if (diff.other.length > 0) lines.push('Other settings:', ...showChanges(diff.other, '  ~ '));
   return lines;

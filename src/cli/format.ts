@@ -5,11 +5,18 @@
  */
 
 /** Left-aligned columns separated by two spaces; the header row first. */
-export function formatTable(header: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
-  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => (row[column] ?? '').length)));
+export function formatTable(
+  header: readonly string[],
+  rows: ReadonlyArray<readonly string[]>,
+): string {
+  const widths = header.map((title, column) =>
+    Math.max(title.length, ...rows.map((row) => (row[column] ?? '').length)),
+  );
   const line = (cells: readonly string[]): string =>
     cells
-      .map((cell, column) => (column === cells.length - 1 ? cell : cell.padEnd(widths[column] ?? 0)))
+      .map((cell, column) =>
+        column === cells.length - 1 ? cell : cell.padEnd(widths[column] ?? 0),
+      )
       .join('  ')
       .trimEnd();
   return [line(header), ...rows.map(line)].join('\n');
@@ -31,7 +38,11 @@ export function formatBytes(bytes: number): string {
 export function formatDuration(totalSec: number): string {
   const parts: string[] = [];
   let rest = Math.max(0, Math.floor(totalSec));
-  for (const [unit, size] of [['d', 86_400], ['h', 3600], ['m', 60]] as const) {
+  for (const [unit, size] of [
+    ['d', 86_400],
+    ['h', 3600],
+    ['m', 60],
+  ] as const) {
     const count = Math.floor(rest / size);
     rest -= count * size;
     if (count > 0 || parts.length > 0) parts.push(`${count}${unit}`);

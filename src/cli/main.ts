@@ -21,12 +21,19 @@ import * as snapshot from './commands/snapshot.js';
 import * as status from './commands/status.js';
 import * as sync from './commands/sync.js';
 
-const COMMAND_GROUPS: ReadonlyArray<{ register(program: Command): void }> = [sync, keys, snapshot, status];
+const COMMAND_GROUPS: ReadonlyArray<{ register(program: Command): void }> = [
+  sync,
+  keys,
+  snapshot,
+  status,
+];
 
 /** The whole program, every command registered; parse with `run`. */
 export function buildProgram(): Command {
   const program = new Command('tally')
-    .description('Operate a Tally billing service: push and pull billing configuration, manage keys, take and restore snapshots, check status.')
+    .description(
+      'Operate a Tally billing service: push and pull billing configuration, manage keys, take and restore snapshots, check status.',
+    )
     .version(packageVersion(), '-V, --version')
     .exitOverride()
     .showSuggestionAfterError(true)
@@ -75,10 +82,15 @@ function refuseUnknownCommandBeforeHelp(program: Command, args: readonly string[
     // A command that groups others takes only flags (--help), never an option with a value.
     if (arg.startsWith('-')) continue;
     if (command.commands.length === 0 || arg === 'help') return;
-    const sub = command.commands.find((candidate) => candidate.name() === arg || candidate.aliases().includes(arg));
+    const sub = command.commands.find(
+      (candidate) => candidate.name() === arg || candidate.aliases().includes(arg),
+    );
     if (sub === undefined) {
       const names = command.commands.map((candidate) => candidate.name());
-      return command.error(`error: unknown command '${arg}'${suggestion(arg, names)}`, { code: 'commander.unknownCommand', exitCode: EXIT.usage });
+      return command.error(`error: unknown command '${arg}'${suggestion(arg, names)}`, {
+        code: 'commander.unknownCommand',
+        exitCode: EXIT.usage,
+      });
     }
     command = sub;
   }
@@ -100,14 +112,21 @@ export function suggestion(word: string, names: readonly string[]): string {
 
 /** Levenshtein distance, counting a swap of two neighbours as one edit. */
 function editDistance(a: string, b: string): number {
-  const d: number[][] = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  const d: number[][] = Array.from({ length: a.length + 1 }, (_, i) =>
+    Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)),
+  );
   for (let i = 1; i <= a.length; i++) {
     for (let j = 1; j <= b.length; j++) {
       const cost = a[i - 1] === b[j - 1] ? 0 : 1;
       const row = d[i] as number[];
       const above = d[i - 1] as number[];
-      row[j] = Math.min((above[j] as number) + 1, (row[j - 1] as number) + 1, (above[j - 1] as number) + cost);
-      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) row[j] = Math.min(row[j] as number, ((d[i - 2] as number[])[j - 2] as number) + 1);
+      row[j] = Math.min(
+        (above[j] as number) + 1,
+        (row[j - 1] as number) + 1,
+        (above[j - 1] as number) + cost,
+      );
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1])
+        row[j] = Math.min(row[j] as number, ((d[i - 2] as number[])[j - 2] as number) + 1);
     }
   }
   return (d[a.length] as number[])[b.length] as number;
@@ -117,7 +136,10 @@ function editDistance(a: string, b: string): number {
 function packageVersion(): string {
   for (let dir = new URL('.', import.meta.url); dir.pathname !== '/'; dir = new URL('..', dir)) {
     try {
-      const pkg = JSON.parse(fs.readFileSync(new URL('package.json', dir), 'utf8')) as { name?: unknown; version?: unknown };
+      const pkg = JSON.parse(fs.readFileSync(new URL('package.json', dir), 'utf8')) as {
+        name?: unknown;
+        version?: unknown;
+      };
       if (pkg.name === 'tally' && typeof pkg.version === 'string') return pkg.version;
     } catch {
       /* no package.json here: look further up */

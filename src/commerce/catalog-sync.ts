@@ -11,7 +11,11 @@
  */
 import { createHash } from 'node:crypto';
 import type Stripe from 'stripe';
-import type { BillingConfig, PriceDefinition, ProductDefinition } from '../../actors/billing-config.js';
+import type {
+  BillingConfig,
+  PriceDefinition,
+  ProductDefinition,
+} from '../../actors/billing-config.js';
 import type { Environment } from '../../actors/protocol.js';
 import type { Processor } from './processor.js';
 
@@ -45,8 +49,17 @@ export function fitKey(prefix: string, id: string, suffix: string, max: number):
 }
 
 /** The lookup key of a product's price: a new amount, currency or interval is a new version. */
-export function priceLookupKey(environment: Environment, productKey: string, price: PriceDefinition): string {
-  return fitKey(`${environment}:`, productKey, `:${price.amount}-${price.currency}-${price.interval ?? 'once'}`, LOOKUP_KEY_MAX);
+export function priceLookupKey(
+  environment: Environment,
+  productKey: string,
+  price: PriceDefinition,
+): string {
+  return fitKey(
+    `${environment}:`,
+    productKey,
+    `:${price.amount}-${price.currency}-${price.interval ?? 'once'}`,
+    LOOKUP_KEY_MAX,
+  );
 }
 
 /**
@@ -54,36 +67,71 @@ export function priceLookupKey(environment: Environment, productKey: string, pri
  * document, so a retried push (a failed one, sent again) repeats the same keys, while the
  * same document pushed again later is a new command with keys of its own.
  */
-export function pushCommandKey(environment: Environment, version: number, config: BillingConfig): string {
-  const digest = createHash('sha256').update(JSON.stringify(config)).digest('base64url').slice(0, 22);
+export function pushCommandKey(
+  environment: Environment,
+  version: number,
+  config: BillingConfig,
+): string {
+  const digest = createHash('sha256')
+    .update(JSON.stringify(config))
+    .digest('base64url')
+    .slice(0, 22);
   return `tally-push-${environment}-v${version}-${digest}`;
 }
 
 /** Tally's products at the processor for the environment, by product key. */
-async function existingProducts(stripe: Stripe, environment: Environment): Promise<Map<string, Stripe.Product>> {
+async function existingProducts(
+  stripe: Stripe,
+  environment: Environment,
+): Promise<Map<string, Stripe.Product>> {
   const found = new Map<string, Stripe.Product>();
   for await (const product of stripe.products.list({ limit: 100 })) {
     const key = product.metadata[META_PRODUCT_KEY];
-    if (product.metadata[META_ENVIRONMENT] === environment && key !== undefined && !found.has(key)) found.set(key, product);
+    if (product.metadata[META_ENVIRONMENT] === environment && key !== undefined && !found.has(key))
+      found.set(key, product);
   }
   return found;
 }
 
-async function syncProduct(stripe: Stripe, environment: Environment, key: string, def: ProductDefinition, existing: Stripe.Product | undefined, idem: string) {
+async function syncProduct(
+  stripe: Stripe,
+  environment: Environment,
+  key: string,
+  def: ProductDefinition,
+  existing: Stripe.Product | undefined,
+  idem: string,
+) {
   const name = def.name ?? key;
   if (existing === undefined) {
-    const created = await stripe.products.create({ name, metadata: { [META_ENVIRONMENT]: environment, [META_PRODUCT_KEY]: key } }, { idempotencyKey: fitKey(`${idem}-product-create-`, key, '', IDEMPOTENCY_KEY_MAX) });
+    const created = await stripe.products.create(
+      { name, metadata: { [META_ENVIRONMENT]: environment, [META_PRODUCT_KEY]: key } },
+      { idempotencyKey: fitKey(`${idem}-product-create-`, key, '', IDEMPOTENCY_KEY_MAX) },
+    );
     return { product: created, action: 'created' as const };
   }
-  if (existing.name === name && existing.active) return { product: existing, action: 'unchanged' as const };
-  const updated = await stripe.products.update(existing.id, { name, active: true }, { idempotencyKey: fitKey(`${idem}-product-update-`, key, '', IDEMPOTENCY_KEY_MAX) });
+  if (existing.name === name && existing.active)
+    return { product: existing, action: 'unchanged' as const };
+  const updated = await stripe.products.update(
+    existing.id,
+    { name, active: true },
+    { idempotencyKey: fitKey(`${idem}-product-update-`, key, '', IDEMPOTENCY_KEY_MAX) },
+  );
   return { product: updated, action: 'updated' as const };
 }
 
-async function syncPrice(stripe: Stripe, environment: Environment, key: string, price: PriceDefinition, productId: string, idem: string) {
+async function syncPrice(
+  stripe: Stripe,
+  environment: Environment,
+  key: string,
+  price: PriceDefinition,
+  productId: string,
+  idem: string,
+) {
   const lookupKey = priceLookupKey(environment, key, price);
-  const found = (await stripe.prices.list({ lookup_keys: [lookupKey], active: true, limit: 1 })).data[0];
-  if (found !== undefined && found.product === productId) return { price: found, action: 'unchanged' as const, lookupKey };
+  const found = (await stripe.prices.list({ lookup_keys: [lookupKey], active: true, limit: 1 }))
+    .data[0];
+  if (found !== undefined && found.product === productId)
+    return { price: found, action: 'unchanged' as const, lookupKey };
   const created = await stripe.prices.create(
     {
       product: productId,
@@ -101,11 +149,20 @@ async function syncPrice(stripe: Stripe, environment: Environment, key: string, 
 }
 
 /** Archives the product's active prices other than `keepId`. */
-async function archiveOthers(stripe: Stripe, productId: string, keepId: string, idem: string): Promise<string[]> {
+async function archiveOthers(
+  stripe: Stripe,
+  productId: string,
+  keepId: string,
+  idem: string,
+): Promise<string[]> {
   const archived: string[] = [];
   for await (const price of stripe.prices.list({ product: productId, active: true, limit: 100 })) {
     if (price.id === keepId) continue;
-    await stripe.prices.update(price.id, { active: false }, { idempotencyKey: `${idem}-archive-${price.id}` });
+    await stripe.prices.update(
+      price.id,
+      { active: false },
+      { idempotencyKey: `${idem}-archive-${price.id}` },
+    );
     archived.push(price.id);
   }
   return archived;
@@ -116,7 +173,12 @@ async function archiveOthers(stripe: Stripe, productId: string, keepId: string, 
  * processor's error (nothing in Tally has changed then). Products that are no longer
  * priced or configured are left as they are at the processor.
  */
-export async function syncCatalog(processor: Processor, environment: Environment, version: number, config: BillingConfig): Promise<CatalogAction[]> {
+export async function syncCatalog(
+  processor: Processor,
+  environment: Environment,
+  version: number,
+  config: BillingConfig,
+): Promise<CatalogAction[]> {
   const { stripe } = processor;
   const idem = pushCommandKey(environment, version, config);
   const existing = await existingProducts(stripe, environment);

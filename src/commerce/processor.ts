@@ -41,34 +41,63 @@ export class ProcessorFailure extends Error {}
 const NETWORK_RETRIES = 2;
 
 function clientFor(secretKey: string, apiUrl: string | undefined): Stripe {
-  if (apiUrl === undefined) return new Stripe(secretKey, { maxNetworkRetries: NETWORK_RETRIES, telemetry: false });
+  if (apiUrl === undefined)
+    return new Stripe(secretKey, { maxNetworkRetries: NETWORK_RETRIES, telemetry: false });
   const url = new URL(apiUrl);
   const protocol = url.protocol === 'http:' ? 'http' : 'https';
   const port = url.port === '' ? (protocol === 'http' ? 80 : 443) : Number(url.port);
-  return new Stripe(secretKey, { host: url.hostname, port, protocol, maxNetworkRetries: NETWORK_RETRIES, telemetry: false });
+  return new Stripe(secretKey, {
+    host: url.hostname,
+    port,
+    protocol,
+    maxNetworkRetries: NETWORK_RETRIES,
+    telemetry: false,
+  });
 }
 
 /** Checks the settings before anything starts: a key without its webhook secret is refused. */
 export function processorSettingsProblem(settings: ProcessorSettings): string | null {
-  if (settings.secretKey === undefined) return settings.apiUrl === undefined ? null : 'STRIPE_API_URL needs STRIPE_SECRET_KEY';
-  if (settings.webhookSecret === undefined) return 'STRIPE_SECRET_KEY needs STRIPE_WEBHOOK_SECRET (the signing secret of the webhook endpoint)';
-  if (settings.apiUrl !== undefined && !/^https?:\/\/[^/]+\/?$/.test(settings.apiUrl)) return 'STRIPE_API_URL must be an http(s) origin such as http://127.0.0.1:12111';
+  if (settings.secretKey === undefined)
+    return settings.apiUrl === undefined ? null : 'STRIPE_API_URL needs STRIPE_SECRET_KEY';
+  if (settings.webhookSecret === undefined)
+    return 'STRIPE_SECRET_KEY needs STRIPE_WEBHOOK_SECRET (the signing secret of the webhook endpoint)';
+  if (settings.apiUrl !== undefined && !/^https?:\/\/[^/]+\/?$/.test(settings.apiUrl))
+    return 'STRIPE_API_URL must be an http(s) origin such as http://127.0.0.1:12111';
   return null;
 }
 
 /** Starts the sandbox (no key) or connects to the configured server; `tallyPort` receives the webhooks. */
-export async function startProcessor(settings: ProcessorSettings, tallyPort: number): Promise<Processor> {
+export async function startProcessor(
+  settings: ProcessorSettings,
+  tallyPort: number,
+): Promise<Processor> {
   const problem = processorSettingsProblem(settings);
   if (problem !== null) throw new Error(problem);
   if (settings.secretKey !== undefined && settings.webhookSecret !== undefined) {
-    return { name: 'stripe', stripe: clientFor(settings.secretKey, settings.apiUrl), webhookSecret: settings.webhookSecret, sandboxUrl: null, close: async () => undefined };
+    return {
+      name: 'stripe',
+      stripe: clientFor(settings.secretKey, settings.apiUrl),
+      webhookSecret: settings.webhookSecret,
+      sandboxUrl: null,
+      close: async () => undefined,
+    };
   }
   const sandbox = await startStripeSandbox();
   try {
     const stripe = sandbox.stripe({ maxNetworkRetries: NETWORK_RETRIES });
-    const endpoint = await stripe.webhookEndpoints.create({ url: `http://127.0.0.1:${tallyPort}${STRIPE_WEBHOOK_PATH}`, enabled_events: ['*'] });
-    if (endpoint.secret === undefined) throw new Error('the sandbox returned a webhook endpoint without its secret');
-    return { name: 'stripe', stripe, webhookSecret: endpoint.secret, sandboxUrl: sandbox.url, close: () => sandbox.close() };
+    const endpoint = await stripe.webhookEndpoints.create({
+      url: `http://127.0.0.1:${tallyPort}${STRIPE_WEBHOOK_PATH}`,
+      enabled_events: ['*'],
+    });
+    if (endpoint.secret === undefined)
+      throw new Error('the sandbox returned a webhook endpoint without its secret');
+    return {
+      name: 'stripe',
+      stripe,
+      webhookSecret: endpoint.secret,
+      sandboxUrl: sandbox.url,
+      close: () => sandbox.close(),
+    };
   } catch (error) {
     await sandbox.close();
     throw error;

@@ -14,12 +14,28 @@ import type { Environment } from '../../actors/protocol.js';
 import { ID_LENGTH_MAX } from '../../shared/limits.js';
 
 /** Metadata keys Tally puts on checkout sessions and subscriptions. */
-export const META = { environment: 'tally_environment', customerId: 'tally_customer_id', productKey: 'tally_product_key' } as const;
+export const META = {
+  environment: 'tally_environment',
+  customerId: 'tally_customer_id',
+  productKey: 'tally_product_key',
+} as const;
 
 /** A command the receiver hands to the customer's actor (its op, address and payload). */
 export type ProcessorCommand =
-  | { readonly op: 'syncSubscription'; readonly environment: Environment; readonly customerId: string; readonly eventId: string; readonly subscription: SubscriptionInput }
-  | { readonly op: 'recordPurchase'; readonly environment: Environment; readonly customerId: string; readonly eventId: string; readonly purchase: PurchaseInput };
+  | {
+      readonly op: 'syncSubscription';
+      readonly environment: Environment;
+      readonly customerId: string;
+      readonly eventId: string;
+      readonly subscription: SubscriptionInput;
+    }
+  | {
+      readonly op: 'recordPurchase';
+      readonly environment: Environment;
+      readonly customerId: string;
+      readonly eventId: string;
+      readonly purchase: PurchaseInput;
+    };
 
 interface Owner {
   readonly environment: Environment;
@@ -31,7 +47,13 @@ interface Owner {
 function ownerOf(metadata: Stripe.Metadata | null): Owner | null {
   const environment = metadata?.[META.environment];
   const customerId = metadata?.[META.customerId];
-  if ((environment !== 'test' && environment !== 'live') || customerId === undefined || customerId === '' || customerId.length > ID_LENGTH_MAX) return null;
+  if (
+    (environment !== 'test' && environment !== 'live') ||
+    customerId === undefined ||
+    customerId === '' ||
+    customerId.length > ID_LENGTH_MAX
+  )
+    return null;
   return { environment, customerId, productKey: metadata?.[META.productKey] };
 }
 
@@ -39,21 +61,30 @@ function ownerOf(metadata: Stripe.Metadata | null): Owner | null {
  * The product key a price's lookup key names (`<environment>:<product key>:<version>`; a
  * product key may itself hold colons), if it is Tally's and not a digest of a long key.
  */
-export function productOfLookupKey(environment: Environment, lookupKey: string | null | undefined): string | undefined {
+export function productOfLookupKey(
+  environment: Environment,
+  lookupKey: string | null | undefined,
+): string | undefined {
   const prefix = `${environment}:`;
-  if (lookupKey === undefined || lookupKey === null || !lookupKey.startsWith(prefix)) return undefined;
+  if (lookupKey === undefined || lookupKey === null || !lookupKey.startsWith(prefix))
+    return undefined;
   const key = lookupKey.slice(prefix.length, lookupKey.lastIndexOf(':'));
   return key === '' || key.startsWith('~') ? undefined : key;
 }
 
 /** The subscription as the processor has it now, as a command for its customer. */
-async function subscriptionCommand(stripe: Stripe, eventId: string, subscriptionId: string): Promise<ProcessorCommand | null> {
+async function subscriptionCommand(
+  stripe: Stripe,
+  eventId: string,
+  subscriptionId: string,
+): Promise<ProcessorCommand | null> {
   const subscription = await stripe.subscriptions.retrieve(subscriptionId);
   const owner = ownerOf(subscription.metadata);
   const item = subscription.items.data[0];
   if (owner === null || item === undefined) return null;
   // The current price says which product it is now; the metadata says what was bought.
-  const productKey = productOfLookupKey(owner.environment, item.price.lookup_key) ?? owner.productKey;
+  const productKey =
+    productOfLookupKey(owner.environment, item.price.lookup_key) ?? owner.productKey;
   if (productKey === undefined) return null;
   return {
     op: 'syncSubscription',
@@ -73,27 +104,50 @@ async function subscriptionCommand(stripe: Stripe, eventId: string, subscription
 }
 
 /** A completed checkout: its subscription as it is now, or its paid one-time purchase. */
-async function checkoutCommand(stripe: Stripe, eventId: string, sessionId: string): Promise<ProcessorCommand | null> {
+async function checkoutCommand(
+  stripe: Stripe,
+  eventId: string,
+  sessionId: string,
+): Promise<ProcessorCommand | null> {
   const session = await stripe.checkout.sessions.retrieve(sessionId);
   const owner = ownerOf(session.metadata);
   if (owner === null || session.status !== 'complete') return null;
   if (session.mode === 'subscription') {
-    const subscription = typeof session.subscription === 'string' ? session.subscription : session.subscription?.id;
+    const subscription =
+      typeof session.subscription === 'string' ? session.subscription : session.subscription?.id;
     return subscription === undefined ? null : subscriptionCommand(stripe, eventId, subscription);
   }
-  const paymentIntent = typeof session.payment_intent === 'string' ? session.payment_intent : session.payment_intent?.id;
-  if (session.mode !== 'payment' || session.payment_status !== 'paid' || paymentIntent === undefined || owner.productKey === undefined) return null;
+  const paymentIntent =
+    typeof session.payment_intent === 'string'
+      ? session.payment_intent
+      : session.payment_intent?.id;
+  if (
+    session.mode !== 'payment' ||
+    session.payment_status !== 'paid' ||
+    paymentIntent === undefined ||
+    owner.productKey === undefined
+  )
+    return null;
   return {
     op: 'recordPurchase',
     environment: owner.environment,
     customerId: owner.customerId,
     eventId,
-    purchase: { id: `stripe:${paymentIntent}`, productKey: owner.productKey, amount: session.amount_total ?? 0, currency: session.currency ?? '' },
+    purchase: {
+      id: `stripe:${paymentIntent}`,
+      productKey: owner.productKey,
+      amount: session.amount_total ?? 0,
+      currency: session.currency ?? '',
+    },
   };
 }
 
 /** The subscription a paid invoice bills, if it bills one. */
-async function invoiceCommand(stripe: Stripe, eventId: string, invoiceId: string): Promise<ProcessorCommand | null> {
+async function invoiceCommand(
+  stripe: Stripe,
+  eventId: string,
+  invoiceId: string,
+): Promise<ProcessorCommand | null> {
   const invoice = await stripe.invoices.retrieve(invoiceId);
   const ref = invoice.parent?.subscription_details?.subscription;
   const subscription = typeof ref === 'string' ? ref : ref?.id;
@@ -105,11 +159,15 @@ async function invoiceCommand(stripe: Stripe, eventId: string, invoiceId: string
  * nothing to do, also when the processor no longer has the object (there is nothing to
  * reconcile with). Any other failure is thrown, so the event is delivered again.
  */
-export async function commandForEvent(stripe: Stripe, event: Stripe.Event): Promise<ProcessorCommand | null> {
+export async function commandForEvent(
+  stripe: Stripe,
+  event: Stripe.Event,
+): Promise<ProcessorCommand | null> {
   try {
     return await readCommand(stripe, event);
   } catch (error) {
-    if (error instanceof Error && (error as { code?: unknown }).code === 'resource_missing') return null;
+    if (error instanceof Error && (error as { code?: unknown }).code === 'resource_missing')
+      return null;
     throw error;
   }
 }
@@ -123,7 +181,9 @@ async function readCommand(stripe: Stripe, event: Stripe.Event): Promise<Process
     case 'customer.subscription.deleted':
       return subscriptionCommand(stripe, event.id, event.data.object.id);
     case 'invoice.paid':
-      return event.data.object.id === undefined ? null : invoiceCommand(stripe, event.id, event.data.object.id);
+      return event.data.object.id === undefined
+        ? null
+        : invoiceCommand(stripe, event.id, event.data.object.id);
     default:
       return null;
   }

@@ -73,8 +73,7 @@ export const WEBHOOK_EVENT_TYPES = [
   'config.pushed',
 ] as const;
 
-const keyDescription =
-  `1–${CONFIG_KEY_LENGTH_MAX} characters of A–Z, a–z, 0–9 and _ . : - (keys appear in URL paths).`;
+const keyDescription = `1–${CONFIG_KEY_LENGTH_MAX} characters of A–Z, a–z, 0–9 and _ . : - (keys appear in URL paths).`;
 
 const quantityDescription =
   `A usage quantity: a finite number from 0 to ${CONFIG_QUANTITY_MAX} with at most ` +
@@ -97,7 +96,7 @@ const definitions = {
   },
   moneyMinor: {
     description:
-      'An amount of money in integer minor units of the product\'s currency (e.g. cents: 2000 is $20.00).',
+      "An amount of money in integer minor units of the product's currency (e.g. cents: 2000 is $20.00).",
     type: 'integer',
     minimum: 0,
     maximum: CONFIG_MONEY_MINOR_MAX,
@@ -109,7 +108,8 @@ const definitions = {
     properties: {
       unitAmount: {
         $ref: '#/$defs/moneyMinor',
-        description: 'Price of one additional unit, in integer minor units of the product\'s currency.',
+        description:
+          "Price of one additional unit, in integer minor units of the product's currency.",
       },
     },
   },
@@ -130,7 +130,7 @@ const definitions = {
         description:
           'Meters only (an error on a feature or limit): when included usage renews. Calendar periods ' +
           'in UTC (day 00:00, week Monday 00:00, month the 1st, year 1 January); a meter whose reset ' +
-          'equals the interval of the customer\'s paid subscription follows its billing period instead. ' +
+          "equals the interval of the customer's paid subscription follows its billing period instead. " +
           'Default `month`; `never` never renews.',
         enum: ['day', 'week', 'month', 'year', 'never'],
       },
@@ -153,22 +153,27 @@ const definitions = {
       },
       expansion: {
         $ref: '#/$defs/unitPrice',
-        description: 'Limits only: present means the limit may be raised by purchase at `unitAmount` per unit.',
+        description:
+          'Limits only: present means the limit may be raised by purchase at `unitAmount` per unit.',
       },
       overage: {
         $ref: '#/$defs/unitPrice',
-        description: 'Meters only: present means usage beyond the balance is allowed, billed at `unitAmount` per unit.',
+        description:
+          'Meters only: present means usage beyond the balance is allowed, billed at `unitAmount` per unit.',
       },
     },
   },
   price: {
     description:
-      'The product\'s price. With `interval` the product is a recurring plan; without, a one-time purchase.',
+      "The product's price. With `interval` the product is a recurring plan; without, a one-time purchase.",
     type: 'object',
     additionalProperties: false,
     required: ['amount', 'currency'],
     properties: {
-      amount: { $ref: '#/$defs/moneyMinor', description: 'Price per interval (or once), in integer minor units.' },
+      amount: {
+        $ref: '#/$defs/moneyMinor',
+        description: 'Price per interval (or once), in integer minor units.',
+      },
       currency: {
         description: 'Three-letter ISO 4217 currency code in lower case, e.g. `usd`.',
         type: 'string',
@@ -181,7 +186,8 @@ const definitions = {
     },
   },
   product: {
-    description: 'A product: a recurring plan (price with interval), a one-time purchase (price without), or free.',
+    description:
+      'A product: a recurring plan (price with interval), a one-time purchase (price without), or free.',
     type: 'object',
     additionalProperties: false,
     properties: {
@@ -233,7 +239,7 @@ const definitions = {
         pattern: CONFIG_KEY_PATTERN,
       },
       path: {
-        description: 'The receiver\'s path on the application\'s base URL, e.g. `/api/auth/tally`.',
+        description: "The receiver's path on the application's base URL, e.g. `/api/auth/tally`.",
         type: 'string',
         maxLength: CONFIG_PATH_LENGTH_MAX,
         pattern: '^/\\S*$',
@@ -248,7 +254,10 @@ const definitions = {
         minItems: 1,
         maxItems: WEBHOOK_EVENT_TYPES.length + 1,
         uniqueItems: true,
-        items: { description: 'An event kind, or `*` for all.', enum: ['*', ...WEBHOOK_EVENT_TYPES] },
+        items: {
+          description: 'An event kind, or `*` for all.',
+          enum: ['*', ...WEBHOOK_EVENT_TYPES],
+        },
       },
       integration: {
         description: 'The integration that owns the receiver, e.g. `better-auth`.',
@@ -257,7 +266,8 @@ const definitions = {
         maxLength: CONFIG_INTEGRATION_LENGTH_MAX,
       },
       autoRegister: {
-        description: 'Register the receiver lazily when the integration first sees a delivery or its status call.',
+        description:
+          'Register the receiver lazily when the integration first sees a delivery or its status call.',
         type: 'boolean',
       },
     },

@@ -37,7 +37,12 @@ const ROOT_NAME = 'configuration';
 // strictNumbers rejects NaN and ±Infinity (possible from a JS caller, not from JSON);
 // union types are used on purpose (`true | {included}`, `"*" | ["..."]`) and read more
 // plainly than oneOf, whose failures produce one error per branch.
-const ajv = new Ajv2020({ allErrors: true, strict: true, strictNumbers: true, allowUnionTypes: true });
+const ajv = new Ajv2020({
+  allErrors: true,
+  strict: true,
+  strictNumbers: true,
+  allowUnionTypes: true,
+});
 const validateShape = ajv.compile(billingConfigSchema);
 
 /**
@@ -148,7 +153,9 @@ function describeSchemaError(segments: readonly PathSegment[], error: ErrorObjec
     case 'exclusiveMaximum':
       return `${path} must be ${String(params.comparison)} ${String(params.limit)}`;
     case 'minLength':
-      return params.limit === 1 ? `${path} must not be empty` : `${path} must be at least ${String(params.limit)} characters`;
+      return params.limit === 1
+        ? `${path} must not be empty`
+        : `${path} must be at least ${String(params.limit)} characters`;
     case 'maxLength':
       return `${path} must be at most ${String(params.limit)} characters`;
     case 'pattern':
@@ -180,7 +187,9 @@ type Json = Record<string, unknown>;
 type EntitlementTypes = ReadonlyMap<string, EntitlementType | null>;
 
 function asRecord(value: unknown): Json | null {
-  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Json) : null;
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+    ? (value as Json)
+    : null;
 }
 
 function semanticViolations(doc: unknown): string[] {
@@ -197,7 +206,8 @@ function semanticViolations(doc: unknown): string[] {
     checkSingleDefault(products, errors);
   }
   const webhooks = asRecord(root.webhooks);
-  if (webhooks !== null && Array.isArray(webhooks.forwarding)) checkForwarding(webhooks.forwarding, errors);
+  if (webhooks !== null && Array.isArray(webhooks.forwarding))
+    checkForwarding(webhooks.forwarding, errors);
   return errors;
 }
 
@@ -210,7 +220,9 @@ function entitlementTypes(entitlements: Json | null, errors: string[]): Entitlem
     const valid = type === 'feature' || type === 'limit' || type === 'meter';
     types.set(key, valid ? type : null);
     if (valid && type !== 'meter' && record?.reset !== undefined) {
-      errors.push(`${joinPath(['entitlements', key, 'reset'])} is only allowed on a meter; ${quote(key)} is a ${type}`);
+      errors.push(
+        `${joinPath(['entitlements', key, 'reset'])} is only allowed on a meter; ${quote(key)} is a ${type}`,
+      );
     }
   }
   return types;
@@ -232,7 +244,9 @@ function checkProduct(key: string, product: Json, types: EntitlementTypes, error
   }
   const grants = asRecord(product.grants);
   if (grants !== null && !oneTime) {
-    errors.push(`${joinPath(['products', key, 'grants'])} is only allowed on a one-time product (price without interval)`);
+    errors.push(
+      `${joinPath(['products', key, 'grants'])} is only allowed on a one-time product (price without interval)`,
+    );
   }
   for (const [meterKey, amount] of Object.entries(grants ?? {})) {
     const path = ['products', key, 'grants', meterKey];
@@ -245,7 +259,9 @@ function checkProduct(key: string, product: Json, types: EntitlementTypes, error
   }
   if (product.default === true && asRecord(product.price) !== null) {
     const what = oneTime ? 'is a one-time product (price without interval)' : 'has a price';
-    errors.push(`${joinPath(['products', key])} is default but ${what}; the default product must be free (no price)`);
+    errors.push(
+      `${joinPath(['products', key])} is default but ${what}; the default product must be free (no price)`,
+    );
   }
 }
 
@@ -261,20 +277,28 @@ function checkGrantValue(
   const name = quote(entKey);
   if (typeof value === 'boolean') {
     if (type !== 'feature') {
-      errors.push(`${joinPath(path)} must be an object such as {"included": 1}, not a boolean; ${name} is a ${type}`);
+      errors.push(
+        `${joinPath(path)} must be an object such as {"included": 1}, not a boolean; ${name} is a ${type}`,
+      );
     }
     return;
   }
   const grant = asRecord(value);
   if (grant === null) return;
   if (type === 'meter' && oneTime) {
-    errors.push(`${joinPath(path)}: a one-time product adds meter credits through grants, not entitlements`);
+    errors.push(
+      `${joinPath(path)}: a one-time product adds meter credits through grants, not entitlements`,
+    );
   }
   if (grant.expansion !== undefined && type !== 'limit') {
-    errors.push(`${joinPath([...path, 'expansion'])} is only allowed on a limit; ${name} is a ${type}`);
+    errors.push(
+      `${joinPath([...path, 'expansion'])} is only allowed on a limit; ${name} is a ${type}`,
+    );
   }
   if (grant.overage !== undefined && type !== 'meter') {
-    errors.push(`${joinPath([...path, 'overage'])} is only allowed on a meter; ${name} is a ${type}`);
+    errors.push(
+      `${joinPath([...path, 'overage'])} is only allowed on a meter; ${name} is a ${type}`,
+    );
   }
   checkQuantity([...path, 'included'], grant.included, type === 'limit', errors);
 }
@@ -284,12 +308,19 @@ function checkGrantValue(
  * the client wrote — by the same conversion the core uses, so what passes here converts
  * exactly there. Values the schema rejected (out of range, not numbers) are skipped.
  */
-function checkQuantity(path: readonly PathSegment[], value: unknown, whole: boolean, errors: string[]): void {
+function checkQuantity(
+  path: readonly PathSegment[],
+  value: unknown,
+  whole: boolean,
+  errors: string[],
+): void {
   if (typeof value !== 'number' || !(value >= 0 && value <= CONFIG_QUANTITY_MAX)) return;
   if (whole && !Number.isInteger(value)) {
     errors.push(`${joinPath(path)} must be a whole number for a limit`);
   } else if (quantityToMicros(value) === null) {
-    errors.push(`${joinPath(path)} must have at most ${CONFIG_QUANTITY_DECIMALS_MAX} decimal places`);
+    errors.push(
+      `${joinPath(path)} must have at most ${CONFIG_QUANTITY_DECIMALS_MAX} decimal places`,
+    );
   }
 }
 
@@ -299,7 +330,9 @@ function checkSingleDefault(products: Json, errors: string[]): void {
     .map(([key]) => key);
   if (defaults.length > 1) {
     const listed = defaults.map(quote).join(', ');
-    errors.push(`products has ${defaults.length} default products (${listed}); at most one may be default`);
+    errors.push(
+      `products has ${defaults.length} default products (${listed}); at most one may be default`,
+    );
   }
 }
 
@@ -314,7 +347,10 @@ function checkForwarding(entries: readonly unknown[], errors: string[]): void {
     if (typeof record.key === 'string') {
       const first = firstIndexByKey.get(record.key);
       if (first === undefined) firstIndexByKey.set(record.key, index);
-      else errors.push(`${joinPath(['webhooks', 'forwarding', index, 'key'])} duplicates webhooks.forwarding[${first}].key`);
+      else
+        errors.push(
+          `${joinPath(['webhooks', 'forwarding', index, 'key'])} duplicates webhooks.forwarding[${first}].key`,
+        );
     }
     checkEvents(['webhooks', 'forwarding', index, 'events'], record.events, errors);
   });
@@ -325,10 +361,12 @@ function checkEvents(path: readonly PathSegment[], events: unknown, errors: stri
   const fromText = typeof events === 'string';
   const kinds = fromText ? events.split(',').map((kind) => kind.trim()) : events;
   if (!Array.isArray(kinds) || kinds.length === 0) return;
-  if (kinds.includes('*') && kinds.length > 1) errors.push(`${joinPath(path)}: "*" must stand alone`);
+  if (kinds.includes('*') && kinds.length > 1)
+    errors.push(`${joinPath(path)}: "*" must stand alone`);
   if (!fromText) return; // the schema's enum already checked each item of an array
   for (const kind of kinds as string[]) {
     if (kind === '') errors.push(`${joinPath(path)} has an empty entry`);
-    else if (kind !== '*' && !EVENT_TYPES.has(kind)) errors.push(`${joinPath(path)} names unknown event kind ${quote(kind)}`);
+    else if (kind !== '*' && !EVENT_TYPES.has(kind))
+      errors.push(`${joinPath(path)} names unknown event kind ${quote(kind)}`);
   }
 }

@@ -11,7 +11,11 @@ import type { Exchange } from './exchange.js';
 import { BODY_BYTES_MAX, BODY_NESTING_MAX } from './limits.js';
 
 /** Checks the content type and length headers; answers and returns false on failure. */
-export function checkBodyHeaders(ex: Exchange, contentType: string, contentLength: string): boolean {
+export function checkBodyHeaders(
+  ex: Exchange,
+  contentType: string,
+  contentLength: string,
+): boolean {
   // The error precedence (docs/api.md, Errors): content type (400), then declared length (413).
   const mediaType = contentType.split(';', 1)[0]?.trim().toLowerCase();
   if (mediaType !== 'application/json') {
@@ -47,7 +51,11 @@ export function readJsonBody(ex: Exchange, onJson: (value: unknown, text: string
   });
 }
 
-function parseAndDeliver(ex: Exchange, text: string, onJson: (value: unknown, text: string) => void): void {
+function parseAndDeliver(
+  ex: Exchange,
+  text: string,
+  onJson: (value: unknown, text: string) => void,
+): void {
   // Before parsing: every later walk over the value (here, in validation, in the shard's
   // encoder) recurses, so no deeper value may exist past this point.
   if (nestsDeeperThan(text, BODY_NESTING_MAX)) {
@@ -65,7 +73,9 @@ function parseAndDeliver(ex: Exchange, text: string, onJson: (value: unknown, te
   // turned any invalid sequence into U+FFFD. So bodies without one skip the walk.
   const broken = text.includes('\\u') ? loneSurrogateAt(value, '') : null;
   if (broken !== null) {
-    ex.fail('invalid_request', { detail: `${broken === '' ? 'request body' : broken} holds a lone surrogate (\\uD800-\\uDFFF without its pair): strings must be valid Unicode` });
+    ex.fail('invalid_request', {
+      detail: `${broken === '' ? 'request body' : broken} holds a lone surrogate (\\uD800-\\uDFFF without its pair): strings must be valid Unicode`,
+    });
     return;
   }
   onJson(value, text);

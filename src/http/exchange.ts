@@ -16,7 +16,11 @@
 import type { HttpResponse } from 'uWebSockets.js';
 import type { RateDecision } from '../auth/rate-limit.js';
 import { ERRORS, errorBody, type ErrorCode, type ErrorParams } from '../errors.js';
-import { jsonWithRateLimitValue, RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue } from './rate-limit-header.js';
+import {
+  jsonWithRateLimitValue,
+  RATE_LIMIT_HEADER_NAME,
+  rateLimitHeaderValue,
+} from './rate-limit-header.js';
 import type { Observability } from '../observability/observability.js';
 import { isWellFormedRequestId } from '../observability/request-id.js';
 
@@ -67,7 +71,8 @@ export class Exchange {
     incomingRequestId = '',
   ) {
     this.echoRequestId = incomingRequestId !== '';
-    this.requestIdText = this.echoRequestId && isWellFormedRequestId(incomingRequestId) ? incomingRequestId : '';
+    this.requestIdText =
+      this.echoRequestId && isWellFormedRequestId(incomingRequestId) ? incomingRequestId : '';
     res.onAborted(() => {
       this.aborted = true;
       this.onAbort?.();
@@ -95,7 +100,13 @@ export class Exchange {
     this.write(status, contentType, body, [], false);
   }
 
-  private write(status: number, contentType: string, body: string, headers: Headers, closeConnection: boolean): void {
+  private write(
+    status: number,
+    contentType: string,
+    body: string,
+    headers: Headers,
+    closeConnection: boolean,
+  ): void {
     if (this.aborted || this.done) return;
     this.done = true;
     const res = this.res;
@@ -110,7 +121,8 @@ export class Exchange {
         res.writeHeader('content-type', jsonWithRateLimitValue(rate.lines, rate.remaining));
       } else {
         if (status !== 204) res.writeHeader('content-type', contentType);
-        if (rate !== null) res.writeHeader(RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue(rate.lines, rate.remaining));
+        if (rate !== null)
+          res.writeHeader(RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue(rate.lines, rate.remaining));
       }
       if (status >= 400 || this.echoRequestId) res.writeHeader('x-request-id', this.requestId);
       for (const [name, value] of headers) res.writeHeader(name, value);
@@ -128,7 +140,12 @@ export class Exchange {
     this.obs.answered(this, status);
   }
 
-  fail(code: ErrorCode, params: ErrorParams = {}, headers: Headers = [], closeConnection = false): void {
+  fail(
+    code: ErrorCode,
+    params: ErrorParams = {},
+    headers: Headers = [],
+    closeConnection = false,
+  ): void {
     this.send(ERRORS[code].status, errorBody(code, params), headers, closeConnection);
   }
 

@@ -43,10 +43,16 @@ export function framingProblem(req: HttpRequest): FramingProblem | null {
   req.forEach(visit);
   if (lengthCount === 0 && encodingCount === 0) return null;
   if (lengthCount > 0 && encodingCount > 0) {
-    return { code: 'invalid_framing', detail: 'both Content-Length and Transfer-Encoding are present' };
+    return {
+      code: 'invalid_framing',
+      detail: 'both Content-Length and Transfer-Encoding are present',
+    };
   }
-  if (lengthCount > 1) return { code: 'invalid_framing', detail: 'more than one Content-Length header' };
-  if (encodingCount > 0) return { code: 'length_required', detail: 'Transfer-Encoding is not accepted' };
-  if (!DIGITS.test(lengthValue)) return { code: 'invalid_framing', detail: 'Content-Length is not a decimal number' };
+  if (lengthCount > 1)
+    return { code: 'invalid_framing', detail: 'more than one Content-Length header' };
+  if (encodingCount > 0)
+    return { code: 'length_required', detail: 'Transfer-Encoding is not accepted' };
+  if (!DIGITS.test(lengthValue))
+    return { code: 'invalid_framing', detail: 'Content-Length is not a decimal number' };
   return null;
 }

@@ -46,9 +46,11 @@ function roundedIn(text: string, at: number, path: string): Walk {
     return { end: i + 1, path: null };
   }
   const end = valueEndAt(text, at);
-  if (first !== '-' && (first === undefined || first < '0' || first > '9')) return { end, path: null };
+  if (first !== '-' && (first === undefined || first < '0' || first > '9'))
+    return { end, path: null };
   const literal = text.slice(at, end);
-  const rounded = mayRoundInJson(literal) && decimalKey(literal) !== decimalKey(String(Number(literal)));
+  const rounded =
+    mayRoundInJson(literal) && decimalKey(literal) !== decimalKey(String(Number(literal)));
   return { end, path: rounded ? path : null };
 }
 
@@ -95,7 +97,8 @@ function skipSpace(text: string, at: number): number {
 function stringEnd(text: string, at: number): number {
   for (let i = at + 1; i < text.length; i++) {
     const c = text.charCodeAt(i);
-    if (c === 0x5c) i++; // a backslash: the next character is escaped
+    if (c === 0x5c)
+      i++; // a backslash: the next character is escaped
     else if (c === 0x22) return i + 1;
   }
   return text.length;

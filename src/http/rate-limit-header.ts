@@ -54,9 +54,12 @@ export type RateLimitLines = Uint8Array & { readonly __rateLimitLines: true };
 /** The prefix for `limit` requests per window ending at `resetSec` (Unix seconds); both safe integers ≥ 0. */
 export function rateLimitLines(limit: number, resetSec: number): RateLimitLines {
   for (const value of [limit, resetSec]) {
-    if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`limit and reset must be non-negative safe integers, got ${value}`);
+    if (!Number.isSafeInteger(value) || value < 0)
+      throw new RangeError(`limit and reset must be non-negative safe integers, got ${value}`);
   }
-  return ENCODER.encode(`${JSON_THEN_LIMIT}${limit}\r\nx-ratelimit-reset: ${resetSec}\r\nx-ratelimit-remaining: `) as RateLimitLines;
+  return ENCODER.encode(
+    `${JSON_THEN_LIMIT}${limit}\r\nx-ratelimit-reset: ${resetSec}\r\nx-ratelimit-remaining: `,
+  ) as RateLimitLines;
 }
 
 const PREFIX_BYTES_MAX = rateLimitLines(Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER).length;
@@ -68,14 +71,19 @@ const scratch = new Uint8Array(VALUE_BYTES_MAX);
 /** The prefix `scratch` holds now (null: none yet). */
 let held: RateLimitLines | null = null;
 /** jsonViews[n]: scratch bytes 0..n; limitViews[n]: bytes LIMIT_AT..n. */
-const jsonViews: readonly Uint8Array[] = Array.from({ length: VALUE_BYTES_MAX + 1 }, (_, n) => scratch.subarray(0, n));
-const limitViews: readonly Uint8Array[] = Array.from({ length: VALUE_BYTES_MAX + 1 }, (_, n) => scratch.subarray(Math.min(LIMIT_AT, n), n));
+const jsonViews: readonly Uint8Array[] = Array.from({ length: VALUE_BYTES_MAX + 1 }, (_, n) =>
+  scratch.subarray(0, n),
+);
+const limitViews: readonly Uint8Array[] = Array.from({ length: VALUE_BYTES_MAX + 1 }, (_, n) =>
+  scratch.subarray(Math.min(LIMIT_AT, n), n),
+);
 
 const ZERO = 0x30;
 
 /** Puts `lines` then `remaining`'s digits in the scratch buffer; returns the end offset. */
 function fill(lines: RateLimitLines, remaining: number): number {
-  if (!Number.isSafeInteger(remaining) || remaining < 0) throw new RangeError(`remaining must be a non-negative safe integer, got ${remaining}`);
+  if (!Number.isSafeInteger(remaining) || remaining < 0)
+    throw new RangeError(`remaining must be a non-negative safe integer, got ${remaining}`);
   if (held !== lines) {
     scratch.set(lines, 0);
     held = lines;

@@ -33,7 +33,10 @@ export class Router<R> {
 
   /** Every registered method and pattern, in order: the OpenAPI test compares them with the document. */
   list(): Array<{ readonly method: string; readonly pattern: string }> {
-    return this.entries.map((entry) => ({ method: entry.method, pattern: entry.segments.join('/') }));
+    return this.entries.map((entry) => ({
+      method: entry.method,
+      pattern: entry.segments.join('/'),
+    }));
   }
 
   lookup(method: string, path: string): RouteLookup<R> {
@@ -43,7 +46,8 @@ export class Router<R> {
       const entry = this.entries[index] as Entry<R>;
       const params = matchSegments(entry.segments, segments);
       if (params === null) continue;
-      if (entry.method === method) return { kind: 'match', match: { route: entry.route, params, index } };
+      if (entry.method === method)
+        return { kind: 'match', match: { route: entry.route, params, index } };
       allowed.push(entry.method);
     }
     if (allowed.length > 0) return { kind: 'method_not_allowed', allow: allowed.join(', ') };

@@ -56,7 +56,11 @@ export class Exposition {
     let cumulative = 0;
     data.bounds.forEach((bound, i) => {
       cumulative += data.counts[i] ?? 0;
-      this.sample(`${name}_bucket`, { ...labels, le: formatValue(Number((bound * scale).toPrecision(12))) }, cumulative);
+      this.sample(
+        `${name}_bucket`,
+        { ...labels, le: formatValue(Number((bound * scale).toPrecision(12))) },
+        cumulative,
+      );
     });
     cumulative += data.counts[data.bounds.length] ?? 0;
     this.sample(`${name}_bucket`, { ...labels, le: '+Inf' }, cumulative);

@@ -13,10 +13,14 @@
 import { Histogram } from '../../actors/histogram.js';
 
 /** Latency buckets (milliseconds): `has` answers in ~0.1–1 ms, a durable write in a few. */
-export const HTTP_LATENCY_BOUNDS_MS: readonly number[] = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000];
+export const HTTP_LATENCY_BOUNDS_MS: readonly number[] = [
+  0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000,
+];
 
 /** Statuses counted under their own label (every status Tally answers); any other is `other`. */
-export const COUNTED_STATUSES: readonly number[] = [200, 201, 204, 400, 401, 403, 404, 405, 409, 413, 429, 500, 503];
+export const COUNTED_STATUSES: readonly number[] = [
+  200, 201, 204, 400, 401, 403, 404, 405, 409, 413, 429, 500, 503,
+];
 const OTHER_STATUS = COUNTED_STATUSES.length;
 const STATUS_SLOT = new Uint8Array(600).fill(OTHER_STATUS);
 COUNTED_STATUSES.forEach((status, slot) => (STATUS_SLOT[status] = slot));
@@ -27,15 +31,33 @@ export function statusLabel(slot: number): string {
 }
 
 /** Method labels: the client picks the method, so it must not pick a label value. */
-export const METHOD_LABELS: readonly string[] = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS', 'other'];
+export const METHOD_LABELS: readonly string[] = [
+  'GET',
+  'POST',
+  'PUT',
+  'PATCH',
+  'DELETE',
+  'HEAD',
+  'OPTIONS',
+  'other',
+];
 
 function methodLabel(method: string): string {
   return METHOD_LABELS.includes(method) ? method : 'other';
 }
 
 /** Answers given without a router match: labelled by what they are, never by the URL. */
-export type FixedRoute = 'unmatched' | '/healthz' | '/v1/schema/billing' | '/v1/processor/stripe/webhook';
-const FIXED_ROUTES: readonly FixedRoute[] = ['unmatched', '/healthz', '/v1/schema/billing', '/v1/processor/stripe/webhook'];
+export type FixedRoute =
+  | 'unmatched'
+  | '/healthz'
+  | '/v1/schema/billing'
+  | '/v1/processor/stripe/webhook';
+const FIXED_ROUTES: readonly FixedRoute[] = [
+  'unmatched',
+  '/healthz',
+  '/v1/schema/billing',
+  '/v1/processor/stripe/webhook',
+];
 
 export interface HttpSeries {
   readonly route: string;
@@ -55,12 +77,20 @@ export class HttpMetrics {
   }
 
   private add(route: string, method: string): void {
-    this.series.push({ route, method, latencyMs: new Histogram(HTTP_LATENCY_BOUNDS_MS), statuses: new Float64Array(COUNTED_STATUSES.length + 1) });
+    this.series.push({
+      route,
+      method,
+      latencyMs: new Histogram(HTTP_LATENCY_BOUNDS_MS),
+      statuses: new Float64Array(COUNTED_STATUSES.length + 1),
+    });
   }
 
   /** The series of a fixed route for this method (any method string; unknown ones are `other`). */
   fixedSlot(route: FixedRoute, method: string): number {
-    return FIXED_ROUTES.indexOf(route) * METHOD_LABELS.length + METHOD_LABELS.indexOf(methodLabel(method));
+    return (
+      FIXED_ROUTES.indexOf(route) * METHOD_LABELS.length +
+      METHOD_LABELS.indexOf(methodLabel(method))
+    );
   }
 
   /**

@@ -27,63 +27,159 @@ const MS = 0.001;
 
 function renderHttp(out: Exposition, metrics: HttpMetrics): void {
   const used = metrics.series.filter((series) => series.latencyMs.count > 0);
-  out.family('tally_http_requests_total', 'counter', 'HTTP requests answered, by route pattern (unmatched: answered before a route matched), method and status.');
+  out.family(
+    'tally_http_requests_total',
+    'counter',
+    'HTTP requests answered, by route pattern (unmatched: answered before a route matched), method and status.',
+  );
   for (const series of used) {
     series.statuses.forEach((count, slot) => {
-      if (count > 0) out.sample('tally_http_requests_total', { route: series.route, method: series.method, status: statusLabel(slot) }, count);
+      if (count > 0)
+        out.sample(
+          'tally_http_requests_total',
+          { route: series.route, method: series.method, status: statusLabel(slot) },
+          count,
+        );
     });
   }
-  out.family('tally_http_request_duration_seconds', 'histogram', 'Time from receiving a request to writing its answer, by route pattern and method.');
-  for (const series of used) out.histogram('tally_http_request_duration_seconds', { route: series.route, method: series.method }, series.latencyMs.data(), MS);
-  out.family('tally_http_requests_aborted_total', 'counter', 'Requests whose client went away before the answer.');
+  out.family(
+    'tally_http_request_duration_seconds',
+    'histogram',
+    'Time from receiving a request to writing its answer, by route pattern and method.',
+  );
+  for (const series of used)
+    out.histogram(
+      'tally_http_request_duration_seconds',
+      { route: series.route, method: series.method },
+      series.latencyMs.data(),
+      MS,
+    );
+  out.family(
+    'tally_http_requests_aborted_total',
+    'counter',
+    'Requests whose client went away before the answer.',
+  );
   out.sample('tally_http_requests_aborted_total', {}, metrics.aborted);
 }
 
-function renderShards(out: Exposition, depths: readonly number[], shards: readonly ShardLiveStats[], nowMs: number): void {
-  const gauge = (name: string, help: string, value: (s: ShardLiveStats, shard: number) => number | null): void => {
+function renderShards(
+  out: Exposition,
+  depths: readonly number[],
+  shards: readonly ShardLiveStats[],
+  nowMs: number,
+): void {
+  const gauge = (
+    name: string,
+    help: string,
+    value: (s: ShardLiveStats, shard: number) => number | null,
+  ): void => {
     out.family(name, 'gauge', help);
     shards.forEach((s, shard) => {
       const v = value(s, shard);
       if (v !== null) out.sample(name, { shard: String(shard) }, v);
     });
   };
-  gauge('tally_shard_queue_depth', 'Commands queued or in flight to the shard worker (503 past TALLY_QUEUE_MAX).', (_s, shard) => depths[shard] ?? 0);
-  gauge('tally_shard_customers', 'Customers held in memory by the shard worker.', (s) => s.customers);
-  gauge('tally_shard_idempotency_entries', 'Idempotency keys kept by the shard worker (all its customers).', (s) => s.idempotencyEntries);
-  gauge('tally_shard_journal_records', 'Journal records not yet covered by a snapshot.', (s) => s.journalRecords);
-  gauge('tally_shard_store_bytes', "Bytes in use in the shard's LMDB environment (journal, snapshot, customer index).", (s) => s.usedBytes);
-  gauge('tally_shard_snapshot_age_seconds', 'Seconds since the shard last stored a snapshot (absent: none yet).', (s) =>
-    s.lastSnapshotAtMs === null ? null : Math.max(0, nowMs - s.lastSnapshotAtMs) / 1000,
+  gauge(
+    'tally_shard_queue_depth',
+    'Commands queued or in flight to the shard worker (503 past TALLY_QUEUE_MAX).',
+    (_s, shard) => depths[shard] ?? 0,
   );
-  out.family('tally_journal_flush_duration_seconds', 'histogram', 'Time from a journal append being issued to it being durable (fsynced), per shard worker.');
-  shards.forEach((s, shard) => out.histogram('tally_journal_flush_duration_seconds', { shard: String(shard) }, s.journalFlushMs, MS));
-  out.family('tally_journal_batch_events', 'histogram', 'Events per journal record, i.e. per group commit (one fsync), per shard worker.');
-  shards.forEach((s, shard) => out.histogram('tally_journal_batch_events', { shard: String(shard) }, s.journalBatchEvents));
+  gauge(
+    'tally_shard_customers',
+    'Customers held in memory by the shard worker.',
+    (s) => s.customers,
+  );
+  gauge(
+    'tally_shard_idempotency_entries',
+    'Idempotency keys kept by the shard worker (all its customers).',
+    (s) => s.idempotencyEntries,
+  );
+  gauge(
+    'tally_shard_journal_records',
+    'Journal records not yet covered by a snapshot.',
+    (s) => s.journalRecords,
+  );
+  gauge(
+    'tally_shard_store_bytes',
+    "Bytes in use in the shard's LMDB environment (journal, snapshot, customer index).",
+    (s) => s.usedBytes,
+  );
+  gauge(
+    'tally_shard_snapshot_age_seconds',
+    'Seconds since the shard last stored a snapshot (absent: none yet).',
+    (s) => (s.lastSnapshotAtMs === null ? null : Math.max(0, nowMs - s.lastSnapshotAtMs) / 1000),
+  );
+  out.family(
+    'tally_journal_flush_duration_seconds',
+    'histogram',
+    'Time from a journal append being issued to it being durable (fsynced), per shard worker.',
+  );
+  shards.forEach((s, shard) =>
+    out.histogram(
+      'tally_journal_flush_duration_seconds',
+      { shard: String(shard) },
+      s.journalFlushMs,
+      MS,
+    ),
+  );
+  out.family(
+    'tally_journal_batch_events',
+    'histogram',
+    'Events per journal record, i.e. per group commit (one fsync), per shard worker.',
+  );
+  shards.forEach((s, shard) =>
+    out.histogram('tally_journal_batch_events', { shard: String(shard) }, s.journalBatchEvents),
+  );
 }
 
 function renderProcess(out: Exposition, deps: MetricsDeps): void {
   const memory = process.memoryUsage();
-  out.family('tally_process_start_time_seconds', 'gauge', 'When this process started (Unix epoch seconds).');
+  out.family(
+    'tally_process_start_time_seconds',
+    'gauge',
+    'When this process started (Unix epoch seconds).',
+  );
   out.sample('tally_process_start_time_seconds', {}, Math.floor(deps.startedAtMs / 1000));
-  out.family('tally_process_resident_memory_bytes', 'gauge', 'Resident set size of the process (all threads).');
+  out.family(
+    'tally_process_resident_memory_bytes',
+    'gauge',
+    'Resident set size of the process (all threads).',
+  );
   out.sample('tally_process_resident_memory_bytes', {}, memory.rss);
   out.family('tally_process_heap_used_bytes', 'gauge', "V8 heap in use by the front end's thread.");
   out.sample('tally_process_heap_used_bytes', {}, memory.heapUsed);
-  out.family('tally_log_lines_suppressed_total', 'counter', 'Error log lines not written because more than the per-second budget came at once.');
+  out.family(
+    'tally_log_lines_suppressed_total',
+    'counter',
+    'Error log lines not written because more than the per-second budget came at once.',
+  );
   out.sample('tally_log_lines_suppressed_total', {}, deps.obs.suppressedTotal);
   const { storage } = deps;
   if (storage.freeBytes !== null) {
-    out.family('tally_storage_free_bytes', 'gauge', "Free bytes on the data directory's filesystem at the last poll.");
+    out.family(
+      'tally_storage_free_bytes',
+      'gauge',
+      "Free bytes on the data directory's filesystem at the last poll.",
+    );
     out.sample('tally_storage_free_bytes', {}, storage.freeBytes);
   }
-  out.family('tally_storage_full', 'gauge', '1 while the free space is below the reserve and writes are refused.');
+  out.family(
+    'tally_storage_full',
+    'gauge',
+    '1 while the free space is below the reserve and writes are refused.',
+  );
   out.sample('tally_storage_full', {}, storage.full ? 1 : 0);
   out.family('tally_storage_refused_total', 'counter', 'Requests refused with 503 storage_full.');
   out.sample('tally_storage_refused_total', {}, storage.refused);
 }
 
 /** The whole exposition, from numbers already gathered. */
-export function renderMetrics(deps: MetricsDeps, depths: readonly number[], shards: readonly ShardLiveStats[], nowMs: number): string {
+export function renderMetrics(
+  deps: MetricsDeps,
+  depths: readonly number[],
+  shards: readonly ShardLiveStats[],
+  nowMs: number,
+): string {
   const out = new Exposition();
   renderHttp(out, deps.obs.metrics);
   renderShards(out, depths, shards, nowMs);
@@ -98,7 +194,12 @@ export function metricsRoute(deps: MetricsDeps): AdminRouteEntry[2] {
     handle(ctx) {
       const depths = deps.pool.queueDepths();
       deps.pool.liveStats().then(
-        (shards) => ctx.ex.sendText(200, PROMETHEUS_CONTENT_TYPE, renderMetrics(deps, depths, shards, Date.now())),
+        (shards) =>
+          ctx.ex.sendText(
+            200,
+            PROMETHEUS_CONTENT_TYPE,
+            renderMetrics(deps, depths, shards, Date.now()),
+          ),
         (error: unknown) => ctx.ex.failInternal(error),
       );
     },

@@ -65,16 +65,34 @@ export class Observability {
   /** Called when the client went away before its answer. */
   aborted(ex: ObservedExchange): void {
     this.metrics.aborted++;
-    if (this.accessLog) this.log.debug({ requestId: ex.requestId, method: ex.method, route: this.routeOf(ex) }, 'request aborted by client');
+    if (this.accessLog)
+      this.log.debug(
+        { requestId: ex.requestId, method: ex.method, route: this.routeOf(ex) },
+        'request aborted by client',
+      );
   }
 
   /** A handler threw: a bug. Logged with its stack, within the error line budget. */
   handlerFailed(ex: ObservedExchange, error: unknown): void {
     if (!this.mayLogError()) return;
-    this.log.error({ requestId: ex.requestId, method: ex.method, route: this.routeOf(ex), status: 500, err: error }, 'request handler failed');
+    this.log.error(
+      {
+        requestId: ex.requestId,
+        method: ex.method,
+        route: this.routeOf(ex),
+        status: 500,
+        err: error,
+      },
+      'request handler failed',
+    );
   }
 
-  private fields(ex: ObservedExchange, slot: number, status: number, durationMs: number): Record<string, unknown> {
+  private fields(
+    ex: ObservedExchange,
+    slot: number,
+    status: number,
+    durationMs: number,
+  ): Record<string, unknown> {
     return {
       requestId: ex.requestId,
       method: ex.method,
@@ -89,7 +107,11 @@ export class Observability {
   private mayLogError(): boolean {
     const sec = Math.floor(Date.now() / 1000);
     if (sec !== this.errorWindowSec) {
-      if (this.suppressedInWindow > 0) this.log.warn({ suppressed: this.suppressedInWindow, perSecondMax: ERROR_LOG_LINES_PER_SECOND_MAX }, 'error log lines suppressed');
+      if (this.suppressedInWindow > 0)
+        this.log.warn(
+          { suppressed: this.suppressedInWindow, perSecondMax: ERROR_LOG_LINES_PER_SECOND_MAX },
+          'error log lines suppressed',
+        );
       this.errorWindowSec = sec;
       this.errorLinesInWindow = 0;
       this.suppressedInWindow = 0;

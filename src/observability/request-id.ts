@@ -21,7 +21,12 @@ const WELL_FORMED = /^[A-Za-z0-9._:/+=@-]+$/;
  * mistake must not find it in the logs.
  */
 export function isWellFormedRequestId(value: string): boolean {
-  return value.length > 0 && value.length <= REQUEST_ID_LENGTH_MAX && WELL_FORMED.test(value) && !holdsKeyPrefix(value);
+  return (
+    value.length > 0 &&
+    value.length <= REQUEST_ID_LENGTH_MAX &&
+    WELL_FORMED.test(value) &&
+    !holdsKeyPrefix(value)
+  );
 }
 
 export class RequestIds {

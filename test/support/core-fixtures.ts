@@ -3,8 +3,20 @@
  * type, and a tiny in-memory driver that runs commands through `execute` the way a
  * shard does (events applied in place, journal kept in memory).
  */
-import { compileConfig, type BillingConfig, type CompiledConfig } from '../../actors/billing-config.js';
-import { apply, execute, query, type Command, type CustomerState, type Event, type Outcome } from '../../actors/customer.js';
+import {
+  compileConfig,
+  type BillingConfig,
+  type CompiledConfig,
+} from '../../actors/billing-config.js';
+import {
+  apply,
+  execute,
+  query,
+  type Command,
+  type CustomerState,
+  type Event,
+  type Outcome,
+} from '../../actors/customer.js';
 import { isRead } from '../../actors/shard.js';
 import { decodeRecord, encodeRecord } from '../../storage/codec.js';
 
@@ -33,8 +45,16 @@ export const CONFIG: BillingConfig = {
         storage: { included: 10 },
       },
     },
-    pro: { name: 'Pro', price: { amount: 2000, currency: 'usd', interval: 'month' }, entitlements: { audit: true } },
-    pack: { name: 'Credit pack', price: { amount: 500, currency: 'usd' }, grants: { api_calls: 50 } },
+    pro: {
+      name: 'Pro',
+      price: { amount: 2000, currency: 'usd', interval: 'month' },
+      entitlements: { audit: true },
+    },
+    pack: {
+      name: 'Credit pack',
+      price: { amount: 500, currency: 'usd' },
+      grants: { api_calls: 50 },
+    },
   },
 };
 

@@ -33,7 +33,13 @@
 import { renderReply } from '../../src/api/shard-reply.js';
 import { isDeepStrictEqual } from 'node:util';
 import type { BillingConfig } from '../../actors/billing-config.js';
-import type { Command, CustomerSnapshot, CustomerState, Environment, Event } from '../../actors/customer.js';
+import type {
+  Command,
+  CustomerSnapshot,
+  CustomerState,
+  Environment,
+  Event,
+} from '../../actors/customer.js';
 import type { Envelope, PendingAudit } from '../../actors/protocol.js';
 import { isRead, Shard, type CustomerIndexEntry } from '../../actors/shard.js';
 import { ShardCopy } from '../../actors/shard-export.js';
@@ -43,7 +49,10 @@ import { observingReads, parseReply, ReferenceModel, type Reply } from './refere
 import { SimDisk, type WriteOp } from './sim-lmdb.js';
 
 export class SimulationFailure extends Error {
-  constructor(readonly seed: number, message: string) {
+  constructor(
+    readonly seed: number,
+    message: string,
+  ) {
     super(`simulation seed ${seed} failed (replay with SIM_SEED=${seed}): ${message}`);
   }
 }
@@ -94,14 +103,26 @@ const CUSTOMERS = ['a', 'b', 'c', 'd'];
 const METERS = ['api_calls', 'tokens', 'storage', 'exports'];
 const CONFIG_B: BillingConfig = {
   entitlements: CONFIG.entitlements,
-  products: { basic: { default: true, entitlements: { seats: { included: 2 }, api_calls: { included: 20, overage: { unitAmount: 1 } }, exports: { included: 5 } } } },
+  products: {
+    basic: {
+      default: true,
+      entitlements: {
+        seats: { included: 2 },
+        api_calls: { included: 20, overage: { unitAmount: 1 } },
+        exports: { included: 5 },
+      },
+    },
+  },
 };
 
 class Crash extends Error {}
 
 function commandFor(rand: () => number, n: number): Command {
-  const pick = <T,>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)] as T;
-  const who = { environment: rand() < 0.8 ? ('test' as const) : ('live' as const), customerId: pick(CUSTOMERS) };
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)] as T;
+  const who = {
+    environment: rand() < 0.8 ? ('test' as const) : ('live' as const),
+    customerId: pick(CUSTOMERS),
+  };
   const key = rand() < 0.95 ? pick(METERS) : pick(['seats', 'sso', 'nope']);
   const amountMicros = BigInt(1 + Math.floor(rand() * (rand() < 0.5 ? 5_000_000 : 60_000_000)));
   const idem = rand() < 0.4 ? { idempotencyKey: `k${Math.floor(rand() * 12)}` } : {};
@@ -110,15 +131,57 @@ function commandFor(rand: () => number, n: number): Command {
   if (r < 0.46) return { op: 'refund', ...who, key, amountMicros, ...idem };
   if (r < 0.5) return { op: 'usageSettings', ...who, key, overageEnabled: rand() < 0.6 };
   if (r < 0.56) return { op: 'grantLot', ...who, key, lotId: `lot${n % 5}`, amountMicros };
-  if (r < 0.6) return { op: 'limitSettings', ...who, key: 'seats', ...(rand() < 0.7 ? { purchased: Math.floor(rand() * 4) } : {}), ...(rand() < 0.5 ? { autoExpansionEnabled: rand() < 0.5 } : {}) };
-  if (r < 0.62) return { op: 'putContract', ...who, key: '', contract: { priceAmount: 100, priceInterval: 'month', entitlements: { [pick(METERS)]: { included: Math.floor(rand() * 50) } } } };
+  if (r < 0.6)
+    return {
+      op: 'limitSettings',
+      ...who,
+      key: 'seats',
+      ...(rand() < 0.7 ? { purchased: Math.floor(rand() * 4) } : {}),
+      ...(rand() < 0.5 ? { autoExpansionEnabled: rand() < 0.5 } : {}),
+    };
+  if (r < 0.62)
+    return {
+      op: 'putContract',
+      ...who,
+      key: '',
+      contract: {
+        priceAmount: 100,
+        priceInterval: 'month',
+        entitlements: { [pick(METERS)]: { included: Math.floor(rand() * 50) } },
+      },
+    };
   if (r < 0.63) return { op: 'deleteContract', ...who, key: '' };
-  if (r < 0.67) return { op: 'upsertCustomer', ...who, key: '', patch: rand() < 0.5 ? { name: pick(['A', 'B']) } : { metadata: { tier: rand() < 0.3 ? null : pick(['x', 'y']) } } };
-  if (r < 0.75) return { op: 'context', ...who, key: '', patch: rand() < 0.7 ? {} : { email: pick(['a@x.io', 'b@x.io']) }, request: { features: ['sso'], usage: [key === 'nope' ? 'api_calls' : pick(METERS)], limits: ['seats'] } };
-  return { op: pick(['has', 'balance', 'balance', 'limit', 'getContract'] as const), ...who, key: pick([...METERS, 'seats']) };
+  if (r < 0.67)
+    return {
+      op: 'upsertCustomer',
+      ...who,
+      key: '',
+      patch:
+        rand() < 0.5
+          ? { name: pick(['A', 'B']) }
+          : { metadata: { tier: rand() < 0.3 ? null : pick(['x', 'y']) } },
+    };
+  if (r < 0.75)
+    return {
+      op: 'context',
+      ...who,
+      key: '',
+      patch: rand() < 0.7 ? {} : { email: pick(['a@x.io', 'b@x.io']) },
+      request: {
+        features: ['sso'],
+        usage: [key === 'nope' ? 'api_calls' : pick(METERS)],
+        limits: ['seats'],
+      },
+    };
+  return {
+    op: pick(['has', 'balance', 'balance', 'limit', 'getContract'] as const),
+    ...who,
+    key: pick([...METERS, 'seats']),
+  };
 }
 
-const show = (value: unknown): string => JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v));
+const show = (value: unknown): string =>
+  JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v));
 
 /** Where a write's reply must wait: a known record, or the next one appended after it. */
 type Required = { readonly seq: number } | { readonly nextAfter: number };
@@ -135,27 +198,53 @@ interface Expectation {
  * Runs one seeded simulation of `steps` steps. Resolves with what it exercised; rejects
  * with a SimulationFailure naming the seed.
  */
-export async function simulate(seed: number, steps: number, options: SimOptions = {}): Promise<SimStats> {
+export async function simulate(
+  seed: number,
+  steps: number,
+  options: SimOptions = {},
+): Promise<SimStats> {
   const violations: string[] = [];
   const onUnhandled = (reason: unknown): void => {
-    violations.push(`unhandled rejection: ${reason instanceof Error ? reason.stack ?? reason.message : String(reason)}`);
+    violations.push(
+      `unhandled rejection: ${reason instanceof Error ? (reason.stack ?? reason.message) : String(reason)}`,
+    );
   };
   process.on('unhandledRejection', onUnhandled);
   try {
     return await run(seed, steps, violations, options);
   } catch (error) {
     if (error instanceof SimulationFailure) throw error;
-    throw new SimulationFailure(seed, error instanceof Error ? error.stack ?? error.message : String(error));
+    throw new SimulationFailure(
+      seed,
+      error instanceof Error ? (error.stack ?? error.message) : String(error),
+    );
   } finally {
     process.off('unhandledRejection', onUnhandled);
   }
 }
 
-async function run(seed: number, steps: number, violations: string[], options: SimOptions): Promise<SimStats> {
+async function run(
+  seed: number,
+  steps: number,
+  violations: string[],
+  options: SimOptions,
+): Promise<SimStats> {
   const rand = rng(seed);
   const stats: SimStats = {
-    steps: 0, replies: 0, writesAcked: 0, appends: 0, syncsOutOfOrder: 0, syncFailures: 0, commitFailures: 0,
-    processCrashes: 0, machineCrashes: 0, crashesDuringRecovery: 0, tornTails: 0, snapshots: 0, heldBackBatches: 0, recoveryBarriers: 0,
+    steps: 0,
+    replies: 0,
+    writesAcked: 0,
+    appends: 0,
+    syncsOutOfOrder: 0,
+    syncFailures: 0,
+    commitFailures: 0,
+    processCrashes: 0,
+    machineCrashes: 0,
+    crashesDuringRecovery: 0,
+    tornTails: 0,
+    snapshots: 0,
+    heldBackBatches: 0,
+    recoveryBarriers: 0,
     crashesAwaitingBarrier: 0,
   };
   const log: string[] = [];
@@ -208,7 +297,9 @@ async function run(seed: number, steps: number, violations: string[], options: S
     else {
       const next = w.appended.find((s) => s > required.nextAfter);
       if (next === undefined) {
-        violations.push(`reply to write ${id} ${show(expectation.command)} before its batch's record was even appended (held back behind the appends in flight)`);
+        violations.push(
+          `reply to write ${id} ${show(expectation.command)} before its batch's record was even appended (held back behind the appends in flight)`,
+        );
         return;
       }
       seq = next;
@@ -217,13 +308,19 @@ async function run(seed: number, steps: number, violations: string[], options: S
     // a kill -9 (the recovery barrier must have synced them before the shard served).
     for (let s = seq; s >= 1; s--) {
       if (!recordOp.has(s) || recordDurable(s)) continue;
-      const recovered = s <= w.recoveredSeq ? `, recovered from the page cache and never synced` : '';
-      violations.push(`reply to write ${id} ${show(expectation.command)} while journal record ${s} (of ${seq} it depends on${recovered}) is not durable`);
+      const recovered =
+        s <= w.recoveredSeq ? `, recovered from the page cache and never synced` : '';
+      violations.push(
+        `reply to write ${id} ${show(expectation.command)} while journal record ${s} (of ${seq} it depends on${recovered}) is not durable`,
+      );
       return;
     }
     // The shard releases replies in append order: never one depending on an older
     // record after one depending on a newer.
-    if (seq < w.lastAckedSeq) violations.push(`reply to write ${id} (record ${seq}) after a reply that depended on record ${w.lastAckedSeq}: out of append order`);
+    if (seq < w.lastAckedSeq)
+      violations.push(
+        `reply to write ${id} (record ${seq}) after a reply that depended on record ${w.lastAckedSeq}: out of append order`,
+      );
     w.lastAckedSeq = seq;
     stats.writesAcked++;
     acked.set(id, { seq, command: expectation.command });
@@ -238,18 +335,46 @@ async function run(seed: number, steps: number, violations: string[], options: S
     const store = ShardStore.overEnv(disk.env());
     const appended: number[] = [];
     const expecting = new Map<number, Expectation>();
-    const self: World = { store, shard: null as unknown as Shard, dead: false, ready: false, recoveredSeq: 0, lastAckedSeq: 0, appended, expecting, copy: null };
+    const self: World = {
+      store,
+      shard: null as unknown as Shard,
+      dead: false,
+      ready: false,
+      recoveredSeq: 0,
+      lastAckedSeq: 0,
+      appended,
+      expecting,
+      copy: null,
+    };
     const shard = new Shard({
       journal: {
-        append: (events: readonly Event[], index: readonly CustomerIndexEntry[], audits: readonly PendingAudit[]) => {
-          const result = store.append(events, index.map((e) => ({ environment: e.environment, id: e.id, json: Buffer.from(JSON.stringify(e.view)) })), audits);
+        append: (
+          events: readonly Event[],
+          index: readonly CustomerIndexEntry[],
+          audits: readonly PendingAudit[],
+        ) => {
+          const result = store.append(
+            events,
+            index.map((e) => ({
+              environment: e.environment,
+              id: e.id,
+              json: Buffer.from(JSON.stringify(e.view)),
+            })),
+            audits,
+          );
           recordOp.set(result.seq, disk.lastJournalPut(result.seq));
           appended.push(result.seq);
           modelAt.set(result.seq, model.clone());
           stats.appends++;
-          result.durable.then(() => {
-            if (!self.dead && !recordDurable(result.seq)) violations.push(`journal append ${result.seq}: durable resolved before its record was synced`);
-          }, () => undefined);
+          result.durable.then(
+            () => {
+              if (!self.dead && !recordDurable(result.seq))
+                violations.push(
+                  `journal append ${result.seq}: durable resolved before its record was synced`,
+                );
+            },
+            () => undefined,
+          );
           return result;
         },
       },
@@ -258,7 +383,9 @@ async function run(seed: number, steps: number, violations: string[], options: S
         if (self.dead) return; // the process has exited: nothing leaves any more
         const expectation = expecting.get(id);
         if (expectation === undefined) {
-          violations.push(`reply to request ${id}, which is not awaiting one (a second reply, or never sent)`);
+          violations.push(
+            `reply to request ${id}, which is not awaiting one (a second reply, or never sent)`,
+          );
           return;
         }
         expecting.delete(id);
@@ -266,7 +393,9 @@ async function run(seed: number, steps: number, violations: string[], options: S
         const rendered = renderReply(outcome, reply);
         const actual = parseReply(rendered.status, rendered.body);
         if (!isDeepStrictEqual(actual, expectation.expected)) {
-          violations.push(`reply to ${id} ${show(expectation.command)}: got ${show(actual)}, the model says ${show(expectation.expected)}`);
+          violations.push(
+            `reply to ${id} ${show(expectation.command)}: got ${show(actual)}, the model says ${show(expectation.expected)}`,
+          );
         }
         if (!expectation.ackWrite) return;
         // Decided in the batch being handled right now: which record it waits for is known
@@ -280,7 +409,8 @@ async function run(seed: number, steps: number, violations: string[], options: S
       },
     });
     (self as { shard: Shard }).shard = shard;
-    for (const environment of ENVIRONMENTS) shard.setConfig(environment, configVersion, configs[environment]);
+    for (const environment of ENVIRONMENTS)
+      shard.setConfig(environment, configVersion, configs[environment]);
     return self;
   };
 
@@ -311,13 +441,16 @@ async function run(seed: number, steps: number, violations: string[], options: S
       w.ready = true;
       return w;
     }
-    w.store.syncRecovered().then(() => {
-      if (w.dead) return;
-      w.ready = true;
-      stats.recoveryBarriers++;
-    }, () => {
-      w.dead = true; // the worker crashes on a failed barrier, as on any failed write
-    });
+    w.store.syncRecovered().then(
+      () => {
+        if (w.dead) return;
+        w.ready = true;
+        stats.recoveryBarriers++;
+      },
+      () => {
+        w.dead = true; // the worker crashes on a failed barrier, as on any failed write
+      },
+    );
     return w;
   };
 
@@ -330,7 +463,8 @@ async function run(seed: number, steps: number, violations: string[], options: S
         log.push(disk.machineCrash(rand));
         stats.machineCrashes++;
         // What survived a power cut is on disk.
-        for (const [seq, op] of recordOp) if (op === 'base' || disk.isDurable(op)) recordOp.set(seq, 'base');
+        for (const [seq, op] of recordOp)
+          if (op === 'base' || disk.isDurable(op)) recordOp.set(seq, 'base');
       } else {
         disk.processCrash();
         stats.processCrashes++;
@@ -341,7 +475,8 @@ async function run(seed: number, steps: number, violations: string[], options: S
         world = recover(crashAt);
         break;
       } catch (error) {
-        if (!(error instanceof Crash)) fail(`recovery failed: ${error instanceof Error ? error.stack : String(error)}`);
+        if (!(error instanceof Crash))
+          fail(`recovery failed: ${error instanceof Error ? error.stack : String(error)}`);
         stats.crashesDuringRecovery++;
         log.push(`crash during recovery at point ${crashAt}`);
         machine = rand() < 0.5;
@@ -352,10 +487,14 @@ async function run(seed: number, steps: number, violations: string[], options: S
     log.push(`recovered to record ${recovered}`);
     for (const seq of [...recordOp.keys()]) if (seq > recovered) recordOp.delete(seq);
     for (const [id, { seq, command }] of acked) {
-      if (seq > recovered) fail(`acknowledged write ${id} ${show(command)} (record ${seq}) lost: recovery ended at record ${recovered}`);
+      if (seq > recovered)
+        fail(
+          `acknowledged write ${id} ${show(command)} (record ${seq}) lost: recovery ended at record ${recovered}`,
+        );
     }
     const expected = modelAt.get(recovered);
-    if (expected === undefined) fail(`recovered to record ${recovered}, which the simulation never appended`);
+    if (expected === undefined)
+      fail(`recovered to record ${recovered}, which the simulation never appended`);
     for (const seq of [...modelAt.keys()]) if (seq > recovered) modelAt.delete(seq);
     model = (expected as ReferenceModel).clone();
     compareAll(w, 'after recovery');
@@ -366,13 +505,23 @@ async function run(seed: number, steps: number, violations: string[], options: S
     for (const environment of ENVIRONMENTS) {
       const reads = observingReads(configs[environment], [environment], CUSTOMERS);
       const envelopes = reads.map((command) => ({ id: nextId++, command }));
-      for (const { id, command } of envelopes) w.expecting.set(id, { command, expected: model.exec(configs[environment], command, now), ackWrite: false, required: null });
+      for (const { id, command } of envelopes)
+        w.expecting.set(id, {
+          command,
+          expected: model.exec(configs[environment], command, now),
+          ackWrite: false,
+          required: null,
+        });
       w.shard.handleBatch(envelopes);
       const unanswered = envelopes.filter(({ id }) => w.expecting.has(id));
-      if (unanswered.length > 0) fail(`${when}: reads not answered at once: ${show(unanswered.map((e) => e.command))}`);
+      if (unanswered.length > 0)
+        fail(`${when}: reads not answered at once: ${show(unanswered.map((e) => e.command))}`);
       checkViolations();
     }
-    if (w.shard.idempotencyEntries !== [...w.shard.allCustomers()].reduce((n, c: CustomerState) => n + (c.idempotency?.size ?? 0), 0)) {
+    if (
+      w.shard.idempotencyEntries !==
+      [...w.shard.allCustomers()].reduce((n, c: CustomerState) => n + (c.idempotency?.size ?? 0), 0)
+    ) {
       fail(`${when}: the idempotency entry count drifted from the customers' caches`);
     }
   };
@@ -416,7 +565,8 @@ async function run(seed: number, steps: number, violations: string[], options: S
       // back behind the appends in flight, the next one appended; without events, the
       // newest record, whose state they may have seen.
       let required: Required;
-      if (w.appended.length > appendedBefore) required = { seq: w.appended[appendedBefore] as number };
+      if (w.appended.length > appendedBefore)
+        required = { seq: w.appended[appendedBefore] as number };
       else if (w.shard.hasPendingEvents) {
         required = { nextAfter: lastBefore };
         stats.heldBackBatches++;
@@ -424,26 +574,35 @@ async function run(seed: number, steps: number, violations: string[], options: S
       for (const e of envelopes) {
         const x = w.expecting.get(e.id);
         if (x !== undefined) w.expecting.set(e.id, { ...x, required });
-        if (isRead(e.command) && x !== undefined) fail(`read ${e.id} ${show(e.command)} was not answered at once`);
+        if (isRead(e.command) && x !== undefined)
+          fail(`read ${e.id} ${show(e.command)} was not answered at once`);
       }
       for (const [id, x] of releasedAtOnce) checkAck(id, x, required);
-      log.push(`step ${step}: batch of ${size} (lastSeq ${lastBefore} → ${w.store.lastSeq}, required ${show(required)})`);
+      log.push(
+        `step ${step}: batch of ${size} (lastSeq ${lastBefore} → ${w.store.lastSeq}, required ${show(required)})`,
+      );
     } else if (roll < 0.6) {
       const failCommit = disk.open.length > 0 && rand() < 0.01;
       if (failCommit) stats.commitFailures++;
       const txn = disk.commit(failCommit);
-      log.push(`step ${step}: ${failCommit ? 'failed commit' : txn === null ? 'nothing to commit' : `committed txn ${txn.id}`}`);
+      log.push(
+        `step ${step}: ${failCommit ? 'failed commit' : txn === null ? 'nothing to commit' : `committed txn ${txn.id}`}`,
+      );
     } else if (roll < 0.85) {
       const unsynced = disk.unsynced();
       if (unsynced.length > 0) {
         const index = rand() < 0.6 ? 0 : Math.floor(rand() * unsynced.length);
         if (index > 0) stats.syncsOutOfOrder++;
         // Only a sync someone waits for may fail: the process learns of it and dies.
-        const observed = (unsynced[index] as (typeof unsynced)[number]).ops.some((op) => op.epoch === disk.epoch && op.kind !== 'remove');
+        const observed = (unsynced[index] as (typeof unsynced)[number]).ops.some(
+          (op) => op.epoch === disk.epoch && op.kind !== 'remove',
+        );
         const failSync = observed && rand() < 0.015;
         if (failSync) stats.syncFailures++;
         disk.sync(unsynced[index] as (typeof unsynced)[number], failSync);
-        log.push(`step ${step}: ${failSync ? 'failed sync of' : 'synced'} txn ${(unsynced[index] as { id: number }).id}`);
+        log.push(
+          `step ${step}: ${failSync ? 'failed sync of' : 'synced'} txn ${(unsynced[index] as { id: number }).id}`,
+        );
       }
     } else if (roll < 0.9) {
       // Snapshot as the worker does: a cut when nothing is pending (appends may be in
@@ -451,10 +610,14 @@ async function run(seed: number, steps: number, violations: string[], options: S
       if (w.copy === null && !w.shard.hasPendingEvents) {
         const seq = w.store.lastSeq;
         const chunks: Buffer[] = [];
-        const copy = new ShardCopy(w.shard.allCustomers(), (items) => chunks.push(encodeSnapshotChunk(items)));
+        const copy = new ShardCopy(w.shard.allCustomers(), (items) =>
+          chunks.push(encodeSnapshotChunk(items)),
+        );
         w.copy = { copy, seq, chunks };
         w.shard.writeObserver = { before: (c) => copy.capture(c), created: (c) => copy.created(c) };
-        log.push(`step ${step}: snapshot cut at record ${seq} (${w.appended.filter((s) => !recordDurable(s)).length} appends not durable)`);
+        log.push(
+          `step ${step}: snapshot cut at record ${seq} (${w.appended.filter((s) => !recordDurable(s)).length} appends not durable)`,
+        );
       }
     } else if (roll < 0.905) {
       const environment = rand() < 0.5 ? 'test' : 'live';
@@ -471,9 +634,12 @@ async function run(seed: number, steps: number, violations: string[], options: S
       w.copy = null;
       w.shard.writeObserver = null;
       stats.snapshots++;
-      w.store.writeSnapshotChunks(seq, chunks, copy.done).then(() => undefined, () => {
-        w.dead = true;
-      });
+      w.store.writeSnapshotChunks(seq, chunks, copy.done).then(
+        () => undefined,
+        () => {
+          w.dead = true;
+        },
+      );
       log.push(`step ${step}: snapshot at record ${seq} written`);
     }
     await settle();
@@ -482,13 +648,22 @@ async function run(seed: number, steps: number, violations: string[], options: S
 
   // The end: commit and sync everything; every write in flight must be answered.
   const w = world as World;
-  for (let i = 0; i < 50 && !w.dead && (disk.open.length > 0 || disk.unsynced().length > 0 || w.expecting.size > 0); i++) {
+  for (
+    let i = 0;
+    i < 50 &&
+    !w.dead &&
+    (disk.open.length > 0 || disk.unsynced().length > 0 || w.expecting.size > 0);
+    i++
+  ) {
     disk.commit();
     for (const txn of disk.unsynced()) disk.sync(txn);
     await settle();
   }
   checkViolations();
-  if (!w.dead && w.expecting.size > 0) fail(`never answered once everything was synced: ${show([...w.expecting.values()].map((x) => x.command))}`);
+  if (!w.dead && w.expecting.size > 0)
+    fail(
+      `never answered once everything was synced: ${show([...w.expecting.values()].map((x) => x.command))}`,
+    );
   // And a last power cut: everything acknowledged must come back.
   crashAndRecover();
   checkViolations();

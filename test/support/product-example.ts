@@ -26,12 +26,22 @@ export const PRODUCT_EXAMPLE_CONFIG = {
         api_calls: { included: 10000, overage: { unitAmount: 1 } },
       },
     },
-    credits_5k: { name: '5k API credits', price: { amount: 1000, currency: 'usd' }, grants: { api_calls: 5000 } },
+    credits_5k: {
+      name: '5k API credits',
+      price: { amount: 1000, currency: 'usd' },
+      grants: { api_calls: 5000 },
+    },
   },
   webhooks: {
     devTunnel: true,
     forwarding: [
-      { key: 'app', path: '/api/auth/tally', events: '*', integration: 'better-auth', autoRegister: true },
+      {
+        key: 'app',
+        path: '/api/auth/tally',
+        events: '*',
+        integration: 'better-auth',
+        autoRegister: true,
+      },
     ],
   },
 } satisfies BillingConfig;

@@ -28,7 +28,8 @@ function parseValue(raw: string, line: string): number {
   if (raw === 'NaN') return NaN;
   if (raw === '+Inf') return Infinity;
   if (raw === '-Inf') return -Infinity;
-  if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(raw)) throw new Error(`bad value ${JSON.stringify(raw)} in: ${line}`);
+  if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(raw))
+    throw new Error(`bad value ${JSON.stringify(raw)} in: ${line}`);
   return Number(raw);
 }
 
@@ -40,7 +41,8 @@ function parseLabels(line: string, start: number): { labels: Record<string, stri
     const eq = line.indexOf('=', i);
     if (eq < 0) throw new Error(`bad labels in: ${line}`);
     const name = line.slice(i, eq);
-    if (!LABEL_NAME.test(name)) throw new Error(`bad label name ${JSON.stringify(name)} in: ${line}`);
+    if (!LABEL_NAME.test(name))
+      throw new Error(`bad label name ${JSON.stringify(name)} in: ${line}`);
     if (name in labels) throw new Error(`label ${name} repeated in: ${line}`);
     if (line[eq + 1] !== '"') throw new Error(`label value not quoted in: ${line}`);
     let value = '';
@@ -88,7 +90,8 @@ function parseSample(line: string): Sample {
   }
   if (!METRIC_NAME.test(name)) throw new Error(`bad metric name ${JSON.stringify(name)}`);
   const parts = rest.split(' ');
-  if (parts.length > 2 || (parts.length === 2 && !/^-?\d+$/.test(parts[1] as string))) throw new Error(`bad value/timestamp in: ${line}`);
+  if (parts.length > 2 || (parts.length === 2 && !/^-?\d+$/.test(parts[1] as string)))
+    throw new Error(`bad value/timestamp in: ${line}`);
   return { name, labels, value: parseValue(parts[0] as string, line) };
 }
 
@@ -101,7 +104,10 @@ const seriesKey = (name: string, labels: Readonly<Record<string, string>>): stri
   `${name}${JSON.stringify(Object.entries(labels).sort(([a], [b]) => a.localeCompare(b)))}`;
 
 function checkHistogram(family: Family): void {
-  const groups = new Map<string, { buckets: Array<[number, number]>; sum?: number; count?: number }>();
+  const groups = new Map<
+    string,
+    { buckets: Array<[number, number]>; sum?: number; count?: number }
+  >();
   for (const s of family.samples) {
     const { le, ...rest } = s.labels;
     const key = seriesKey('', rest);
@@ -117,16 +123,19 @@ function checkHistogram(family: Family): void {
   }
   for (const [key, group] of groups) {
     const where = `${family.name}${key}`;
-    if (group.sum === undefined || group.count === undefined) throw new Error(`${where}: _sum or _count missing`);
+    if (group.sum === undefined || group.count === undefined)
+      throw new Error(`${where}: _sum or _count missing`);
     const last = group.buckets.at(-1);
-    if (last === undefined || last[0] !== Infinity) throw new Error(`${where}: no +Inf bucket last`);
+    if (last === undefined || last[0] !== Infinity)
+      throw new Error(`${where}: no +Inf bucket last`);
     for (let i = 1; i < group.buckets.length; i++) {
       const [lePrev, countPrev] = group.buckets[i - 1] as [number, number];
       const [le, count] = group.buckets[i] as [number, number];
       if (!(le > lePrev)) throw new Error(`${where}: le not ascending`);
       if (count < countPrev) throw new Error(`${where}: buckets not cumulative`);
     }
-    if (last[1] !== group.count) throw new Error(`${where}: +Inf bucket ${last[1]} != _count ${group.count}`);
+    if (last[1] !== group.count)
+      throw new Error(`${where}: +Inf bucket ${last[1]} != _count ${group.count}`);
   }
 }
 
@@ -140,12 +149,15 @@ export function parsePrometheusText(text: string): Map<string, Family> {
   for (const line of text.slice(0, -1).split('\n')) {
     if (line.startsWith('# HELP ')) {
       const [, name = '', help = ''] = /^# HELP (\S+) ?(.*)$/.exec(line) ?? [];
-      if (!METRIC_NAME.test(name) || families.has(name)) throw new Error(`bad or repeated HELP: ${line}`);
+      if (!METRIC_NAME.test(name) || families.has(name))
+        throw new Error(`bad or repeated HELP: ${line}`);
       pendingHelp = { name, help };
     } else if (line.startsWith('# TYPE ')) {
       const [, name = '', type = ''] = /^# TYPE (\S+) (\S+)$/.exec(line) ?? [];
-      if (!METRIC_NAME.test(name) || !TYPES.has(type) || families.has(name)) throw new Error(`bad or repeated TYPE: ${line}`);
-      if (pendingHelp?.name !== name) throw new Error(`TYPE without its HELP right before: ${line}`);
+      if (!METRIC_NAME.test(name) || !TYPES.has(type) || families.has(name))
+        throw new Error(`bad or repeated TYPE: ${line}`);
+      if (pendingHelp?.name !== name)
+        throw new Error(`TYPE without its HELP right before: ${line}`);
       current = { name, type, help: pendingHelp.help, samples: [] };
       families.set(name, current);
       pendingHelp = null;
@@ -153,7 +165,8 @@ export function parsePrometheusText(text: string): Map<string, Family> {
       throw new Error(`unexpected line: ${JSON.stringify(line)}`);
     } else {
       const sample = parseSample(line);
-      if (current === null || !familyOf(sample.name, current)) throw new Error(`sample outside its family: ${line}`);
+      if (current === null || !familyOf(sample.name, current))
+        throw new Error(`sample outside its family: ${line}`);
       const key = seriesKey(sample.name, sample.labels);
       if (seen.has(key)) throw new Error(`duplicate series: ${line}`);
       seen.add(key);
@@ -165,7 +178,11 @@ export function parsePrometheusText(text: string): Map<string, Family> {
 }
 
 /** Every sample named `name` whose labels include `labels`. */
-function* matchingSamples(families: Map<string, Family>, name: string, labels: Readonly<Record<string, string>>): Generator<Sample> {
+function* matchingSamples(
+  families: Map<string, Family>,
+  name: string,
+  labels: Readonly<Record<string, string>>,
+): Generator<Sample> {
   for (const family of families.values()) {
     for (const s of family.samples) {
       if (s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v)) yield s;
@@ -174,13 +191,21 @@ function* matchingSamples(families: Map<string, Family>, name: string, labels: R
 }
 
 /** The value of the one sample named `name` whose labels include `labels`; undefined if none. */
-export function sampleValue(families: Map<string, Family>, name: string, labels: Readonly<Record<string, string>> = {}): number | undefined {
+export function sampleValue(
+  families: Map<string, Family>,
+  name: string,
+  labels: Readonly<Record<string, string>> = {},
+): number | undefined {
   for (const s of matchingSamples(families, name, labels)) return s.value;
   return undefined;
 }
 
 /** The sum of every sample named `name` whose labels include `labels` (0 if none): a metric over all shards. */
-export function sampleSum(families: Map<string, Family>, name: string, labels: Readonly<Record<string, string>> = {}): number {
+export function sampleSum(
+  families: Map<string, Family>,
+  name: string,
+  labels: Readonly<Record<string, string>> = {},
+): number {
   let sum = 0;
   for (const s of matchingSamples(families, name, labels)) sum += s.value;
   return sum;

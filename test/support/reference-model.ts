@@ -40,7 +40,12 @@ interface Customer {
   email: string | null;
   metadata: Record<string, MetaValue>;
   updatedAt: number;
-  contract: { priceAmount: number; priceInterval: string; entitlements: Record<string, { included: number }>; updatedAt: number } | null;
+  contract: {
+    priceAmount: number;
+    priceInterval: string;
+    entitlements: Record<string, { included: number }>;
+    updatedAt: number;
+  } | null;
   meters: Map<string, Meter>;
   limits: Map<string, { purchased: number; auto: boolean }>;
   /** scope → amount (as text) and when it was first accepted. */
@@ -87,7 +92,10 @@ function period(reset: string, ms: number): { start: number; end: number | null 
 
 function fail(code: ErrorCode, params: ErrorParams = {}, extra?: object): Reply {
   const status: Record<string, number> = {
-    entitlement_not_found: 404, contract_not_found: 404, refund_exceeds_usage: 409, insufficient_balance: 429,
+    entitlement_not_found: 404,
+    contract_not_found: 404,
+    refund_exceeds_usage: 409,
+    insufficient_balance: 429,
   };
   return { status: status[code] ?? 400, body: JSON.parse(errorBody(code, params, extra)) };
 }
@@ -108,8 +116,16 @@ export class ReferenceModel {
     const customer = this.customers.get(id);
     const create = (): Customer => {
       const fresh: Customer = {
-        id: command.customerId, createdAt: now, name: null, email: null, metadata: {}, updatedAt: now,
-        contract: null, meters: new Map(), limits: new Map(), idempotency: new Map(),
+        id: command.customerId,
+        createdAt: now,
+        name: null,
+        email: null,
+        metadata: {},
+        updatedAt: now,
+        contract: null,
+        meters: new Map(),
+        limits: new Map(),
+        idempotency: new Map(),
       };
       this.customers.set(id, fresh);
       return fresh;
@@ -130,15 +146,27 @@ export class ReferenceModel {
       const override = c?.contract?.entitlements[key];
       if (override !== undefined) return microsOf(override.included) as bigint;
       const g = grant(key);
-      return microsOf(typeof g === 'object' ? g.included ?? 0 : 0) as bigint;
+      return microsOf(typeof g === 'object' ? (g.included ?? 0) : 0) as bigint;
     };
     const meterOf = (c: Customer | undefined, key: string): Meter =>
-      c?.meters.get(key) ?? { period: 0, usedIncluded: 0n, overage: 0n, draws: [], overageEnabled: false, lots: [] };
-    const currentPeriod = (m: Meter, key: string): number => Math.max(period(reset(key), now).start, m.period);
+      c?.meters.get(key) ?? {
+        period: 0,
+        usedIncluded: 0n,
+        overage: 0n,
+        draws: [],
+        overageEnabled: false,
+        lots: [],
+      };
+    const currentPeriod = (m: Meter, key: string): number =>
+      Math.max(period(reset(key), now).start, m.period);
     /** This period's usage: included, lots, overage (an earlier period's counts as nothing). */
     const usage = (m: Meter, key: string) => {
       if (m.period < currentPeriod(m, key)) return { included: 0n, lots: 0n, overage: 0n };
-      return { included: m.usedIncluded, lots: m.draws.reduce((s, d) => s + d.amount, 0n), overage: m.overage };
+      return {
+        included: m.usedIncluded,
+        lots: m.draws.reduce((s, d) => s + d.amount, 0n),
+        overage: m.overage,
+      };
     };
     const lotsLeft = (m: Meter): bigint => m.lots.reduce((s, l) => s + l.remaining, 0n);
     const balanceMicros = (c: Customer | undefined, key: string): bigint => {
@@ -162,9 +190,16 @@ export class ReferenceModel {
     };
     const limitView = (c: Customer | undefined, key: string) => {
       const g = grant(key);
-      const inc = c?.contract?.entitlements[key]?.included ?? (typeof g === 'object' ? g.included ?? 0 : 0);
+      const inc =
+        c?.contract?.entitlements[key]?.included ?? (typeof g === 'object' ? (g.included ?? 0) : 0);
       const s = c?.limits.get(key);
-      return { limit: inc + (s?.purchased ?? 0), included: inc, purchased: s?.purchased ?? 0, expansionAllowed: expansionAllowed(key), autoExpansionEnabled: s?.auto ?? false };
+      return {
+        limit: inc + (s?.purchased ?? 0),
+        included: inc,
+        purchased: s?.purchased ?? 0,
+        expansionAllowed: expansionAllowed(key),
+        autoExpansionEnabled: s?.auto ?? false,
+      };
     };
     const has = (c: Customer | undefined, key: string): boolean => {
       if (type(key) === 'feature') {
@@ -176,7 +211,14 @@ export class ReferenceModel {
       if (type(key) === 'limit') return limitView(c, key).limit > 0;
       return balanceMicros(c, key) > 0n || (meterOf(c, key).overageEnabled && overageAllowed(key));
     };
-    const customerView = (c: Customer) => ({ id: c.id, name: c.name, email: c.email, metadata: { ...c.metadata }, createdAt: iso(c.createdAt), updatedAt: iso(c.updatedAt) });
+    const customerView = (c: Customer) => ({
+      id: c.id,
+      name: c.name,
+      email: c.email,
+      metadata: { ...c.metadata },
+      createdAt: iso(c.createdAt),
+      updatedAt: iso(c.updatedAt),
+    });
     const ok = (body: unknown, status = 200): Reply => ({ status, body });
     /** The existing meter, or a new one (creating the customer) for a write. */
     const ownMeter = (key: string): { c: Customer; m: Meter } => {
@@ -191,12 +233,17 @@ export class ReferenceModel {
     const changes = (c: Customer, patch: ProfilePatch): boolean =>
       (patch.name !== undefined && patch.name !== c.name) ||
       (patch.email !== undefined && patch.email !== c.email) ||
-      Object.entries(patch.metadata ?? {}).some(([k, v]) => (v === null ? k in c.metadata : c.metadata[k] !== v));
+      Object.entries(patch.metadata ?? {}).some(([k, v]) =>
+        v === null ? k in c.metadata : c.metadata[k] !== v,
+      );
     /** Applies a profile patch (creating the customer); a rejection when metadata would overflow. */
     const upsert = (patch: ProfilePatch): { c: Customer; created: boolean } | Reply => {
       const merged = { ...(customer?.metadata ?? {}), ...patch.metadata };
       const keys = Object.values(merged).filter((v) => v !== null).length;
-      if (keys > METADATA_KEYS_MAX) return fail('invalid_request', { detail: `metadata may hold at most ${METADATA_KEYS_MAX} keys (would hold ${keys})` });
+      if (keys > METADATA_KEYS_MAX)
+        return fail('invalid_request', {
+          detail: `metadata may hold at most ${METADATA_KEYS_MAX} keys (would hold ${keys})`,
+        });
       const c = customer ?? create();
       if (patch.name !== undefined) c.name = patch.name;
       if (patch.email !== undefined) c.email = patch.email;
@@ -219,38 +266,79 @@ export class ReferenceModel {
       case 'getContract': {
         const k = customer?.contract;
         if (k == null) return fail('contract_not_found', { customerId: command.customerId });
-        return ok({ customerId: command.customerId, priceAmount: k.priceAmount, priceInterval: k.priceInterval, entitlements: k.entitlements, updatedAt: iso(k.updatedAt) });
+        return ok({
+          customerId: command.customerId,
+          priceAmount: k.priceAmount,
+          priceInterval: k.priceInterval,
+          entitlements: k.entitlements,
+          updatedAt: iso(k.updatedAt),
+        });
       }
       case 'putContract': {
         for (const [k, v] of Object.entries(command.contract.entitlements)) {
-          if (type(k) === undefined) return fail('invalid_request', { detail: `entitlements.${k} is not an entitlement of the billing configuration` });
-          if (type(k) === 'limit' && !Number.isInteger(v.included)) return fail('invalid_request', { detail: `entitlements.${k}.included must be a whole number for a limit` });
-          if (type(k) === 'meter' && microsOf(v.included) === null) return fail('invalid_request', { detail: `entitlements.${k}.included must have at most 6 decimal places` });
+          if (type(k) === undefined)
+            return fail('invalid_request', {
+              detail: `entitlements.${k} is not an entitlement of the billing configuration`,
+            });
+          if (type(k) === 'limit' && !Number.isInteger(v.included))
+            return fail('invalid_request', {
+              detail: `entitlements.${k}.included must be a whole number for a limit`,
+            });
+          if (type(k) === 'meter' && microsOf(v.included) === null)
+            return fail('invalid_request', {
+              detail: `entitlements.${k}.included must have at most 6 decimal places`,
+            });
         }
         const c = customer ?? create();
-        const entitlements = structuredClone(command.contract.entitlements) as Record<string, { included: number }>;
-        c.contract = { priceAmount: command.contract.priceAmount, priceInterval: command.contract.priceInterval, entitlements, updatedAt: now };
-        return ok({ customerId: command.customerId, priceAmount: c.contract.priceAmount, priceInterval: c.contract.priceInterval, entitlements, updatedAt: iso(now) });
+        const entitlements = structuredClone(command.contract.entitlements) as Record<
+          string,
+          { included: number }
+        >;
+        c.contract = {
+          priceAmount: command.contract.priceAmount,
+          priceInterval: command.contract.priceInterval,
+          entitlements,
+          updatedAt: now,
+        };
+        return ok({
+          customerId: command.customerId,
+          priceAmount: c.contract.priceAmount,
+          priceInterval: c.contract.priceInterval,
+          entitlements,
+          updatedAt: iso(now),
+        });
       }
       case 'deleteContract':
-        if (customer?.contract == null) return fail('contract_not_found', { customerId: command.customerId });
+        if (customer?.contract == null)
+          return fail('contract_not_found', { customerId: command.customerId });
         customer.contract = null;
         return { status: 204, body: '' };
       case 'upsertCustomer': {
-        if (customer !== undefined && !changes(customer, command.patch)) return ok(customerView(customer));
+        if (customer !== undefined && !changes(customer, command.patch))
+          return ok(customerView(customer));
         const done = upsert(command.patch);
         if ('status' in done) return done;
         return ok(customerView(done.c), done.created ? 201 : 200);
       }
       case 'context': {
-        const lists: Array<[readonly string[], string | null]> = [[command.request.features, null], [command.request.usage, 'meter'], [command.request.limits, 'limit']];
+        const lists: Array<[readonly string[], string | null]> = [
+          [command.request.features, null],
+          [command.request.usage, 'meter'],
+          [command.request.limits, 'limit'],
+        ];
         for (const [keys, expected] of lists) {
           for (const k of keys) {
             if (type(k) === undefined) return fail('entitlement_not_found', { key: k });
-            if (expected !== null && type(k) !== expected) return fail('wrong_entitlement_type', { key: k, actual: type(k) as string, expected });
+            if (expected !== null && type(k) !== expected)
+              return fail('wrong_entitlement_type', {
+                key: k,
+                actual: type(k) as string,
+                expected,
+              });
           }
         }
-        if (customer !== undefined && !changes(customer, command.patch)) return ok(contextView(customer, command.request));
+        if (customer !== undefined && !changes(customer, command.patch))
+          return ok(contextView(customer, command.request));
         const done = upsert(command.patch);
         if ('status' in done) return done;
         return ok(contextView(done.c, command.request));
@@ -262,8 +350,11 @@ export class ReferenceModel {
     const key = command.key;
     const actual = type(key);
     if (actual === undefined) return fail('entitlement_not_found', { key });
-    const expected = { has: null, limit: 'limit', limitSettings: 'limit' }[command.op as string] ?? (command.op === 'has' ? null : 'meter');
-    if (expected !== null && actual !== expected) return fail('wrong_entitlement_type', { key, actual, expected });
+    const expected =
+      { has: null, limit: 'limit', limitSettings: 'limit' }[command.op as string] ??
+      (command.op === 'has' ? null : 'meter');
+    if (expected !== null && actual !== expected)
+      return fail('wrong_entitlement_type', { key, actual, expected });
 
     switch (command.op) {
       case 'has':
@@ -274,29 +365,36 @@ export class ReferenceModel {
         return ok(balanceView(customer, key));
       case 'limitSettings': {
         if (!expansionAllowed(key)) {
-          if ((command.purchased ?? 0) > 0) return fail('expansion_not_allowed', { key, field: 'purchased' });
-          if (command.autoExpansionEnabled === true) return fail('expansion_not_allowed', { key, field: 'autoExpansionEnabled' });
+          if ((command.purchased ?? 0) > 0)
+            return fail('expansion_not_allowed', { key, field: 'purchased' });
+          if (command.autoExpansionEnabled === true)
+            return fail('expansion_not_allowed', { key, field: 'autoExpansionEnabled' });
         }
         const before = limitView(customer, key);
         const purchased = command.purchased ?? before.purchased;
         const auto = command.autoExpansionEnabled ?? before.autoExpansionEnabled;
         // Settings that repeat what is stored (or the defaults) change nothing, create nothing.
-        if (purchased === before.purchased && auto === before.autoExpansionEnabled) return ok(before);
+        if (purchased === before.purchased && auto === before.autoExpansionEnabled)
+          return ok(before);
         const c = customer ?? create();
         c.limits.set(key, { purchased, auto });
         return ok(limitView(c, key));
       }
       case 'usageSettings': {
-        if (command.overageEnabled && !overageAllowed(key)) return fail('overage_not_allowed', { key });
-        if (command.overageEnabled === (customer?.meters.get(key)?.overageEnabled ?? false)) return ok(balanceView(customer, key));
+        if (command.overageEnabled && !overageAllowed(key))
+          return fail('overage_not_allowed', { key });
+        if (command.overageEnabled === (customer?.meters.get(key)?.overageEnabled ?? false))
+          return ok(balanceView(customer, key));
         const { c, m } = ownMeter(key);
         m.overageEnabled = command.overageEnabled;
         return ok(balanceView(c, key));
       }
       case 'grantLot': {
         const existing = customer?.meters.get(key);
-        if (existing?.lots.some((l) => l.id === command.lotId)) return ok(balanceView(customer, key));
-        if (existing !== undefined && existing.lots.length >= LOTS_MAX) return fail('too_many_lots', { key });
+        if (existing?.lots.some((l) => l.id === command.lotId))
+          return ok(balanceView(customer, key));
+        if (existing !== undefined && existing.lots.length >= LOTS_MAX)
+          return fail('too_many_lots', { key });
         const { c, m } = ownMeter(key);
         m.lots.push({ id: command.lotId, remaining: command.amountMicros });
         return ok(balanceView(c, key));
@@ -305,12 +403,15 @@ export class ReferenceModel {
       case 'setProcessorCustomer':
       case 'syncSubscription':
       case 'recordPurchase':
-        throw new Error(`${command.op} is not modelled: commerce is tested end to end (test/commerce.test.ts)`);
+        throw new Error(
+          `${command.op} is not modelled: commerce is tested end to end (test/commerce.test.ts)`,
+        );
       case 'consume':
       case 'refund': {
         const want = command.amountMicros;
         const scope = `${command.op}/${key}/${command.idempotencyKey ?? ''}`;
-        const seen = command.idempotencyKey === undefined ? undefined : customer?.idempotency.get(scope);
+        const seen =
+          command.idempotencyKey === undefined ? undefined : customer?.idempotency.get(scope);
         if (seen !== undefined && seen.at > now - RETENTION) {
           if (seen.amount !== String(want)) return fail('idempotency_key_reused');
           return ok(balanceView(customer, key));
@@ -320,11 +421,16 @@ export class ReferenceModel {
         if (command.op === 'consume') {
           const left = included(customer, key) - u.included;
           const fromIncluded = left <= 0n ? 0n : want < left ? want : left;
-          const afterLots = want - fromIncluded - (lotsLeft(m0) < want - fromIncluded ? lotsLeft(m0) : want - fromIncluded);
-          if (afterLots > 0n && !(m0.overageEnabled && overageAllowed(key))) return fail('insufficient_balance', { key }, balanceView(customer, key));
+          const afterLots =
+            want -
+            fromIncluded -
+            (lotsLeft(m0) < want - fromIncluded ? lotsLeft(m0) : want - fromIncluded);
+          if (afterLots > 0n && !(m0.overageEnabled && overageAllowed(key)))
+            return fail('insufficient_balance', { key }, balanceView(customer, key));
           const { c, m } = ownMeter(key);
           const p = currentPeriod(m, key);
-          if (m.period < p) Object.assign(m, { period: p, usedIncluded: 0n, overage: 0n, draws: [] });
+          if (m.period < p)
+            Object.assign(m, { period: p, usedIncluded: 0n, overage: 0n, draws: [] });
           m.usedIncluded += fromIncluded;
           let need = want - fromIncluded;
           for (const lot of m.lots) {
@@ -337,10 +443,12 @@ export class ReferenceModel {
             else m.draws.push({ lot: lot.id, amount: take });
           }
           m.overage += need;
-          if (command.idempotencyKey !== undefined) c.idempotency.set(scope, { amount: String(want), at: now });
+          if (command.idempotencyKey !== undefined)
+            c.idempotency.set(scope, { amount: String(want), at: now });
           return ok(balanceView(c, key));
         }
-        if (want > u.included + u.lots + u.overage) return fail('refund_exceeds_usage', { key }, balanceView(customer, key));
+        if (want > u.included + u.lots + u.overage)
+          return fail('refund_exceeds_usage', { key }, balanceView(customer, key));
         const c = customer as Customer;
         const m = c.meters.get(key) as Meter;
         let left = want;
@@ -356,7 +464,8 @@ export class ReferenceModel {
           left -= take;
         }
         m.usedIncluded -= left;
-        if (command.idempotencyKey !== undefined) c.idempotency.set(scope, { amount: String(want), at: now });
+        if (command.idempotencyKey !== undefined)
+          c.idempotency.set(scope, { amount: String(want), at: now });
         return ok(balanceView(c, key));
       }
     }
@@ -372,7 +481,12 @@ export class ReferenceModel {
  * Every read that observes a customer: `has` on every key and the key's own read
  * (balance, limit), plus the contract, for each customer id and environment given.
  */
-export function observingReads(config: BillingConfig, environments: readonly ('test' | 'live')[], customerIds: readonly string[], extraKeys: readonly string[] = []): Command[] {
+export function observingReads(
+  config: BillingConfig,
+  environments: readonly ('test' | 'live')[],
+  customerIds: readonly string[],
+  extraKeys: readonly string[] = [],
+): Command[] {
   const reads: Command[] = [];
   const keys = [...Object.keys(config.entitlements), ...extraKeys];
   for (const environment of environments) {

@@ -60,15 +60,31 @@ export async function startServerProcess(
   let out = '';
   child.stdout?.on('data', (chunk: Buffer) => (out += chunk.toString()));
   child.stderr?.on('data', (chunk: Buffer) => (out += chunk.toString()));
-  const port = await waitFor(() => listeningPort(out), () => out, child);
+  const port = await waitFor(
+    () => listeningPort(out),
+    () => out,
+    child,
+  );
   const base = `http://127.0.0.1:${port}`;
-  await waitFor(async () => ((await fetch(`${base}/healthz`).catch(() => null))?.status === 200 ? true : null), () => out, child);
+  await waitFor(
+    async () => ((await fetch(`${base}/healthz`).catch(() => null))?.status === 200 ? true : null),
+    () => out,
+    child,
+  );
   // A restored data dir has no bootstrap file: its keys are the original server's.
-  const keys = options.keys ?? (JSON.parse(fs.readFileSync(path.join(dataDir, 'bootstrap-keys.json'), 'utf8')) as Keys);
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const keys =
+    options.keys ??
+    (JSON.parse(fs.readFileSync(path.join(dataDir, 'bootstrap-keys.json'), 'utf8')) as Keys);
+  const exited = new Promise<number | null>((resolve) =>
+    child.once('exit', (code) => resolve(code)),
+  );
   if (options.config !== undefined) {
-    const pushed = await call(base, 'POST', '/v1/sync/push', { key: keys.test.server, body: options.config });
-    if (pushed.status !== 200) throw new Error(`config push refused: ${JSON.stringify(pushed.body)}`);
+    const pushed = await call(base, 'POST', '/v1/sync/push', {
+      key: keys.test.server,
+      body: options.config,
+    });
+    if (pushed.status !== 200)
+      throw new Error(`config push refused: ${JSON.stringify(pushed.body)}`);
   }
   return {
     child,
@@ -120,7 +136,10 @@ export function logLines(output: string): Array<Record<string, unknown>> {
 }
 
 /** Waits (up to 5 s: log lines are written asynchronously) for a log line `predicate` accepts. */
-export async function waitForLogLine(server: ServerProcess, predicate: (line: Record<string, unknown>) => boolean): Promise<Record<string, unknown>> {
+export async function waitForLogLine(
+  server: ServerProcess,
+  predicate: (line: Record<string, unknown>) => boolean,
+): Promise<Record<string, unknown>> {
   const deadline = Date.now() + 5000;
   for (;;) {
     const found = logLines(server.output()).find(predicate);
@@ -130,7 +149,11 @@ export async function waitForLogLine(server: ServerProcess, predicate: (line: Re
   }
 }
 
-async function waitFor<T>(probe: () => T | null | Promise<T | null>, output: () => string, child: ChildProcess): Promise<T> {
+async function waitFor<T>(
+  probe: () => T | null | Promise<T | null>,
+  output: () => string,
+  child: ChildProcess,
+): Promise<T> {
   const deadline = Date.now() + 30_000;
   while (Date.now() < deadline) {
     if (child.exitCode !== null) throw new Error(`server exited (${child.exitCode}):\n${output()}`);
@@ -146,7 +169,12 @@ export async function call(
   base: string,
   method: string,
   pathAndQuery: string,
-  options: { key?: string; body?: unknown; rawBody?: string; headers?: Record<string, string> } = {},
+  options: {
+    key?: string;
+    body?: unknown;
+    rawBody?: string;
+    headers?: Record<string, string>;
+  } = {},
 ): Promise<{ status: number; body: any; headers: Headers }> {
   const headers: Record<string, string> = { ...options.headers };
   if (options.key !== undefined) headers['x-tally-key'] = options.key;
@@ -156,7 +184,11 @@ export async function call(
     body = JSON.stringify(options.body);
     headers['content-type'] ??= 'application/json';
   }
-  const response = await fetch(base + pathAndQuery, { method, headers, ...(body === undefined ? {} : { body }) });
+  const response = await fetch(base + pathAndQuery, {
+    method,
+    headers,
+    ...(body === undefined ? {} : { body }),
+  });
   const text = await response.text();
   let parsed: unknown = text;
   try {

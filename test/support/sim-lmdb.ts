@@ -105,7 +105,11 @@ export class SimDisk {
   private view: DiskState = this.base;
   /** The state a child transaction is writing (putSync/removeSync go there), else null. */
   private child: DiskState | null = null;
-  private flushWaiters: Array<{ readonly upTo: number; readonly epoch: number; readonly d: Deferred<void> }> = [];
+  private flushWaiters: Array<{
+    readonly upTo: number;
+    readonly epoch: number;
+    readonly d: Deferred<void>;
+  }> = [];
 
   get lastCommittedId(): number {
     return this.txns.at(-1)?.id ?? this.durableId;
@@ -161,7 +165,8 @@ export class SimDisk {
       }
       const table = state.get(op.db) as Table;
       const existed = table.delete(keyString(op.key));
-      if (op.kind === 'put') table.set(keyString(op.key), { key: op.key, value: op.value as Buffer });
+      if (op.kind === 'put')
+        table.set(keyString(op.key), { key: op.key, value: op.value as Buffer });
       results.push({ ok: true, value: op.kind === 'put' ? true : existed });
     }
     const txn: Txn = { id: this.nextTxnId++, ops, after: state, synced: false, failed: false };
@@ -184,7 +189,8 @@ export class SimDisk {
       txn.failed = true;
       const error = new Error('fdatasync: Input/output error (simulated)');
       for (const op of txn.ops) if (op.epoch === this.epoch) op.flushed.reject(error);
-      for (const w of this.flushWaiters) if (w.upTo >= txn.id && w.epoch === this.epoch) w.d.reject(error);
+      for (const w of this.flushWaiters)
+        if (w.upTo >= txn.id && w.epoch === this.epoch) w.d.reject(error);
       return;
     }
     txn.synced = true;
@@ -231,8 +237,14 @@ export class SimDisk {
       if (put !== undefined && last !== undefined && last.key === put.key) {
         state = cloneState(state);
         const bytes = Buffer.from(last.value);
-        const tornBytes = rand() < 0.5 ? bytes.subarray(0, Math.floor(bytes.length / 2)) : (bytes[bytes.length - 1] = (bytes[bytes.length - 1] as number) ^ 0xff, bytes);
-        (state.get('journal') as Table).set(keyString(last.key), { key: last.key, value: Buffer.from(tornBytes) });
+        // Torn: cut in half, or its last byte flipped.
+        const cut = rand() < 0.5;
+        if (!cut) bytes[bytes.length - 1] = (bytes[bytes.length - 1] as number) ^ 0xff;
+        const tornBytes = cut ? bytes.subarray(0, Math.floor(bytes.length / 2)) : bytes;
+        (state.get('journal') as Table).set(keyString(last.key), {
+          key: last.key,
+          value: Buffer.from(tornBytes),
+        });
         torn = `, tore record ${String(last.key)}`;
       }
     }
@@ -255,19 +267,29 @@ export class SimDisk {
     const disk = this;
     const epoch = this.epoch;
     const table = (name: string): Table => disk.view.get(name) as Table;
-    const sorted = (name: string): Entry[] => [...table(name).values()].sort((a, b) => compareKeys(a.key, b.key));
-    const range = (name: string, options: { start?: Key; end?: Key; reverse?: boolean; limit?: number } = {}): Entry[] => {
+    const sorted = (name: string): Entry[] =>
+      [...table(name).values()].sort((a, b) => compareKeys(a.key, b.key));
+    const range = (
+      name: string,
+      options: { start?: Key; end?: Key; reverse?: boolean; limit?: number } = {},
+    ): Entry[] => {
       let entries = sorted(name).filter(
-        (e) => (options.start === undefined || compareKeys(e.key, options.start) >= 0) && (options.end === undefined || compareKeys(e.key, options.end) < 0),
+        (e) =>
+          (options.start === undefined || compareKeys(e.key, options.start) >= 0) &&
+          (options.end === undefined || compareKeys(e.key, options.end) < 0),
       );
       if (options.reverse === true) entries = entries.reverse();
       return options.limit === undefined ? entries : entries.slice(0, options.limit);
     };
-    const issue = (op: Omit<WriteOp, 'epoch' | 'done' | 'flushed'>): Promise<unknown> & { flushed?: Promise<void> } => {
+    const issue = (
+      op: Omit<WriteOp, 'epoch' | 'done' | 'flushed'>,
+    ): Promise<unknown> & { flushed?: Promise<void> } => {
       if (disk.epoch !== epoch) return new Promise(() => undefined); // a dead process's write: nothing happens
       const full: WriteOp = { ...op, epoch, done: deferred(), flushed: deferred() };
       disk.open.push(full);
-      return op.kind === 'child' ? full.done.promise : Object.assign(full.done.promise, { flushed: full.flushed.promise });
+      return op.kind === 'child'
+        ? full.done.promise
+        : Object.assign(full.done.promise, { flushed: full.flushed.promise });
     };
     /** A synchronous write: inside a child transaction it joins it; else it commits alone now. */
     const writeSync = (name: string, kind: 'put' | 'remove', key: Key, value?: Buffer): boolean => {
@@ -277,23 +299,35 @@ export class SimDisk {
         if (kind === 'put') t.set(keyString(key), { key, value: value as Buffer });
         return kind === 'put' || existed;
       }
-      if (disk.open.length > 0) throw new Error('simulated lmdb: a synchronous write while asynchronous writes are pending is not modelled');
+      if (disk.open.length > 0)
+        throw new Error(
+          'simulated lmdb: a synchronous write while asynchronous writes are pending is not modelled',
+        );
       const existed = table(name).has(keyString(key));
-      void issue(kind === 'put' ? { kind, db: name, key, value: value as Buffer } : { kind, db: name, key });
+      void issue(
+        kind === 'put' ? { kind, db: name, key, value: value as Buffer } : { kind, db: name, key },
+      );
       disk.commit();
       return kind === 'put' || existed;
     };
     const db = (name: string) => ({
       get: (key: Key) => table(name).get(keyString(key))?.value,
       doesExist: (key: Key) => table(name).has(keyString(key)),
-      getRange: (options?: { start?: Key; end?: Key; reverse?: boolean; limit?: number }) => range(name, options),
+      getRange: (options?: { start?: Key; end?: Key; reverse?: boolean; limit?: number }) =>
+        range(name, options),
       getKeys: (options?: { start?: Key; end?: Key }) => range(name, options).map((e) => e.key),
       put: (key: Key, value: Buffer) => issue({ kind: 'put', db: name, key, value }),
       remove: (key: Key) => issue({ kind: 'remove', db: name, key }),
       putSync: (key: Key, value: Buffer) => writeSync(name, 'put', key, value),
       removeSync: (key: Key) => writeSync(name, 'remove', key),
       childTransaction: (fn: () => unknown) => issue({ kind: 'child', db: name, key: '', fn }),
-      getStats: () => ({ entryCount: table(name).size, lastTxnId: disk.lastCommittedId, mapSize: 0, lastPageNumber: 0, pageSize: 4096 }),
+      getStats: () => ({
+        entryCount: table(name).size,
+        lastTxnId: disk.lastCommittedId,
+        mapSize: 0,
+        lastPageNumber: 0,
+        pageSize: 4096,
+      }),
     });
     const root = {
       get flushed(): Promise<void> {

@@ -15,12 +15,28 @@ const SERVER_READY_MS_MAX = 15_000;
 const SERVER_STOP_MS_MAX = 10_000;
 
 export const READ_SYSCALLS = new Set(['read', 'readv', 'recvfrom', 'recvmsg']);
-export const WRITE_SYSCALLS = new Set(['write', 'writev', 'pwrite64', 'pwritev', 'pwritev2', 'sendto', 'sendmsg']);
+export const WRITE_SYSCALLS = new Set([
+  'write',
+  'writev',
+  'pwrite64',
+  'pwritev',
+  'pwritev2',
+  'sendto',
+  'sendmsg',
+]);
 /** The calls that make written data durable. msync and sync_file_range are traced but do
  *  not count: msync only applies to a writable map (off here) and sync_file_range does not
  *  flush metadata or the disk cache. */
 export const SYNC_SYSCALLS = new Set(['fdatasync', 'fsync']);
-export const TRACED_SYSCALLS = ['openat', 'close', ...READ_SYSCALLS, ...WRITE_SYSCALLS, ...SYNC_SYSCALLS, 'msync', 'sync_file_range'];
+export const TRACED_SYSCALLS = [
+  'openat',
+  'close',
+  ...READ_SYSCALLS,
+  ...WRITE_SYSCALLS,
+  ...SYNC_SYSCALLS,
+  'msync',
+  'sync_file_range',
+];
 /** Large enough to print a whole 4 KiB LMDB page, so the journal write shows the customerId,
  *  and every request up to its body. */
 export const STRACE_STRING_CHARS = 8192;
@@ -70,12 +86,26 @@ export function parseTrace(trace: string): Syscall[] {
       const entry = pending.get(tid);
       pending.delete(tid);
       if (entry === undefined || entry.name !== resumed[1]) return;
-      calls.push({ name: entry.name, tid, args: entry.args + (resumed[2] ?? ''), result: resumed[3] ?? '', startLine: entry.startLine, endLine: lineNo });
+      calls.push({
+        name: entry.name,
+        tid,
+        args: entry.args + (resumed[2] ?? ''),
+        result: resumed[3] ?? '',
+        startLine: entry.startLine,
+        endLine: lineNo,
+      });
       return;
     }
     const complete = COMPLETE.exec(rest);
     if (complete === null) return;
-    calls.push({ name: complete[1] ?? '', tid, args: complete[2] ?? '', result: complete[3] ?? '', startLine: lineNo, endLine: lineNo });
+    calls.push({
+      name: complete[1] ?? '',
+      tid,
+      args: complete[2] ?? '',
+      result: complete[3] ?? '',
+      startLine: lineNo,
+      endLine: lineNo,
+    });
   });
   return calls.sort((a, b) => a.startLine - b.startLine);
 }
@@ -112,7 +142,13 @@ export function descriptorSpans(calls: readonly Syscall[]): FdSpan[] {
     const fd = Number(c.result);
     const parsed = OPENAT_ARGS.exec(c.args);
     if (!Number.isInteger(fd) || fd < 0 || parsed === null) continue;
-    const span: FdSpan = { fd, path: parsed[1] ?? '', flags: parsed[2] ?? '', fromLine: at, toLine: Number.POSITIVE_INFINITY };
+    const span: FdSpan = {
+      fd,
+      path: parsed[1] ?? '',
+      flags: parsed[2] ?? '',
+      fromLine: at,
+      toLine: Number.POSITIVE_INFINITY,
+    };
     // Reused without a traced close (dup2, say): the old span ends here all the same.
     const previous = open.get(fd);
     if (previous !== undefined) previous.toLine = at;
@@ -170,8 +206,22 @@ export interface TracedServer {
   kill(): void;
 }
 
-export async function startTracedServer(dataDir: string, tracePath: string, env: Record<string, string> = {}): Promise<TracedServer> {
-  const straceArgs = ['-f', '-tt', '--seccomp-bpf', '-e', `trace=${TRACED_SYSCALLS.join(',')}`, '-s', String(STRACE_STRING_CHARS), '-o', tracePath];
+export async function startTracedServer(
+  dataDir: string,
+  tracePath: string,
+  env: Record<string, string> = {},
+): Promise<TracedServer> {
+  const straceArgs = [
+    '-f',
+    '-tt',
+    '--seccomp-bpf',
+    '-e',
+    `trace=${TRACED_SYSCALLS.join(',')}`,
+    '-s',
+    String(STRACE_STRING_CHARS),
+    '-o',
+    tracePath,
+  ];
   const strace = spawn('strace', [...straceArgs, process.execPath, MAIN_JS], {
     env: { ...process.env, PORT: '0', TALLY_DATA_DIR: dataDir, TALLY_WORKERS: '1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -190,12 +240,16 @@ export async function startTracedServer(dataDir: string, tracePath: string, env:
   try {
     const port = await waitFor(strace, output, () => listeningPort(out));
     const base = `http://127.0.0.1:${port}`;
-    await waitFor(strace, output, async () => ((await fetch(`${base}/healthz`).catch(() => null))?.status === 200 ? true : null));
-    const keys = JSON.parse(fs.readFileSync(path.join(dataDir, 'bootstrap-keys.json'), 'utf8')) as Keys;
+    await waitFor(strace, output, async () =>
+      (await fetch(`${base}/healthz`).catch(() => null))?.status === 200 ? true : null,
+    );
+    const keys = JSON.parse(
+      fs.readFileSync(path.join(dataDir, 'bootstrap-keys.json'), 'utf8'),
+    ) as Keys;
     const server = childPids(strace.pid);
     expect(server, `strace should have exactly one child (the server)\n${out}`).toHaveLength(1);
     const stop = async (): Promise<void> => {
-      process.kill(server[0]!, 'SIGTERM');
+      process.kill(server[0] as number, 'SIGTERM');
       const timer = setTimeout(kill, SERVER_STOP_MS_MAX);
       await exited;
       clearTimeout(timer);
@@ -225,14 +279,20 @@ export function childPids(parentPid: number | undefined): number[] {
   return pids;
 }
 
-async function waitFor<T>(child: ChildProcess, output: () => string, probe: () => T | null | Promise<T | null>): Promise<T> {
+async function waitFor<T>(
+  child: ChildProcess,
+  output: () => string,
+  probe: () => T | null | Promise<T | null>,
+): Promise<T> {
   const deadline = Date.now() + SERVER_READY_MS_MAX;
   while (Date.now() < deadline) {
-    if (child.exitCode !== null) throw new Error(`strace/server exited (${child.exitCode}):\n${output()}`);
+    if (child.exitCode !== null)
+      throw new Error(`strace/server exited (${child.exitCode}):\n${output()}`);
     const value = await probe();
     if (value !== null) return value;
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
-  throw new Error(`server under strace did not become ready in ${SERVER_READY_MS_MAX} ms:\n${output()}`);
+  throw new Error(
+    `server under strace did not become ready in ${SERVER_READY_MS_MAX} ms:\n${output()}`,
+  );
 }
-

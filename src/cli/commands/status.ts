@@ -35,7 +35,7 @@ export function register(program: Command): void {
     program
       .command('status')
       .description('health, shards, customers, journal sizes, snapshots and uptime (operator key)')
-      .option('--json', 'print the service\'s answer as JSON'),
+      .option('--json', "print the service's answer as JSON"),
     'operator',
   ).action(async (options: RemoteOptions & { json?: boolean }) => {
     const status = await TallyClient.from(options).json<Status>('GET', '/v1/admin/status');
@@ -45,9 +45,14 @@ export function register(program: Command): void {
 
 function formatStatus(status: Status): string {
   const configs = Object.entries(status.environments)
-    .map(([environment, { configVersion }]) => `${environment} ${configVersion === 0 ? 'none pushed' : `v${configVersion}`}`)
+    .map(
+      ([environment, { configVersion }]) =>
+        `${environment} ${configVersion === 0 ? 'none pushed' : `v${configVersion}`}`,
+    )
     .join(', ');
-  const snapshots = status.shards.map((shard) => shard.lastSnapshotAt).filter((at): at is string => at !== null);
+  const snapshots = status.shards
+    .map((shard) => shard.lastSnapshotAt)
+    .filter((at): at is string => at !== null);
   const lastSnapshot = snapshots.length === 0 ? 'never' : snapshots.sort().at(-1);
   const journalBytes = status.shards.reduce((sum, shard) => sum + shard.journalBytes, 0);
   const summary = formatTable(
@@ -63,7 +68,16 @@ function formatStatus(status: Status): string {
     ],
   );
   const shards = formatTable(
-    ['SHARD', 'CUSTOMERS', 'QUEUE', 'JOURNAL RECORDS', 'JOURNAL SIZE', 'LAST SEQ', 'SNAPSHOT SEQ', 'LAST SNAPSHOT'],
+    [
+      'SHARD',
+      'CUSTOMERS',
+      'QUEUE',
+      'JOURNAL RECORDS',
+      'JOURNAL SIZE',
+      'LAST SEQ',
+      'SNAPSHOT SEQ',
+      'LAST SNAPSHOT',
+    ],
     status.shards.map((shard) => [
       String(shard.index),
       String(shard.customers),

@@ -17,7 +17,15 @@
 import fs from 'node:fs';
 import readline from 'node:readline';
 import type { Command } from 'commander';
-import { addRemoteOptions, CliError, EXIT, ServiceError, TallyClient, withActivity, type RemoteOptions } from '../client.js';
+import {
+  addRemoteOptions,
+  CliError,
+  EXIT,
+  ServiceError,
+  TallyClient,
+  withActivity,
+  type RemoteOptions,
+} from '../client.js';
 import { changeCount, diffConfigs, formatDiff } from '../config-diff.js';
 
 interface Pulled {
@@ -37,7 +45,9 @@ export function register(program: Command): void {
   addRemoteOptions(
     program
       .command('push')
-      .description('validate a billing configuration, show what changes against the deployed one, and push it')
+      .description(
+        'validate a billing configuration, show what changes against the deployed one, and push it',
+      )
       .argument('<config.json>', 'the billing configuration file')
       .option('-y, --yes', 'push without asking (for CI)')
       .option('--dry-run', 'show what would change and push nothing'),
@@ -62,13 +72,22 @@ async function push(file: string, options: PushOptions): Promise<void> {
   if (!validation.ok) {
     const count = validation.errors.length;
     const listed = validation.errors.map((error) => `  - ${error}`).join('\n');
-    throw new CliError(`${file} is not a valid billing configuration (${count} violation${count === 1 ? '' : 's'}); nothing was pushed:\n${listed}`);
+    throw new CliError(
+      `${file} is not a valid billing configuration (${count} violation${count === 1 ? '' : 's'}); nothing was pushed:\n${listed}`,
+    );
   }
   const client = TallyClient.from(options);
-  const deployed = await withActivity(`reading the deployed configuration from ${client.baseUrl}`, () => pullOrNull(client));
+  const deployed = await withActivity(
+    `reading the deployed configuration from ${client.baseUrl}`,
+    () => pullOrNull(client),
+  );
   const environment = environmentOfKey(options.key);
-  const target = `${environment === null ? 'the key\'s environment' : `the ${environment} environment`} at ${client.baseUrl}`;
-  console.log(deployed === null ? `Nothing is deployed to ${target} yet.` : `Deployed to ${target}: version ${deployed.version} (pushed ${deployed.pushedAt}).`);
+  const target = `${environment === null ? "the key's environment" : `the ${environment} environment`} at ${client.baseUrl}`;
+  console.log(
+    deployed === null
+      ? `Nothing is deployed to ${target} yet.`
+      : `Deployed to ${target}: version ${deployed.version} (pushed ${deployed.pushedAt}).`,
+  );
 
   const diff = diffConfigs(deployed?.config ?? null, config);
   if (deployed !== null && changeCount(diff) === 0) {
@@ -85,11 +104,15 @@ async function push(file: string, options: PushOptions): Promise<void> {
   }
   if (options.yes !== true) await confirm(`Push this configuration to ${target}?`);
 
-  const pushed = await withActivity(`pushing ${file}`, () => client.json<Pushed>('POST', '/v1/sync/push', config));
+  const pushed = await withActivity(`pushing ${file}`, () =>
+    client.json<Pushed>('POST', '/v1/sync/push', config),
+  );
   console.log(`Pushed version ${pushed.version} (${pushed.pushedAt}).`);
   const expected = (deployed?.version ?? 0) + 1;
   if (pushed.version !== expected) {
-    console.log(`Note: another push landed meanwhile; the diff above was against version ${deployed?.version ?? 'none'}, not version ${pushed.version - 1}.`);
+    console.log(
+      `Note: another push landed meanwhile; the diff above was against version ${deployed?.version ?? 'none'}, not version ${pushed.version - 1}.`,
+    );
   }
 }
 
@@ -125,7 +148,9 @@ function readJsonFile(file: string): unknown {
   try {
     text = fs.readFileSync(file, 'utf8');
   } catch (error) {
-    throw new CliError(`cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    throw new CliError(
+      `cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+    );
   }
   try {
     return JSON.parse(text) as unknown;
@@ -146,7 +171,10 @@ function environmentOfKey(key: string | undefined): 'test' | 'live' | null {
  */
 async function confirm(question: string): Promise<void> {
   if (process.stdin.isTTY !== true) {
-    throw new CliError('stdin is not a terminal, so there is nobody to confirm the push; pass --yes to push without asking', EXIT.usage);
+    throw new CliError(
+      'stdin is not a terminal, so there is nobody to confirm the push; pass --yes to push without asking',
+      EXIT.usage,
+    );
   }
   const rl = readline.createInterface({ input: process.stdin, output: process.stdout });
   const answer = await new Promise<string>((resolve) => {

@@ -14,7 +14,12 @@ import type Stripe from 'stripe';
 import { addIntervals, asInterval, nextPeriodEnd } from './clock.js';
 import { invalidParam } from './errors.js';
 import { invoiceForPeriod, type Period } from './resources/invoices.js';
-import { currentPeriod, subscriptionObject, withPeriod, type ItemRequest } from './resources/subscription-objects.js';
+import {
+  currentPeriod,
+  subscriptionObject,
+  withPeriod,
+  type ItemRequest,
+} from './resources/subscription-objects.js';
 import type { SandboxState } from './state.js';
 import { newId } from './store.js';
 
@@ -26,11 +31,25 @@ export function checkRecurringItems(items: readonly ItemRequest[], param: string
   const first = items[0]?.price.recurring;
   for (const [index, item] of items.entries()) {
     const recurring = item.price.recurring;
-    if (recurring === null) throw invalidParam(`${param}[${index}][price]`, `The price \`${item.price.id}\` is a one-time price; a subscription needs recurring prices.`);
-    if (recurring.interval !== first?.interval || recurring.interval_count !== first.interval_count) {
-      throw invalidParam(`${param}[${index}][price]`, 'All prices on a subscription must have the same recurring interval and interval_count.');
+    if (recurring === null)
+      throw invalidParam(
+        `${param}[${index}][price]`,
+        `The price \`${item.price.id}\` is a one-time price; a subscription needs recurring prices.`,
+      );
+    if (
+      recurring.interval !== first?.interval ||
+      recurring.interval_count !== first.interval_count
+    ) {
+      throw invalidParam(
+        `${param}[${index}][price]`,
+        'All prices on a subscription must have the same recurring interval and interval_count.',
+      );
     }
-    if (item.price.currency !== items[0]?.price.currency) throw invalidParam(`${param}[${index}][price]`, 'All prices on a subscription must share one currency.');
+    if (item.price.currency !== items[0]?.price.currency)
+      throw invalidParam(
+        `${param}[${index}][price]`,
+        'All prices on a subscription must share one currency.',
+      );
   }
 }
 
@@ -47,15 +66,35 @@ export interface StartRequest {
 }
 
 /** Opens a subscription and bills its first period. */
-export function startSubscription(state: SandboxState, request: StartRequest): { subscription: Stripe.Subscription; invoice: Stripe.Invoice } {
+export function startSubscription(
+  state: SandboxState,
+  request: StartRequest,
+): { subscription: Stripe.Subscription; invoice: Stripe.Invoice } {
   const customer = state.customers.get(request.customer, 'customer');
   const testClock = typeof customer.test_clock === 'string' ? customer.test_clock : null;
   const now = state.customerNow(customer.id);
   const recurring = request.items[0]?.price.recurring;
-  if (recurring == null) throw invalidParam('items', 'A subscription needs at least one recurring price.');
-  const period = { start: now, end: addIntervals(now, asInterval(recurring.interval), recurring.interval_count) };
-  const draft = subscriptionObject({ id: newId('sub'), customer: customer.id, testClock, items: request.items, metadata: request.metadata, period });
-  const invoice = invoiceForPeriod(state, { subscription: draft, period, invoicePeriod: { start: now, end: now }, reason: 'subscription_create', created: now });
+  if (recurring == null)
+    throw invalidParam('items', 'A subscription needs at least one recurring price.');
+  const period = {
+    start: now,
+    end: addIntervals(now, asInterval(recurring.interval), recurring.interval_count),
+  };
+  const draft = subscriptionObject({
+    id: newId('sub'),
+    customer: customer.id,
+    testClock,
+    items: request.items,
+    metadata: request.metadata,
+    period,
+  });
+  const invoice = invoiceForPeriod(state, {
+    subscription: draft,
+    period,
+    invoicePeriod: { start: now, end: now },
+    reason: 'subscription_create',
+    created: now,
+  });
   const subscription = state.subscriptions.insert({ ...draft, latest_invoice: invoice.id });
   state.events.emit('customer.subscription.created', subscription, undefined, now);
   state.events.emit('invoice.paid', invoice, undefined, now);
@@ -63,8 +102,18 @@ export function startSubscription(state: SandboxState, request: StartRequest): {
 }
 
 /** Ends a subscription that was set to cancel at the end of its period. */
-function endAtPeriodEnd(state: SandboxState, subscription: Stripe.Subscription, end: number): Stripe.Subscription {
-  const ended: Stripe.Subscription = { ...subscription, status: 'canceled', ended_at: end, canceled_at: subscription.canceled_at ?? end, cancel_at_period_end: false };
+function endAtPeriodEnd(
+  state: SandboxState,
+  subscription: Stripe.Subscription,
+  end: number,
+): Stripe.Subscription {
+  const ended: Stripe.Subscription = {
+    ...subscription,
+    status: 'canceled',
+    ended_at: end,
+    canceled_at: subscription.canceled_at ?? end,
+    cancel_at_period_end: false,
+  };
   state.subscriptions.update(ended);
   state.events.emit('customer.subscription.deleted', ended, undefined, end);
   return ended;
@@ -74,24 +123,49 @@ function endAtPeriodEnd(state: SandboxState, subscription: Stripe.Subscription, 
 function renewOnce(state: SandboxState, subscription: Stripe.Subscription): Stripe.Subscription {
   const old = currentPeriod(subscription);
   const recurring = recurringOf(subscription);
-  const next: Period = { start: old.end, end: nextPeriodEnd(subscription.billing_cycle_anchor, asInterval(recurring.interval), recurring.interval_count, old.end) };
+  const next: Period = {
+    start: old.end,
+    end: nextPeriodEnd(
+      subscription.billing_cycle_anchor,
+      asInterval(recurring.interval),
+      recurring.interval_count,
+      old.end,
+    ),
+  };
   const moved = withPeriod(subscription, next);
-  const invoice = invoiceForPeriod(state, { subscription: moved, period: next, invoicePeriod: old, reason: 'subscription_cycle', created: next.start });
+  const invoice = invoiceForPeriod(state, {
+    subscription: moved,
+    period: next,
+    invoicePeriod: old,
+    reason: 'subscription_cycle',
+    created: next.start,
+  });
   const renewed: Stripe.Subscription = { ...moved, latest_invoice: invoice.id };
   state.subscriptions.update(renewed);
-  state.events.emit('customer.subscription.updated', renewed, { items: subscription.items, latest_invoice: subscription.latest_invoice }, next.start);
+  state.events.emit(
+    'customer.subscription.updated',
+    renewed,
+    { items: subscription.items, latest_invoice: subscription.latest_invoice },
+    next.start,
+  );
   state.events.emit('invoice.paid', invoice, undefined, next.start);
   return renewed;
 }
 
 /** Renews (or ends) `subscription` for every period that ended by `upTo`. */
-export function renewThrough(state: SandboxState, subscription: Stripe.Subscription, upTo: number): Stripe.Subscription {
+export function renewThrough(
+  state: SandboxState,
+  subscription: Stripe.Subscription,
+  upTo: number,
+): Stripe.Subscription {
   let current = subscription;
   for (let pass = 0; pass < RENEWALS_PER_PASS_MAX; pass += 1) {
     if (current.status !== 'active') return current;
     const { end } = currentPeriod(current);
     if (end > upTo) return current;
-    current = current.cancel_at_period_end ? endAtPeriodEnd(state, current, end) : renewOnce(state, current);
+    current = current.cancel_at_period_end
+      ? endAtPeriodEnd(state, current, end)
+      : renewOnce(state, current);
   }
   return current;
 }
@@ -107,7 +181,11 @@ export function renewOnClock(state: SandboxState, clockId: string, frozenTime: n
 export function renewDue(state: SandboxState): void {
   const now = state.clock.nowSeconds();
   for (const subscription of [...state.subscriptions.all()]) {
-    if (subscription.test_clock === null && subscription.status === 'active' && currentPeriod(subscription).end <= now) {
+    if (
+      subscription.test_clock === null &&
+      subscription.status === 'active' &&
+      currentPeriod(subscription).end <= now
+    ) {
       renewThrough(state, subscription, now);
     }
   }

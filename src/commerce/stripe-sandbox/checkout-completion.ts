@@ -28,22 +28,41 @@ export interface PaymentDetails {
   readonly email?: string;
 }
 
-function buyer(state: SandboxState, session: Stripe.Checkout.Session, details: PaymentDetails): Stripe.Customer {
+function buyer(
+  state: SandboxState,
+  session: Stripe.Checkout.Session,
+  details: PaymentDetails,
+): Stripe.Customer {
   if (typeof session.customer === 'string') return state.customers.get(session.customer);
   const email = details.email || session.customer_email || null;
   return createCustomer(state, { email });
 }
 
 function itemsOf(session: Stripe.Checkout.Session): ItemRequest[] {
-  return (session.line_items?.data ?? []).flatMap((line) => (line.price === null ? [] : [{ price: line.price, quantity: line.quantity ?? 1 }]));
+  return (session.line_items?.data ?? []).flatMap((line) =>
+    line.price === null ? [] : [{ price: line.price, quantity: line.quantity ?? 1 }],
+  );
 }
 
 function customerDetails(customer: Stripe.Customer): Stripe.Checkout.Session.CustomerDetails {
-  return { address: null, business_name: null, email: customer.email, individual_name: null, name: customer.name ?? null, phone: null, tax_exempt: 'none', tax_ids: [] };
+  return {
+    address: null,
+    business_name: null,
+    email: customer.email,
+    individual_name: null,
+    name: customer.name ?? null,
+    phone: null,
+    tax_exempt: 'none',
+    tax_ids: [],
+  };
 }
 
 /** Pays an open session; throws `SessionClosedError` for an expired or completed one. */
-export function completeSession(state: SandboxState, sessionId: string, details: PaymentDetails): Stripe.Checkout.Session {
+export function completeSession(
+  state: SandboxState,
+  sessionId: string,
+  details: PaymentDetails,
+): Stripe.Checkout.Session {
   const session = state.sessions.get(sessionId);
   if (session.status === 'expired') throw new SessionClosedError('expired');
   if (session.status === 'complete') throw new SessionClosedError('complete');
@@ -51,11 +70,21 @@ export function completeSession(state: SandboxState, sessionId: string, details:
   let outcome: Partial<Stripe.Checkout.Session>;
   if (session.mode === 'subscription') {
     const metadata = state.checkoutExtras.get(session.id)?.subscriptionMetadata ?? {};
-    const { subscription, invoice } = startSubscription(state, { customer: customer.id, items: itemsOf(session), metadata });
+    const { subscription, invoice } = startSubscription(state, {
+      customer: customer.id,
+      items: itemsOf(session),
+      metadata,
+    });
     outcome = { subscription: subscription.id, invoice: invoice.id };
   } else {
     const amount = session.amount_total ?? 0;
-    const paymentIntent = collectPayment(state, { customer, amount, currency: session.currency ?? 'usd', description: null, metadata: {} });
+    const paymentIntent = collectPayment(state, {
+      customer,
+      amount,
+      currency: session.currency ?? 'usd',
+      description: null,
+      metadata: {},
+    });
     outcome = { payment_intent: paymentIntent.id };
   }
   const completed: Stripe.Checkout.Session = {

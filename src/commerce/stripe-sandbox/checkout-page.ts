@@ -21,7 +21,13 @@ export interface PageAnswer {
   readonly location?: string;
 }
 
-const ESCAPES: Readonly<Record<string, string>> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+const ESCAPES: Readonly<Record<string, string>> = {
+  '&': '&amp;',
+  '<': '&lt;',
+  '>': '&gt;',
+  '"': '&quot;',
+  "'": '&#39;',
+};
 
 export function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (c) => ESCAPES[c] ?? c);
@@ -42,9 +48,13 @@ function itemRows(state: SandboxState, session: Stripe.Checkout.Session): string
   return (session.line_items?.data ?? [])
     .map((line) => {
       const price = line.price;
-      const name = price === null ? (line.description ?? '') : state.products.find(String(price.product))?.name ?? line.description ?? '';
+      const name =
+        price === null
+          ? (line.description ?? '')
+          : (state.products.find(String(price.product))?.name ?? line.description ?? '');
       const quantity = (line.quantity ?? 1) > 1 ? ` × ${line.quantity ?? 1}` : '';
-      const shown = price === null ? formatAmount(line.amount_total, line.currency) : formatPrice(price);
+      const shown =
+        price === null ? formatAmount(line.amount_total, line.currency) : formatPrice(price);
       return `<tr><td class="product">${escapeHtml(name)}${quantity}</td><td class="amount">${escapeHtml(shown)}</td></tr>`;
     })
     .join('\n');
@@ -54,7 +64,10 @@ function openPage(state: SandboxState, session: Stripe.Checkout.Session): string
   const total = formatAmount(session.amount_total ?? 0, session.currency ?? 'usd');
   const action = session.mode === 'subscription' ? 'Subscribe' : 'Pay';
   const email = escapeHtml(session.customer_email ?? '');
-  const cancel = session.cancel_url === null ? '' : `<p><a href="${escapeHtml(session.cancel_url)}">Cancel</a></p>`;
+  const cancel =
+    session.cancel_url === null
+      ? ''
+      : `<p><a href="${escapeHtml(session.cancel_url)}">Cancel</a></p>`;
   return layout(
     `Checkout · ${total}`,
     `<h1>Checkout</h1>
@@ -72,11 +85,17 @@ ${cancel}`,
 }
 
 function closedPage(status: 'expired' | 'complete'): string {
-  const message = status === 'expired' ? 'This checkout session has expired.' : 'This checkout session has already been paid.';
+  const message =
+    status === 'expired'
+      ? 'This checkout session has expired.'
+      : 'This checkout session has already been paid.';
   return layout('Checkout', `<h1>Checkout</h1><p class="notice">${message}</p>`);
 }
 
-const MISSING: PageAnswer = { status: 404, html: layout('Checkout', '<h1>Checkout</h1><p class="notice">No such checkout session.</p>') };
+const MISSING: PageAnswer = {
+  status: 404,
+  html: layout('Checkout', '<h1>Checkout</h1><p class="notice">No such checkout session.</p>'),
+};
 
 /** `GET /checkout/<id>`. */
 export function showCheckout(state: SandboxState, sessionId: string): PageAnswer {
@@ -91,11 +110,14 @@ export function showCheckout(state: SandboxState, sessionId: string): PageAnswer
 export function payCheckout(state: SandboxState, sessionId: string, form: string): PageAnswer {
   if (state.sessions.find(sessionId) === undefined) return MISSING;
   try {
-    const completed = completeSession(state, sessionId, { email: optString(parseForm(form), 'email') ?? '' });
+    const completed = completeSession(state, sessionId, {
+      email: optString(parseForm(form), 'email') ?? '',
+    });
     const target = (completed.success_url ?? '').replaceAll('{CHECKOUT_SESSION_ID}', completed.id);
     return { status: 303, location: target };
   } catch (error) {
-    if (error instanceof SessionClosedError) return { status: error.status === 'expired' ? 410 : 409, html: closedPage(error.status) };
+    if (error instanceof SessionClosedError)
+      return { status: error.status === 'expired' ? 410 : 409, html: closedPage(error.status) };
     throw error;
   }
 }

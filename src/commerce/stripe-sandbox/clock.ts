@@ -36,7 +36,14 @@ function addMonthsUtc(seconds: number, months: number): number {
   const month = ((targetMonth % 12) + 12) % 12;
   const lastDay = new Date(Date.UTC(year, month + 1, 0)).getUTCDate();
   const day = Math.min(date.getUTCDate(), lastDay);
-  const ms = Date.UTC(year, month, day, date.getUTCHours(), date.getUTCMinutes(), date.getUTCSeconds());
+  const ms = Date.UTC(
+    year,
+    month,
+    day,
+    date.getUTCHours(),
+    date.getUTCMinutes(),
+    date.getUTCSeconds(),
+  );
   return Math.floor(ms / 1000);
 }
 
@@ -61,7 +68,12 @@ const LONGEST_DAYS: Record<Interval, number> = { day: 1, week: 7, month: 31, yea
  * `anchor + n·(interval × intervalCount)` after it. The search starts from a step count
  * that cannot overshoot (every interval assumed as long as it can be) and walks up.
  */
-export function nextPeriodEnd(anchor: number, interval: Interval, intervalCount: number, periodEnd: number): number {
+export function nextPeriodEnd(
+  anchor: number,
+  interval: Interval,
+  intervalCount: number,
+  periodEnd: number,
+): number {
   const stepDays = LONGEST_DAYS[interval] * intervalCount;
   let step = Math.max(1, Math.floor((periodEnd - anchor) / (stepDays * DAY)));
   for (;;) {

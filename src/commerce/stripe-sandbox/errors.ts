@@ -9,7 +9,11 @@
  * that code written against the sandbox sees what it would see against Stripe.
  */
 
-export type StripeErrorType = 'invalid_request_error' | 'idempotency_error' | 'api_error' | 'card_error';
+export type StripeErrorType =
+  | 'invalid_request_error'
+  | 'idempotency_error'
+  | 'api_error'
+  | 'card_error';
 
 export interface StripeErrorBody {
   readonly type: StripeErrorType;
@@ -35,17 +39,31 @@ export class StripeApiError extends Error {
 
 /** 404 `resource_missing`: an id that names nothing (`No such customer: 'cus_…'`). */
 export function resourceMissing(noun: string, id: string, param = 'id'): StripeApiError {
-  return new StripeApiError(404, { type: 'invalid_request_error', code: 'resource_missing', param, message: `No such ${noun}: '${id}'` });
+  return new StripeApiError(404, {
+    type: 'invalid_request_error',
+    code: 'resource_missing',
+    param,
+    message: `No such ${noun}: '${id}'`,
+  });
 }
 
 /** 400 for a parameter with a bad value. */
-export function invalidParam(param: string, message: string, code = 'parameter_invalid'): StripeApiError {
+export function invalidParam(
+  param: string,
+  message: string,
+  code = 'parameter_invalid',
+): StripeApiError {
   return new StripeApiError(400, { type: 'invalid_request_error', code, param, message });
 }
 
 /** 400 `parameter_missing`. */
 export function missingParam(param: string): StripeApiError {
-  return new StripeApiError(400, { type: 'invalid_request_error', code: 'parameter_missing', param, message: `Missing required param: ${param}.` });
+  return new StripeApiError(400, {
+    type: 'invalid_request_error',
+    code: 'parameter_missing',
+    param,
+    message: `Missing required param: ${param}.`,
+  });
 }
 
 /** 400 `parameter_unknown`: Stripe refuses parameters an endpoint does not take. */
@@ -60,14 +78,18 @@ export function unknownParam(param: string): StripeApiError {
 
 /** 400 for a request that is well formed but not allowed in the object's current state. */
 export function invalidState(message: string, param?: string): StripeApiError {
-  return new StripeApiError(400, { type: 'invalid_request_error', message, ...(param === undefined ? {} : { param }) });
+  return new StripeApiError(400, {
+    type: 'invalid_request_error',
+    message,
+    ...(param === undefined ? {} : { param }),
+  });
 }
 
 /** 401: no key, or not the sandbox's key. Stripe types these `invalid_request_error`. */
 export function authenticationFailed(given: string | undefined): StripeApiError {
   const message =
     given === undefined
-      ? 'You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. \'Authorization: Bearer YOUR_SECRET_KEY\').'
+      ? "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY')."
       : `Invalid API Key provided: ${redactKey(given)}`;
   return new StripeApiError(401, { type: 'invalid_request_error', message });
 }
@@ -90,11 +112,17 @@ export function unrecognizedUrl(method: string, path: string): StripeApiError {
 
 /** 500 for a failure inside the sandbox itself. */
 export function internalError(): StripeApiError {
-  return new StripeApiError(500, { type: 'api_error', message: 'An unexpected error occurred in the Stripe sandbox.' });
+  return new StripeApiError(500, {
+    type: 'api_error',
+    message: 'An unexpected error occurred in the Stripe sandbox.',
+  });
 }
 
 /** Shows a key the way Stripe does in its messages: prefix and last four characters. */
 export function redactKey(key: string): string {
-  const shown = key.length > 12 ? `${key.slice(0, 8)}${'*'.repeat(Math.min(key.length - 12, 24))}${key.slice(-4)}` : '*'.repeat(key.length);
+  const shown =
+    key.length > 12
+      ? `${key.slice(0, 8)}${'*'.repeat(Math.min(key.length - 12, 24))}${key.slice(-4)}`
+      : '*'.repeat(key.length);
   return shown.replace(/[^\x20-\x7e]/g, '?');
 }

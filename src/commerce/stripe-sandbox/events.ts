@@ -23,7 +23,10 @@ export interface RequestInfo {
 
 /** Whether an endpoint subscribed to `type` (`*` is every type). */
 export function endpointWants(endpoint: Stripe.WebhookEndpoint, type: string): boolean {
-  return endpoint.status === 'enabled' && (endpoint.enabled_events.includes('*') || endpoint.enabled_events.includes(type));
+  return (
+    endpoint.status === 'enabled' &&
+    (endpoint.enabled_events.includes('*') || endpoint.enabled_events.includes(type))
+  );
 }
 
 export class EventLog {
@@ -40,14 +43,24 @@ export class EventLog {
     this.collection = new Collection('event', limit, true);
   }
 
-  emit<T extends EventType>(type: T, object: EventObject<T>, previous?: Partial<EventObject<T>>, created?: number): EventOf<T> {
-    const pending = [...this.endpoints.all()].filter((endpoint) => endpointWants(endpoint, type)).length;
+  emit<T extends EventType>(
+    type: T,
+    object: EventObject<T>,
+    previous?: Partial<EventObject<T>>,
+    created?: number,
+  ): EventOf<T> {
+    const pending = [...this.endpoints.all()].filter((endpoint) =>
+      endpointWants(endpoint, type),
+    ).length;
     const event = {
       id: newId('evt'),
       object: 'event',
       api_version: Stripe.API_VERSION,
       created: created ?? this.clock.nowSeconds(),
-      data: { object: wireCopy(object), ...(previous === undefined ? {} : { previous_attributes: wireCopy(previous) }) },
+      data: {
+        object: wireCopy(object),
+        ...(previous === undefined ? {} : { previous_attributes: wireCopy(previous) }),
+      },
       livemode: false,
       pending_webhooks: pending,
       request: { id: this.request.id, idempotency_key: this.request.idempotencyKey },

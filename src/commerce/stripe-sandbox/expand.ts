@@ -39,7 +39,12 @@ function cannotExpand(path: string): never {
   throw invalidParam('expand', `This property cannot be expanded (${path}).`);
 }
 
-function expandAt(state: SandboxState, node: Json, segments: readonly string[], path: string): void {
+function expandAt(
+  state: SandboxState,
+  node: Json,
+  segments: readonly string[],
+  path: string,
+): void {
   const [field, ...rest] = segments;
   if (field === undefined) return;
   const value = node[field];
@@ -56,7 +61,10 @@ function expandAt(state: SandboxState, node: Json, segments: readonly string[], 
     expandAt(state, expanded, rest, path);
     return;
   }
-  if (isRecord(value) && (rest.length > 0 || INCLUDABLE[String(node['object'])]?.includes(field) === true)) {
+  if (
+    isRecord(value) &&
+    (rest.length > 0 || INCLUDABLE[String(node['object'])]?.includes(field) === true)
+  ) {
     expandAt(state, value, rest, path);
     return;
   }
@@ -68,14 +76,22 @@ export function render(state: SandboxState, object: object, paths: readonly stri
   const root = withoutIncludable(wireCopy(object) as Json, paths);
   for (const path of paths) {
     const segments = path.split('.');
-    if (segments.length > MAX_DEPTH) throw invalidParam('expand', `You cannot expand more than ${MAX_DEPTH} levels of a property (${path}).`);
+    if (segments.length > MAX_DEPTH)
+      throw invalidParam(
+        'expand',
+        `You cannot expand more than ${MAX_DEPTH} levels of a property (${path}).`,
+      );
     expandAt(state, root, segments, path);
   }
   return root;
 }
 
 /** A list page with each path applied under `data`. */
-export function renderList(state: SandboxState, list: { readonly data: readonly object[] }, paths: readonly string[]): Json {
+export function renderList(
+  state: SandboxState,
+  list: { readonly data: readonly object[] },
+  paths: readonly string[],
+): Json {
   const dataPaths = paths.map((path) => {
     if (!path.startsWith('data.')) cannotExpand(path);
     return path.slice('data.'.length);

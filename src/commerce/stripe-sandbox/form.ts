@@ -39,7 +39,12 @@ export function allowOnly(params: Params, allowed: readonly string[]): void {
 export function optString(params: Params, name: string): string | undefined {
   const value = params[name];
   if (value === undefined) return undefined;
-  if (typeof value !== 'string') throw invalidParam(name, `Invalid string: ${name} must be a string.`, 'parameter_invalid_string');
+  if (typeof value !== 'string')
+    throw invalidParam(
+      name,
+      `Invalid string: ${name} must be a string.`,
+      'parameter_invalid_string',
+    );
   return value;
 }
 
@@ -47,12 +52,21 @@ export function optString(params: Params, name: string): string | undefined {
 export function reqString(params: Params, name: string): string {
   const value = optString(params, name);
   if (value === undefined) throw missingParam(name);
-  if (value === '') throw invalidParam(name, `You passed an empty string for '${name}'. We assume empty values are an attempt to unset a parameter; however '${name}' cannot be unset. You should remove '${name}' from your request or supply a non-empty value.`, 'parameter_invalid_empty');
+  if (value === '')
+    throw invalidParam(
+      name,
+      `You passed an empty string for '${name}'. We assume empty values are an attempt to unset a parameter; however '${name}' cannot be unset. You should remove '${name}' from your request or supply a non-empty value.`,
+      'parameter_invalid_empty',
+    );
   return value;
 }
 
 /** A non-negative integer, or undefined when absent. */
-export function optInteger(params: Params, name: string, max = Number.MAX_SAFE_INTEGER): number | undefined {
+export function optInteger(
+  params: Params,
+  name: string,
+  max = Number.MAX_SAFE_INTEGER,
+): number | undefined {
   const value = optString(params, name);
   if (value === undefined) return undefined;
   if (!/^\d{1,16}$/.test(value) || Number(value) > max) {
@@ -70,7 +84,11 @@ export function optBoolean(params: Params, name: string): boolean | undefined {
 }
 
 /** One of `choices`, or undefined when absent. */
-export function optEnum<T extends string>(params: Params, name: string, choices: readonly T[]): T | undefined {
+export function optEnum<T extends string>(
+  params: Params,
+  name: string,
+  choices: readonly T[],
+): T | undefined {
   const value = optString(params, name);
   if (value === undefined) return undefined;
   if (!(choices as readonly string[]).includes(value)) {
@@ -93,8 +111,13 @@ export function optObject(params: Params, name: string): Params | undefined {
 export function optStringArray(params: Params, name: string): string[] | undefined {
   const value = params[name];
   if (value === undefined) return undefined;
-  const items = Array.isArray(value) ? value : typeof value === 'object' && value !== null ? Object.values(value) : [value];
-  if (!items.every((item): item is string => typeof item === 'string')) throw invalidParam(name, `Invalid array: ${name} must be an array of strings.`);
+  const items = Array.isArray(value)
+    ? value
+    : typeof value === 'object' && value !== null
+      ? Object.values(value)
+      : [value];
+  if (!items.every((item): item is string => typeof item === 'string'))
+    throw invalidParam(name, `Invalid array: ${name} must be an array of strings.`);
   return items;
 }
 
@@ -102,7 +125,11 @@ export function optStringArray(params: Params, name: string): string[] | undefin
 export function optObjectArray(params: Params, name: string): Params[] | undefined {
   const value = params[name];
   if (value === undefined) return undefined;
-  const items = Array.isArray(value) ? value : typeof value === 'object' && value !== null ? Object.values(value) : [value];
+  const items = Array.isArray(value)
+    ? value
+    : typeof value === 'object' && value !== null
+      ? Object.values(value)
+      : [value];
   if (!items.every((item) => typeof item === 'object' && item !== null && !Array.isArray(item))) {
     throw invalidParam(name, `Invalid array: ${name} must be an array of hashes.`);
   }
@@ -121,19 +148,26 @@ const METADATA_KEYS_MAX = 50;
  * are removed, `metadata=` (empty string) clears everything; at most 50 keys, keys up to
  * 40 characters, values up to 500.
  */
-export function mergeMetadata(params: Params, current: Readonly<Record<string, string>> = {}): Record<string, string> {
+export function mergeMetadata(
+  params: Params,
+  current: Readonly<Record<string, string>> = {},
+): Record<string, string> {
   const raw = params['metadata'];
   if (raw === undefined) return { ...current };
   if (raw === '') return {};
   const given = optObject(params, 'metadata') ?? {};
   const merged: Record<string, string> = { ...current };
   for (const [key, value] of Object.entries(given)) {
-    if (typeof value !== 'string') throw invalidParam(`metadata[${key}]`, 'Metadata values must be strings.');
-    if (key.length > 40) throw invalidParam(`metadata[${key}]`, 'Metadata keys can be at most 40 characters long.');
-    if (value.length > 500) throw invalidParam(`metadata[${key}]`, 'Metadata values can be at most 500 characters long.');
+    if (typeof value !== 'string')
+      throw invalidParam(`metadata[${key}]`, 'Metadata values must be strings.');
+    if (key.length > 40)
+      throw invalidParam(`metadata[${key}]`, 'Metadata keys can be at most 40 characters long.');
+    if (value.length > 500)
+      throw invalidParam(`metadata[${key}]`, 'Metadata values can be at most 500 characters long.');
     if (value === '') delete merged[key];
     else merged[key] = value;
   }
-  if (Object.keys(merged).length > METADATA_KEYS_MAX) throw invalidParam('metadata', `Metadata can have at most ${METADATA_KEYS_MAX} keys.`);
+  if (Object.keys(merged).length > METADATA_KEYS_MAX)
+    throw invalidParam('metadata', `Metadata can have at most ${METADATA_KEYS_MAX} keys.`);
   return merged;
 }

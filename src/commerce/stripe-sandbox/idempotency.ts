@@ -41,7 +41,10 @@ export class IdempotencyStore {
   /** The saved answer for a replay, undefined for a fresh key; throws on a mismatch. */
   lookup(apiKey: string, key: string, fingerprint: string): SavedAnswer | undefined {
     if (key.length > KEY_LENGTH_MAX) {
-      throw invalidParam('Idempotency-Key', `Idempotency-Key must be at most ${KEY_LENGTH_MAX} characters long.`);
+      throw invalidParam(
+        'Idempotency-Key',
+        `Idempotency-Key must be at most ${KEY_LENGTH_MAX} characters long.`,
+      );
     }
     const slot = `${apiKey}\n${key}`;
     const entry = this.#entries.get(slot);

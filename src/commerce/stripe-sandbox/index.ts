@@ -21,7 +21,12 @@ import { DEFAULT_LIMITS, SandboxState, type SandboxLimits } from './state.js';
 import { randomToken } from './store.js';
 import { WebhookDeliveries, type DeliveryOptions } from './webhooks.js';
 
-export type { DeliveryAttempt, DeliveryMode, DeliveryOptions, WebhookDeliveries } from './webhooks.js';
+export type {
+  DeliveryAttempt,
+  DeliveryMode,
+  DeliveryOptions,
+  WebhookDeliveries,
+} from './webhooks.js';
 export type { SandboxLimits } from './state.js';
 
 export interface StripeSandboxOptions {
@@ -64,7 +69,10 @@ function listen(server: http.Server, port: number, host: string): Promise<number
 }
 
 /** Runs `task` on a later turn, then delivers the events it raised. */
-function scheduler(parts: () => SandboxParts | undefined, pending: Set<NodeJS.Immediate>): (task: () => void) => void {
+function scheduler(
+  parts: () => SandboxParts | undefined,
+  pending: Set<NodeJS.Immediate>,
+): (task: () => void) => void {
   return (task) => {
     const handle = setImmediate(() => {
       pending.delete(handle);
@@ -80,25 +88,40 @@ function scheduler(parts: () => SandboxParts | undefined, pending: Set<NodeJS.Im
   };
 }
 
-export async function startStripeSandbox(options: StripeSandboxOptions = {}): Promise<StripeSandbox> {
+export async function startStripeSandbox(
+  options: StripeSandboxOptions = {},
+): Promise<StripeSandbox> {
   const host = options.host ?? '127.0.0.1';
   const secretKey = options.secretKey ?? `sk_test_${randomToken(32)}`;
-  if (!secretKey.startsWith('sk_test_')) throw new Error('the sandbox secret key must start with sk_test_');
+  if (!secretKey.startsWith('sk_test_'))
+    throw new Error('the sandbox secret key must start with sk_test_');
   let parts: SandboxParts | undefined;
   const immediates = new Set<NodeJS.Immediate>();
   const server = http.createServer(requestListener(() => parts));
   const port = await listen(server, options.port ?? 0, host);
   const url = `http://${host}:${port}`;
   const clock = wallClock(options.now);
-  const state = new SandboxState(clock, url, scheduler(() => parts, immediates), { ...DEFAULT_LIMITS, ...options.limits });
+  const state = new SandboxState(
+    clock,
+    url,
+    scheduler(() => parts, immediates),
+    { ...DEFAULT_LIMITS, ...options.limits },
+  );
   const deliveries = new WebhookDeliveries(state, options.webhooks);
-  parts = { state, router: buildSandboxRouter(), idempotency: new IdempotencyStore(() => clock.nowSeconds()), deliveries, secretKey };
+  parts = {
+    state,
+    router: buildSandboxRouter(),
+    idempotency: new IdempotencyStore(() => clock.nowSeconds()),
+    deliveries,
+    secretKey,
+  };
   return {
     url,
     port,
     secretKey,
     deliveries,
-    stripe: (config = {}) => new Stripe(secretKey, { host, port, protocol: 'http', telemetry: false, ...config }),
+    stripe: (config = {}) =>
+      new Stripe(secretKey, { host, port, protocol: 'http', telemetry: false, ...config }),
     webhookSecret: (endpointId) => state.webhookSecrets.get(endpointId),
     close: async () => {
       parts = undefined;

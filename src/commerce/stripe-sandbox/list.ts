@@ -19,7 +19,12 @@ function pageLimit(params: Params): number {
 }
 
 /** One page of `items` (already newest first and filtered). */
-export function listPage<T extends Identified>(items: readonly T[], params: Params, url: string, noun: string): Stripe.ApiList<T> {
+export function listPage<T extends Identified>(
+  items: readonly T[],
+  params: Params,
+  url: string,
+  noun: string,
+): Stripe.ApiList<T> {
   const limit = pageLimit(params);
   const after = optString(params, 'starting_after');
   const before = optString(params, 'ending_before');
@@ -33,7 +38,12 @@ export function listPage<T extends Identified>(items: readonly T[], params: Para
     const index = items.findIndex((item) => item.id === before);
     if (index < 0) throw resourceMissing(noun, before, 'ending_before');
     const head = items.slice(0, index);
-    return { object: 'list', data: head.slice(Math.max(0, head.length - limit)), has_more: head.length > limit, url };
+    return {
+      object: 'list',
+      data: head.slice(Math.max(0, head.length - limit)),
+      has_more: head.length > limit,
+      url,
+    };
   }
   return { object: 'list', data: items.slice(0, limit), has_more: items.length > limit, url };
 }

@@ -7,7 +7,10 @@ import type Stripe from 'stripe';
 
 /** `2000, 'usd'` → `$20.00`; `500, 'jpy'` → `¥500`. */
 export function formatAmount(amount: number, currency: string): string {
-  const format = new Intl.NumberFormat('en-US', { style: 'currency', currency: currency.toUpperCase() });
+  const format = new Intl.NumberFormat('en-US', {
+    style: 'currency',
+    currency: currency.toUpperCase(),
+  });
   const digits = format.resolvedOptions().maximumFractionDigits ?? 2;
   return format.format(amount / 10 ** digits);
 }

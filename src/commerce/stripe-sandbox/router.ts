@@ -59,7 +59,10 @@ export class Router {
   }
 }
 
-function matchSegments(segments: readonly string[], parts: readonly string[]): Record<string, string> | undefined {
+function matchSegments(
+  segments: readonly string[],
+  parts: readonly string[],
+): Record<string, string> | undefined {
   const path: Record<string, string> = {};
   for (let i = 0; i < segments.length; i += 1) {
     const segment = segments[i] as string;
@@ -69,4 +72,3 @@ function matchSegments(segments: readonly string[], parts: readonly string[]): R
   }
   return path;
 }
-

@@ -13,7 +13,13 @@ import type http from 'node:http';
 import Stripe from 'stripe';
 import { renewDue } from './billing.js';
 import { payCheckout, showCheckout, type PageAnswer } from './checkout-page.js';
-import { StripeApiError, authenticationFailed, internalError, invalidParam, unrecognizedUrl } from './errors.js';
+import {
+  StripeApiError,
+  authenticationFailed,
+  internalError,
+  invalidParam,
+  unrecognizedUrl,
+} from './errors.js';
 import { expandPaths, parseForm, type Params } from './form.js';
 import { IdempotencyStore } from './idempotency.js';
 import { expireDue } from './resources/checkout-sessions.js';
@@ -71,7 +77,8 @@ function presentedKey(headers: http.IncomingHttpHeaders): string | undefined {
   if (value === undefined) return undefined;
   const [scheme, credentials = ''] = value.trim().split(/\s+/, 2);
   if (scheme?.toLowerCase() === 'bearer') return credentials;
-  if (scheme?.toLowerCase() === 'basic') return Buffer.from(credentials, 'base64').toString('utf8').split(':', 1)[0];
+  if (scheme?.toLowerCase() === 'basic')
+    return Buffer.from(credentials, 'base64').toString('utf8').split(':', 1)[0];
   return value;
 }
 
@@ -99,13 +106,21 @@ function sendPage(response: http.ServerResponse, answer: PageAnswer): void {
     return;
   }
   const html = answer.html ?? '';
-  response.writeHead(answer.status, { 'content-type': 'text/html; charset=utf-8', 'content-length': Buffer.byteLength(html), 'cache-control': 'no-store' });
+  response.writeHead(answer.status, {
+    'content-type': 'text/html; charset=utf-8',
+    'content-length': Buffer.byteLength(html),
+    'cache-control': 'no-store',
+  });
   response.end(html);
 }
 
 function errorAnswer(error: unknown, requestId: string): ApiAnswer {
   const failure = error instanceof StripeApiError ? error : internalError();
-  return { status: failure.status, body: JSON.stringify(failure.toJSON(), null, 2), headers: { 'request-id': requestId } };
+  return {
+    status: failure.status,
+    body: JSON.stringify(failure.toJSON(), null, 2),
+    headers: { 'request-id': requestId },
+  };
 }
 
 /** Time moves on between requests: bill what fell due, expire stale sessions. */
@@ -115,7 +130,12 @@ function catchUp(state: SandboxState): void {
   expireDue(state);
 }
 
-function run(parts: SandboxParts, incoming: Incoming, requestId: string, idempotencyKey: string | null): ApiAnswer {
+function run(
+  parts: SandboxParts,
+  incoming: Incoming,
+  requestId: string,
+  idempotencyKey: string | null,
+): ApiAnswer {
   const { state, router } = parts;
   const match = router.match(incoming.method, incoming.pathname);
   if (match === undefined) throw unrecognizedUrl(incoming.method, incoming.pathname);
@@ -125,7 +145,10 @@ function run(parts: SandboxParts, incoming: Incoming, requestId: string, idempot
   catchUp(state);
   state.events.request = { id: requestId, idempotencyKey };
   const result = match.handler({ state, params, path: match.path, expand: expandPaths(params) });
-  const headers: Record<string, string> = { 'request-id': requestId, ...(idempotencyKey === null ? {} : { 'idempotency-key': idempotencyKey }) };
+  const headers: Record<string, string> = {
+    'request-id': requestId,
+    ...(idempotencyKey === null ? {} : { 'idempotency-key': idempotencyKey }),
+  };
   return { status: 200, body: JSON.stringify(result, null, 2), headers };
 }
 
@@ -135,14 +158,33 @@ function answerApi(parts: SandboxParts, incoming: Incoming): ApiAnswer {
   try {
     const key = presentedKey(incoming.headers);
     if (key !== parts.secretKey) throw authenticationFailed(key === '' ? undefined : key);
-    if (header(incoming.headers, 'stripe-account') !== undefined) throw invalidParam('Stripe-Account', 'The Stripe sandbox does not model Connect: requests cannot act on behalf of another account.');
-    const idempotencyKey = incoming.method === 'POST' ? (header(incoming.headers, 'idempotency-key') ?? null) : null;
+    if (header(incoming.headers, 'stripe-account') !== undefined)
+      throw invalidParam(
+        'Stripe-Account',
+        'The Stripe sandbox does not model Connect: requests cannot act on behalf of another account.',
+      );
+    const idempotencyKey =
+      incoming.method === 'POST' ? (header(incoming.headers, 'idempotency-key') ?? null) : null;
     if (idempotencyKey === null) return run(parts, incoming, requestId, null);
-    if (idempotencyKey === '') throw invalidParam('Idempotency-Key', 'Idempotency-Key must not be empty.');
-    const fingerprint = IdempotencyStore.fingerprint(incoming.method, incoming.pathname, incoming.query, incoming.body);
+    if (idempotencyKey === '')
+      throw invalidParam('Idempotency-Key', 'Idempotency-Key must not be empty.');
+    const fingerprint = IdempotencyStore.fingerprint(
+      incoming.method,
+      incoming.pathname,
+      incoming.query,
+      incoming.body,
+    );
     const saved = parts.idempotency.lookup(key, idempotencyKey, fingerprint);
     if (saved !== undefined) {
-      return { status: saved.status, body: saved.body, headers: { 'request-id': requestId, 'idempotency-key': idempotencyKey, 'idempotent-replayed': 'true' } };
+      return {
+        status: saved.status,
+        body: saved.body,
+        headers: {
+          'request-id': requestId,
+          'idempotency-key': idempotencyKey,
+          'idempotent-replayed': 'true',
+        },
+      };
     }
     const answer = run(parts, incoming, requestId, idempotencyKey);
     parts.idempotency.save(key, idempotencyKey, fingerprint, answer);
@@ -167,29 +209,50 @@ function answerPage(parts: SandboxParts, incoming: Incoming): PageAnswer | undef
   try {
     catchUp(parts.state);
     if (segments.length === 2 && incoming.method === 'GET') return showCheckout(parts.state, id);
-    if (segments.length === 3 && segments[2] === 'pay' && incoming.method === 'POST') return payCheckout(parts.state, id, incoming.body);
+    if (segments.length === 3 && segments[2] === 'pay' && incoming.method === 'POST')
+      return payCheckout(parts.state, id, incoming.body);
     return undefined;
   } finally {
     parts.deliveries.dispatch(parts.state.events.drain());
   }
 }
 
-async function respond(parts: SandboxParts, request: http.IncomingMessage, response: http.ServerResponse): Promise<void> {
+async function respond(
+  parts: SandboxParts,
+  request: http.IncomingMessage,
+  response: http.ServerResponse,
+): Promise<void> {
   const url = new URL(request.url ?? '/', 'http://sandbox.invalid');
   let body = '';
   try {
     body = await readBody(request);
   } catch (error) {
-    if (error instanceof BodyTooLarge) sendJson(response, errorAnswer(invalidParam('body', 'The request body is larger than 1 MiB.'), `req_${randomToken(14)}`));
+    if (error instanceof BodyTooLarge)
+      sendJson(
+        response,
+        errorAnswer(
+          invalidParam('body', 'The request body is larger than 1 MiB.'),
+          `req_${randomToken(14)}`,
+        ),
+      );
     return;
   }
-  const incoming: Incoming = { method: request.method ?? 'GET', pathname: url.pathname, query: url.search.slice(1), body, headers: request.headers };
+  const incoming: Incoming = {
+    method: request.method ?? 'GET',
+    pathname: url.pathname,
+    query: url.search.slice(1),
+    body,
+    headers: request.headers,
+  };
   if (url.pathname.startsWith('/checkout/')) {
     const page = answerPage(parts, incoming);
     if (page !== undefined) return sendPage(response, page);
   }
   if (url.pathname.startsWith('/v1/')) return sendJson(response, answerApi(parts, incoming));
-  sendJson(response, errorAnswer(unrecognizedUrl(incoming.method, url.pathname), `req_${randomToken(14)}`));
+  sendJson(
+    response,
+    errorAnswer(unrecognizedUrl(incoming.method, url.pathname), `req_${randomToken(14)}`),
+  );
 }
 
 /** The `node:http` request listener of a sandbox. */
@@ -201,7 +264,8 @@ export function requestListener(parts: () => SandboxParts | undefined): http.Req
       return;
     }
     respond(current, request, response).catch(() => {
-      if (!response.headersSent) sendJson(response, errorAnswer(internalError(), `req_${randomToken(14)}`));
+      if (!response.headersSent)
+        sendJson(response, errorAnswer(internalError(), `req_${randomToken(14)}`));
       else response.destroy();
     });
   };

@@ -30,7 +30,10 @@ export class SandboxState {
   readonly webhookEndpoints: Collection<Stripe.WebhookEndpoint>;
   readonly events: EventLog;
   /** Per checkout session: what payment needs that the session object does not show. */
-  readonly checkoutExtras = new Map<string, { readonly subscriptionMetadata: Record<string, string> }>();
+  readonly checkoutExtras = new Map<
+    string,
+    { readonly subscriptionMetadata: Record<string, string> }
+  >();
 
   /** Secrets of the webhook endpoints (Stripe shows one only when it is created). */
   readonly webhookSecrets = new Map<string, string>();

@@ -66,7 +66,13 @@ export function isLoopbackUrl(url: string): boolean {
 }
 
 /** POSTs `payload` to `url`; resolves with the status, rejects on no answer. */
-function post(url: string, payload: string, signature: string, timeoutMs: number, inFlight: Set<http.ClientRequest>): Promise<number> {
+function post(
+  url: string,
+  payload: string,
+  signature: string,
+  timeoutMs: number,
+  inFlight: Set<http.ClientRequest>,
+): Promise<number> {
   return new Promise((resolve, reject) => {
     const target = new URL(url);
     const send = target.protocol === 'https:' ? https.request : http.request;
@@ -133,8 +139,19 @@ export class WebhookDeliveries {
     for (const endpoint of this.state.webhookEndpoints.all()) {
       for (const event of ordered) {
         if (!endpointWants(endpoint, event.type)) continue;
-        this.#enqueue({ eventId: event.id, endpointId: endpoint.id, attempt: 1, acknowledges: true });
-        if (this.mode === 'duplicate') this.#enqueue({ eventId: event.id, endpointId: endpoint.id, attempt: 1, acknowledges: false });
+        this.#enqueue({
+          eventId: event.id,
+          endpointId: endpoint.id,
+          attempt: 1,
+          acknowledges: true,
+        });
+        if (this.mode === 'duplicate')
+          this.#enqueue({
+            eventId: event.id,
+            endpointId: endpoint.id,
+            attempt: 1,
+            acknowledges: false,
+          });
       }
     }
   }
@@ -144,7 +161,10 @@ export class WebhookDeliveries {
     const event = this.state.events.collection.get(eventId);
     if (endpointId !== undefined) this.state.webhookEndpoints.get(endpointId);
     for (const endpoint of this.state.webhookEndpoints.all()) {
-      if ((endpointId === undefined || endpoint.id === endpointId) && endpointWants(endpoint, event.type)) {
+      if (
+        (endpointId === undefined || endpoint.id === endpointId) &&
+        endpointWants(endpoint, event.type)
+      ) {
         this.#enqueue({ eventId, endpointId: endpoint.id, attempt: 1, acknowledges: false });
       }
     }
@@ -174,7 +194,11 @@ export class WebhookDeliveries {
     if (this.#busy.has(endpointId)) return;
     this.#busy.add(endpointId);
     try {
-      for (let job = this.#queues.get(endpointId)?.shift(); job !== undefined && !this.#closed; job = this.#queues.get(endpointId)?.shift()) {
+      for (
+        let job = this.#queues.get(endpointId)?.shift();
+        job !== undefined && !this.#closed;
+        job = this.#queues.get(endpointId)?.shift()
+      ) {
         await this.#attempt(job);
       }
     } finally {
@@ -186,7 +210,13 @@ export class WebhookDeliveries {
     const endpoint = this.state.webhookEndpoints.find(job.endpointId);
     const event = this.state.events.collection.find(job.eventId);
     const secret = this.state.webhookSecrets.get(job.endpointId);
-    if (endpoint === undefined || event === undefined || secret === undefined || endpoint.status !== 'enabled') return this.#finish(job, null, 'dropped: endpoint or event no longer exists');
+    if (
+      endpoint === undefined ||
+      event === undefined ||
+      secret === undefined ||
+      endpoint.status !== 'enabled'
+    )
+      return this.#finish(job, null, 'dropped: endpoint or event no longer exists');
     if (!isLoopbackUrl(endpoint.url)) return this.#finish(job, null, 'refused: not a loopback URL');
     const payload = JSON.stringify(event, null, 2);
     const signature = Stripe.webhooks.generateTestHeaderString({ payload, secret });
@@ -201,7 +231,8 @@ export class WebhookDeliveries {
       if (job.acknowledges) this.state.events.acknowledged(job.eventId);
       return this.#finish(job, status);
     }
-    if (job.attempt >= this.#maxAttempts || this.#closed) return this.#finish(job, status, error ?? 'gave up after the last attempt');
+    if (job.attempt >= this.#maxAttempts || this.#closed)
+      return this.#finish(job, status, error ?? 'gave up after the last attempt');
     this.#record(job, status, error);
     this.#retryLater(job);
   }
@@ -226,7 +257,14 @@ export class WebhookDeliveries {
 
   #record(job: Job, status: number | null, error?: string): void {
     const eventType = this.state.events.collection.find(job.eventId)?.type ?? 'unknown';
-    this.#log.push({ eventId: job.eventId, eventType, endpointId: job.endpointId, attempt: job.attempt, status, ...(error === undefined ? {} : { error }) });
+    this.#log.push({
+      eventId: job.eventId,
+      eventType,
+      endpointId: job.endpointId,
+      attempt: job.attempt,
+      status,
+      ...(error === undefined ? {} : { error }),
+    });
     if (this.#log.length > LOG_MAX) this.#log.splice(0, this.#log.length - LOG_MAX);
   }
 

@@ -25,7 +25,10 @@ export interface CustomerFields {
 
 /** Creates and stores a customer, raising `customer.created`. */
 export function createCustomer(state: SandboxState, fields: CustomerFields): Stripe.Customer {
-  const created = fields.testClock == null ? state.clock.nowSeconds() : state.testClocks.get(fields.testClock, 'test_clock').frozen_time;
+  const created =
+    fields.testClock == null
+      ? state.clock.nowSeconds()
+      : state.testClocks.get(fields.testClock, 'test_clock').frozen_time;
   const id = newId('cus');
   const customer: Stripe.Customer = {
     id,
@@ -39,7 +42,12 @@ export function createCustomer(state: SandboxState, fields: CustomerFields): Str
     description: fields.description ?? null,
     email: fields.email ?? null,
     invoice_prefix: id.slice(4, 12).toUpperCase(),
-    invoice_settings: { custom_fields: null, default_payment_method: null, footer: null, rendering_options: null },
+    invoice_settings: {
+      custom_fields: null,
+      default_payment_method: null,
+      footer: null,
+      rendering_options: null,
+    },
     livemode: false,
     metadata: fields.metadata ?? {},
     name: fields.name ?? null,
@@ -61,7 +69,9 @@ function editableFields(params: Params): CustomerFields {
   return {
     ...(params['email'] === undefined ? {} : { email: optString(params, 'email') || null }),
     ...(params['name'] === undefined ? {} : { name: optString(params, 'name') || null }),
-    ...(params['description'] === undefined ? {} : { description: optString(params, 'description') || null }),
+    ...(params['description'] === undefined
+      ? {}
+      : { description: optString(params, 'description') || null }),
     ...(params['phone'] === undefined ? {} : { phone: optString(params, 'phone') || null }),
   };
 }
@@ -69,7 +79,11 @@ function editableFields(params: Params): CustomerFields {
 function updateCustomer(state: SandboxState, id: string, params: Params): Stripe.Customer {
   allowOnly(params, EDITABLE);
   const before = state.customers.get(id);
-  const after: Stripe.Customer = { ...before, ...editableFields(params), metadata: mergeMetadata(params, before.metadata) };
+  const after: Stripe.Customer = {
+    ...before,
+    ...editableFields(params),
+    metadata: mergeMetadata(params, before.metadata),
+  };
   const previous = previousAttributes(before, after);
   state.customers.update(after);
   if (Object.keys(previous).length > 0) state.events.emit('customer.updated', after, previous);
@@ -82,7 +96,11 @@ function listCustomers(state: SandboxState, params: Params): Stripe.ApiList<Stri
   const clock = optString(params, 'test_clock');
   const items = state.customers
     .newestFirst()
-    .filter((c) => (email === undefined || c.email === email) && (clock === undefined ? c.test_clock == null : c.test_clock === clock));
+    .filter(
+      (c) =>
+        (email === undefined || c.email === email) &&
+        (clock === undefined ? c.test_clock == null : c.test_clock === clock),
+    );
   return listPage(items, params, '/v1/customers', 'customer');
 }
 
@@ -90,10 +108,20 @@ export function registerCustomers(router: Router): void {
   router
     .add('POST', '/v1/customers', ({ state, params, expand }) => {
       allowOnly(params, [...EDITABLE, 'test_clock']);
-      const customer = createCustomer(state, { ...editableFields(params), metadata: mergeMetadata(params), testClock: optString(params, 'test_clock') ?? null });
+      const customer = createCustomer(state, {
+        ...editableFields(params),
+        metadata: mergeMetadata(params),
+        testClock: optString(params, 'test_clock') ?? null,
+      });
       return render(state, customer, expand);
     })
-    .add('GET', '/v1/customers/:id', ({ state, path, expand }) => render(state, state.customers.get(path['id'] as string), expand))
-    .add('POST', '/v1/customers/:id', ({ state, path, params, expand }) => render(state, updateCustomer(state, path['id'] as string, params), expand))
-    .add('GET', '/v1/customers', ({ state, params, expand }) => renderList(state, listCustomers(state, params), expand));
+    .add('GET', '/v1/customers/:id', ({ state, path, expand }) =>
+      render(state, state.customers.get(path['id'] as string), expand),
+    )
+    .add('POST', '/v1/customers/:id', ({ state, path, params, expand }) =>
+      render(state, updateCustomer(state, path['id'] as string, params), expand),
+    )
+    .add('GET', '/v1/customers', ({ state, params, expand }) =>
+      renderList(state, listCustomers(state, params), expand),
+    );
 }

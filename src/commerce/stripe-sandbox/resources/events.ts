@@ -13,7 +13,8 @@ import type { SandboxState } from '../state.js';
 function typeMatcher(params: Params): (type: string) => boolean {
   const type = optString(params, 'type');
   const types = optStringArray(params, 'types');
-  if (type !== undefined && types !== undefined) throw invalidParam('types', 'You may pass either `type` or `types`, but not both.');
+  if (type !== undefined && types !== undefined)
+    throw invalidParam('types', 'You may pass either `type` or `types`, but not both.');
   if (types !== undefined) return (t) => types.includes(t);
   if (type === undefined) return () => true;
   if (type.endsWith('.*')) return (t) => t.startsWith(type.slice(0, -1));
@@ -23,11 +24,20 @@ function typeMatcher(params: Params): (type: string) => boolean {
 function listEvents(state: SandboxState, params: Params): Stripe.ApiList<Stripe.Event> {
   allowOnly(params, [...LIST_PARAMS, 'type', 'types']);
   const matches = typeMatcher(params);
-  return listPage(state.events.collection.newestFirst().filter((event) => matches(event.type)), params, '/v1/events', 'event');
+  return listPage(
+    state.events.collection.newestFirst().filter((event) => matches(event.type)),
+    params,
+    '/v1/events',
+    'event',
+  );
 }
 
 export function registerEvents(router: Router): void {
   router
-    .add('GET', '/v1/events/:id', ({ state, path, expand }) => render(state, state.events.collection.get(path['id'] as string), expand))
-    .add('GET', '/v1/events', ({ state, params, expand }) => renderList(state, listEvents(state, params), expand));
+    .add('GET', '/v1/events/:id', ({ state, path, expand }) =>
+      render(state, state.events.collection.get(path['id'] as string), expand),
+    )
+    .add('GET', '/v1/events', ({ state, params, expand }) =>
+      renderList(state, listEvents(state, params), expand),
+    );
 }

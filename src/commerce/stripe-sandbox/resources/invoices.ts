@@ -23,7 +23,13 @@ export interface Period {
   readonly end: number;
 }
 
-function invoiceLine(state: SandboxState, invoiceId: string, subscription: Stripe.Subscription, item: Stripe.SubscriptionItem, period: Period): Stripe.InvoiceLineItem {
+function invoiceLine(
+  state: SandboxState,
+  invoiceId: string,
+  subscription: Stripe.Subscription,
+  item: Stripe.SubscriptionItem,
+  period: Period,
+): Stripe.InvoiceLineItem {
   const quantity = item.quantity ?? 1;
   const amount = (item.price.unit_amount ?? 0) * quantity;
   const product = state.products.get(String(item.price.product));
@@ -41,12 +47,22 @@ function invoiceLine(state: SandboxState, invoiceId: string, subscription: Strip
     metadata: {},
     parent: {
       invoice_item_details: null,
-      subscription_item_details: { invoice_item: null, proration: false, proration_details: { credited_items: null }, subscription: subscription.id, subscription_item: item.id },
+      subscription_item_details: {
+        invoice_item: null,
+        proration: false,
+        proration_details: { credited_items: null },
+        subscription: subscription.id,
+        subscription_item: item.id,
+      },
       type: 'subscription_item_details',
     },
     period: { start: period.start, end: period.end },
     pretax_credit_amounts: [],
-    pricing: { price_details: { price: item.price.id, product: product.id }, type: 'price_details', unit_amount_decimal: Stripe.Decimal.from(String(item.price.unit_amount ?? 0)) },
+    pricing: {
+      price_details: { price: item.price.id, product: product.id },
+      type: 'price_details',
+      unit_amount_decimal: Stripe.Decimal.from(String(item.price.unit_amount ?? 0)),
+    },
     quantity,
     quantity_decimal: Stripe.Decimal.from(String(quantity)),
     subscription: subscription.id,
@@ -77,7 +93,9 @@ export interface InvoiceRequest {
 export function invoiceForPeriod(state: SandboxState, request: InvoiceRequest): Stripe.Invoice {
   const { subscription, period, created } = request;
   const id = newId('in');
-  const lines = subscription.items.data.map((item) => invoiceLine(state, id, subscription, item, period));
+  const lines = subscription.items.data.map((item) =>
+    invoiceLine(state, id, subscription, item, period),
+  );
   const total = lines.reduce((sum, line) => sum + line.amount, 0);
   const customerId = String(subscription.customer);
   const customer = state.customers.get(customerId);
@@ -95,10 +113,19 @@ export function invoiceForPeriod(state: SandboxState, request: InvoiceRequest): 
     effective_at: created,
     lines: { object: 'list', data: lines, has_more: false, url: `/v1/invoices/${id}/lines` },
     number: nextNumber(state, customerId),
-    parent: { quote_details: null, subscription_details: { metadata: subscription.metadata, subscription: subscription.id }, type: 'subscription_details' },
+    parent: {
+      quote_details: null,
+      subscription_details: { metadata: subscription.metadata, subscription: subscription.id },
+      type: 'subscription_details',
+    },
     period_end: request.invoicePeriod.end,
     period_start: request.invoicePeriod.start,
-    status_transitions: { finalized_at: created, marked_uncollectible_at: null, paid_at: created, voided_at: null },
+    status_transitions: {
+      finalized_at: created,
+      marked_uncollectible_at: null,
+      paid_at: created,
+      voided_at: null,
+    },
     subtotal: total,
     subtotal_excluding_tax: total,
     test_clock: subscription.test_clock,
@@ -123,7 +150,13 @@ function invoiceDefaults() {
     attempt_count: 1,
     attempted: true,
     auto_advance: false,
-    automatic_tax: { disabled_reason: null, enabled: false, liability: null, provider: null, status: null },
+    automatic_tax: {
+      disabled_reason: null,
+      enabled: false,
+      liability: null,
+      provider: null,
+      status: null,
+    },
     automatically_finalizes_at: null,
     collection_method: 'charge_automatically',
     custom_fields: null,
@@ -151,7 +184,11 @@ function invoiceDefaults() {
     metadata: {},
     next_payment_attempt: null,
     on_behalf_of: null,
-    payment_settings: { default_mandate: null, payment_method_options: null, payment_method_types: null },
+    payment_settings: {
+      default_mandate: null,
+      payment_method_options: null,
+      payment_method_types: null,
+    },
     post_payment_credit_notes_amount: 0,
     pre_payment_credit_notes_amount: 0,
     receipt_number: null,
@@ -171,23 +208,40 @@ function listInvoices(state: SandboxState, params: Params): Stripe.ApiList<Strip
   allowOnly(params, [...LIST_PARAMS, 'customer', 'subscription', 'status']);
   const customer = optString(params, 'customer');
   const subscription = optString(params, 'subscription');
-  const status = optEnum(params, 'status', ['draft', 'open', 'paid', 'uncollectible', 'void'] as const);
-  const items = state.invoices.newestFirst().filter(
-    (invoice) =>
-      (customer === undefined || invoice.customer === customer) &&
-      (subscription === undefined || invoice.parent?.subscription_details?.subscription === subscription) &&
-      (status === undefined || invoice.status === status),
-  );
+  const status = optEnum(params, 'status', [
+    'draft',
+    'open',
+    'paid',
+    'uncollectible',
+    'void',
+  ] as const);
+  const items = state.invoices
+    .newestFirst()
+    .filter(
+      (invoice) =>
+        (customer === undefined || invoice.customer === customer) &&
+        (subscription === undefined ||
+          invoice.parent?.subscription_details?.subscription === subscription) &&
+        (status === undefined || invoice.status === status),
+    );
   return listPage(items, params, '/v1/invoices', 'invoice');
 }
 
 export function registerInvoices(router: Router): void {
   router
-    .add('GET', '/v1/invoices/:id', ({ state, path, expand }) => render(state, state.invoices.get(path['id'] as string), expand))
+    .add('GET', '/v1/invoices/:id', ({ state, path, expand }) =>
+      render(state, state.invoices.get(path['id'] as string), expand),
+    )
     .add('GET', '/v1/invoices/:id/lines', ({ state, path, params, expand }) => {
       allowOnly(params, LIST_PARAMS);
       const invoice = state.invoices.get(path['id'] as string);
-      return renderList(state, listPage(invoice.lines.data, params, `/v1/invoices/${invoice.id}/lines`, 'line_item'), expand);
+      return renderList(
+        state,
+        listPage(invoice.lines.data, params, `/v1/invoices/${invoice.id}/lines`, 'line_item'),
+        expand,
+      );
     })
-    .add('GET', '/v1/invoices', ({ state, params, expand }) => renderList(state, listInvoices(state, params), expand));
+    .add('GET', '/v1/invoices', ({ state, params, expand }) =>
+      renderList(state, listInvoices(state, params), expand),
+    );
 }

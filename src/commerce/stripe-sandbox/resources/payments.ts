@@ -23,7 +23,11 @@ export interface PaymentRequest {
   readonly metadata: Record<string, string>;
 }
 
-function chargeObject(request: PaymentRequest, ids: { charge: string; paymentIntent: string; paymentMethod: string }, created: number): Stripe.Charge {
+function chargeObject(
+  request: PaymentRequest,
+  ids: { charge: string; paymentIntent: string; paymentMethod: string },
+  created: number,
+): Stripe.Charge {
   const { customer, amount, currency } = request;
   return {
     id: ids.charge,
@@ -35,7 +39,13 @@ function chargeObject(request: PaymentRequest, ids: { charge: string; paymentInt
     application_fee: null,
     application_fee_amount: null,
     balance_transaction: null,
-    billing_details: { address: null, email: customer.email, name: customer.name ?? null, phone: null, tax_id: null },
+    billing_details: {
+      address: null,
+      email: customer.email,
+      name: customer.name ?? null,
+      phone: null,
+      tax_id: null,
+    },
     calculated_statement_descriptor: 'STRIPE SANDBOX',
     captured: true,
     created,
@@ -71,7 +81,11 @@ function chargeObject(request: PaymentRequest, ids: { charge: string; paymentInt
   };
 }
 
-function paymentIntentObject(request: PaymentRequest, ids: { charge: string; paymentIntent: string; paymentMethod: string }, created: number): Stripe.PaymentIntent {
+function paymentIntentObject(
+  request: PaymentRequest,
+  ids: { charge: string; paymentIntent: string; paymentMethod: string },
+  created: number,
+): Stripe.PaymentIntent {
   return {
     id: ids.paymentIntent,
     object: 'payment_intent',
@@ -129,10 +143,15 @@ export function collectPayment(state: SandboxState, request: PaymentRequest): St
   return paymentIntent;
 }
 
-function listPaymentIntents(state: SandboxState, params: Params): Stripe.ApiList<Stripe.PaymentIntent> {
+function listPaymentIntents(
+  state: SandboxState,
+  params: Params,
+): Stripe.ApiList<Stripe.PaymentIntent> {
   allowOnly(params, [...LIST_PARAMS, 'customer']);
   const customer = optString(params, 'customer');
-  const items = state.paymentIntents.newestFirst().filter((pi) => customer === undefined || pi.customer === customer);
+  const items = state.paymentIntents
+    .newestFirst()
+    .filter((pi) => customer === undefined || pi.customer === customer);
   return listPage(items, params, '/v1/payment_intents', 'payment_intent');
 }
 
@@ -142,14 +161,26 @@ function listCharges(state: SandboxState, params: Params): Stripe.ApiList<Stripe
   const paymentIntent = optString(params, 'payment_intent');
   const items = state.charges
     .newestFirst()
-    .filter((ch) => (customer === undefined || ch.customer === customer) && (paymentIntent === undefined || ch.payment_intent === paymentIntent));
+    .filter(
+      (ch) =>
+        (customer === undefined || ch.customer === customer) &&
+        (paymentIntent === undefined || ch.payment_intent === paymentIntent),
+    );
   return listPage(items, params, '/v1/charges', 'charge');
 }
 
 export function registerPayments(router: Router): void {
   router
-    .add('GET', '/v1/payment_intents/:id', ({ state, path, expand }) => render(state, state.paymentIntents.get(path['id'] as string), expand))
-    .add('GET', '/v1/payment_intents', ({ state, params, expand }) => renderList(state, listPaymentIntents(state, params), expand))
-    .add('GET', '/v1/charges/:id', ({ state, path, expand }) => render(state, state.charges.get(path['id'] as string), expand))
-    .add('GET', '/v1/charges', ({ state, params, expand }) => renderList(state, listCharges(state, params), expand));
+    .add('GET', '/v1/payment_intents/:id', ({ state, path, expand }) =>
+      render(state, state.paymentIntents.get(path['id'] as string), expand),
+    )
+    .add('GET', '/v1/payment_intents', ({ state, params, expand }) =>
+      renderList(state, listPaymentIntents(state, params), expand),
+    )
+    .add('GET', '/v1/charges/:id', ({ state, path, expand }) =>
+      render(state, state.charges.get(path['id'] as string), expand),
+    )
+    .add('GET', '/v1/charges', ({ state, params, expand }) =>
+      renderList(state, listCharges(state, params), expand),
+    );
 }

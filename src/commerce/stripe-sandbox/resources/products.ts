@@ -5,7 +5,15 @@
 import type Stripe from 'stripe';
 import { render, renderList } from '../expand.js';
 import { previousAttributes } from '../events.js';
-import { allowOnly, mergeMetadata, optBoolean, optString, optStringArray, reqString, type Params } from '../form.js';
+import {
+  allowOnly,
+  mergeMetadata,
+  optBoolean,
+  optString,
+  optStringArray,
+  reqString,
+  type Params,
+} from '../form.js';
 import { invalidParam } from '../errors.js';
 import { LIST_PARAMS, listPage } from '../list.js';
 import type { Router } from '../router.js';
@@ -17,7 +25,8 @@ const EDITABLE = ['name', 'active', 'description', 'metadata', 'url'] as const;
 function createProduct(state: SandboxState, params: Params): Stripe.Product {
   allowOnly(params, [...EDITABLE, 'id']);
   const id = optString(params, 'id') ?? newId('prod');
-  if (state.products.find(id) !== undefined) throw invalidParam('id', `Product already exists.`, 'resource_already_exists');
+  if (state.products.find(id) !== undefined)
+    throw invalidParam('id', `Product already exists.`, 'resource_already_exists');
   const now = state.clock.nowSeconds();
   const product: Stripe.Product = {
     id,
@@ -52,7 +61,9 @@ function updateProduct(state: SandboxState, id: string, params: Params): Stripe.
   const after: Stripe.Product = {
     ...before,
     ...(params['name'] === undefined ? {} : { name: reqString(params, 'name') }),
-    ...(params['description'] === undefined ? {} : { description: optString(params, 'description') || null }),
+    ...(params['description'] === undefined
+      ? {}
+      : { description: optString(params, 'description') || null }),
     ...(params['url'] === undefined ? {} : { url: optString(params, 'url') || null }),
     active: optBoolean(params, 'active') ?? before.active,
     metadata: mergeMetadata(params, before.metadata),
@@ -69,14 +80,27 @@ function listProducts(state: SandboxState, params: Params): Stripe.ApiList<Strip
   allowOnly(params, [...LIST_PARAMS, 'active', 'ids']);
   const active = optBoolean(params, 'active');
   const ids = optStringArray(params, 'ids');
-  const items = state.products.newestFirst().filter((p) => (active === undefined || p.active === active) && (ids === undefined || ids.includes(p.id)));
+  const items = state.products
+    .newestFirst()
+    .filter(
+      (p) =>
+        (active === undefined || p.active === active) && (ids === undefined || ids.includes(p.id)),
+    );
   return listPage(items, params, '/v1/products', 'product');
 }
 
 export function registerProducts(router: Router): void {
   router
-    .add('POST', '/v1/products', ({ state, params, expand }) => render(state, createProduct(state, params), expand))
-    .add('GET', '/v1/products/:id', ({ state, path, expand }) => render(state, state.products.get(path['id'] as string), expand))
-    .add('POST', '/v1/products/:id', ({ state, path, params, expand }) => render(state, updateProduct(state, path['id'] as string, params), expand))
-    .add('GET', '/v1/products', ({ state, params, expand }) => renderList(state, listProducts(state, params), expand));
+    .add('POST', '/v1/products', ({ state, params, expand }) =>
+      render(state, createProduct(state, params), expand),
+    )
+    .add('GET', '/v1/products/:id', ({ state, path, expand }) =>
+      render(state, state.products.get(path['id'] as string), expand),
+    )
+    .add('POST', '/v1/products/:id', ({ state, path, params, expand }) =>
+      render(state, updateProduct(state, path['id'] as string, params), expand),
+    )
+    .add('GET', '/v1/products', ({ state, params, expand }) =>
+      renderList(state, listProducts(state, params), expand),
+    );
 }

@@ -12,7 +12,13 @@ import { newId } from '../store.js';
 
 /** The `plan` Stripe still reports next to each recurring price. */
 export function planOf(price: Stripe.Price): Stripe.Plan {
-  const recurring = price.recurring ?? { interval: 'month', interval_count: 1, trial_period_days: null, usage_type: 'licensed', meter: null };
+  const recurring = price.recurring ?? {
+    interval: 'month',
+    interval_count: 1,
+    trial_period_days: null,
+    usage_type: 'licensed',
+    meter: null,
+  };
   return {
     id: price.id,
     object: 'plan',
@@ -41,7 +47,12 @@ export interface ItemRequest {
   readonly quantity: number;
 }
 
-export function subscriptionItem(subscriptionId: string, request: ItemRequest, period: Period, created: number): Stripe.SubscriptionItem {
+export function subscriptionItem(
+  subscriptionId: string,
+  request: ItemRequest,
+  period: Period,
+  created: number,
+): Stripe.SubscriptionItem {
   return {
     id: newId('si'),
     object: 'subscription_item',
@@ -100,8 +111,19 @@ export function subscriptionObject(request: SubscriptionRequest): Stripe.Subscri
     description: null,
     discounts: [],
     ended_at: null,
-    invoice_settings: { account_tax_ids: null, custom_fields: null, description: null, footer: null, issuer: { type: 'self' } },
-    items: { object: 'list', data: request.items.map((item) => subscriptionItem(id, item, period, period.start)), has_more: false, url: `/v1/subscription_items?subscription=${id}` },
+    invoice_settings: {
+      account_tax_ids: null,
+      custom_fields: null,
+      description: null,
+      footer: null,
+      issuer: { type: 'self' },
+    },
+    items: {
+      object: 'list',
+      data: request.items.map((item) => subscriptionItem(id, item, period, period.start)),
+      has_more: false,
+      url: `/v1/subscription_items?subscription=${id}`,
+    },
     latest_invoice: null,
     livemode: false,
     managed_payments: null,
@@ -109,7 +131,11 @@ export function subscriptionObject(request: SubscriptionRequest): Stripe.Subscri
     next_pending_invoice_item_invoice: null,
     on_behalf_of: null,
     pause_collection: null,
-    payment_settings: { payment_method_options: null, payment_method_types: null, save_default_payment_method: 'off' },
+    payment_settings: {
+      payment_method_options: null,
+      payment_method_types: null,
+      save_default_payment_method: 'off',
+    },
     pending_invoice_item_interval: null,
     pending_setup_intent: null,
     pending_update: null,
@@ -119,7 +145,9 @@ export function subscriptionObject(request: SubscriptionRequest): Stripe.Subscri
     test_clock: request.testClock,
     transfer_data: null,
     trial_end: null,
-    trial_settings: { end_behavior: { billing_cycle_anchor: null, missing_payment_method: 'create_invoice' } },
+    trial_settings: {
+      end_behavior: { billing_cycle_anchor: null, missing_payment_method: 'create_invoice' },
+    },
     trial_start: null,
   };
 }
@@ -127,11 +155,18 @@ export function subscriptionObject(request: SubscriptionRequest): Stripe.Subscri
 /** The current period of a subscription (that of its first item). */
 export function currentPeriod(subscription: Stripe.Subscription): Period {
   const item = subscription.items.data[0];
-  return { start: item?.current_period_start ?? subscription.start_date, end: item?.current_period_end ?? subscription.start_date };
+  return {
+    start: item?.current_period_start ?? subscription.start_date,
+    end: item?.current_period_end ?? subscription.start_date,
+  };
 }
 
 /** The subscription with every item moved to `period`. */
 export function withPeriod(subscription: Stripe.Subscription, period: Period): Stripe.Subscription {
-  const data = subscription.items.data.map((item) => ({ ...item, current_period_start: period.start, current_period_end: period.end }));
+  const data = subscription.items.data.map((item) => ({
+    ...item,
+    current_period_start: period.start,
+    current_period_end: period.end,
+  }));
   return { ...subscription, items: { ...subscription.items, data } };
 }

@@ -23,7 +23,8 @@ const ADVANCE_MAX = 20 * 366 * 86_400;
 
 function requiredTime(params: Params): number {
   const time = optInteger(params, 'frozen_time');
-  if (time === undefined) throw invalidParam('frozen_time', 'Missing required param: frozen_time.', 'parameter_missing');
+  if (time === undefined)
+    throw invalidParam('frozen_time', 'Missing required param: frozen_time.', 'parameter_missing');
   return time;
 }
 
@@ -51,34 +52,74 @@ function finishAdvance(state: SandboxState, id: string, target: number): void {
   renewOnClock(state, id, target);
   const clock = state.testClocks.find(id);
   if (clock === undefined) return;
-  const ready: Stripe.TestHelpers.TestClock = { ...clock, frozen_time: target, status: 'ready', status_details: {} };
+  const ready: Stripe.TestHelpers.TestClock = {
+    ...clock,
+    frozen_time: target,
+    status: 'ready',
+    status_details: {},
+  };
   state.testClocks.update(ready);
   state.events.emit('test_helpers.test_clock.ready', ready, undefined, target);
 }
 
-function advanceClock(state: SandboxState, id: string, params: Params): Stripe.TestHelpers.TestClock {
+function advanceClock(
+  state: SandboxState,
+  id: string,
+  params: Params,
+): Stripe.TestHelpers.TestClock {
   allowOnly(params, ['frozen_time']);
   const clock = state.testClocks.get(id);
-  if (clock.status !== 'ready') throw invalidState(`The test clock ${id} is ${clock.status}; wait until it is ready before advancing it again.`);
+  if (clock.status !== 'ready')
+    throw invalidState(
+      `The test clock ${id} is ${clock.status}; wait until it is ready before advancing it again.`,
+    );
   const target = requiredTime(params);
-  if (target <= clock.frozen_time) throw invalidParam('frozen_time', 'The frozen_time must be after the current frozen_time of the test clock.');
-  if (target - clock.frozen_time > ADVANCE_MAX) throw invalidParam('frozen_time', 'The Stripe sandbox advances a test clock by at most 20 years at a time.');
-  const advancing: Stripe.TestHelpers.TestClock = { ...clock, status: 'advancing', status_details: { advancing: { target_frozen_time: target } } };
+  if (target <= clock.frozen_time)
+    throw invalidParam(
+      'frozen_time',
+      'The frozen_time must be after the current frozen_time of the test clock.',
+    );
+  if (target - clock.frozen_time > ADVANCE_MAX)
+    throw invalidParam(
+      'frozen_time',
+      'The Stripe sandbox advances a test clock by at most 20 years at a time.',
+    );
+  const advancing: Stripe.TestHelpers.TestClock = {
+    ...clock,
+    status: 'advancing',
+    status_details: { advancing: { target_frozen_time: target } },
+  };
   state.testClocks.update(advancing);
   state.events.emit('test_helpers.test_clock.advancing', advancing);
   state.schedule(() => finishAdvance(state, id, target));
   return advancing;
 }
 
-function listClocks(state: SandboxState, params: Params): Stripe.ApiList<Stripe.TestHelpers.TestClock> {
+function listClocks(
+  state: SandboxState,
+  params: Params,
+): Stripe.ApiList<Stripe.TestHelpers.TestClock> {
   allowOnly(params, LIST_PARAMS);
-  return listPage(state.testClocks.newestFirst(), params, '/v1/test_helpers/test_clocks', 'test_clock');
+  return listPage(
+    state.testClocks.newestFirst(),
+    params,
+    '/v1/test_helpers/test_clocks',
+    'test_clock',
+  );
 }
 
 export function registerTestClocks(router: Router): void {
   router
-    .add('POST', '/v1/test_helpers/test_clocks', ({ state, params, expand }) => render(state, createClock(state, params), expand))
-    .add('GET', '/v1/test_helpers/test_clocks/:id', ({ state, path, expand }) => render(state, state.testClocks.get(path['id'] as string), expand))
-    .add('POST', '/v1/test_helpers/test_clocks/:id/advance', ({ state, path, params, expand }) => render(state, advanceClock(state, path['id'] as string, params), expand))
-    .add('GET', '/v1/test_helpers/test_clocks', ({ state, params, expand }) => renderList(state, listClocks(state, params), expand));
+    .add('POST', '/v1/test_helpers/test_clocks', ({ state, params, expand }) =>
+      render(state, createClock(state, params), expand),
+    )
+    .add('GET', '/v1/test_helpers/test_clocks/:id', ({ state, path, expand }) =>
+      render(state, state.testClocks.get(path['id'] as string), expand),
+    )
+    .add('POST', '/v1/test_helpers/test_clocks/:id/advance', ({ state, path, params, expand }) =>
+      render(state, advanceClock(state, path['id'] as string, params), expand),
+    )
+    .add('GET', '/v1/test_helpers/test_clocks', ({ state, params, expand }) =>
+      renderList(state, listClocks(state, params), expand),
+    );
 }
