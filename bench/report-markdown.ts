@@ -63,6 +63,12 @@ function targetLine(s: ScenarioResult, t: TargetCheck): string {
   return `- \`${s.name}\` at ${s.connections} connections: ${t.description}: ${status}${t.note === undefined ? '' : ` (${t.note})`}`;
 }
 
+/** The command's options as a reader would repeat them: `--json <file>` is the caller's own business. */
+function shown(argv: readonly string[]): string {
+  const kept = argv.filter((arg, i) => arg !== '--json' && argv[i - 1] !== '--json');
+  return kept.length === 0 ? '' : ` -- ${kept.join(' ')}`;
+}
+
 function markdownBlock(report: BenchReport, argv: readonly string[]): string {
   const o = report.options;
   const judged = report.scenarios.flatMap((s) =>
@@ -76,7 +82,7 @@ function markdownBlock(report: BenchReport, argv: readonly string[]): string {
       `Load generator: ${report.loadGenerator} on the same machine, loopback. ${String(o['rounds'])} rounds of ${String(o['durationSec'])} s per server, ` +
       `bare and Tally alternated; ${report.tally.note}.`,
     '',
-    `Command: \`npm run bench${argv.length === 0 ? '' : ` -- ${argv.join(' ')}`}\``,
+    `Command: \`npm run bench${shown(argv)}\``,
     '',
     "The ratio is the median over rounds of Tally's requests per second divided by the bare",
     "uWebSockets.js server's in the same round (range in brackets). CPU is µs per answered request",
