@@ -77,7 +77,10 @@ export function execute(
   return { customer: state, outcome, events: decision.events };
 }
 
-/** The answer to an accepted write: a view of the customer after its events, of the kind its op answers with. */
+/**
+ * The answer to an accepted write: a view of the customer after its events, of the kind its op
+ * answers with.
+ */
 function answer(
   before: CustomerState | undefined,
   state: CustomerState | undefined,

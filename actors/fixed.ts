@@ -49,7 +49,8 @@ export function parseAmount(value: unknown, literal?: string): AmountParse {
     // Whole amounts (token counts: the common case) are exact as they are (at most 10^12).
     if (Number.isInteger(value)) return { ok: true, micros: BigInt(value) * MICROS_PER_UNIT };
   }
-  // A literal is judged on its exact value, so its size too (the double may have rounded below the cap).
+  // A literal is judged on its exact value, so its size too (the double may have rounded below the
+  // cap).
   const micros =
     literal !== undefined
       ? decimalToMicros(literal)

@@ -447,7 +447,9 @@ export function isRead(command: Command): command is ReadCommand {
   return OPS[command.op].access === 'read';
 }
 
-/** The entry an audited write records (without its actor), or null for a write that is not audited. */
+/**
+ * The entry an audited write records (without its actor), or null for a write that is not audited.
+ */
 export function auditOf(command: Command): AuditFields | null {
   const audit = OPS[command.op].audit;
   return audit === null ? null : audit(command);

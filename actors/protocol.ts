@@ -71,11 +71,12 @@ export interface Envelope {
 }
 
 /**
- * Commands on the wire: a flat array of primitives, COMMAND_SLOTS per command, because
- * structured cloning a flat array costs a fraction of cloning one object per command
- * (measured: postMessage was the front end's largest cost with objects). Slots:
- * [id, op, environment, customerId, key, a, b, audit] where op is the op's code, a/b are
- * filled and read by its record in the op table (wireA, wireB, fromWire), and audit is the command's AuditTag as `actor ref` (two short strings: cheap to clone) or null.
+ * Commands on the wire: a flat array of primitives, COMMAND_SLOTS per command, because structured
+ * cloning a flat array costs a fraction of cloning one object per command (measured: postMessage
+ * was the front end's largest cost with objects). Slots: [id, op, environment, customerId, key, a,
+ * b, audit] where op is the op's code, a/b are filled and read by its record in the op table
+ * (wireA, wireB, fromWire), and audit is the command's AuditTag as `actor ref` (two short strings:
+ * cheap to clone) or null.
  */
 export type WireBatch = Array<number | string | WireValue>;
 
@@ -91,7 +92,8 @@ export function pushCommand(
   const audit =
     tag === null
       ? null
-      : `${tag.auditQuotaReached === undefined ? '' : `!${tag.auditQuotaReached} `}${tag.actor} ${tag.ref}`;
+      : `${tag.auditQuotaReached === undefined ? '' : `!${tag.auditQuotaReached} `}` +
+        `${tag.actor} ${tag.ref}`;
   const env = command.environment === 'live' ? 1 : 0;
   const op = OPS[command.op];
   wire.push(
@@ -220,7 +222,10 @@ export interface ShardLiveStats {
 }
 
 export type FromWorker =
-  /** `pendingAudits`: stored audit entries not yet confirmed in the audit chain (a crash came between). */
+  /**
+   * `pendingAudits`: stored audit entries not yet confirmed in the audit chain (a crash came
+   * between).
+   */
   | {
       readonly t: 'ready';
       readonly stats: WorkerStats;

@@ -109,12 +109,14 @@ const BREAK_DURABILITY_FOR_TESTS = BREAK_DURABILITY === 'previous-sync';
 const SKIP_RECOVERY_SYNC_FOR_TESTS = BREAK_DURABILITY === 'no-recovery-sync';
 if (BREAK_DURABILITY_FOR_TESTS) {
   process.stderr.write(
-    `shard ${workerIndex}: TALLY_TEST_BREAK_DURABILITY=previous-sync: replies do NOT wait for their own journal sync (test-only negative control)\n`,
+    `shard ${workerIndex}: TALLY_TEST_BREAK_DURABILITY=previous-sync: replies do NOT wait ` +
+      `for their own journal sync (test-only negative control)\n`,
   );
 }
 if (SKIP_RECOVERY_SYNC_FOR_TESTS) {
   process.stderr.write(
-    `shard ${workerIndex}: TALLY_TEST_BREAK_DURABILITY=no-recovery-sync: ready WITHOUT syncing what recovery read (test-only negative control)\n`,
+    `shard ${workerIndex}: TALLY_TEST_BREAK_DURABILITY=no-recovery-sync: ready WITHOUT ` +
+      `syncing what recovery read (test-only negative control)\n`,
   );
 }
 let previousDurableForTests: Promise<void> = Promise.resolve();

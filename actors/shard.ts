@@ -69,7 +69,9 @@ function hasAnyQuota(quotas: WorkerQuotas): boolean {
   );
 }
 
-/** Whether an event records a new idempotency key (consume and refund events carry one when keyed). */
+/**
+ * Whether an event records a new idempotency key (consume and refund events carry one when keyed).
+ */
 function addsIdempotencyKey(event: Event): boolean {
   return 'idempotency' in event && event.idempotency !== null;
 }
@@ -176,7 +178,9 @@ export class Shard {
   private pendingReplies: Array<number | string> = [];
   /** Customers created or re-profiled since the last append: their index rows go with it. */
   private pendingIndex = new Set<CustomerState>();
-  /** Audit entries of the pending events' audited writes, stored in the same record's transaction. */
+  /**
+   * Audit entries of the pending events' audited writes, stored in the same record's transaction.
+   */
   private pendingAudits: PendingAudit[] = [];
   private lastNowMs = 0;
   /** Seq of the newest append started, and of the newest one whose replies were released. */
@@ -192,7 +196,9 @@ export class Shard {
    * every customer on the shard thread (tens of ms per scrape at a million customers).
    */
   private readonly idempotencyByEnvironment: Record<Environment, number> = { test: 0, live: 0 };
-  /** The quota check handed to `execute`; absent when no quota is set (nothing to pay per write). */
+  /**
+   * The quota check handed to `execute`; absent when no quota is set (nothing to pay per write).
+   */
   private readonly admit: Admission | undefined;
   /** Callbacks waiting for the pending group's append. */
   private pendingWaiters: Array<() => void> = [];

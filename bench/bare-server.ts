@@ -43,7 +43,10 @@ function contentTypeValue(limit: number | null): () => string {
   if (limit === null) return () => CONTENT_TYPE;
   const render = (): string => {
     const resetSec = Math.ceil((Date.now() + 1) / 60_000) * 60;
-    return `${CONTENT_TYPE}\r\nx-ratelimit-limit: ${limit}\r\nx-ratelimit-reset: ${resetSec}\r\nx-ratelimit-remaining: ${limit - 1}`;
+    return (
+      `${CONTENT_TYPE}\r\nx-ratelimit-limit: ${limit}\r\nx-ratelimit-reset: ${resetSec}` +
+      `\r\nx-ratelimit-remaining: ${limit - 1}`
+    );
   };
   let value = render();
   setInterval(() => (value = render()), 1000).unref();
@@ -70,7 +73,8 @@ function exclusivePortOption(): uWS.ListenOptions {
     .LIBUS_LISTEN_EXCLUSIVE_PORT;
   if (typeof value !== 'number') {
     throw new Error(
-      'uWebSockets.js loaded its pure-Node fallback (native binary unavailable); refusing to measure a ceiling on it',
+      'uWebSockets.js loaded its pure-Node fallback (native binary unavailable); refusing ' +
+        'to measure a ceiling on it',
     );
   }
   return value as uWS.ListenOptions;
@@ -87,7 +91,9 @@ function answerGet(res: uWS.HttpResponse): void {
   res.writeStatus('200 OK').writeHeader('content-type', contentType()).end(GET_BODY);
 }
 
-/** Reads the body to the end (copying each chunk: uWS detaches it after the callback), then answers. */
+/**
+ * Reads the body to the end (copying each chunk: uWS detaches it after the callback), then answers.
+ */
 function answerPost(res: uWS.HttpResponse): void {
   let aborted = false;
   let bodyBytes = 0;
@@ -134,7 +140,8 @@ function main(): void {
       exitWhenOrphaned(listenSocket);
       const boundPort = uWS.us_socket_local_port(listenSocket as unknown as uWS.us_socket);
       process.stdout.write(
-        `${JSON.stringify({ msg: 'listening', port: boundPort, native: true, pid: process.pid })}\n`,
+        `${JSON.stringify({ msg: 'listening', port: boundPort, native: true, pid: process.pid })}` +
+          `\n`,
       );
     });
 }

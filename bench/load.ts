@@ -53,7 +53,8 @@ function giveSlice(client: autocannon.Client, slice: autocannon.Request[]): void
     .requestIterator;
   if (typeof iterator?.setRequests !== 'function') {
     throw new Error(
-      'autocannon internals changed: Client.requestIterator.setRequests is missing (written against autocannon 9.0.0)',
+      'autocannon internals changed: Client.requestIterator.setRequests is missing ' +
+        '(written against autocannon 9.0.0)',
     );
   }
   iterator.setRequests(slice);
@@ -92,7 +93,8 @@ export function runSegment(
         duration: shape.durationSec,
         timeout: REQUEST_TIMEOUT_SEC,
         sampleInt: SAMPLE_INTERVAL_MS,
-        requests: first.slice(0, shape.pipelining), // replaced per client below; keeps autocannon's per-client deep clone small
+        // replaced per client below; keeps autocannon's per-client deep clone small
+        requests: first.slice(0, shape.pipelining),
         setupClient: (client) => giveSlice(client, slices[nextClient++] ?? first),
       },
       (error, result) => {

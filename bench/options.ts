@@ -9,7 +9,9 @@ export interface BenchOptions {
   /** Seconds of each measured segment (one round of one server). */
   readonly durationSec: number;
   readonly warmupSec: number;
-  /** Segments per server per scenario, alternated bare/tally/tally/bare/… (see run.ts `measure`). */
+  /**
+   * Segments per server per scenario, alternated bare/tally/tally/bare/… (see run.ts `measure`).
+   */
   readonly rounds: number;
   /** Each scenario runs at each of these connection counts (unless it pins its own). */
   readonly connectionsList: readonly number[];
@@ -21,7 +23,10 @@ export interface BenchOptions {
   readonly reportPath: string | undefined;
   readonly tiny: boolean;
   readonly full: boolean;
-  /** The load generator: wrk (the default: a C program, Debian's `wrk`) or autocannon (in this process; --tiny's). */
+  /**
+   * The load generator: wrk (the default: a C program, Debian's `wrk`) or autocannon (in this
+   * process; --tiny's).
+   */
   readonly driver: 'autocannon' | 'wrk';
 }
 
@@ -70,7 +75,8 @@ function pickScenarios(raw: string | undefined, full: boolean): Scenario[] {
     const scenario = SCENARIOS.find((s) => s.name === name.trim());
     if (scenario === undefined)
       throw new Error(
-        `unknown scenario ${JSON.stringify(name)}; known: ${SCENARIOS.map((s) => s.name).join(', ')}`,
+        `unknown scenario ${JSON.stringify(name)}; ` +
+          `known: ${SCENARIOS.map((s) => s.name).join(', ')}`,
       );
     return scenario;
   });
@@ -124,7 +130,8 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
       const pipelining = scenario.pipelining ?? options.pipelining;
       if (Math.floor(CUSTOMER_COUNT / connections) < pipelining) {
         throw new Error(
-          `${scenario.name}: ${connections} connections x pipelining ${pipelining} needs more than ${CUSTOMER_COUNT} customers`,
+          `${scenario.name}: ${connections} connections x pipelining ${pipelining} needs ` +
+            `more than ${CUSTOMER_COUNT} customers`,
         );
       }
     }

@@ -274,7 +274,8 @@ export async function buildDataDir(options: BuildOptions): Promise<BuiltDataDir>
   const snapshot = async (): Promise<void> => {
     for (let w = 0; w < builders.length; w++) await handOver(w);
     const blocked: number[] = [];
-    for (const builder of builders) blocked.push(await builder.snapshot()); // one at a time, as separate threads would
+    // one at a time, as separate threads would
+    for (const builder of builders) blocked.push(await builder.snapshot());
     snapshotBlockedMs = Math.max(...blocked);
     log(`snapshot written; it held a shard's thread for up to ${snapshotBlockedMs.toFixed(0)} ms`);
   };

@@ -73,7 +73,9 @@ interface ProcessMemory {
   readonly rssFileBytes: number;
 }
 
-/** Reads VmHWM, VmRSS, RssAnon and RssFile (kB in the file) of `pid`. Throws if /proc lacks them. */
+/**
+ * Reads VmHWM, VmRSS, RssAnon and RssFile (kB in the file) of `pid`. Throws if /proc lacks them.
+ */
 export async function processMemory(pid: number): Promise<ProcessMemory> {
   const status = await readFile(`/proc/${pid}/status`, 'utf8');
   const field = (name: string): number => {
@@ -175,13 +177,16 @@ export async function verifyBalances(
   for (const [customer, meters] of expected) {
     for (const [m, micros] of meters.entries()) {
       const meter = RECOVERY_METERS[m];
-      const url = `${server.baseUrl}/v1/usage/${meter}/balance?customerId=${customerIdOf(customer)}`;
+      const url =
+        `${server.baseUrl}/v1/usage/${meter}/balance` + `?customerId=${customerIdOf(customer)}`;
       const response = await fetch(url, { headers: { 'x-tally-key': serverKey } });
       const body = (await response.json()) as { consumed?: unknown };
       const want = Number(micros) / 1e6;
       if (response.status !== 200 || body.consumed !== want) {
         throw new Error(
-          `recovered ${meter} of ${customerIdOf(customer)}: ${response.status} ${JSON.stringify(body)}, expected consumed ${want}`,
+          `recovered ${meter} ` +
+            `of ${customerIdOf(customer)}: ${response.status} ${JSON.stringify(body)}, ` +
+            `expected consumed ${want}`,
         );
       }
     }

@@ -44,7 +44,10 @@ const MAIN_SCRIPT = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', '
 export const RECOVERY_SCENARIOS = ['journal', 'snapshot'] as const;
 export type RecoveryScenario = (typeof RECOVERY_SCENARIOS)[number];
 
-/** Recovery targets (docs/performance.md): under 10 s to /healthz 200 and under 2 GiB for 1M customers. */
+/**
+ * Recovery targets (docs/performance.md): under 10 s to /healthz 200 and under 2 GiB for 1M
+ * customers.
+ */
 const TARGET_HEALTHZ_MS = 10_000;
 const TARGET_RSS_BYTES = 2 * 1024 ** 3;
 
@@ -84,7 +87,8 @@ function positiveInt(
   const value = Number(raw);
   if (!Number.isSafeInteger(value) || value < (allowZero ? 0 : 1))
     throw new Error(
-      `--${name} must be a ${allowZero ? 'non-negative' : 'positive'} integer, got ${JSON.stringify(raw)}`,
+      `--${name} must be a ${allowZero ? 'non-negative' : 'positive'} integer, ` +
+        `got ${JSON.stringify(raw)}`,
     );
   return value;
 }
@@ -184,7 +188,8 @@ async function runOne(
     });
     const dataDirBytes = await diskUsageBytes(dataDir);
     log(
-      `built in ${(built.buildMs / 1000).toFixed(1)} s: ${built.records} records, ${(dataDirBytes / 2 ** 20).toFixed(0)} MiB on disk`,
+      `built in ${(built.buildMs / 1000).toFixed(1)} s: ${built.records} ` +
+        `records, ${(dataDirBytes / 2 ** 20).toFixed(0)} MiB on disk`,
     );
     for (let start = 1; start <= options.starts; start++) {
       if (options.cold && !(await evictPageCache(dataDir)))
@@ -216,7 +221,8 @@ async function runOne(
           verifiedCustomers,
         });
         log(
-          `start ${start}: healthz after ${measurement.msToHealthz.toFixed(0)} ms, peak RSS ${(measurement.peakRssBytes / 2 ** 20).toFixed(0)} MiB`,
+          `start ${start}: healthz after ${measurement.msToHealthz.toFixed(0)} ms, peak ` +
+            `RSS ${(measurement.peakRssBytes / 2 ** 20).toFixed(0)} MiB`,
         );
       } finally {
         await stopServer(server);
@@ -277,14 +283,21 @@ function formatTable(results: readonly RecoveryResult[]): string {
     const time = r.measurement.msToHealthz < TARGET_HEALTHZ_MS ? 'PASS' : 'FAIL';
     const peak = r.measurement.peakRssBytes < TARGET_RSS_BYTES ? 'PASS' : 'FAIL';
     const anon = r.measurement.peakRssAnonBytes < TARGET_RSS_BYTES ? 'PASS' : 'FAIL';
-    return `  ${r.scenario}, ${r.workers} worker(s), start ${r.start}: [${time}] healthz < ${TARGET_HEALTHZ_MS / 1000} s  [${peak}] peak RSS < 2 GiB  [${anon}] peak anonymous RSS < 2 GiB`;
+    return (
+      `  ${r.scenario}, ${r.workers} worker(s), start ${r.start}: [${time}] healthz ` +
+      `< ${TARGET_HEALTHZ_MS / 1000} s  [${peak}] peak RSS < 2 GiB  [${anon}] peak ` +
+      `anonymous RSS < 2 GiB`
+    );
   });
   return [
-    `node ${process.version}, availableParallelism ${availableParallelism()}, ${cpus()[0]?.model ?? 'unknown cpu'}, load average (1 min) ${(loadavg()[0] ?? NaN).toFixed(2)}`,
+    `node ${process.version}, ` +
+      `availableParallelism ${availableParallelism()}, ${cpus()[0]?.model ?? 'unknown cpu'}, ` +
+      `load average (1 min) ${(loadavg()[0] ?? NaN).toFixed(2)}`,
     '',
     line(header),
     ...rows.map(line),
-    'snapshot stall: how long taking that snapshot (while building) held a shard worker, answering nothing',
+    'snapshot stall: how long taking that snapshot (while building) held a shard worker, ' +
+      'answering nothing',
     '',
     'targets (for 1M customers / 10M events; informational, the exit code ignores them):',
     ...checks,
@@ -337,7 +350,8 @@ main().then(
   () => process.exit(0),
   (error: unknown) => {
     process.stderr.write(
-      `recovery bench failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+      `recovery bench ` +
+        `failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
     );
     process.exit(1);
   },

@@ -9,7 +9,8 @@ import { readFile, writeFile } from 'node:fs/promises';
 import type { BenchReport, ScenarioResult, ServerStats, TargetCheck } from './report.js';
 
 const BEGIN =
-  '<!-- bench:begin: written by `npm run bench -- --report docs/performance.md`; edit outside the markers -->';
+  '<!-- bench:begin: written by `npm run bench -- --report docs/performance.md`; edit ' +
+  'outside the markers -->';
 const END = '<!-- bench:end -->';
 
 /** Replaces the generated block of `path` (creating the file if needed) with `report`'s figures. */
@@ -55,12 +56,21 @@ function spread(values: readonly number[]): string {
 
 function scenarioRow(s: ScenarioResult): string {
   const tally = s.tally;
-  return `| \`${s.name}\` | ${s.connections} | ${fixed(s.bare.reqPerSec, 0)} | ${fixed(tally?.reqPerSec, 0)} | **${fixed(s.ratio ?? undefined, 2)}×**${spread(s.ratioByRound)} | ${fixed(tally?.latencyMsP50, 2)} / ${fixed(tally?.latencyMsP99, 2)} | ${cpuCell(tally)} | ${cpuCell(s.bare)} |`;
+  return (
+    `| \`${s.name}\` | ${s.connections} | ${fixed(s.bare.reqPerSec, 0)} ` +
+    `| ${fixed(tally?.reqPerSec, 0)} | ` +
+    `**${fixed(s.ratio ?? undefined, 2)}×**${spread(s.ratioByRound)} ` +
+    `| ${fixed(tally?.latencyMsP50, 2)} / ${fixed(tally?.latencyMsP99, 2)} ` +
+    `| ${cpuCell(tally)} | ${cpuCell(s.bare)} |`
+  );
 }
 
 function targetLine(s: ScenarioResult, t: TargetCheck): string {
   const status = t.pass === null ? 'not judged' : t.pass ? 'met' : '**not met**';
-  return `- \`${s.name}\` at ${s.connections} connections: ${t.description}: ${status}${t.note === undefined ? '' : ` (${t.note})`}`;
+  return (
+    `- \`${s.name}\` at ${s.connections} ` +
+    `connections: ${t.description}: ${status}${t.note === undefined ? '' : ` (${t.note})`}`
+  );
 }
 
 /** The command's options as a reader would repeat them: `--json <file>` is the caller's own business. */
@@ -77,19 +87,25 @@ function markdownBlock(report: BenchReport, argv: readonly string[]): string {
   return [
     '## Latest run',
     '',
-    `${report.startedAt.slice(0, 10)}, Node ${report.node}, ${report.availableParallelism} cores (${report.cpuModel}), ${report.platform}; ` +
-      `load average ${fixed(report.loadAverage1mAtStart, 2)} before, ${fixed(report.loadAverage1m, 2)} after. ` +
-      `Load generator: ${report.loadGenerator} on the same machine, loopback. ${String(o['rounds'])} rounds of ${String(o['durationSec'])} s per server, ` +
+    `${report.startedAt.slice(0, 10)}, ` +
+      `Node ${report.node}, ${report.availableParallelism} cores ` +
+      `(${report.cpuModel}), ${report.platform}; ` +
+      `load average ${fixed(report.loadAverage1mAtStart, 2)} ` +
+      `before, ${fixed(report.loadAverage1m, 2)} after. ` +
+      `Load generator: ${report.loadGenerator} on the same machine, ` +
+      `loopback. ${String(o['rounds'])} rounds of ${String(o['durationSec'])} s per server, ` +
       `bare and Tally alternated; ${report.tally.note}.`,
     '',
     `Command: \`npm run bench${shown(argv)}\``,
     '',
     "The ratio is the median over rounds of Tally's requests per second divided by the bare",
     "uWebSockets.js server's in the same round (range in brackets). CPU is µs per answered request",
-    'by thread over the measured segments: `main` is the front end, `shard N` a shard worker, `other`',
+    'by thread over the measured segments: `main` is the front end, `shard N` a shard ' +
+      'worker, `other`',
     "V8's GC and compiler threads, libuv's pool and LMDB's writer.",
     '',
-    '| scenario | connections | bare req/s | Tally req/s | Tally ÷ bare | Tally p50 / p99 ms | Tally CPU µs per request | bare CPU µs per request |',
+    '| scenario | connections | bare req/s | Tally req/s | Tally ÷ bare | Tally p50 / p99 ' +
+      'ms | Tally CPU µs per request | bare CPU µs per request |',
     '|---|---|---|---|---|---|---|---|',
     ...report.scenarios.map(scenarioRow),
     '',

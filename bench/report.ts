@@ -64,7 +64,10 @@ export interface MeasuredScenario {
   /** Which Tally process `tally` was measured on (tallies.ts). */
   readonly tallyLabel: string;
   readonly tally: ServerStats | null;
-  /** The scenario this one was interleaved with, whose bare segments it shares; null when measured alone. */
+  /**
+   * The scenario this one was interleaved with, whose bare segments it shares; null when measured
+   * alone.
+   */
   readonly bareSharedWith: string | null;
 }
 
@@ -79,9 +82,14 @@ export interface ScenarioResult {
   readonly bareSharedWith: string | null;
   readonly tallyLabel: string;
   readonly tally: ServerStats | null;
-  /** The median over rounds of tally req/s ÷ bare req/s in that round: the figure a target is judged by. */
+  /**
+   * The median over rounds of tally req/s ÷ bare req/s in that round: the figure a target is judged
+   * by.
+   */
   readonly ratio: number | null;
-  /** The same ratio per round (tally's segment r ÷ bare's segment r); empty when tally did not run. */
+  /**
+   * The same ratio per round (tally's segment r ÷ bare's segment r); empty when tally did not run.
+   */
   readonly ratioByRound: readonly number[];
   readonly targets: readonly TargetCheck[];
 }
@@ -98,14 +106,19 @@ export interface BenchReport {
   readonly loadGenerator: string;
   readonly options: Readonly<Record<string, unknown>>;
   readonly tally: { readonly ran: boolean; readonly note: string };
-  /** The rate-limited Tally answered `x-ratelimit-limit` with the bench's huge limit (tallies.ts). */
+  /**
+   * The rate-limited Tally answered `x-ratelimit-limit` with the bench's huge limit (tallies.ts).
+   */
   readonly rateLimitHeaderSeen: boolean;
   /** The rate-limit-off Tally sent that header anyway (it should not); null when it did not run. */
   readonly rateLimitOffHeaderSeen: boolean | null;
   readonly scenarios: readonly ScenarioResult[];
 }
 
-/** Merges the alternating segments of one server into one set of statistics; `cpuSeconds` by thread group over them. */
+/**
+ * Merges the alternating segments of one server into one set of statistics; `cpuSeconds` by thread
+ * group over them.
+ */
 export function summarize(
   segments: readonly SegmentResult[],
   cpuSeconds: ReadonlyMap<string, number> = new Map(),
@@ -176,7 +189,10 @@ interface Ceilings {
   readonly headerControl: ServerStats | null;
 }
 
-/** Segment r of `numerator` ÷ segment r of `denominator`, for the rounds both have (a zero denominator: skipped). */
+/**
+ * Segment r of `numerator` ÷ segment r of `denominator`, for the rounds both have (a zero
+ * denominator: skipped).
+ */
 export function roundRatios(numerator: ServerStats, denominator: ServerStats): number[] {
   const ratios: number[] = [];
   const rounds = Math.min(
@@ -220,7 +236,10 @@ export function roundsNote(
     'min' in bound
       ? [values.filter((value) => value >= bound.min).length, `>= ${bound.min}`]
       : [values.filter((value) => value <= bound.max).length, `<= ${bound.max}`];
-  return `rounds: ${met} of ${values.length} ${test}, median ${show(median(sorted))}, ${show(sorted[0] ?? 0)}-${show(sorted.at(-1) ?? 0)}`;
+  return (
+    `rounds: ${met} of ${values.length} ${test}, ` +
+    `median ${show(median(sorted))}, ${show(sorted[0] ?? 0)}-${show(sorted.at(-1) ?? 0)}`
+  );
 }
 
 function checkVsScenario(
@@ -230,7 +249,9 @@ function checkVsScenario(
   ceilings: Ceilings,
 ): TargetCheck {
   const net = target.netOfRateLimitHeaders === true;
-  const description = `tally >= ${target.min} x ${target.scenario}'s tally req/s (${target.what}${net ? ', net of the load generator parsing the three headers' : ''})`;
+  const description =
+    `tally >= ${target.min} x ${target.scenario}'s tally req/s ` +
+    `(${target.what}${net ? ', net of the load generator parsing the three headers' : ''})`;
   const peer = peers.get(target.scenario);
   if (tally === null || peer === null)
     return { description, pass: null, note: 'tally did not run' };
@@ -261,7 +282,9 @@ function checkVsScenario(
   return {
     description,
     pass: netRatio >= target.min,
-    note: `median net ${fixed(netRatio, 3)}x (raw ${fixed(ratio, 3)}x, bare with the headers vs without ${fixed(harness, 3)}x)${rounds === '' ? '' : `; net ${rounds}`}`,
+    note:
+      `median net ${fixed(netRatio, 3)}x (raw ${fixed(ratio, 3)}x, bare with the headers vs ` +
+      `without ${fixed(harness, 3)}x)${rounds === '' ? '' : `; net ${rounds}`}`,
   };
 }
 
@@ -275,7 +298,10 @@ function checkTarget(
 ): TargetCheck {
   if (target.kind === 'vsScenario') return checkVsScenario(target, tally, peers, measured);
   if (target.kind === 'ratio') {
-    const description = `median tally/bare >= ${target.min}${target.atConnections === undefined ? '' : ` at ${target.atConnections} connections`}`;
+    const description =
+      `median tally/bare ` +
+      `>= ${target.min}` +
+      `${target.atConnections === undefined ? '' : ` at ${target.atConnections} connections`}`;
     if (ratio === null) return { description, pass: null, note: 'tally did not run' };
     if (target.atConnections !== undefined && measured.connections !== target.atConnections)
       return { description, pass: null, note: `ran at ${measured.connections}` };
@@ -286,7 +312,9 @@ function checkTarget(
       ...(rounds === '' ? {} : { note: `measured ${fixed(ratio, 3)}x; ${rounds}` }),
     };
   }
-  const description = `tally p99 <= ${target.maxMs} ms at ${target.atConnections} connections x pipelining ${target.atPipelining}`;
+  const description =
+    `tally p99 <= ${target.maxMs} ms at ${target.atConnections} connections x ` +
+    `pipelining ${target.atPipelining}`;
   if (tally === null) return { description, pass: null, note: 'tally did not run' };
   if (
     measured.connections !== target.atConnections ||
@@ -390,7 +418,10 @@ function rateLimitLine(report: BenchReport): string {
     ? 'x-ratelimit-limit header seen on tally'
     : 'NO x-ratelimit-limit header on tally (limiter not in this build?)';
   if (report.rateLimitOffHeaderSeen === null) return on;
-  return `${on}; ${report.rateLimitOffHeaderSeen ? 'but ALSO on tally-rl-off (limiter not off!)' : 'none on tally-rl-off'}`;
+  const off = report.rateLimitOffHeaderSeen
+    ? 'but ALSO on tally-rl-off (limiter not off!)'
+    : 'none on tally-rl-off';
+  return `${on}; ${off}`;
 }
 
 /** The results table, then the target checks, as printable text. */
@@ -417,8 +448,10 @@ export function formatReport(report: BenchReport): string {
     Math.max(h.length, ...body.map((cells) => (cells[i] ?? '').length)),
   );
   const lines = [
-    `node ${report.node}, availableParallelism ${report.availableParallelism}, ${report.cpuModel}, ${report.platform}`,
-    `load average (1 min) before: ${fixed(report.loadAverage1mAtStart, 2)}, after: ${fixed(report.loadAverage1m, 2)}`,
+    `node ${report.node}, ` +
+      `availableParallelism ${report.availableParallelism}, ${report.cpuModel}, ${report.platform}`,
+    `load average (1 min) before: ${fixed(report.loadAverage1mAtStart, 2)}, ` +
+      `after: ${fixed(report.loadAverage1m, 2)}`,
     `load generator: ${report.loadGenerator}, in this process, same machine (loopback)`,
     `tally: ${report.tally.note}`,
     `rate limiting: ${rateLimitLine(report)}`,

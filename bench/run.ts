@@ -78,7 +78,9 @@ interface Target {
   readonly label: string;
   readonly child: Child;
   readonly baseUrl: string;
-  /** One request list per connection, built with this server's own keys (each Tally has its own). */
+  /**
+   * One request list per connection, built with this server's own keys (each Tally has its own).
+   */
   readonly slices: autocannon.Request[][];
 }
 
@@ -86,11 +88,15 @@ function assertAlive(target: Target): void {
   const { exitCode, signalCode } = target.child.process;
   if (exitCode === null && signalCode === null) return;
   throw new Error(
-    `${target.label} died during the run (code ${exitCode}, signal ${signalCode})\n--- output ---\n${target.child.outputTail()}`,
+    `${target.label} died during the run (code ${exitCode}, signal ${signalCode})\n--- ` +
+      `output ---\n${target.child.outputTail()}`,
   );
 }
 
-/** Sends the target's first request once with fetch and throws unless it answers 2xx; returns the response's headers. */
+/**
+ * Sends the target's first request once with fetch and throws unless it answers 2xx; returns the
+ * response's headers.
+ */
 async function preflight(target: Target): Promise<globalThis.Headers> {
   const request = target.slices[0]?.[0];
   if (request === undefined) throw new Error(`${target.label}: no requests built`);
@@ -103,7 +109,8 @@ async function preflight(target: Target): Promise<globalThis.Headers> {
   const text = await response.text();
   if (!response.ok)
     throw new Error(
-      `preflight ${init.method} ${request.path} on ${target.label} answered ${response.status}: ${text}`,
+      `preflight ${init.method} ${request.path} on ${target.label} ` +
+        `answered ${response.status}: ${text}`,
     );
   return response.headers;
 }
@@ -179,7 +186,10 @@ function groupScenarios(scenarios: readonly Scenario[]): Scenario[][] {
   return [...groups.values()];
 }
 
-/** The group's one load shape at `connections`; interleaved scenarios must agree on it (a SCENARIOS bug otherwise). */
+/**
+ * The group's one load shape at `connections`; interleaved scenarios must agree on it (a SCENARIOS
+ * bug otherwise).
+ */
 function groupShape(
   group: readonly Scenario[],
   options: BenchOptions,
@@ -190,7 +200,8 @@ function groupShape(
   );
   if (new Set(shapes).size !== 1)
     throw new Error(
-      `interleaved scenarios ${group.map((s) => s.name).join(', ')} differ in load shape: ${shapes.join(', ')}`,
+      `interleaved scenarios ${group.map((s) => s.name).join(', ')} differ in load ` +
+        `shape: ${shapes.join(', ')}`,
     );
   const first = group[0];
   if (first === undefined) throw new Error('empty scenario group');
@@ -268,7 +279,8 @@ async function runGroup(
   }
   const names = group.map((s) => s.name).join(' + ');
   process.stderr.write(
-    `bench: ${names} (${shape.connections} connections x pipelining ${shape.pipelining}; ${targets.map((t) => t.label).join(', ')}) ...\n`,
+    `bench: ${names} (${shape.connections} connections x ` +
+      `pipelining ${shape.pipelining}; ${targets.map((t) => t.label).join(', ')}) ...\n`,
   );
   const measured = await measure(targets, shape, options);
   const stats = (target: Target): ReturnType<typeof summarize> =>
@@ -336,7 +348,8 @@ function reportShell(
 async function bench(options: BenchOptions, dataDirs: string[]): Promise<void> {
   if (options.driver === 'wrk' && !(await wrkAvailable())) {
     throw new Error(
-      'wrk is not installed: `apt-get install wrk` (Debian, Ubuntu), or run with --driver autocannon',
+      'wrk is not installed: `apt-get install wrk` (Debian, Ubuntu), or run with --driver ' +
+        'autocannon',
     );
   }
   const loadAverage1m = loadavg()[0] ?? Number.NaN;

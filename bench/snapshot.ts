@@ -44,7 +44,9 @@ interface Ran {
 function tally(args: readonly string[], env: Record<string, string>): Promise<Ran> {
   const started = performance.now();
   // A wrapper that runs the CLI in-process and prints its peak RSS on exit.
-  const wrapper = `process.on('exit', () => process.stderr.write('\\nMAXRSS_KB=' + process.resourceUsage().maxRSS + '\\n'));
+  const wrapper =
+    `process.on('exit', () => process.stderr.write('\\nMAXRSS_KB=' + ` +
+    `process.resourceUsage().maxRSS + '\\n'));
 process.argv = [process.argv[0], ${JSON.stringify(CLI)}, ...process.argv.slice(1)];
 await import(${JSON.stringify(`file://${CLI}`)});`;
   return new Promise((resolve, reject) => {
@@ -130,7 +132,8 @@ async function main(): Promise<void> {
   });
   if (values.help) {
     process.stdout.write(
-      'usage: node dist/bench/snapshot.js [--customers n (default 1000000)] [--workers n (default 1)] [--dir path]\n',
+      'usage: node dist/bench/snapshot.js [--customers n (default 1000000)] [--workers n ' +
+        '(default 1)] [--dir path]\n',
     );
     return;
   }
@@ -211,7 +214,8 @@ async function main(): Promise<void> {
       ],
       [
         'snapshot file',
-        `${mib((await stat(file)).size)} (${(info.bytes / info.customers).toFixed(0)} bytes per customer)`,
+        `${mib((await stat(file)).size)} (${(info.bytes / info.customers).toFixed(0)} ` +
+          `bytes per customer)`,
       ],
       ['snapshot on the server (cut → file complete)', sec(serverMs)],
       ['tally snapshot create (incl. download + SHA-256 + verify)', sec(created.ms)],
@@ -222,12 +226,14 @@ async function main(): Promise<void> {
       ['tally snapshot restore', `${sec(restored.ms)}, peak RSS ${mib(restored.peakRssBytes)}`],
       [
         'restored server: spawn → /healthz 200',
-        `${sec(started.measurement.msToHealthz)}, peak RSS ${mib(started.measurement.peakRssBytes)}`,
+        `${sec(started.measurement.msToHealthz)}, peak ` +
+          `RSS ${mib(started.measurement.peakRssBytes)}`,
       ],
       ['sampled balances equal original', same ? 'yes' : 'NO'],
     ];
     process.stdout.write(
-      `node ${process.version}, ${availableParallelism()} cores (${cpus()[0]?.model ?? '?'}), ${workers} worker(s)\n`,
+      `node ${process.version}, ${availableParallelism()} cores ` +
+        `(${cpus()[0]?.model ?? '?'}), ${workers} worker(s)\n`,
     );
     for (const [name, value] of rows) process.stdout.write(`${name.padEnd(58)} ${value}\n`);
     if (!same) throw new Error('restored balances differ from the original');
@@ -241,7 +247,8 @@ main().then(
   () => process.exit(0),
   (error: unknown) => {
     process.stderr.write(
-      `bench:snapshot failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+      `bench:snapshot ` +
+        `failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
     );
     process.exit(1);
   },

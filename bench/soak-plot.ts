@@ -31,7 +31,10 @@ function polyline(
   dash = '',
 ): string {
   const text = points.map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(' ');
-  return `<polyline fill="none" stroke="${color}" stroke-width="2"${dash === '' ? '' : ` stroke-dasharray="${dash}"`} points="${text}"/>`;
+  return (
+    `<polyline fill="none" stroke="${color}" ` +
+    `stroke-width="2"${dash === '' ? '' : ` stroke-dasharray="${dash}"`} points="${text}"/>`
+  );
 }
 
 export function plotSoak(windows: readonly SoakWindow[]): string {
@@ -50,19 +53,23 @@ export function plotSoak(windows: readonly SoakWindow[]): string {
       [0, 0.5, 1]
         .map(
           (f) =>
-            `<text x="${at}" y="${y(max * f, max) + 4}" text-anchor="${anchor}" font-size="11">${(max * f).toFixed(0)}</text>`,
+            `<text x="${at}" y="${y(max * f, max) + 4}" text-anchor="${anchor}" ` +
+            `font-size="11">${(max * f).toFixed(0)}</text>`,
         )
         .join('') +
       `<text x="${at}" y="${PAD.top - 8}" text-anchor="${anchor}" font-size="11">${label}</text>`
     );
   };
   return [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${HEIGHT}" font-family="sans-serif">`,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${HEIGHT}" ` +
+      `font-family="sans-serif">`,
     `<rect width="${WIDTH}" height="${HEIGHT}" fill="white"/>`,
-    `<rect x="${PAD.left}" y="${PAD.top}" width="${plotW}" height="${plotH}" fill="none" stroke="#999"/>`,
+    `<rect x="${PAD.left}" y="${PAD.top}" width="${plotW}" height="${plotH}" fill="none" ` +
+      `stroke="#999"/>`,
     axis('RSS MiB', rssMax, 'left'),
     axis('probe ms', msMax, 'right'),
-    `<text x="${WIDTH / 2}" y="${HEIGHT - 8}" text-anchor="middle" font-size="11">seconds (0–${endSec})</text>`,
+    `<text x="${WIDTH / 2}" y="${HEIGHT - 8}" text-anchor="middle" font-size="11">seconds ` +
+      `(0–${endSec})</text>`,
     polyline(
       windows.map((w) => [x(w.atSec), y(w.rssMiB, rssMax)]),
       '#1f77b4',
@@ -78,7 +85,8 @@ export function plotSoak(windows: readonly SoakWindow[]): string {
     ),
     `<text x="${PAD.left + 8}" y="${PAD.top + 14}" font-size="11" fill="#1f77b4">RSS</text>`,
     `<text x="${PAD.left + 48}" y="${PAD.top + 14}" font-size="11" fill="#d62728">probe p99</text>`,
-    `<text x="${PAD.left + 120}" y="${PAD.top + 14}" font-size="11" fill="#ff9896">probe max</text>`,
+    `<text x="${PAD.left + 120}" y="${PAD.top + 14}" font-size="11" fill="#ff9896">probe ` +
+      `max</text>`,
     '</svg>',
     '',
   ].join('\n');

@@ -82,23 +82,31 @@ function parse(argv: readonly string[]): SoakOptions {
   };
 }
 
-/** wrk's Lua: unique keys, customers in turn, optional spacing; prints a JSON summary at the end. */
+/**
+ * wrk's Lua: unique keys, customers in turn, optional spacing; prints a JSON summary at the end.
+ */
 function loadScript(key: string, delayMs: number): string {
-  return `local run = "${Date.now().toString(36)}"
+  return (
+    `local run = "${Date.now().toString(36)}"
 local i = 0
 local headers = { ["x-tally-key"] = "${key}", ["content-type"] = "application/json" }
 request = function()
   i = i + 1
-  local body = '{"customerId":"soak-' .. (i % ${CUSTOMERS}) .. '","amount":1,"idempotencyKey":"' .. run .. '-' .. i .. '"}'
+  local body = '{"customerId":"soak-' .. (i % ${CUSTOMERS}) .. ` +
+    `'","amount":1,"idempotencyKey":"' .. run .. '-' .. i .. '"}'
   return wrk.format("POST", "/v1/usage/api_calls/consume", headers, body)
 end
 ${delayMs > 0 ? `delay = function() return ${delayMs} end` : ''}
 done = function(summary, latency, requests)
-  io.write("WRK_JSON{\\"requests\\":" .. summary.requests .. ",\\"durationUs\\":" .. summary.duration ..
-    ",\\"status\\":" .. summary.errors.status .. ",\\"errors\\":" .. (summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout) ..
+  io.write("WRK_JSON{\\"requests\\":" .. summary.requests .. ",\\"durationUs\\":" .. ` +
+    `summary.duration ..
+    ",\\"status\\":" .. summary.errors.status .. ",\\"errors\\":" .. ` +
+    `(summary.errors.connect + summary.errors.read + summary.errors.write + ` +
+    `summary.errors.timeout) ..
     ",\\"p99Us\\":" .. latency:percentile(99) .. "}\\n")
 end
-`;
+`
+  );
 }
 
 async function runLoad(server: TallyServer, options: SoakOptions): Promise<SoakResult['load']> {
@@ -242,7 +250,9 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
       const w = windows.at(-1);
       if (w !== undefined)
         process.stderr.write(
-          `soak ${w.atSec}s: RSS ${w.rssMiB.toFixed(0)} MiB, keys ${w.idempotencyEntries}, probe p99 ${w.probeMsP99.toFixed(2)} ms max ${w.probeMsMax.toFixed(1)} ms\n`,
+          `soak ${w.atSec}s: RSS ${w.rssMiB.toFixed(0)} MiB, ` +
+            `keys ${w.idempotencyEntries}, probe p99 ${w.probeMsP99.toFixed(2)} ms ` +
+            `max ${w.probeMsMax.toFixed(1)} ms\n`,
         );
     })();
   }, WINDOW_MS);
@@ -264,7 +274,8 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
 /** The soak table and plot, between the document's soak markers (added at its end when missing). */
 async function writeReport(path: string, result: SoakResult, svgPath: string): Promise<void> {
   const begin =
-    '<!-- soak:begin: written by `npm run bench:soak -- --report docs/performance.md`; edit outside the markers -->';
+    '<!-- soak:begin: written by `npm run bench:soak -- --report docs/performance.md`; ' +
+    'edit outside the markers -->';
   const end = '<!-- soak:end -->';
   const o = result.options;
   const last = result.windows.at(-1);
@@ -272,22 +283,31 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
     begin,
     '## Soak',
     '',
-    `${result.startedAt.slice(0, 10)}, Node ${result.node}: ${o.minutes} min of durable consumes with a unique idempotency key each, ` +
-      `wrk ${o.connections} connections${o.rate === null ? ' flat out' : ` at about ${o.rate}/s`}, a \`has\` probe every ${PROBE_INTERVAL_MS} ms. ` +
-      `Load: ${result.load.perSec.toFixed(0)} consumes/s, p99 ${result.load.msP99.toFixed(1)} ms, ${result.load.errors} socket errors, ${result.load.non2xx} non-2xx.`,
+    `${result.startedAt.slice(0, 10)}, Node ${result.node}: ${o.minutes} min of durable ` +
+      `consumes with a unique idempotency key each, ` +
+      `wrk ${o.connections} ` +
+      `connections${o.rate === null ? ' flat out' : ` at about ${o.rate}/s`}, a \`has\` ` +
+      `probe every ${PROBE_INTERVAL_MS} ms. ` +
+      `Load: ${result.load.perSec.toFixed(0)} consumes/s, ` +
+      `p99 ${result.load.msP99.toFixed(1)} ms, ${result.load.errors} socket ` +
+      `errors, ${result.load.non2xx} non-2xx.`,
     '',
     `![RSS and probe latency over the soak](${svgPath.split('/').pop() ?? svgPath})`,
     '',
-    '| at | RSS MiB | idempotency keys in memory | snapshots | probe p99 ms | p999 ms | max ms | probe failures |',
+    '| at | RSS MiB | idempotency keys in memory | snapshots | probe p99 ms | p999 ms | ' +
+      'max ms | probe failures |',
     '|---|---|---|---|---|---|---|---|',
     ...result.windows.map(
       (w) =>
-        `| ${w.atSec} s | ${w.rssMiB.toFixed(0)} | ${w.idempotencyEntries} | ${w.snapshots} | ${w.probeMsP99.toFixed(2)} | ${w.probeMsP999.toFixed(2)} | ${w.probeMsMax.toFixed(1)} | ${w.probeFailures} |`,
+        `| ${w.atSec} s | ${w.rssMiB.toFixed(0)} | ${w.idempotencyEntries} ` +
+        `| ${w.snapshots} | ${w.probeMsP99.toFixed(2)} | ${w.probeMsP999.toFixed(2)} ` +
+        `| ${w.probeMsMax.toFixed(1)} | ${w.probeFailures} |`,
     ),
     '',
     last === undefined
       ? ''
-      : `At the end: RSS ${last.rssMiB.toFixed(0)} MiB with ${last.idempotencyEntries} keys held in memory.`,
+      : `At the end: RSS ${last.rssMiB.toFixed(0)} MiB with ${last.idempotencyEntries} keys ` +
+        `held in memory.`,
     end,
   ].join('\n');
   const existing = await readFile(path, 'utf8').catch(() => '# Performance\n');

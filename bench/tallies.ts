@@ -52,11 +52,16 @@ export interface Tallies {
   readonly note: string;
   /** The rate-limited Tally's `has` answered `x-ratelimit-limit: RATE_LIMIT_HUGE`. */
   readonly rateLimitHeaderSeen: boolean;
-  /** The rate-limit-off Tally's `has` carried an `x-ratelimit-limit` header; null when it did not run. */
+  /**
+   * The rate-limit-off Tally's `has` carried an `x-ratelimit-limit` header; null when it did not
+   * run.
+   */
   readonly rateLimitOffHeaderSeen: boolean | null;
 }
 
-/** The rate-limited Tally always (it is the bench's Tally); others only if a scenario targets them. */
+/**
+ * The rate-limited Tally always (it is the bench's Tally); others only if a scenario targets them.
+ */
 function neededInstances(options: BenchOptions): TallyInstance[] {
   return [...new Set<TallyInstance>(['rate-limited', ...options.scenarios.map((s) => s.tally)])];
 }
@@ -93,7 +98,9 @@ export async function startTallies(
   dataDirs: string[],
 ): Promise<Tallies> {
   if (!tallyBuilt(mainScript)) {
-    const note = `NOT RUN: ${mainScript} does not exist (run npm run build once the server exists); bare only`;
+    const note =
+      `NOT RUN: ${mainScript} does not exist (run npm run build once the server ` +
+      `exists); bare only`;
     return { servers: new Map(), note, rateLimitHeaderSeen: false, rateLimitOffHeaderSeen: null };
   }
   const instances = neededInstances(options);

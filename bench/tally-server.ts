@@ -40,14 +40,16 @@ async function waitFor<T>(
   for (;;) {
     if (child.process.exitCode !== null || child.process.signalCode !== null) {
       throw new Error(
-        `${child.name} exited while waiting for ${what}\n--- ${child.name} output ---\n${child.outputTail()}`,
+        `${child.name} exited while waiting for ${what}\n--- ${child.name} output ` +
+          `---\n${child.outputTail()}`,
       );
     }
     const value = await probe().catch(() => undefined);
     if (value !== undefined) return value;
     if (Date.now() > deadline)
       throw new Error(
-        `${child.name}: no ${what} within ${HEALTH_TIMEOUT_MS} ms\n--- ${child.name} output ---\n${child.outputTail()}`,
+        `${child.name}: no ${what} within ${HEALTH_TIMEOUT_MS} ms\n--- ${child.name} ` +
+          `output ---\n${child.outputTail()}`,
       );
     await sleep(POLL_INTERVAL_MS);
   }
@@ -92,10 +94,11 @@ export function makeDataDir(): Promise<string> {
 }
 
 /**
- * Starts Tally as child `name` on `dataDir`, with `env` added to its environment (the
- * caller's TALLY_WORKERS, TALLY_RATE_LIMIT_*; PORT and TALLY_DATA_DIR are set here), pushes
- * `config` (the HTTP bench's BENCH_CONFIG unless given) and returns it ready to measure. Throws (the child stays registered for `stopAll`) if it
- * does not listen, become healthy, write its keys or accept the configuration in time.
+ * Starts Tally as child `name` on `dataDir`, with `env` added to its environment (the caller's
+ * TALLY_WORKERS, TALLY_RATE_LIMIT_*; PORT and TALLY_DATA_DIR are set here), pushes `config` (the
+ * HTTP bench's BENCH_CONFIG unless given) and returns it ready to measure. Throws (the child stays
+ * registered for `stopAll`) if it does not listen, become healthy, write its keys or accept the
+ * configuration in time.
  */
 export async function startTally(
   mainScript: string,

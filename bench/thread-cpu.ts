@@ -11,12 +11,17 @@
  */
 import fs from 'node:fs';
 
-/** Kernel clock ticks per second in /proc's time fields (USER_HZ; 100 on every Linux build in use). */
+/**
+ * Kernel clock ticks per second in /proc's time fields (USER_HZ; 100 on every Linux build in use).
+ */
 const TICKS_PER_SEC = 100;
 
 export type ThreadTicks = ReadonlyMap<string, number>;
 
-/** utime + stime (ticks) of every thread of `pid`, by group name ('main', 'tally-shard-0', …, 'other'). */
+/**
+ * utime + stime (ticks) of every thread of `pid`, by group name ('main', 'tally-shard-0', …,
+ * 'other').
+ */
 export function sampleThreads(pid: number): ThreadTicks {
   const ticks = new Map<string, number>();
   let tids: string[];

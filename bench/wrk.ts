@@ -31,15 +31,24 @@ function rawRequest(request: autocannon.Request, host: string): string {
     .map(([name, value]) => `${name}: ${value}\r\n`)
     .join('');
   const length = body === '' ? '' : `content-length: ${Buffer.byteLength(body)}\r\n`;
-  return `${request.method ?? 'GET'} ${request.path ?? '/'} HTTP/1.1\r\nhost: ${host}\r\n${headers}${length}\r\n${body}`;
+  return (
+    `${request.method ?? 'GET'} ${request.path ?? '/'} ` +
+    `HTTP/1.1\r\nhost: ${host}\r\n${headers}${length}\r\n${body}`
+  );
 }
 
 function luaString(text: string): string {
-  return `"${text.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\r/g, '\\r').replace(/\n/g, '\\n')}"`;
+  const escaped = text
+    .replace(/\\/g, '\\\\')
+    .replace(/"/g, '\\"')
+    .replace(/\r/g, '\\r')
+    .replace(/\n/g, '\\n');
+  return `"${escaped}"`;
 }
 
 function script(requests: readonly string[]): string {
-  return `local requests = {
+  return (
+    `local requests = {
 ${requests.map(luaString).join(',\n')}
 }
 local n = #requests
@@ -51,13 +60,15 @@ end
 done = function(summary, latency, requests)
   local q = {}
   for k = 1, ${QUANTILES} do q[k] = latency:percentile((k - 0.5) * 100 / ${QUANTILES}) end
-  io.write("WRK_JSON{\\"requests\\":" .. summary.requests .. ",\\"durationUs\\":" .. summary.duration ..
+  io.write("WRK_JSON{\\"requests\\":" .. summary.requests .. ",\\"durationUs\\":" .. ` +
+    `summary.duration ..
     ",\\"status\\":" .. summary.errors.status .. ",\\"connect\\":" .. summary.errors.connect ..
     ",\\"read\\":" .. summary.errors.read .. ",\\"write\\":" .. summary.errors.write ..
     ",\\"timeout\\":" .. summary.errors.timeout .. ",\\"maxUs\\":" .. latency.max ..
     ",\\"quantilesUs\\":[" .. table.concat(q, ",") .. "]}\\n")
 end
-`;
+`
+  );
 }
 
 interface WrkSummary {
@@ -94,7 +105,8 @@ export async function runWrkSegment(
   if (shape.pipelining !== 1)
     throw new Error('the wrk driver sends one request at a time per connection (pipelining 1)');
   const host = new URL(baseUrl).host;
-  // Interleave the slices back into customer order, so consecutive requests hit different connections' customers.
+  // Interleave the slices back into customer order, so consecutive requests hit different
+  // connections' customers.
   const requests: string[] = [];
   for (let i = 0; requests.length < slices.reduce((n, s) => n + s.length, 0); i++) {
     for (const slice of slices) {

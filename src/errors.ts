@@ -51,7 +51,9 @@ export const ERRORS = {
   invalid_framing: {
     status: 400,
     message: 'ambiguous message framing: {detail}',
-    when: 'several Content-Length headers, Content-Length with Transfer-Encoding, or a Content-Length that is not a number (the connection is closed)',
+    when:
+      'several Content-Length headers, Content-Length with Transfer-Encoding, or a ' +
+      'Content-Length that is not a number (the connection is closed)',
   },
   body_too_deep: {
     status: 400,
@@ -101,7 +103,9 @@ export const ERRORS = {
   invalid_signature: {
     status: 400,
     message: 'webhook signature is invalid: {detail}',
-    when: 'a processor webhook whose Stripe-Signature does not match its raw body, or is stale; nothing changes',
+    when:
+      'a processor webhook whose Stripe-Signature does not match its raw body, or is stale; ' +
+      'nothing changes',
   },
   product_not_purchasable: {
     status: 400,
@@ -136,8 +140,11 @@ export const ERRORS = {
   not_configured: {
     status: 404,
     message:
-      'no billing configuration has been pushed to the {environment} environment: push one with POST /v1/sync/push',
-    when: 'an entitlement route (has, limit, balance, consume, refund, settings, context) in an environment no configuration was pushed to',
+      'no billing configuration has been pushed to the {environment} environment: push ' +
+      'one with POST /v1/sync/push',
+    when:
+      'an entitlement route (has, limit, balance, consume, refund, settings, context) in an ' +
+      'environment no configuration was pushed to',
   },
   product_not_found: {
     status: 404,
@@ -168,7 +175,8 @@ export const ERRORS = {
   subscription_exists: {
     status: 409,
     message:
-      'customer {customerId} already has an active subscription: change its plan with POST /v1/subscriptions/change',
+      'customer {customerId} already has an active subscription: change its plan with ' +
+      'POST /v1/subscriptions/change',
     when: 'checkout of a recurring product by a customer with an active subscription',
   },
   key_already_revoked: {
@@ -204,7 +212,9 @@ export const ERRORS = {
   quota_exceeded: {
     status: 429,
     message: 'quota exceeded: {detail}',
-    when: 'the environment reached an operator-set quota (customers, idempotency keys, audit entries per day); not retried by waiting a minute',
+    when:
+      'the environment reached an operator-set quota (customers, idempotency keys, audit ' +
+      'entries per day); not retried by waiting a minute',
   },
   rate_limited: {
     status: 429,
@@ -229,7 +239,9 @@ export const ERRORS = {
   storage_full: {
     status: 503,
     message: 'storage full: {detail}',
-    when: "the data directory's free space is below the reserve: writes are refused, reads are served (with Retry-After)",
+    when:
+      "the data directory's free space is below the reserve: writes are refused, reads are " +
+      'served (with Retry-After)',
   },
   not_ready: {
     status: 503,
@@ -244,7 +256,9 @@ export const ERRORS = {
   processor_error: {
     status: 502,
     message: 'payment processor error: {detail}',
-    when: 'the payment processor refused or failed a call (push, checkout); nothing changed in Tally',
+    when:
+      'the payment processor refused or failed a call (push, checkout); nothing changed in ' +
+      'Tally',
   },
   internal: { status: 500, message: 'internal error', when: 'a bug; never for client input' },
 } as const satisfies Record<string, CatalogEntry>;

@@ -44,7 +44,10 @@ function intFromEnv(name: string, fallback: number | undefined): number | undefi
   return value;
 }
 
-/** A per-environment quota setting: `1000` for both environments, or `test:1000,live:0`; 0 or unset = unlimited. */
+/**
+ * A per-environment quota setting: `1000` for both environments, or `test:1000,live:0`; 0 or unset
+ * = unlimited.
+ */
 function quotaFromEnv(name: string): PerEnvironment {
   const raw = process.env[name];
   if (raw === undefined || raw === '') return { test: 0, live: 0 };
@@ -84,7 +87,8 @@ async function main(): Promise<void> {
     idempotencyKeys: quotaFromEnv('TALLY_QUOTA_IDEMPOTENCY_KEYS'),
     auditEntriesPerDay: quotaFromEnv('TALLY_QUOTA_AUDIT_ENTRIES_PER_DAY'),
   };
-  // The payment processor: without STRIPE_SECRET_KEY, the embedded Stripe sandbox (docs/commerce.md).
+  // The payment processor: without STRIPE_SECRET_KEY, the embedded Stripe sandbox
+  // (docs/commerce.md).
   const secretKey = optionalEnv('STRIPE_SECRET_KEY');
   const webhookSecret = optionalEnv('STRIPE_WEBHOOK_SECRET');
   const apiUrl = optionalEnv('STRIPE_API_URL');
@@ -113,7 +117,8 @@ async function main(): Promise<void> {
   });
   if (server.bootstrapKeys !== null) {
     stdout.write(
-      `\nTally created its first API keys (shown once; also in ${dataDir}/bootstrap-keys.json, mode 0600):\n` +
+      `\nTally created its first API keys (shown once; also ` +
+        `in ${dataDir}/bootstrap-keys.json, mode 0600):\n` +
         `${JSON.stringify(server.bootstrapKeys, null, 2)}\n\n`,
     );
   }
@@ -143,7 +148,8 @@ async function main(): Promise<void> {
 
 main().catch((error: unknown) => {
   // One line for the person starting the service; the details (stack) at debug level.
-  const message = `tally failed to start: ${error instanceof Error ? error.message : String(error)}`;
+  const reason = error instanceof Error ? error.message : String(error);
+  const message = `tally failed to start: ${reason}`;
   process.stderr.write(`${message}\n`);
   log.debug({ err: error }, message);
   // Exit once the debug line (if any) is out: the logger writes asynchronously.

@@ -3,11 +3,11 @@
  * (which recover from their journals), and serves HTTP on uWebSockets.js. The port comes
  * first so that a start that cannot serve creates nothing on disk.
  *
- * Request path: authenticate the key → rate limit (429) → route (404/405) → key class (403) → readiness
- * (503) → content type / length (400/413) → body → validate → shard → reply. Nothing a
- * client sends can reach a 500: every failure up to the shard hop has a catalog entry.
- * The port is bound exclusively: uWS otherwise uses SO_REUSEPORT and a leftover
- * instance would silently share the port and half the traffic.
+ * Request path: authenticate the key → rate limit (429) → route (404/405) → key class (403) →
+ * readiness (503) → content type / length (400/413) → body → validate → shard → reply. Nothing a
+ * client sends can reach a 500: every failure up to the shard hop has a catalog entry. The port is
+ * bound exclusively: uWS otherwise uses SO_REUSEPORT and a leftover instance would silently share
+ * the port and half the traffic.
  */
 import { randomBytes } from 'node:crypto';
 import os from 'node:os';
@@ -69,10 +69,16 @@ export interface ServerOptions {
   readonly host?: string;
   /** Per-environment quotas on customers and idempotency keys (default: none). */
   readonly quotas?: Quotas;
-  /** Free bytes the data directory's filesystem must keep; below it writes are refused (default STORAGE_RESERVE_BYTES_DEFAULT). */
+  /**
+   * Free bytes the data directory's filesystem must keep; below it writes are refused (default
+   * STORAGE_RESERVE_BYTES_DEFAULT).
+   */
   readonly storageReserveBytes?: number;
   readonly dataDir: string;
-  /** Worker threads; fixed per data dir at its first start. Default: `defaultWorkers` (cores − 1, at least 1). */
+  /**
+   * Worker threads; fixed per data dir at its first start. Default: `defaultWorkers` (cores − 1, at
+   * least 1).
+   */
   readonly workers?: number;
   /** Per-worker queue bound before 503 (default WORKER_QUEUE_MAX). */
   readonly queueMax?: number;
@@ -173,7 +179,8 @@ function listen(app: uWS.TemplatedApp, host: string, port: number): Promise<uWS.
       if (socket === false)
         reject(
           new Error(
-            `cannot listen on port ${port} of ${host}: it is in use, not open to this account, or not an address of this machine`,
+            `cannot listen on port ${port} of ${host}: it is in use, not open to this ` +
+              `account, or not an address of this machine`,
           ),
         );
       else resolve(socket);
@@ -464,7 +471,9 @@ class FrontEnd {
     ex.fail(
       'storage_full',
       {
-        detail: `${free} bytes free on the data directory's filesystem, below the reserve; reads are still served`,
+        detail:
+          `${free} bytes free on the data directory's filesystem, below the reserve; ` +
+          `reads are still served`,
       },
       [['retry-after', '5']],
     );
@@ -547,7 +556,10 @@ class FrontEnd {
     );
   }
 
-  /** A public route: GET only, like every route another method is a 405 with `Allow`; no key, no query. */
+  /**
+   * A public route: GET only, like every route another method is a 405 with `Allow`; no key, no
+   * query.
+   */
   private dispatchPublic(ex: Exchange, url: FixedRoute): void {
     const { method } = ex;
     ex.slot = this.obs.metrics.fixedSlot(url, method);
@@ -584,7 +596,10 @@ class FrontEnd {
 /** The query of a public route: none is read. */
 const NO_QUERY: Readonly<Record<string, string>> = Object.freeze({});
 
-/** The token of `Authorization: Bearer <token>`; the scheme name is case-insensitive (RFC 9110 §11.1). */
+/**
+ * The token of `Authorization: Bearer <token>`; the scheme name is case-insensitive (RFC 9110
+ * §11.1).
+ */
 function bearerToken(header: string): string {
   return header.length > 7 && header.slice(0, 7).toLowerCase() === 'bearer '
     ? header.slice(7).trim()

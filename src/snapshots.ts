@@ -98,7 +98,9 @@ export class Snapshots {
     if (this.running !== null)
       throw new SnapshotBusyError(`snapshot ${this.running.id} is still running`);
     const nowMs = Date.now();
-    const id = `snap_${new Date(nowMs).toISOString().replace(/[-:.]/g, '').slice(0, 15)}Z_${randomBytes(3).toString('hex')}`;
+    const id =
+      `snap_${new Date(nowMs).toISOString().replace(/[-:.]/g, '').slice(0, 15)}Z_` +
+      `${randomBytes(3).toString('hex')}`;
     const info: SnapshotInfo = {
       id,
       status: 'running',
@@ -200,9 +202,13 @@ export class Snapshots {
         actor,
       );
     } catch (error) {
-      process.stderr.write(
-        `${JSON.stringify({ level: 'error', msg: 'snapshot bookkeeping failed', id: info.id, error: String(error) })}\n`,
-      );
+      const line = {
+        level: 'error',
+        msg: 'snapshot bookkeeping failed',
+        id: info.id,
+        error: String(error),
+      };
+      process.stderr.write(`${JSON.stringify(line)}\n`);
     }
   }
 

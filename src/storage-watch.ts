@@ -13,10 +13,16 @@
 import { statfs } from 'node:fs/promises';
 import type { Logger } from './observability/log.js';
 
-/** How often the free space is read: a busy shard writes a few MB a second at most, far below a reserve. */
+/**
+ * How often the free space is read: a busy shard writes a few MB a second at most, far below a
+ * reserve.
+ */
 export const STORAGE_POLL_MS = 1000;
 
-/** Default reserve: room for the journal writes of several seconds at full speed, plus LMDB's own growth. */
+/**
+ * Default reserve: room for the journal writes of several seconds at full speed, plus LMDB's own
+ * growth.
+ */
 export const STORAGE_RESERVE_BYTES_DEFAULT = 64 * 1024 * 1024;
 
 export class StorageWatch {
@@ -34,7 +40,10 @@ export class StorageWatch {
     private readonly log: Logger,
   ) {}
 
-  /** Reads the free space once now (so a start on a full disk refuses writes at once), then every STORAGE_POLL_MS. */
+  /**
+   * Reads the free space once now (so a start on a full disk refuses writes at once), then every
+   * STORAGE_POLL_MS.
+   */
   async start(): Promise<void> {
     await this.poll();
     this.timer = setInterval(() => void this.poll(), STORAGE_POLL_MS);

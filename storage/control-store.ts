@@ -124,7 +124,9 @@ export class ControlStore {
     }
   }
 
-  /** Every version of `environment` up to `upToVersion`, oldest first. Throws on a corrupt record. */
+  /**
+   * Every version of `environment` up to `upToVersion`, oldest first. Throws on a corrupt record.
+   */
   listConfigs(environment: Environment, upToVersion: number): ConfigEntry[] {
     assertEnvironment(environment);
     const entries: ConfigEntry[] = [];

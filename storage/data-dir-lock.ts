@@ -37,7 +37,8 @@ function tryLock(fd: number): boolean {
   });
   if (result.error !== undefined) {
     throw new Error(
-      `cannot lock the data dir: the flock command (util-linux) is needed (${result.error.message})`,
+      `cannot lock the data dir: the flock command (util-linux) is needed ` +
+        `(${result.error.message})`,
     );
   }
   if (result.status === 0) return true;

@@ -223,7 +223,9 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     return { seq, durable };
   }
 
-  /** Every stored audit entry not yet forgotten, in no particular order. Throws on a corrupt one. */
+  /**
+   * Every stored audit entry not yet forgotten, in no particular order. Throws on a corrupt one.
+   */
   pendingAudits(): Audit[] {
     const audits: Audit[] = [];
     for (const { key } of this.#env.dbs.audits.getRange({})) {
@@ -382,14 +384,16 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     for (const { key, value } of snapshot.getRange({ start: 1 })) {
       if (key !== expectedKey || expectedKey > header.chunkCount) {
         throw new Error(
-          `snapshot is corrupt: unexpected chunk key ${String(key)} (chunkCount ${header.chunkCount})`,
+          `snapshot is corrupt: unexpected chunk key ${String(key)} ` +
+            `(chunkCount ${header.chunkCount})`,
         );
       }
       const items = decodeChunk(expectedKey, value);
       itemCount += items.length;
       if (itemCount > header.itemCount) {
         throw new Error(
-          `snapshot is corrupt: header says ${header.itemCount} items, chunk ${expectedKey} goes beyond`,
+          `snapshot is corrupt: header says ${header.itemCount} items, ` +
+            `chunk ${expectedKey} goes beyond`,
         );
       }
       onChunk(this.#items(expectedKey, items));
@@ -397,7 +401,8 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     }
     if (expectedKey - 1 !== header.chunkCount || itemCount !== header.itemCount) {
       throw new Error(
-        `snapshot is corrupt: header says ${header.chunkCount} chunks / ${header.itemCount} items, found ${expectedKey - 1} / ${itemCount}`,
+        `snapshot is corrupt: header says ${header.chunkCount} chunks ` +
+          `/ ${header.itemCount} items, found ${expectedKey - 1} / ${itemCount}`,
       );
     }
     return { seq: header.seq, createdAtMs: header.createdAtMs, itemCount };
@@ -597,7 +602,8 @@ function replaceSnapshot(
   }
   if (header.seq > previousSeq && !journal.doesExist(header.seq)) {
     throw new Error(
-      `snapshot at ${header.seq}: journal record ${header.seq} was never committed (did its append fail?)`,
+      `snapshot at ${header.seq}: journal record ${header.seq} was never committed (did ` +
+        `its append fail?)`,
     );
   }
   snapshot.putSync(SNAPSHOT_HEADER_KEY, encodeRecord(header));

@@ -131,10 +131,10 @@ export function readRecord(db: BinaryDb, key: number | string, what: string): un
 }
 
 /**
- * Adapts an lmdb-js write promise to Tally's contract: resolves with the write's own
- * result once it is durable; rejects with an Error naming `what` and carrying the
- * failure's cause (as LMDB reports it, e.g. "Input/output error") if its transaction failed. The caller must treat
- * that rejection as fatal.
+ * Adapts an lmdb-js write promise to Tally's contract: resolves with the write's own result once it
+ * is durable; rejects with an Error naming `what` and carrying the failure's cause (as LMDB reports
+ * it, e.g. "Input/output error") if its transaction failed. The caller must treat that rejection as
+ * fatal.
  */
 export function durableWrite<T>(write: Promise<T>, what: string): Promise<T> {
   return write.then(

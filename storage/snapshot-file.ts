@@ -30,7 +30,9 @@ const SNAPSHOT_FILE_FORMATS_READ: readonly number[] = [1, 2];
 export const SNAPSHOT_SECRET_BYTES = 32;
 /** Largest frame we write or accept; a length beyond it means a corrupt file, not a big one. */
 export const SNAPSHOT_FRAME_BYTES_MAX = 256 * 1024 * 1024;
-/** Customers per `customers` frame: a shard snapshot chunk's size, so a copy's groups serve both. */
+/**
+ * Customers per `customers` frame: a shard snapshot chunk's size, so a copy's groups serve both.
+ */
 export const SNAPSHOT_FRAME_CUSTOMERS = SNAPSHOT_CHUNK_ITEMS;
 
 export interface SnapshotHeader {
@@ -96,7 +98,9 @@ export class SnapshotWriter {
   private customers = 0;
   bytes = 0;
 
-  /** `secret`: the data dir's snapshot secret (SNAPSHOT_SECRET_BYTES), which keys the trailer's MAC. */
+  /**
+   * `secret`: the data dir's snapshot secret (SNAPSHOT_SECRET_BYTES), which keys the trailer's MAC.
+   */
   constructor(
     private readonly fd: number,
     secret: Uint8Array,
@@ -197,7 +201,8 @@ export function readSnapshotFile(
     const readExactly = (length: number, what: string): Buffer => {
       if (position + length > size)
         throw new SnapshotFileError(
-          `snapshot file is truncated: ${what} at byte ${position} runs past the end (${size} bytes)`,
+          `snapshot file is truncated: ${what} at byte ${position} runs past the end ` +
+            `(${size} bytes)`,
         );
       const buffer = Buffer.allocUnsafe(length);
       let done = 0;
@@ -280,7 +285,8 @@ function checkHeader(frame: SnapshotFrame): SnapshotHeader {
     throw new SnapshotFileError('snapshot file is corrupt: it does not start with a header');
   if (!SNAPSHOT_FILE_FORMATS_READ.includes(frame.formatVersion)) {
     throw new SnapshotFileError(
-      `snapshot file format ${String(frame.formatVersion)} is not supported (this build reads ${SNAPSHOT_FILE_FORMATS_READ.join(' and ')})`,
+      `snapshot file format ${String(frame.formatVersion)} is not supported (this build ` +
+        `reads ${SNAPSHOT_FILE_FORMATS_READ.join(' and ')})`,
     );
   }
   return frame;
@@ -314,13 +320,15 @@ class DigestPair {
 function checkMac(trailer: SnapshotTrailer, expected: Buffer): void {
   if (trailer.mac === undefined) {
     throw new SnapshotNotAuthenticError(
-      'snapshot file carries no MAC (it was written before snapshots were authenticated), so it cannot be authenticated',
+      'snapshot file carries no MAC (it was written before snapshots were authenticated), ' +
+        'so it cannot be authenticated',
     );
   }
   const given = Buffer.from(trailer.mac, 'hex');
   if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
     throw new SnapshotNotAuthenticError(
-      'snapshot file is not authentic: its MAC does not verify with this snapshot secret (the file was edited, or it comes from another data dir)',
+      'snapshot file is not authentic: its MAC does not verify with this snapshot secret ' +
+        '(the file was edited, or it comes from another data dir)',
     );
   }
 }

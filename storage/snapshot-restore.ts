@@ -57,7 +57,10 @@ export interface RestoreOptions {
   ) => void;
   /** Who restored, for the operator audit stream (e.g. the OS user). */
   readonly actor?: string;
-  /** The snapshot secret of the data dir the file was taken from: the file's MAC must verify with it. */
+  /**
+   * The snapshot secret of the data dir the file was taken from: the file's MAC must verify with
+   * it.
+   */
   readonly secret?: Uint8Array;
   /** Restore without a secret, trusting the file's content unauthenticated (still validated). */
   readonly unauthenticated?: boolean;
@@ -80,13 +83,15 @@ export function checkRestoreTarget(dataDir: string): void {
   const owner = dataDirOwner(dataDir);
   if (owner !== null) {
     throw new RestoreRefusedError(
-      `data dir ${dataDir} is held by a running Tally ${owner.role} (pid ${owner.pid}); stop it first, and restore into an empty directory`,
+      `data dir ${dataDir} is held by a running Tally ${owner.role} (pid ${owner.pid}); ` +
+        `stop it first, and restore into an empty directory`,
     );
   }
   const entries = fs.existsSync(dataDir) ? fs.readdirSync(dataDir) : [];
   if (entries.length > 0) {
     throw new RestoreRefusedError(
-      `data dir ${dataDir} is not empty (${entries.length} entries); restore needs an empty or new directory`,
+      `data dir ${dataDir} is not empty (${entries.length} entries); restore needs an ` +
+        `empty or new directory`,
     );
   }
 }
@@ -104,12 +109,15 @@ export async function restoreSnapshot(
   const secret = options.secret ?? null;
   if (secret !== null && secret.length !== SNAPSHOT_SECRET_BYTES)
     throw new RestoreRefusedError(
-      `a snapshot secret is ${SNAPSHOT_SECRET_BYTES} bytes (${SNAPSHOT_SECRET_BYTES * 2} hex digits)`,
+      `a snapshot secret is ${SNAPSHOT_SECRET_BYTES} bytes (${SNAPSHOT_SECRET_BYTES * 2} ` +
+        `hex digits)`,
     );
   if (secret === null && options.unauthenticated !== true) {
     throw new RestoreRefusedError(
-      'restore needs the snapshot secret of the data dir the file was taken from, to check the file is the one the service wrote ' +
-        '(`tally snapshot secret` prints it); to restore a file that cannot be authenticated, say so explicitly',
+      'restore needs the snapshot secret of the data dir the file was taken from, to ' +
+        'check the file is the one the service wrote ' +
+        '(`tally snapshot secret` prints it); to restore a file that cannot be ' +
+        'authenticated, say so explicitly',
     );
   }
   const verified = verifySnapshotFile(
@@ -305,7 +313,10 @@ function checkedEnvironment(value: unknown): Environment {
 
 const KEY_CLASSES: ReadonlySet<unknown> = new Set(['server', 'client', 'admin']);
 
-/** A key record as the service writes one: an id, a SHA-256 digest, a class that fits its environment. */
+/**
+ * A key record as the service writes one: an id, a SHA-256 digest, a class that fits its
+ * environment.
+ */
 function checkedKey(value: unknown): KeyRecord {
   const key = value as Partial<KeyRecord> | null;
   const shaped =

@@ -49,36 +49,44 @@ const ADMIN_ROUTES: Array<[string, string]> = [
 ];
 
 describe('operator routes', () => {
-  it('refuse every environment key with 403, even a live server key, and a missing key with 401', async () => {
-    const envKeys = [
-      server.keys.test.server,
-      server.keys.test.client,
-      server.keys.live.server,
-      server.keys.live.client,
-    ];
-    for (const [method, path] of ADMIN_ROUTES) {
-      for (const key of envKeys) {
-        const res = await call(server.base, method, path, {
-          key,
-          ...(method === 'POST' ? { body: { environment: 'test', class: 'server' } } : {}),
-        });
-        expect(res.status, `${method} ${path}`).toBe(403);
-        expect(res.body.error).toBe('this endpoint requires the operator key');
+  it(
+    'refuse every environment key with 403, even a live server key, and a missing key with ' +
+      '401',
+    async () => {
+      const envKeys = [
+        server.keys.test.server,
+        server.keys.test.client,
+        server.keys.live.server,
+        server.keys.live.client,
+      ];
+      for (const [method, path] of ADMIN_ROUTES) {
+        for (const key of envKeys) {
+          const res = await call(server.base, method, path, {
+            key,
+            ...(method === 'POST' ? { body: { environment: 'test', class: 'server' } } : {}),
+          });
+          expect(res.status, `${method} ${path}`).toBe(403);
+          expect(res.body.error).toBe('this endpoint requires the operator key');
+        }
+        expect((await call(server.base, method, path)).status).toBe(401);
       }
-      expect((await call(server.base, method, path)).status).toBe(401);
-    }
-  });
+    },
+  );
 
-  it('accept the operator key as a Bearer token (for Prometheus) and refuse it on environment routes', async () => {
-    const res = await call(server.base, 'GET', '/v1/admin/status', {
-      headers: { authorization: `Bearer ${server.keys.admin}` },
-    });
-    expect(res.status).toBe(200);
-    const env = await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=c', {
-      key: server.keys.admin,
-    });
-    expect(env.status).toBe(403);
-  });
+  it(
+    'accept the operator key as a Bearer token (for Prometheus) and refuse it on ' +
+      'environment routes',
+    async () => {
+      const res = await call(server.base, 'GET', '/v1/admin/status', {
+        headers: { authorization: `Bearer ${server.keys.admin}` },
+      });
+      expect(res.status).toBe(200);
+      const env = await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=c', {
+        key: server.keys.admin,
+      });
+      expect(env.status).toBe(403);
+    },
+  );
 
   it('answer 404 for an unknown operator route and 405 for a wrong method', async () => {
     expect((await admin('GET', '/v1/admin/nonexistent')).status).toBe(404);
@@ -129,44 +137,47 @@ describe('operator routes', () => {
 });
 
 describe('key management', () => {
-  it('creates a key shown once, lists it by id and prefix only, and revokes it (401 at once)', async () => {
-    const created = await admin('POST', '/v1/admin/keys', {
-      body: { environment: 'live', class: 'client' },
-    });
-    expect(created.status).toBe(201);
-    const { id, key, prefix } = created.body;
-    expect(key).toMatch(/^ck_live_[A-Za-z0-9_-]{32}$/);
-    expect(key.startsWith(prefix)).toBe(true);
-    expect(created.body).toMatchObject({ environment: 'live', class: 'client', revokedAt: null });
+  it(
+    'creates a key shown once, lists it by id and prefix only, ' + 'and revokes it (401 at once)',
+    async () => {
+      const created = await admin('POST', '/v1/admin/keys', {
+        body: { environment: 'live', class: 'client' },
+      });
+      expect(created.status).toBe(201);
+      const { id, key, prefix } = created.body;
+      expect(key).toMatch(/^ck_live_[A-Za-z0-9_-]{32}$/);
+      expect(key.startsWith(prefix)).toBe(true);
+      expect(created.body).toMatchObject({ environment: 'live', class: 'client', revokedAt: null });
 
-    const listed = await admin('GET', '/v1/admin/keys');
-    expect(listed.status).toBe(200);
-    const row = listed.body.data.find((k: { id: string }) => k.id === id);
-    expect(row).toMatchObject({
-      id,
-      prefix,
-      environment: 'live',
-      class: 'client',
-      revokedAt: null,
-    });
-    expect(JSON.stringify(listed.body)).not.toContain(key);
-    expect(JSON.stringify(listed.body)).not.toContain(server.keys.admin);
+      const listed = await admin('GET', '/v1/admin/keys');
+      expect(listed.status).toBe(200);
+      const row = listed.body.data.find((k: { id: string }) => k.id === id);
+      expect(row).toMatchObject({
+        id,
+        prefix,
+        environment: 'live',
+        class: 'client',
+        revokedAt: null,
+      });
+      expect(JSON.stringify(listed.body)).not.toContain(key);
+      expect(JSON.stringify(listed.body)).not.toContain(server.keys.admin);
 
-    const before = await call(server.base, 'GET', '/v1/docs/openapi.json', { key });
-    expect(before.status).toBe(200);
-    const revoked = await admin('DELETE', `/v1/admin/keys/${id}`);
-    expect(revoked.status).toBe(200);
-    expect(typeof revoked.body.revokedAt).toBe('string');
-    const after = await call(server.base, 'GET', '/v1/docs/openapi.json', { key });
-    expect(after.status).toBe(401);
-    // Revoking again changes nothing and says so.
-    const again = await admin('DELETE', `/v1/admin/keys/${id}`);
-    expect(again.status).toBe(409);
-    expect(again.body).toEqual({
-      code: 'key_already_revoked',
-      error: `key ${id} was already revoked at ${revoked.body.revokedAt}`,
-    });
-  });
+      const before = await call(server.base, 'GET', '/v1/docs/openapi.json', { key });
+      expect(before.status).toBe(200);
+      const revoked = await admin('DELETE', `/v1/admin/keys/${id}`);
+      expect(revoked.status).toBe(200);
+      expect(typeof revoked.body.revokedAt).toBe('string');
+      const after = await call(server.base, 'GET', '/v1/docs/openapi.json', { key });
+      expect(after.status).toBe(401);
+      // Revoking again changes nothing and says so.
+      const again = await admin('DELETE', `/v1/admin/keys/${id}`);
+      expect(again.status).toBe(409);
+      expect(again.body).toEqual({
+        code: 'key_already_revoked',
+        error: `key ${id} was already revoked at ${revoked.body.revokedAt}`,
+      });
+    },
+  );
 
   it('validates key creation and revocation', async () => {
     const bad = await admin('POST', '/v1/admin/keys', {
@@ -223,68 +234,79 @@ describe('key management', () => {
     }
   });
 
-  it('writes key actions to the operator stream and to the environment log, with a verifiable chain', async () => {
-    const created = await admin('POST', '/v1/admin/keys', {
-      body: { environment: 'test', class: 'server' },
-    });
-    await admin('DELETE', `/v1/admin/keys/${created.body.id}`);
-    const stream = await admin('GET', '/v1/admin/audit?resourceType=key&limit=2');
-    expect(stream.status).toBe(200);
-    expect(stream.body.data.map((e: { action: string }) => e.action)).toEqual([
-      'key.revoke',
-      'key.create',
-    ]);
-    expect(stream.body.data[0].resourceId).toBe(created.body.id);
-    const envLog = await call(server.base, 'GET', '/v1/audit?resourceType=key&limit=2', {
-      key: server.keys.test.server,
-    });
-    expect(envLog.body.data.map((e: { action: string }) => e.action)).toEqual([
-      'key.revoke',
-      'key.create',
-    ]);
-    // The live environment saw only its own key's actions.
-    const liveLog = await call(server.base, 'GET', '/v1/audit?resourceType=key', {
-      key: server.keys.live.server,
-    });
-    expect(
-      liveLog.body.data.every(
-        (e: { data: { environment: string } }) => e.data.environment === 'live',
-      ),
-    ).toBe(true);
-    const verify = await admin('GET', '/v1/admin/audit/verify');
-    expect(verify.body).toMatchObject({ ok: true });
-    expect(verify.body.entries).toBeGreaterThanOrEqual(2);
-  });
-
-  it('commits each key change together with its audit entries: one transaction per change', async () => {
-    // Another reader of the control store sees every commit; a crash can only keep both or neither.
-    const control = openDurableEnv(path.join(server.dataDir, 'control'), ['keys']);
-    const txnId = () => envInfo(control.dbs.keys).lastTxnId;
-    try {
-      let before = txnId();
+  it(
+    'writes key actions to the operator stream and to the environment log, with a ' +
+      'verifiable chain',
+    async () => {
       const created = await admin('POST', '/v1/admin/keys', {
-        body: { environment: 'live', class: 'client' },
+        body: { environment: 'test', class: 'server' },
       });
-      expect(created.status).toBe(201);
-      expect(txnId() - before).toBe(1);
-      before = txnId();
-      expect((await admin('DELETE', `/v1/admin/keys/${created.body.id}`)).status).toBe(200);
-      expect(txnId() - before).toBe(1);
-      const other = await startServerProcess();
-      const otherControl = openDurableEnv(path.join(other.dataDir, 'control'), ['keys']);
+      await admin('DELETE', `/v1/admin/keys/${created.body.id}`);
+      const stream = await admin('GET', '/v1/admin/audit?resourceType=key&limit=2');
+      expect(stream.status).toBe(200);
+      expect(stream.body.data.map((e: { action: string }) => e.action)).toEqual([
+        'key.revoke',
+        'key.create',
+      ]);
+      expect(stream.body.data[0].resourceId).toBe(created.body.id);
+      const envLog = await call(server.base, 'GET', '/v1/audit?resourceType=key&limit=2', {
+        key: server.keys.test.server,
+      });
+      expect(envLog.body.data.map((e: { action: string }) => e.action)).toEqual([
+        'key.revoke',
+        'key.create',
+      ]);
+      // The live environment saw only its own key's actions.
+      const liveLog = await call(server.base, 'GET', '/v1/audit?resourceType=key', {
+        key: server.keys.live.server,
+      });
+      expect(
+        liveLog.body.data.every(
+          (e: { data: { environment: string } }) => e.data.environment === 'live',
+        ),
+      ).toBe(true);
+      const verify = await admin('GET', '/v1/admin/audit/verify');
+      expect(verify.body).toMatchObject({ ok: true });
+      expect(verify.body.entries).toBeGreaterThanOrEqual(2);
+    },
+  );
+
+  it(
+    'commits each key change together with its audit entries: ' + 'one transaction per change',
+    async () => {
+      // Another reader of the control store sees every commit; a crash can only keep both or
+      // neither.
+      const control = openDurableEnv(path.join(server.dataDir, 'control'), ['keys']);
+      const txnId = () => envInfo(control.dbs.keys).lastTxnId;
       try {
-        const otherBefore = envInfo(otherControl.dbs.keys).lastTxnId;
-        expect(
-          (await call(other.base, 'POST', '/v1/admin/keys/rotate-admin', { key: other.keys.admin }))
-            .status,
-        ).toBe(201);
-        expect(envInfo(otherControl.dbs.keys).lastTxnId - otherBefore).toBe(1);
+        let before = txnId();
+        const created = await admin('POST', '/v1/admin/keys', {
+          body: { environment: 'live', class: 'client' },
+        });
+        expect(created.status).toBe(201);
+        expect(txnId() - before).toBe(1);
+        before = txnId();
+        expect((await admin('DELETE', `/v1/admin/keys/${created.body.id}`)).status).toBe(200);
+        expect(txnId() - before).toBe(1);
+        const other = await startServerProcess();
+        const otherControl = openDurableEnv(path.join(other.dataDir, 'control'), ['keys']);
+        try {
+          const otherBefore = envInfo(otherControl.dbs.keys).lastTxnId;
+          expect(
+            (
+              await call(other.base, 'POST', '/v1/admin/keys/rotate-admin', {
+                key: other.keys.admin,
+              })
+            ).status,
+          ).toBe(201);
+          expect(envInfo(otherControl.dbs.keys).lastTxnId - otherBefore).toBe(1);
+        } finally {
+          await otherControl.root.close();
+          await other.stop();
+        }
       } finally {
-        await otherControl.root.close();
-        await other.stop();
+        await control.root.close();
       }
-    } finally {
-      await control.root.close();
-    }
-  });
+    },
+  );
 });

@@ -131,30 +131,34 @@ describe('audit entries of shard writes survive a crash between the change and t
     expect(await pendingInShard(server.dataDir)).toEqual([]);
   });
 
-  it('a running shard drops its copy with its next journal write, which needs no sync of its own', async () => {
-    const server = await start({ config: CONFIG });
-    const sk = server.keys.test.server;
-    expect(
-      (
-        await call(server.base, 'PUT', '/v1/contracts/c3', {
-          key: sk,
-          body: { priceAmount: 5, priceInterval: 'month' },
-        })
-      ).status,
-    ).toBe(200);
-    // The consume's record is durable before its reply, and the forget went in its transaction.
-    expect(
-      (
-        await call(server.base, 'POST', '/v1/usage/tokens/consume', {
-          key: sk,
-          body: { customerId: 'c3', amount: 1 },
-        })
-      ).status,
-    ).toBe(200);
-    await server.kill9();
-    servers = servers.filter((s) => s !== server);
-    expect(await pendingInShard(server.dataDir)).toEqual([]);
-  });
+  it(
+    'a running shard drops its copy with its next journal write, which needs no sync of its ' +
+      'own',
+    async () => {
+      const server = await start({ config: CONFIG });
+      const sk = server.keys.test.server;
+      expect(
+        (
+          await call(server.base, 'PUT', '/v1/contracts/c3', {
+            key: sk,
+            body: { priceAmount: 5, priceInterval: 'month' },
+          })
+        ).status,
+      ).toBe(200);
+      // The consume's record is durable before its reply, and the forget went in its transaction.
+      expect(
+        (
+          await call(server.base, 'POST', '/v1/usage/tokens/consume', {
+            key: sk,
+            body: { customerId: 'c3', amount: 1 },
+          })
+        ).status,
+      ).toBe(200);
+      await server.kill9();
+      servers = servers.filter((s) => s !== server);
+      expect(await pendingInShard(server.dataDir)).toEqual([]);
+    },
+  );
 
   it('the next start appends an entry the chain lacks, as it was, once', async () => {
     let server = await start({ config: CONFIG });
@@ -191,7 +195,8 @@ describe('audit entries of shard writes survive a crash between the change and t
     ).toHaveLength(1);
   });
 
-  it('after kill -9 under concurrent audited writes, every stored contract has its entry', async () => {
+  it('after kill -9 under concurrent audited writes, every stored contract has its ' +
+    'entry', async () => {
     let server = await start({ config: CONFIG });
     const sk = server.keys.test.server;
     let stop9 = false;

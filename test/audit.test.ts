@@ -136,7 +136,8 @@ describe('audit log', () => {
     expect(seen).toEqual((await list()).body.data.map((e: { id: string }) => e.id));
     expect((await list('?limit=0')).status).toBe(400);
     expect((await list('?cursor=zzz')).status).toBe(400);
-    // A filter value the log cannot hold is a typo: 400 naming the allowed values, not an empty page.
+    // A filter value the log cannot hold is a typo: 400 naming the allowed values, not an empty
+    // page.
     expect(await list('?action=contract.update')).toMatchObject({
       status: 400,
       body: {

@@ -98,7 +98,8 @@ describe('bench report, round by round', () => {
       'FAIL measured 0.650x; rounds: 0 of 2 >= 0.8, median 0.650x, 0.600x-0.700x',
       'n/a ran at 256x1',
       // The header control answered as fast as bare, so net and raw agree.
-      'FAIL median net 0.929x (raw 0.929x, bare with the headers vs without 1.000x); net rounds: 1 of 2 >= 0.95, median 0.929x, 0.857x-1.000x',
+      'FAIL median net 0.929x (raw 0.929x, bare with the headers vs without 1.000x); net ' +
+        'rounds: 1 of 2 >= 0.95, median 0.929x, 0.857x-1.000x',
     ]);
     expect(notes(50)).toEqual([
       'n/a ran at 50',
@@ -106,48 +107,55 @@ describe('bench report, round by round', () => {
       expect.stringMatching(
         /^FAIL measured 2\.5\d ms; rounds: 1 of 2 <= 2, median 2\.0\d ms, 1\.5\d ms-2\.5\d ms$/,
       ),
-      'FAIL median net 0.929x (raw 0.929x, bare with the headers vs without 1.000x); net rounds: 1 of 2 >= 0.95, median 0.929x, 0.857x-1.000x',
+      'FAIL median net 0.929x (raw 0.929x, bare with the headers vs without 1.000x); net ' +
+        'rounds: 1 of 2 >= 0.95, median 0.929x, 0.857x-1.000x',
     ]);
   });
 
-  it("judges the limiter's price net of the load generator's cost of parsing the three headers, round by round", () => {
-    const bare = summarize([segment(1000, 1), segment(1000, 1)]);
-    // The bare server that adds the lines: 10% and 20% slower in the two rounds.
-    const headerControl = summarize([segment(900, 1), segment(800, 1)]);
-    const rateLimited = summarize([segment(700, 1), segment(600, 1)]);
-    const unlimited = summarize([segment(700, 1), segment(700, 1)]);
-    const measured = (headers: typeof headerControl | null) =>
-      scenarioResults([
-        {
-          scenario: scenario('has'),
-          connections: 50,
-          pipelining: 1,
-          bare,
-          headerControl: headers,
-          tallyLabel: 'tally',
-          tally: rateLimited,
-          bareSharedWith: null,
-        },
-        {
-          scenario: scenario('has-unlimited'),
-          connections: 50,
-          pipelining: 1,
-          bare,
-          headerControl: headers,
-          tallyLabel: 'tally-rl-off',
-          tally: unlimited,
-          bareSharedWith: 'has',
-        },
-      ])[0]?.targets[2];
-    // Raw rounds 700/700 = 1.0 and 600/700 = 0.857 (median 0.929); the generator's share
-    // 0.9 and 0.8 (median 0.85); net rounds 1.0/0.9 = 1.111 and 0.857/0.8 = 1.071 (median 1.091).
-    expect(measured(headerControl)).toMatchObject({
-      pass: true,
-      note: 'median net 1.091x (raw 0.929x, bare with the headers vs without 0.850x); net rounds: 2 of 2 >= 0.95, median 1.091x, 1.071x-1.111x',
-    });
-    // Without the control there is no verdict rather than a raw one.
-    expect(measured(null)).toMatchObject({ pass: null, note: 'the header control did not run' });
-  });
+  it(
+    "judges the limiter's price net of the load generator's cost of parsing the three " +
+      'headers, round by round',
+    () => {
+      const bare = summarize([segment(1000, 1), segment(1000, 1)]);
+      // The bare server that adds the lines: 10% and 20% slower in the two rounds.
+      const headerControl = summarize([segment(900, 1), segment(800, 1)]);
+      const rateLimited = summarize([segment(700, 1), segment(600, 1)]);
+      const unlimited = summarize([segment(700, 1), segment(700, 1)]);
+      const measured = (headers: typeof headerControl | null) =>
+        scenarioResults([
+          {
+            scenario: scenario('has'),
+            connections: 50,
+            pipelining: 1,
+            bare,
+            headerControl: headers,
+            tallyLabel: 'tally',
+            tally: rateLimited,
+            bareSharedWith: null,
+          },
+          {
+            scenario: scenario('has-unlimited'),
+            connections: 50,
+            pipelining: 1,
+            bare,
+            headerControl: headers,
+            tallyLabel: 'tally-rl-off',
+            tally: unlimited,
+            bareSharedWith: 'has',
+          },
+        ])[0]?.targets[2];
+      // Raw rounds 700/700 = 1.0 and 600/700 = 0.857 (median 0.929); the generator's share
+      // 0.9 and 0.8 (median 0.85); net rounds 1.0/0.9 = 1.111 and 0.857/0.8 = 1.071 (median 1.091).
+      expect(measured(headerControl)).toMatchObject({
+        pass: true,
+        note:
+          'median net 1.091x (raw 0.929x, bare with the headers vs without 0.850x); net ' +
+          'rounds: 2 of 2 >= 0.95, median 1.091x, 1.071x-1.111x',
+      });
+      // Without the control there is no verdict rather than a raw one.
+      expect(measured(null)).toMatchObject({ pass: null, note: 'the header control did not run' });
+    },
+  );
 });
 
 describe('CPU per request and the Markdown report', () => {
@@ -166,85 +174,92 @@ describe('CPU per request and the Markdown report', () => {
     expect(summarize([segment(0, 1)], new Map([['main', 1]])).cpuUsPerRequest).toEqual({});
   });
 
-  it('replaces only the generated block of the document, keeping what is written around it', async () => {
-    const { mkdtemp, readFile, writeFile } = await import('node:fs/promises');
-    const { tmpdir } = await import('node:os');
-    const { join } = await import('node:path');
-    const { writeMarkdownReport } = await import('../bench/report-markdown.js');
-    const file = join(await mkdtemp(join(tmpdir(), 'perf-md-')), 'performance.md');
-    await writeFile(file, '# Performance\n\nWhat bounds each figure: kept.\n');
-    const bare = summarize([segment(1000, 1), segment(1000, 1)]);
-    const tally = summarize([segment(700, 1), segment(600, 1)], new Map([['main', 0.013]]));
-    const report = {
-      startedAt: '2026-01-02T03:04:05.000Z',
-      node: 'v20.0.0',
-      availableParallelism: 2,
-      loadAverage1mAtStart: 0.5,
-      loadAverage1m: 0.7,
-      cpuModel: 'cpu',
-      platform: 'linux-x64',
-      loadGenerator: 'wrk (1 thread)',
-      options: { rounds: 2, durationSec: 5 },
-      tally: { ran: true, note: 'one worker' },
-      rateLimitHeaderSeen: true,
-      rateLimitOffHeaderSeen: null,
-      scenarios: scenarioResults([
-        {
-          scenario: scenario('consume'),
-          connections: 256,
-          pipelining: 1,
-          bare,
-          headerControl: null,
-          tallyLabel: 'tally',
-          tally,
-          bareSharedWith: null,
-        },
-      ]),
-    };
-    await writeMarkdownReport(file, report, ['--rounds', '2']);
-    await writeMarkdownReport(file, report, ['--rounds', '2']); // a second run replaces, never appends
-    const text = await readFile(file, 'utf8');
-    expect(text.match(/## Latest run/g)).toHaveLength(1);
-    expect(text).toContain('What bounds each figure: kept.');
-    expect(text).toContain('| `consume` | 256 | 1000 | 650 | **0.65×** (0.60–0.70) |');
-    expect(text).toContain('main 10.0');
-    expect(text).toContain('Command: `npm run bench -- --rounds 2`');
-    expect(text).toMatch(
-      /`consume` at 256 connections: median tally\/bare >= 0\.55 at 256 connections: met/,
-    );
-  });
+  it(
+    'replaces only the generated block of the document, ' + 'keeping what is written around it',
+    async () => {
+      const { mkdtemp, readFile, writeFile } = await import('node:fs/promises');
+      const { tmpdir } = await import('node:os');
+      const { join } = await import('node:path');
+      const { writeMarkdownReport } = await import('../bench/report-markdown.js');
+      const file = join(await mkdtemp(join(tmpdir(), 'perf-md-')), 'performance.md');
+      await writeFile(file, '# Performance\n\nWhat bounds each figure: kept.\n');
+      const bare = summarize([segment(1000, 1), segment(1000, 1)]);
+      const tally = summarize([segment(700, 1), segment(600, 1)], new Map([['main', 0.013]]));
+      const report = {
+        startedAt: '2026-01-02T03:04:05.000Z',
+        node: 'v20.0.0',
+        availableParallelism: 2,
+        loadAverage1mAtStart: 0.5,
+        loadAverage1m: 0.7,
+        cpuModel: 'cpu',
+        platform: 'linux-x64',
+        loadGenerator: 'wrk (1 thread)',
+        options: { rounds: 2, durationSec: 5 },
+        tally: { ran: true, note: 'one worker' },
+        rateLimitHeaderSeen: true,
+        rateLimitOffHeaderSeen: null,
+        scenarios: scenarioResults([
+          {
+            scenario: scenario('consume'),
+            connections: 256,
+            pipelining: 1,
+            bare,
+            headerControl: null,
+            tallyLabel: 'tally',
+            tally,
+            bareSharedWith: null,
+          },
+        ]),
+      };
+      await writeMarkdownReport(file, report, ['--rounds', '2']);
+      // a second run replaces, never appends
+      await writeMarkdownReport(file, report, ['--rounds', '2']);
+      const text = await readFile(file, 'utf8');
+      expect(text.match(/## Latest run/g)).toHaveLength(1);
+      expect(text).toContain('What bounds each figure: kept.');
+      expect(text).toContain('| `consume` | 256 | 1000 | 650 | **0.65×** (0.60–0.70) |');
+      expect(text).toContain('main 10.0');
+      expect(text).toContain('Command: `npm run bench -- --rounds 2`');
+      expect(text).toMatch(
+        /`consume` at 256 connections: median tally\/bare >= 0\.55 at 256 connections: met/,
+      );
+    },
+  );
 });
 
 describe('soak plot', () => {
-  it('draws RSS, probe p99 and probe max as three lines over the run, scaled into the frame', async () => {
-    const { plotSoak } = await import('../bench/soak-plot.js');
-    const windows = [15, 30, 45].map((atSec, i) => ({
-      atSec,
-      rssMiB: 200 + 50 * i,
-      idempotencyEntries: 0,
-      snapshots: 0,
-      probeMsP99: 1 + i,
-      probeMsP999: 2,
-      probeMsMax: 5 * (i + 1),
-      probeFailures: 0,
-    }));
-    const svg = plotSoak(windows);
-    expect(svg.startsWith('<svg')).toBe(true);
-    const lines = [...svg.matchAll(/<polyline[^>]*points="([^"]+)"/g)].map((m) =>
-      (m[1] ?? '').split(' ').map((p) => p.split(',').map(Number)),
-    );
-    expect(lines).toHaveLength(3);
-    for (const line of lines) {
-      expect(line).toHaveLength(3);
-      for (const [x, y] of line) {
-        expect(x).toBeGreaterThanOrEqual(56);
-        expect(x).toBeLessThanOrEqual(720 - 56);
-        expect(y).toBeGreaterThanOrEqual(24);
-        expect(y).toBeLessThanOrEqual(300 - 36);
+  it(
+    'draws RSS, probe p99 and probe max as three lines over the run, ' + 'scaled into the frame',
+    async () => {
+      const { plotSoak } = await import('../bench/soak-plot.js');
+      const windows = [15, 30, 45].map((atSec, i) => ({
+        atSec,
+        rssMiB: 200 + 50 * i,
+        idempotencyEntries: 0,
+        snapshots: 0,
+        probeMsP99: 1 + i,
+        probeMsP999: 2,
+        probeMsMax: 5 * (i + 1),
+        probeFailures: 0,
+      }));
+      const svg = plotSoak(windows);
+      expect(svg.startsWith('<svg')).toBe(true);
+      const lines = [...svg.matchAll(/<polyline[^>]*points="([^"]+)"/g)].map((m) =>
+        (m[1] ?? '').split(' ').map((p) => p.split(',').map(Number)),
+      );
+      expect(lines).toHaveLength(3);
+      for (const line of lines) {
+        expect(line).toHaveLength(3);
+        for (const [x, y] of line) {
+          expect(x).toBeGreaterThanOrEqual(56);
+          expect(x).toBeLessThanOrEqual(720 - 56);
+          expect(y).toBeGreaterThanOrEqual(24);
+          expect(y).toBeLessThanOrEqual(300 - 36);
+        }
       }
-    }
-    // RSS rises, so its line climbs (smaller y further right).
-    const rss = lines[0] ?? [];
-    expect((rss[2] ?? [])[1]).toBeLessThan((rss[0] ?? [])[1] ?? 0);
-  });
+      // RSS rises, so its line climbs (smaller y further right).
+      const rss = lines[0] ?? [];
+      expect((rss[2] ?? [])[1]).toBeLessThan((rss[0] ?? [])[1] ?? 0);
+    },
+  );
 });

@@ -27,18 +27,21 @@ function reverseKeys(value: unknown): unknown {
 }
 
 describe('config diff', () => {
-  it('finds no change between a document and its reordered, re-serialised copy with a $schema', () => {
-    const copy = {
-      $schema: 'https://tally.dev/schemas/billing-config.json',
-      ...(reverseKeys(structuredClone(PRODUCT_EXAMPLE_CONFIG)) as object),
-    };
-    expect(JSON.stringify(copy)).not.toContain(
-      JSON.stringify(PRODUCT_EXAMPLE_CONFIG.products.free.entitlements),
-    );
-    const diff = diffConfigs(PRODUCT_EXAMPLE_CONFIG, copy);
-    expect(changeCount(diff)).toBe(0);
-    expect(formatDiff(diff)).toEqual([]);
-  });
+  it(
+    'finds no change between a document and its reordered, ' + 're-serialised copy with a $schema',
+    () => {
+      const copy = {
+        $schema: 'https://tally.dev/schemas/billing-config.json',
+        ...(reverseKeys(structuredClone(PRODUCT_EXAMPLE_CONFIG)) as object),
+      };
+      expect(JSON.stringify(copy)).not.toContain(
+        JSON.stringify(PRODUCT_EXAMPLE_CONFIG.products.free.entitlements),
+      );
+      const diff = diffConfigs(PRODUCT_EXAMPLE_CONFIG, copy);
+      expect(changeCount(diff)).toBe(0);
+      expect(formatDiff(diff)).toEqual([]);
+    },
+  );
 
   it('treats everything as added when nothing is deployed', () => {
     const diff = diffConfigs(null, PRODUCT_EXAMPLE_CONFIG);
@@ -48,28 +51,33 @@ describe('config diff', () => {
     expect(changeCount(diff)).toBe(7);
   });
 
-  it('lists changed leaves by path, quotes keys that are not plain words, and compares arrays whole', () => {
-    const before = {
-      entitlements: { 'a.b': { type: 'feature' } },
-      products: { p: { name: 'P', entitlements: { 'a.b': true } } },
-      webhooks: { devTunnel: true, forwarding: [{ key: 'app', path: '/x', events: '*' }] },
-    };
-    const after = {
-      entitlements: { 'a.b': { type: 'feature', name: 'AB' } },
-      products: { p: { name: 'P', entitlements: { 'a.b': { included: 2 } } } },
-      webhooks: { devTunnel: true, forwarding: [{ key: 'app', path: '/y', events: '*' }] },
-    };
-    expect(formatDiff(diffConfigs(before, after))).toEqual([
-      'Entitlements: 0 added, 0 removed, 1 changed',
-      '  ~ a.b',
-      '      name: (absent) → "AB"',
-      'Products: 0 added, 0 removed, 1 changed',
-      '  ~ p',
-      '      entitlements["a.b"]: true → {"included":2}',
-      'Other settings:',
-      '  ~ webhooks.forwarding: [{"key":"app","path":"/x","events":"*"}] → [{"key":"app","path":"/y","events":"*"}]',
-    ]);
-  });
+  it(
+    'lists changed leaves by path, quotes keys that are not plain words, and compares ' +
+      'arrays whole',
+    () => {
+      const before = {
+        entitlements: { 'a.b': { type: 'feature' } },
+        products: { p: { name: 'P', entitlements: { 'a.b': true } } },
+        webhooks: { devTunnel: true, forwarding: [{ key: 'app', path: '/x', events: '*' }] },
+      };
+      const after = {
+        entitlements: { 'a.b': { type: 'feature', name: 'AB' } },
+        products: { p: { name: 'P', entitlements: { 'a.b': { included: 2 } } } },
+        webhooks: { devTunnel: true, forwarding: [{ key: 'app', path: '/y', events: '*' }] },
+      };
+      expect(formatDiff(diffConfigs(before, after))).toEqual([
+        'Entitlements: 0 added, 0 removed, 1 changed',
+        '  ~ a.b',
+        '      name: (absent) → "AB"',
+        'Products: 0 added, 0 removed, 1 changed',
+        '  ~ p',
+        '      entitlements["a.b"]: true → {"included":2}',
+        'Other settings:',
+        '  ~ webhooks.forwarding: [{"key":"app","path":"/x","events":"*"}] → ' +
+          '[{"key":"app","path":"/y","events":"*"}]',
+      ]);
+    },
+  );
 
   it('cuts long values and long change lists', () => {
     const many = Object.fromEntries(
@@ -161,27 +169,31 @@ describe('progress bar', () => {
 });
 
 describe('plain http warning', () => {
-  it('warns before a key goes over http:// to another machine, never for https:// or this machine', () => {
-    const admin = 'ak_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa';
-    expect(plainHttpWarning(new URL('http://billing.internal:8787'), admin)).toMatch(
-      /^warning: sending the operator key over plain http:\/\/ to billing\.internal:8787/,
-    );
-    expect(plainHttpWarning(new URL('http://10.0.0.5'), 'sk_live_x')).toMatch(
-      /sending an API key over plain http/,
-    );
-    for (const local of [
-      'http://localhost:8787',
-      'http://127.0.0.1:1',
-      'http://127.3.2.1',
-      'http://[::1]:8787',
-      'http://[::ffff:127.0.0.1]',
-      'https://billing.example.com',
-    ]) {
-      expect(plainHttpWarning(new URL(local), admin), local).toBeNull();
-    }
-    expect(isLoopback('128.0.0.1')).toBe(false);
-    expect(isLoopback('127.0.0.1.example.com')).toBe(false);
-  });
+  it(
+    'warns before a key goes over http:// to another machine, never for https:// or this ' +
+      'machine',
+    () => {
+      const admin = 'ak_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa';
+      expect(plainHttpWarning(new URL('http://billing.internal:8787'), admin)).toMatch(
+        /^warning: sending the operator key over plain http:\/\/ to billing\.internal:8787/,
+      );
+      expect(plainHttpWarning(new URL('http://10.0.0.5'), 'sk_live_x')).toMatch(
+        /sending an API key over plain http/,
+      );
+      for (const local of [
+        'http://localhost:8787',
+        'http://127.0.0.1:1',
+        'http://127.3.2.1',
+        'http://[::1]:8787',
+        'http://[::ffff:127.0.0.1]',
+        'https://billing.example.com',
+      ]) {
+        expect(plainHttpWarning(new URL(local), admin), local).toBeNull();
+      }
+      expect(isLoopback('128.0.0.1')).toBe(false);
+      expect(isLoopback('127.0.0.1.example.com')).toBe(false);
+    },
+  );
 });
 
 describe('activity line', () => {
@@ -194,16 +206,19 @@ describe('activity line', () => {
     return { stream, writes };
   };
 
-  it('shows the step on a terminal and clears it when the step ends, even when it fails', async () => {
-    const tty = fakeStream(true);
-    expect(await withActivity('pushing billing.json', async () => 7, tty.stream)).toBe(7);
-    expect(tty.writes).toEqual(['pushing billing.json…', '\r\x1b[K']);
-    const failing = fakeStream(true);
-    await expect(
-      withActivity('pushing', () => Promise.reject(new Error('refused')), failing.stream),
-    ).rejects.toThrow('refused');
-    expect(failing.writes.at(-1)).toBe('\r\x1b[K');
-  });
+  it(
+    'shows the step on a terminal and clears it when the step ends, ' + 'even when it fails',
+    async () => {
+      const tty = fakeStream(true);
+      expect(await withActivity('pushing billing.json', async () => 7, tty.stream)).toBe(7);
+      expect(tty.writes).toEqual(['pushing billing.json…', '\r\x1b[K']);
+      const failing = fakeStream(true);
+      await expect(
+        withActivity('pushing', () => Promise.reject(new Error('refused')), failing.stream),
+      ).rejects.toThrow('refused');
+      expect(failing.writes.at(-1)).toBe('\r\x1b[K');
+    },
+  );
 
   it('writes nothing when not on a terminal', () => {
     const pipe = fakeStream(false);

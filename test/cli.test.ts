@@ -217,7 +217,8 @@ describe('the binary', () => {
       expect(ran.code).toBe(2);
       expect(ran.stdout).toBe('');
       expect(ran.stderr).toBe(
-        `error: unknown command '${unknown}'\n(Did you mean ${close}?)\n(run with --help for usage)\n`,
+        `error: unknown command '${unknown}'\n(Did you mean ${close}?)\n(run with --help ` +
+          `for usage)\n`,
       );
     },
   );
@@ -230,70 +231,74 @@ describe('the binary', () => {
 });
 
 describe('push and pull', () => {
-  it('shows the diff, refuses without --yes off a terminal, pushes with --yes, then shows changed and removed items', async () => {
-    const key = server.keys.test.server;
-    const v1 = writeJson('v1.json', CONFIG_V1);
+  it(
+    'shows the diff, refuses without --yes off a terminal, pushes with --yes, then shows ' +
+      'changed and removed items',
+    async () => {
+      const key = server.keys.test.server;
+      const v1 = writeJson('v1.json', CONFIG_V1);
 
-    // Nothing deployed: even an empty document is a change (it would create version 1).
-    const empty = await tally(
-      ['push', writeJson('empty.json', { entitlements: {}, products: {} }), '--dry-run'],
-      { key },
-    );
-    expect(empty.code, empty.stderr).toBe(0);
-    expect(empty.stdout).toContain(
-      'An empty configuration: no entitlements, no products.\nDry run: nothing pushed.',
-    );
+      // Nothing deployed: even an empty document is a change (it would create version 1).
+      const empty = await tally(
+        ['push', writeJson('empty.json', { entitlements: {}, products: {} }), '--dry-run'],
+        { key },
+      );
+      expect(empty.code, empty.stderr).toBe(0);
+      expect(empty.stdout).toContain(
+        'An empty configuration: no entitlements, no products.\nDry run: nothing pushed.',
+      );
 
-    const refused = await tally(['push', v1], { key });
-    expect(refused.code).toBe(2);
-    expect(refused.stdout).toContain('Nothing is deployed to the test environment');
-    expect(refused.stderr).toContain('pass --yes');
-    expect((await call(server.base, 'GET', '/v1/sync/pull', { key })).status).toBe(404);
+      const refused = await tally(['push', v1], { key });
+      expect(refused.code).toBe(2);
+      expect(refused.stdout).toContain('Nothing is deployed to the test environment');
+      expect(refused.stderr).toContain('pass --yes');
+      expect((await call(server.base, 'GET', '/v1/sync/pull', { key })).status).toBe(404);
 
-    const first = await tally(['push', v1, '--yes'], { key });
-    expect(first.code, first.stderr).toBe(0);
-    // Piped, no progress line: stderr stays empty.
-    expect(first.stderr).toBe('');
-    expect(first.stdout).toContain('Entitlements: 3 added, 0 removed, 0 changed');
-    expect(first.stdout).toMatch(/^ {2}\+ sso \(feature\)$/m);
-    expect(first.stdout).toMatch(/^ {2}\+ api_calls \(meter\)$/m);
-    expect(first.stdout).toMatch(/^ {2}\+ free \(Free\)$/m);
-    expect(first.stdout).toContain('Pushed version 1 ');
-    const deployed = await call(server.base, 'GET', '/v1/sync/pull', { key });
-    expect(deployed.body).toMatchObject({ version: 1, config: CONFIG_V1 });
+      const first = await tally(['push', v1, '--yes'], { key });
+      expect(first.code, first.stderr).toBe(0);
+      // Piped, no progress line: stderr stays empty.
+      expect(first.stderr).toBe('');
+      expect(first.stdout).toContain('Entitlements: 3 added, 0 removed, 0 changed');
+      expect(first.stdout).toMatch(/^ {2}\+ sso \(feature\)$/m);
+      expect(first.stdout).toMatch(/^ {2}\+ api_calls \(meter\)$/m);
+      expect(first.stdout).toMatch(/^ {2}\+ free \(Free\)$/m);
+      expect(first.stdout).toContain('Pushed version 1 ');
+      const deployed = await call(server.base, 'GET', '/v1/sync/pull', { key });
+      expect(deployed.body).toMatchObject({ version: 1, config: CONFIG_V1 });
 
-    const second = await tally(['push', writeJson('v2.json', CONFIG_V2), '-y'], { key });
-    expect(second.code, second.stderr).toBe(0);
-    const lines = second.stdout.split('\n');
-    expect(lines[0]).toMatch(/^Deployed to the test environment at .*: version 1 /);
-    expect(lines).toEqual(
-      expect.arrayContaining([
-        'Entitlements: 1 added, 1 removed, 1 changed',
-        '  + storage (meter)',
-        '  - api_calls (meter)',
-        '  ~ seats',
-        '      name: "Seats" → "Seat count"',
-        'Products: 1 added, 0 removed, 1 changed',
-        '  + pro (Pro)',
-        '  ~ free',
-        '      entitlements.sso: true → false',
-        '      entitlements.seats.included: 5 → 3',
-        '      entitlements.storage: (absent) → {"included":10}',
-        '      entitlements.api_calls: {"included":1000} → (absent)',
-      ]),
-    );
-    expect(second.stdout).toContain('Pushed version 2 ');
-    expect((await call(server.base, 'GET', '/v1/sync/pull', { key })).body).toMatchObject({
-      version: 2,
-      config: CONFIG_V2,
-    });
+      const second = await tally(['push', writeJson('v2.json', CONFIG_V2), '-y'], { key });
+      expect(second.code, second.stderr).toBe(0);
+      const lines = second.stdout.split('\n');
+      expect(lines[0]).toMatch(/^Deployed to the test environment at .*: version 1 /);
+      expect(lines).toEqual(
+        expect.arrayContaining([
+          'Entitlements: 1 added, 1 removed, 1 changed',
+          '  + storage (meter)',
+          '  - api_calls (meter)',
+          '  ~ seats',
+          '      name: "Seats" → "Seat count"',
+          'Products: 1 added, 0 removed, 1 changed',
+          '  + pro (Pro)',
+          '  ~ free',
+          '      entitlements.sso: true → false',
+          '      entitlements.seats.included: 5 → 3',
+          '      entitlements.storage: (absent) → {"included":10}',
+          '      entitlements.api_calls: {"included":1000} → (absent)',
+        ]),
+      );
+      expect(second.stdout).toContain('Pushed version 2 ');
+      expect((await call(server.base, 'GET', '/v1/sync/pull', { key })).body).toMatchObject({
+        version: 2,
+        config: CONFIG_V2,
+      });
 
-    const dry = await tally(['push', v1, '--dry-run'], { key });
-    expect(dry.code).toBe(0);
-    expect(dry.stdout).toContain('  - pro (Pro)');
-    expect(dry.stdout).toContain('Dry run: nothing pushed.');
-    expect((await call(server.base, 'GET', '/v1/sync/pull', { key })).body.version).toBe(2);
-  });
+      const dry = await tally(['push', v1, '--dry-run'], { key });
+      expect(dry.code).toBe(0);
+      expect(dry.stdout).toContain('  - pro (Pro)');
+      expect(dry.stdout).toContain('Dry run: nothing pushed.');
+      expect((await call(server.base, 'GET', '/v1/sync/pull', { key })).body.version).toBe(2);
+    },
+  );
 
   it('refuses an invalid file locally, listing every violation, and sends nothing', async () => {
     const key = server.keys.live.server;
@@ -315,7 +320,8 @@ describe('push and pull', () => {
       'products.free has unknown property "prise"',
       'entitlements.seats.reset is only allowed on a meter; "seats" is a limit',
       'products.free.entitlements.nope is not a defined entitlement',
-      'products.free.entitlements.seats must be an object such as {"included": 1}, not a boolean; "seats" is a limit',
+      'products.free.entitlements.seats must be an object such as {"included": 1}, not a ' +
+        'boolean; "seats" is a limit',
     ]) {
       expect(ran.stderr).toContain(`  - ${violation}\n`);
     }
@@ -370,124 +376,145 @@ describe('push and pull', () => {
 });
 
 describe('operator commands', () => {
-  it('keys: create (secret printed once, and it works), list without secrets, revoke (then 401)', async () => {
-    const created = await tally(['keys', 'create', '--env', 'test', '--class', 'server'], {
-      key: adminKey,
-    });
-    expect(created.code, created.stderr).toBe(0);
-    const secret = /^(sk_test_\S+)$/m.exec(created.stdout)?.[1];
-    const id = /Created test server key (key_[0-9a-f]+) /.exec(created.stdout)?.[1];
-    expect(secret).toBeDefined();
-    expect(id).toBeDefined();
-    expect((await call(server.base, 'GET', '/v1/customers', { key: secret ?? '' })).status).toBe(
-      200,
-    );
-
-    const listed = await tally(['keys', 'list'], { key: adminKey });
-    expect(listed.code).toBe(0);
-    expect(listed.stdout.split('\n')[0]).toMatch(
-      /^ID\s+PREFIX\s+ENVIRONMENT\s+CLASS\s+CREATED\s+REVOKED$/,
-    );
-    const row = listed.stdout.split('\n').find((line) => line.startsWith(id ?? '?'));
-    expect(row).toMatch(
-      new RegExp(
-        `^${id}\\s+${(secret ?? '').slice(0, 12)}…\\s+test\\s+server\\s+\\d{4}-\\d\\d-\\d\\dT\\S+\\s+-$`,
-      ),
-    );
-    expect(listed.stdout).not.toContain(secret);
-    const json = JSON.parse(
-      (await tally(['keys', 'list', '--json'], { key: adminKey })).stdout,
-    ) as { data: Array<Record<string, unknown>> };
-    const view = json.data.find((key) => key.id === id);
-    expect(view).toMatchObject({ environment: 'test', class: 'server', revokedAt: null });
-    expect(JSON.stringify(json)).not.toContain(secret);
-
-    const revoked = await tally(['keys', 'revoke', id ?? ''], { key: adminKey });
-    expect(revoked.code, revoked.stderr).toBe(0);
-    expect(revoked.stdout).toMatch(new RegExp(`^Revoked ${id} `));
-    expect((await call(server.base, 'GET', '/v1/customers', { key: secret ?? '' })).status).toBe(
-      401,
-    );
-    const after = JSON.parse(
-      (await tally(['keys', 'list', '--json'], { key: adminKey })).stdout,
-    ) as { data: Array<Record<string, unknown>> };
-    expect(after.data.find((key) => key.id === id)?.revokedAt).toEqual(expect.any(String));
-
-    const again = await tally(['keys', 'revoke', id ?? ''], { key: adminKey });
-    expect(again.code).toBe(1);
-    expect(again.stderr).toMatch(
-      new RegExp(`^error: key ${id} was already revoked at \\d{4}-\\S+ \\(HTTP 409\\)\n$`),
-    );
-
-    const unknown = await tally(['keys', 'revoke', 'key_0000'], { key: adminKey });
-    expect(unknown.code).toBe(1);
-    expect(unknown.stderr).toBe('error: key key_0000 not found (HTTP 404)\n');
-  });
-
-  it("refuses an environment key on every operator command with the service's 403 message", async () => {
-    const keysBefore = (await call(server.base, 'GET', '/v1/admin/keys', { key: adminKey })).body
-      .data.length as number;
-    const commands = [
-      ['status'],
-      ['keys', 'list'],
-      ['keys', 'create', '--env', 'live', '--class', 'server'],
-      ['keys', 'revoke', 'key_0000'],
-      ['keys', 'rotate-admin'],
-    ];
-    for (const [index, args] of commands.entries()) {
-      const key = index % 2 === 0 ? server.keys.test.server : server.keys.live.server;
-      const ran = await tally(args, { key });
-      expect(ran.code, args.join(' ')).toBe(1);
-      expect(ran.stderr, args.join(' ')).toBe(
-        'error: this endpoint requires the operator key (HTTP 403)\n',
+  it(
+    'keys: create (secret printed once, and it works), list without secrets, revoke (then ' +
+      '401)',
+    async () => {
+      const created = await tally(['keys', 'create', '--env', 'test', '--class', 'server'], {
+        key: adminKey,
+      });
+      expect(created.code, created.stderr).toBe(0);
+      const secret = /^(sk_test_\S+)$/m.exec(created.stdout)?.[1];
+      const id = /Created test server key (key_[0-9a-f]+) /.exec(created.stdout)?.[1];
+      expect(secret).toBeDefined();
+      expect(id).toBeDefined();
+      expect((await call(server.base, 'GET', '/v1/customers', { key: secret ?? '' })).status).toBe(
+        200,
       );
-      expect(ran.stdout).toBe('');
-    }
-    expect(
-      (await call(server.base, 'GET', '/v1/admin/keys', { key: adminKey })).body.data.length,
-    ).toBe(keysBefore);
-  });
 
-  it("status: health, shards, customers per shard, journal, last snapshot, uptime; --json is the service's answer", async () => {
-    expect(
-      (
-        await call(server.base, 'POST', '/v1/customers', {
-          key: server.keys.test.server,
-          body: { id: 'cli-status' },
-        })
-      ).status,
-    ).toBe(201);
-    const api = (await call(server.base, 'GET', '/v1/admin/status', { key: adminKey })).body;
-    const ran = await tally(['status'], { key: adminKey });
-    expect(ran.code, ran.stderr).toBe(0);
-    expect(ran.stdout).toMatch(/^Health:\s+ok$/m);
-    expect(ran.stdout).toMatch(/^Uptime:\s+(\d+[dhm] )*\d+s \(since \d{4}-/m);
-    expect(ran.stdout).toMatch(new RegExp(`^Shards:\\s+${api.shards.length}$`, 'm'));
-    expect(ran.stdout).toMatch(new RegExp(`^Customers:\\s+${api.customers}$`, 'm'));
-    expect(api.customers).toBeGreaterThanOrEqual(1);
-    expect(ran.stdout).toMatch(/^Configurations:\s+test v2, live v\d+$/m);
-    expect(ran.stdout).toMatch(/^Journal:\s+\d+(\.\d)? (B|KiB|MiB|GiB)$/m);
-    expect(ran.stdout).toMatch(/^Last shard snapshot:\s+(never|\d{4}-\S+)$/m);
-    expect(ran.stdout).toMatch(
-      /^SHARD\s+CUSTOMERS\s+QUEUE\s+JOURNAL RECORDS\s+JOURNAL SIZE\s+LAST SEQ\s+SNAPSHOT SEQ\s+LAST SNAPSHOT$/m,
-    );
-    for (const shard of api.shards as Array<{ index: number; customers: number }>) {
-      expect(ran.stdout).toMatch(
-        new RegExp(`^${shard.index}\\s+${shard.customers}\\s+\\d+\\s+\\d+\\s+`, 'm'),
+      const listed = await tally(['keys', 'list'], { key: adminKey });
+      expect(listed.code).toBe(0);
+      expect(listed.stdout.split('\n')[0]).toMatch(
+        /^ID\s+PREFIX\s+ENVIRONMENT\s+CLASS\s+CREATED\s+REVOKED$/,
       );
-    }
+      const row = listed.stdout.split('\n').find((line) => line.startsWith(id ?? '?'));
+      expect(row).toMatch(
+        new RegExp(
+          `^${id}\\s+${(secret ?? '').slice(0, 12)}…\\s+test\\s+server\\s+\\d{4}` +
+            `-\\d\\d-\\d\\dT\\S+\\s+-$`,
+        ),
+      );
+      expect(listed.stdout).not.toContain(secret);
+      const json = JSON.parse(
+        (await tally(['keys', 'list', '--json'], { key: adminKey })).stdout,
+      ) as { data: Array<Record<string, unknown>> };
+      const view = json.data.find((key) => key.id === id);
+      expect(view).toMatchObject({ environment: 'test', class: 'server', revokedAt: null });
+      expect(JSON.stringify(json)).not.toContain(secret);
 
-    const json = await tally(['status', '--json'], { key: adminKey });
-    expect(json.code).toBe(0);
-    const parsed = JSON.parse(json.stdout);
-    expect(parsed).toMatchObject({
-      ok: true,
-      workers: api.workers,
-      customers: api.customers,
-      environments: api.environments,
-    });
-    expect(parsed.shards).toHaveLength(api.shards.length);
-  });
+      const revoked = await tally(['keys', 'revoke', id ?? ''], { key: adminKey });
+      expect(revoked.code, revoked.stderr).toBe(0);
+      expect(revoked.stdout).toMatch(new RegExp(`^Revoked ${id} `));
+      expect((await call(server.base, 'GET', '/v1/customers', { key: secret ?? '' })).status).toBe(
+        401,
+      );
+      const after = JSON.parse(
+        (await tally(['keys', 'list', '--json'], { key: adminKey })).stdout,
+      ) as { data: Array<Record<string, unknown>> };
+      expect(after.data.find((key) => key.id === id)?.revokedAt).toEqual(expect.any(String));
+
+      const again = await tally(['keys', 'revoke', id ?? ''], { key: adminKey });
+      expect(again.code).toBe(1);
+      expect(again.stderr).toMatch(
+        new RegExp(`^error: key ${id} was already revoked at \\d{4}-\\S+ \\(HTTP 409\\)\n$`),
+      );
+
+      const unknown = await tally(['keys', 'revoke', 'key_0000'], { key: adminKey });
+      expect(unknown.code).toBe(1);
+      expect(unknown.stderr).toBe('error: key key_0000 not found (HTTP 404)\n');
+    },
+  );
+
+  it(
+    "refuses an environment key on every operator command with the service's 403 " + 'message',
+    async () => {
+      const keysBefore = (await call(server.base, 'GET', '/v1/admin/keys', { key: adminKey })).body
+        .data.length as number;
+      const commands = [
+        ['status'],
+        ['keys', 'list'],
+        ['keys', 'create', '--env', 'live', '--class', 'server'],
+        ['keys', 'revoke', 'key_0000'],
+        ['keys', 'rotate-admin'],
+      ];
+      for (const [index, args] of commands.entries()) {
+        const key = index % 2 === 0 ? server.keys.test.server : server.keys.live.server;
+        const ran = await tally(args, { key });
+        expect(ran.code, args.join(' ')).toBe(1);
+        expect(ran.stderr, args.join(' ')).toBe(
+          'error: this endpoint requires the operator key (HTTP 403)\n',
+        );
+        expect(ran.stdout).toBe('');
+      }
+      expect(
+        (await call(server.base, 'GET', '/v1/admin/keys', { key: adminKey })).body.data.length,
+      ).toBe(keysBefore);
+    },
+  );
+
+  it(
+    'status: health, shards, customers per shard, journal, last snapshot, uptime; --json is ' +
+      "the service's answer",
+    async () => {
+      expect(
+        (
+          await call(server.base, 'POST', '/v1/customers', {
+            key: server.keys.test.server,
+            body: { id: 'cli-status' },
+          })
+        ).status,
+      ).toBe(201);
+      const api = (await call(server.base, 'GET', '/v1/admin/status', { key: adminKey })).body;
+      const ran = await tally(['status'], { key: adminKey });
+      expect(ran.code, ran.stderr).toBe(0);
+      expect(ran.stdout).toMatch(/^Health:\s+ok$/m);
+      expect(ran.stdout).toMatch(/^Uptime:\s+(\d+[dhm] )*\d+s \(since \d{4}-/m);
+      expect(ran.stdout).toMatch(new RegExp(`^Shards:\\s+${api.shards.length}$`, 'm'));
+      expect(ran.stdout).toMatch(new RegExp(`^Customers:\\s+${api.customers}$`, 'm'));
+      expect(api.customers).toBeGreaterThanOrEqual(1);
+      expect(ran.stdout).toMatch(/^Configurations:\s+test v2, live v\d+$/m);
+      expect(ran.stdout).toMatch(/^Journal:\s+\d+(\.\d)? (B|KiB|MiB|GiB)$/m);
+      expect(ran.stdout).toMatch(/^Last shard snapshot:\s+(never|\d{4}-\S+)$/m);
+      // The header row: these column names, separated by whitespace.
+      const columns = [
+        'SHARD',
+        'CUSTOMERS',
+        'QUEUE',
+        'JOURNAL RECORDS',
+        'JOURNAL SIZE',
+        'LAST SEQ',
+        'SNAPSHOT SEQ',
+        'LAST SNAPSHOT',
+      ];
+      expect(ran.stdout).toMatch(new RegExp(`^${columns.join('\\s+')}$`, 'm'));
+      for (const shard of api.shards as Array<{ index: number; customers: number }>) {
+        expect(ran.stdout).toMatch(
+          new RegExp(`^${shard.index}\\s+${shard.customers}\\s+\\d+\\s+\\d+\\s+`, 'm'),
+        );
+      }
+
+      const json = await tally(['status', '--json'], { key: adminKey });
+      expect(json.code).toBe(0);
+      const parsed = JSON.parse(json.stdout);
+      expect(parsed).toMatchObject({
+        ok: true,
+        workers: api.workers,
+        customers: api.customers,
+        environments: api.environments,
+      });
+      expect(parsed.shards).toHaveLength(api.shards.length);
+    },
+  );
 
   it('keys rotate-admin prints the new operator key once and revokes the old one', async () => {
     const oldKey = adminKey;
@@ -505,7 +532,8 @@ describe('operator commands', () => {
     expect(newKey).not.toBe(oldKey);
     expect(ran.stdout).toContain(`The old operator key ${oldId} is revoked`);
     adminKey = newKey ?? '';
-    // The data dir's bootstrap file now holds the new key, as a private file; the rest is unchanged.
+    // The data dir's bootstrap file now holds the new key, as a private file; the rest is
+    // unchanged.
     const file = path.join(server.dataDir, 'bootstrap-keys.json');
     expect(JSON.parse(fs.readFileSync(file, 'utf8'))).toEqual({ ...server.keys, admin: newKey });
     expect(fs.statSync(file).mode & 0o777).toBe(0o600);

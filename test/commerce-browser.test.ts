@@ -20,7 +20,8 @@ const CHROMIUM = [
 ].find((p) => p !== undefined && p !== '' && fs.existsSync(p));
 if (CHROMIUM === undefined)
   console.warn(
-    'commerce-browser.test.ts skipped: no chromium binary (apt-get install chromium, or set TALLY_CHROMIUM)',
+    'commerce-browser.test.ts skipped: no chromium binary (apt-get install chromium, or ' +
+      'set TALLY_CHROMIUM)',
   );
 
 const CONFIG = {

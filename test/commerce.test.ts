@@ -67,7 +67,10 @@ async function eventually(probe: () => Promise<boolean>, what: string): Promise<
   throw new Error(`timed out waiting for ${what}`);
 }
 
-/** Opens a checkout for `productKey` and pays it on the hosted page; answers the page as it was before paying. */
+/**
+ * Opens a checkout for `productKey` and pays it on the hosted page; answers the page as it was
+ * before paying.
+ */
 async function buy(server: ServerProcess, customerId: string, productKey: string): Promise<string> {
   const checkout = await call(server.base, 'POST', '/v1/checkout', {
     key: server.keys.test.server,
@@ -159,49 +162,52 @@ describe('commerce with the embedded sandbox (no STRIPE_SECRET_KEY)', () => {
     expect(back.body.catalog[0].archivedPrices).toEqual([pro.processorPriceId]);
   });
 
-  it('checkout → hosted page → Pay → the plan flips; a second subscription is refused', async () => {
-    expect(await has(server, 'reports', 'ada')).toBe(false);
-    const page = await buy(server, 'ada', 'pro');
-    expect(page).toContain('Pro');
-    expect(page).toContain('$20.00');
-    await eventually(() => has(server, 'reports', 'ada'), 'the plan to flip');
-    const subscriptions = await get(server, '/v1/subscriptions?customerId=ada');
-    expect(subscriptions.body.data).toHaveLength(1);
-    expect(subscriptions.body.data[0]).toMatchObject({
-      customerId: 'ada',
-      productKey: 'pro',
-      status: 'active',
-      processor: 'stripe',
-    });
-    const context = await call(server.base, 'POST', '/v1/context', {
-      key: server.keys.test.server,
-      body: { customer: { id: 'ada' }, features: ['reports'], includeSubscription: true },
-    });
-    expect(context.body).toMatchObject({
-      features: { reports: true },
-      subscription: subscriptions.body.data[0],
-    });
-    const balance = await get(server, '/v1/usage/api_calls/balance?customerId=ada');
-    expect(balance.body).toMatchObject({
-      included: 1000,
-      resets: subscriptions.body.data[0].currentPeriodEnd,
-    });
-    const again = await call(server.base, 'POST', '/v1/checkout', {
-      key: server.keys.test.server,
-      body: { customerId: 'ada', productKey: 'pro', ...URLS },
-    });
-    expect(again.status).toBe(409);
-    expect(again.body.code).toBe('subscription_exists');
-    expect(again.body.error).toContain('POST /v1/subscriptions/change');
-    const audit = await get(server, '/v1/audit?action=checkout.create');
-    expect(audit.body.data[0]).toMatchObject({
-      action: 'checkout.create',
-      resourceId: 'ada',
-      data: { productKey: 'pro', mode: 'subscription' },
-    });
-    // The customer was created implicitly.
-    expect((await get(server, '/v1/customers/ada')).status).toBe(200);
-  });
+  it(
+    'checkout → hosted page → Pay → the plan flips; ' + 'a second subscription is refused',
+    async () => {
+      expect(await has(server, 'reports', 'ada')).toBe(false);
+      const page = await buy(server, 'ada', 'pro');
+      expect(page).toContain('Pro');
+      expect(page).toContain('$20.00');
+      await eventually(() => has(server, 'reports', 'ada'), 'the plan to flip');
+      const subscriptions = await get(server, '/v1/subscriptions?customerId=ada');
+      expect(subscriptions.body.data).toHaveLength(1);
+      expect(subscriptions.body.data[0]).toMatchObject({
+        customerId: 'ada',
+        productKey: 'pro',
+        status: 'active',
+        processor: 'stripe',
+      });
+      const context = await call(server.base, 'POST', '/v1/context', {
+        key: server.keys.test.server,
+        body: { customer: { id: 'ada' }, features: ['reports'], includeSubscription: true },
+      });
+      expect(context.body).toMatchObject({
+        features: { reports: true },
+        subscription: subscriptions.body.data[0],
+      });
+      const balance = await get(server, '/v1/usage/api_calls/balance?customerId=ada');
+      expect(balance.body).toMatchObject({
+        included: 1000,
+        resets: subscriptions.body.data[0].currentPeriodEnd,
+      });
+      const again = await call(server.base, 'POST', '/v1/checkout', {
+        key: server.keys.test.server,
+        body: { customerId: 'ada', productKey: 'pro', ...URLS },
+      });
+      expect(again.status).toBe(409);
+      expect(again.body.code).toBe('subscription_exists');
+      expect(again.body.error).toContain('POST /v1/subscriptions/change');
+      const audit = await get(server, '/v1/audit?action=checkout.create');
+      expect(audit.body.data[0]).toMatchObject({
+        action: 'checkout.create',
+        resourceId: 'ada',
+        data: { productKey: 'pro', mode: 'subscription' },
+      });
+      // The customer was created implicitly.
+      expect((await get(server, '/v1/customers/ada')).status).toBe(200);
+    },
+  );
 
   it('validates checkout requests', async () => {
     const post = (body: unknown) =>
@@ -237,7 +243,8 @@ describe('commerce with the embedded sandbox (no STRIPE_SECRET_KEY)', () => {
     expect(client.status).toBe(403);
   });
 
-  it('after a restart the new embedded sandbox gets the catalog again, and a forgotten processor customer is replaced', async () => {
+  it('after a restart the new embedded sandbox gets the catalog again, and a forgotten ' +
+    'processor customer is replaced', async () => {
     await buy(server, 'zed', 'credits');
     await eventually(
       async () => (await get(server, '/v1/purchases?customerId=zed')).body.data.length === 1,
@@ -314,73 +321,84 @@ describe('commerce against a Stripe-compatible server (the sandbox, driven by th
     expect(server.output()).not.toContain('stripe sandbox');
   });
 
-  it('renewal starts the next period and resets the meters; cancellation returns to the default product', async () => {
-    await buy(server, 'bob', 'pro');
-    await sandbox.deliveries.idle();
-    expect(await has(server, 'reports', 'bob')).toBe(true);
-    const consumed = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
-      key: server.keys.test.server,
-      body: { customerId: 'bob', amount: 7 },
-    });
-    expect(consumed.body).toMatchObject({ consumed: 7, balance: 993 });
-    const before = (await get(server, '/v1/subscriptions?customerId=bob')).body.data[0];
-    now += 31 * 86_400_000;
-    await sandbox
-      .stripe()
-      .subscriptions.list({ customer: 'none' })
-      .catch(() => undefined); // any request renews what is due
-    await sandbox.deliveries.idle();
-    const after = (await get(server, '/v1/subscriptions?customerId=bob')).body.data[0];
-    expect(after.currentPeriodStart).toBe(before.currentPeriodEnd);
-    const balance = await get(server, '/v1/usage/api_calls/balance?customerId=bob');
-    expect(balance.body).toMatchObject({
-      consumed: 0,
-      balance: 1000,
-      resets: after.currentPeriodEnd,
-    });
-    const audits = await get(server, '/v1/audit?action=subscription.sync');
-    expect(audits.body.data[0]).toMatchObject({ actor: 'processor:stripe', resourceId: 'bob' });
+  it(
+    'renewal starts the next period and resets the meters; cancellation returns to the ' +
+      'default product',
+    async () => {
+      await buy(server, 'bob', 'pro');
+      await sandbox.deliveries.idle();
+      expect(await has(server, 'reports', 'bob')).toBe(true);
+      const consumed = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+        key: server.keys.test.server,
+        body: { customerId: 'bob', amount: 7 },
+      });
+      expect(consumed.body).toMatchObject({ consumed: 7, balance: 993 });
+      const before = (await get(server, '/v1/subscriptions?customerId=bob')).body.data[0];
+      now += 31 * 86_400_000;
+      await sandbox
+        .stripe()
+        .subscriptions.list({ customer: 'none' })
+        .catch(() => undefined); // any request renews what is due
+      await sandbox.deliveries.idle();
+      const after = (await get(server, '/v1/subscriptions?customerId=bob')).body.data[0];
+      expect(after.currentPeriodStart).toBe(before.currentPeriodEnd);
+      const balance = await get(server, '/v1/usage/api_calls/balance?customerId=bob');
+      expect(balance.body).toMatchObject({
+        consumed: 0,
+        balance: 1000,
+        resets: after.currentPeriodEnd,
+      });
+      const audits = await get(server, '/v1/audit?action=subscription.sync');
+      expect(audits.body.data[0]).toMatchObject({ actor: 'processor:stripe', resourceId: 'bob' });
 
-    await sandbox.stripe().subscriptions.cancel(after.processorSubscriptionId);
-    await sandbox.deliveries.idle();
-    expect(await has(server, 'reports', 'bob')).toBe(false);
-    const ended = (await get(server, '/v1/subscriptions?customerId=bob')).body.data[0];
-    expect(ended.status).toBe('canceled');
-    expect((await get(server, '/v1/usage/api_calls/balance?customerId=bob')).body.included).toBe(
-      10,
-    );
-  });
+      await sandbox.stripe().subscriptions.cancel(after.processorSubscriptionId);
+      await sandbox.deliveries.idle();
+      expect(await has(server, 'reports', 'bob')).toBe(false);
+      const ended = (await get(server, '/v1/subscriptions?customerId=bob')).body.data[0];
+      expect(ended.status).toBe('canceled');
+      expect((await get(server, '/v1/usage/api_calls/balance?customerId=bob')).body.included).toBe(
+        10,
+      );
+    },
+  );
 
-  it('a credit pack grants a lot with the purchase id, amount and currency; consume draws it', async () => {
-    await buy(server, 'cy', 'credits');
-    await sandbox.deliveries.idle();
-    const purchases = await get(server, '/v1/purchases?customerId=cy');
-    expect(purchases.body.data).toHaveLength(1);
-    expect(purchases.body.data[0]).toMatchObject({
-      customerId: 'cy',
-      productKey: 'credits',
-      status: 'paid',
-      amount: 500,
-      currency: 'usd',
-      refundedAmount: 0,
-      grant: { api_calls: 100 },
-    });
-    expect(purchases.body.data[0].id).toMatch(/^stripe:pi_/);
-    expect((await get(server, '/v1/usage/api_calls/balance?customerId=cy')).body.balance).toBe(110);
-    const consumed = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
-      key: server.keys.test.server,
-      body: { customerId: 'cy', amount: 60 },
-    });
-    expect(consumed.status).toBe(200);
-    expect(consumed.body).toMatchObject({ consumed: 60, balance: 50 });
-    // A second pack is a second lot.
-    await buy(server, 'cy', 'credits');
-    await sandbox.deliveries.idle();
-    expect(
-      (await get(server, '/v1/purchases?customerId=cy&limit=1')).body.nextCursor,
-    ).not.toBeNull();
-    expect((await get(server, '/v1/usage/api_calls/balance?customerId=cy')).body.balance).toBe(150);
-  });
+  it(
+    'a credit pack grants a lot with the purchase id, ' + 'amount and currency; consume draws it',
+    async () => {
+      await buy(server, 'cy', 'credits');
+      await sandbox.deliveries.idle();
+      const purchases = await get(server, '/v1/purchases?customerId=cy');
+      expect(purchases.body.data).toHaveLength(1);
+      expect(purchases.body.data[0]).toMatchObject({
+        customerId: 'cy',
+        productKey: 'credits',
+        status: 'paid',
+        amount: 500,
+        currency: 'usd',
+        refundedAmount: 0,
+        grant: { api_calls: 100 },
+      });
+      expect(purchases.body.data[0].id).toMatch(/^stripe:pi_/);
+      expect((await get(server, '/v1/usage/api_calls/balance?customerId=cy')).body.balance).toBe(
+        110,
+      );
+      const consumed = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+        key: server.keys.test.server,
+        body: { customerId: 'cy', amount: 60 },
+      });
+      expect(consumed.status).toBe(200);
+      expect(consumed.body).toMatchObject({ consumed: 60, balance: 50 });
+      // A second pack is a second lot.
+      await buy(server, 'cy', 'credits');
+      await sandbox.deliveries.idle();
+      expect(
+        (await get(server, '/v1/purchases?customerId=cy&limit=1')).body.nextCursor,
+      ).not.toBeNull();
+      expect((await get(server, '/v1/usage/api_calls/balance?customerId=cy')).body.balance).toBe(
+        150,
+      );
+    },
+  );
 
   it('duplicated and reordered events leave the same state as in-order delivery', async () => {
     const stateOf = async (customerId: string) => {
@@ -540,7 +558,8 @@ describe('commerce against a Stripe-compatible server (the sandbox, driven by th
       expect(
         (await call(broken.base, 'GET', '/v1/sync/pull', { key: broken.keys.test.server })).status,
       ).toBe(404);
-      // An event that cannot be reconciled (the processor is unreachable) is answered 500: delivered again later.
+      // An event that cannot be reconciled (the processor is unreachable) is answered 500:
+      // delivered again later.
       const payload = JSON.stringify({
         id: 'evt_1',
         object: 'event',

@@ -37,16 +37,22 @@ function errorsOf(doc: unknown): string[] {
 }
 
 describe('__proto__ as a key', () => {
-  it('is refused for entitlements and products: msgpackr would rename it in the stored record', () => {
-    const entitlement = JSON.parse(
-      '{"entitlements":{"__proto__":{"type":"feature"}},"products":{}}',
-    ) as unknown;
-    expect(errorsOf(entitlement).join('; ')).toContain('entitlements has invalid key "__proto__"');
-    const product = JSON.parse(
-      '{"entitlements":{"sso":{"type":"feature"}},"products":{"__proto__":{"entitlements":{"sso":true}}}}',
-    ) as unknown;
-    expect(errorsOf(product).join('; ')).toContain('products has invalid key "__proto__"');
-  });
+  it(
+    'is refused for entitlements and products: ' + 'msgpackr would rename it in the stored record',
+    () => {
+      const entitlement = JSON.parse(
+        '{"entitlements":{"__proto__":{"type":"feature"}},"products":{}}',
+      ) as unknown;
+      expect(errorsOf(entitlement).join('; ')).toContain(
+        'entitlements has invalid key "__proto__"',
+      );
+      const product = JSON.parse(
+        '{"entitlements":{"sso":{"type":"feature"}},' +
+          '"products":{"__proto__":{"entitlements":{"sso":true}}}}',
+      ) as unknown;
+      expect(errorsOf(product).join('; ')).toContain('products has invalid key "__proto__"');
+    },
+  );
 });
 
 describe('the full example', () => {
@@ -184,7 +190,8 @@ const INVALID: ReadonlyArray<readonly [string, Doc, readonly string[]]> = [
     'uppercase currency',
     example((d) => (d.products.pro.price.currency = 'USD')),
     [
-      'products.pro.price.currency must be a three-letter lowercase ISO 4217 currency code, e.g. usd',
+      'products.pro.price.currency must be a three-letter lowercase ISO 4217 currency ' +
+        'code, e.g. usd',
     ],
   ],
   [
@@ -282,14 +289,16 @@ const INVALID: ReadonlyArray<readonly [string, Doc, readonly string[]]> = [
     'limit given true',
     example((d) => (d.products.pro.entitlements.seats = true)),
     [
-      'products.pro.entitlements.seats must be an object such as {"included": 1}, not a boolean; "seats" is a limit',
+      'products.pro.entitlements.seats must be an object such as {"included": 1}, not a ' +
+        'boolean; "seats" is a limit',
     ],
   ],
   [
     'meter given false',
     example((d) => (d.products.pro.entitlements.api_calls = false)),
     [
-      'products.pro.entitlements.api_calls must be an object such as {"included": 1}, not a boolean; "api_calls" is a meter',
+      'products.pro.entitlements.api_calls must be an object such as {"included": 1}, not ' +
+        'a boolean; "api_calls" is a meter',
     ],
   ],
   [
@@ -308,7 +317,8 @@ const INVALID: ReadonlyArray<readonly [string, Doc, readonly string[]]> = [
     'expansion on a meter',
     example((d) => (d.products.pro.entitlements.api_calls.expansion = { unitAmount: 1 })),
     [
-      'products.pro.entitlements.api_calls.expansion is only allowed on a limit; "api_calls" is a meter',
+      'products.pro.entitlements.api_calls.expansion is only allowed on a limit; ' +
+        '"api_calls" is a meter',
     ],
   ],
   [
@@ -345,7 +355,8 @@ const INVALID: ReadonlyArray<readonly [string, Doc, readonly string[]]> = [
     'meter in a one-time product',
     example((d) => (d.products.credits_5k.entitlements = { api_calls: { included: 5 } })),
     [
-      'products.credits_5k.entitlements.api_calls: a one-time product adds meter credits through grants, not entitlements',
+      'products.credits_5k.entitlements.api_calls: a one-time product adds meter credits ' +
+        'through grants, not entitlements',
     ],
   ],
   [
@@ -368,7 +379,8 @@ const INVALID: ReadonlyArray<readonly [string, Doc, readonly string[]]> = [
       delete d.products.free.default;
     }),
     [
-      'products.credits_5k is default but is a one-time product (price without interval); the default product must be free (no price)',
+      'products.credits_5k is default but is a one-time product (price without interval); ' +
+        'the default product must be free (no price)',
     ],
   ],
   // Webhooks.
@@ -411,7 +423,10 @@ const INVALID: ReadonlyArray<readonly [string, Doc, readonly string[]]> = [
     'unknown kind in an array',
     example((d) => (d.webhooks.forwarding[0].events = ['customer.deleted'])),
     [
-      `webhooks.forwarding[0].events[0] must be one of *, customer.created, customer.updated, subscription.created, subscription.updated, subscription.canceled, subscription.refunded, purchase.completed, purchase.refunded, usage.exhausted, config.pushed`,
+      `webhooks.forwarding[0].events[0] must be one of *, customer.created, ` +
+        `customer.updated, subscription.created, subscription.updated, ` +
+        `subscription.canceled, subscription.refunded, purchase.completed, ` +
+        `purchase.refunded, usage.exhausted, config.pushed`,
     ],
   ],
   [
@@ -486,7 +501,8 @@ describe('several violations', () => {
       'products.free.entitlements.api_calls.included must be >= 0',
       'products.pro has unknown property "prise"',
       'entitlements.sso.reset is only allowed on a meter; "sso" is a feature',
-      'products.pro.entitlements.seats must be an object such as {"included": 1}, not a boolean; "seats" is a limit',
+      'products.pro.entitlements.seats must be an object such as {"included": 1}, not a ' +
+        'boolean; "seats" is a limit',
       'products.pro.entitlements.sms is not a defined entitlement',
       'products has 2 default products ("free", "basic"); at most one may be default',
     ]);
@@ -707,7 +723,10 @@ const nearValidDocument = fc.record({
   ),
 });
 
-/** A compiled configuration with a default product and at least one feature, limit and meter granted. */
+/**
+ * A compiled configuration with a default product and at least one feature, limit and meter
+ * granted.
+ */
 function isRich(compiled: CompiledConfig): boolean {
   const products = [...compiled.products.values()];
   return (

@@ -50,74 +50,81 @@ describe('commerce in the customer actor', () => {
     expect(has(d, 'sso', T0 + 1)).toEqual({ kind: 'has', value: true });
   });
 
-  it('meters resetting at the plan interval follow the subscription period; others keep the calendar', () => {
-    const d = new Driver();
-    d.run(
-      {
-        op: 'grantLot',
-        environment: 'test',
-        customerId: 'ada',
-        key: 'api_calls',
-        lotId: 'l1',
-        amountMicros: 1_000_000_000n,
-      },
-      T0,
-    );
-    d.run(
-      {
-        op: 'consume',
-        environment: 'test',
-        customerId: 'ada',
-        key: 'api_calls',
-        amountMicros: 150_000_000n,
-      },
-      T0,
-    );
-    d.run(
-      {
-        op: 'consume',
-        environment: 'test',
-        customerId: 'ada',
-        key: 'tokens',
-        amountMicros: 5_000_000n,
-      },
-      T0,
-    );
-    const start = T0 + DAY;
-    d.run(sync('evt_1', subscription('active', start)), T0 + 2);
-    const monthly = balance(d, 'api_calls', T0 + 3);
-    // A new billing period: nothing consumed in it yet; it resets at the period's end.
-    expect(monthly).toMatchObject({
-      kind: 'balance',
-      view: { consumed: 0, resets: new Date(start + 30 * DAY).toISOString() },
-    });
-    expect(balance(d, 'tokens', T0 + 3)).toMatchObject({ view: { consumed: 5 } });
-    d.run(
-      {
-        op: 'consume',
-        environment: 'test',
-        customerId: 'ada',
-        key: 'api_calls',
-        amountMicros: 7_000_000n,
-      },
-      T0 + 4,
-    );
-    expect(balance(d, 'api_calls', T0 + 5)).toMatchObject({ view: { consumed: 7 } });
-    // The renewal moves the period on: usage resets.
-    d.run(sync('evt_2', subscription('active', start + 30 * DAY)), T0 + 6);
-    expect(balance(d, 'api_calls', T0 + 7)).toMatchObject({ view: { consumed: 0 } });
-  });
+  it(
+    'meters resetting at the plan interval follow the subscription period; others keep the ' +
+      'calendar',
+    () => {
+      const d = new Driver();
+      d.run(
+        {
+          op: 'grantLot',
+          environment: 'test',
+          customerId: 'ada',
+          key: 'api_calls',
+          lotId: 'l1',
+          amountMicros: 1_000_000_000n,
+        },
+        T0,
+      );
+      d.run(
+        {
+          op: 'consume',
+          environment: 'test',
+          customerId: 'ada',
+          key: 'api_calls',
+          amountMicros: 150_000_000n,
+        },
+        T0,
+      );
+      d.run(
+        {
+          op: 'consume',
+          environment: 'test',
+          customerId: 'ada',
+          key: 'tokens',
+          amountMicros: 5_000_000n,
+        },
+        T0,
+      );
+      const start = T0 + DAY;
+      d.run(sync('evt_1', subscription('active', start)), T0 + 2);
+      const monthly = balance(d, 'api_calls', T0 + 3);
+      // A new billing period: nothing consumed in it yet; it resets at the period's end.
+      expect(monthly).toMatchObject({
+        kind: 'balance',
+        view: { consumed: 0, resets: new Date(start + 30 * DAY).toISOString() },
+      });
+      expect(balance(d, 'tokens', T0 + 3)).toMatchObject({ view: { consumed: 5 } });
+      d.run(
+        {
+          op: 'consume',
+          environment: 'test',
+          customerId: 'ada',
+          key: 'api_calls',
+          amountMicros: 7_000_000n,
+        },
+        T0 + 4,
+      );
+      expect(balance(d, 'api_calls', T0 + 5)).toMatchObject({ view: { consumed: 7 } });
+      // The renewal moves the period on: usage resets.
+      d.run(sync('evt_2', subscription('active', start + 30 * DAY)), T0 + 6);
+      expect(balance(d, 'api_calls', T0 + 7)).toMatchObject({ view: { consumed: 0 } });
+    },
+  );
 
-  it('applies a processor event once, and an unchanged subscription only remembers the event', () => {
-    const d = new Driver();
-    d.run(sync('evt_1', subscription('active', T0)), T0);
-    const events = d.journal.length;
-    d.run(sync('evt_1', subscription('canceled', T0)), T0 + 1);
-    expect(d.journal.length).toBe(events);
-    expect(has(d, 'audit', T0 + 1)).toEqual({ kind: 'has', value: true });
-    d.run(sync('evt_2', subscription('active', T0)), T0 + 2);
-    expect(d.journal.slice(events).map((e) => e.type)).toEqual(['processorEventNoted']);
-  });
+  it(
+    'applies a processor event once, ' + 'and an unchanged subscription only remembers the event',
+    () => {
+      const d = new Driver();
+      d.run(sync('evt_1', subscription('active', T0)), T0);
+      const events = d.journal.length;
+      d.run(sync('evt_1', subscription('canceled', T0)), T0 + 1);
+      expect(d.journal.length).toBe(events);
+      expect(has(d, 'audit', T0 + 1)).toEqual({ kind: 'has', value: true });
+      d.run(sync('evt_2', subscription('active', T0)), T0 + 2);
+      expect(d.journal.slice(events).map((e) => e.type)).toEqual(['processorEventNoted']);
+    },
+  );
 
   it('an older read of the subscription arriving last changes nothing', () => {
     const d = new Driver();

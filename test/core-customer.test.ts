@@ -84,7 +84,8 @@ describe('parseAmount', () => {
     ['1', 'not_number'],
     [null, 'not_number'],
     [1e13, 'too_large'],
-    // biome-ignore lint/correctness/noPrecisionLoss: a literal beyond a double is the case under test (it parses to Infinity)
+    // A literal beyond a double is the case under test (it parses to Infinity).
+    // biome-ignore lint/correctness/noPrecisionLoss: the case under test
     [1e309, 'not_number'],
   ])('rejects %s (%s)', (value, reason) => {
     expect(parseAmount(value)).toEqual({ ok: false, reason });

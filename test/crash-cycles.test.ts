@@ -170,7 +170,8 @@ async function verify(
       const consumed = res.body.consumed as number;
       expect(
         consumed >= acked && consumed <= acked + maybe,
-        `${when}: ${customerId} consumed ${consumed}, acknowledged ${acked}, in flight at kills ${maybe}`,
+        `${when}: ${customerId} consumed ${consumed}, acknowledged ${acked}, in flight at ` +
+          `kills ${maybe}`,
       ).toBe(true);
       // What recovery found is now settled: the next check starts from it.
       ledger.acked.set(customerId, consumed);
@@ -270,106 +271,112 @@ async function killDuringRecovery(
 }
 
 describe('crash cycles', () => {
-  it(`keeps every acknowledged write and control-store change across ${CYCLES} kill -9 cycles under load (two workers, kills during recovery too)`, async () => {
-    const dataDir = tempDataDir('tally-crash-cycles');
-    const ledger: Ledger = {
-      acked: new Map(),
-      maybe: new Map(),
-      keys: [],
-      upserts: new Set(),
-      lastConfig: { version: 0, doc: 0 },
-      configs: new Set(),
-      pushes: 0,
-    };
-    const failures: string[] = [];
-    const recoveryKills: string[] = [];
-    let keys: Keys | undefined;
-    let totalAcked = 0;
-    for (let cycle = 0; cycle < CYCLES; cycle++) {
-      const env = SNAPSHOTS[cycle % SNAPSHOTS.length] as Record<string, string>;
-      if (cycle > 0 && cycle % 2 === 0)
-        recoveryKills.push(await killDuringRecovery(dataDir, env, (cycle - 2) * 10));
-      const server = await startServerProcess({
-        dataDir,
-        env: { ...ENV, ...env },
-        ...(keys === undefined ? {} : { keys }),
-      });
-      keys ??= server.keys;
-      let killing = false;
-      server.child.once('exit', (code, signal) => {
-        if (!killing)
-          failures.push(
-            `cycle ${cycle}: the server exited by itself (code ${code}, signal ${signal}):\n${server.output().slice(-2000)}`,
+  it(
+    `keeps every acknowledged write and control-store change across ${CYCLES} kill -9 ` +
+      `cycles under load (two workers, kills during recovery too)`,
+    async () => {
+      const dataDir = tempDataDir('tally-crash-cycles');
+      const ledger: Ledger = {
+        acked: new Map(),
+        maybe: new Map(),
+        keys: [],
+        upserts: new Set(),
+        lastConfig: { version: 0, doc: 0 },
+        configs: new Set(),
+        pushes: 0,
+      };
+      const failures: string[] = [];
+      const recoveryKills: string[] = [];
+      let keys: Keys | undefined;
+      let totalAcked = 0;
+      for (let cycle = 0; cycle < CYCLES; cycle++) {
+        const env = SNAPSHOTS[cycle % SNAPSHOTS.length] as Record<string, string>;
+        if (cycle > 0 && cycle % 2 === 0)
+          recoveryKills.push(await killDuringRecovery(dataDir, env, (cycle - 2) * 10));
+        const server = await startServerProcess({
+          dataDir,
+          env: { ...ENV, ...env },
+          ...(keys === undefined ? {} : { keys }),
+        });
+        keys ??= server.keys;
+        let killing = false;
+        server.child.once('exit', (code, signal) => {
+          if (!killing)
+            failures.push(
+              `cycle ${cycle}: the server exited by itself (code ${code}, ` +
+                `signal ${signal}):\n${server.output().slice(-2000)}`,
+            );
+        });
+        try {
+          if (cycle > 0) await verify(server, keys, ledger, `after kill ${cycle}`);
+          else {
+            expect(
+              (
+                await call(server.base, 'POST', '/v1/sync/push', {
+                  key: keys.test.server,
+                  body: configOf(0),
+                })
+              ).status,
+            ).toBe(200);
+            ledger.lastConfig = { version: 1, doc: 0 };
+            ledger.configs.add(1);
+          }
+          const before = [...ledger.acked.values()].reduce((a, b) => a + b, 0);
+          // Half the kills come on a timer; the others the moment an acknowledgment of one kind
+          // arrives, so a reply sent before its write was durable would be caught in the act.
+          const killOn = KILL_ON[cycle % KILL_ON.length] as AckKind | 'timer';
+          let armed = false;
+          const running = load(
+            server,
+            keys,
+            ledger,
+            cycle,
+            () => killing,
+            failures,
+            (kind) => {
+              if (armed && kind === killOn && !killing) {
+                killing = true;
+                server.child.kill('SIGKILL');
+              }
+            },
           );
-      });
-      try {
-        if (cycle > 0) await verify(server, keys, ledger, `after kill ${cycle}`);
-        else {
-          expect(
-            (
-              await call(server.base, 'POST', '/v1/sync/push', {
-                key: keys.test.server,
-                body: configOf(0),
-              })
-            ).status,
-          ).toBe(200);
-          ledger.lastConfig = { version: 1, doc: 0 };
-          ledger.configs.add(1);
+          await new Promise((resolve) =>
+            setTimeout(resolve, LOAD_MS[0] + Math.random() * (LOAD_MS[1] - LOAD_MS[0])),
+          );
+          expect(failures).toEqual([]);
+          armed = true;
+          if (killOn === 'timer') killing = true;
+          await (killOn === 'timer'
+            ? server.kill9()
+            : new Promise((resolve) => server.child.once('exit', resolve)));
+          expect(server.child.signalCode).toBe('SIGKILL');
+          await running;
+          totalAcked += [...ledger.acked.values()].reduce((a, b) => a + b, 0) - before;
+        } finally {
+          killing = true;
+          if (server.child.exitCode === null && server.child.signalCode === null)
+            await server.kill9();
         }
-        const before = [...ledger.acked.values()].reduce((a, b) => a + b, 0);
-        // Half the kills come on a timer; the others the moment an acknowledgment of one
-        // kind arrives, so a reply sent before its write was durable would be caught in
-        // the act.
-        const killOn = KILL_ON[cycle % KILL_ON.length] as AckKind | 'timer';
-        let armed = false;
-        const running = load(
-          server,
-          keys,
-          ledger,
-          cycle,
-          () => killing,
-          failures,
-          (kind) => {
-            if (armed && kind === killOn && !killing) {
-              killing = true;
-              server.child.kill('SIGKILL');
-            }
-          },
-        );
-        await new Promise((resolve) =>
-          setTimeout(resolve, LOAD_MS[0] + Math.random() * (LOAD_MS[1] - LOAD_MS[0])),
-        );
         expect(failures).toEqual([]);
-        armed = true;
-        if (killOn === 'timer') killing = true;
-        await (killOn === 'timer'
-          ? server.kill9()
-          : new Promise((resolve) => server.child.once('exit', resolve)));
-        expect(server.child.signalCode).toBe('SIGKILL');
-        await running;
-        totalAcked += [...ledger.acked.values()].reduce((a, b) => a + b, 0) - before;
+      }
+      const last = await startServerProcess({ dataDir, env: ENV, keys: keys as Keys });
+      try {
+        await verify(last, keys as Keys, ledger, `after kill ${CYCLES}`);
       } finally {
-        killing = true;
-        if (server.child.exitCode === null && server.child.signalCode === null)
-          await server.kill9();
+        await last.stop();
       }
       expect(failures).toEqual([]);
-    }
-    const last = await startServerProcess({ dataDir, env: ENV, keys: keys as Keys });
-    try {
-      await verify(last, keys as Keys, ledger, `after kill ${CYCLES}`);
-    } finally {
-      await last.stop();
-    }
-    expect(failures).toEqual([]);
-    expect(totalAcked, 'consumes acknowledged over all cycles').toBeGreaterThan(CYCLES * 100);
-    expect(ledger.keys.length, 'keys created').toBeGreaterThan(CYCLES);
-    expect(recoveryKills, 'a kill that came while the shards recovered').toContain(
-      'during recovery',
-    );
-    fs.rmSync(dataDir, { recursive: true, force: true });
-    process.stdout.write(
-      `crash cycles: ${totalAcked} consumes, ${ledger.keys.length} keys, ${ledger.configs.size} configs, ${ledger.upserts.size} upserts acknowledged; recovery kills: ${recoveryKills.join(', ')}\n`,
-    );
-  });
+      expect(totalAcked, 'consumes acknowledged over all cycles').toBeGreaterThan(CYCLES * 100);
+      expect(ledger.keys.length, 'keys created').toBeGreaterThan(CYCLES);
+      expect(recoveryKills, 'a kill that came while the shards recovered').toContain(
+        'during recovery',
+      );
+      fs.rmSync(dataDir, { recursive: true, force: true });
+      process.stdout.write(
+        `crash cycles: ${totalAcked} consumes, ${ledger.keys.length} ` +
+          `keys, ${ledger.configs.size} configs, ${ledger.upserts.size} upserts ` +
+          `acknowledged; recovery kills: ${recoveryKills.join(', ')}\n`,
+      );
+    },
+  );
 });

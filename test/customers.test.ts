@@ -145,27 +145,34 @@ describe('customers over HTTP', () => {
     expect((await upsert({ id: 'cus_1', name: null })).body.name).toBeNull();
   });
 
-  it('refuses a __proto__ metadata or contract key (stored records would rename it), changing nothing', async () => {
-    const body = JSON.parse('{"id":"cus_proto","metadata":{"__proto__":"x","ok":1}}') as unknown;
-    expect(await upsert(body)).toMatchObject({
-      status: 400,
-      body: { error: 'metadata key __proto__ is not allowed' },
-    });
-    expect((await call(server.base, 'GET', '/v1/customers/cus_proto', { key: sk })).status).toBe(
-      404,
-    );
-    const contract = JSON.parse(
-      '{"priceAmount":1,"priceInterval":"month","entitlements":{"__proto__":{"included":1}}}',
-    ) as unknown;
-    expect(
-      await call(server.base, 'PUT', '/v1/contracts/cus_1', { key: sk, body: contract }),
-    ).toMatchObject({ status: 400, body: { error: 'entitlements key __proto__ is not allowed' } });
-    // As a value (an id), it is just a name.
-    expect((await upsert({ id: '__proto__', metadata: { a: 1 } })).status).toBe(201);
-    expect(
-      (await call(server.base, 'GET', '/v1/customers/__proto__', { key: sk })).body,
-    ).toMatchObject({ id: '__proto__', metadata: { a: 1 } });
-  });
+  it(
+    'refuses a __proto__ metadata or contract key (stored records would rename it), ' +
+      'changing nothing',
+    async () => {
+      const body = JSON.parse('{"id":"cus_proto","metadata":{"__proto__":"x","ok":1}}') as unknown;
+      expect(await upsert(body)).toMatchObject({
+        status: 400,
+        body: { error: 'metadata key __proto__ is not allowed' },
+      });
+      expect((await call(server.base, 'GET', '/v1/customers/cus_proto', { key: sk })).status).toBe(
+        404,
+      );
+      const contract = JSON.parse(
+        '{"priceAmount":1,"priceInterval":"month","entitlements":{"__proto__":{"included":1}}}',
+      ) as unknown;
+      expect(
+        await call(server.base, 'PUT', '/v1/contracts/cus_1', { key: sk, body: contract }),
+      ).toMatchObject({
+        status: 400,
+        body: { error: 'entitlements key __proto__ is not allowed' },
+      });
+      // As a value (an id), it is just a name.
+      expect((await upsert({ id: '__proto__', metadata: { a: 1 } })).status).toBe(201);
+      expect(
+        (await call(server.base, 'GET', '/v1/customers/__proto__', { key: sk })).body,
+      ).toMatchObject({ id: '__proto__', metadata: { a: 1 } });
+    },
+  );
 
   it('a consume creates the customer implicitly; it is listed and readable', async () => {
     await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
@@ -234,26 +241,29 @@ describe('customers over HTTP', () => {
     expect(await upsert(body)).toMatchObject({ status: 400, body: { error } });
   });
 
-  it('an update that changes nothing answers the stored customer, unchanged and unaudited', async () => {
-    const entries = async () =>
-      (
-        await call(server.base, 'GET', '/v1/audit?action=customer.upsert&limit=100', { key: sk })
-      ).body.data.filter((e: { resourceId: string }) => e.resourceId === 'same');
-    const created = (await upsert({ id: 'same', name: 'S', metadata: { plan: 'x' } })).body;
-    for (const body of [
-      { id: 'same' },
-      { id: 'same', name: 'S' },
-      { id: 'same', metadata: { plan: 'x', gone: null } },
-    ]) {
-      expect(await upsert(body)).toMatchObject({ status: 200, body: created });
-    }
-    expect(await entries()).toHaveLength(1);
-    expect((await upsert({ id: 'same', name: 'T' })).body).toMatchObject({
-      name: 'T',
-      metadata: { plan: 'x' },
-    });
-    expect(await entries()).toHaveLength(2);
-  });
+  it(
+    'an update that changes nothing answers the stored customer, ' + 'unchanged and unaudited',
+    async () => {
+      const entries = async () =>
+        (
+          await call(server.base, 'GET', '/v1/audit?action=customer.upsert&limit=100', { key: sk })
+        ).body.data.filter((e: { resourceId: string }) => e.resourceId === 'same');
+      const created = (await upsert({ id: 'same', name: 'S', metadata: { plan: 'x' } })).body;
+      for (const body of [
+        { id: 'same' },
+        { id: 'same', name: 'S' },
+        { id: 'same', metadata: { plan: 'x', gone: null } },
+      ]) {
+        expect(await upsert(body)).toMatchObject({ status: 200, body: created });
+      }
+      expect(await entries()).toHaveLength(1);
+      expect((await upsert({ id: 'same', name: 'T' })).body).toMatchObject({
+        name: 'T',
+        metadata: { plan: 'x' },
+      });
+      expect(await entries()).toHaveLength(2);
+    },
+  );
 
   it('merging past 50 metadata keys is refused and changes nothing', async () => {
     await upsert({
@@ -390,42 +400,46 @@ describe('context', () => {
     expect((await call(server.base, 'GET', '/v1/customers/ctx-new', { key: sk })).status).toBe(200);
   });
 
-  it('writes (and audits as customer.upsert) only a call that creates or changes the customer', async () => {
-    const entries = async () =>
-      (
-        await call(server.base, 'GET', '/v1/audit?resourceType=customer&limit=100', { key: sk })
-      ).body.data.filter((e: { resourceId: string }) => e.resourceId === 'ctx-aud');
-    const stored = async () =>
-      (await call(server.base, 'GET', '/v1/customers/ctx-aud', { key: sk })).body;
-    expect(
-      (await context({ customer: { id: 'ctx-aud', name: 'N', metadata: { tier: 'a' } } })).status,
-    ).toBe(200);
-    const created = await stored();
-    expect(await entries()).toMatchObject([
-      { action: 'customer.upsert', data: { name: 'N', metadata: { tier: 'a' } } },
-    ]);
-    // The same profile again, a subset of it, or removing a key it does not have: nothing to write.
-    for (const customer of [
-      { id: 'ctx-aud', name: 'N', metadata: { tier: 'a' } },
-      { id: 'ctx-aud', name: 'N' },
-      { id: 'ctx-aud', metadata: { gone: null } },
-      { id: 'ctx-aud' },
-    ]) {
-      expect((await context({ customer })).status).toBe(200);
-    }
-    expect(await stored()).toEqual(created);
-    expect(await entries()).toHaveLength(1);
-    // A change is written, stamped and audited.
-    await new Promise((resolve) => setTimeout(resolve, 5));
-    expect(
-      (await context({ customer: { id: 'ctx-aud', metadata: { tier: null } } })).body.customer,
-    ).toMatchObject({ name: 'N', metadata: {} });
-    expect((await stored()).updatedAt > created.updatedAt).toBe(true);
-    expect(await entries()).toMatchObject([
-      { action: 'customer.upsert', data: { metadata: { tier: null } } },
-      { data: { name: 'N' } },
-    ]);
-  });
+  it(
+    'writes (and audits as customer.upsert) only ' + 'a call that creates or changes the customer',
+    async () => {
+      const entries = async () =>
+        (
+          await call(server.base, 'GET', '/v1/audit?resourceType=customer&limit=100', { key: sk })
+        ).body.data.filter((e: { resourceId: string }) => e.resourceId === 'ctx-aud');
+      const stored = async () =>
+        (await call(server.base, 'GET', '/v1/customers/ctx-aud', { key: sk })).body;
+      expect(
+        (await context({ customer: { id: 'ctx-aud', name: 'N', metadata: { tier: 'a' } } })).status,
+      ).toBe(200);
+      const created = await stored();
+      expect(await entries()).toMatchObject([
+        { action: 'customer.upsert', data: { name: 'N', metadata: { tier: 'a' } } },
+      ]);
+      // The same profile again, a subset of it, or removing a key it does not have: nothing to
+      // write.
+      for (const customer of [
+        { id: 'ctx-aud', name: 'N', metadata: { tier: 'a' } },
+        { id: 'ctx-aud', name: 'N' },
+        { id: 'ctx-aud', metadata: { gone: null } },
+        { id: 'ctx-aud' },
+      ]) {
+        expect((await context({ customer })).status).toBe(200);
+      }
+      expect(await stored()).toEqual(created);
+      expect(await entries()).toHaveLength(1);
+      // A change is written, stamped and audited.
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      expect(
+        (await context({ customer: { id: 'ctx-aud', metadata: { tier: null } } })).body.customer,
+      ).toMatchObject({ name: 'N', metadata: {} });
+      expect((await stored()).updatedAt > created.updatedAt).toBe(true);
+      expect(await entries()).toMatchObject([
+        { action: 'customer.upsert', data: { metadata: { tier: null } } },
+        { data: { name: 'N' } },
+      ]);
+    },
+  );
 
   it('unknown keys are 404 naming the key; wrong types 400; nothing is created then', async () => {
     expect(await context({ customer: { id: 'ctx-bad' }, features: ['nope'] })).toMatchObject({

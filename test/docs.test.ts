@@ -42,7 +42,10 @@ function serverWiredRoutes(): string[] {
   return routes;
 }
 
-/** The processor's webhook receiver, which src/server.ts answers before any key (the commerce routes are records of the API table). */
+/**
+ * The processor's webhook receiver, which src/server.ts answers before any key (the commerce routes
+ * are records of the API table).
+ */
 function commerceWiredRoutes(): string[] {
   return [`POST ${STRIPE_WEBHOOK_PATH}`];
 }

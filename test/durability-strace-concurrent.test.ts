@@ -106,21 +106,28 @@ function checkRequest(
       WRITE_SYSCALLS.has(c.name) && callFd(c) === callFd(request) && c.startLine > request.endLine,
   );
   if (response === undefined)
-    return `${customerId}: no write on fd ${callFd(request)} after its request (line ${request.endLine})`;
+    return (
+      `${customerId}: no write on fd ${callFd(request)} after its request ` +
+      `(line ${request.endLine})`
+    );
   const expected =
     sent.kind === 'consume'
       ? /^HTTP\/1\.1 200 .*\\"consumed\\":1[,}]/
       : /^HTTP\/1\.1 200 .*\\"customer\\":\{\\"id\\":/;
   const reply = replyText(calls, response);
   if (!expected.test(reply))
-    return `${customerId}: the writes from the first after its request (line ${response.startLine}) are not its ${sent.kind} reply: ${reply.slice(0, 300)}`;
+    return (
+      `${customerId}: the writes from the first after its request ` +
+      `(line ${response.startLine}) are not its ${sent.kind} reply: ${reply.slice(0, 300)}`
+    );
   const inWindow = (c: Syscall): boolean =>
     c.startLine > request.endLine && c.endLine < response.startLine && succeeded(c);
   const onShard = (c: Syscall, dsync: boolean): boolean => {
     const file = fileOf(c, spans);
     return file !== undefined && file.path === shardFile && isDsync(file) === dsync;
   };
-  const where = `between its request (line ${request.endLine}) and its reply (line ${response.startLine})`;
+  const where =
+    `between its request (line ${request.endLine}) ` + `and its reply (line ${response.startLine})`;
   const journalWrite = calls.find(
     (c) =>
       WRITE_SYSCALLS.has(c.name) && inWindow(c) && onShard(c, false) && c.args.includes(customerId),
@@ -135,13 +142,19 @@ function checkRequest(
       onShard(c, false),
   );
   if (sync === undefined)
-    return `${customerId}: no sync of ${shardFile} that started after its journal write (line ${journalWrite.endLine}) and returned 0 before its reply (line ${response.startLine})`;
+    return (
+      `${customerId}: no sync of ${shardFile} that started after its journal write ` +
+      `(line ${journalWrite.endLine}) and returned 0 before its reply (line ${response.startLine})`
+    );
   const meta = calls.find(
     (c) =>
       WRITE_SYSCALLS.has(c.name) && inWindow(c) && c.startLine > sync.endLine && onShard(c, true),
   );
   if (meta === undefined)
-    return `${customerId}: no meta-page write through the O_DSYNC descriptor of ${shardFile} after its sync (line ${sync.endLine}) and before its reply`;
+    return (
+      `${customerId}: no meta-page write through the O_DSYNC descriptor of ${shardFile} ` +
+      `after its sync (line ${sync.endLine}) and before its reply`
+    );
   return null;
 }
 
@@ -187,7 +200,10 @@ function checkKeyCreate(
       WRITE_SYSCALLS.has(c.name) && inWindow(c) && onControl(c, false) && c.args.includes(keyId),
   );
   if (write === undefined)
-    return `${keyId}: no completed write carrying it to ${controlFile} between its request (line ${request.endLine}) and its reply (line ${response.startLine})`;
+    return (
+      `${keyId}: no completed write carrying it to ${controlFile} between its request ` +
+      `(line ${request.endLine}) and its reply (line ${response.startLine})`
+    );
   const sync = calls.find(
     (c) =>
       SYNC_SYSCALLS.has(c.name) &&
@@ -196,13 +212,19 @@ function checkKeyCreate(
       onControl(c, false),
   );
   if (sync === undefined)
-    return `${keyId}: no sync of ${controlFile} that started after its write (line ${write.endLine}) and returned 0 before its reply (line ${response.startLine})`;
+    return (
+      `${keyId}: no sync of ${controlFile} that started after its write ` +
+      `(line ${write.endLine}) and returned 0 before its reply (line ${response.startLine})`
+    );
   const meta = calls.find(
     (c) =>
       WRITE_SYSCALLS.has(c.name) && inWindow(c) && c.startLine > sync.endLine && onControl(c, true),
   );
   if (meta === undefined)
-    return `${keyId}: no meta-page write through the O_DSYNC descriptor of ${controlFile} after its sync and before its reply`;
+    return (
+      `${keyId}: no meta-page write through the O_DSYNC descriptor of ${controlFile} after ` +
+      `its sync and before its reply`
+    );
   return null;
 }
 
@@ -292,13 +314,17 @@ async function tracedLoad(
 }
 
 describe('durability at the syscall level under concurrency (strace, two shards)', () => {
-  it("replies to each of 16 clients' writes only after its own shard synced its own record, and to key creates after the control store synced", async () => {
-    const { violations, keyViolations, sent, statuses } = await tracedLoad({});
-    expect(statuses.filter((s) => s !== 200)).toEqual([]);
-    expect(new Set(sent.map((s) => s.shard)).size).toBe(WORKERS);
-    expect(violations).toEqual([]);
-    expect(keyViolations).toEqual([]);
-  });
+  it(
+    "replies to each of 16 clients' writes only after its own shard synced its own record, " +
+      'and to key creates after the control store synced',
+    async () => {
+      const { violations, keyViolations, sent, statuses } = await tracedLoad({});
+      expect(statuses.filter((s) => s !== 200)).toEqual([]);
+      expect(new Set(sent.map((s) => s.shard)).size).toBe(WORKERS);
+      expect(violations).toEqual([]);
+      expect(keyViolations).toEqual([]);
+    },
+  );
 
   it("negative control: releasing replies on the previous group's sync is caught", async () => {
     const { violations, sent } = await tracedLoad({ TALLY_TEST_BREAK_DURABILITY: 'previous-sync' });
@@ -311,7 +337,8 @@ describe('durability at the syscall level under concurrency (strace, two shards)
       ),
     ).toEqual([]);
     process.stdout.write(
-      `negative control: ${violations.length} of ${sent.length} replies caught without their own sync\n`,
+      `negative control: ${violations.length} of ${sent.length} replies caught without ` +
+        `their own sync\n`,
     );
   });
 });

@@ -84,7 +84,8 @@ function checkSyncedBeforeFirstReply(
     const sync = calls.find((c) => SYNC_SYSCALLS.has(c.name) && before(c) && on(c, false));
     if (sync === undefined) {
       problems.push(
-        `shard ${shard}: no ${[...SYNC_SYSCALLS].join('/')} of ${file} returned 0 before the first 200 reply (line ${reply.startLine})`,
+        `shard ${shard}: no ${[...SYNC_SYSCALLS].join('/')} of ${file} returned 0 before ` +
+          `the first 200 reply (line ${reply.startLine})`,
       );
       continue;
     }
@@ -93,13 +94,18 @@ function checkSyncedBeforeFirstReply(
     );
     if (meta === undefined)
       problems.push(
-        `shard ${shard}: no meta-page write through the O_DSYNC descriptor of ${file} after its sync (line ${sync.endLine}) and before the first 200 reply (line ${reply.startLine})`,
+        `shard ${shard}: no meta-page write through the O_DSYNC descriptor of ${file} ` +
+          `after its sync (line ${sync.endLine}) and before the first 200 reply ` +
+          `(line ${reply.startLine})`,
       );
   }
   return problems;
 }
 
-/** Loads a server, kills it with requests in flight, restarts it traced; returns the check's findings. */
+/**
+ * Loads a server, kills it with requests in flight, restarts it traced; returns the check's
+ * findings.
+ */
 async function killAndRestartTraced(
   env: Record<string, string>,
 ): Promise<{ problems: string[]; inFlight: InFlight[]; retries: number[] }> {
@@ -163,12 +169,16 @@ async function killAndRestartTraced(
 }
 
 describe('the recovery barrier at the syscall level (strace, kill -9 under load)', () => {
-  it("syncs every shard's data file and writes its meta page before the restarted server answers 200", async () => {
-    const { problems, inFlight, retries } = await killAndRestartTraced({});
-    expect(inFlight).toHaveLength(CLIENTS);
-    expect(retries).toEqual(inFlight.map(() => 200));
-    expect(problems).toEqual([]);
-  });
+  it(
+    "syncs every shard's data file and writes its meta page before the restarted server " +
+      'answers 200',
+    async () => {
+      const { problems, inFlight, retries } = await killAndRestartTraced({});
+      expect(inFlight).toHaveLength(CLIENTS);
+      expect(retries).toEqual(inFlight.map(() => 200));
+      expect(problems).toEqual([]);
+    },
+  );
 
   it('negative control: a worker that reports ready without the barrier is caught', async () => {
     const { problems } = await killAndRestartTraced({

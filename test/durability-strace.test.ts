@@ -112,19 +112,27 @@ function checkOne(
     (c) => READ_SYSCALLS.has(c.name) && c.args.includes(customerId) && succeeded(c),
   );
   if (request === undefined)
-    return `${customerId}: no traced read of its request (syscalls traced: ${[...READ_SYSCALLS].join(', ')})`;
+    return (
+      `${customerId}: no traced read of its request (syscalls ` +
+      `traced: ${[...READ_SYSCALLS].join(', ')})`
+    );
   const response = calls.find(
     (c) =>
       WRITE_SYSCALLS.has(c.name) && callFd(c) === callFd(request) && c.startLine > request.endLine,
   );
   if (response === undefined)
-    return `${customerId}: no write on fd ${callFd(request)} after its request (line ${request.endLine})`;
+    return (
+      `${customerId}: no write on fd ${callFd(request)} after its request ` +
+      `(line ${request.endLine})`
+    );
   const window = { from: request.endLine, to: response.startLine };
   if (
     !/^"HTTP\/1\.1 200 .*\\"consumed\\":1[,}]/.test(response.args.slice(response.args.indexOf('"')))
   ) {
     return {
-      problem: `the first write after the request (line ${response.startLine}) is not its 200 reply with "consumed":1`,
+      problem:
+        `the first write after the request (line ${response.startLine}) is not its 200 ` +
+        `reply with "consumed":1`,
       ...window,
     };
   }
@@ -140,7 +148,9 @@ function checkOne(
       WRITE_SYSCALLS.has(c.name) && inWindow(c) && onShard(c, false) && c.args.includes(customerId),
   );
   if (journalWrite === undefined) {
-    const problem = `no completed write carrying the customerId to ${shardDataFile} between the request (line ${request.endLine}) and ${reply}`;
+    const problem =
+      `no completed write carrying the customerId to ${shardDataFile} between the ` +
+      `request (line ${request.endLine}) and ${reply}`;
     return { problem, ...window };
   }
   const sync = calls.find(
@@ -151,7 +161,9 @@ function checkOne(
       onShard(c, false),
   );
   if (sync === undefined) {
-    const problem = `no ${[...SYNC_SYSCALLS].join('/')} of ${shardDataFile} that returned 0 after the journal write (line ${journalWrite.endLine}) and before ${reply}`;
+    const problem =
+      `no ${[...SYNC_SYSCALLS].join('/')} of ${shardDataFile} that returned 0 ` +
+      `after the journal write (line ${journalWrite.endLine}) and before ${reply}`;
     return { problem, ...window };
   }
   const metaWrite = calls.find(
@@ -159,7 +171,9 @@ function checkOne(
       WRITE_SYSCALLS.has(c.name) && inWindow(c) && c.startLine > sync.endLine && onShard(c, true),
   );
   if (metaWrite === undefined) {
-    const problem = `no meta-page write through the O_DSYNC descriptor of ${shardDataFile} after the sync (line ${sync.endLine}) and before ${reply}`;
+    const problem =
+      `no meta-page write through the O_DSYNC descriptor of ${shardDataFile} ` +
+      `after the sync (line ${sync.endLine}) and before ${reply}`;
     return { problem, ...window };
   }
   return { request, journalWrite, sync, metaWrite, response };
@@ -178,40 +192,44 @@ function excerpt(lines: readonly string[], from: number, to: number): string {
 // ---------------------------------------------------------------------------------------
 
 describe('durability at the syscall level (strace)', () => {
-  it('replies to each consume only after its journal page, an fdatasync and the meta page hit the shard file', async () => {
-    requireStrace();
-    const dataDir = tempDataDir('tally-strace');
-    const tracePath = `${dataDir}.strace`;
-    const server = await startTracedServer(dataDir, tracePath);
-    // A random tag makes each customerId a string that occurs nowhere else in the trace.
-    const tag = randomBytes(4).toString('hex');
-    const customerIds = Array.from({ length: CONSUMES }, (_, n) => `c${n}-${tag}`);
-    try {
-      const sk = server.keys.test.server;
-      expect(
-        (await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG })).status,
-      ).toBe(200);
-      for (const customerId of customerIds) {
-        const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
-          key: sk,
-          body: { customerId, amount: 1 },
-        });
-        expect(res, server.output()).toMatchObject({ status: 200, body: { consumed: 1 } });
+  it(
+    'replies to each consume only after its journal page, an fdatasync and the meta page ' +
+      'hit the shard file',
+    async () => {
+      requireStrace();
+      const dataDir = tempDataDir('tally-strace');
+      const tracePath = `${dataDir}.strace`;
+      const server = await startTracedServer(dataDir, tracePath);
+      // A random tag makes each customerId a string that occurs nowhere else in the trace.
+      const tag = randomBytes(4).toString('hex');
+      const customerIds = Array.from({ length: CONSUMES }, (_, n) => `c${n}-${tag}`);
+      try {
+        const sk = server.keys.test.server;
+        expect(
+          (await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG })).status,
+        ).toBe(200);
+        for (const customerId of customerIds) {
+          const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+            key: sk,
+            body: { customerId, amount: 1 },
+          });
+          expect(res, server.output()).toMatchObject({ status: 200, body: { consumed: 1 } });
+        }
+        await server.stop();
+      } finally {
+        server.kill();
       }
-      await server.stop();
-    } finally {
-      server.kill();
-    }
 
-    const trace = fs.readFileSync(tracePath, 'utf8');
-    const shardDataFile = path.join(dataDir, 'shard-0', 'data.mdb');
-    const { violations, evidence } = checkReplyAfterSync(trace, shardDataFile, customerIds);
-    expect(violations).toEqual([]);
-    expect([...evidence.keys()]).toEqual(customerIds);
-    for (const { sync } of evidence.values()) expect(sync.result).toMatch(/^0\b/);
-    fs.rmSync(dataDir, { recursive: true, force: true });
-    fs.rmSync(tracePath, { force: true });
-  });
+      const trace = fs.readFileSync(tracePath, 'utf8');
+      const shardDataFile = path.join(dataDir, 'shard-0', 'data.mdb');
+      const { violations, evidence } = checkReplyAfterSync(trace, shardDataFile, customerIds);
+      expect(violations).toEqual([]);
+      expect([...evidence.keys()]).toEqual(customerIds);
+      for (const { sync } of evidence.values()) expect(sync.result).toMatch(/^0\b/);
+      fs.rmSync(dataDir, { recursive: true, force: true });
+      fs.rmSync(tracePath, { force: true });
+    },
+  );
 
   // Negative controls: the same checker on synthetic traces shaped like the real one.
   const FILE = '/d/shard-0/data.mdb';
@@ -221,11 +239,19 @@ describe('durability at the syscall level (strace)', () => {
     `101 10:00:00.000002 openat(AT_FDCWD, "${FILE}", O_RDWR|O_CREAT, 0664) = 27`,
     `101 10:00:00.000003 openat(AT_FDCWD, "${FILE}", O_WRONLY|O_DSYNC|O_CLOEXEC) = 28`,
   ];
-  const request = `100 10:00:01.000001 recvfrom(29, "POST /v1/usage/api_calls/consume HTTP/1.1\\r\\n\\r\\n{\\"customerId\\":\\"${ID}\\",\\"amount\\":1}", 524288, 0, NULL, NULL) = 90`;
-  const journal = `101 10:00:01.000002 writev(27, [{iov_base="\\3\\0\\0\\250customerId\\253${ID}", iov_len=4096}], 1) = 4096`;
+  const request =
+    `100 10:00:01.000001 recvfrom(29, "POST /v1/usage/api_calls/consume ` +
+    `HTTP/1.1\\r\\n\\r\\n{\\"customerId\\":\\"${ID}\\",\\"amount\\":1}", 524288, 0, NULL, ` +
+    `NULL) = 90`;
+  const journal =
+    `101 10:00:01.000002 writev(27, ` +
+    `[{iov_base="\\3\\0\\0\\250customerId\\253${ID}", iov_len=4096}], 1) = 4096`;
   const sync = `101 10:00:01.000003 fdatasync(27)     = 0`;
   const meta = `101 10:00:01.000004 pwrite64(28, "\\0\\0\\0\\20", 4096, 4096) = 4096`;
-  const reply = `100 10:00:01.000005 sendto(29, "HTTP/1.1 200 OK\\r\\n\\r\\n{\\"balance\\":999,\\"consumed\\":1,\\"overage\\":0}", 150, MSG_NOSIGNAL, NULL, 0) = 150`;
+  const reply =
+    `100 10:00:01.000005 sendto(29, "HTTP/1.1 200 ` +
+    `OK\\r\\n\\r\\n{\\"balance\\":999,\\"consumed\\":1,\\"overage\\":0}", 150, ` +
+    `MSG_NOSIGNAL, NULL, 0) = 150`;
   const build = (...body: string[]): string => [...opens, ...body, ''].join('\n');
 
   const cases: { name: string; trace: string; violation: RegExp | null }[] = [

@@ -39,16 +39,20 @@ describe('error catalog', () => {
     });
   });
 
-  it('server errors are a bug, the payment processor failing, or an event it must deliver again; nothing a client sends maps to them', () => {
-    const serverErrors = Object.entries(ERRORS).filter(
-      ([, e]) => e.status >= 500 && e.status !== 503,
-    );
-    expect(serverErrors.map(([code]) => code)).toEqual([
-      'processor_event_failed',
-      'processor_error',
-      'internal',
-    ]);
-  });
+  it(
+    'server errors are a bug, the payment processor failing, or an event it must deliver ' +
+      'again; nothing a client sends maps to them',
+    () => {
+      const serverErrors = Object.entries(ERRORS).filter(
+        ([, e]) => e.status >= 500 && e.status !== 503,
+      );
+      expect(serverErrors.map(([code]) => code)).toEqual([
+        'processor_event_failed',
+        'processor_error',
+        'internal',
+      ]);
+    },
+  );
 });
 
 const CONFIG = {
@@ -170,30 +174,33 @@ describe('error bodies over HTTP', () => {
     );
   });
 
-  it('a refused consume and a rate limit are both 429, told apart by code and Retry-After', async () => {
-    const sk = server.keys.test.server;
-    expect(
-      (await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG })).status,
-    ).toBe(200);
-    const refused = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
-      key: sk,
-      body: { customerId: 'short', amount: 11 },
-    });
-    expectCode(refused, 'insufficient_balance');
-    expect(refused.body).toMatchObject({ balance: 10, consumed: 0 });
-    expect(refused.headers.get('retry-after')).toBeNull();
-
-    // Three requests a minute for the client key; a window boundary may reset it once.
-    const ck = server.keys.test.client;
-    let limited: Awaited<ReturnType<typeof call>> | null = null;
-    for (let i = 0; i < 10 && limited === null; i++) {
-      const answer = await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=c', {
-        key: ck,
+  it(
+    'a refused consume and a rate limit are both 429, ' + 'told apart by code and Retry-After',
+    async () => {
+      const sk = server.keys.test.server;
+      expect(
+        (await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG })).status,
+      ).toBe(200);
+      const refused = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+        key: sk,
+        body: { customerId: 'short', amount: 11 },
       });
-      if (answer.status === 429) limited = answer;
-    }
-    expect(limited).not.toBeNull();
-    expectCode(limited as { status: number; body: any }, 'rate_limited');
-    expect(Number(limited?.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
-  });
+      expectCode(refused, 'insufficient_balance');
+      expect(refused.body).toMatchObject({ balance: 10, consumed: 0 });
+      expect(refused.headers.get('retry-after')).toBeNull();
+
+      // Three requests a minute for the client key; a window boundary may reset it once.
+      const ck = server.keys.test.client;
+      let limited: Awaited<ReturnType<typeof call>> | null = null;
+      for (let i = 0; i < 10 && limited === null; i++) {
+        const answer = await call(server.base, 'GET', '/v1/entitlements/sso/has?customerId=c', {
+          key: ck,
+        });
+        if (answer.status === 429) limited = answer;
+      }
+      expect(limited).not.toBeNull();
+      expectCode(limited as { status: number; body: any }, 'rate_limited');
+      expect(Number(limited?.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    },
+  );
 });

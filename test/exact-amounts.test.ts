@@ -58,15 +58,20 @@ describe('reading amounts exactly', () => {
     });
   });
 
-  it('finds the member JSON.parse keeps: the last one, names decoded, nesting and strings skipped', () => {
-    const text =
-      ' { "amount" : 1 , "x" : {"amount": 2, "s": "}\\"{"}, "am\\u006funt":\t3.50 ,"y":[1,{"amount":4}] } ';
-    expect(memberSource(text, 'amount')).toBe('3.50');
-    expect(memberSource('{"a":[[]],"b":"]","amount":-0.5e-3}', 'amount')).toBe('-0.5e-3');
-    expect(memberSource('{"a":1}', 'amount')).toBeUndefined();
-    expect(memberSource('[1]', 'amount')).toBeUndefined();
-    expect(memberSource('{}', 'amount')).toBeUndefined();
-  });
+  it(
+    'finds the member JSON.parse keeps: the last one, names decoded, nesting and strings ' +
+      'skipped',
+    () => {
+      const text =
+        ' { "amount" : 1 , "x" : {"amount": 2, "s": "}\\"{"}, "am\\u006funt":\t3.50 ' +
+        ',"y":[1,{"amount":4}] } ';
+      expect(memberSource(text, 'amount')).toBe('3.50');
+      expect(memberSource('{"a":[[]],"b":"]","amount":-0.5e-3}', 'amount')).toBe('-0.5e-3');
+      expect(memberSource('{"a":1}', 'amount')).toBeUndefined();
+      expect(memberSource('[1]', 'amount')).toBeUndefined();
+      expect(memberSource('{}', 'amount')).toBeUndefined();
+    },
+  );
 
   it('property: memberSource finds the text of any top-level member of any JSON object', () => {
     fc.assert(
@@ -120,37 +125,45 @@ describe('writing amounts exactly', () => {
     );
   });
 
-  it('property: whole units below 10^15 are plain numbers that print exactly; larger ones are marked', () => {
-    fc.assert(
-      fc.property(fc.bigInt({ min: -(10n ** 16n), max: 10n ** 16n }), (units) => {
-        const micros = units * 1_000_000n;
-        const value = formatMicros(micros);
-        const small = units < 10n ** 15n && units > -(10n ** 15n);
-        expect(typeof value).toBe(small ? 'number' : 'string');
-        expect(exactJson(JSON.stringify([value]))).toBe(`[${units}]`);
-      }),
-      { numRuns: 1000 },
-    );
-    expect(formatMicros(999_999_999_999_999_000_000n)).toBe(999_999_999_999_999);
-    expect(formatMicros(1_000_000_000_000_000_000_000n)).not.toBe(1e15);
-  });
+  it(
+    'property: whole units below 10^15 are plain numbers that print exactly; larger ones ' +
+      'are marked',
+    () => {
+      fc.assert(
+        fc.property(fc.bigInt({ min: -(10n ** 16n), max: 10n ** 16n }), (units) => {
+          const micros = units * 1_000_000n;
+          const value = formatMicros(micros);
+          const small = units < 10n ** 15n && units > -(10n ** 15n);
+          expect(typeof value).toBe(small ? 'number' : 'string');
+          expect(exactJson(JSON.stringify([value]))).toBe(`[${units}]`);
+        }),
+        { numRuns: 1000 },
+      );
+      expect(formatMicros(999_999_999_999_999_000_000n)).toBe(999_999_999_999_999);
+      expect(formatMicros(1_000_000_000_000_000_000_000n)).not.toBe(1e15);
+    },
+  );
 
-  it('property: marks are found beside any client text, escapes included (the backslash pre-check)', () => {
-    fc.assert(
-      fc.property(
-        fc.string(),
-        fc.constantFrom('', '\\', '"', '\n', '\\udfff1'),
-        fc.bigInt({ min: -(10n ** 25n), max: 10n ** 25n }),
-        (text, extra, micros) => {
-          const name = text + extra;
-          expect(exactJson(JSON.stringify({ name, balance: formatMicros(micros) }))).toBe(
-            `{"name":${JSON.stringify(name)},"balance":${microsToDecimal(micros)}}`,
-          );
-        },
-      ),
-      { numRuns: 500 },
-    );
-  });
+  it(
+    'property: marks are found beside any client text, escapes included (the backslash ' +
+      'pre-check)',
+    () => {
+      fc.assert(
+        fc.property(
+          fc.string(),
+          fc.constantFrom('', '\\', '"', '\n', '\\udfff1'),
+          fc.bigInt({ min: -(10n ** 25n), max: 10n ** 25n }),
+          (text, extra, micros) => {
+            const name = text + extra;
+            expect(exactJson(JSON.stringify({ name, balance: formatMicros(micros) }))).toBe(
+              `{"name":${JSON.stringify(name)},"balance":${microsToDecimal(micros)}}`,
+            );
+          },
+        ),
+        { numRuns: 500 },
+      );
+    },
+  );
 
   it('leaves strings that only look like a mark alone', () => {
     const json = JSON.stringify({ name: '\\udfff12', other: 'udfff3' });
@@ -225,7 +238,10 @@ describe('exact amounts over HTTP', () => {
     await server?.stop();
   });
 
-  /** POSTs raw JSON and returns the status and the reply's text (not parsed: a double would round it). */
+  /**
+   * POSTs raw JSON and returns the status and the reply's text (not parsed: a double would round
+   * it).
+   */
   async function raw(
     path: string,
     text: string,
@@ -239,75 +255,98 @@ describe('exact amounts over HTTP', () => {
     return { status: res.status, text: await res.text() };
   }
 
-  it('refuses, naming the field, a stored number JSON.parse would have changed; stores one it keeps', async () => {
-    const refused = (path: string) => ({
-      status: 400,
-      text: JSON.stringify({
-        error: `${path} cannot be stored exactly: a JSON number keeps at most 15 significant digits`,
-        code: 'invalid_request',
-      }),
-    });
-    const contract = (included: string) =>
-      `{"priceAmount":100,"priceInterval":"month","entitlements":{"tokens":{"included":${included}}}}`;
-    expect(await raw('/v1/contracts/lit', contract('99999999999.999999'), 'PUT')).toEqual(
-      refused('entitlements.tokens.included'),
-    );
-    expect(await raw('/v1/contracts/lit', contract('1.0000000000000000000001'), 'PUT')).toEqual(
-      refused('entitlements.tokens.included'),
-    );
-    expect(
-      await raw(
-        '/v1/contracts/lit',
-        '{"priceAmount":5.0000000000000001,"priceInterval":"month"}',
-        'PUT',
-      ),
-    ).toEqual(refused('priceAmount'));
-    expect((await call(server.base, 'GET', '/v1/contracts/lit', { key: sk })).status).toBe(404);
-    expect(
-      await raw('/v1/customers', '{"id":"lit","metadata":{"order":12345678901234567890}}'),
-    ).toEqual(refused('metadata.order'));
-    expect(
-      await raw('/v1/context', '{"customer":{"id":"lit","metadata":{"n":12345678901234567890}}}'),
-    ).toEqual(refused('customer.metadata.n'));
-    expect((await call(server.base, 'GET', '/v1/customers/lit', { key: sk })).status).toBe(404);
-    const pushed = `{"entitlements":{"tokens":{"type":"meter","reset":"never"}},"products":{"free":{"default":true,"entitlements":{"tokens":{"included":99999999999.999999}}}}}`;
-    expect(await raw('/v1/sync/push', pushed)).toEqual(
-      refused('products.free.entitlements.tokens.included'),
-    );
-    expect((await call(server.base, 'GET', '/v1/sync/pull', { key: sk })).body.version).toBe(1);
-    // Sixteen digits a double holds exactly are fine.
-    expect((await raw('/v1/contracts/lit', contract('100000000000.0000'), 'PUT')).status).toBe(200);
-    expect(
-      (await call(server.base, 'GET', '/v1/usage/tokens/balance?customerId=lit', { key: sk })).body,
-    ).toMatchObject({ included: 100_000_000_000 });
-  });
+  it(
+    'refuses, naming the field, a stored number JSON.parse would have changed; stores one ' +
+      'it keeps',
+    async () => {
+      const refused = (path: string) => ({
+        status: 400,
+        text: JSON.stringify({
+          error:
+            `${path} cannot be stored exactly: a JSON number keeps at most 15 significant ` +
+            `digits`,
+          code: 'invalid_request',
+        }),
+      });
+      const contract = (included: string) =>
+        `{"priceAmount":100,"priceInterval":"month","entitlements":{"tokens":{"included":` +
+        `${included}}}}`;
+      expect(await raw('/v1/contracts/lit', contract('99999999999.999999'), 'PUT')).toEqual(
+        refused('entitlements.tokens.included'),
+      );
+      expect(await raw('/v1/contracts/lit', contract('1.0000000000000000000001'), 'PUT')).toEqual(
+        refused('entitlements.tokens.included'),
+      );
+      expect(
+        await raw(
+          '/v1/contracts/lit',
+          '{"priceAmount":5.0000000000000001,"priceInterval":"month"}',
+          'PUT',
+        ),
+      ).toEqual(refused('priceAmount'));
+      expect((await call(server.base, 'GET', '/v1/contracts/lit', { key: sk })).status).toBe(404);
+      expect(
+        await raw('/v1/customers', '{"id":"lit","metadata":{"order":12345678901234567890}}'),
+      ).toEqual(refused('metadata.order'));
+      expect(
+        await raw('/v1/context', '{"customer":{"id":"lit","metadata":{"n":12345678901234567890}}}'),
+      ).toEqual(refused('customer.metadata.n'));
+      expect((await call(server.base, 'GET', '/v1/customers/lit', { key: sk })).status).toBe(404);
+      const pushed =
+        `{"entitlements":{"tokens":{"type":"meter","reset":"never"}},` +
+        `"products":{"free":{"default":true,` +
+        `"entitlements":{"tokens":{"included":99999999999.999999}}}}}`;
+      expect(await raw('/v1/sync/push', pushed)).toEqual(
+        refused('products.free.entitlements.tokens.included'),
+      );
+      expect((await call(server.base, 'GET', '/v1/sync/pull', { key: sk })).body.version).toBe(1);
+      // Sixteen digits a double holds exactly are fine.
+      expect((await raw('/v1/contracts/lit', contract('100000000000.0000'), 'PUT')).status).toBe(
+        200,
+      );
+      expect(
+        (await call(server.base, 'GET', '/v1/usage/tokens/balance?customerId=lit', { key: sk }))
+          .body,
+      ).toMatchObject({ included: 100_000_000_000 });
+    },
+  );
 
-  it('records and answers an amount of 17 significant digits exactly, and refunds it exactly', async () => {
-    const consumed = await raw(
-      '/v1/usage/tokens/consume',
-      '{"customerId":"x","amount":99999999999.999999}',
-    );
-    expect(consumed.status).toBe(200);
-    expect(consumed.text).toContain('"consumed":99999999999.999999,');
-    expect(consumed.text).toContain('"overage":99999999989.999999,');
-    const again = await raw('/v1/usage/tokens/consume', '{"customerId":"x","amount":0.000001}');
-    expect(again.text).toContain('"consumed":100000000000,');
-    const refunded = await raw(
-      '/v1/usage/tokens/refund',
-      '{"customerId":"x","amount":99999999999.999998}',
-    );
-    expect(refunded.status).toBe(200);
-    expect(refunded.text).toContain('"consumed":0.000002,');
-    const audit = await call(server.base, 'GET', '/v1/audit?action=usage.refund', { key: sk });
-    expect(audit.body.data[0].data.amount).toBe('99999999999.999998');
-  });
+  it(
+    'records and answers an amount of 17 significant digits exactly, ' + 'and refunds it exactly',
+    async () => {
+      const consumed = await raw(
+        '/v1/usage/tokens/consume',
+        '{"customerId":"x","amount":99999999999.999999}',
+      );
+      expect(consumed.status).toBe(200);
+      expect(consumed.text).toContain('"consumed":99999999999.999999,');
+      expect(consumed.text).toContain('"overage":99999999989.999999,');
+      const again = await raw('/v1/usage/tokens/consume', '{"customerId":"x","amount":0.000001}');
+      expect(again.text).toContain('"consumed":100000000000,');
+      const refunded = await raw(
+        '/v1/usage/tokens/refund',
+        '{"customerId":"x","amount":99999999999.999998}',
+      );
+      expect(refunded.status).toBe(200);
+      expect(refunded.text).toContain('"consumed":0.000002,');
+      const audit = await call(server.base, 'GET', '/v1/audit?action=usage.refund', { key: sk });
+      expect(audit.body.data[0].data.amount).toBe('99999999999.999998');
+    },
+  );
 
-  it('refuses digits a double would have dropped: too many decimals, or just over the largest amount', async () => {
-    expect(
-      await raw('/v1/usage/tokens/consume', '{"customerId":"x","amount":1.0000000000000000000001}'),
-    ).toMatchObject({ status: 400, text: expect.stringContaining('at most 6 decimal places') });
-    expect(
-      await raw('/v1/usage/tokens/consume', '{"customerId":"x","amount":1000000000000.000001}'),
-    ).toMatchObject({ status: 400, text: expect.stringContaining('at most 1000000000000') });
-  });
+  it(
+    'refuses digits a double would have dropped: too many decimals, or just over the ' +
+      'largest amount',
+    async () => {
+      expect(
+        await raw(
+          '/v1/usage/tokens/consume',
+          '{"customerId":"x","amount":1.0000000000000000000001}',
+        ),
+      ).toMatchObject({ status: 400, text: expect.stringContaining('at most 6 decimal places') });
+      expect(
+        await raw('/v1/usage/tokens/consume', '{"customerId":"x","amount":1000000000000.000001}'),
+      ).toMatchObject({ status: 400, text: expect.stringContaining('at most 1000000000000') });
+    },
+  );
 });

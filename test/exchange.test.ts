@@ -128,26 +128,30 @@ describe('Exchange', () => {
     expect(header(failed.written)).toMatch(/^[0-9a-f]{8}-[0-9a-z]+$/);
   });
 
-  it('counts each answer under its series and status, and logs 5xx (and, at debug, every request)', () => {
-    const { obs, lines } = observer('debug');
-    const slot = obs.metrics.fixedSlot('/healthz', 'GET');
-    const ok = new Exchange(recorder().res, 'GET', '/healthz', obs);
-    ok.slot = slot;
-    ok.send(200, '{"ok":true}');
-    const down = new Exchange(recorder().res, 'GET', '/healthz', obs);
-    down.slot = slot;
-    down.fail('not_ready');
-    const series = obs.metrics.series[slot];
-    expect(series?.latencyMs.count).toBe(2);
-    expect(lines.map((l) => [l['level'], l['msg'], l['route'], l['status']])).toEqual([
-      ['debug', 'request', '/healthz', 200],
-      ['warn', 'request refused: service unavailable', '/healthz', 503],
-    ]);
-    expect(lines[1]?.['requestId']).toBe(down.requestId);
-    // A method outside the fixed list never becomes a label value of its own.
-    expect(obs.metrics.series[obs.metrics.fixedSlot('unmatched', 'BREW')]).toMatchObject({
-      route: 'unmatched',
-      method: 'other',
-    });
-  });
+  it(
+    'counts each answer under its series and status, and logs 5xx (and, at debug, every ' +
+      'request)',
+    () => {
+      const { obs, lines } = observer('debug');
+      const slot = obs.metrics.fixedSlot('/healthz', 'GET');
+      const ok = new Exchange(recorder().res, 'GET', '/healthz', obs);
+      ok.slot = slot;
+      ok.send(200, '{"ok":true}');
+      const down = new Exchange(recorder().res, 'GET', '/healthz', obs);
+      down.slot = slot;
+      down.fail('not_ready');
+      const series = obs.metrics.series[slot];
+      expect(series?.latencyMs.count).toBe(2);
+      expect(lines.map((l) => [l['level'], l['msg'], l['route'], l['status']])).toEqual([
+        ['debug', 'request', '/healthz', 200],
+        ['warn', 'request refused: service unavailable', '/healthz', 503],
+      ]);
+      expect(lines[1]?.['requestId']).toBe(down.requestId);
+      // A method outside the fixed list never becomes a label value of its own.
+      expect(obs.metrics.series[obs.metrics.fixedSlot('unmatched', 'BREW')]).toMatchObject({
+        route: 'unmatched',
+        method: 'other',
+      });
+    },
+  );
 });

@@ -55,16 +55,19 @@ describe('the test parser refuses invalid expositions', () => {
     ['family declared twice', '# HELP a A.\n# TYPE a gauge\na 1\n# HELP a A.\n# TYPE a gauge\n'],
     [
       'buckets not cumulative',
-      `${head}h_seconds_bucket{le="1"} 2\nh_seconds_bucket{le="+Inf"} 1\nh_seconds_sum 1\nh_seconds_count 1\n`,
+      `${head}h_seconds_bucket{le="1"} 2\nh_seconds_bucket{le="+Inf"} 1\nh_seconds_sum ` +
+        `1\nh_seconds_count 1\n`,
     ],
     [
       '+Inf differs from _count',
-      `${head}h_seconds_bucket{le="1"} 1\nh_seconds_bucket{le="+Inf"} 1\nh_seconds_sum 1\nh_seconds_count 2\n`,
+      `${head}h_seconds_bucket{le="1"} 1\nh_seconds_bucket{le="+Inf"} 1\nh_seconds_sum ` +
+        `1\nh_seconds_count 2\n`,
     ],
     ['no +Inf bucket', `${head}h_seconds_bucket{le="1"} 1\nh_seconds_sum 1\nh_seconds_count 1\n`],
     [
       'le not ascending',
-      `${head}h_seconds_bucket{le="2"} 1\nh_seconds_bucket{le="1"} 1\nh_seconds_bucket{le="+Inf"} 1\nh_seconds_sum 1\nh_seconds_count 1\n`,
+      `${head}h_seconds_bucket{le="2"} 1\nh_seconds_bucket{le="1"} ` +
+        `1\nh_seconds_bucket{le="+Inf"} 1\nh_seconds_sum 1\nh_seconds_count 1\n`,
     ],
   ];
   it.each(cases)('%s', (_what, text) => {

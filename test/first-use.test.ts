@@ -41,22 +41,26 @@ describe('an environment nobody configured', () => {
   const notConfigured = {
     code: 'not_configured',
     error:
-      'no billing configuration has been pushed to the live environment: push one with POST /v1/sync/push',
+      'no billing configuration has been pushed to the live environment: push one with ' +
+      'POST /v1/sync/push',
   };
 
-  it('has, limit and balance answer 404 not_configured, saying to push a configuration', async () => {
-    for (const read of [
-      '/v1/entitlements/sso/has',
-      '/v1/entitlements/seats/limit',
-      '/v1/usage/api_calls/balance',
-    ]) {
-      for (const key of [server.keys.live.client, server.keys.live.server]) {
-        const answer = await call(server.base, 'GET', `${read}?customerId=acme`, { key });
-        expect(answer.status, read).toBe(404);
-        expect(answer.body, read).toEqual(notConfigured);
+  it(
+    'has, limit and balance answer 404 not_configured, ' + 'saying to push a configuration',
+    async () => {
+      for (const read of [
+        '/v1/entitlements/sso/has',
+        '/v1/entitlements/seats/limit',
+        '/v1/usage/api_calls/balance',
+      ]) {
+        for (const key of [server.keys.live.client, server.keys.live.server]) {
+          const answer = await call(server.base, 'GET', `${read}?customerId=acme`, { key });
+          expect(answer.status, read).toBe(404);
+          expect(answer.body, read).toEqual(notConfigured);
+        }
       }
-    }
-  });
+    },
+  );
 
   it('writes and context answer the same, and create nothing', async () => {
     const key = server.keys.live.server;
@@ -94,55 +98,61 @@ describe('settings that change nothing', () => {
     return (page.body.data as unknown[]).length;
   };
 
-  it('a repeated limit settings call writes no audit entry and answers the current limit', async () => {
-    const body = { customerId: 'repeat-limit', purchased: 3, autoExpansionEnabled: true };
-    const first = await call(server.base, 'POST', '/v1/entitlements/seats/limit/settings', {
-      key: sk(),
-      body,
-    });
-    expect(first).toMatchObject({
-      status: 200,
-      body: { limit: 8, purchased: 3, autoExpansionEnabled: true },
-    });
-    const before = await auditCount('limit.settings');
-    for (const repeat of [
-      body,
-      { customerId: 'repeat-limit', purchased: 3 },
-      { customerId: 'repeat-limit', autoExpansionEnabled: true },
-    ]) {
-      const again = await call(server.base, 'POST', '/v1/entitlements/seats/limit/settings', {
+  it(
+    'a repeated limit settings call writes no ' + 'audit entry and answers the current limit',
+    async () => {
+      const body = { customerId: 'repeat-limit', purchased: 3, autoExpansionEnabled: true };
+      const first = await call(server.base, 'POST', '/v1/entitlements/seats/limit/settings', {
         key: sk(),
-        body: repeat,
+        body,
+      });
+      expect(first).toMatchObject({
+        status: 200,
+        body: { limit: 8, purchased: 3, autoExpansionEnabled: true },
+      });
+      const before = await auditCount('limit.settings');
+      for (const repeat of [
+        body,
+        { customerId: 'repeat-limit', purchased: 3 },
+        { customerId: 'repeat-limit', autoExpansionEnabled: true },
+      ]) {
+        const again = await call(server.base, 'POST', '/v1/entitlements/seats/limit/settings', {
+          key: sk(),
+          body: repeat,
+        });
+        expect(again.status).toBe(200);
+        expect(again.body).toEqual(first.body);
+      }
+      expect(await auditCount('limit.settings')).toBe(before);
+      // A real change is still recorded.
+      const changed = await call(server.base, 'POST', '/v1/entitlements/seats/limit/settings', {
+        key: sk(),
+        body: { customerId: 'repeat-limit', purchased: 4 },
+      });
+      expect(changed.body).toMatchObject({ limit: 9, purchased: 4 });
+      expect(await auditCount('limit.settings')).toBe(before + 1);
+    },
+  );
+
+  it(
+    'a repeated usage settings call writes no ' + 'audit entry and answers the current balance',
+    async () => {
+      const body = { customerId: 'repeat-usage', overageEnabled: true };
+      const first = await call(server.base, 'POST', '/v1/usage/api_calls/settings', {
+        key: sk(),
+        body,
+      });
+      expect(first).toMatchObject({ status: 200, body: { overageEnabled: true } });
+      const before = await auditCount('usage.settings');
+      const again = await call(server.base, 'POST', '/v1/usage/api_calls/settings', {
+        key: sk(),
+        body,
       });
       expect(again.status).toBe(200);
       expect(again.body).toEqual(first.body);
-    }
-    expect(await auditCount('limit.settings')).toBe(before);
-    // A real change is still recorded.
-    const changed = await call(server.base, 'POST', '/v1/entitlements/seats/limit/settings', {
-      key: sk(),
-      body: { customerId: 'repeat-limit', purchased: 4 },
-    });
-    expect(changed.body).toMatchObject({ limit: 9, purchased: 4 });
-    expect(await auditCount('limit.settings')).toBe(before + 1);
-  });
-
-  it('a repeated usage settings call writes no audit entry and answers the current balance', async () => {
-    const body = { customerId: 'repeat-usage', overageEnabled: true };
-    const first = await call(server.base, 'POST', '/v1/usage/api_calls/settings', {
-      key: sk(),
-      body,
-    });
-    expect(first).toMatchObject({ status: 200, body: { overageEnabled: true } });
-    const before = await auditCount('usage.settings');
-    const again = await call(server.base, 'POST', '/v1/usage/api_calls/settings', {
-      key: sk(),
-      body,
-    });
-    expect(again.status).toBe(200);
-    expect(again.body).toEqual(first.body);
-    expect(await auditCount('usage.settings')).toBe(before);
-  });
+      expect(await auditCount('usage.settings')).toBe(before);
+    },
+  );
 
   it('settings that repeat the defaults of an unknown customer create nothing', async () => {
     const before = await auditCount('limit.settings');
@@ -165,8 +175,9 @@ describe('settings that change nothing', () => {
 });
 
 describe('methods on the public paths', () => {
+  const answers = 'GET answers, another method is 405 with Allow: GET and asks for no key';
   for (const path of ['/healthz', '/v1/schema/billing']) {
-    it(`${path}: GET answers, another method is 405 with Allow: GET and asks for no key`, async () => {
+    it(`${path}: ${answers}`, async () => {
       expect((await call(server.base, 'GET', path)).status).toBe(200);
       for (const method of ['POST', 'PUT', 'DELETE']) {
         const answer = await call(server.base, method, path);

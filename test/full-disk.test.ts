@@ -43,7 +43,10 @@ afterAll(async () => {
   for (const dir of mounts) spawnSync('umount', ['-l', dir]);
 });
 
-/** Fills `dir`'s filesystem until `leaveBytes` are free (or as near as the filesystem allows); returns the filler's path. */
+/**
+ * Fills `dir`'s filesystem until `leaveBytes` are free (or as near as the filesystem allows);
+ * returns the filler's path.
+ */
 function fill(dir: string, leaveBytes: number): string {
   const filler = path.join(dir, 'filler');
   const { bavail, bsize } = fs.statfsSync(dir);
@@ -76,83 +79,87 @@ async function consumed(server: ServerProcess, customerId: string): Promise<numb
 }
 
 describe.skipIf(!canMount)('a full disk', () => {
-  it('refuses writes with 503 storage_full, keeps serving reads, resumes by itself, loses nothing', async () => {
-    const fsDir = mountTmpfs(64) as string;
-    mounts.push(fsDir);
-    const dataDir = path.join(fsDir, 'data');
-    const env = { TALLY_STORAGE_RESERVE_MB: '16', TALLY_WORKERS: '1' };
-    let server = await startServerProcess({ dataDir, config: CONFIG, env });
-    servers.push(server);
-    const sk = server.keys.test.server;
-    const acked = new Map<string, number>();
-    const consume = async (customerId: string): Promise<number> => {
-      const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
-        key: sk,
-        body: { customerId, amount: 1 },
-      });
-      if (res.status === 200) acked.set(customerId, (acked.get(customerId) ?? 0) + 1);
-      return res.status;
-    };
-    for (let i = 0; i < 50; i++) expect(await consume(`c${i % 10}`)).toBe(200);
-
-    const filler = fill(fsDir, 8 * MIB);
-    await sleep(1500); // the next poll sees it
-    expect(await call(server.base, 'GET', '/healthz')).toMatchObject({
-      status: 503,
-      body: { ok: false, storage: 'full' },
-    });
-    const refused = await Promise.all(
-      Array.from({ length: 16 }, (_, i) =>
-        call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+  it(
+    'refuses writes with 503 storage_full, keeps serving reads, resumes by itself, loses ' +
+      'nothing',
+    async () => {
+      const fsDir = mountTmpfs(64) as string;
+      mounts.push(fsDir);
+      const dataDir = path.join(fsDir, 'data');
+      const env = { TALLY_STORAGE_RESERVE_MB: '16', TALLY_WORKERS: '1' };
+      let server = await startServerProcess({ dataDir, config: CONFIG, env });
+      servers.push(server);
+      const sk = server.keys.test.server;
+      const acked = new Map<string, number>();
+      const consume = async (customerId: string): Promise<number> => {
+        const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
           key: sk,
-          body: { customerId: `c${i % 10}`, amount: 1 },
-        }),
-      ),
-    );
-    for (const res of refused) {
-      expect(res).toMatchObject({
+          body: { customerId, amount: 1 },
+        });
+        if (res.status === 200) acked.set(customerId, (acked.get(customerId) ?? 0) + 1);
+        return res.status;
+      };
+      for (let i = 0; i < 50; i++) expect(await consume(`c${i % 10}`)).toBe(200);
+
+      const filler = fill(fsDir, 8 * MIB);
+      await sleep(1500); // the next poll sees it
+      expect(await call(server.base, 'GET', '/healthz')).toMatchObject({
         status: 503,
-        body: { code: 'storage_full', error: expect.stringMatching(/^storage full: /) },
+        body: { ok: false, storage: 'full' },
       });
-      expect(res.headers.get('retry-after')).toBe('5');
-    }
-    expect(
-      (await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG })).status,
-    ).toBe(503);
-    expect(
-      (
-        await call(server.base, 'POST', '/v1/admin/keys', {
-          key: server.keys.admin,
-          body: { environment: 'test', class: 'client' },
-        })
-      ).status,
-    ).toBe(503);
-    // Reads are answered from memory, listings too.
-    expect(await consumed(server, 'c0')).toBe(acked.get('c0'));
-    expect((await call(server.base, 'GET', '/v1/customers', { key: sk })).status).toBe(200);
-    const metrics = parsePrometheusText(
-      await (
-        await fetch(`${server.base}/v1/admin/metrics`, {
-          headers: { 'x-tally-key': server.keys.admin },
-        })
-      ).text(),
-    );
-    expect(sampleValue(metrics, 'tally_storage_full', {})).toBe(1);
-    expect(sampleValue(metrics, 'tally_storage_refused_total', {})).toBeGreaterThanOrEqual(18);
+      const refused = await Promise.all(
+        Array.from({ length: 16 }, (_, i) =>
+          call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+            key: sk,
+            body: { customerId: `c${i % 10}`, amount: 1 },
+          }),
+        ),
+      );
+      for (const res of refused) {
+        expect(res).toMatchObject({
+          status: 503,
+          body: { code: 'storage_full', error: expect.stringMatching(/^storage full: /) },
+        });
+        expect(res.headers.get('retry-after')).toBe('5');
+      }
+      expect(
+        (await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG })).status,
+      ).toBe(503);
+      expect(
+        (
+          await call(server.base, 'POST', '/v1/admin/keys', {
+            key: server.keys.admin,
+            body: { environment: 'test', class: 'client' },
+          })
+        ).status,
+      ).toBe(503);
+      // Reads are answered from memory, listings too.
+      expect(await consumed(server, 'c0')).toBe(acked.get('c0'));
+      expect((await call(server.base, 'GET', '/v1/customers', { key: sk })).status).toBe(200);
+      const metrics = parsePrometheusText(
+        await (
+          await fetch(`${server.base}/v1/admin/metrics`, {
+            headers: { 'x-tally-key': server.keys.admin },
+          })
+        ).text(),
+      );
+      expect(sampleValue(metrics, 'tally_storage_full', {})).toBe(1);
+      expect(sampleValue(metrics, 'tally_storage_refused_total', {})).toBeGreaterThanOrEqual(18);
 
-    fs.rmSync(filler);
-    await sleep(1500);
-    expect((await call(server.base, 'GET', '/healthz')).status).toBe(200);
-    for (let i = 0; i < 20; i++) expect(await consume(`c${i % 10}`)).toBe(200);
-    expect(server.output()).toMatch(/storage full: refusing writes/);
-    expect(server.output()).toMatch(/storage has room again/);
+      fs.rmSync(filler);
+      await sleep(1500);
+      expect((await call(server.base, 'GET', '/healthz')).status).toBe(200);
+      for (let i = 0; i < 20; i++) expect(await consume(`c${i % 10}`)).toBe(200);
+      expect(server.output()).toMatch(/storage full: refusing writes/);
+      expect(server.output()).toMatch(/storage has room again/);
 
-    await server.stop();
-    server = await startServerProcess({ dataDir, env, keys: server.keys });
-    servers.push(server);
-    for (const [customerId, count] of acked)
-      expect(await consumed(server, customerId), customerId).toBe(count);
-  });
+      await server.stop();
+      server = await startServerProcess({ dataDir, env, keys: server.keys });
+      servers.push(server);
+      for (const [customerId, count] of acked)
+        expect(await consumed(server, customerId), customerId).toBe(count);
+    },
+  );
 
   it('starts on a full disk serving reads and refusing writes', async () => {
     const fsDir = mountTmpfs(64) as string;
@@ -211,7 +218,8 @@ describe.skipIf(!canMount)('a full disk', () => {
     }
   });
 
-  it('a journal write that fails anyway (no reserve) stops the process; every acknowledged write survives', async () => {
+  it('a journal write that fails anyway (no reserve) stops the process; every acknowledged ' +
+    'write survives', async () => {
     const fsDir = mountTmpfs(64) as string;
     mounts.push(fsDir);
     const dataDir = path.join(fsDir, 'data');

@@ -306,58 +306,70 @@ describe('contracts', () => {
     entitlements: { seats: { included: 40 }, tokens: { included: 0.5 }, sso: { included: 0 } },
   };
 
-  it('PUT stores (creating the customer), GET reads, the overrides apply, DELETE restores the plan', async () => {
-    const c = 'contract-customer';
-    const put = await call(server.base, 'PUT', `/v1/contracts/${c}`, { key: sk, body: contract });
-    expect(put).toMatchObject({ status: 200, body: { customerId: c, ...contract } });
-    expect(put.body.updatedAt).toMatch(/Z$/);
-    expect(await get(`/v1/contracts/${c}`, sk)).toMatchObject({
-      status: 200,
-      body: { customerId: c, priceAmount: 9900 },
-    });
-    expect((await get(`/v1/entitlements/seats/limit?customerId=${c}`)).body).toMatchObject({
-      limit: 40,
-      included: 40,
-    });
-    expect((await get(`/v1/usage/tokens/balance?customerId=${c}`)).body).toMatchObject({
-      included: 0.5,
-      balance: 0.5,
-    });
-    expect((await get(`/v1/entitlements/sso/has?customerId=${c}`)).body).toBe(false);
-    const removed = await call(server.base, 'DELETE', `/v1/contracts/${c}`, { key: sk });
-    expect(removed.status).toBe(204);
-    expect((await get(`/v1/entitlements/seats/limit?customerId=${c}`)).body).toMatchObject({
-      limit: 5,
-    });
-    expect(await get(`/v1/contracts/${c}`, sk)).toMatchObject({
-      status: 404,
-      body: { error: `customer ${c} has no contract` },
-    });
-    expect((await call(server.base, 'DELETE', `/v1/contracts/${c}`, { key: sk })).status).toBe(404);
-  });
+  it(
+    'PUT stores (creating the customer), GET reads, the overrides apply, DELETE restores ' +
+      'the plan',
+    async () => {
+      const c = 'contract-customer';
+      const put = await call(server.base, 'PUT', `/v1/contracts/${c}`, { key: sk, body: contract });
+      expect(put).toMatchObject({ status: 200, body: { customerId: c, ...contract } });
+      expect(put.body.updatedAt).toMatch(/Z$/);
+      expect(await get(`/v1/contracts/${c}`, sk)).toMatchObject({
+        status: 200,
+        body: { customerId: c, priceAmount: 9900 },
+      });
+      expect((await get(`/v1/entitlements/seats/limit?customerId=${c}`)).body).toMatchObject({
+        limit: 40,
+        included: 40,
+      });
+      expect((await get(`/v1/usage/tokens/balance?customerId=${c}`)).body).toMatchObject({
+        included: 0.5,
+        balance: 0.5,
+      });
+      expect((await get(`/v1/entitlements/sso/has?customerId=${c}`)).body).toBe(false);
+      const removed = await call(server.base, 'DELETE', `/v1/contracts/${c}`, { key: sk });
+      expect(removed.status).toBe(204);
+      expect((await get(`/v1/entitlements/seats/limit?customerId=${c}`)).body).toMatchObject({
+        limit: 5,
+      });
+      expect(await get(`/v1/contracts/${c}`, sk)).toMatchObject({
+        status: 404,
+        body: { error: `customer ${c} has no contract` },
+      });
+      expect((await call(server.base, 'DELETE', `/v1/contracts/${c}`, { key: sk })).status).toBe(
+        404,
+      );
+    },
+  );
 
-  it('answers DELETE with a bare 204: no Content-Length, no content type, and the connection stays usable', async () => {
-    const c = 'contract-204';
-    expect(
-      (await call(server.base, 'PUT', `/v1/contracts/${c}`, { key: sk, body: contract })).status,
-    ).toBe(200);
-    const { socket, received, clear } = rawConnection(server.base);
-    const until = async (done: () => boolean): Promise<void> => {
-      while (!done()) await new Promise((resolve) => setTimeout(resolve, 5));
-    };
-    socket.write(`DELETE /v1/contracts/${c} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\n\r\n`);
-    await until(() => received().includes('\r\n\r\n'));
-    const [head] = received().split('\r\n\r\n');
-    expect(head).toMatch(/^HTTP\/1\.1 204 No Content\r\n/);
-    expect(head?.toLowerCase()).not.toMatch(/\r\n(content-length|content-type|transfer-encoding):/);
-    expect(head?.toLowerCase()).toContain('\r\nx-ratelimit-remaining: ');
-    // Nothing follows the head, and the same connection answers the next request.
-    clear();
-    socket.write(`GET /v1/contracts/${c} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\n\r\n`);
-    await until(() => received().includes('has no contract'));
-    expect(received()).toMatch(/^HTTP\/1\.1 404 Not Found\r\n/);
-    socket.destroy();
-  });
+  it(
+    'answers DELETE with a bare 204: no Content-Length, no content type, and the connection ' +
+      'stays usable',
+    async () => {
+      const c = 'contract-204';
+      expect(
+        (await call(server.base, 'PUT', `/v1/contracts/${c}`, { key: sk, body: contract })).status,
+      ).toBe(200);
+      const { socket, received, clear } = rawConnection(server.base);
+      const until = async (done: () => boolean): Promise<void> => {
+        while (!done()) await new Promise((resolve) => setTimeout(resolve, 5));
+      };
+      socket.write(`DELETE /v1/contracts/${c} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\n\r\n`);
+      await until(() => received().includes('\r\n\r\n'));
+      const [head] = received().split('\r\n\r\n');
+      expect(head).toMatch(/^HTTP\/1\.1 204 No Content\r\n/);
+      expect(head?.toLowerCase()).not.toMatch(
+        /\r\n(content-length|content-type|transfer-encoding):/,
+      );
+      expect(head?.toLowerCase()).toContain('\r\nx-ratelimit-remaining: ');
+      // Nothing follows the head, and the same connection answers the next request.
+      clear();
+      socket.write(`GET /v1/contracts/${c} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\n\r\n`);
+      await until(() => received().includes('has no contract'));
+      expect(received()).toMatch(/^HTTP\/1\.1 404 Not Found\r\n/);
+      socket.destroy();
+    },
+  );
 
   it.each([
     [{ ...contract, priceInterval: 'week' }, 'priceInterval must be one of month, year'],
@@ -496,39 +508,42 @@ describe('hostile input (400, never 500)', () => {
     });
   });
 
-  it('routes that read no query refuse any parameter, naming it (nothing is silently ignored)', async () => {
-    const cases: Array<[string, string, unknown]> = [
-      ['POST', '/v1/usage/api_calls/consume?foo=1', { customerId: 'q1', amount: 1 }],
-      ['POST', '/v1/usage/api_calls/consume?customerId=other', { customerId: 'q1', amount: 1 }],
-      [
-        'POST',
-        '/v1/entitlements/seats/limit/settings?dryRun=true',
-        { customerId: 'q1', purchased: 1 },
-      ],
-      ['POST', '/v1/sync/push?dryRun=1', CONFIG],
-      ['GET', '/v1/sync/pull?foo=1', undefined],
-      ['GET', '/v1/plans?x=', undefined],
-    ];
-    const before = await call(server.base, 'GET', '/v1/sync/pull', { key: sk });
-    for (const [method, path, body] of cases) {
-      const name = path.slice(path.indexOf('?') + 1).split('=')[0];
-      const res = await call(server.base, method, path, {
-        key: sk,
-        ...(body === undefined ? {} : { body }),
+  it(
+    'routes that read no query refuse any parameter, ' + 'naming it (nothing is silently ignored)',
+    async () => {
+      const cases: Array<[string, string, unknown]> = [
+        ['POST', '/v1/usage/api_calls/consume?foo=1', { customerId: 'q1', amount: 1 }],
+        ['POST', '/v1/usage/api_calls/consume?customerId=other', { customerId: 'q1', amount: 1 }],
+        [
+          'POST',
+          '/v1/entitlements/seats/limit/settings?dryRun=true',
+          { customerId: 'q1', purchased: 1 },
+        ],
+        ['POST', '/v1/sync/push?dryRun=1', CONFIG],
+        ['GET', '/v1/sync/pull?foo=1', undefined],
+        ['GET', '/v1/plans?x=', undefined],
+      ];
+      const before = await call(server.base, 'GET', '/v1/sync/pull', { key: sk });
+      for (const [method, path, body] of cases) {
+        const name = path.slice(path.indexOf('?') + 1).split('=')[0];
+        const res = await call(server.base, method, path, {
+          key: sk,
+          ...(body === undefined ? {} : { body }),
+        });
+        expect(res, `${method} ${path}`).toMatchObject({
+          status: 400,
+          body: { error: `${name} is not a known field` },
+        });
+      }
+      // Nothing was applied: no usage for q1, no new configuration version.
+      expect((await get('/v1/usage/api_calls/balance?customerId=q1', sk)).body).toMatchObject({
+        consumed: 0,
       });
-      expect(res, `${method} ${path}`).toMatchObject({
-        status: 400,
-        body: { error: `${name} is not a known field` },
-      });
-    }
-    // Nothing was applied: no usage for q1, no new configuration version.
-    expect((await get('/v1/usage/api_calls/balance?customerId=q1', sk)).body).toMatchObject({
-      consumed: 0,
-    });
-    expect((await call(server.base, 'GET', '/v1/sync/pull', { key: sk })).body.version).toBe(
-      before.body.version,
-    );
-  });
+      expect((await call(server.base, 'GET', '/v1/sync/pull', { key: sk })).body.version).toBe(
+        before.body.version,
+      );
+    },
+  );
 
   it('content type is judged before the declared length (400 before 413)', async () => {
     const res = await call(server.base, 'POST', consume, {
@@ -542,86 +557,108 @@ describe('hostile input (400, never 500)', () => {
     });
   });
 
-  it('refuses a body string holding a lone surrogate, naming the field; well-formed non-BMP text passes', async () => {
-    const raw = (json: string) =>
-      call(server.base, 'POST', consume, {
+  it(
+    'refuses a body string holding a lone surrogate, naming the field; well-formed non-BMP ' +
+      'text passes',
+    async () => {
+      const raw = (json: string) =>
+        call(server.base, 'POST', consume, {
+          key: sk,
+          rawBody: json,
+          headers: { 'content-type': 'application/json' },
+        });
+      expect(await raw('{"customerId":"\\ud800","amount":1}')).toMatchObject({
+        status: 400,
+        body: { error: expect.stringMatching(/^customerId holds a lone surrogate/) },
+      });
+      expect(
+        await raw('{"customerId":"ok","amount":1,"idempotencyKey":"a\\udc00b"}'),
+      ).toMatchObject({
+        status: 400,
+        body: { error: expect.stringMatching(/^idempotencyKey holds a lone surrogate/) },
+      });
+      const upsert = await call(server.base, 'POST', '/v1/customers', {
         key: sk,
-        rawBody: json,
+        rawBody: '{"id":"m1","metadata":{"k":"\\udbff"}}',
         headers: { 'content-type': 'application/json' },
       });
-    expect(await raw('{"customerId":"\\ud800","amount":1}')).toMatchObject({
-      status: 400,
-      body: { error: expect.stringMatching(/^customerId holds a lone surrogate/) },
-    });
-    expect(await raw('{"customerId":"ok","amount":1,"idempotencyKey":"a\\udc00b"}')).toMatchObject({
-      status: 400,
-      body: { error: expect.stringMatching(/^idempotencyKey holds a lone surrogate/) },
-    });
-    const upsert = await call(server.base, 'POST', '/v1/customers', {
-      key: sk,
-      rawBody: '{"id":"m1","metadata":{"k":"\\udbff"}}',
-      headers: { 'content-type': 'application/json' },
-    });
-    expect(upsert).toMatchObject({
-      status: 400,
-      body: { error: expect.stringMatching(/^metadata\.k holds a lone surrogate/) },
-    });
-    const pair = await raw('{"customerId":"\\ud83d\\ude00-emoji","amount":1}');
-    expect(pair).toMatchObject({ status: 200, body: { consumed: 1 } });
-    expect(
-      (await get(`/v1/usage/api_calls/balance?customerId=${encodeURIComponent('\u{1F600}-emoji')}`))
-        .body,
-    ).toMatchObject({ consumed: 1 });
-  });
+      expect(upsert).toMatchObject({
+        status: 400,
+        body: { error: expect.stringMatching(/^metadata\.k holds a lone surrogate/) },
+      });
+      const pair = await raw('{"customerId":"\\ud83d\\ude00-emoji","amount":1}');
+      expect(pair).toMatchObject({ status: 200, body: { consumed: 1 } });
+      expect(
+        (
+          await get(
+            `/v1/usage/api_calls/balance?customerId=${encodeURIComponent('\u{1F600}-emoji')}`,
+          )
+        ).body,
+      ).toMatchObject({ consumed: 1 });
+    },
+  );
 
-  it('a path id is measured in characters as the body schemas measure it (an emoji is one)', async () => {
-    const id = '\u{1F600}'.repeat(200); // 200 characters, 400 UTF-16 units
-    expect((await post('/v1/customers', { id })).status).toBe(201);
-    expect(
-      await call(server.base, 'GET', `/v1/customers/${encodeURIComponent(id)}`, { key: sk }),
-    ).toMatchObject({ status: 200, body: { id } });
-    expect(
-      (
-        await call(
-          server.base,
-          'GET',
-          `/v1/customers/${encodeURIComponent('\u{1F600}'.repeat(256))}`,
-          { key: sk },
-        )
-      ).status,
-    ).toBe(400);
-  });
+  it(
+    'a path id is measured in characters as the ' + 'body schemas measure it (an emoji is one)',
+    async () => {
+      const id = '\u{1F600}'.repeat(200); // 200 characters, 400 UTF-16 units
+      expect((await post('/v1/customers', { id })).status).toBe(201);
+      expect(
+        await call(server.base, 'GET', `/v1/customers/${encodeURIComponent(id)}`, { key: sk }),
+      ).toMatchObject({ status: 200, body: { id } });
+      expect(
+        (
+          await call(
+            server.base,
+            'GET',
+            `/v1/customers/${encodeURIComponent('\u{1F600}'.repeat(256))}`,
+            { key: sk },
+          )
+        ).status,
+      ).toBe(400);
+    },
+  );
 
-  it('a declared body over 1 MiB → 413 at once, before any of it is sent, and the connection is closed', async () => {
-    // Only the head is sent: the answer must not wait for the body.
-    const { socket, received, closed } = rawConnection(server.base);
-    socket.write(
-      `POST ${consume} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\ncontent-type: application/json\r\ncontent-length: ${1024 * 1024 + 1}\r\n\r\n`,
-    );
-    await closed;
-    expect(received()).toMatch(/^HTTP\/1\.1 413 Payload Too Large\r\n/);
-    expect(received()).toContain(
-      '{"error":"request body exceeds 1048576 bytes","code":"body_too_large"}',
-    );
-  });
+  it(
+    'a declared body over 1 MiB → 413 at once, before any of it is sent, and the connection ' +
+      'is closed',
+    async () => {
+      // Only the head is sent: the answer must not wait for the body.
+      const { socket, received, closed } = rawConnection(server.base);
+      socket.write(
+        `POST ${consume} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\ncontent-type: ` +
+          `application/json\r\ncontent-length: ${1024 * 1024 + 1}\r\n\r\n`,
+      );
+      await closed;
+      expect(received()).toMatch(/^HTTP\/1\.1 413 Payload Too Large\r\n/);
+      expect(received()).toContain(
+        '{"error":"request body exceeds 1048576 bytes","code":"body_too_large"}',
+      );
+    },
+  );
 
-  it('a chunked body (here one that would grow past 1 MiB) is refused and the connection is closed', async () => {
-    // Chunked framing is refused outright (src/http/framing.ts): a 411 when the head
-    // arrives alone, else a close before the body is read.
-    const { socket, received, closed } = rawConnection(server.base);
-    const chunk = (text: string): string =>
-      `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`;
-    socket.write(
-      `POST ${consume} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`,
-    );
-    socket.write(chunk('{"customerId":"'));
-    const piece = chunk('x'.repeat(64 * 1024));
-    for (let i = 0; i < 20 && !socket.destroyed; i++) socket.write(piece);
-    if (!socket.destroyed) socket.write(`${chunk('"}')}0\r\n\r\n`);
-    await closed;
-    expect(received()).toMatch(/^(HTTP\/1\.1 411 Length Required\r\n|$)/);
-    expect((await get('/v1/usage/api_calls/balance?customerId=x')).status).toBe(200);
-  });
+  it(
+    'a chunked body (here one that would grow past 1 MiB) is refused and the connection is ' +
+      'closed',
+    async () => {
+      // Chunked framing is refused outright (src/http/framing.ts): a 411 when the head arrives
+      // alone, else a close before the body is read.
+      const { socket, received, closed } = rawConnection(server.base);
+      const chunk = (text: string): string =>
+        `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`;
+      socket.write(
+        `POST ${consume} HTTP/1.1\r\nHost: x\r\nx-tally-key: ${sk}\r\ncontent-type: ` +
+          `application/json\r\ntransfer-encoding: chunked\r\n\r\n`,
+      );
+      socket.write(chunk('{"customerId":"'));
+      const piece = chunk('x'.repeat(64 * 1024));
+      for (let i = 0; i < 20 && !socket.destroyed; i++) socket.write(piece);
+      if (!socket.destroyed) socket.write(`${chunk('"}')}0\r\n\r\n`);
+      await closed;
+      expect(received()).toMatch(/^(HTTP\/1\.1 411 Length Required\r\n|$)/);
+      expect((await get('/v1/usage/api_calls/balance?customerId=x')).status).toBe(200);
+    },
+  );
 
   it('the server is still healthy after all of the above', async () => {
     expect((await call(server.base, 'GET', '/healthz')).status).toBe(200);

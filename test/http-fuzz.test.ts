@@ -130,7 +130,8 @@ describe('generated hostile input', () => {
       });
       expect(res.status, route).toBe(400);
     }
-    const deepObject = `{"customerId":"c","amount":1,"x":${'{"a":'.repeat(100_000)}1${'}'.repeat(100_000)}}`;
+    const deepObject =
+      `{"customerId":"c","amount":1,"x":${'{"a":'.repeat(100_000)}1` + `${'}'.repeat(100_000)}}`;
     expect(
       (
         await call(server.base, 'POST', '/v1/usage/api_calls/consume', {

@@ -123,7 +123,10 @@ function everyValue(node: unknown, visit: (key: string, value: unknown) => void)
   }
 }
 
-/** The `{key}` parameter's enum of an operation (undefined without enum), null without the parameter. */
+/**
+ * The `{key}` parameter's enum of an operation (undefined without enum), null without the
+ * parameter.
+ */
 function keyEnum(doc: Doc, method: string, path: string): string[] | undefined | null {
   const parameters: any[] = (doc.paths[path][method].parameters ?? []).map((p: any) =>
     deref(doc, p),
@@ -167,36 +170,40 @@ describe('buildOpenApi', () => {
     }
   });
 
-  it('enumerates {key} per route type: every entitlement for /has, limits for /limit, meters for /usage', () => {
-    const doc = docOf(PRODUCT_CONFIG);
-    expect(keyEnum(doc, 'get', HAS)).toEqual(['sso', 'seats', 'api_calls']);
-    for (const [method, path] of [
-      ['get', LIMIT],
-      ['post', LIMIT_SETTINGS],
-    ] as const)
-      expect(keyEnum(doc, method, path)).toEqual(['seats']);
-    for (const [method, path] of [
-      ['get', BALANCE],
-      ['post', CONSUME],
-      ['post', REFUND],
-      ['post', USAGE_SETTINGS],
-    ] as const) {
-      expect(keyEnum(doc, method, path)).toEqual(['api_calls']);
-    }
-    const keyed = Object.entries<any>(doc.paths).flatMap(([path, item]) =>
-      Object.keys(item)
-        .filter((m) => keyEnum(doc, m, path) !== null)
-        .map((m) => `${m} ${path}`),
-    );
-    expect(keyed).toHaveLength(7);
-    expect(doc.components.schemas.ProductKey.enum).toEqual(['free', 'pro', 'credits_5k']);
-    expect(doc.components.schemas.PlanKey.enum).toEqual(['pro']);
-    expect(deref(doc, doc.components.schemas.Plan.properties.key).enum).toEqual([
-      'free',
-      'pro',
-      'credits_5k',
-    ]);
-  });
+  it(
+    'enumerates {key} per route type: every entitlement for /has, limits for /limit, meters ' +
+      'for /usage',
+    () => {
+      const doc = docOf(PRODUCT_CONFIG);
+      expect(keyEnum(doc, 'get', HAS)).toEqual(['sso', 'seats', 'api_calls']);
+      for (const [method, path] of [
+        ['get', LIMIT],
+        ['post', LIMIT_SETTINGS],
+      ] as const)
+        expect(keyEnum(doc, method, path)).toEqual(['seats']);
+      for (const [method, path] of [
+        ['get', BALANCE],
+        ['post', CONSUME],
+        ['post', REFUND],
+        ['post', USAGE_SETTINGS],
+      ] as const) {
+        expect(keyEnum(doc, method, path)).toEqual(['api_calls']);
+      }
+      const keyed = Object.entries<any>(doc.paths).flatMap(([path, item]) =>
+        Object.keys(item)
+          .filter((m) => keyEnum(doc, m, path) !== null)
+          .map((m) => `${m} ${path}`),
+      );
+      expect(keyed).toHaveLength(7);
+      expect(doc.components.schemas.ProductKey.enum).toEqual(['free', 'pro', 'credits_5k']);
+      expect(doc.components.schemas.PlanKey.enum).toEqual(['pro']);
+      expect(deref(doc, doc.components.schemas.Plan.properties.key).enum).toEqual([
+        'free',
+        'pro',
+        'credits_5k',
+      ]);
+    },
+  );
 
   it('a type without keys gets no enum (an empty one is invalid) and says so', async () => {
     const doc = docOf({ entitlements: { sso: { type: 'feature' } }, products: {} }, 2);
@@ -249,71 +256,80 @@ describe('buildOpenApi', () => {
     expect(DOCUMENTED_OPERATIONS.map(key).sort()).toEqual(served.map(key).sort());
   });
 
-  it('security: either key class on has, limit, balance and the document; a server key elsewhere; none on public routes', () => {
-    const doc = docOf(PRODUCT_CONFIG);
-    const schemes = doc.components.securitySchemes;
-    for (const name of ['serverKey', 'clientKey'])
-      expect(schemes[name]).toMatchObject({ type: 'apiKey', in: 'header', name: 'x-tally-key' });
-    for (const name of ['serverBearer', 'clientBearer'])
-      expect(schemes[name]).toMatchObject({ type: 'http', scheme: 'bearer' });
-    const names = (method: string, path: string) =>
-      (doc.paths[path][method].security as object[]).flatMap((r) => Object.keys(r)).sort();
-    for (const path of [HAS, LIMIT, BALANCE, '/v1/docs/openapi.json']) {
-      expect(names('get', path)).toEqual([
-        'clientBearer',
-        'clientKey',
-        'serverBearer',
-        'serverKey',
-      ]);
-    }
-    for (const [method, path] of [
-      ['post', CONSUME],
-      ['post', REFUND],
-      ['post', USAGE_SETTINGS],
-      ['post', LIMIT_SETTINGS],
-      ['post', '/v1/sync/push'],
-      ['get', '/v1/sync/pull'],
-      ['get', '/v1/plans'],
-    ]) {
-      expect(names(method as string, path as string)).toEqual(['serverBearer', 'serverKey']);
-      expect(doc.paths[path as string][method as string].responses['403'].description).toContain(
-        'server_key_required',
-      );
-    }
-    for (const path of ['/healthz', '/v1/schema/billing']) {
-      expect(doc.paths[path].get.security).toEqual([]);
-      expect(doc.paths[path].get.responses['401']).toBeUndefined();
-    }
-  });
-
-  it("each keyed route lists the statuses it can answer; request bodies are the edge's schemas", () => {
-    const doc = docOf(PRODUCT_CONFIG);
-    for (const [path, item] of Object.entries<any>(doc.paths)) {
-      for (const op of Object.values<any>(item)) {
-        if (op.security.length === 0) continue;
-        expect('200' in op.responses || '204' in op.responses, `${path} success`).toBe(true);
-        for (const status of ['400', '401', '403', '429', '500', '503'])
-          expect(op.responses, `${path} ${status}`).toHaveProperty(status);
-        expect(op.responses['429'].headers).toHaveProperty('Retry-After');
-        expect(op.responses['401'].headers).toBeUndefined();
-        expect(Object.keys(op.responses).includes('413')).toBe(op.requestBody !== undefined);
+  it(
+    'security: either key class on has, limit, balance and the document; a server key ' +
+      'elsewhere; none on public routes',
+    () => {
+      const doc = docOf(PRODUCT_CONFIG);
+      const schemes = doc.components.securitySchemes;
+      for (const name of ['serverKey', 'clientKey'])
+        expect(schemes[name]).toMatchObject({ type: 'apiKey', in: 'header', name: 'x-tally-key' });
+      for (const name of ['serverBearer', 'clientBearer'])
+        expect(schemes[name]).toMatchObject({ type: 'http', scheme: 'bearer' });
+      const names = (method: string, path: string) =>
+        (doc.paths[path][method].security as object[]).flatMap((r) => Object.keys(r)).sort();
+      for (const path of [HAS, LIMIT, BALANCE, '/v1/docs/openapi.json']) {
+        expect(names('get', path)).toEqual([
+          'clientBearer',
+          'clientKey',
+          'serverBearer',
+          'serverKey',
+        ]);
       }
-    }
-    expect(
-      doc.paths[CONSUME].post.responses['429'].content['application/json'].schema.anyOf,
-    ).toHaveLength(2);
-    expect(doc.paths[REFUND].post.responses['409'].content['application/json'].schema).toEqual({
-      $ref: '#/components/schemas/BalanceError',
-    });
-    expect(doc.paths[CONSUME].post.requestBody.content['application/json'].schema).toMatchObject({
-      required: ['customerId', 'amount'],
-      additionalProperties: false,
-      properties: { amount: { type: 'number', exclusiveMinimum: 0 } },
-    });
-    expect(doc.paths['/v1/sync/push'].post.requestBody.content['application/json'].schema).toEqual({
-      $ref: '#/components/schemas/BillingConfig',
-    });
-  });
+      for (const [method, path] of [
+        ['post', CONSUME],
+        ['post', REFUND],
+        ['post', USAGE_SETTINGS],
+        ['post', LIMIT_SETTINGS],
+        ['post', '/v1/sync/push'],
+        ['get', '/v1/sync/pull'],
+        ['get', '/v1/plans'],
+      ]) {
+        expect(names(method as string, path as string)).toEqual(['serverBearer', 'serverKey']);
+        expect(doc.paths[path as string][method as string].responses['403'].description).toContain(
+          'server_key_required',
+        );
+      }
+      for (const path of ['/healthz', '/v1/schema/billing']) {
+        expect(doc.paths[path].get.security).toEqual([]);
+        expect(doc.paths[path].get.responses['401']).toBeUndefined();
+      }
+    },
+  );
+
+  it(
+    "each keyed route lists the statuses it can answer; request bodies are the edge's " + 'schemas',
+    () => {
+      const doc = docOf(PRODUCT_CONFIG);
+      for (const [path, item] of Object.entries<any>(doc.paths)) {
+        for (const op of Object.values<any>(item)) {
+          if (op.security.length === 0) continue;
+          expect('200' in op.responses || '204' in op.responses, `${path} success`).toBe(true);
+          for (const status of ['400', '401', '403', '429', '500', '503'])
+            expect(op.responses, `${path} ${status}`).toHaveProperty(status);
+          expect(op.responses['429'].headers).toHaveProperty('Retry-After');
+          expect(op.responses['401'].headers).toBeUndefined();
+          expect(Object.keys(op.responses).includes('413')).toBe(op.requestBody !== undefined);
+        }
+      }
+      expect(
+        doc.paths[CONSUME].post.responses['429'].content['application/json'].schema.anyOf,
+      ).toHaveLength(2);
+      expect(doc.paths[REFUND].post.responses['409'].content['application/json'].schema).toEqual({
+        $ref: '#/components/schemas/BalanceError',
+      });
+      expect(doc.paths[CONSUME].post.requestBody.content['application/json'].schema).toMatchObject({
+        required: ['customerId', 'amount'],
+        additionalProperties: false,
+        properties: { amount: { type: 'number', exclusiveMinimum: 0 } },
+      });
+      expect(
+        doc.paths['/v1/sync/push'].post.requestBody.content['application/json'].schema,
+      ).toEqual({
+        $ref: '#/components/schemas/BillingConfig',
+      });
+    },
+  );
 });
 
 // ---------------------------------------------------------------------------
@@ -341,7 +357,8 @@ function expectDocumented(doc: Doc, method: string, path: string, reply: Reply):
   ]);
   expect(
     validate(reply.body),
-    `${method} ${path} ${reply.status}: ${JSON.stringify(validate.errors)} for ${JSON.stringify(reply.body)}`,
+    `${method} ${path} ${reply.status}: ${JSON.stringify(validate.errors)} ` +
+      `for ${JSON.stringify(reply.body)}`,
   ).toBe(true);
   const documented = new Map<string, any>(
     Object.entries<any>(response.headers ?? {}).map(([name, h]) => [
@@ -420,28 +437,32 @@ describe('GET /v1/docs/openapi.json', () => {
     await server?.stop();
   });
 
-  it('answers either key class (also as Bearer) with the same valid document; 401 without a key', async () => {
-    await expectValidOpenApi(doc);
-    expect(doc.info.version).toBe('config v1');
-    const byClient = await rawGet(server.base, '/v1/docs/openapi.json', { 'x-tally-key': ck });
-    const byServer = await rawGet(server.base, '/v1/docs/openapi.json', { 'x-tally-key': sk });
-    const byBearer = await rawGet(server.base, '/v1/docs/openapi.json', {
-      authorization: `Bearer ${ck}`,
-    });
-    expect([byClient.status, byServer.status, byBearer.status]).toEqual([200, 200, 200]);
-    expect(byServer.text).toBe(byClient.text);
-    expect(byBearer.text).toBe(byClient.text);
-    expect(JSON.parse(byClient.text)).toEqual(doc);
-    const anonymous = await call(server.base, 'GET', '/v1/docs/openapi.json');
-    expect(anonymous.status).toBe(401);
-    expectDocumented(doc, 'get', '/v1/docs/openapi.json', anonymous);
-    expectDocumented(
-      doc,
-      'get',
-      '/v1/docs/openapi.json',
-      await get('/v1/docs/openapi.json', server.keys.admin),
-    );
-  });
+  it(
+    'answers either key class (also as Bearer) with the same valid document; 401 without a ' +
+      'key',
+    async () => {
+      await expectValidOpenApi(doc);
+      expect(doc.info.version).toBe('config v1');
+      const byClient = await rawGet(server.base, '/v1/docs/openapi.json', { 'x-tally-key': ck });
+      const byServer = await rawGet(server.base, '/v1/docs/openapi.json', { 'x-tally-key': sk });
+      const byBearer = await rawGet(server.base, '/v1/docs/openapi.json', {
+        authorization: `Bearer ${ck}`,
+      });
+      expect([byClient.status, byServer.status, byBearer.status]).toEqual([200, 200, 200]);
+      expect(byServer.text).toBe(byClient.text);
+      expect(byBearer.text).toBe(byClient.text);
+      expect(JSON.parse(byClient.text)).toEqual(doc);
+      const anonymous = await call(server.base, 'GET', '/v1/docs/openapi.json');
+      expect(anonymous.status).toBe(401);
+      expectDocumented(doc, 'get', '/v1/docs/openapi.json', anonymous);
+      expectDocumented(
+        doc,
+        'get',
+        '/v1/docs/openapi.json',
+        await get('/v1/docs/openapi.json', server.keys.admin),
+      );
+    },
+  );
 
   it('describes what the read routes answer (client key)', async () => {
     expectDocumented(doc, 'get', HAS, await get('/v1/entitlements/sso/has?customerId=oa-read', ck));
@@ -475,74 +496,77 @@ describe('GET /v1/docs/openapi.json', () => {
     expectKeyParameter(doc, 'get', BALANCE, 'api_calls', 'seats');
   });
 
-  it('describes what the write routes answer, including 429 and 409 with the balance fields', async () => {
-    const c = 'oa-write';
-    const consumed = await post('/v1/usage/api_calls/consume', {
-      customerId: c,
-      amount: 40,
-      idempotencyKey: 'k1',
-    });
-    expect(consumed).toMatchObject({ status: 200, body: { balance: 60 } });
-    expectDocumented(doc, 'post', CONSUME, consumed);
-    const short = await post('/v1/usage/api_calls/consume', { customerId: c, amount: 1000 });
-    expect(short).toMatchObject({
-      status: 429,
-      body: { error: 'insufficient balance for api_calls', balance: 60 },
-    });
-    expectDocumented(doc, 'post', CONSUME, short);
-    const tooMuch = await post('/v1/usage/api_calls/refund', { customerId: c, amount: 1000 });
-    expect(tooMuch.status).toBe(409);
-    expectDocumented(doc, 'post', REFUND, tooMuch);
-    expectDocumented(
-      doc,
-      'post',
-      REFUND,
-      await post('/v1/usage/api_calls/refund', { customerId: c, amount: 10 }),
-    );
-    expectDocumented(
-      doc,
-      'post',
-      USAGE_SETTINGS,
-      await post('/v1/usage/api_calls/settings', { customerId: c, overageEnabled: false }),
-    );
-    expectDocumented(
-      doc,
-      'post',
-      USAGE_SETTINGS,
-      await post('/v1/usage/api_calls/settings', { customerId: c, overageEnabled: true }),
-    );
-    expectDocumented(
-      doc,
-      'post',
-      LIMIT_SETTINGS,
-      await post('/v1/entitlements/seats/limit/settings', {
+  it(
+    'describes what the write routes answer, ' + 'including 429 and 409 with the balance fields',
+    async () => {
+      const c = 'oa-write';
+      const consumed = await post('/v1/usage/api_calls/consume', {
         customerId: c,
-        autoExpansionEnabled: false,
-      }),
-    );
-    expectDocumented(
-      doc,
-      'post',
-      LIMIT_SETTINGS,
-      await post('/v1/entitlements/seats/limit/settings', { customerId: c, purchased: 2 }),
-    );
-    const asClient = await post('/v1/usage/api_calls/consume', { customerId: c, amount: 1 }, ck);
-    expect(asClient.status).toBe(403);
-    expectDocumented(doc, 'post', CONSUME, asClient);
-    const wrongType = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
-      key: sk,
-      rawBody: '{}',
-      headers: { 'content-type': 'text/plain' },
-    });
-    expectDocumented(doc, 'post', CONSUME, wrongType);
-    const huge = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
-      key: sk,
-      rawBody: 'x'.repeat(1024 * 1024 + 1),
-      headers: { 'content-type': 'application/json' },
-    });
-    expect(huge.status).toBe(413);
-    expectDocumented(doc, 'post', CONSUME, huge);
-  });
+        amount: 40,
+        idempotencyKey: 'k1',
+      });
+      expect(consumed).toMatchObject({ status: 200, body: { balance: 60 } });
+      expectDocumented(doc, 'post', CONSUME, consumed);
+      const short = await post('/v1/usage/api_calls/consume', { customerId: c, amount: 1000 });
+      expect(short).toMatchObject({
+        status: 429,
+        body: { error: 'insufficient balance for api_calls', balance: 60 },
+      });
+      expectDocumented(doc, 'post', CONSUME, short);
+      const tooMuch = await post('/v1/usage/api_calls/refund', { customerId: c, amount: 1000 });
+      expect(tooMuch.status).toBe(409);
+      expectDocumented(doc, 'post', REFUND, tooMuch);
+      expectDocumented(
+        doc,
+        'post',
+        REFUND,
+        await post('/v1/usage/api_calls/refund', { customerId: c, amount: 10 }),
+      );
+      expectDocumented(
+        doc,
+        'post',
+        USAGE_SETTINGS,
+        await post('/v1/usage/api_calls/settings', { customerId: c, overageEnabled: false }),
+      );
+      expectDocumented(
+        doc,
+        'post',
+        USAGE_SETTINGS,
+        await post('/v1/usage/api_calls/settings', { customerId: c, overageEnabled: true }),
+      );
+      expectDocumented(
+        doc,
+        'post',
+        LIMIT_SETTINGS,
+        await post('/v1/entitlements/seats/limit/settings', {
+          customerId: c,
+          autoExpansionEnabled: false,
+        }),
+      );
+      expectDocumented(
+        doc,
+        'post',
+        LIMIT_SETTINGS,
+        await post('/v1/entitlements/seats/limit/settings', { customerId: c, purchased: 2 }),
+      );
+      const asClient = await post('/v1/usage/api_calls/consume', { customerId: c, amount: 1 }, ck);
+      expect(asClient.status).toBe(403);
+      expectDocumented(doc, 'post', CONSUME, asClient);
+      const wrongType = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+        key: sk,
+        rawBody: '{}',
+        headers: { 'content-type': 'text/plain' },
+      });
+      expectDocumented(doc, 'post', CONSUME, wrongType);
+      const huge = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+        key: sk,
+        rawBody: 'x'.repeat(1024 * 1024 + 1),
+        headers: { 'content-type': 'application/json' },
+      });
+      expect(huge.status).toBe(413);
+      expectDocumented(doc, 'post', CONSUME, huge);
+    },
+  );
 
   it('describes the configuration and public routes', async () => {
     expectDocumented(doc, 'get', '/v1/plans', await get('/v1/plans', sk));
@@ -562,55 +586,58 @@ describe('GET /v1/docs/openapi.json', () => {
     );
   });
 
-  it('is cached per configuration version and follows a new push; each environment has its own', async () => {
-    const first = await rawGet(server.base, '/v1/docs/openapi.json', { 'x-tally-key': ck });
-    const again = await rawGet(server.base, '/v1/docs/openapi.json', { 'x-tally-key': ck });
-    expect(again.text).toBe(first.text);
+  it(
+    'is cached per configuration version and follows a new push; ' + 'each environment has its own',
+    async () => {
+      const first = await rawGet(server.base, '/v1/docs/openapi.json', { 'x-tally-key': ck });
+      const again = await rawGet(server.base, '/v1/docs/openapi.json', { 'x-tally-key': ck });
+      expect(again.text).toBe(first.text);
 
-    const next = {
-      ...PRODUCT_CONFIG,
-      entitlements: {
-        ...PRODUCT_CONFIG.entitlements,
-        storage: { type: 'meter', reset: 'never' },
-        projects: { type: 'limit' },
-      },
-      products: {
-        ...PRODUCT_CONFIG.products,
-        team: { name: 'Team', price: { amount: 9000, currency: 'usd', interval: 'year' } },
-      },
-    } satisfies BillingConfig;
-    const pushed = await post('/v1/sync/push', next);
-    expect(pushed.status).toBe(200);
-    expectDocumented(doc, 'post', '/v1/sync/push', pushed);
-    const updated = (await get('/v1/docs/openapi.json', ck)).body as Doc;
-    await expectValidOpenApi(updated);
-    expect(updated.info.version).toBe(`config v${pushed.body.version as number}`);
-    expect(keyEnum(updated, 'get', HAS)).toEqual([
-      'sso',
-      'seats',
-      'api_calls',
-      'storage',
-      'projects',
-    ]);
-    expect(keyEnum(updated, 'get', LIMIT)).toEqual(['seats', 'projects']);
-    expect(keyEnum(updated, 'post', CONSUME)).toEqual(['api_calls', 'storage']);
-    expect(updated.components.schemas.PlanKey.enum).toEqual(['pro', 'team']);
-    expectDocumented(
-      updated,
-      'get',
-      BALANCE,
-      await get('/v1/usage/storage/balance?customerId=oa-new', ck),
-    );
-    expect((await rawGet(server.base, '/v1/docs/openapi.json', { 'x-tally-key': sk })).text).toBe(
-      JSON.stringify(updated),
-    );
+      const next = {
+        ...PRODUCT_CONFIG,
+        entitlements: {
+          ...PRODUCT_CONFIG.entitlements,
+          storage: { type: 'meter', reset: 'never' },
+          projects: { type: 'limit' },
+        },
+        products: {
+          ...PRODUCT_CONFIG.products,
+          team: { name: 'Team', price: { amount: 9000, currency: 'usd', interval: 'year' } },
+        },
+      } satisfies BillingConfig;
+      const pushed = await post('/v1/sync/push', next);
+      expect(pushed.status).toBe(200);
+      expectDocumented(doc, 'post', '/v1/sync/push', pushed);
+      const updated = (await get('/v1/docs/openapi.json', ck)).body as Doc;
+      await expectValidOpenApi(updated);
+      expect(updated.info.version).toBe(`config v${pushed.body.version as number}`);
+      expect(keyEnum(updated, 'get', HAS)).toEqual([
+        'sso',
+        'seats',
+        'api_calls',
+        'storage',
+        'projects',
+      ]);
+      expect(keyEnum(updated, 'get', LIMIT)).toEqual(['seats', 'projects']);
+      expect(keyEnum(updated, 'post', CONSUME)).toEqual(['api_calls', 'storage']);
+      expect(updated.components.schemas.PlanKey.enum).toEqual(['pro', 'team']);
+      expectDocumented(
+        updated,
+        'get',
+        BALANCE,
+        await get('/v1/usage/storage/balance?customerId=oa-new', ck),
+      );
+      expect((await rawGet(server.base, '/v1/docs/openapi.json', { 'x-tally-key': sk })).text).toBe(
+        JSON.stringify(updated),
+      );
 
-    const live = await get('/v1/docs/openapi.json', server.keys.live.client);
-    expect(live.status).toBe(200);
-    await expectValidOpenApi(live.body);
-    expect(live.body.info.version).toBe('config v0');
-    expect(keyEnum(live.body, 'get', HAS)).toBeUndefined();
-  });
+      const live = await get('/v1/docs/openapi.json', server.keys.live.client);
+      expect(live.status).toBe(200);
+      await expectValidOpenApi(live.body);
+      expect(live.body.info.version).toBe('config v0');
+      expect(keyEnum(live.body, 'get', HAS)).toBeUndefined();
+    },
+  );
 });
 
 describe('the document against a rate-limited server', () => {

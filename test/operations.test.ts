@@ -1,6 +1,6 @@
 /**
- * Operational behaviour of the real server process: backpressure (503 with
- * Retry-After, a request id and a warning log line), periodic snapshots that recovery uses, the exclusive port, and the
+ * Operational behaviour of the real server process: backpressure (503 with Retry-After, a request
+ * id and a warning log line), periodic snapshots that recovery uses, the exclusive port, and the
  * refusal to run on uWS's slow fallback.
  */
 import { spawn } from 'node:child_process';
@@ -63,7 +63,8 @@ describe('operations', () => {
       });
       expect(overloaded[0]?.headers.get('retry-after')).toBe('1');
       expect(results.every((r) => r.status === 200 || r.status === 503)).toBe(true);
-      // Each 503 carries a request id, and the log has a warning line naming one of them (lines are budgeted per second).
+      // Each 503 carries a request id, and the log has a warning line naming one of them (lines are
+      // budgeted per second).
       const ids = new Set(overloaded.map((r) => r.headers.get('x-request-id')));
       expect(ids.has(null)).toBe(false);
       const warned = await waitForLogLine(
@@ -89,42 +90,50 @@ describe('operations', () => {
     }
   });
 
-  it('snapshots periodically, prunes the journal, and recovers from snapshot + journal', async () => {
-    const dataDir = tempDataDir('tally-snap');
-    const env = { TALLY_SNAPSHOT_EVERY_BATCHES: '10', TALLY_WORKERS: '1' };
-    const first = await startServerProcess({ dataDir, env });
-    const sk = first.keys.test.server;
-    await call(first.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG });
-    for (let i = 0; i < 37; i++) {
-      const res = await call(first.base, 'POST', '/v1/usage/api_calls/consume', {
-        key: sk,
-        body: { customerId: `s${i % 4}`, amount: 0.5 },
-      });
-      expect(res.status).toBe(200);
-    }
-    expect(await first.stop()).toBe(0);
-
-    const store = ShardStore.open(path.join(dataDir, 'shard-0'));
-    const snapshot = store.loadSnapshot();
-    let replayed = 0;
-    store.replay(snapshot?.seq ?? 0, () => replayed++);
-    await store.close();
-    expect(snapshot?.seq).toBeGreaterThanOrEqual(30);
-    expect(replayed).toBeLessThan(10);
-
-    const second = await startServerProcess({ dataDir, env });
-    try {
-      const expected = [5, 4.5, 4.5, 4.5]; // 37 consumes of 0.5 dealt over 4 customers
-      for (let c = 0; c < 4; c++) {
-        const res = await call(second.base, 'GET', `/v1/usage/api_calls/balance?customerId=s${c}`, {
+  it(
+    'snapshots periodically, prunes the journal, ' + 'and recovers from snapshot + journal',
+    async () => {
+      const dataDir = tempDataDir('tally-snap');
+      const env = { TALLY_SNAPSHOT_EVERY_BATCHES: '10', TALLY_WORKERS: '1' };
+      const first = await startServerProcess({ dataDir, env });
+      const sk = first.keys.test.server;
+      await call(first.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG });
+      for (let i = 0; i < 37; i++) {
+        const res = await call(first.base, 'POST', '/v1/usage/api_calls/consume', {
           key: sk,
+          body: { customerId: `s${i % 4}`, amount: 0.5 },
         });
-        expect(res.body.consumed).toBe(expected[c]);
+        expect(res.status).toBe(200);
       }
-    } finally {
-      await second.stop();
-    }
-  });
+      expect(await first.stop()).toBe(0);
+
+      const store = ShardStore.open(path.join(dataDir, 'shard-0'));
+      const snapshot = store.loadSnapshot();
+      let replayed = 0;
+      store.replay(snapshot?.seq ?? 0, () => replayed++);
+      await store.close();
+      expect(snapshot?.seq).toBeGreaterThanOrEqual(30);
+      expect(replayed).toBeLessThan(10);
+
+      const second = await startServerProcess({ dataDir, env });
+      try {
+        const expected = [5, 4.5, 4.5, 4.5]; // 37 consumes of 0.5 dealt over 4 customers
+        for (let c = 0; c < 4; c++) {
+          const res = await call(
+            second.base,
+            'GET',
+            `/v1/usage/api_calls/balance?customerId=s${c}`,
+            {
+              key: sk,
+            },
+          );
+          expect(res.body.consumed).toBe(expected[c]);
+        }
+      } finally {
+        await second.stop();
+      }
+    },
+  );
 
   it('snapshots and recovers a meter whose overage outgrew 64 bits of micro-units', async () => {
     // 25 consumes of the largest amount put 2.5 x 10^19 micro-units in overage, past
@@ -240,19 +249,22 @@ describe('operations', () => {
     }
   });
 
-  it('binds its port exclusively: a second instance on the same port refuses to start', async () => {
-    const server = await startServerProcess();
-    try {
-      const second = await runToExit({
-        PORT: String(server.port),
-        TALLY_DATA_DIR: tempDataDir('tally-port'),
-      });
-      expect(second.code).toBe(1);
-      expect(second.output).toContain(`cannot listen on port ${server.port}`);
-    } finally {
-      await server.stop();
-    }
-  });
+  it(
+    'binds its port exclusively: ' + 'a second instance on the same port refuses to start',
+    async () => {
+      const server = await startServerProcess();
+      try {
+        const second = await runToExit({
+          PORT: String(server.port),
+          TALLY_DATA_DIR: tempDataDir('tally-port'),
+        });
+        expect(second.code).toBe(1);
+        expect(second.output).toContain(`cannot listen on port ${server.port}`);
+      } finally {
+        await server.stop();
+      }
+    },
+  );
 
   it("refuses to run on the package's slow pure-JS fallback", async () => {
     const result = await runToExit({
@@ -277,28 +289,32 @@ describe('a start that fails', () => {
     return { ...ran, dataDir };
   }
 
-  it('on a port that is taken: exits 1 with one line on stderr and creates no data dir', async () => {
-    const occupier = net.createServer();
-    await new Promise<void>((resolve) => occupier.listen(0, resolve));
-    const port = (occupier.address() as net.AddressInfo).port;
-    try {
-      const ran = await failedStart({ PORT: String(port) });
-      expect(ran.code).toBe(1);
-      expect(ran.stderr).toBe(
-        `tally failed to start: cannot listen on port ${port} of 127.0.0.1: it is in use, not open to this account, or not an address of this machine\n`,
-      );
-      expect(ran.stdout).toBe('');
-      expect(fs.existsSync(ran.dataDir)).toBe(false);
-      // At debug level the JSON line (with the stack) is written too, on stdout.
-      const debug = await failedStart({ PORT: String(port), TALLY_LOG_LEVEL: 'debug' });
-      expect(debug.stderr.trim().split('\n')).toHaveLength(1);
-      expect(debug.stdout).toContain('"level":"debug"');
-      expect(debug.stdout).toContain('"stack"');
-      expect(fs.existsSync(debug.dataDir)).toBe(false);
-    } finally {
-      occupier.close();
-    }
-  });
+  it(
+    'on a port that is taken: ' + 'exits 1 with one line on stderr and creates no data dir',
+    async () => {
+      const occupier = net.createServer();
+      await new Promise<void>((resolve) => occupier.listen(0, resolve));
+      const port = (occupier.address() as net.AddressInfo).port;
+      try {
+        const ran = await failedStart({ PORT: String(port) });
+        expect(ran.code).toBe(1);
+        expect(ran.stderr).toBe(
+          `tally failed to start: cannot listen on port ${port} of 127.0.0.1: it is in use, ` +
+            `not open to this account, or not an address of this machine\n`,
+        );
+        expect(ran.stdout).toBe('');
+        expect(fs.existsSync(ran.dataDir)).toBe(false);
+        // At debug level the JSON line (with the stack) is written too, on stdout.
+        const debug = await failedStart({ PORT: String(port), TALLY_LOG_LEVEL: 'debug' });
+        expect(debug.stderr.trim().split('\n')).toHaveLength(1);
+        expect(debug.stdout).toContain('"level":"debug"');
+        expect(debug.stdout).toContain('"stack"');
+        expect(fs.existsSync(debug.dataDir)).toBe(false);
+      } finally {
+        occupier.close();
+      }
+    },
+  );
 
   it.each([
     [{ PORT: 'eighty' }, 'PORT must be a whole number, got "eighty"'],
@@ -318,18 +334,21 @@ describe('a start that fails', () => {
     },
   );
 
-  it('on a data dir another server holds: one line on stderr, and that server keeps running', async () => {
-    const server = await startServerProcess();
-    try {
-      const ran = await runProcess(process.execPath, [MAIN_JS], {
-        env: { ...process.env, PORT: '0', TALLY_DATA_DIR: server.dataDir },
-      });
-      expect(ran.code).toBe(1);
-      expect(ran.stderr).toMatch(/^tally failed to start: [^\n]+\n$/);
-      expect(ran.stdout).toBe('');
-      expect((await call(server.base, 'GET', '/healthz')).status).toBe(200);
-    } finally {
-      await server.stop();
-    }
-  });
+  it(
+    'on a data dir another server holds: ' + 'one line on stderr, and that server keeps running',
+    async () => {
+      const server = await startServerProcess();
+      try {
+        const ran = await runProcess(process.execPath, [MAIN_JS], {
+          env: { ...process.env, PORT: '0', TALLY_DATA_DIR: server.dataDir },
+        });
+        expect(ran.code).toBe(1);
+        expect(ran.stderr).toMatch(/^tally failed to start: [^\n]+\n$/);
+        expect(ran.stdout).toBe('');
+        expect((await call(server.base, 'GET', '/healthz')).status).toBe(200);
+      } finally {
+        await server.stop();
+      }
+    },
+  );
 });

@@ -11,7 +11,8 @@ const text = (bytes: Uint8Array): string => Buffer.from(bytes).toString('latin1'
 /** What uWS puts on the wire for one writeHeader(name, value) call. */
 const wire = (name: string, value: Uint8Array): string => `${name}: ${text(value)}\r\n`;
 const expected = (limit: number, remaining: number, reset: number): string =>
-  `x-ratelimit-limit: ${limit}\r\nx-ratelimit-reset: ${reset}\r\nx-ratelimit-remaining: ${remaining}\r\n`;
+  `x-ratelimit-limit: ${limit}\r\nx-ratelimit-reset: ${reset}\r\nx-ratelimit-remaining: ` +
+  `${remaining}\r\n`;
 
 describe('rateLimitHeaderValue', () => {
   it.each([
@@ -44,36 +45,40 @@ describe('rateLimitHeaderValue', () => {
 });
 
 describe('jsonWithRateLimitValue', () => {
-  it('puts the content type and the three lines on the wire in one call, whatever prefixes and forms the calls before used', () => {
-    // The scratch buffer keeps the last prefix; a reused prefix, a new one of another
-    // length and the two value forms must each still read back exactly.
-    fc.assert(
-      fc.property(
-        fc.array(fc.tuple(fc.maxSafeNat(), fc.maxSafeNat()), { minLength: 1, maxLength: 4 }),
-        fc.array(fc.tuple(fc.nat(), fc.boolean(), fc.maxSafeNat()), {
-          minLength: 1,
-          maxLength: 30,
-        }),
-        (windows, calls) => {
-          const made = windows.map(([limit, reset]) => ({
-            limit,
-            reset,
-            lines: rateLimitLines(limit, reset),
-          }));
-          for (const [which, withJson, remaining] of calls) {
-            const { limit, reset, lines } = made[which % made.length] as (typeof made)[number];
-            if (withJson) {
-              expect(wire('content-type', jsonWithRateLimitValue(lines, remaining))).toBe(
-                `content-type: application/json\r\n${expected(limit, remaining, reset)}`,
-              );
-            } else {
-              expect(wire(RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue(lines, remaining))).toBe(
-                expected(limit, remaining, reset),
-              );
+  it(
+    'puts the content type and the three lines on the wire in one call, whatever prefixes ' +
+      'and forms the calls before used',
+    () => {
+      // The scratch buffer keeps the last prefix; a reused prefix, a new one of another length and
+      // the two value forms must each still read back exactly.
+      fc.assert(
+        fc.property(
+          fc.array(fc.tuple(fc.maxSafeNat(), fc.maxSafeNat()), { minLength: 1, maxLength: 4 }),
+          fc.array(fc.tuple(fc.nat(), fc.boolean(), fc.maxSafeNat()), {
+            minLength: 1,
+            maxLength: 30,
+          }),
+          (windows, calls) => {
+            const made = windows.map(([limit, reset]) => ({
+              limit,
+              reset,
+              lines: rateLimitLines(limit, reset),
+            }));
+            for (const [which, withJson, remaining] of calls) {
+              const { limit, reset, lines } = made[which % made.length] as (typeof made)[number];
+              if (withJson) {
+                expect(wire('content-type', jsonWithRateLimitValue(lines, remaining))).toBe(
+                  `content-type: application/json\r\n${expected(limit, remaining, reset)}`,
+                );
+              } else {
+                expect(wire(RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue(lines, remaining))).toBe(
+                  expected(limit, remaining, reset),
+                );
+              }
             }
-          }
-        },
-      ),
-    );
-  });
+          },
+        ),
+      );
+    },
+  );
 });

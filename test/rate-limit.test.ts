@@ -33,7 +33,8 @@ describe('RateLimiter', () => {
     expect(decisions.map((d) => d?.allowed)).toEqual([true, true, false]);
     expect(decisions[0]).toMatchObject({ remaining: 1 });
     expect(text(decisions[0]?.lines)).toBe(
-      `application/json\r\nx-ratelimit-limit: 2\r\nx-ratelimit-reset: ${(t0 + WINDOW_MS) / 1000}\r\nx-ratelimit-remaining: `,
+      `application/json\r\nx-ratelimit-limit: ` +
+        `2\r\nx-ratelimit-reset: ${(t0 + WINDOW_MS) / 1000}\r\nx-ratelimit-remaining: `,
     );
     expect(decisions[2]).toMatchObject({ allowed: false, remaining: 0 });
     expect(decisions[2]?.retryAfterSec).toBe(28);

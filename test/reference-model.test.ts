@@ -22,7 +22,9 @@ import { renderOutcome } from './support/render-reply.js';
 import { CONFIG, Driver, T0 } from './support/core-fixtures.js';
 import { observingReads, parseReply, ReferenceModel } from './support/reference-model.js';
 
-/** A second configuration: other allowances, a weekly meter, no seat expansion, overage on exports. */
+/**
+ * A second configuration: other allowances, a weekly meter, no seat expansion, overage on exports.
+ */
 const CONFIG_B: BillingConfig = {
   entitlements: { ...CONFIG.entitlements, tokens: { type: 'meter', reset: 'week' } },
   products: {
@@ -293,53 +295,62 @@ function stringify(value: unknown): string {
 }
 
 describe('the core against the reference model', () => {
-  it('answers every command and every read as the model does, and replay rebuilds the model state', () => {
-    fc.assert(
-      fc.property(scenario, (steps) => {
-        const { real, models, configs, now } = runScenario(steps);
-        for (const environment of ENVIRONMENTS) {
-          const replayed = new Driver(real.drivers[environment].config);
-          for (const [id, customer] of real.drivers[environment].replayed())
-            replayed.customers.set(id, customer);
-          for (const read of observingReads(CONFIG, [environment], CUSTOMERS, ['nope'])) {
-            const r = renderOutcome(read, replayed.run(read, now));
-            expect(parseReply(r.status, r.body), `replayed: ${stringify(read)}`).toEqual(
-              models[environment].exec(configs[environment], read, now),
-            );
-          }
-        }
-      }),
-      { numRuns: 150 },
-    );
-  });
-
-  it('never lets used exceed included, a lot go below zero or above its grant, or a balance go negative', () => {
-    // Without contract or configuration changes the allowance is fixed, so its usage can
-    // be checked against it on the raw state (not the clamped view).
-    const fixed = scenario.map((steps) =>
-      steps.filter(([s]) => s.kind === 'command' && s.command.op !== 'putContract'),
-    );
-    fc.assert(
-      fc.property(fixed, (steps) => {
-        const { real } = runScenario(steps);
-        for (const driver of Object.values(real.drivers)) {
-          for (const customer of driver.customers.values()) {
-            for (const [key, meter] of customer.meters) {
-              const included = driver.config.defaultProduct?.meters.get(key)?.includedMicros ?? 0n;
-              expect(
-                meter.includedUsedMicros >= 0n && meter.includedUsedMicros <= included,
-                `${key}: used ${meter.includedUsedMicros} of ${included}`,
-              ).toBe(true);
-              expect(meter.overageMicros >= 0n).toBe(true);
-              for (const lot of meter.lots)
-                expect(lot.remainingMicros >= 0n && lot.remainingMicros <= lot.grantedMicros).toBe(
-                  true,
-                );
+  it(
+    'answers every command and every read as the model does, and replay rebuilds the model ' +
+      'state',
+    () => {
+      fc.assert(
+        fc.property(scenario, (steps) => {
+          const { real, models, configs, now } = runScenario(steps);
+          for (const environment of ENVIRONMENTS) {
+            const replayed = new Driver(real.drivers[environment].config);
+            for (const [id, customer] of real.drivers[environment].replayed())
+              replayed.customers.set(id, customer);
+            for (const read of observingReads(CONFIG, [environment], CUSTOMERS, ['nope'])) {
+              const r = renderOutcome(read, replayed.run(read, now));
+              expect(parseReply(r.status, r.body), `replayed: ${stringify(read)}`).toEqual(
+                models[environment].exec(configs[environment], read, now),
+              );
             }
           }
-        }
-      }),
-      { numRuns: 150 },
-    );
-  });
+        }),
+        { numRuns: 150 },
+      );
+    },
+  );
+
+  it(
+    'never lets used exceed included, a lot go below zero or above its grant, or a balance ' +
+      'go negative',
+    () => {
+      // Without contract or configuration changes the allowance is fixed, so its usage can be
+      // checked against it on the raw state (not the clamped view).
+      const fixed = scenario.map((steps) =>
+        steps.filter(([s]) => s.kind === 'command' && s.command.op !== 'putContract'),
+      );
+      fc.assert(
+        fc.property(fixed, (steps) => {
+          const { real } = runScenario(steps);
+          for (const driver of Object.values(real.drivers)) {
+            for (const customer of driver.customers.values()) {
+              for (const [key, meter] of customer.meters) {
+                const included =
+                  driver.config.defaultProduct?.meters.get(key)?.includedMicros ?? 0n;
+                expect(
+                  meter.includedUsedMicros >= 0n && meter.includedUsedMicros <= included,
+                  `${key}: used ${meter.includedUsedMicros} of ${included}`,
+                ).toBe(true);
+                expect(meter.overageMicros >= 0n).toBe(true);
+                for (const lot of meter.lots)
+                  expect(
+                    lot.remainingMicros >= 0n && lot.remainingMicros <= lot.grantedMicros,
+                  ).toBe(true);
+              }
+            }
+          }
+        }),
+        { numRuns: 150 },
+      );
+    },
+  );
 });

@@ -45,82 +45,89 @@ class SimDisk {
 }
 
 describe('shard replies', () => {
-  it('answers a context that changed nothing at once, and one that created the customer only when durable', async () => {
-    const disk = new SimDisk();
-    const replies: number[] = [];
-    const shard = new Shard({
-      journal: disk.journal(),
-      clock: () => T0,
-      reply: (id) => replies.push(id),
-      flush: () => undefined,
-      fatal: (e) => {
-        throw e;
-      },
-    });
-    shard.setConfig('test', 1, CONFIG);
-    const context = {
-      op: 'context',
-      environment: 'test',
-      customerId: 'ctx',
-      key: '',
-      patch: {},
-      request: { features: ['sso'], usage: [], limits: [] },
-    } as const;
-    shard.handleBatch([{ id: 1, command: context }]);
-    expect(replies).toEqual([]); // it created the customer: a journal write is pending
-    shard.handleBatch([{ id: 2, command: context }]);
-    expect(replies).toEqual([2]); // nothing changed: a read, answered without waiting
-    disk.sync();
-    await new Promise((resolve) => setImmediate(resolve));
-    expect(replies).toEqual([2, 1]);
-  });
+  it(
+    'answers a context that changed nothing at once, and one that created the customer only ' +
+      'when durable',
+    async () => {
+      const disk = new SimDisk();
+      const replies: number[] = [];
+      const shard = new Shard({
+        journal: disk.journal(),
+        clock: () => T0,
+        reply: (id) => replies.push(id),
+        flush: () => undefined,
+        fatal: (e) => {
+          throw e;
+        },
+      });
+      shard.setConfig('test', 1, CONFIG);
+      const context = {
+        op: 'context',
+        environment: 'test',
+        customerId: 'ctx',
+        key: '',
+        patch: {},
+        request: { features: ['sso'], usage: [], limits: [] },
+      } as const;
+      shard.handleBatch([{ id: 1, command: context }]);
+      expect(replies).toEqual([]); // it created the customer: a journal write is pending
+      shard.handleBatch([{ id: 2, command: context }]);
+      expect(replies).toEqual([2]); // nothing changed: a read, answered without waiting
+      disk.sync();
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(replies).toEqual([2, 1]);
+    },
+  );
 });
 
 describe('audited writes', () => {
-  it('hand their audit entry to the journal with the change, and only when something changed', () => {
-    const appended: unknown[][] = [];
-    const journal: ShardJournal = {
-      append: (_events, _index, audits) => {
-        appended.push([...audits]);
-        return { seq: appended.length, durable: new Promise<void>(() => undefined) };
-      },
-    };
-    const shard = new Shard({
-      journal,
-      clock: () => T0,
-      reply: () => undefined,
-      flush: () => undefined,
-      fatal: (e) => {
-        throw e;
-      },
-    });
-    shard.setConfig('test', 1, CONFIG);
-    const upsert = {
-      op: 'upsertCustomer',
-      environment: 'test',
-      customerId: 'aud',
-      key: '',
-      patch: { name: 'A' },
-    } as const;
-    shard.handleBatch([{ id: 1, command: upsert, audit: { ref: 'r1', actor: 'key_1' } }]);
-    expect(appended).toEqual([
-      [
-        {
-          ref: 'r1',
-          environment: 'test',
-          action: 'customer.upsert',
-          resourceType: 'customer',
-          resourceId: 'aud',
-          actor: 'key_1',
-          data: { name: 'A' },
-          atMs: T0,
+  it(
+    'hand their audit entry to the journal with the change, ' + 'and only when something changed',
+    () => {
+      const appended: unknown[][] = [];
+      const journal: ShardJournal = {
+        append: (_events, _index, audits) => {
+          appended.push([...audits]);
+          return { seq: appended.length, durable: new Promise<void>(() => undefined) };
         },
-      ],
-    ]);
-    // The same profile again changes nothing: no record, so no stored entry.
-    shard.handleBatch([{ id: 2, command: upsert, audit: { ref: 'r2', actor: 'key_1' } }]);
-    expect(appended).toHaveLength(1);
-  });
+      };
+      const shard = new Shard({
+        journal,
+        clock: () => T0,
+        reply: () => undefined,
+        flush: () => undefined,
+        fatal: (e) => {
+          throw e;
+        },
+      });
+      shard.setConfig('test', 1, CONFIG);
+      const upsert = {
+        op: 'upsertCustomer',
+        environment: 'test',
+        customerId: 'aud',
+        key: '',
+        patch: { name: 'A' },
+      } as const;
+      shard.handleBatch([{ id: 1, command: upsert, audit: { ref: 'r1', actor: 'key_1' } }]);
+      expect(appended).toEqual([
+        [
+          {
+            ref: 'r1',
+            environment: 'test',
+            action: 'customer.upsert',
+            resourceType: 'customer',
+            resourceId: 'aud',
+            actor: 'key_1',
+            data: { name: 'A' },
+            atMs: T0,
+          },
+        ],
+      ]);
+      // The same profile again changes nothing: no record, so no stored entry.
+      shard.handleBatch([{ id: 2, command: upsert, audit: { ref: 'r2', actor: 'key_1' } }]);
+      expect(appended).toHaveLength(1);
+    },
+  );
 });
 
 describe('shard recovery', () => {
@@ -150,29 +157,33 @@ describe('shard recovery', () => {
       .snapshotItems()
       .sort((x, y) => (`${x.environment}/${x.id}` < `${y.environment}/${y.id}` ? -1 : 1));
 
-  it('loads a snapshot chunk by chunk, refuses a customer twice, and refuses a snapshot after replay', () => {
-    const live = newShard();
-    live.handleBatch(
-      ['a', 'b', 'c', 'd'].map((id, i) => ({
-        id: i,
-        command: consume(i % 2 === 0 ? 'test' : 'live', id),
-      })),
-    );
-    const items = structuredClone(live.snapshotItems());
-    expect(items).toHaveLength(4);
+  it(
+    'loads a snapshot chunk by chunk, refuses a customer twice, and refuses a snapshot ' +
+      'after replay',
+    () => {
+      const live = newShard();
+      live.handleBatch(
+        ['a', 'b', 'c', 'd'].map((id, i) => ({
+          id: i,
+          command: consume(i % 2 === 0 ? 'test' : 'live', id),
+        })),
+      );
+      const items = structuredClone(live.snapshotItems());
+      expect(items).toHaveLength(4);
 
-    const chunked = newShard();
-    chunked.loadSnapshot(items.slice(0, 3));
-    chunked.loadSnapshot(items.slice(3));
-    expect(chunked.customerCount).toBe(4);
-    expect(sortedItems(chunked)).toEqual(sortedItems(live));
+      const chunked = newShard();
+      chunked.loadSnapshot(items.slice(0, 3));
+      chunked.loadSnapshot(items.slice(3));
+      expect(chunked.customerCount).toBe(4);
+      expect(sortedItems(chunked)).toEqual(sortedItems(live));
 
-    const twice = newShard();
-    twice.loadSnapshot(items.slice(0, 2));
-    expect(() => twice.loadSnapshot(items.slice(1, 3))).toThrow(/twice/);
+      const twice = newShard();
+      twice.loadSnapshot(items.slice(0, 2));
+      expect(() => twice.loadSnapshot(items.slice(1, 3))).toThrow(/twice/);
 
-    const replayed = newShard();
-    replayed.replay([]);
-    expect(() => replayed.loadSnapshot(items)).toThrow(/before anything is replayed/);
-  });
+      const replayed = newShard();
+      replayed.replay([]);
+      expect(() => replayed.loadSnapshot(items)).toThrow(/before anything is replayed/);
+    },
+  );
 });

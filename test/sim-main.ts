@@ -33,8 +33,10 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  process.stderr.write(
-    `${error instanceof SimulationFailure ? error.message : String(error instanceof Error ? error.stack : error)}\n`,
-  );
+  const shown =
+    error instanceof SimulationFailure
+      ? error.message
+      : String(error instanceof Error ? error.stack : error);
+  process.stderr.write(`${shown}\n`);
   process.exit(1);
 });

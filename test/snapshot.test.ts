@@ -36,7 +36,10 @@ const BIN = path.join(path.dirname(path.dirname(MAIN_JS)), '..', 'bin', 'tally.j
 /** The source data dir's snapshot secret (hex), as `tally snapshot secret` printed it. */
 let secretHex = '';
 
-/** Runs the real `tally` binary (with the source's snapshot secret in its environment); resolves with its exit code and output. */
+/**
+ * Runs the real `tally` binary (with the source's snapshot secret in its environment); resolves
+ * with its exit code and output.
+ */
 function tally(args: readonly string[], env: Record<string, string> = {}): Promise<Ran> {
   return runProcess(process.execPath, [BIN, ...args], {
     env: { ...process.env, TALLY_SNAPSHOT_SECRET: secretHex, ...env },
@@ -229,76 +232,93 @@ const consumed = async (server: ServerProcess, customerId: string): Promise<numb
 };
 
 describe('online snapshot → offline restore', () => {
-  it('is a cut: each customer holds every consume acknowledged before the request and none sent after its 202', async () => {
-    const server = restored as ServerProcess;
-    const before = sent.filter((s) => s.ackedAt !== null && s.ackedAt < postSentAt);
-    const after = sent.filter((s) => s.sentAt > acceptedAt);
-    expect(before.length).toBeGreaterThan(20);
-    expect(after.length).toBeGreaterThan(20);
-    const start = new Map<string, number>();
-    for (let c = 0; c < CUSTOMERS; c++) start.set(`cust-${c}`, await consumed(server, `cust-${c}`));
-    for (const [customerId, value] of start) {
-      const lower = before.filter((s) => s.customerId === customerId).length;
-      const upper = sent.filter((s) => s.customerId === customerId && s.sentAt < acceptedAt).length;
-      expect(value, customerId).toBeGreaterThanOrEqual(lower);
-      expect(value, customerId).toBeLessThanOrEqual(upper);
-    }
-    // Customers created after the 202 are not in it, however often they were written.
-    const lateAfter = [...firstSent].filter(([, at]) => at > acceptedAt).map(([id]) => id);
-    expect(lateAfter.length).toBeGreaterThan(5);
-    for (const id of lateAfter) expect(await consumed(server, id), id).toBe(0);
-    // Replaying an acknowledged-before key is a replay: it is in the snapshot, idempotency cache included.
-    const sk = server.keys.test.server;
-    const replay = (s: Sent) =>
-      call(server.base, 'POST', '/v1/usage/api_calls/consume', {
-        key: sk,
-        body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey },
-      });
-    for (const s of before) expect((await replay(s)).status).toBe(200);
-    for (const [customerId, value] of start)
-      expect(await consumed(server, customerId), customerId).toBe(value);
-    // A key sent after the 202 is not in it: replaying it consumes once more.
-    for (const s of after) await replay(s);
-    for (const [customerId, value] of start) {
-      expect(await consumed(server, customerId), customerId).toBe(
-        value + after.filter((s) => s.customerId === customerId).length,
-      );
-    }
-  });
+  it(
+    'is a cut: each customer holds every consume acknowledged before the request and none ' +
+      'sent after its 202',
+    async () => {
+      const server = restored as ServerProcess;
+      const before = sent.filter((s) => s.ackedAt !== null && s.ackedAt < postSentAt);
+      const after = sent.filter((s) => s.sentAt > acceptedAt);
+      expect(before.length).toBeGreaterThan(20);
+      expect(after.length).toBeGreaterThan(20);
+      const start = new Map<string, number>();
+      for (let c = 0; c < CUSTOMERS; c++)
+        start.set(`cust-${c}`, await consumed(server, `cust-${c}`));
+      for (const [customerId, value] of start) {
+        const lower = before.filter((s) => s.customerId === customerId).length;
+        const upper = sent.filter(
+          (s) => s.customerId === customerId && s.sentAt < acceptedAt,
+        ).length;
+        expect(value, customerId).toBeGreaterThanOrEqual(lower);
+        expect(value, customerId).toBeLessThanOrEqual(upper);
+      }
+      // Customers created after the 202 are not in it, however often they were written.
+      const lateAfter = [...firstSent].filter(([, at]) => at > acceptedAt).map(([id]) => id);
+      expect(lateAfter.length).toBeGreaterThan(5);
+      for (const id of lateAfter) expect(await consumed(server, id), id).toBe(0);
+      // Replaying an acknowledged-before key is a replay: it is in the snapshot, idempotency cache
+      // included.
+      const sk = server.keys.test.server;
+      const replay = (s: Sent) =>
+        call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+          key: sk,
+          body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey },
+        });
+      for (const s of before) expect((await replay(s)).status).toBe(200);
+      for (const [customerId, value] of start)
+        expect(await consumed(server, customerId), customerId).toBe(value);
+      // A key sent after the 202 is not in it: replaying it consumes once more.
+      for (const s of after) await replay(s);
+      for (const [customerId, value] of start) {
+        expect(await consumed(server, customerId), customerId).toBe(
+          value + after.filter((s) => s.customerId === customerId).length,
+        );
+      }
+    },
+  );
 
-  it('answers with the same keys, configuration, customers and verifiable audit chains', async () => {
-    const server = restored as ServerProcess;
-    // bootstrap-keys.json is not restored (secrets stay where they were); the same keys work.
-    expect(fs.existsSync(path.join(restoredDir, 'bootstrap-keys.json'))).toBe(false);
-    expect(
-      (await call(server.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).status,
-    ).toBe(200);
-    const pulled = await call(server.base, 'GET', '/v1/sync/pull', {
-      key: source.keys.test.server,
-    });
-    expect(pulled.status).toBe(200);
-    expect(pulled.body.config).toEqual(
-      (await call(source.base, 'GET', '/v1/sync/pull', { key: source.keys.test.server })).body
-        .config,
-    );
-    const named = await call(server.base, 'GET', '/v1/customers/named', {
-      key: source.keys.test.server,
-    });
-    expect(named.body).toMatchObject({ id: 'named', name: 'Named Co', metadata: { tier: 'gold' } });
-    expect(
-      (await call(server.base, 'GET', '/v1/audit/verify', { key: source.keys.test.server })).body
-        .ok,
-    ).toBe(true);
-    const operator = await call(server.base, 'GET', '/v1/admin/audit', { key: source.keys.admin });
-    expect(operator.body.data[0]).toMatchObject({
-      action: 'snapshot.restore',
-      resourceType: 'snapshot',
-    });
-    expect(
-      (await call(server.base, 'GET', '/v1/admin/audit/verify', { key: source.keys.admin })).body
-        .ok,
-    ).toBe(true);
-  });
+  it(
+    'answers with the same keys, configuration, ' + 'customers and verifiable audit chains',
+    async () => {
+      const server = restored as ServerProcess;
+      // bootstrap-keys.json is not restored (secrets stay where they were); the same keys work.
+      expect(fs.existsSync(path.join(restoredDir, 'bootstrap-keys.json'))).toBe(false);
+      expect(
+        (await call(server.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).status,
+      ).toBe(200);
+      const pulled = await call(server.base, 'GET', '/v1/sync/pull', {
+        key: source.keys.test.server,
+      });
+      expect(pulled.status).toBe(200);
+      expect(pulled.body.config).toEqual(
+        (await call(source.base, 'GET', '/v1/sync/pull', { key: source.keys.test.server })).body
+          .config,
+      );
+      const named = await call(server.base, 'GET', '/v1/customers/named', {
+        key: source.keys.test.server,
+      });
+      expect(named.body).toMatchObject({
+        id: 'named',
+        name: 'Named Co',
+        metadata: { tier: 'gold' },
+      });
+      expect(
+        (await call(server.base, 'GET', '/v1/audit/verify', { key: source.keys.test.server })).body
+          .ok,
+      ).toBe(true);
+      const operator = await call(server.base, 'GET', '/v1/admin/audit', {
+        key: source.keys.admin,
+      });
+      expect(operator.body.data[0]).toMatchObject({
+        action: 'snapshot.restore',
+        resourceType: 'snapshot',
+      });
+      expect(
+        (await call(server.base, 'GET', '/v1/admin/audit/verify', { key: source.keys.admin })).body
+          .ok,
+      ).toBe(true);
+    },
+  );
 });
 
 describe('restore refuses', () => {
@@ -400,143 +420,153 @@ describe('snapshot management', () => {
 });
 
 describe('tally snapshot (the CLI)', () => {
-  it('creates and downloads online, lists, and restores offline into a server that answers the same', async () => {
-    const env = { TALLY_URL: source.base, TALLY_API_KEY: source.keys.admin };
-    const dir = tempDataDir('cli-snap');
-    const out = path.join(dir, 'cli.tsnap');
-    const created = await tally(['snapshot', 'create', '--out', out, '--json'], env);
-    expect(created.stderr).toBe('');
-    expect(created.code).toBe(0);
-    const info = JSON.parse(created.stdout) as { id: string; sha256: string; customers: number };
-    expect(fs.existsSync(`${out}.partial`)).toBe(false);
-    const { createHash } = await import('node:crypto');
-    expect(createHash('sha256').update(fs.readFileSync(out)).digest('hex')).toBe(info.sha256);
-    const listed = await tally(['snapshot', 'list'], env);
-    expect(listed.code).toBe(0);
-    expect(listed.stdout).toContain(info.id);
-    expect(listed.stdout).toContain('complete');
+  it(
+    'creates and downloads online, lists, and restores offline into a server that answers ' +
+      'the same',
+    async () => {
+      const env = { TALLY_URL: source.base, TALLY_API_KEY: source.keys.admin };
+      const dir = tempDataDir('cli-snap');
+      const out = path.join(dir, 'cli.tsnap');
+      const created = await tally(['snapshot', 'create', '--out', out, '--json'], env);
+      expect(created.stderr).toBe('');
+      expect(created.code).toBe(0);
+      const info = JSON.parse(created.stdout) as { id: string; sha256: string; customers: number };
+      expect(fs.existsSync(`${out}.partial`)).toBe(false);
+      const { createHash } = await import('node:crypto');
+      expect(createHash('sha256').update(fs.readFileSync(out)).digest('hex')).toBe(info.sha256);
+      const listed = await tally(['snapshot', 'list'], env);
+      expect(listed.code).toBe(0);
+      expect(listed.stdout).toContain(info.id);
+      expect(listed.stdout).toContain('complete');
 
-    // An existing --out is refused before the service is asked for anything; --force replaces it.
-    const snapshotsBefore = (
-      await call(source.base, 'GET', '/v1/admin/snapshots', { key: source.keys.admin })
-    ).body.data.length as number;
-    const kept = fs.readFileSync(out);
-    const again = await tally(['snapshot', 'create', '--out', out], env);
-    expect(again.code).toBe(1);
-    expect(again.stderr).toBe(
-      `error: ${out} already exists; pass --force to replace it (nothing was done)\n`,
-    );
-    expect(fs.readFileSync(out).equals(kept)).toBe(true);
-    expect(
-      (await call(source.base, 'GET', '/v1/admin/snapshots', { key: source.keys.admin })).body.data
-        .length,
-    ).toBe(snapshotsBefore);
-    const download = await tally(['snapshot', 'download', info.id, '--out', out], env);
-    expect(download.code).toBe(1);
-    expect(download.stderr).toContain('already exists; pass --force');
-    const forced = await tally(['snapshot', 'create', '--out', out, '--force', '--json'], env);
-    expect(forced.code, forced.stderr).toBe(0);
-    // Piped, it shows no progress: stderr stays empty.
-    expect(forced.stderr).toBe('');
-    const replaced = JSON.parse(forced.stdout) as { id: string; sha256: string };
-    expect(replaced.id).not.toBe(info.id);
-    expect(createHash('sha256').update(fs.readFileSync(out)).digest('hex')).toBe(replaced.sha256);
-    expect(
-      (await tally(['snapshot', 'download', info.id, '--out', out, '--force'], env)).code,
-    ).toBe(0);
-    expect(createHash('sha256').update(fs.readFileSync(out)).digest('hex')).toBe(info.sha256);
-
-    const target = path.join(dir, 'data');
-    const restore = await tally([
-      'snapshot',
-      'restore',
-      out,
-      '--data-dir',
-      target,
-      '--workers',
-      '2',
-    ]);
-    expect(restore.code).toBe(0);
-    const copy = await startServerProcess({ dataDir: target, keys: source.keys });
-    try {
-      // Nothing wrote to the source since the snapshot: every balance is exactly the same,
-      // although the customers are now dealt over two workers.
+      // An existing --out is refused before the service is asked for anything; --force replaces it.
+      const snapshotsBefore = (
+        await call(source.base, 'GET', '/v1/admin/snapshots', { key: source.keys.admin })
+      ).body.data.length as number;
+      const kept = fs.readFileSync(out);
+      const again = await tally(['snapshot', 'create', '--out', out], env);
+      expect(again.code).toBe(1);
+      expect(again.stderr).toBe(
+        `error: ${out} already exists; pass --force to replace it (nothing was done)\n`,
+      );
+      expect(fs.readFileSync(out).equals(kept)).toBe(true);
       expect(
-        (await call(copy.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).body.workers,
-      ).toBe(2);
-      for (const customerId of [
-        ...Array.from({ length: CUSTOMERS }, (_, c) => `cust-${c}`),
-        'cold-0',
-        'cold-1999',
-        'named',
-      ]) {
-        const a = await call(
-          source.base,
-          'GET',
-          `/v1/usage/api_calls/balance?customerId=${customerId}`,
-          { key: source.keys.test.server },
-        );
-        const b = await call(
-          copy.base,
-          'GET',
-          `/v1/usage/api_calls/balance?customerId=${customerId}`,
-          { key: source.keys.test.server },
-        );
-        expect(b.body, customerId).toEqual(a.body);
-      }
+        (await call(source.base, 'GET', '/v1/admin/snapshots', { key: source.keys.admin })).body
+          .data.length,
+      ).toBe(snapshotsBefore);
+      const download = await tally(['snapshot', 'download', info.id, '--out', out], env);
+      expect(download.code).toBe(1);
+      expect(download.stderr).toContain('already exists; pass --force');
+      const forced = await tally(['snapshot', 'create', '--out', out, '--force', '--json'], env);
+      expect(forced.code, forced.stderr).toBe(0);
+      // Piped, it shows no progress: stderr stays empty.
+      expect(forced.stderr).toBe('');
+      const replaced = JSON.parse(forced.stdout) as { id: string; sha256: string };
+      expect(replaced.id).not.toBe(info.id);
+      expect(createHash('sha256').update(fs.readFileSync(out)).digest('hex')).toBe(replaced.sha256);
       expect(
-        (await call(copy.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).body
-          .customers,
-      ).toBe(info.customers);
-    } finally {
-      await copy.stop();
-    }
-  });
+        (await tally(['snapshot', 'download', info.id, '--out', out, '--force'], env)).code,
+      ).toBe(0);
+      expect(createHash('sha256').update(fs.readFileSync(out)).digest('hex')).toBe(info.sha256);
 
-  it('takes a cut under concurrent consumes: restored, it holds every consume acknowledged before the command and none sent after it exited', async () => {
-    const sk = source.keys.test.server;
-    const env = { TALLY_URL: source.base, TALLY_API_KEY: source.keys.admin };
-    const dir = tempDataDir('cli-cut');
-    const out = path.join(dir, 'cut.tsnap');
-    const log: Sent[] = [];
-    const consumers = startConsumers(source, { clients: 4, stride: 5, keyPrefix: 'cli', log });
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    const spawnedAt = performance.now();
-    const created = await tally(['snapshot', 'create', '--out', out], env);
-    const exitedAt = performance.now();
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    await consumers.stop();
-    expect(created.code).toBe(0);
-    const target = path.join(dir, 'data');
-    expect((await tally(['snapshot', 'restore', out, '--data-dir', target])).code).toBe(0);
-    const copy = await startServerProcess({ dataDir: target, keys: source.keys });
-    try {
-      const replay = (s: Sent) =>
-        call(copy.base, 'POST', '/v1/usage/api_calls/consume', {
-          key: sk,
-          body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey },
-        });
-      const before = log.filter((s) => s.ackedAt !== null && s.ackedAt < spawnedAt);
-      const after = log.filter((s) => s.sentAt > exitedAt);
-      expect(before.length).toBeGreaterThan(10);
-      expect(after.length).toBeGreaterThan(10);
-      const start = new Map<string, number>();
-      for (let c = 0; c < CUSTOMERS; c++) start.set(`cust-${c}`, await consumed(copy, `cust-${c}`));
-      for (const s of before) await replay(s);
-      for (const [id, value] of start)
+      const target = path.join(dir, 'data');
+      const restore = await tally([
+        'snapshot',
+        'restore',
+        out,
+        '--data-dir',
+        target,
+        '--workers',
+        '2',
+      ]);
+      expect(restore.code).toBe(0);
+      const copy = await startServerProcess({ dataDir: target, keys: source.keys });
+      try {
+        // Nothing wrote to the source since the snapshot: every balance is exactly the same,
+        // although the customers are now dealt over two workers.
         expect(
-          await consumed(copy, id),
-          `${id}: a key acknowledged before the command was not in the snapshot`,
-        ).toBe(value);
-      for (const s of after) await replay(s);
-      for (const [id, value] of start)
-        expect(await consumed(copy, id), id).toBe(
-          value + after.filter((s) => s.customerId === id).length,
-        );
-    } finally {
-      await copy.stop();
-    }
-  });
+          (await call(copy.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).body
+            .workers,
+        ).toBe(2);
+        for (const customerId of [
+          ...Array.from({ length: CUSTOMERS }, (_, c) => `cust-${c}`),
+          'cold-0',
+          'cold-1999',
+          'named',
+        ]) {
+          const a = await call(
+            source.base,
+            'GET',
+            `/v1/usage/api_calls/balance?customerId=${customerId}`,
+            { key: source.keys.test.server },
+          );
+          const b = await call(
+            copy.base,
+            'GET',
+            `/v1/usage/api_calls/balance?customerId=${customerId}`,
+            { key: source.keys.test.server },
+          );
+          expect(b.body, customerId).toEqual(a.body);
+        }
+        expect(
+          (await call(copy.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).body
+            .customers,
+        ).toBe(info.customers);
+      } finally {
+        await copy.stop();
+      }
+    },
+  );
+
+  it(
+    'takes a cut under concurrent consumes: restored, it holds every consume acknowledged ' +
+      'before the command and none sent after it exited',
+    async () => {
+      const sk = source.keys.test.server;
+      const env = { TALLY_URL: source.base, TALLY_API_KEY: source.keys.admin };
+      const dir = tempDataDir('cli-cut');
+      const out = path.join(dir, 'cut.tsnap');
+      const log: Sent[] = [];
+      const consumers = startConsumers(source, { clients: 4, stride: 5, keyPrefix: 'cli', log });
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const spawnedAt = performance.now();
+      const created = await tally(['snapshot', 'create', '--out', out], env);
+      const exitedAt = performance.now();
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await consumers.stop();
+      expect(created.code).toBe(0);
+      const target = path.join(dir, 'data');
+      expect((await tally(['snapshot', 'restore', out, '--data-dir', target])).code).toBe(0);
+      const copy = await startServerProcess({ dataDir: target, keys: source.keys });
+      try {
+        const replay = (s: Sent) =>
+          call(copy.base, 'POST', '/v1/usage/api_calls/consume', {
+            key: sk,
+            body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey },
+          });
+        const before = log.filter((s) => s.ackedAt !== null && s.ackedAt < spawnedAt);
+        const after = log.filter((s) => s.sentAt > exitedAt);
+        expect(before.length).toBeGreaterThan(10);
+        expect(after.length).toBeGreaterThan(10);
+        const start = new Map<string, number>();
+        for (let c = 0; c < CUSTOMERS; c++)
+          start.set(`cust-${c}`, await consumed(copy, `cust-${c}`));
+        for (const s of before) await replay(s);
+        for (const [id, value] of start)
+          expect(
+            await consumed(copy, id),
+            `${id}: a key acknowledged before the command was not in the snapshot`,
+          ).toBe(value);
+        for (const s of after) await replay(s);
+        for (const [id, value] of start)
+          expect(await consumed(copy, id), id).toBe(
+            value + after.filter((s) => s.customerId === id).length,
+          );
+      } finally {
+        await copy.stop();
+      }
+    },
+  );
 
   it('refuses a corrupt file and a live data dir with exit 1 and a clear message', async () => {
     const dir = tempDataDir('cli-bad');
@@ -585,60 +615,74 @@ describe('snapshot authenticity', () => {
   const withPlantedKey = (frame: SnapshotFrame): SnapshotFrame =>
     frame.k === 'keys' ? { ...frame, items: [...frame.items, planted.record] } : frame;
 
-  it('an edited file whose checksums were all recomputed is refused with the true secret, and nothing is written', async () => {
-    const file = edited(withPlantedKey);
-    expect(() => verifySnapshotFile(file)).not.toThrow(); // intact as far as checksums can tell
-    const target = path.join(tempDataDir('auth'), 'data');
-    await expect(restoreSnapshot(file, target, { secret: secretBytes() })).rejects.toThrow(
-      SnapshotNotAuthenticError,
-    );
-    expect(fs.existsSync(target)).toBe(false);
-    const cli = await tally(['snapshot', 'restore', file, '--data-dir', target]);
-    expect(cli.code).toBe(1);
-    expect(cli.stderr).toMatch(/^error: snapshot file is not authentic: its MAC does not verify/);
-    expect(fs.existsSync(target)).toBe(false);
-  });
+  it(
+    'an edited file whose checksums were all recomputed is refused with the true secret, ' +
+      'and nothing is written',
+    async () => {
+      const file = edited(withPlantedKey);
+      expect(() => verifySnapshotFile(file)).not.toThrow(); // intact as far as checksums can tell
+      const target = path.join(tempDataDir('auth'), 'data');
+      await expect(restoreSnapshot(file, target, { secret: secretBytes() })).rejects.toThrow(
+        SnapshotNotAuthenticError,
+      );
+      expect(fs.existsSync(target)).toBe(false);
+      const cli = await tally(['snapshot', 'restore', file, '--data-dir', target]);
+      expect(cli.code).toBe(1);
+      expect(cli.stderr).toMatch(/^error: snapshot file is not authentic: its MAC does not verify/);
+      expect(fs.existsSync(target)).toBe(false);
+    },
+  );
 
-  it('without the secret a restore is refused unless the operator says --unauthenticated', async () => {
-    const target = path.join(tempDataDir('nosecret'), 'data');
-    const refused = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', target], {
-      TALLY_SNAPSHOT_SECRET: '',
-    });
-    expect(refused.code).toBe(1);
-    expect(refused.stderr).toMatch(/restore needs the snapshot secret/);
-    expect(fs.existsSync(target)).toBe(false);
-    const wrong = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', target], {
-      TALLY_SNAPSHOT_SECRET: 'f'.repeat(64),
-    });
-    expect(wrong.stderr).toMatch(/not authentic/);
-    const accepted = await tally(
-      ['snapshot', 'restore', snapshotFile, '--data-dir', target, '--unauthenticated'],
-      { TALLY_SNAPSHOT_SECRET: '' },
-    );
-    expect(accepted.code, accepted.stderr).toBe(0);
-  });
+  it(
+    'without the secret a restore is refused ' + 'unless the operator says --unauthenticated',
+    async () => {
+      const target = path.join(tempDataDir('nosecret'), 'data');
+      const refused = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', target], {
+        TALLY_SNAPSHOT_SECRET: '',
+      });
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toMatch(/restore needs the snapshot secret/);
+      expect(fs.existsSync(target)).toBe(false);
+      const wrong = await tally(['snapshot', 'restore', snapshotFile, '--data-dir', target], {
+        TALLY_SNAPSHOT_SECRET: 'f'.repeat(64),
+      });
+      expect(wrong.stderr).toMatch(/not authentic/);
+      const accepted = await tally(
+        ['snapshot', 'restore', snapshotFile, '--data-dir', target, '--unauthenticated'],
+        { TALLY_SNAPSHOT_SECRET: '' },
+      );
+      expect(accepted.code, accepted.stderr).toBe(0);
+    },
+  );
 
-  it('restored with the secret, the new data dir keeps that secret for its own snapshots', async () => {
-    // beforeAll's restored server runs on the data dir restored with the source's secret.
-    const secret = await call(
-      (restored as ServerProcess).base,
-      'GET',
-      '/v1/admin/snapshot-secret',
-      { key: source.keys.admin },
-    );
-    expect(secret).toMatchObject({ status: 200, body: { secret: secretHex } });
-    expect(
-      (
-        await call((restored as ServerProcess).base, 'GET', '/v1/admin/snapshot-secret', {
-          key: source.keys.test.server,
-        })
-      ).status,
-    ).toBe(403);
-  });
+  it(
+    'restored with the secret, ' + 'the new data dir keeps that secret for its own snapshots',
+    async () => {
+      // beforeAll's restored server runs on the data dir restored with the source's secret.
+      const secret = await call(
+        (restored as ServerProcess).base,
+        'GET',
+        '/v1/admin/snapshot-secret',
+        { key: source.keys.admin },
+      );
+      expect(secret).toMatchObject({ status: 200, body: { secret: secretHex } });
+      expect(
+        (
+          await call((restored as ServerProcess).base, 'GET', '/v1/admin/snapshot-secret', {
+            key: source.keys.test.server,
+          })
+        ).status,
+      ).toBe(403);
+    },
+  );
 
-  it('an unauthenticated file is still validated: a malformed key, configuration or customer is refused, nothing written', async () => {
-    const cases: ReadonlyArray<readonly [string, (frame: SnapshotFrame) => SnapshotFrame, RegExp]> =
-      [
+  it(
+    'an unauthenticated file is still validated: a malformed key, configuration or customer ' +
+      'is refused, nothing written',
+    async () => {
+      const cases: ReadonlyArray<
+        readonly [string, (frame: SnapshotFrame) => SnapshotFrame, RegExp]
+      > = [
         [
           'key',
           (f) =>
@@ -680,15 +724,16 @@ describe('snapshot authenticity', () => {
           /invalid customer .*email/,
         ],
       ];
-    for (const [what, edit, message] of cases) {
-      const target = path.join(tempDataDir(`invalid-${what}`), 'data');
-      const res = await tally(
-        ['snapshot', 'restore', edited(edit), '--data-dir', target, '--unauthenticated'],
-        { TALLY_SNAPSHOT_SECRET: '' },
-      );
-      expect(res.code, what).toBe(1);
-      expect(res.stderr, what).toMatch(message);
-      expect(fs.existsSync(target), what).toBe(false);
-    }
-  });
+      for (const [what, edit, message] of cases) {
+        const target = path.join(tempDataDir(`invalid-${what}`), 'data');
+        const res = await tally(
+          ['snapshot', 'restore', edited(edit), '--data-dir', target, '--unauthenticated'],
+          { TALLY_SNAPSHOT_SECRET: '' },
+        );
+        expect(res.code, what).toBe(1);
+        expect(res.stderr, what).toMatch(message);
+        expect(fs.existsSync(target), what).toBe(false);
+      }
+    },
+  );
 });

@@ -21,9 +21,19 @@ const mapsPackr = new Packr({
 
 /** A journal record written by the plain-map codec, byte for byte (base64 of the frame). */
 const MAPS_FRAME_BASE64 =
-  'lgnTApPeAAqkdHlwZahjb25zdW1lZKtlbnZpcm9ubWVudKR0ZXN0qmN1c3RvbWVySWSmY3VzdC0xo2tlealhcGlfY2FsbHOkYXRNc8tCebdtqoewAK1wZXJpb2RTdGFydE1zy0J5t22qgAAArmluY2x1ZGVkTWljcm9z0wAAAAAAFuNgqGxvdERyYXdzkZKlbG90LTHTAAAAAAAAAECtb3ZlcmFnZU1pY3Jvc9MAAAAAAAAAAKtpZGVtcG90ZW5jed4AAqVzY29wZbRjb25zdW1lAGFwaV9jYWxscwBrMatmaW5nZXJwcmludKcxNTAwMDY03gAHpHR5cGWwbGltaXRTZXR0aW5nc1NldKtlbnZpcm9ubWVudKRsaXZlqmN1c3RvbWVySWSmY3VzdC0yo2tleaVzZWF0c6RhdE1zy0J5t22qh8AAqXB1cmNoYXNlZGS0YXV0b0V4cGFuc2lvbkVuYWJsZWTD3gAGpHR5cGWwY3VzdG9tZXJVcHNlcnRlZKtlbnZpcm9ubWVudKR0ZXN0qmN1c3RvbWVySWSmY3VzdC0xo2tleaCkYXRNc8tCebdtqofQAKVwYXRjaN4AAqRuYW1lpEFjbWWobWV0YWRhdGHeAASkcGxhbqRnb2xkpXNlYXRzQaN2aXDDpGdvbmXA';
+  'lgnTApPeAAqkdHlwZahjb25zdW1lZKtlbnZpcm9ubWVudKR0ZXN0qmN1c3RvbWVySWSmY3VzdC0xo2tlealhcGlfY2' +
+  'FsbHOkYXRNc8tCebdtqoewAK1wZXJpb2RTdGFydE1zy0J5t22qgAAArmluY2x1ZGVkTWljcm9z0wAAAAAAFuNgqGxv' +
+  'dERyYXdzkZKlbG90LTHTAAAAAAAAAECtb3ZlcmFnZU1pY3Jvc9MAAAAAAAAAAKtpZGVtcG90ZW5jed4AAqVzY29wZb' +
+  'Rjb25zdW1lAGFwaV9jYWxscwBrMatmaW5nZXJwcmludKcxNTAwMDY03gAHpHR5cGWwbGltaXRTZXR0aW5nc1NldKtl' +
+  'bnZpcm9ubWVudKRsaXZlqmN1c3RvbWVySWSmY3VzdC0yo2tleaVzZWF0c6RhdE1zy0J5t22qh8AAqXB1cmNoYXNlZG' +
+  'S0YXV0b0V4cGFuc2lvbkVuYWJsZWTD3gAGpHR5cGWwY3VzdG9tZXJVcHNlcnRlZKtlbnZpcm9ubWVudKR0ZXN0qmN1' +
+  'c3RvbWVySWSmY3VzdC0xo2tleaCkYXRNc8tCebdtqofQAKVwYXRjaN4AAqRuYW1lpEFjbWWobWV0YWRhdGHeAASkcG' +
+  'xhbqRnb2xkpXNlYXRzQaN2aXDDpGdvbmXA';
 
-/** The events MAPS_FRAME_BASE64 holds (integers 65 and 100 are fixints there: record ids under records). */
+/**
+ * The events MAPS_FRAME_BASE64 holds (integers 65 and 100 are fixints there: record ids under
+ * records).
+ */
 const MAPS_FRAME_EVENTS = [
   {
     type: 'consumed',

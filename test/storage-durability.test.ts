@@ -72,79 +72,86 @@ describe('storage durability', () => {
     await env.root.close();
   });
 
-  it('after `await durable`, another process opening the env read-only sees the record', async () => {
-    const dir = tempDir('child');
-    const store = ShardStore.open(dir);
-    try {
-      const events = [{ type: 'usage', amountMinor: 42n }];
-      const { seq, durable } = store.append(events);
-      await durable;
+  it(
+    'after `await durable`, ' + 'another process opening the env read-only sees the record',
+    async () => {
+      const dir = tempDir('child');
+      const store = ShardStore.open(dir);
+      try {
+        const events = [{ type: 'usage', amountMinor: 42n }];
+        const { seq, durable } = store.append(events);
+        await durable;
+        const child = spawnSync(
+          process.execPath,
+          ['--input-type=module', '-e', readJournalHexScript, dir, String(seq)],
+          {
+            cwd: projectRoot,
+            encoding: 'utf8',
+          },
+        );
+        expect(child.stderr).toBe('');
+        expect(child.status).toBe(0);
+        expect(child.stdout).not.toBe('missing');
+        expect(decodeRecord(Buffer.from(child.stdout.trim(), 'hex'))).toEqual({
+          ok: true,
+          value: events,
+        });
+      } finally {
+        await store.close();
+      }
+    },
+  );
+
+  it(
+    'resolves `durable` and the recovery barrier only after an fsync completes (strace, ' +
+      'delayed fdatasync)',
+    () => {
+      expect(straceWorks, 'strace must be installed (.ci/run installs it)').toBe(true);
+      const outDir = compileStorage(probeScript);
+      const dataDir = tempDir('strace');
+      const tracePath = join(outDir, 'trace.txt');
       const child = spawnSync(
-        process.execPath,
-        ['--input-type=module', '-e', readJournalHexScript, dir, String(seq)],
-        {
-          cwd: projectRoot,
-          encoding: 'utf8',
-        },
+        'strace',
+        [
+          '-f',
+          '-o',
+          tracePath,
+          '-e',
+          'trace=fdatasync,fsync,write',
+          '-e',
+          `inject=fdatasync,fsync:delay_enter=${DELAY_MS * 1000}`,
+          process.execPath,
+          join(outDir, 'probe.mjs'),
+          dataDir,
+        ],
+        { encoding: 'utf8' },
       );
-      expect(child.stderr).toBe('');
-      expect(child.status).toBe(0);
-      expect(child.stdout).not.toBe('missing');
-      expect(decodeRecord(Buffer.from(child.stdout.trim(), 'hex'))).toEqual({
-        ok: true,
-        value: events,
-      });
-    } finally {
-      await store.close();
-    }
-  });
+      expect(child.status, child.stderr).toBe(0);
+      const barrierLine = /BARRIER DURABLE elapsedMs=([\d.]+)/.exec(child.stdout);
+      expect(barrierLine, child.stdout).not.toBeNull();
+      expect(Number(barrierLine?.[1])).toBeGreaterThanOrEqual(DELAY_MS);
+      const durableLine = /\nDURABLE seq=(\d+) elapsedMs=([\d.]+)/.exec(child.stdout);
+      expect(durableLine, child.stdout).not.toBeNull();
+      expect(Number(durableLine?.[2])).toBeGreaterThanOrEqual(DELAY_MS);
 
-  it('resolves `durable` and the recovery barrier only after an fsync completes (strace, delayed fdatasync)', () => {
-    expect(straceWorks, 'strace must be installed (.ci/run installs it)').toBe(true);
-    const outDir = compileStorage(probeScript);
-    const dataDir = tempDir('strace');
-    const tracePath = join(outDir, 'trace.txt');
-    const child = spawnSync(
-      'strace',
-      [
-        '-f',
-        '-o',
-        tracePath,
-        '-e',
-        'trace=fdatasync,fsync,write',
-        '-e',
-        `inject=fdatasync,fsync:delay_enter=${DELAY_MS * 1000}`,
-        process.execPath,
-        join(outDir, 'probe.mjs'),
-        dataDir,
-      ],
-      { encoding: 'utf8' },
-    );
-    expect(child.status, child.stderr).toBe(0);
-    const barrierLine = /BARRIER DURABLE elapsedMs=([\d.]+)/.exec(child.stdout);
-    expect(barrierLine, child.stdout).not.toBeNull();
-    expect(Number(barrierLine?.[1])).toBeGreaterThanOrEqual(DELAY_MS);
-    const durableLine = /\nDURABLE seq=(\d+) elapsedMs=([\d.]+)/.exec(child.stdout);
-    expect(durableLine, child.stdout).not.toBeNull();
-    expect(Number(durableLine?.[2])).toBeGreaterThanOrEqual(DELAY_MS);
-
-    const trace = readFileSync(tracePath, 'utf8').split('\n');
-    const syncCompleted = (line: string): boolean =>
-      /f(data)?sync(\(\d+\)| resumed>).*= 0/.test(line);
-    const barrierIssued = trace.findIndex((line) => line.includes('write(1, "BARRIER ISSUED'));
-    const barrierDone = trace.findIndex((line) => line.includes('write(1, "BARRIER DURABLE'));
-    expect(barrierIssued).toBeGreaterThanOrEqual(0);
-    expect(barrierDone).toBeGreaterThan(barrierIssued);
-    expect(
-      trace.slice(barrierIssued, barrierDone).filter(syncCompleted).length,
-    ).toBeGreaterThanOrEqual(1);
-    const issued = trace.findIndex((line) => line.includes('write(1, "ISSUED'));
-    const resolved = trace.findIndex((line) => line.includes('write(1, "DURABLE'));
-    expect(issued).toBeGreaterThanOrEqual(0);
-    expect(resolved).toBeGreaterThan(issued);
-    const syncsCompleted = trace.slice(issued, resolved).filter(syncCompleted);
-    expect(syncsCompleted.length).toBeGreaterThanOrEqual(1);
-  });
+      const trace = readFileSync(tracePath, 'utf8').split('\n');
+      const syncCompleted = (line: string): boolean =>
+        /f(data)?sync(\(\d+\)| resumed>).*= 0/.test(line);
+      const barrierIssued = trace.findIndex((line) => line.includes('write(1, "BARRIER ISSUED'));
+      const barrierDone = trace.findIndex((line) => line.includes('write(1, "BARRIER DURABLE'));
+      expect(barrierIssued).toBeGreaterThanOrEqual(0);
+      expect(barrierDone).toBeGreaterThan(barrierIssued);
+      expect(
+        trace.slice(barrierIssued, barrierDone).filter(syncCompleted).length,
+      ).toBeGreaterThanOrEqual(1);
+      const issued = trace.findIndex((line) => line.includes('write(1, "ISSUED'));
+      const resolved = trace.findIndex((line) => line.includes('write(1, "DURABLE'));
+      expect(issued).toBeGreaterThanOrEqual(0);
+      expect(resolved).toBeGreaterThan(issued);
+      const syncsCompleted = trace.slice(issued, resolved).filter(syncCompleted);
+      expect(syncsCompleted.length).toBeGreaterThanOrEqual(1);
+    },
+  );
 
   it('rejects `durable` for every append of a batch the disk refuses', () => {
     const outDir = compileStorage(failingProbeScript);
@@ -183,7 +190,8 @@ await root.close();
 `;
 
 /** Child under strace: append one batch with the real ShardStore and report when durable. */
-const probeScript = `
+const probeScript =
+  `
 import { writeSync } from 'node:fs';
 import { ShardStore } from './storage/journal.js';
 const store = ShardStore.open(process.argv[2]);
@@ -191,17 +199,20 @@ store.replay(0, () => undefined);
 writeSync(1, 'BARRIER ISSUED\\n');
 const barrierStartedMs = performance.now();
 await store.syncRecovered();
-writeSync(1, 'BARRIER DURABLE elapsedMs=' + (performance.now() - barrierStartedMs).toFixed(1) + '\\n');
+writeSync(1, 'BARRIER DURABLE elapsedMs=' + (performance.now() - ` +
+  `barrierStartedMs).toFixed(1) + '\\n');
 writeSync(1, 'ISSUED\\n');
 const startedMs = performance.now();
 const { seq, durable } = store.append([{ type: 'probe', amountMinor: 1n }]);
 await durable;
-writeSync(1, 'DURABLE seq=' + seq + ' elapsedMs=' + (performance.now() - startedMs).toFixed(1) + '\\n');
+writeSync(1, 'DURABLE seq=' + seq + ' elapsedMs=' + (performance.now() - ` +
+  `startedMs).toFixed(1) + '\\n');
 await store.close();
 `;
 
 /** Child with a file-size limit: one good batch, then a batch too big to write. */
-const failingProbeScript = `
+const failingProbeScript =
+  `
 import { writeSync } from 'node:fs';
 import { ShardStore } from './storage/journal.js';
 const out = (line) => writeSync(1, line + '\\n');
@@ -210,7 +221,8 @@ await store.append([{ type: 'small' }]).durable.then(() => out('small DURABLE'))
 const big = store.append([{ type: 'big', blob: 'x'.repeat(8 * 1024 * 1024) }]);
 const sameBatch = store.append([{ type: 'same-batch' }]);
 for (const [name, appended] of [['big', big], ['same-batch', sameBatch]]) {
-  await appended.durable.then(() => out(name + ' DURABLE'), (error) => out(name + ' REJECTED ' + error.message));
+  await appended.durable.then(() => out(name + ' DURABLE'), (error) => out(name + ' ` +
+  `REJECTED ' + error.message));
 }
 await store.close().then(() => out('CLOSED'), (error) => out('CLOSE FAILED ' + error.message));
 `;

@@ -123,27 +123,31 @@ describe('ShardStore journal', () => {
     expect(seen).toEqual([1]);
   });
 
-  it('drops the records after a missing one: appends in flight when an earlier append failed, never acknowledged', async () => {
-    const dir = tempDir();
-    const store = openStore(dir);
-    for (const n of [1, 2, 3, 4]) await store.append(batch(n)).durable;
-    await closeStore(store);
-    await damage(dir, 'journal', 2, null);
+  it(
+    'drops the records after a missing one: appends in flight when an earlier append ' +
+      'failed, never acknowledged',
+    async () => {
+      const dir = tempDir();
+      const store = openStore(dir);
+      for (const n of [1, 2, 3, 4]) await store.append(batch(n)).durable;
+      await closeStore(store);
+      await damage(dir, 'journal', 2, null);
 
-    const reopened = openStore(dir);
-    const seen: number[] = [];
-    const result = reopened.replay(0, (seq) => seen.push(seq));
-    expect(seen).toEqual([1]);
-    expect(result).toMatchObject({ batches: 1, droppedTail: false, droppedAfterGap: 2 });
-    expect(reopened.lastSeq).toBe(1);
-    // The next append takes the first free seq, and a later start replays it in order.
-    await reopened.append(batch(5)).durable;
-    expect(reopened.lastSeq).toBe(2);
-    await closeStore(reopened);
-    const again: number[] = [];
-    openStore(dir).replay(0, (seq) => again.push(seq));
-    expect(again).toEqual([1, 2]);
-  });
+      const reopened = openStore(dir);
+      const seen: number[] = [];
+      const result = reopened.replay(0, (seq) => seen.push(seq));
+      expect(seen).toEqual([1]);
+      expect(result).toMatchObject({ batches: 1, droppedTail: false, droppedAfterGap: 2 });
+      expect(reopened.lastSeq).toBe(1);
+      // The next append takes the first free seq, and a later start replays it in order.
+      await reopened.append(batch(5)).durable;
+      expect(reopened.lastSeq).toBe(2);
+      await closeStore(reopened);
+      const again: number[] = [];
+      openStore(dir).replay(0, (seq) => again.push(seq));
+      expect(again).toEqual([1, 2]);
+    },
+  );
 
   it('stores and reads metadata durably across reopen', async () => {
     const dir = tempDir();
@@ -265,43 +269,50 @@ describe('ShardStore snapshots', () => {
     expect(() => store.writeSnapshot(1, [])).toThrow(/go back before 2/);
   });
 
-  it('refuses, inside the transaction, a concurrent snapshot older than the one before it', async () => {
-    const store = openStore(tempDir());
-    for (const n of [1, 2, 3]) await store.append(batch(n)).durable;
-    const newer = store.writeSnapshot(3, items(5, 'newer'));
-    const older = store.writeSnapshot(2, items(5, 'older'));
-    await newer;
-    await expect(older).rejects.toThrow(
-      /snapshot at seq 2 was not committed: .*would replace a newer snapshot at 3/,
-    );
-    expect(store.loadSnapshot()).toEqual({
-      seq: 3,
-      createdAtMs: expect.any(Number),
-      items: items(5, 'newer'),
-    });
-    expect(store.stats().snapshotSeq).toBe(3);
-  });
+  it(
+    'refuses, inside the transaction, ' + 'a concurrent snapshot older than the one before it',
+    async () => {
+      const store = openStore(tempDir());
+      for (const n of [1, 2, 3]) await store.append(batch(n)).durable;
+      const newer = store.writeSnapshot(3, items(5, 'newer'));
+      const older = store.writeSnapshot(2, items(5, 'older'));
+      await newer;
+      await expect(older).rejects.toThrow(
+        /snapshot at seq 2 was not committed: .*would replace a newer snapshot at 3/,
+      );
+      expect(store.loadSnapshot()).toEqual({
+        seq: 3,
+        createdAtMs: expect.any(Number),
+        items: items(5, 'newer'),
+      });
+      expect(store.stats().snapshotSeq).toBe(3);
+    },
+  );
 
-  it('reads a snapshot chunk by chunk, and stops at a corrupt chunk after handing over the ones before it', async () => {
-    const { dir, store, snapshotItems, chunk2 } = await storeWithThreeChunkSnapshot('r');
-    const chunks: unknown[][] = [];
-    expect(store.readSnapshot((chunk) => chunks.push([...chunk]))).toEqual({
-      seq: 1,
-      createdAtMs: expect.any(Number),
-      itemCount: snapshotItems.length,
-    });
-    expect(chunks.map((c) => c.length)).toEqual([SNAPSHOT_CHUNK_ITEMS, SNAPSHOT_CHUNK_ITEMS, 1]);
-    expect(chunks.flat()).toEqual(snapshotItems);
-    await closeStore(store);
+  it(
+    'reads a snapshot chunk by chunk, and stops at a corrupt chunk after handing over the ' +
+      'ones before it',
+    async () => {
+      const { dir, store, snapshotItems, chunk2 } = await storeWithThreeChunkSnapshot('r');
+      const chunks: unknown[][] = [];
+      expect(store.readSnapshot((chunk) => chunks.push([...chunk]))).toEqual({
+        seq: 1,
+        createdAtMs: expect.any(Number),
+        itemCount: snapshotItems.length,
+      });
+      expect(chunks.map((c) => c.length)).toEqual([SNAPSHOT_CHUNK_ITEMS, SNAPSHOT_CHUNK_ITEMS, 1]);
+      expect(chunks.flat()).toEqual(snapshotItems);
+      await closeStore(store);
 
-    await damage(dir, 'snapshot', 2, flipLastByte(chunk2));
-    const reopened = openStore(dir);
-    const seen: number[] = [];
-    expect(() => reopened.readSnapshot((chunk) => seen.push(chunk.length))).toThrow(
-      /chunk 2 failed verification \(checksum\)/,
-    );
-    expect(seen).toEqual([SNAPSHOT_CHUNK_ITEMS]);
-  });
+      await damage(dir, 'snapshot', 2, flipLastByte(chunk2));
+      const reopened = openStore(dir);
+      const seen: number[] = [];
+      expect(() => reopened.readSnapshot((chunk) => seen.push(chunk.length))).toThrow(
+        /chunk 2 failed verification \(checksum\)/,
+      );
+      expect(seen).toEqual([SNAPSHOT_CHUNK_ITEMS]);
+    },
+  );
 
   it('throws on a corrupt chunk, a missing chunk or a corrupt header', async () => {
     const { dir, store, chunk2 } = await storeWithThreeChunkSnapshot('c');

@@ -128,64 +128,69 @@ describe('resources over the SDK', () => {
     expect(all).toEqual(expect.arrayContaining(created.map((c) => c.id)));
   });
 
-  it('finds prices by lookup key and keeps prices immutable except active and metadata', async () => {
-    const { product, monthly } = await catalog('Lookup plan');
-    const keyed = await stripe.prices.create({
-      product: product.id,
-      currency: 'usd',
-      unit_amount: 9900,
-      recurring: { interval: 'year' },
-      lookup_key: 'lookup_plan_yearly',
-    });
-    const found = await stripe.prices.list({ lookup_keys: ['lookup_plan_yearly'] });
-    expect(found.data.map((p) => p.id)).toEqual([keyed.id]);
-    expect(found.data[0]).toMatchObject({
-      type: 'recurring',
-      recurring: { interval: 'year', interval_count: 1 },
-      unit_amount: 9900,
-      currency: 'usd',
-    });
-
-    await expect(
-      stripe.prices.create({
+  it(
+    'finds prices by lookup key and keeps ' + 'prices immutable except active and metadata',
+    async () => {
+      const { product, monthly } = await catalog('Lookup plan');
+      const keyed = await stripe.prices.create({
         product: product.id,
         currency: 'usd',
-        unit_amount: 1,
+        unit_amount: 9900,
+        recurring: { interval: 'year' },
         lookup_key: 'lookup_plan_yearly',
-      }),
-    ).rejects.toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
-    const moved = await stripe.prices.create({
-      product: product.id,
-      currency: 'usd',
-      unit_amount: 8900,
-      recurring: { interval: 'year' },
-      lookup_key: 'lookup_plan_yearly',
-      transfer_lookup_key: true,
-    });
-    expect(
-      (await stripe.prices.list({ lookup_keys: ['lookup_plan_yearly'] })).data.map((p) => p.id),
-    ).toEqual([moved.id]);
+      });
+      const found = await stripe.prices.list({ lookup_keys: ['lookup_plan_yearly'] });
+      expect(found.data.map((p) => p.id)).toEqual([keyed.id]);
+      expect(found.data[0]).toMatchObject({
+        type: 'recurring',
+        recurring: { interval: 'year', interval_count: 1 },
+        unit_amount: 9900,
+        currency: 'usd',
+      });
 
-    const retired = await stripe.prices.update(monthly.id, {
-      active: false,
-      metadata: { retired: 'yes' },
-    });
-    expect(retired).toMatchObject({ active: false, metadata: { retired: 'yes' } });
-    const active = await stripe.prices.list({ product: product.id, active: true, limit: 100 });
-    expect(active.data.map((p) => p.id)).not.toContain(monthly.id);
-    const change = stripe.prices.update(monthly.id, { unit_amount: 1 } as Stripe.PriceUpdateParams);
-    await expect(change).rejects.toMatchObject({
-      type: 'StripeInvalidRequestError',
-      code: 'parameter_unknown',
-      param: 'unit_amount',
-    });
+      await expect(
+        stripe.prices.create({
+          product: product.id,
+          currency: 'usd',
+          unit_amount: 1,
+          lookup_key: 'lookup_plan_yearly',
+        }),
+      ).rejects.toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
+      const moved = await stripe.prices.create({
+        product: product.id,
+        currency: 'usd',
+        unit_amount: 8900,
+        recurring: { interval: 'year' },
+        lookup_key: 'lookup_plan_yearly',
+        transfer_lookup_key: true,
+      });
+      expect(
+        (await stripe.prices.list({ lookup_keys: ['lookup_plan_yearly'] })).data.map((p) => p.id),
+      ).toEqual([moved.id]);
 
-    const archived = await stripe.products.update(product.id, { active: false });
-    expect(archived.active).toBe(false);
-    expect(
-      (await stripe.products.list({ active: false, limit: 100 })).data.map((p) => p.id),
-    ).toContain(product.id);
-  });
+      const retired = await stripe.prices.update(monthly.id, {
+        active: false,
+        metadata: { retired: 'yes' },
+      });
+      expect(retired).toMatchObject({ active: false, metadata: { retired: 'yes' } });
+      const active = await stripe.prices.list({ product: product.id, active: true, limit: 100 });
+      expect(active.data.map((p) => p.id)).not.toContain(monthly.id);
+      const change = stripe.prices.update(monthly.id, {
+        unit_amount: 1,
+      } as Stripe.PriceUpdateParams);
+      await expect(change).rejects.toMatchObject({
+        type: 'StripeInvalidRequestError',
+        code: 'parameter_unknown',
+        param: 'unit_amount',
+      });
+
+      const archived = await stripe.products.update(product.id, { active: false });
+      expect(archived.active).toBe(false);
+      expect(
+        (await stripe.products.list({ active: false, limit: 100 })).data.map((p) => p.id),
+      ).toContain(product.id);
+    },
+  );
 
   it('expands related objects on retrieve and on lists', async () => {
     const customer = await stripe.customers.create({ email: 'expand@example.com' });
@@ -319,85 +324,89 @@ describe('hosted checkout and webhooks', () => {
       );
   }
 
-  it('sells a subscription: page, payment, redirect, subscription, paid invoice, signed events in order', async () => {
-    expect(endpoint.secret).toMatch(/^whsec_/);
-    const { product, monthly } = await catalog('Tally Pro', 2000);
-    const before = receiver.received.length;
-    const session = await stripe.checkout.sessions.create({
-      mode: 'subscription',
-      line_items: [{ price: monthly.id, quantity: 1 }],
-      success_url: 'http://127.0.0.1:1/done?session={CHECKOUT_SESSION_ID}',
-      cancel_url: 'http://127.0.0.1:1/cancel',
-      client_reference_id: 'acct_42',
-      metadata: { tally_account: '42' },
-    });
-    expect(session).toMatchObject({
-      status: 'open',
-      payment_status: 'unpaid',
-      amount_total: 2000,
-      currency: 'usd',
-      url: `${sandbox.url}/checkout/${session.id}`,
-    });
-    expect(session.expires_at - session.created).toBe(24 * 60 * 60);
+  it(
+    'sells a subscription: page, payment, redirect, subscription, paid invoice, signed ' +
+      'events in order',
+    async () => {
+      expect(endpoint.secret).toMatch(/^whsec_/);
+      const { product, monthly } = await catalog('Tally Pro', 2000);
+      const before = receiver.received.length;
+      const session = await stripe.checkout.sessions.create({
+        mode: 'subscription',
+        line_items: [{ price: monthly.id, quantity: 1 }],
+        success_url: 'http://127.0.0.1:1/done?session={CHECKOUT_SESSION_ID}',
+        cancel_url: 'http://127.0.0.1:1/cancel',
+        client_reference_id: 'acct_42',
+        metadata: { tally_account: '42' },
+      });
+      expect(session).toMatchObject({
+        status: 'open',
+        payment_status: 'unpaid',
+        amount_total: 2000,
+        currency: 'usd',
+        url: `${sandbox.url}/checkout/${session.id}`,
+      });
+      expect(session.expires_at - session.created).toBe(24 * 60 * 60);
 
-    const page = await fetch(session.url as string);
-    const html = await page.text();
-    expect(page.status).toBe(200);
-    expect(html).toContain(product.name);
-    expect(html).toContain('$20.00 / month');
-    expect(html).toContain(`action="/checkout/${session.id}/pay"`);
+      const page = await fetch(session.url as string);
+      const html = await page.text();
+      expect(page.status).toBe(200);
+      expect(html).toContain(product.name);
+      expect(html).toContain('$20.00 / month');
+      expect(html).toContain(`action="/checkout/${session.id}/pay"`);
 
-    expect(await pay(session)).toBe(`http://127.0.0.1:1/done?session=${session.id}`);
-    const done = await stripe.checkout.sessions.retrieve(session.id, {
-      expand: ['subscription', 'customer'],
-    });
-    expect(done).toMatchObject({
-      status: 'complete',
-      payment_status: 'paid',
-      client_reference_id: 'acct_42',
-      metadata: { tally_account: '42' },
-    });
-    expect((done.customer as Stripe.Customer).email).toBe('buyer@example.com');
-    const subscription = done.subscription as Stripe.Subscription;
-    const item = subscription.items.data[0] as Stripe.SubscriptionItem;
-    expect(subscription.status).toBe('active');
-    expect(item.price.id).toBe(monthly.id);
-    const start = new Date(item.current_period_start * 1000);
-    const end = new Date(item.current_period_end * 1000);
-    expect((end.getUTCMonth() - start.getUTCMonth() + 12) % 12).toBe(1);
+      expect(await pay(session)).toBe(`http://127.0.0.1:1/done?session=${session.id}`);
+      const done = await stripe.checkout.sessions.retrieve(session.id, {
+        expand: ['subscription', 'customer'],
+      });
+      expect(done).toMatchObject({
+        status: 'complete',
+        payment_status: 'paid',
+        client_reference_id: 'acct_42',
+        metadata: { tally_account: '42' },
+      });
+      expect((done.customer as Stripe.Customer).email).toBe('buyer@example.com');
+      const subscription = done.subscription as Stripe.Subscription;
+      const item = subscription.items.data[0] as Stripe.SubscriptionItem;
+      expect(subscription.status).toBe('active');
+      expect(item.price.id).toBe(monthly.id);
+      const start = new Date(item.current_period_start * 1000);
+      const end = new Date(item.current_period_end * 1000);
+      expect((end.getUTCMonth() - start.getUTCMonth() + 12) % 12).toBe(1);
 
-    const invoice = await stripe.invoices.retrieve(subscription.latest_invoice as string);
-    expect(invoice).toMatchObject({
-      status: 'paid',
-      amount_paid: 2000,
-      billing_reason: 'subscription_create',
-      customer: subscription.customer,
-    });
-    expect(invoice.parent?.subscription_details?.subscription).toBe(subscription.id);
-    expect(invoice.lines.data[0]).toMatchObject({
-      subscription: subscription.id,
-      period: { start: item.current_period_start, end: item.current_period_end },
-    });
+      const invoice = await stripe.invoices.retrieve(subscription.latest_invoice as string);
+      expect(invoice).toMatchObject({
+        status: 'paid',
+        amount_paid: 2000,
+        billing_reason: 'subscription_create',
+        customer: subscription.customer,
+      });
+      expect(invoice.parent?.subscription_details?.subscription).toBe(subscription.id);
+      expect(invoice.lines.data[0]).toMatchObject({
+        subscription: subscription.id,
+        period: { start: item.current_period_start, end: item.current_period_end },
+      });
 
-    await sandbox.deliveries.idle();
-    const events = verified(before);
-    expect(events.map((e) => e.type)).toEqual([
-      'customer.created',
-      'customer.subscription.created',
-      'invoice.paid',
-      'checkout.session.completed',
-    ]);
-    const completed = events[3] as Stripe.CheckoutSessionCompletedEvent;
-    expect(completed.data.object.id).toBe(session.id);
-    expect(() =>
-      stripe.webhooks.constructEvent(
-        receiver.received[before]?.body ?? '',
-        receiver.received[before]?.signature ?? '',
-        'whsec_wrong',
-      ),
-    ).toThrow(Stripe.errors.StripeSignatureVerificationError);
-    expect((await stripe.events.retrieve(completed.id)).pending_webhooks).toBe(0);
-  });
+      await sandbox.deliveries.idle();
+      const events = verified(before);
+      expect(events.map((e) => e.type)).toEqual([
+        'customer.created',
+        'customer.subscription.created',
+        'invoice.paid',
+        'checkout.session.completed',
+      ]);
+      const completed = events[3] as Stripe.CheckoutSessionCompletedEvent;
+      expect(completed.data.object.id).toBe(session.id);
+      expect(() =>
+        stripe.webhooks.constructEvent(
+          receiver.received[before]?.body ?? '',
+          receiver.received[before]?.signature ?? '',
+          'whsec_wrong',
+        ),
+      ).toThrow(Stripe.errors.StripeSignatureVerificationError);
+      expect((await stripe.events.retrieve(completed.id)).pending_webhooks).toBe(0);
+    },
+  );
 
   it('sells a one-time credit pack through a payment intent and charge', async () => {
     const { product, oneTime } = await catalog('Credit pack');
@@ -445,28 +454,31 @@ describe('hosted checkout and webhooks', () => {
     ]);
   });
 
-  it('escapes what it shows on the page and reads invoice lines and subscription items', async () => {
-    const { monthly } = await catalog('<b>Bold & Co</b>', 1234);
-    const session = await stripe.checkout.sessions.create({
-      mode: 'subscription',
-      line_items: [{ price: monthly.id, quantity: 2 }],
-      success_url: 'http://127.0.0.1:1/ok',
-    });
-    const html = await (await fetch(session.url as string)).text();
-    expect(html).toContain('&lt;b&gt;Bold &amp; Co&lt;/b&gt; × 2');
-    expect(html).not.toContain('<b>Bold');
-    expect(html).toContain('$24.68');
-    await pay(session);
-    const subscription = (await stripe.checkout.sessions.retrieve(session.id))
-      .subscription as string;
-    const items = await stripe.subscriptionItems.list({ subscription });
-    expect(items.data.map((i) => [i.price.id, i.quantity])).toEqual([[monthly.id, 2]]);
-    const invoice = (await stripe.invoices.list({ subscription })).data[0] as Stripe.Invoice;
-    const lines = await stripe.invoices.listLineItems(invoice.id);
-    expect(lines.data.map((l) => l.amount)).toEqual([2468]);
-    const lineItems = await stripe.checkout.sessions.listLineItems(session.id);
-    expect(lineItems.data[0]).toMatchObject({ quantity: 2, amount_total: 2468 });
-  });
+  it(
+    'escapes what it shows on the page and ' + 'reads invoice lines and subscription items',
+    async () => {
+      const { monthly } = await catalog('<b>Bold & Co</b>', 1234);
+      const session = await stripe.checkout.sessions.create({
+        mode: 'subscription',
+        line_items: [{ price: monthly.id, quantity: 2 }],
+        success_url: 'http://127.0.0.1:1/ok',
+      });
+      const html = await (await fetch(session.url as string)).text();
+      expect(html).toContain('&lt;b&gt;Bold &amp; Co&lt;/b&gt; × 2');
+      expect(html).not.toContain('<b>Bold');
+      expect(html).toContain('$24.68');
+      await pay(session);
+      const subscription = (await stripe.checkout.sessions.retrieve(session.id))
+        .subscription as string;
+      const items = await stripe.subscriptionItems.list({ subscription });
+      expect(items.data.map((i) => [i.price.id, i.quantity])).toEqual([[monthly.id, 2]]);
+      const invoice = (await stripe.invoices.list({ subscription })).data[0] as Stripe.Invoice;
+      const lines = await stripe.invoices.listLineItems(invoice.id);
+      expect(lines.data.map((l) => l.amount)).toEqual([2468]);
+      const lineItems = await stripe.checkout.sessions.listLineItems(session.id);
+      expect(lineItems.data[0]).toMatchObject({ quantity: 2, amount_total: 2468 });
+    },
+  );
 
   it('shows an expired session as expired and refuses to take payment', async () => {
     const { oneTime } = await catalog('Expiring');
@@ -581,69 +593,75 @@ describe('webhook delivery rules', () => {
 });
 
 describe('billing time', () => {
-  it('renews subscriptions on a test clock: a second paid invoice for the next period', async () => {
-    const frozen = Date.UTC(2026, 0, 31, 12) / 1000;
-    const clock = await stripe.testHelpers.testClocks.create({
-      frozen_time: frozen,
-      name: 'renewal',
-    });
-    const customer = await stripe.customers.create({
-      email: 'clock@example.com',
-      test_clock: clock.id,
-    });
-    const { monthly } = await catalog('Clocked plan', 1500);
-    const session = await stripe.checkout.sessions.create({
-      mode: 'subscription',
-      customer: customer.id,
-      line_items: [{ price: monthly.id }],
-      success_url: 'http://127.0.0.1:1/ok',
-    });
-    await pay(session);
-    const subscriptionId = (await stripe.checkout.sessions.retrieve(session.id))
-      .subscription as string;
-    const first = (await stripe.subscriptions.retrieve(subscriptionId)).items
-      .data[0] as Stripe.SubscriptionItem;
-    expect([first.current_period_start, first.current_period_end]).toEqual([
-      frozen,
-      Date.UTC(2026, 1, 28, 12) / 1000,
-    ]);
+  it(
+    'renews subscriptions on a test clock: ' + 'a second paid invoice for the next period',
+    async () => {
+      const frozen = Date.UTC(2026, 0, 31, 12) / 1000;
+      const clock = await stripe.testHelpers.testClocks.create({
+        frozen_time: frozen,
+        name: 'renewal',
+      });
+      const customer = await stripe.customers.create({
+        email: 'clock@example.com',
+        test_clock: clock.id,
+      });
+      const { monthly } = await catalog('Clocked plan', 1500);
+      const session = await stripe.checkout.sessions.create({
+        mode: 'subscription',
+        customer: customer.id,
+        line_items: [{ price: monthly.id }],
+        success_url: 'http://127.0.0.1:1/ok',
+      });
+      await pay(session);
+      const subscriptionId = (await stripe.checkout.sessions.retrieve(session.id))
+        .subscription as string;
+      const first = (await stripe.subscriptions.retrieve(subscriptionId)).items
+        .data[0] as Stripe.SubscriptionItem;
+      expect([first.current_period_start, first.current_period_end]).toEqual([
+        frozen,
+        Date.UTC(2026, 1, 28, 12) / 1000,
+      ]);
 
-    const advancing = await stripe.testHelpers.testClocks.advance(clock.id, {
-      frozen_time: Date.UTC(2026, 2, 1) / 1000,
-    });
-    expect(advancing.status).toBe('advancing');
-    let ready = advancing;
-    for (let i = 0; i < 100 && ready.status !== 'ready'; i++)
-      ready = await stripe.testHelpers.testClocks.retrieve(clock.id);
-    expect(ready).toMatchObject({ status: 'ready', frozen_time: Date.UTC(2026, 2, 1) / 1000 });
+      const advancing = await stripe.testHelpers.testClocks.advance(clock.id, {
+        frozen_time: Date.UTC(2026, 2, 1) / 1000,
+      });
+      expect(advancing.status).toBe('advancing');
+      let ready = advancing;
+      for (let i = 0; i < 100 && ready.status !== 'ready'; i++)
+        ready = await stripe.testHelpers.testClocks.retrieve(clock.id);
+      expect(ready).toMatchObject({ status: 'ready', frozen_time: Date.UTC(2026, 2, 1) / 1000 });
 
-    const invoices = await stripe.invoices.list({ subscription: subscriptionId });
-    expect(invoices.data).toHaveLength(2);
-    const renewal = invoices.data[0] as Stripe.Invoice;
-    expect(renewal).toMatchObject({
-      status: 'paid',
-      amount_paid: 1500,
-      billing_reason: 'subscription_cycle',
-      test_clock: clock.id,
-    });
-    expect(renewal.lines.data[0]?.period).toEqual({
-      start: Date.UTC(2026, 1, 28, 12) / 1000,
-      end: Date.UTC(2026, 2, 31, 12) / 1000,
-    });
-    const renewed = await stripe.subscriptions.retrieve(subscriptionId);
-    expect(renewed.latest_invoice).toBe(renewal.id);
-    expect(renewed.items.data[0]?.current_period_end).toBe(Date.UTC(2026, 2, 31, 12) / 1000);
+      const invoices = await stripe.invoices.list({ subscription: subscriptionId });
+      expect(invoices.data).toHaveLength(2);
+      const renewal = invoices.data[0] as Stripe.Invoice;
+      expect(renewal).toMatchObject({
+        status: 'paid',
+        amount_paid: 1500,
+        billing_reason: 'subscription_cycle',
+        test_clock: clock.id,
+      });
+      expect(renewal.lines.data[0]?.period).toEqual({
+        start: Date.UTC(2026, 1, 28, 12) / 1000,
+        end: Date.UTC(2026, 2, 31, 12) / 1000,
+      });
+      const renewed = await stripe.subscriptions.retrieve(subscriptionId);
+      expect(renewed.latest_invoice).toBe(renewal.id);
+      expect(renewed.items.data[0]?.current_period_end).toBe(Date.UTC(2026, 2, 31, 12) / 1000);
 
-    const paid = await stripe.events.list({ type: 'invoice.paid', limit: 100 });
-    expect(paid.data.some((e) => (e.data.object as Stripe.Invoice).id === renewal.id)).toBe(true);
-    const updates = await stripe.events.list({ type: 'customer.subscription.updated', limit: 100 });
-    expect(
-      updates.data.some((e) => (e.data.object as Stripe.Subscription).id === subscriptionId),
-    ).toBe(true);
-    await expect(
-      stripe.testHelpers.testClocks.advance(clock.id, { frozen_time: frozen }),
-    ).rejects.toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
-  });
+      const paid = await stripe.events.list({ type: 'invoice.paid', limit: 100 });
+      expect(paid.data.some((e) => (e.data.object as Stripe.Invoice).id === renewal.id)).toBe(true);
+      const updates = await stripe.events.list({
+        type: 'customer.subscription.updated',
+        limit: 100,
+      });
+      expect(
+        updates.data.some((e) => (e.data.object as Stripe.Subscription).id === subscriptionId),
+      ).toBe(true);
+      await expect(
+        stripe.testHelpers.testClocks.advance(clock.id, { frozen_time: frozen }),
+      ).rejects.toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
+    },
+  );
 
   it('expires open checkout sessions when their time is up', async () => {
     let now = Date.UTC(2026, 3, 1);

@@ -48,7 +48,10 @@ export function liveSubscription(customer: CustomerState | undefined): Subscript
   return null;
 }
 
-/** The customer's plan: a live subscription's product (if still configured), else the default product. */
+/**
+ * The customer's plan: a live subscription's product (if still configured), else the default
+ * product.
+ */
 export function subscribedPlan(
   customer: CustomerState | undefined,
   config: CompiledConfig,
@@ -233,7 +236,10 @@ export function decideSyncSubscription(
   };
 }
 
-/** A paid purchase: recorded once by its id, with a credit lot (named by the purchase) per meter its product grants. */
+/**
+ * A paid purchase: recorded once by its id, with a credit lot (named by the purchase) per meter its
+ * product grants.
+ */
 export function decideRecordPurchase(
   customer: CustomerState | undefined,
   config: CompiledConfig,

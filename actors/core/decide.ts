@@ -494,7 +494,9 @@ function decideUpsertCustomer(
   });
 }
 
-/** Every key must exist (404) and, for usage and limits, be of that type (400); first failure wins. */
+/**
+ * Every key must exist (404) and, for usage and limits, be of that type (400); first failure wins.
+ */
 function contextRejection(
   config: CompiledConfig,
   environment: Environment,
@@ -524,7 +526,8 @@ function decideContext(
 ): Decision {
   const rejection = contextRejection(config, command.environment, command.request);
   if (rejection !== null) return rejected(rejection);
-  // The application's hot path repeats the same profile on every call: only a change is written (and audited).
+  // The application's hot path repeats the same profile on every call: only a change is written
+  // (and audited).
   if (customer !== undefined && !patchChanges(customer.profile, command.patch)) return REPLAY;
   return decideUpsertCustomer(customer, { ...command, op: 'upsertCustomer' }, nowMs);
 }

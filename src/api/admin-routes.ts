@@ -46,7 +46,10 @@ export type AdminRouteRecord = AnyRouteRecord<AdminDeps, OperatorCaller>;
 
 export type AdminRoute = CompiledRoute<AdminDeps, OperatorCaller>;
 
-/** A route other modules contribute (snapshots, metrics): `[method, pattern, the rest of its record]`. */
+/**
+ * A route other modules contribute (snapshots, metrics): `[method, pattern, the rest of its
+ * record]`.
+ */
 export type AdminRouteEntry = readonly [Method, string, Omit<AdminRouteRecord, 'method' | 'path'>];
 
 export interface AdminDeps {
@@ -300,7 +303,9 @@ export const ADMIN_ROUTES: readonly AdminRouteRecord[] = [
   }),
 ];
 
-/** Every operator route: the built-in ones and those `extra` contributes, their schemas compiled. */
+/**
+ * Every operator route: the built-in ones and those `extra` contributes, their schemas compiled.
+ */
 export function buildAdminRouter(
   deps: AdminDeps,
   extra: readonly AdminRouteEntry[] = [],

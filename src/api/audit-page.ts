@@ -31,7 +31,10 @@ export function auditPage(ex: Exchange, audit: AuditLog, stream: string, query: 
   ex.json(200, { data: page.data, nextCursor });
 }
 
-/** Answers a failed verification: 503 with Retry-After when the lane is full, else a bug (500, logged). */
+/**
+ * Answers a failed verification: 503 with Retry-After when the lane is full, else a bug (500,
+ * logged).
+ */
 export function failVerify(ex: Exchange, error: unknown): void {
   if (error instanceof SideJobsBusyError) return ex.fail('verify_busy', {}, [['retry-after', '5']]);
   ex.failInternal(error);

@@ -97,7 +97,10 @@ function processorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-/** Whether the processor still has the customer (the embedded sandbox forgets everything on restart). */
+/**
+ * Whether the processor still has the customer (the embedded sandbox forgets everything on
+ * restart).
+ */
 async function stillExists(stripe: Stripe, processorCustomerId: string): Promise<boolean> {
   try {
     const customer = await stripe.customers.retrieve(processorCustomerId);
@@ -331,7 +334,9 @@ export function webhookHandler(deps: CommerceDeps): (ex: Exchange, req: uWS.Http
 }
 
 const ref = (name: string): JsonSchema => ({ $ref: `#/components/schemas/${name}` });
-const PAGING = `Pages of at most \`limit\` (default ${LIST_LIMIT_DEFAULT}, at most ${LIST_LIMIT_MAX}); pass \`nextCursor\` as \`cursor\`.`;
+const PAGING =
+  `Pages of at most \`limit\` (default ${LIST_LIMIT_DEFAULT}, at ` +
+  `most ${LIST_LIMIT_MAX}); pass \`nextCursor\` as \`cursor\`.`;
 
 /** The keyed commerce routes: records of the API route table (routes.ts spreads them in). */
 export const COMMERCE_ROUTES: ReadonlyArray<AnyRouteRecord<CommerceDeps>> = [
@@ -347,9 +352,12 @@ export const COMMERCE_ROUTES: ReadonlyArray<AnyRouteRecord<CommerceDeps>> = [
       sharded: true,
       summary: 'A hosted checkout for a priced product',
       description:
-        'A recurring product opens a subscription checkout, a one-time product a payment. The customer is created ' +
-        'if needed. Nothing changes until the processor reports the payment. 409 when the customer already has an active ' +
-        'subscription and the product is recurring: change plans with POST /v1/subscriptions/change.',
+        'A recurring product opens a subscription checkout, a one-time product a payment. ' +
+        'The customer is created ' +
+        'if needed. Nothing changes until the processor reports the payment. 409 when the ' +
+        'customer already has an active ' +
+        'subscription and the product is recurring: change plans with POST ' +
+        '/v1/subscriptions/change.',
       ok: { description: "The checkout page's address.", schema: ref('CheckoutSession') },
       errors: [
         'invalid_request',

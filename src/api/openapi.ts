@@ -84,7 +84,9 @@ const RETRY_ERRORS: ReadonlySet<ErrorCode> = new Set(['rate_limited', 'overloade
 const EXACT_AMOUNT_BOUNDS = {
   exclusiveMinimum: 0,
   maximum: AMOUNT_UNITS_MAX,
-  description: `Greater than 0, at most ${AMOUNT_UNITS_MAX}, at most ${DECIMALS_MAX} decimal places (checked exactly beyond this schema).`,
+  description:
+    `Greater than 0, at most ${AMOUNT_UNITS_MAX}, at most ${DECIMALS_MAX} decimal ` +
+    `places (checked exactly beyond this schema).`,
 } as const;
 
 /**
@@ -122,12 +124,16 @@ function operationOf(record: AnyRouteRecord<unknown, Caller>): OperationEntry | 
   };
 }
 
-/** Every route Tally serves but the operator's (docs/api.md lists them all), from the route tables. */
+/**
+ * Every route Tally serves but the operator's (docs/api.md lists them all), from the route tables.
+ */
 const OPERATIONS: readonly OperationEntry[] = [...PUBLIC_ROUTES, ...API_ROUTES]
   .map((record) => operationOf(record as AnyRouteRecord<unknown, Caller>))
   .filter((op): op is OperationEntry => op !== null);
 
-/** The OpenAPI path templates of every documented operation, for tests that compare with the router. */
+/**
+ * The OpenAPI path templates of every documented operation, for tests that compare with the router.
+ */
 export const DOCUMENTED_OPERATIONS: ReadonlyArray<{
   readonly method: string;
   readonly path: string;
@@ -212,12 +218,15 @@ export function openApiCache(
 function infoDescription(meta: OpenApiMeta): string {
   const source =
     meta.pushedAtMs === null
-      ? 'No billing configuration has been pushed to this environment yet, so no keys are enumerated.'
-      : `Generated from billing configuration v${meta.version}, pushed ${new Date(meta.pushedAtMs).toISOString()}.`;
+      ? 'No billing configuration has been pushed to this environment yet, so no keys are ' +
+        'enumerated.'
+      : `Generated from billing configuration v${meta.version}, ` +
+        `pushed ${new Date(meta.pushedAtMs).toISOString()}.`;
   return (
     `The Tally API of the \`${meta.environment}\` environment. ${source} ` +
     'Every error body is `{"error": message}`; 409 and 429 on usage add the balance fields. ' +
-    'A known path called with a method it does not list answers 405 with `Allow`; an unknown path 404. ' +
+    'A known path called with a method it does not list answers 405 with `Allow`; an ' +
+    'unknown path 404. ' +
     `Bodies are JSON (\`content-type: application/json\`), at most ${BODY_BYTES_MAX} bytes.`
   );
 }
@@ -278,7 +287,8 @@ function queryParameters(query: ObjectSchema): object[] {
     ...(name === 'customerId'
       ? {
           description:
-            "The application's id of the customer. An unknown customer reads as on the default product.",
+            "The application's id of the customer. An unknown customer reads as on the " +
+            'default product.',
         }
       : {}),
   }));
@@ -363,7 +373,9 @@ function retryHeaderOf(codes: readonly ErrorCode[]): Record<string, unknown> {
     return { 'Retry-After': { $ref: '#/components/headers/Retry-After' } };
   return {
     'Retry-After': {
-      description: `Whole seconds to wait; sent with ${retrying.map((code) => `\`${code}\``).join(', ')} only.`,
+      description:
+        `Whole seconds to wait; sent ` +
+        `with ${retrying.map((code) => `\`${code}\``).join(', ')} only.`,
       schema: { type: 'integer', minimum: 1 },
     },
   };
@@ -378,14 +390,16 @@ const SECURITY_SCHEMES = {
     in: 'header',
     name: 'x-tally-key',
     description:
-      'A server key (`sk_test_…` or `sk_live_…`); it selects the environment. Never ship it to a browser.',
+      'A server key (`sk_test_…` or `sk_live_…`); it selects the environment. Never ship ' +
+      'it to a browser.',
   },
   clientKey: {
     type: 'apiKey',
     in: 'header',
     name: 'x-tally-key',
     description:
-      'A client key (`ck_test_…` or `ck_live_…`): browser-safe, for has, limit, balance and this document.',
+      'A client key (`ck_test_…` or `ck_live_…`): browser-safe, for has, limit, balance ' +
+      'and this document.',
   },
   serverBearer: {
     type: 'http',
@@ -411,7 +425,8 @@ const HEADERS = {
   },
   'X-RateLimit-Reset': {
     description:
-      'When the current window ends, in Unix epoch seconds (windows are aligned to the whole minute, UTC).',
+      'When the current window ends, in Unix epoch seconds (windows are aligned to the ' +
+      'whole minute, UTC).',
     schema: { type: 'integer', minimum: 0 },
   },
   'Retry-After': {
@@ -457,8 +472,10 @@ function keySchema(keys: readonly string[], what: string, version: number): Sche
     pattern: CONFIG_KEY_PATTERN,
     description:
       version === 0
-        ? `${what}: none yet, since no configuration has been pushed (so no enum); every key answers 404.`
-        : `${what}: configuration v${version} defines none (an empty enum is not valid JSON Schema); every key answers 404 or 400.`,
+        ? `${what}: none yet, since no configuration has been pushed (so no enum); every ` +
+          `key answers 404.`
+        : `${what}: configuration v${version} defines none (an empty enum is not valid JSON ` +
+          `Schema); every key answers 404 or 400.`,
   };
 }
 
@@ -548,7 +565,8 @@ function viewSchemas(): Record<string, Schema> {
     ErrorCode: {
       enum: Object.keys(ERRORS),
       description:
-        "The error's key in the error catalog: stable, for programs to branch on (the message is for people and may change).",
+        "The error's key in the error catalog: stable, for programs to branch on (the " +
+        'message is for people and may change).',
     },
     BalanceView: closedObject(BALANCE_PROPERTIES),
     LimitView: closedObject({
@@ -569,7 +587,8 @@ function viewSchemas(): Record<string, Schema> {
       },
     }),
     CatalogAction: closedObject({
-      // A plain string: the push answers about the configuration it stores, not the one this document was made from.
+      // A plain string: the push answers about the configuration it stores, not the one this
+      // document was made from.
       productKey: { type: 'string' },
       product: { enum: ['created', 'updated', 'unchanged'] },
       processorProductId: { type: 'string' },

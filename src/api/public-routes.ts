@@ -16,7 +16,9 @@ import {
 export interface PublicDeps {
   /** Recovery has finished and the shards serve. */
   readonly isReady: () => boolean;
-  /** The data directory's free space is below its reserve (storage-watch.ts): writes are refused. */
+  /**
+   * The data directory's free space is below its reserve (storage-watch.ts): writes are refused.
+   */
   readonly storageFull: () => boolean;
 }
 
@@ -42,7 +44,9 @@ export const PUBLIC_ROUTES: ReadonlyArray<AnyRouteRecord<PublicDeps, PublicCalle
       tag: 'service',
       summary: 'Readiness',
       description:
-        'Answers 200 once recovery from disk has finished; 503 `{"ok":false,"storage":"full"}` while the data directory is below its free-space reserve (writes refused, reads served).',
+        'Answers 200 once recovery from disk has finished; 503 ' +
+        '`{"ok":false,"storage":"full"}` while the data directory is below its free-space ' +
+        'reserve (writes refused, reads served).',
       ok: { description: 'The service is ready.', schema: { $ref: '#/components/schemas/Health' } },
       errors: ['not_ready'],
     },

@@ -94,7 +94,10 @@ export interface RouteDoc {
   readonly errors: readonly ErrorCode[];
 }
 
-/** Who called: the key (null on public routes) and its environment (null unless an environment key's). */
+/**
+ * Who called: the key (null on public routes) and its environment (null unless an environment
+ * key's).
+ */
 export interface Caller {
   readonly key: KeyRecord | null;
   readonly environment: Environment | null;
@@ -146,7 +149,8 @@ export interface RouteRecord<D, B = unknown, Q = unknown, C extends Caller = Env
 }
 
 /** A record as a router holds it, its input types erased (the table mixes them). */
-// biome-ignore lint/suspicious/noExplicitAny: a table mixes records of different body and query types; each is checked where it is declared
+// The table mixes records of different body and query types; each is checked where it is declared.
+// biome-ignore lint/suspicious/noExplicitAny: the table mixes body and query types
 export type AnyRouteRecord<D, C extends Caller = EnvironmentCaller> = RouteRecord<D, any, any, C>;
 
 /** A record ready to serve: its schemas compiled once, and the deps its handler gets. */

@@ -70,7 +70,10 @@ export interface ApiDeps {
   readonly audit: AuditLog;
   /** Walks an environment's audit chain off the event loop (a piscina task). */
   readonly verifyAudit: (stream: string) => Promise<AuditVerification>;
-  /** Stores a new configuration version and its `config.push` audit entry (by `actor`) in one transaction. */
+  /**
+   * Stores a new configuration version and its `config.push` audit entry (by `actor`) in one
+   * transaction.
+   */
   readonly pushConfig: (
     environment: Environment,
     config: BillingConfig,
@@ -131,7 +134,10 @@ function sendReply(ex: Exchange, outcome: ReplyOutcome, body: string): void {
   ex.send(rendered.status, rendered.body);
 }
 
-/** Hands a command to its shard; the reply goes to `onReply` (default: straight back). 503 when the shard is full. */
+/**
+ * Hands a command to its shard; the reply goes to `onReply` (default: straight back). 503 when the
+ * shard is full.
+ */
 function submit(
   deps: ApiDeps,
   ex: Exchange,
@@ -185,7 +191,10 @@ function tagOf(deps: ApiDeps, ctx: Input<unknown, unknown>): AuditTag {
 
 const DAY_MS = 86_400_000;
 
-/** The environment's daily audit quota when today's entries (UTC) have reached it, else null (also when unlimited). */
+/**
+ * The environment's daily audit quota when today's entries (UTC) have reached it, else null (also
+ * when unlimited).
+ */
 function auditQuotaReached(deps: ApiDeps, environment: Environment): number | null {
   const limit = deps.auditQuota[environment];
   if (limit === 0) return null;
@@ -193,7 +202,10 @@ function auditQuotaReached(deps: ApiDeps, environment: Environment): number | nu
   return deps.audit.entriesSince(environment, now - (now % DAY_MS)) >= limit ? limit : null;
 }
 
-/** A write that is audited when it changes something; one that changed nothing answers its current state, unaudited. */
+/**
+ * A write that is audited when it changes something; one that changed nothing answers its current
+ * state, unaudited.
+ */
 function submitAudited(deps: ApiDeps, ctx: Input<unknown, unknown>, command: WriteCommand): void {
   const fields = fieldsOf(command);
   const tag = tagOf(deps, ctx);
@@ -327,7 +339,10 @@ function profilePatch({ name, email, metadata }: CustomerUpsertBody): ProfilePat
   };
 }
 
-/** POST /v1/customers: 201 created / 200 updated; an update that changed nothing answers 200, unaudited. */
+/**
+ * POST /v1/customers: 201 created / 200 updated; an update that changed nothing answers 200,
+ * unaudited.
+ */
 function upsertCustomer(ctx: Input<CustomerUpsertBody>, deps: ApiDeps): void {
   const patch = profilePatch(ctx.body);
   submitAudited(deps, ctx, {
@@ -382,7 +397,8 @@ function context(ctx: Input<ContextBody>, deps: ApiDeps): void {
     command,
     (outcome, reply, effect) => {
       if (outcome === 'rejected') return sendReply(ctx.ex, outcome, reply);
-      // The shard renders `{customer, features, usage, limits}`; splice our fields before its closing brace.
+      // The shard renders `{customer, features, usage, limits}`; splice our fields before its
+      // closing brace.
       const body = extra.length > 0 ? `${reply.slice(0, -1)},${extra.join(',')}}` : reply;
       if (effect !== 'wrote') return ctx.ex.send(200, body);
       // It created or changed the customer: audited like POST /v1/customers.
@@ -468,7 +484,8 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
       sharded: true,
       summary: 'Does the customer have the entitlement?',
       description:
-        'Any type: a feature when granted, a limit when its limit > 0, a meter when its balance > 0 or overage is enabled.',
+        'Any type: a feature when granted, a limit when its limit > 0, a meter when its ' +
+        'balance > 0 or overage is enabled.',
       ok: { description: 'Whether the customer has it.', schema: { type: 'boolean' } },
       errors: [...ENTITLEMENT_ERRORS],
     },
@@ -507,7 +524,8 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
       sharded: true,
       summary: 'Set purchased expansion or auto-expansion consent',
       description:
-        "At least one of `purchased`, `autoExpansionEnabled`; both need `expansion` in the customer's plan.",
+        'At least one of `purchased`, `autoExpansionEnabled`; both need `expansion` in ' +
+        "the customer's plan.",
       ok: { description: 'The updated limit.', schema: ref('LimitView') },
       errors: [...TYPED_ERRORS, 'invalid_request', 'expansion_not_allowed'],
     },
@@ -546,8 +564,10 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
       sharded: true,
       summary: 'Consume usage',
       description:
-        'Draws included allowance, then purchased-credit lots oldest first, then overage when enabled. ' +
-        'All-or-nothing: when short, 429 with the balance fields and nothing drawn. A retry with the same ' +
+        'Draws included allowance, then purchased-credit lots oldest first, then overage ' +
+        'when enabled. ' +
+        'All-or-nothing: when short, 429 with the balance fields and nothing drawn. A ' +
+        'retry with the same ' +
         '`idempotencyKey` (kept 24 h) is applied once and answers the current balance.',
       ok: { description: 'The balance after the draw.', schema: ref('BalanceView') },
       errors: [
@@ -573,7 +593,8 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
       sharded: true,
       summary: 'Refund usage',
       description:
-        "Unwinds the current period's recorded usage: overage, then the lots drawn (newest first), then " +
+        "Unwinds the current period's recorded usage: overage, then the lots drawn " +
+        '(newest first), then ' +
         'included allowance. Beyond the refundable usage: 409 with the balance fields.',
       ok: { description: 'The balance after the refund.', schema: ref('BalanceView') },
       errors: [
@@ -615,7 +636,8 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
       tag: 'configuration',
       summary: 'Push a billing configuration',
       description:
-        'Validated against the schema and then for what a schema cannot say; a 400 lists every violation. ' +
+        'Validated against the schema and then for what a schema cannot say; a 400 lists ' +
+        'every violation. ' +
         'The pushed version applies at once; this document is regenerated from it.',
       ok: {
         description: 'The version assigned, and what the push did at the payment processor.',
@@ -666,8 +688,10 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
       tag: 'audit',
       summary: 'The audit log, newest first',
       description:
-        'Every administrative mutation of the environment (config push, customer upsert, contracts, settings, usage refunds), ' +
-        `hash-chained. Filter by \`action\` and \`resourceType\`; \`limit\` (default ${LIST_LIMIT_DEFAULT}, at most ${LIST_LIMIT_MAX}) and \`cursor\` page.`,
+        'Every administrative mutation of the environment (config push, customer upsert, ' +
+        'contracts, settings, usage refunds), ' +
+        `hash-chained. Filter by \`action\` and \`resourceType\`; \`limit\` ` +
+        `(default ${LIST_LIMIT_DEFAULT}, at most ${LIST_LIMIT_MAX}) and \`cursor\` page.`,
       ok: { description: 'A page.', schema: ref('AuditList') },
       errors: [],
     },
@@ -701,8 +725,10 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
       sharded: true,
       summary: 'Upsert a customer and read its entitlements in one call',
       description:
-        '`features` takes any entitlement (as `/has`), `usage` only meters, `limits` only limits. ' +
-        'An unknown key is 404 naming it; a key of the wrong type 400. `plans` and `subscription` (null until commerce) only when asked for.',
+        '`features` takes any entitlement (as `/has`), `usage` only meters, `limits` only ' +
+        'limits. ' +
+        'An unknown key is 404 naming it; a key of the wrong type 400. `plans` and ' +
+        '`subscription` (null until commerce) only when asked for.',
       ok: { description: 'The customer and the requested answers.', schema: ref('Context') },
       errors: [
         'invalid_request',
@@ -725,7 +751,8 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
       sharded: true,
       summary: 'Create or update a customer',
       description:
-        '201 when the customer is new, 200 when it existed (also when a consume created it). Only the fields ' +
+        '201 when the customer is new, 200 when it existed (also when a consume created ' +
+        'it). Only the fields ' +
         'given change; metadata keys merge and a `null` value removes a key (at most 50 keys).',
       ok: { description: 'The stored customer.', schema: ref('Customer'), statuses: [200, 201] },
       errors: ['invalid_request'],
@@ -743,7 +770,8 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
       tag: 'customers',
       summary: 'Customers in id order',
       description:
-        `Pages of at most \`limit\` (default ${LIST_LIMIT_DEFAULT}, at most ${LIST_LIMIT_MAX}); pass \`nextCursor\` as \`cursor\` for the next page. ` +
+        `Pages of at most \`limit\` (default ${LIST_LIMIT_DEFAULT}, at ` +
+        `most ${LIST_LIMIT_MAX}); pass \`nextCursor\` as \`cursor\` for the next page. ` +
         'Cursors are opaque and stay valid while customers are added.',
       ok: { description: 'A page.', schema: ref('CustomerList') },
       errors: [],
@@ -796,8 +824,10 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
       sharded: true,
       summary: "Set a customer's contract",
       description:
-        "Replaces the contract. `entitlements.{key}.included` replaces the plan's included amount of a limit or meter; " +
-        'for a feature, `included > 0` grants it and `0` denies it. Keys must be entitlements of the configuration. ' +
+        "Replaces the contract. `entitlements.{key}.included` replaces the plan's " +
+        'included amount of a limit or meter; ' +
+        'for a feature, `included > 0` grants it and `0` denies it. Keys must be ' +
+        'entitlements of the configuration. ' +
         'An unknown customer is created.',
       ok: { description: 'The stored contract.', schema: ref('Contract') },
       errors: ['invalid_request'],

@@ -78,16 +78,26 @@ function renderRejection(rejection: Rejection): Rendered {
       });
     case 'metadata_too_large':
       return fail('invalid_request', {
-        detail: `metadata may hold at most ${METADATA_KEYS_MAX} keys (would hold ${rejection.keys})`,
+        detail:
+          `metadata may hold at most ${METADATA_KEYS_MAX} keys ` + `(would hold ${rejection.keys})`,
       });
   }
 }
 
-/** The message of a quota refusal, wherever it is decided (a shard, or the front end for a config push). */
+/**
+ * The message of a quota refusal, wherever it is decided (a shard, or the front end for a config
+ * push).
+ */
 export function quotaDetail(rejection: Extract<Rejection, { kind: 'quota_exceeded' }>): string {
   if (rejection.quota === 'auditEntriesPerDay') {
-    return `the ${rejection.environment} environment wrote its quota of ${rejection.limit} audit entries today (UTC, set by the operator); audited changes resume tomorrow`;
+    return (
+      `the ${rejection.environment} environment wrote its quota of ${rejection.limit} ` +
+      `audit entries today (UTC, set by the operator); audited changes resume tomorrow`
+    );
   }
   const what = rejection.quota === 'customers' ? 'customers' : 'idempotency keys';
-  return `the ${rejection.environment} environment holds its quota of ${rejection.limit} ${what} (set by the operator); no new ones are accepted`;
+  return (
+    `the ${rejection.environment} environment holds its quota ` +
+    `of ${rejection.limit} ${what} (set by the operator); no new ones are accepted`
+  );
 }

@@ -231,7 +231,9 @@ export const auditQuerySchema = {
   additionalProperties: false,
 } as const;
 
-/** GET /v1/admin/audit: the operator stream's actions are the operator's own (docs/operations.md). */
+/**
+ * GET /v1/admin/audit: the operator stream's actions are the operator's own (docs/operations.md).
+ */
 export const operatorAuditQuerySchema = {
   ...auditQuerySchema,
   properties: {
@@ -359,7 +361,10 @@ function describe(error: ErrorObject, what: 'body' | 'query'): string {
     case 'minLength':
     case 'maxLength': {
       const bounds = error.parentSchema as { minLength?: number; maxLength?: number } | undefined;
-      return `${field} must be ${String(bounds?.minLength ?? 0)} to ${String(bounds?.maxLength ?? ID_LENGTH_MAX)} characters`;
+      return (
+        `${field} must be ${String(bounds?.minLength ?? 0)} ` +
+        `to ${String(bounds?.maxLength ?? ID_LENGTH_MAX)} characters`
+      );
     }
     case 'enum':
       return `${field} must be one of ${(p['allowedValues'] as unknown[]).join(', ')}`;
@@ -367,7 +372,10 @@ function describe(error: ErrorObject, what: 'body' | 'query'): string {
       // Stored records decode into objects, where msgpackr renames this one key.
       if (p['propertyName'] === '__proto__') return `${field} key __proto__ is not allowed`;
       const names = error.schema as { minLength?: number; maxLength?: number };
-      return `${field} keys must be ${String(names.minLength ?? 1)} to ${String(names.maxLength)} characters`;
+      return (
+        `${field} keys must be ${String(names.minLength ?? 1)} ` +
+        `to ${String(names.maxLength)} characters`
+      );
     }
     case 'anyOf': {
       const branches =
@@ -404,8 +412,10 @@ function describe(error: ErrorObject, what: 'body' | 'query'): string {
         return `${field} must be ${misshapen.description ?? 'well formed'}`;
       return `${field} must be ${branches.map((b) => article(String(b.type))).join(' or ')}`;
     }
-    case 'pattern':
-      return `${field} must be ${(error.parentSchema as { description?: string } | undefined)?.description ?? 'well formed'}`;
+    case 'pattern': {
+      const schema = error.parentSchema as { description?: string } | undefined;
+      return `${field} must be ${schema?.description ?? 'well formed'}`;
+    }
     case 'maxProperties':
       return `${field} may hold at most ${String(p['limit'])} keys`;
     default:

@@ -45,7 +45,10 @@ interface Window {
   lines: RateLimitLines;
 }
 
-/** The header lines of a window starting at `startMs`: X-RateLimit-Reset is its end in Unix epoch seconds. */
+/**
+ * The header lines of a window starting at `startMs`: X-RateLimit-Reset is its end in Unix epoch
+ * seconds.
+ */
 function linesOf(limit: number, startMs: number): RateLimitLines {
   return rateLimitLines(limit, (startMs + WINDOW_MS) / 1000);
 }

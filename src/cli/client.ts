@@ -4,11 +4,11 @@
  * service, and the progress shown on a terminal (a bar for long transfers, a status line
  * for a step that has no size).
  *
- * A command never calls `process.exit` or prints its own error: it throws a `CliError`
- * and `main.ts` prints `error: <message>` on stderr and sets the exit code. The service's
- * answers are `{"error": message, "code": key}` on failure (src/errors.ts); the helper turns such an
- * answer into a `ServiceError` carrying that message, so the user reads exactly what the
- * service said (a 403 on an operator route says "this endpoint requires the operator key").
+ * A command never calls `process.exit` or prints its own error: it throws a `CliError` and
+ * `main.ts` prints `error: <message>` on stderr and sets the exit code. The service's answers are
+ * `{"error": message, "code": key}` on failure (src/errors.ts); the helper turns such an answer
+ * into a `ServiceError` carrying that message, so the user reads exactly what the service said (a
+ * 403 on an operator route says "this endpoint requires the operator key").
  */
 import { type Command, Option } from 'commander';
 import { formatBytes } from './format.js';
@@ -53,7 +53,9 @@ export interface RemoteOptions {
   readonly key?: string;
 }
 
-/** Adds `--url` (env TALLY_URL) and `--key` (env TALLY_API_KEY) to a command that calls the service. */
+/**
+ * Adds `--url` (env TALLY_URL) and `--key` (env TALLY_API_KEY) to a command that calls the service.
+ */
 export function addRemoteOptions(command: Command, keyKind: 'server' | 'operator'): Command {
   const keyHelp =
     keyKind === 'server' ? 'environment server key (sk_test_… / sk_live_…)' : 'operator key (ak_…)';
@@ -219,7 +221,9 @@ export function progressBar(
     if (total !== null && total > 0) {
       const fraction = Math.min(1, doneBytes / total);
       const filled = Math.round(fraction * PROGRESS_BAR_WIDTH);
-      bar = ` [${'#'.repeat(filled)}${'.'.repeat(PROGRESS_BAR_WIDTH - filled)}] ${Math.floor(fraction * 100)}%`;
+      bar =
+        ` [${'#'.repeat(filled)}${'.'.repeat(PROGRESS_BAR_WIDTH - filled)}] ` +
+        `${Math.floor(fraction * 100)}%`;
     }
     stream.write(`\r${label}${bar} ${amount}`);
   };
@@ -256,7 +260,10 @@ export function isLoopback(hostname: string): boolean {
 export function plainHttpWarning(url: URL, key: string): string | null {
   if (url.protocol !== 'http:' || isLoopback(url.hostname)) return null;
   const kind = key.startsWith('ak_') ? 'the operator key' : 'an API key';
-  return `warning: sending ${kind} over plain http:// to ${url.host}: anyone on the network path can read it; use https:// (TLS in front of Tally)`;
+  return (
+    `warning: sending ${kind} over plain http:// to ${url.host}: anyone on the network ` +
+    `path can read it; use https:// (TLS in front of Tally)`
+  );
 }
 
 export interface Activity {

@@ -32,7 +32,8 @@ const COMMAND_GROUPS: ReadonlyArray<{ register(program: Command): void }> = [
 export function buildProgram(): Command {
   const program = new Command('tally')
     .description(
-      'Operate a Tally billing service: push and pull billing configuration, manage keys, take and restore snapshots, check status.',
+      'Operate a Tally billing service: push and pull billing configuration, manage keys, ' +
+        'take and restore snapshots, check status.',
     )
     .version(packageVersion(), '-V, --version')
     .exitOverride()
@@ -40,7 +41,8 @@ export function buildProgram(): Command {
     .showHelpAfterError('(run with --help for usage)')
     .addHelpText(
       'after',
-      '\nEnvironment: TALLY_URL (default http://localhost:8787), TALLY_API_KEY; --url and --key override them.\n' +
+      '\nEnvironment: TALLY_URL (default http://localhost:8787), TALLY_API_KEY; --url and ' +
+        '--key override them.\n' +
         'Exit codes: 0 ok, 1 failed (the service refused or could not be reached), 2 usage error.',
     );
   for (const group of COMMAND_GROUPS) group.register(program);
@@ -96,7 +98,10 @@ function refuseUnknownCommandBeforeHelp(program: Command, args: readonly string[
   }
 }
 
-/** `\n(Did you mean x?)` for the closest name within two edits, as commander words it; '' when none is close. */
+/**
+ * `\n(Did you mean x?)` for the closest name within two edits, as commander words it; '' when none
+ * is close.
+ */
 export function suggestion(word: string, names: readonly string[]): string {
   let best: string | null = null;
   let bestDistance = 3;

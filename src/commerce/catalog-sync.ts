@@ -41,7 +41,10 @@ export const META_PRODUCT_KEY = 'tally_product_key';
 export const LOOKUP_KEY_MAX = 200;
 export const IDEMPOTENCY_KEY_MAX = 255;
 
-/** `prefix + id + suffix`, or with `id` replaced by a digest of it when that would be longer than `max`. */
+/**
+ * `prefix + id + suffix`, or with `id` replaced by a digest of it when that would be longer than
+ * `max`.
+ */
 export function fitKey(prefix: string, id: string, suffix: string, max: number): string {
   const plain = `${prefix}${id}${suffix}`;
   if (plain.length <= max) return plain;

@@ -60,13 +60,19 @@ export function processorSettingsProblem(settings: ProcessorSettings): string | 
   if (settings.secretKey === undefined)
     return settings.apiUrl === undefined ? null : 'STRIPE_API_URL needs STRIPE_SECRET_KEY';
   if (settings.webhookSecret === undefined)
-    return 'STRIPE_SECRET_KEY needs STRIPE_WEBHOOK_SECRET (the signing secret of the webhook endpoint)';
+    return (
+      'STRIPE_SECRET_KEY needs STRIPE_WEBHOOK_SECRET (the signing secret of the webhook ' +
+      'endpoint)'
+    );
   if (settings.apiUrl !== undefined && !/^https?:\/\/[^/]+\/?$/.test(settings.apiUrl))
     return 'STRIPE_API_URL must be an http(s) origin such as http://127.0.0.1:12111';
   return null;
 }
 
-/** Starts the sandbox (no key) or connects to the configured server; `tallyPort` receives the webhooks. */
+/**
+ * Starts the sandbox (no key) or connects to the configured server; `tallyPort` receives the
+ * webhooks.
+ */
 export async function startProcessor(
   settings: ProcessorSettings,
   tallyPort: number,

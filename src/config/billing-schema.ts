@@ -73,7 +73,9 @@ export const WEBHOOK_EVENT_TYPES = [
   'config.pushed',
 ] as const;
 
-const keyDescription = `1–${CONFIG_KEY_LENGTH_MAX} characters of A–Z, a–z, 0–9 and _ . : - (keys appear in URL paths).`;
+const keyDescription =
+  `1–${CONFIG_KEY_LENGTH_MAX} characters of A–Z, a–z, 0–9 and _ . : - ` +
+  `(keys appear in URL paths).`;
 
 const quantityDescription =
   `A usage quantity: a finite number from 0 to ${CONFIG_QUANTITY_MAX} with at most ` +
@@ -96,7 +98,8 @@ const definitions = {
   },
   moneyMinor: {
     description:
-      "An amount of money in integer minor units of the product's currency (e.g. cents: 2000 is $20.00).",
+      "An amount of money in integer minor units of the product's currency (e.g. cents: " +
+      '2000 is $20.00).',
     type: 'integer',
     minimum: 0,
     maximum: CONFIG_MONEY_MINOR_MAX,
@@ -121,16 +124,20 @@ const definitions = {
     properties: {
       type: {
         description:
-          '`feature`: on or off. `limit`: a numeric allowance (e.g. seats), optionally expandable. ' +
+          '`feature`: on or off. `limit`: a numeric allowance (e.g. seats), optionally ' +
+          'expandable. ' +
           '`meter`: consumable usage with a balance that resets every period.',
         enum: ['feature', 'limit', 'meter'],
       },
       name: { $ref: '#/$defs/name', description: 'Display name of the entitlement.' },
       reset: {
         description:
-          'Meters only (an error on a feature or limit): when included usage renews. Calendar periods ' +
-          'in UTC (day 00:00, week Monday 00:00, month the 1st, year 1 January); a meter whose reset ' +
-          "equals the interval of the customer's paid subscription follows its billing period instead. " +
+          'Meters only (an error on a feature or limit): when included usage renews. ' +
+          'Calendar periods ' +
+          'in UTC (day 00:00, week Monday 00:00, month the 1st, year 1 January); a meter ' +
+          'whose reset ' +
+          "equals the interval of the customer's paid subscription follows its billing " +
+          'period instead. ' +
           'Default `month`; `never` never renews.',
         enum: ['day', 'week', 'month', 'year', 'never'],
       },
@@ -138,15 +145,20 @@ const definitions = {
   },
   productEntitlement: {
     description:
-      'What the product grants of one entitlement. A feature takes `true`, `false` or `{"included": n}` ' +
-      '(granted when n > 0). A limit or a meter takes an object (a boolean is an error): `included` is ' +
-      'the allowance (whole for a limit), `expansion` lets a limit be raised by purchase, `overage` lets ' +
+      'What the product grants of one entitlement. A feature takes `true`, `false` or ' +
+      '`{"included": n}` ' +
+      '(granted when n > 0). A limit or a meter takes an object (a boolean is an error): ' +
+      '`included` is ' +
+      'the allowance (whole for a limit), `expansion` lets a limit be raised by purchase, ' +
+      '`overage` lets ' +
       'a meter be used beyond its balance.',
     type: ['boolean', 'object'],
     additionalProperties: false,
     properties: {
       included: {
-        description: `Included allowance (default 0). ${quantityDescription} A limit's must be a whole number.`,
+        description:
+          `Included allowance (default 0). ${quantityDescription} A limit's must be ` +
+          `a whole number.`,
         type: 'number',
         minimum: 0,
         maximum: CONFIG_QUANTITY_MAX,
@@ -154,18 +166,21 @@ const definitions = {
       expansion: {
         $ref: '#/$defs/unitPrice',
         description:
-          'Limits only: present means the limit may be raised by purchase at `unitAmount` per unit.',
+          'Limits only: present means the limit may be raised by purchase at `unitAmount` ' +
+          'per unit.',
       },
       overage: {
         $ref: '#/$defs/unitPrice',
         description:
-          'Meters only: present means usage beyond the balance is allowed, billed at `unitAmount` per unit.',
+          'Meters only: present means usage beyond the balance is allowed, billed at ' +
+          '`unitAmount` per unit.',
       },
     },
   },
   price: {
     description:
-      "The product's price. With `interval` the product is a recurring plan; without, a one-time purchase.",
+      "The product's price. With `interval` the product is a recurring plan; without, a " +
+      'one-time purchase.',
     type: 'object',
     additionalProperties: false,
     required: ['amount', 'currency'],
@@ -187,7 +202,8 @@ const definitions = {
   },
   product: {
     description:
-      'A product: a recurring plan (price with interval), a one-time purchase (price without), or free.',
+      'A product: a recurring plan (price with interval), a one-time purchase (price ' +
+      'without), or free.',
     type: 'object',
     additionalProperties: false,
     properties: {
@@ -201,8 +217,10 @@ const definitions = {
       price: { $ref: '#/$defs/price', description: 'Omit for a free product.' },
       entitlements: {
         description:
-          'Entitlement key → what this product grants of it. Every key must be defined in the top-level ' +
-          '`entitlements`. A one-time product grants features and limits here (until refunded) and meter ' +
+          'Entitlement key → what this product grants of it. Every key must be defined in ' +
+          'the top-level ' +
+          '`entitlements`. A one-time product grants features and limits here (until ' +
+          'refunded) and meter ' +
           'credits through `grants`.',
         type: 'object',
         maxProperties: CONFIG_ENTITLEMENTS_MAX,
@@ -211,7 +229,8 @@ const definitions = {
       },
       grants: {
         description:
-          'One-time products only (price without interval): meter key → credits added as a purchased-credit ' +
+          'One-time products only (price without interval): meter key → credits added as ' +
+          'a purchased-credit ' +
           `lot on purchase. Every key must name a meter. Amounts are > 0; ${quantityDescription}`,
         type: 'object',
         maxProperties: CONFIG_ENTITLEMENTS_MAX,
@@ -232,7 +251,9 @@ const definitions = {
     required: ['key', 'path', 'events'],
     properties: {
       key: {
-        description: `The receiver's registration key, unique among forwarding entries: ${keyDescription}`,
+        description:
+          `The receiver's registration key, unique among forwarding ` +
+          `entries: ${keyDescription}`,
         type: 'string',
         minLength: 1,
         maxLength: CONFIG_KEY_LENGTH_MAX,
@@ -267,7 +288,8 @@ const definitions = {
       },
       autoRegister: {
         description:
-          'Register the receiver lazily when the integration first sees a delivery or its status call.',
+          'Register the receiver lazily when the integration first sees a delivery or its ' +
+          'status call.',
         type: 'boolean',
       },
     },
@@ -280,8 +302,10 @@ export const billingConfigSchema = {
   title: 'Tally billing configuration',
   description:
     'Entitlements, products and webhook forwarding of one environment, pushed with ' +
-    '`POST /v1/sync/push`. Unknown properties are rejected. Beyond this schema the service checks ' +
-    'that products name defined entitlements of the right type and that at most one free product is default.',
+    '`POST /v1/sync/push`. Unknown properties are rejected. Beyond this schema the ' +
+    'service checks ' +
+    'that products name defined entitlements of the right type and that at most one free ' +
+    'product is default.',
   type: 'object',
   additionalProperties: false,
   required: ['entitlements', 'products'],
@@ -292,14 +316,17 @@ export const billingConfigSchema = {
       maxLength: CONFIG_PATH_LENGTH_MAX,
     },
     entitlements: {
-      description: `Entitlement key → definition. At most ${CONFIG_ENTITLEMENTS_MAX}. Keys: ${keyDescription}`,
+      description:
+        `Entitlement key → definition. At most ${CONFIG_ENTITLEMENTS_MAX}. ` +
+        `Keys: ${keyDescription}`,
       type: 'object',
       maxProperties: CONFIG_ENTITLEMENTS_MAX,
       propertyNames: { $ref: '#/$defs/key' },
       additionalProperties: { $ref: '#/$defs/entitlement' },
     },
     products: {
-      description: `Product key → definition. At most ${CONFIG_PRODUCTS_MAX}. Keys: ${keyDescription}`,
+      description:
+        `Product key → definition. At most ${CONFIG_PRODUCTS_MAX}. ` + `Keys: ${keyDescription}`,
       type: 'object',
       maxProperties: CONFIG_PRODUCTS_MAX,
       propertyNames: { $ref: '#/$defs/key' },
@@ -312,7 +339,8 @@ export const billingConfigSchema = {
       properties: {
         devTunnel: {
           description:
-            'Enable the development relay (`tally listen --forward-to`), which forwards test-environment ' +
+            'Enable the development relay (`tally listen --forward-to`), which forwards ' +
+            'test-environment ' +
             'events to a local receiver. Never used in the live environment.',
           type: 'boolean',
         },

@@ -30,7 +30,10 @@ export type ConfigValidation =
   | { readonly ok: true; readonly config: BillingConfig }
   | { readonly ok: false; readonly errors: string[] };
 
-/** User-supplied text quoted in a message (an invalid key, an unknown property) is cut to this length. */
+/**
+ * User-supplied text quoted in a message (an invalid key, an unknown property) is cut to this
+ * length.
+ */
 const QUOTED_LENGTH_MAX = 64;
 const ROOT_NAME = 'configuration';
 
@@ -121,7 +124,9 @@ const PATTERN_PHRASES: ReadonlyMap<string, string> = new Map([
   ['^/\\S*$', 'must start with / and contain no whitespace'],
 ]);
 
-const KEY_RULE = `keys are 1-${CONFIG_KEY_LENGTH_MAX} characters of A-Z, a-z, 0-9 and _ . : - (not __proto__)`;
+const KEY_RULE =
+  `keys are 1-${CONFIG_KEY_LENGTH_MAX} characters of A-Z, a-z, 0-9 and _ . : - ` +
+  `(not __proto__)`;
 
 function schemaViolations(doc: unknown, errors: readonly ErrorObject[]): string[] {
   const messages: string[] = [];
@@ -159,7 +164,10 @@ function describeSchemaError(segments: readonly PathSegment[], error: ErrorObjec
     case 'maxLength':
       return `${path} must be at most ${String(params.limit)} characters`;
     case 'pattern':
-      return `${path} ${PATTERN_PHRASES.get(String(params.pattern)) ?? `must match ${String(params.pattern)}`}`;
+      return (
+        `${path} ` +
+        `${PATTERN_PHRASES.get(String(params.pattern)) ?? `must match ${String(params.pattern)}`}`
+      );
     case 'maxProperties':
       return `${path} has more than ${String(params.limit)} entries`;
     case 'minItems':
@@ -211,7 +219,10 @@ function semanticViolations(doc: unknown): string[] {
   return errors;
 }
 
-/** Collects entitlement types (as a Map, so `toString` is never mistaken for a key) and checks `reset`. */
+/**
+ * Collects entitlement types (as a Map, so `toString` is never mistaken for a key) and checks
+ * `reset`.
+ */
 function entitlementTypes(entitlements: Json | null, errors: string[]): EntitlementTypes {
   const types = new Map<string, EntitlementType | null>();
   for (const [key, definition] of Object.entries(entitlements ?? {})) {
@@ -221,7 +232,8 @@ function entitlementTypes(entitlements: Json | null, errors: string[]): Entitlem
     types.set(key, valid ? type : null);
     if (valid && type !== 'meter' && record?.reset !== undefined) {
       errors.push(
-        `${joinPath(['entitlements', key, 'reset'])} is only allowed on a meter; ${quote(key)} is a ${type}`,
+        `${joinPath(['entitlements', key, 'reset'])} is only allowed on a ` +
+          `meter; ${quote(key)} is a ${type}`,
       );
     }
   }
@@ -245,7 +257,8 @@ function checkProduct(key: string, product: Json, types: EntitlementTypes, error
   const grants = asRecord(product.grants);
   if (grants !== null && !oneTime) {
     errors.push(
-      `${joinPath(['products', key, 'grants'])} is only allowed on a one-time product (price without interval)`,
+      `${joinPath(['products', key, 'grants'])} is only allowed on a one-time product ` +
+        `(price without interval)`,
     );
   }
   for (const [meterKey, amount] of Object.entries(grants ?? {})) {
@@ -260,7 +273,8 @@ function checkProduct(key: string, product: Json, types: EntitlementTypes, error
   if (product.default === true && asRecord(product.price) !== null) {
     const what = oneTime ? 'is a one-time product (price without interval)' : 'has a price';
     errors.push(
-      `${joinPath(['products', key])} is default but ${what}; the default product must be free (no price)`,
+      `${joinPath(['products', key])} is default but ${what}; the default product must be ` +
+        `free (no price)`,
     );
   }
 }
@@ -278,7 +292,8 @@ function checkGrantValue(
   if (typeof value === 'boolean') {
     if (type !== 'feature') {
       errors.push(
-        `${joinPath(path)} must be an object such as {"included": 1}, not a boolean; ${name} is a ${type}`,
+        `${joinPath(path)} must be an object such as {"included": 1}, not a ` +
+          `boolean; ${name} is a ${type}`,
       );
     }
     return;
@@ -349,7 +364,8 @@ function checkForwarding(entries: readonly unknown[], errors: string[]): void {
       if (first === undefined) firstIndexByKey.set(record.key, index);
       else
         errors.push(
-          `${joinPath(['webhooks', 'forwarding', index, 'key'])} duplicates webhooks.forwarding[${first}].key`,
+          `${joinPath(['webhooks', 'forwarding', index, 'key'])} duplicates ` +
+            `webhooks.forwarding[${first}].key`,
         );
     }
     checkEvents(['webhooks', 'forwarding', index, 'events'], record.events, errors);

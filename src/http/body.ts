@@ -29,7 +29,9 @@ export function checkBodyHeaders(
   return true;
 }
 
-/** Reads the body, then calls `onJson` with the parsed value and its text; answers 400/413 itself. */
+/**
+ * Reads the body, then calls `onJson` with the parsed value and its text; answers 400/413 itself.
+ */
 export function readJsonBody(ex: Exchange, onJson: (value: unknown, text: string) => void): void {
   const chunks: Buffer[] = [];
   let size = 0;
@@ -74,7 +76,9 @@ function parseAndDeliver(
   const broken = text.includes('\\u') ? loneSurrogateAt(value, '') : null;
   if (broken !== null) {
     ex.fail('invalid_request', {
-      detail: `${broken === '' ? 'request body' : broken} holds a lone surrogate (\\uD800-\\uDFFF without its pair): strings must be valid Unicode`,
+      detail:
+        `${broken === '' ? 'request body' : broken} holds a lone surrogate ` +
+        `(\\uD800-\\uDFFF without its pair): strings must be valid Unicode`,
     });
     return;
   }

@@ -54,7 +54,9 @@ function roundedIn(text: string, at: number, path: string): Walk {
   return { end, path: rounded ? path : null };
 }
 
-/** A number's text reduced to sign, significant digits and exponent, so equal values compare equal. */
+/**
+ * A number's text reduced to sign, significant digits and exponent, so equal values compare equal.
+ */
 function decimalKey(text: string): string {
   const match = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(text);
   if (match === null) return `not finite: ${text}`;

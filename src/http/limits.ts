@@ -20,7 +20,10 @@ export const BODY_BYTES_MAX = 1024 * 1024;
 export const LIST_LIMIT_DEFAULT = 20;
 export const LIST_LIMIT_MAX = 100;
 
-/** Longest incoming `x-request-id` kept (a UUID is 36 characters, a W3C trace id 55); longer ones are replaced. */
+/**
+ * Longest incoming `x-request-id` kept (a UUID is 36 characters, a W3C trace id 55); longer ones
+ * are replaced.
+ */
 export const REQUEST_ID_LENGTH_MAX = 128;
 
 /**

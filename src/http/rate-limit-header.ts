@@ -51,7 +51,10 @@ const DIGITS_MAX = 16;
  */
 export type RateLimitLines = Uint8Array & { readonly __rateLimitLines: true };
 
-/** The prefix for `limit` requests per window ending at `resetSec` (Unix seconds); both safe integers ≥ 0. */
+/**
+ * The prefix for `limit` requests per window ending at `resetSec` (Unix seconds); both safe
+ * integers ≥ 0.
+ */
 export function rateLimitLines(limit: number, resetSec: number): RateLimitLines {
   for (const value of [limit, resetSec]) {
     if (!Number.isSafeInteger(value) || value < 0)
@@ -116,7 +119,10 @@ export function jsonWithRateLimitValue(lines: RateLimitLines, remaining: number)
   return jsonViews[fill(lines, remaining)] as Uint8Array;
 }
 
-/** The value to write under RATE_LIMIT_HEADER_NAME for a reply of another type: the same three lines. */
+/**
+ * The value to write under RATE_LIMIT_HEADER_NAME for a reply of another type: the same three
+ * lines.
+ */
 export function rateLimitHeaderValue(lines: RateLimitLines, remaining: number): Uint8Array {
   return limitViews[fill(lines, remaining)] as Uint8Array;
 }

@@ -31,7 +31,10 @@ export class Router<R> {
     return this;
   }
 
-  /** Every registered method and pattern, in order: the OpenAPI test compares them with the document. */
+  /**
+   * Every registered method and pattern, in order: the OpenAPI test compares them with the
+   * document.
+   */
   list(): Array<{ readonly method: string; readonly pattern: string }> {
     return this.entries.map((entry) => ({
       method: entry.method,

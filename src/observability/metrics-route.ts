@@ -30,7 +30,8 @@ function renderHttp(out: Exposition, metrics: HttpMetrics): void {
   out.family(
     'tally_http_requests_total',
     'counter',
-    'HTTP requests answered, by route pattern (unmatched: answered before a route matched), method and status.',
+    'HTTP requests answered, by route pattern (unmatched: answered before a route ' +
+      'matched), method and status.',
   );
   for (const series of used) {
     series.statuses.forEach((count, slot) => {

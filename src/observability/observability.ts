@@ -103,7 +103,10 @@ export class Observability {
     };
   }
 
-  /** At most ERROR_LOG_LINES_PER_SECOND_MAX error lines a second; the rest are counted and summed up later. */
+  /**
+   * At most ERROR_LOG_LINES_PER_SECOND_MAX error lines a second; the rest are counted and summed up
+   * later.
+   */
   private mayLogError(): boolean {
     const sec = Math.floor(Date.now() / 1000);
     if (sec !== this.errorWindowSec) {

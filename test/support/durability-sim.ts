@@ -206,7 +206,8 @@ export async function simulate(
   const violations: string[] = [];
   const onUnhandled = (reason: unknown): void => {
     violations.push(
-      `unhandled rejection: ${reason instanceof Error ? (reason.stack ?? reason.message) : String(reason)}`,
+      `unhandled ` +
+        `rejection: ${reason instanceof Error ? (reason.stack ?? reason.message) : String(reason)}`,
     );
   };
   process.on('unhandledRejection', onUnhandled);
@@ -298,7 +299,8 @@ async function run(
       const next = w.appended.find((s) => s > required.nextAfter);
       if (next === undefined) {
         violations.push(
-          `reply to write ${id} ${show(expectation.command)} before its batch's record was even appended (held back behind the appends in flight)`,
+          `reply to write ${id} ${show(expectation.command)} before its batch's record ` +
+            `was even appended (held back behind the appends in flight)`,
         );
         return;
       }
@@ -311,7 +313,8 @@ async function run(
       const recovered =
         s <= w.recoveredSeq ? `, recovered from the page cache and never synced` : '';
       violations.push(
-        `reply to write ${id} ${show(expectation.command)} while journal record ${s} (of ${seq} it depends on${recovered}) is not durable`,
+        `reply to write ${id} ${show(expectation.command)} while journal record ${s} ` +
+          `(of ${seq} it depends on${recovered}) is not durable`,
       );
       return;
     }
@@ -319,7 +322,8 @@ async function run(
     // record after one depending on a newer.
     if (seq < w.lastAckedSeq)
       violations.push(
-        `reply to write ${id} (record ${seq}) after a reply that depended on record ${w.lastAckedSeq}: out of append order`,
+        `reply to write ${id} (record ${seq}) after a reply that depended on ` +
+          `record ${w.lastAckedSeq}: out of append order`,
       );
     w.lastAckedSeq = seq;
     stats.writesAcked++;
@@ -394,7 +398,8 @@ async function run(
         const actual = parseReply(rendered.status, rendered.body);
         if (!isDeepStrictEqual(actual, expectation.expected)) {
           violations.push(
-            `reply to ${id} ${show(expectation.command)}: got ${show(actual)}, the model says ${show(expectation.expected)}`,
+            `reply to ${id} ${show(expectation.command)}: got ${show(actual)}, the model ` +
+              `says ${show(expectation.expected)}`,
           );
         }
         if (!expectation.ackWrite) return;
@@ -489,7 +494,8 @@ async function run(
     for (const [id, { seq, command }] of acked) {
       if (seq > recovered)
         fail(
-          `acknowledged write ${id} ${show(command)} (record ${seq}) lost: recovery ended at record ${recovered}`,
+          `acknowledged write ${id} ${show(command)} (record ${seq}) lost: recovery ended ` +
+            `at record ${recovered}`,
         );
     }
     const expected = modelAt.get(recovered);
@@ -579,15 +585,19 @@ async function run(
       }
       for (const [id, x] of releasedAtOnce) checkAck(id, x, required);
       log.push(
-        `step ${step}: batch of ${size} (lastSeq ${lastBefore} → ${w.store.lastSeq}, required ${show(required)})`,
+        `step ${step}: batch of ${size} (lastSeq ${lastBefore} → ${w.store.lastSeq}, ` +
+          `required ${show(required)})`,
       );
     } else if (roll < 0.6) {
       const failCommit = disk.open.length > 0 && rand() < 0.01;
       if (failCommit) stats.commitFailures++;
       const txn = disk.commit(failCommit);
-      log.push(
-        `step ${step}: ${failCommit ? 'failed commit' : txn === null ? 'nothing to commit' : `committed txn ${txn.id}`}`,
-      );
+      const outcome = failCommit
+        ? 'failed commit'
+        : txn === null
+          ? 'nothing to commit'
+          : `committed txn ${txn.id}`;
+      log.push(`step ${step}: ${outcome}`);
     } else if (roll < 0.85) {
       const unsynced = disk.unsynced();
       if (unsynced.length > 0) {
@@ -601,7 +611,8 @@ async function run(
         if (failSync) stats.syncFailures++;
         disk.sync(unsynced[index] as (typeof unsynced)[number], failSync);
         log.push(
-          `step ${step}: ${failSync ? 'failed sync of' : 'synced'} txn ${(unsynced[index] as { id: number }).id}`,
+          `step ${step}: ${failSync ? 'failed sync of' : 'synced'} ` +
+            `txn ${(unsynced[index] as { id: number }).id}`,
         );
       }
     } else if (roll < 0.9) {
@@ -616,7 +627,8 @@ async function run(
         w.copy = { copy, seq, chunks };
         w.shard.writeObserver = { before: (c) => copy.capture(c), created: (c) => copy.created(c) };
         log.push(
-          `step ${step}: snapshot cut at record ${seq} (${w.appended.filter((s) => !recordDurable(s)).length} appends not durable)`,
+          `step ${step}: snapshot cut at record ${seq} ` +
+            `(${w.appended.filter((s) => !recordDurable(s)).length} appends not durable)`,
         );
       }
     } else if (roll < 0.905) {
@@ -662,7 +674,8 @@ async function run(
   checkViolations();
   if (!w.dead && w.expecting.size > 0)
     fail(
-      `never answered once everything was synced: ${show([...w.expecting.values()].map((x) => x.command))}`,
+      `never answered once everything was ` +
+        `synced: ${show([...w.expecting.values()].map((x) => x.command))}`,
     );
   // And a last power cut: everything acknowledged must come back.
   crashAndRecover();

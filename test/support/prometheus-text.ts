@@ -33,7 +33,9 @@ function parseValue(raw: string, line: string): number {
   return Number(raw);
 }
 
-/** Parses `{a="x",b="y"}` starting at `start` (the `{`); returns the labels and the index after `}`. */
+/**
+ * Parses `{a="x",b="y"}` starting at `start` (the `{`); returns the labels and the index after `}`.
+ */
 function parseLabels(line: string, start: number): { labels: Record<string, string>; end: number } {
   const labels: Record<string, string> = {};
   let i = start + 1;
@@ -200,7 +202,10 @@ export function sampleValue(
   return undefined;
 }
 
-/** The sum of every sample named `name` whose labels include `labels` (0 if none): a metric over all shards. */
+/**
+ * The sum of every sample named `name` whose labels include `labels` (0 if none): a metric over all
+ * shards.
+ */
 export function sampleSum(
   families: Map<string, Family>,
   name: string,

@@ -236,7 +236,9 @@ export class ReferenceModel {
       Object.entries(patch.metadata ?? {}).some(([k, v]) =>
         v === null ? k in c.metadata : c.metadata[k] !== v,
       );
-    /** Applies a profile patch (creating the customer); a rejection when metadata would overflow. */
+    /**
+     * Applies a profile patch (creating the customer); a rejection when metadata would overflow.
+     */
     const upsert = (patch: ProfilePatch): { c: Customer; created: boolean } | Reply => {
       const merged = { ...(customer?.metadata ?? {}), ...patch.metadata };
       const keys = Object.values(merged).filter((v) => v !== null).length;

@@ -207,7 +207,9 @@ export class SimDisk {
     });
   }
 
-  /** kill -9: uncommitted writes and every promise of the process are gone; the page cache stays. */
+  /**
+   * kill -9: uncommitted writes and every promise of the process are gone; the page cache stays.
+   */
   processCrash(): void {
     this.epoch++;
     this.open = [];
@@ -259,7 +261,10 @@ export class SimDisk {
     this.view = state;
     this.txns = [];
     this.durableId = keepId;
-    return `machine crash: kept transactions up to ${keepId} (durable up to ${this.durableId})${torn}`;
+    return (
+      `machine crash: kept transactions up to ${keepId} (durable up ` +
+      `to ${this.durableId})${torn}`
+    );
   }
 
   /** A fresh handle on the disk for a new process: the lmdb-js surface ShardStore uses. */
@@ -284,7 +289,8 @@ export class SimDisk {
     const issue = (
       op: Omit<WriteOp, 'epoch' | 'done' | 'flushed'>,
     ): Promise<unknown> & { flushed?: Promise<void> } => {
-      if (disk.epoch !== epoch) return new Promise(() => undefined); // a dead process's write: nothing happens
+      // a dead process's write: nothing happens
+      if (disk.epoch !== epoch) return new Promise(() => undefined);
       const full: WriteOp = { ...op, epoch, done: deferred(), flushed: deferred() };
       disk.open.push(full);
       return op.kind === 'child'
@@ -301,7 +307,8 @@ export class SimDisk {
       }
       if (disk.open.length > 0)
         throw new Error(
-          'simulated lmdb: a synchronous write while asynchronous writes are pending is not modelled',
+          'simulated lmdb: a synchronous write while asynchronous writes are pending is ' +
+            'not modelled',
         );
       const existed = table(name).has(keyString(key));
       void issue(

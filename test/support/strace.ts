@@ -191,7 +191,8 @@ export function requireStrace(): void {
   if (probe.status !== 0) {
     throw new Error(
       `strace is installed but cannot trace here (exit ${probe.status}): ${probe.stderr.trim()}. ` +
-        'It needs ptrace: run as root or with CAP_SYS_PTRACE, kernel.yama.ptrace_scope <= 1, and a container seccomp profile that allows ptrace.',
+        'It needs ptrace: run as root or with CAP_SYS_PTRACE, kernel.yama.ptrace_scope <= ' +
+        '1, and a container seccomp profile that allows ptrace.',
     );
   }
 }

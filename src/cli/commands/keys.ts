@@ -51,7 +51,8 @@ export function register(program: Command): void {
     );
     if (options.json === true) return printJson(created);
     console.log(
-      `Created ${created.environment ?? ''} ${created.class} key ${created.id} (${created.prefix}…).`,
+      `Created ${created.environment ?? ''} ${created.class} key ${created.id} ` +
+        `(${created.prefix}…).`,
     );
     console.log(created.key);
     console.log('This is the only time the secret is shown: store it now.');
@@ -94,7 +95,9 @@ export function register(program: Command): void {
     );
     if (options.json === true) return printJson(revoked);
     console.log(
-      `Revoked ${revoked.id} (${revoked.prefix}…, ${revoked.environment ?? 'no environment'} ${revoked.class}) at ${revoked.revokedAt ?? '?'}.`,
+      `Revoked ${revoked.id} ` +
+        `(${revoked.prefix}…, ${revoked.environment ?? 'no environment'} ${revoked.class}) ` +
+        `at ${revoked.revokedAt ?? '?'}.`,
     );
   });
 
@@ -116,7 +119,8 @@ export function register(program: Command): void {
     );
     console.log(`The old operator key ${rotated.revoked} is revoked and answers 401 from now on.`);
     console.log(
-      'The server also wrote it to bootstrap-keys.json in its data directory (if that file is still there).',
+      'The server also wrote it to bootstrap-keys.json in its data directory (if that ' +
+        'file is still there).',
     );
   });
 }

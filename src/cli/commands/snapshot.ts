@@ -73,7 +73,8 @@ export function register(program: Command): void {
     await download(client, finished, options);
     if (options.json === true) return console.log(JSON.stringify(finished, null, 2));
     console.log(
-      `Snapshot ${finished.id}: ${finished.customers ?? 0} customers, ${formatBytes(finished.bytes ?? 0)}, sha256 ${finished.sha256 ?? '?'}`,
+      `Snapshot ${finished.id}: ${finished.customers ?? 0} ` +
+        `customers, ${formatBytes(finished.bytes ?? 0)}, sha256 ${finished.sha256 ?? '?'}`,
     );
     console.log(`Saved to ${options.out}.`);
   });
@@ -135,7 +136,8 @@ export function register(program: Command): void {
     snapshot
       .command('secret')
       .description(
-        "print the snapshot secret that authenticates this data dir's snapshot files (keep it apart from them: restore needs it)",
+        "print the snapshot secret that authenticates this data dir's snapshot files " +
+          '(keep it apart from them: restore needs it)',
       ),
     'operator',
   ).action(async (options: RemoteOptions) => {
@@ -162,12 +164,14 @@ export function register(program: Command): void {
     .addOption(
       new Option(
         '--secret-file <file>',
-        'file holding the snapshot secret of the data dir the snapshot was taken from (or set TALLY_SNAPSHOT_SECRET)',
+        'file holding the snapshot secret of the data dir the snapshot was taken from (or ' +
+          'set TALLY_SNAPSHOT_SECRET)',
       ),
     )
     .option(
       '--unauthenticated',
-      'restore a file that cannot be authenticated (no secret, or a snapshot from before files carried a MAC); its content is still validated',
+      'restore a file that cannot be authenticated (no secret, or a snapshot from before ' +
+        'files carried a MAC); its content is still validated',
     )
     .action(
       async (
@@ -207,8 +211,10 @@ export function register(program: Command): void {
           });
           bars.get('restore')?.done();
           console.log(
-            `Restored snapshot ${result.header.id} (taken ${new Date(result.header.createdAtMs).toISOString()}): ` +
-              `${result.customers} customers, ${result.keys} keys, ${result.workers} shard worker(s) into ${options.dataDir}.`,
+            `Restored snapshot ${result.header.id} ` +
+              `(taken ${new Date(result.header.createdAtMs).toISOString()}): ` +
+              `${result.customers} customers, ${result.keys} keys, ${result.workers} ` +
+              `shard worker(s) into ${options.dataDir}.`,
           );
           console.log(`Start the server on it: TALLY_DATA_DIR=${options.dataDir} npm start`);
         } catch (error) {
@@ -220,7 +226,10 @@ export function register(program: Command): void {
     );
 }
 
-/** The secret from `--secret-file` or TALLY_SNAPSHOT_SECRET (64 hex digits), or null when neither is given. */
+/**
+ * The secret from `--secret-file` or TALLY_SNAPSHOT_SECRET (64 hex digits), or null when neither is
+ * given.
+ */
 function readSecret(secretFile: string | undefined): Buffer | null {
   const text =
     secretFile === undefined
@@ -340,7 +349,8 @@ async function download(
     // Something may have appeared at `out` while the file was downloading.
     if (options.force !== true && exists(out)) {
       throw new CliError(
-        `${out} appeared during the download and was kept; the snapshot stays on the service: tally snapshot download ${view.id} --out <file>`,
+        `${out} appeared during the download and was kept; the snapshot stays on the ` +
+          `service: tally snapshot download ${view.id} --out <file>`,
       );
     }
     fs.renameSync(partial, out);

@@ -73,7 +73,8 @@ async function push(file: string, options: PushOptions): Promise<void> {
     const count = validation.errors.length;
     const listed = validation.errors.map((error) => `  - ${error}`).join('\n');
     throw new CliError(
-      `${file} is not a valid billing configuration (${count} violation${count === 1 ? '' : 's'}); nothing was pushed:\n${listed}`,
+      `${file} is not a valid billing configuration (${count} ` +
+        `violation${count === 1 ? '' : 's'}); nothing was pushed:\n${listed}`,
     );
   }
   const client = TallyClient.from(options);
@@ -82,7 +83,9 @@ async function push(file: string, options: PushOptions): Promise<void> {
     () => pullOrNull(client),
   );
   const environment = environmentOfKey(options.key);
-  const target = `${environment === null ? "the key's environment" : `the ${environment} environment`} at ${client.baseUrl}`;
+  const target =
+    `${environment === null ? "the key's environment" : `the ${environment} environment`} ` +
+    `at ${client.baseUrl}`;
   console.log(
     deployed === null
       ? `Nothing is deployed to ${target} yet.`
@@ -111,7 +114,8 @@ async function push(file: string, options: PushOptions): Promise<void> {
   const expected = (deployed?.version ?? 0) + 1;
   if (pushed.version !== expected) {
     console.log(
-      `Note: another push landed meanwhile; the diff above was against version ${deployed?.version ?? 'none'}, not version ${pushed.version - 1}.`,
+      `Note: another push landed meanwhile; the diff above was against ` +
+        `version ${deployed?.version ?? 'none'}, not version ${pushed.version - 1}.`,
     );
   }
 }
@@ -172,7 +176,8 @@ function environmentOfKey(key: string | undefined): 'test' | 'live' | null {
 async function confirm(question: string): Promise<void> {
   if (process.stdin.isTTY !== true) {
     throw new CliError(
-      'stdin is not a terminal, so there is nobody to confirm the push; pass --yes to push without asking',
+      'stdin is not a terminal, so there is nobody to confirm the push; pass --yes to ' +
+        'push without asking',
       EXIT.usage,
     );
   }

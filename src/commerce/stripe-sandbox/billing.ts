@@ -34,7 +34,8 @@ export function checkRecurringItems(items: readonly ItemRequest[], param: string
     if (recurring === null)
       throw invalidParam(
         `${param}[${index}][price]`,
-        `The price \`${item.price.id}\` is a one-time price; a subscription needs recurring prices.`,
+        `The price \`${item.price.id}\` is a one-time price; a subscription needs ` +
+          `recurring prices.`,
       );
     if (
       recurring.interval !== first?.interval ||

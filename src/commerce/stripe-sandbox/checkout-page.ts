@@ -34,14 +34,21 @@ export function escapeHtml(text: string): string {
 }
 
 function layout(title: string, body: string): string {
-  return `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+  return (
+    `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" ` +
+    `content="width=device-width, initial-scale=1">
 <title>${escapeHtml(title)}</title>
-<style>body{font-family:system-ui,sans-serif;max-width:28rem;margin:3rem auto;padding:0 1rem}table{width:100%;border-collapse:collapse}td{padding:.4rem 0}td.amount{text-align:right}.total{font-weight:bold;border-top:1px solid #ccc}button{width:100%;padding:.8rem;font-size:1rem;margin-top:1rem}input{width:100%;padding:.5rem;box-sizing:border-box}.notice{padding:1rem;background:#f6f6f6}</style>
+<style>body{font-family:system-ui,sans-serif;max-width:28rem;margin:3rem auto;padding:0 ` +
+    `1rem}table{width:100%;border-collapse:collapse}td{padding:.4rem ` +
+    `0}td.amount{text-align:right}.total{font-weight:bold;border-top:1px solid ` +
+    `#ccc}button{width:100%;padding:.8rem;font-size:1rem;margin-top:1rem}input{width:100%;` +
+    `padding:.5rem;box-sizing:border-box}.notice{padding:1rem;background:#f6f6f6}</style>
 </head><body><p><small>Stripe sandbox · test mode</small></p>
 ${body}
 </body></html>
-`;
+`
+  );
 }
 
 function itemRows(state: SandboxState, session: Stripe.Checkout.Session): string {
@@ -55,7 +62,10 @@ function itemRows(state: SandboxState, session: Stripe.Checkout.Session): string
       const quantity = (line.quantity ?? 1) > 1 ? ` × ${line.quantity ?? 1}` : '';
       const shown =
         price === null ? formatAmount(line.amount_total, line.currency) : formatPrice(price);
-      return `<tr><td class="product">${escapeHtml(name)}${quantity}</td><td class="amount">${escapeHtml(shown)}</td></tr>`;
+      return (
+        `<tr><td class="product">${escapeHtml(name)}${quantity}</td><td ` +
+        `class="amount">${escapeHtml(shown)}</td></tr>`
+      );
     })
     .join('\n');
 }

@@ -89,7 +89,8 @@ export function invalidState(message: string, param?: string): StripeApiError {
 export function authenticationFailed(given: string | undefined): StripeApiError {
   const message =
     given === undefined
-      ? "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY')."
+      ? 'You did not provide an API key. You need to provide your API key in the ' +
+        "Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY')."
       : `Invalid API Key provided: ${redactKey(given)}`;
   return new StripeApiError(401, { type: 'invalid_request_error', message });
 }
@@ -98,7 +99,10 @@ export function authenticationFailed(given: string | undefined): StripeApiError 
 export function idempotencyMismatch(key: string): StripeApiError {
   return new StripeApiError(400, {
     type: 'idempotency_error',
-    message: `Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '${key}' if you meant to execute a different request.`,
+    message:
+      `Keys for idempotent requests can only be used with the same parameters they were ` +
+      `first used with. Try using a key other than '${key}' if you meant to execute a ` +
+      `different request.`,
   });
 }
 
@@ -106,7 +110,9 @@ export function idempotencyMismatch(key: string): StripeApiError {
 export function unrecognizedUrl(method: string, path: string): StripeApiError {
   return new StripeApiError(404, {
     type: 'invalid_request_error',
-    message: `Unrecognized request URL (${method}: ${path}). The Stripe sandbox serves only the part of the API it models.`,
+    message:
+      `Unrecognized request URL (${method}: ${path}). The Stripe sandbox serves only the ` +
+      `part of the API it models.`,
   });
 }
 

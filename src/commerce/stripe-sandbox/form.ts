@@ -55,7 +55,9 @@ export function reqString(params: Params, name: string): string {
   if (value === '')
     throw invalidParam(
       name,
-      `You passed an empty string for '${name}'. We assume empty values are an attempt to unset a parameter; however '${name}' cannot be unset. You should remove '${name}' from your request or supply a non-empty value.`,
+      `You passed an empty string for '${name}'. We assume empty values are an attempt to ` +
+        `unset a parameter; however '${name}' cannot be unset. You should remove ` +
+        `'${name}' from your request or supply a non-empty value.`,
       'parameter_invalid_empty',
     );
   return value;

@@ -3,7 +3,8 @@
  * SDK talks to, for development and tests where Stripe itself cannot be reached.
  *
  *     const sandbox = await startStripeSandbox();
- *     const stripe = sandbox.stripe();            // new Stripe(key, { host, port, protocol: 'http' })
+ *     const stripe = sandbox.stripe();            // new Stripe(key, { host, port, protocol: 'http'
+ *     })
  *     await stripe.customers.create({ email: 'a@example.com' });
  *     await sandbox.close();
  *

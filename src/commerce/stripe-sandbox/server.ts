@@ -161,7 +161,8 @@ function answerApi(parts: SandboxParts, incoming: Incoming): ApiAnswer {
     if (header(incoming.headers, 'stripe-account') !== undefined)
       throw invalidParam(
         'Stripe-Account',
-        'The Stripe sandbox does not model Connect: requests cannot act on behalf of another account.',
+        'The Stripe sandbox does not model Connect: requests cannot act on behalf of ' +
+          'another account.',
       );
     const idempotencyKey =
       incoming.method === 'POST' ? (header(incoming.headers, 'idempotency-key') ?? null) : null;

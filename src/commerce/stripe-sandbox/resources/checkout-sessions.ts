@@ -67,7 +67,8 @@ function sessionItems(
     if (mode === 'payment' && item.price.recurring !== null) {
       throw invalidParam(
         `line_items[${index}][price]`,
-        'You specified `payment` mode but passed a recurring price. Either switch to `subscription` mode or use only one-time prices.',
+        'You specified `payment` mode but passed a recurring price. Either switch to ' +
+          '`subscription` mode or use only one-time prices.',
       );
     }
     if (item.price.currency !== items[0]?.price.currency)
@@ -82,7 +83,8 @@ function expiryOf(params: Params, created: number): number {
   if (expiresAt < created + EXPIRY_MIN || expiresAt > created + DAY) {
     throw invalidParam(
       'expires_at',
-      'The `expires_at` timestamp must be between 30 minutes and 24 hours from Checkout Session creation.',
+      'The `expires_at` timestamp must be between 30 minutes and 24 hours from Checkout ' +
+        'Session creation.',
     );
   }
   return expiresAt;
@@ -232,7 +234,8 @@ export function expireSession(
 ): Stripe.Checkout.Session {
   if (session.status !== 'open')
     throw invalidState(
-      `Only Checkout Sessions with a status of \`open\` can be expired. This session has a status of \`${String(session.status)}\`.`,
+      `Only Checkout Sessions with a status of \`open\` can be expired. This session has ` +
+        `a status of \`${String(session.status)}\`.`,
     );
   const expired: Stripe.Checkout.Session = { ...session, status: 'expired', url: null };
   state.sessions.update(expired);

@@ -2,12 +2,13 @@
  * Invoices: built by subscription billing (`invoiceForPeriod`), read through
  * `/v1/invoices` (retrieve, list filtered by `customer`, `subscription`, `status`).
  *
- * Every invoice the sandbox issues is paid in full at once (the card always succeeds):
- * `status: paid`, `amount_paid` = total. Each subscription item becomes one line whose
- * `period` is the service period it pays for; the invoice names its subscription under
- * `parent.subscription_details` (where the current API version puts it) and each line
- * under `subscription`. `/v1/invoices/:id/lines` pages through the lines. Invoice `period_start`/`period_end` follow Stripe's meaning (the
- * period that just ended, equal to the creation time on a subscription's first invoice).
+ * Every invoice the sandbox issues is paid in full at once (the card always succeeds): `status:
+ * paid`, `amount_paid` = total. Each subscription item becomes one line whose `period` is the
+ * service period it pays for; the invoice names its subscription under
+ * `parent.subscription_details` (where the current API version puts it) and each line under
+ * `subscription`. `/v1/invoices/:id/lines` pages through the lines. Invoice
+ * `period_start`/`period_end` follow Stripe's meaning (the period that just ended, equal to the
+ * creation time on a subscription's first invoice).
  */
 import Stripe from 'stripe';
 import { render, renderList } from '../expand.js';

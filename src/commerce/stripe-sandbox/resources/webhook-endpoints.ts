@@ -29,7 +29,8 @@ function checkedUrl(params: Params): string {
   if (!isLoopbackUrl(url))
     throw invalidParam(
       'url',
-      'The Stripe sandbox only delivers webhooks to loopback URLs (http://127.0.0.1:…, http://localhost:…, http://[::1]:…).',
+      'The Stripe sandbox only delivers webhooks to loopback URLs (http://127.0.0.1:…, ' +
+        'http://localhost:…, http://[::1]:…).',
       'url_invalid',
     );
   return url;
