@@ -73,7 +73,7 @@ function targetLine(s: ScenarioResult, t: TargetCheck): string {
   );
 }
 
-/** The command's options as a reader would repeat them: `--json <file>` is the caller's own business. */
+/** The command's options as a reader would repeat them (a `--json <file>` is the caller's own). */
 function shown(argv: readonly string[]): string {
   const kept = argv.filter((arg, i) => arg !== '--json' && argv[i - 1] !== '--json');
   return kept.length === 0 ? '' : ` -- ${kept.join(' ')}`;
