@@ -83,8 +83,11 @@ export async function startServerProcess(
       key: keys.test.server,
       body: options.config,
     });
-    if (pushed.status !== 200)
+    if (pushed.status !== 200) {
+      // Nobody else will stop it: the caller never gets the handle.
+      child.kill('SIGKILL');
       throw new Error(`config push refused: ${JSON.stringify(pushed.body)}`);
+    }
   }
   return {
     child,
