@@ -208,6 +208,28 @@ function checkIdempotency(
   return { replay: true };
 }
 
+/**
+ * The shared start of a consume or refund: the amount is positive (validated at the edge),
+ * and its idempotency key, if any, is looked up with the amount as the fingerprint.
+ */
+function amountIdempotency(
+  customer: CustomerState | undefined,
+  ent: CompiledEntitlement,
+  command: Extract<WriteCommand, { op: 'consume' | 'refund' }>,
+  nowMs: number,
+): ReturnType<typeof checkIdempotency> {
+  assert(command.amountMicros > 0n, `${command.op} amount must be positive`);
+  const fingerprint = String(command.amountMicros);
+  return checkIdempotency(
+    customer,
+    command.op,
+    ent.key,
+    command.idempotencyKey,
+    fingerprint,
+    nowMs,
+  );
+}
+
 function decideConsume(
   customer: CustomerState | undefined,
   config: CompiledConfig,
@@ -216,15 +238,7 @@ function decideConsume(
   nowMs: number,
 ): Decision {
   const amount = command.amountMicros;
-  assert(amount > 0n, 'consume amount must be positive');
-  const idem = checkIdempotency(
-    customer,
-    'consume',
-    ent.key,
-    command.idempotencyKey,
-    String(amount),
-    nowMs,
-  );
+  const idem = amountIdempotency(customer, ent, command, nowMs);
   if ('kind' in idem) return rejected(idem);
   if (idem.replay) return REPLAY;
 
@@ -281,15 +295,7 @@ function decideRefund(
   nowMs: number,
 ): Decision {
   const amount = command.amountMicros;
-  assert(amount > 0n, 'refund amount must be positive');
-  const idem = checkIdempotency(
-    customer,
-    'refund',
-    ent.key,
-    command.idempotencyKey,
-    String(amount),
-    nowMs,
-  );
+  const idem = amountIdempotency(customer, ent, command, nowMs);
   if ('kind' in idem) return rejected(idem);
   if (idem.replay) return REPLAY;
 
