@@ -48,6 +48,11 @@ export interface ForwardingEntry {
 export interface BillingConfig {
   readonly entitlements: Readonly<Record<string, EntitlementDefinition>>;
   readonly products: Readonly<Record<string, ProductDefinition>>;
+  /** What web pages may do with client keys (the front end reads it; shards ignore it). */
+  readonly client?: {
+    readonly allowedOrigins?: readonly string[];
+    readonly requireCustomerToken?: boolean;
+  };
   readonly webhooks?: {
     readonly devTunnel?: boolean;
     readonly forwarding?: readonly ForwardingEntry[];

@@ -35,6 +35,8 @@ interface InstanceSpec {
 const rateLimitEnv = (perMinute: number): Record<string, string> => ({
   TALLY_RATE_LIMIT_SERVER: String(perMinute),
   TALLY_RATE_LIMIT_CLIENT: String(perMinute),
+  TALLY_RATE_LIMIT_CLIENT_ADDRESS: String(perMinute),
+  TALLY_RATE_LIMIT_CLIENT_CUSTOMER: String(perMinute),
 });
 
 export const TALLY_INSTANCES: Readonly<Record<TallyInstance, InstanceSpec>> = {

@@ -33,6 +33,39 @@ export const ERRORS = {
     message: 'this endpoint requires a server key',
     when: 'client key on a server-only route',
   },
+  origin_not_allowed: {
+    status: 403,
+    message:
+      'origin {origin} may not call the {environment} environment: list it in ' +
+      'client.allowedOrigins',
+    when:
+      "a client-key request (or a preflight) from a page whose origin the environment's " +
+      'configuration does not allow; the reply carries no CORS headers',
+  },
+  customer_token_required: {
+    status: 401,
+    message:
+      'the {environment} environment requires x-tally-customer-token with a client key: ' +
+      'mint one with POST /v1/client-tokens',
+    when: 'a client-key customer read without a token where client.requireCustomerToken is on',
+  },
+  customer_token_invalid: {
+    status: 401,
+    message: 'x-tally-customer-token is invalid: mint a new one with POST /v1/client-tokens',
+    when:
+      "a malformed token, another environment's, a wrong signature, or one signed by a " +
+      'secret rotated out more than an hour ago',
+  },
+  customer_token_expired: {
+    status: 401,
+    message: 'x-tally-customer-token has expired: mint a new one with POST /v1/client-tokens',
+    when: 'a customer token past its expiry',
+  },
+  customer_token_mismatch: {
+    status: 403,
+    message: 'the customer token does not grant customer {customerId}',
+    when: "a client-key read of another customer than the token's",
+  },
   environment_key_required: {
     status: 403,
     message: 'the operator key cannot be used on environment routes',
@@ -218,8 +251,10 @@ export const ERRORS = {
   },
   rate_limited: {
     status: 429,
-    message: 'rate limit exceeded: {limit} requests per minute for this key',
-    when: 'the key used up its one-minute window (with Retry-After)',
+    message: 'rate limit exceeded: {limit} requests per minute {scope}',
+    when:
+      'the key (or, for a client key, its address or customer budget) used up its ' +
+      'one-minute window (with Retry-After)',
   },
   insufficient_balance: {
     status: 429,

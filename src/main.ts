@@ -80,7 +80,14 @@ async function main(): Promise<void> {
     client:
       intFromEnv('TALLY_RATE_LIMIT_CLIENT', DEFAULT_RATE_LIMITS.client) ??
       DEFAULT_RATE_LIMITS.client,
+    clientAddress:
+      intFromEnv('TALLY_RATE_LIMIT_CLIENT_ADDRESS', DEFAULT_RATE_LIMITS.clientAddress) ??
+      DEFAULT_RATE_LIMITS.clientAddress,
+    clientCustomer:
+      intFromEnv('TALLY_RATE_LIMIT_CLIENT_CUSTOMER', DEFAULT_RATE_LIMITS.clientCustomer) ??
+      DEFAULT_RATE_LIMITS.clientCustomer,
   };
+  const clientAddressHeader = optionalEnv('TALLY_CLIENT_ADDRESS_HEADER')?.toLowerCase();
   const reserveMb = intFromEnv('TALLY_STORAGE_RESERVE_MB', undefined);
   const quotas = {
     customers: quotaFromEnv('TALLY_QUOTA_CUSTOMERS'),
@@ -104,6 +111,7 @@ async function main(): Promise<void> {
     ...(reserveMb === undefined ? {} : { storageReserveBytes: reserveMb * 1024 * 1024 }),
     dataDir,
     rateLimits,
+    ...(clientAddressHeader === undefined ? {} : { clientAddressHeader }),
     log,
     processor,
     ...(workers === undefined || workers === 0 ? {} : { workers }),

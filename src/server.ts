@@ -35,9 +35,24 @@ import {
   writeBootstrapFile,
   type BootstrapKeys,
 } from './auth/bootstrap-file.js';
-import { DEFAULT_RATE_LIMITS, RateLimiter, type RateLimits } from './auth/rate-limit.js';
+import {
+  ClientPolicies,
+  CORS_ALLOW_HEADERS,
+  CORS_ALLOW_METHODS,
+  CORS_MAX_AGE_SEC,
+  type ClientSettings,
+} from './auth/client-policy.js';
+import { CustomerTokens } from './auth/customer-token.js';
+import {
+  DEFAULT_RATE_LIMITS,
+  RateLimiter,
+  type RateDecision,
+  type RateLimits,
+} from './auth/rate-limit.js';
+import { ClientAddresses, type AddressKey } from './http/client-address.js';
 import { checkBodyHeaders, readJsonBody } from './http/body.js';
-import { Exchange } from './http/exchange.js';
+import type { ErrorCode } from './errors.js';
+import { Exchange, type Headers } from './http/exchange.js';
 import { framingProblem } from './http/framing.js';
 import { routeQuery } from './http/query.js';
 import type { Router } from './http/router.js';
@@ -86,8 +101,13 @@ export interface ServerOptions {
   readonly snapshotEveryBatches?: number;
   /** Customers a shard copies per slice of an online snapshot (default EXPORT_SLICE_CUSTOMERS). */
   readonly snapshotSliceCustomers?: number;
-  /** Requests per minute per key (default 1000 server / 200 client; 0 = unlimited). */
+  /** Requests per minute per key, and for client keys per address and customer. */
   readonly rateLimits?: RateLimits;
+  /**
+   * The header a trusted reverse proxy writes the client's address into (lower case, e.g.
+   * `x-forwarded-for`); default: the socket's peer (src/http/client-address.ts).
+   */
+  readonly clientAddressHeader?: string;
   /** Where request errors, operator actions and (at debug) access lines go; default: nowhere. */
   readonly log?: Logger;
   /** The payment processor (docs/commerce.md); default: the embedded Stripe sandbox. */
@@ -191,6 +211,7 @@ function listen(app: uWS.TemplatedApp, host: string, port: number): Promise<uWS.
 interface OpenedDataDir {
   readonly control: ControlStore;
   readonly keys: KeyRing;
+  readonly customerTokens: CustomerTokens;
   readonly bootstrap: BootstrapKeys | null;
   readonly workers: number;
   readonly releaseDataDir: () => void;
@@ -213,7 +234,8 @@ async function openDataDir(options: ServerOptions): Promise<OpenedDataDir> {
     const keys = new KeyRing(control);
     const bootstrap = await bootstrapKeys(keys, options.dataDir);
     const workers = await resolveWorkers(control, options.workers);
-    return { control, keys, bootstrap, workers, releaseDataDir };
+    const customerTokens = await CustomerTokens.open(control, ENVIRONMENTS);
+    return { control, keys, customerTokens, bootstrap, workers, releaseDataDir };
   } catch (error) {
     await control?.close().catch(() => undefined);
     releaseDataDir();
@@ -252,7 +274,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     uWS.us_listen_socket_close(socket);
     throw error;
   }
-  const { control, keys, bootstrap, workers, releaseDataDir } = opened;
+  const { control, keys, customerTokens, bootstrap, workers, releaseDataDir } = opened;
+  const clientPolicies = new ClientPolicies();
+  for (const environment of ENVIRONMENTS)
+    clientPolicies.set(environment, clientSettingsOf(control.latestConfig(environment)?.config));
   let processor: Processor;
   try {
     processor = await startProcessor(options.processor ?? {}, port);
@@ -293,6 +318,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       };
       await Promise.all([stored, audit.append(environment, entry, pushedAtMs)]);
       pool?.broadcastConfig(environment, version, config);
+      clientPolicies.set(environment, config.client);
       return { version, pushedAtMs, catalog };
     });
     pushChains.set(
@@ -314,6 +340,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     () => pool !== null,
     obs,
     storage,
+    {
+      policies: clientPolicies,
+      tokens: customerTokens,
+      addresses: new ClientAddresses(options.clientAddressHeader ?? null),
+    },
   );
   frontEnd = front;
 
@@ -356,6 +387,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       verifyAudit,
       pushConfig,
       openApiJson: openApiCache(control),
+      customerTokens,
     });
     const commerceDeps = { pool: started, control, audit, processor };
     front.setWebhook(webhookHandler(commerceDeps));
@@ -367,6 +399,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       configVersion: (environment: Environment) => control.latestConfigVersion(environment),
       replaceBootstrapAdmin: (secret: string) => replaceBootstrapAdmin(options.dataDir, secret),
       startedAtMs,
+      customerTokens,
     };
     const snapshots = new Snapshots({
       dataDir: options.dataDir,
@@ -456,6 +489,7 @@ class FrontEnd {
     isReady: () => boolean,
     private readonly obs: Observability,
     private readonly storage: StorageWatch,
+    private readonly clients: ClientAccess,
   ) {
     this.publicRouter = buildPublicRouter({ isReady, storageFull: () => storage.full });
   }
@@ -517,18 +551,26 @@ class FrontEnd {
       return this.webhook(ex, req);
     }
     if (!url.startsWith('/v1/')) return ex.fail('route_not_found', { method, path: url });
+    if (method === 'OPTIONS' && this.preflight(ex, req, url)) return;
 
     const presented = req.getHeader('x-tally-key') || bearerToken(req.getHeader('authorization'));
-    if (presented === '') return ex.fail('key_missing');
+    if (presented === '') return this.failUnkeyed(ex, req, 'key_missing');
     const key = this.keys.verify(presented);
-    if (key === null) return ex.fail('key_invalid');
-    const rate = this.limiter.take(key, Date.now());
+    if (key === null) return this.failUnkeyed(ex, req, 'key_invalid');
+    // A client key's request is counted per address too (and, for a customer read, per
+    // customer further down); `address` is unused for every other key.
+    const nowMs = Date.now();
+    let address: AddressKey = 0;
+    let rate: RateDecision | null;
+    if (key.keyClass === 'client') {
+      const environment = key.environment as Environment;
+      if (!this.admitOrigin(ex, req, environment)) return;
+      address = this.clients.addresses.of(ex.res, req);
+      rate = this.limiter.takeClient(key, address, nowMs);
+    } else rate = this.limiter.take(key, nowMs);
     if (rate !== null) {
       ex.rate = rate;
-      if (!rate.allowed)
-        return ex.fail('rate_limited', { limit: rate.limit }, [
-          ['retry-after', String(rate.retryAfterSec)],
-        ]);
+      if (!rate.allowed) return failRateLimited(ex, rate);
     }
     if (url.startsWith('/v1/admin/')) return this.dispatchAdmin(ex, req, key);
     if (key.environment === null) return ex.fail('environment_key_required');
@@ -547,6 +589,12 @@ class FrontEnd {
     const query = routeQuery(req.getQuery() ?? '', route.takesQuery);
     if (!query.ok) return ex.fail('invalid_query', { detail: query.message });
     const environment = key.environment;
+    if (route.record.browser === true && key.keyClass === 'client') {
+      const customerId = query.params['customerId'];
+      // Without one, the route's query schema answers 400 below.
+      if (customerId !== undefined && !this.admitCustomer(ex, req, key, address, customerId, nowMs))
+        return;
+    }
     if (!route.hasBody)
       return runRoute(route, ex, key, environment, params, query.params, undefined, '');
     if (!checkBodyHeaders(ex, req.getHeader('content-type'), req.getHeader('content-length')))
@@ -554,6 +602,106 @@ class FrontEnd {
     readJsonBody(ex, (body, bodyText) =>
       runRoute(route, ex, key, environment, params, query.params, body, bodyText),
     );
+  }
+
+  /**
+   * Answers the CORS preflight of a browser route (docs/browser.md): 204 with the allow
+   * headers when some environment allows the page's origin, else 403. Returns false, to
+   * let the request be handled as any other (a key is then required), on every other
+   * path: a server route never answers a preflight with allow headers, so no browser
+   * sends it a keyed request.
+   */
+  private preflight(ex: Exchange, req: uWS.HttpRequest, url: string): boolean {
+    const found = this.router?.lookup('GET', url);
+    if (found?.kind !== 'match' || found.match.route.record.browser !== true) return false;
+    const origin = req.getHeader('origin');
+    const allowed = this.clients.policies.replyHeaderForAny(origin);
+    if (allowed === null) {
+      ex.fail('origin_not_allowed', { origin, environment: 'test or live' });
+      return true;
+    }
+    ex.cors = allowed;
+    ex.send(204, '', PREFLIGHT_HEADERS);
+    return true;
+  }
+
+  /**
+   * A request without a valid key: when it comes from a page an environment allows, the
+   * page may read the 401 (rather than see a network error).
+   */
+  private failUnkeyed(ex: Exchange, req: uWS.HttpRequest, code: 'key_missing' | 'key_invalid') {
+    const origin = req.getHeader('origin');
+    if (origin !== '') ex.cors = this.clients.policies.replyHeaderForAny(origin);
+    ex.fail(code);
+  }
+
+  /**
+   * A client key's request from a page (it sent `Origin`): refused (403, no CORS headers,
+   * not counted) unless the key's environment allows the origin; allowed, every reply
+   * carries the headers that let the page read it. Requests without `Origin` (not a
+   * browser's) pass. Returns false when it answered.
+   */
+  private admitOrigin(ex: Exchange, req: uWS.HttpRequest, environment: Environment): boolean {
+    const origin = req.getHeader('origin');
+    if (origin === '') return true;
+    const allowed = this.clients.policies.replyHeader(environment, origin);
+    if (allowed === null) {
+      ex.fail('origin_not_allowed', { origin, environment });
+      return false;
+    }
+    ex.cors = allowed;
+    return true;
+  }
+
+  /**
+   * The customer checks of a client-key customer read: its token (required or not, by the
+   * environment's configuration), then the customer's rate budget. Returns false when it
+   * answered.
+   */
+  private admitCustomer(
+    ex: Exchange,
+    req: uWS.HttpRequest,
+    key: KeyRecord,
+    address: AddressKey,
+    customerId: string,
+    nowMs: number,
+  ): boolean {
+    const problem = this.customerTokenProblem(
+      req,
+      key.environment as Environment,
+      customerId,
+      nowMs,
+    );
+    if (problem !== null) {
+      // Refused before it is served: it counts nowhere, so it carries no rate headers.
+      if (ex.rate !== null) this.limiter.untakeClient(key, address, nowMs);
+      ex.rate = null;
+      ex.fail(problem, { customerId, environment: key.environment as Environment });
+      return false;
+    }
+    if (ex.rate === null) return true;
+    const rate = this.limiter.takeCustomer(key, address, customerId, ex.rate, nowMs);
+    ex.rate = rate;
+    if (rate.allowed) return true;
+    failRateLimited(ex, rate);
+    return false;
+  }
+
+  /** Why the request's customer token does not let it read `customerId`, or null when it does. */
+  private customerTokenProblem(
+    req: uWS.HttpRequest,
+    environment: Environment,
+    customerId: string,
+    nowMs: number,
+  ): ErrorCode | null {
+    const token = req.getHeader('x-tally-customer-token');
+    if (token === '')
+      return this.clients.policies.requiresCustomerToken(environment)
+        ? 'customer_token_required'
+        : null;
+    const verified = this.clients.tokens.verify(environment, token, nowMs);
+    if (typeof verified === 'string') return verified;
+    return verified.customerId === customerId ? null : 'customer_token_mismatch';
   }
 
   /**
@@ -591,6 +739,32 @@ class FrontEnd {
       runRoute(route, ex, key, null, params, query.params, body, bodyText),
     );
   }
+}
+
+/** What the front end needs to serve client keys to web pages. */
+interface ClientAccess {
+  readonly policies: ClientPolicies;
+  readonly tokens: CustomerTokens;
+  readonly addresses: ClientAddresses;
+}
+
+/** The allow headers of a preflight answer, beside `access-control-allow-origin`. */
+const PREFLIGHT_HEADERS: Headers = [
+  ['access-control-allow-methods', CORS_ALLOW_METHODS],
+  ['access-control-allow-headers', CORS_ALLOW_HEADERS],
+  ['access-control-max-age', String(CORS_MAX_AGE_SEC)],
+];
+
+/** 429 with Retry-After, naming the budget that ran out. */
+function failRateLimited(ex: Exchange, rate: RateDecision): void {
+  ex.fail('rate_limited', { limit: rate.limit, scope: rate.scope }, [
+    ['retry-after', String(rate.retryAfterSec)],
+  ]);
+}
+
+/** The `client` section of a stored configuration (undefined before the first push). */
+function clientSettingsOf(config: unknown): ClientSettings | undefined {
+  return (config as BillingConfig | undefined)?.client;
 }
 
 /** The query of a public route: none is read. */

@@ -46,6 +46,35 @@ export interface ConfigEntry {
 type DbName = 'keys' | 'configs' | 'meta' | 'audit' | 'auditRefs';
 
 const SNAPSHOT_SECRET_META = 'snapshotSecret';
+const TOKEN_SECRETS_META = 'customerTokenSecrets';
+
+/** One signing secret of customer tokens: its generation and 32 bytes as hex. */
+export interface TokenSecret {
+  generation: number;
+  secretHex: string;
+}
+
+/**
+ * An environment's customer-token secrets: the current one, and the one it replaced,
+ * accepted until `previousUntilMs` (src/auth/customer-token.ts gives the rules).
+ */
+export interface TokenSecretSet {
+  current: TokenSecret;
+  previous: TokenSecret | null;
+  previousUntilMs: number;
+}
+
+function isTokenSecret(value: unknown): value is TokenSecret {
+  const secret = value as TokenSecret | null;
+  return (
+    typeof secret === 'object' &&
+    secret !== null &&
+    Number.isSafeInteger(secret.generation) &&
+    secret.generation > 0 &&
+    typeof secret.secretHex === 'string' &&
+    /^[0-9a-f]{64}$/.test(secret.secretHex)
+  );
+}
 
 export class ControlStore {
   readonly #env: DurableEnv<DbName>;
@@ -225,6 +254,31 @@ export class ControlStore {
   putSnapshotSecret(secret: Uint8Array): Promise<void> {
     assert(secret.length === 32, 'a snapshot secret has 32 bytes');
     return this.putMeta(SNAPSHOT_SECRET_META, Buffer.from(secret).toString('hex'));
+  }
+
+  /**
+   * The customer-token secrets of `environment`, or null before any were made. Throws if
+   * the stored value is malformed.
+   */
+  tokenSecrets(environment: Environment): TokenSecretSet | null {
+    const stored = this.getMeta(`${TOKEN_SECRETS_META}.${environment}`);
+    if (stored === undefined) return null;
+    const set = stored as TokenSecretSet;
+    assert(
+      typeof set === 'object' &&
+        set !== null &&
+        isTokenSecret(set.current) &&
+        (set.previous === null || isTokenSecret(set.previous)) &&
+        Number.isSafeInteger(set.previousUntilMs),
+      `control store: the customer-token secrets of ${environment} are malformed`,
+    );
+    return set;
+  }
+
+  /** Stores an environment's customer-token secrets; resolves once durable. */
+  putTokenSecrets(environment: Environment, set: TokenSecretSet): Promise<void> {
+    assert(isTokenSecret(set.current), 'a customer-token secret has a generation and 32 bytes');
+    return this.putMeta(`${TOKEN_SECRETS_META}.${environment}`, set);
   }
 
   /** Waits for queued writes to finish, then closes the environment. */

@@ -13,6 +13,7 @@
 import type { Environment } from '../../actors/protocol.js';
 import type { AuditInput, AuditLog, AuditVerification } from '../../storage/audit-log.js';
 import type { KeyRecord } from '../../storage/control-store.js';
+import type { CustomerTokens } from '../auth/customer-token.js';
 import { issueKey, type KeyRing } from '../auth/keys.js';
 import { decodeComponent } from '../http/query.js';
 import type { Router } from '../http/router.js';
@@ -31,8 +32,10 @@ import {
 import {
   keyCreateSchema,
   operatorAuditQuerySchema,
+  tokenSecretRotateSchema,
   type AuditQuery,
   type KeyCreateBody,
+  type TokenSecretRotateBody,
 } from './validation.js';
 
 /** The operator audit stream's chain name in the audit log. */
@@ -62,6 +65,8 @@ export interface AdminDeps {
   /** Puts a new operator key in the data dir's bootstrap-keys.json; false when there is none. */
   readonly replaceBootstrapAdmin: (secret: string) => boolean;
   readonly startedAtMs: number;
+  /** The customer-token signing secrets (rotated here). */
+  readonly customerTokens: CustomerTokens;
 }
 
 /** The public view of a key: never its secret or hash. */
@@ -202,6 +207,30 @@ function updateBootstrapFile(deps: AdminDeps, ctx: AdminContext, secret: string)
   }
 }
 
+/**
+ * POST /v1/admin/customer-token-secret/rotate: a new signing secret for the environment's
+ * customer tokens. Tokens the replaced secret signed stay valid (for at most their
+ * lifetime, an hour); those of the secret before it stop working at once. Written
+ * durably, with its audit entries, before the answer.
+ */
+function rotateTokenSecret(ctx: AdminContext<TokenSecretRotateBody>, deps: AdminDeps): void {
+  const { environment } = ctx.body;
+  const { generation, stored } = deps.customerTokens.rotate(environment, Date.now());
+  const audit = {
+    action: 'customer-token-secret.rotate',
+    resourceType: 'customer-token-secret',
+    resourceId: `${environment}:${generation}`,
+    data: { environment, generation },
+  };
+  auditOperator(deps, ctx, audit, environment, stored, (rotated) =>
+    ctx.ex.json(200, {
+      environment,
+      generation,
+      previousValidUntil: new Date(rotated.previousValidUntilMs).toISOString(),
+    }),
+  );
+}
+
 /** GET /v1/admin/status: health, shards, journal sizes, snapshots, uptime. */
 function status(ctx: AdminContext, deps: AdminDeps): void {
   const depths = deps.pool.queueDepths();
@@ -273,6 +302,14 @@ export const ADMIN_ROUTES: readonly AdminRouteRecord[] = [
     keys: 'operator',
     audited: true,
     handle: rotateAdmin,
+  }),
+  route<TokenSecretRotateBody>({
+    method: 'POST',
+    path: '/v1/admin/customer-token-secret/rotate',
+    keys: 'operator',
+    audited: true,
+    body: { schema: tokenSecretRotateSchema, numbers: 'as-parsed' },
+    handle: rotateTokenSecret,
   }),
   route({
     method: 'DELETE',

@@ -28,6 +28,7 @@ import {
   CONFIG_KEY_PATTERN,
 } from '../config/billing-schema.js';
 import { ERRORS, type ErrorCode } from '../errors.js';
+import { clientTokenView } from './client-token-routes.js';
 import { PUBLIC_ROUTES } from './public-routes.js';
 import type { AnyRouteRecord, BodySpec, Caller, RouteDoc } from './route-record.js';
 import { API_ROUTES } from './routes.js';
@@ -62,6 +63,8 @@ interface OperationEntry extends RouteDoc {
   readonly pathCustomer?: string;
   readonly query?: ObjectSchema;
   readonly body?: Schema;
+  /** A customer read a web page may make (CORS, customer token). */
+  readonly browser?: true;
 }
 
 const ref = (name: string): Schema => ({ $ref: `#/components/schemas/${name}` });
@@ -71,8 +74,20 @@ const BALANCE_ERRORS: ReadonlySet<ErrorCode> = new Set([
   'insufficient_balance',
   'refund_exceeds_usage',
 ]);
-/** Errors answered before the key is known, so without rate-limit headers. */
-const UNAUTHENTICATED_ERRORS: ReadonlySet<ErrorCode> = new Set(['key_missing', 'key_invalid']);
+/**
+ * Errors of requests that are not counted, so without rate-limit headers: answered
+ * before the key is known, or a client key's request refused for its origin or its
+ * customer token.
+ */
+const UNAUTHENTICATED_ERRORS: ReadonlySet<ErrorCode> = new Set([
+  'key_missing',
+  'key_invalid',
+  'origin_not_allowed',
+  'customer_token_required',
+  'customer_token_invalid',
+  'customer_token_expired',
+  'customer_token_mismatch',
+]);
 /** Errors answered with `Retry-After`. */
 const RETRY_ERRORS: ReadonlySet<ErrorCode> = new Set(['rate_limited', 'overloaded', 'not_ready']);
 
@@ -121,6 +136,7 @@ function operationOf(record: AnyRouteRecord<unknown, Caller>): OperationEntry | 
     ...(customer === undefined ? {} : { pathCustomer: customer }),
     ...(record.query === undefined ? {} : { query: record.query as unknown as ObjectSchema }),
     ...(record.body === undefined ? {} : { body: publishedBody(record.body) }),
+    ...(record.browser === true ? { browser: true as const } : {}),
   };
 }
 
@@ -170,6 +186,10 @@ export function buildOpenApi(config: BillingConfig | null, meta: OpenApiMeta): o
       { name: 'customers', description: 'Customer records and listings.' },
       { name: 'audit', description: 'The tamper-evident audit log.' },
       { name: 'contracts', description: 'Per-customer prices and included amounts.' },
+      {
+        name: 'browser',
+        description: 'Customer-bound tokens for calling has, limit and balance from a web page.',
+      },
       { name: 'docs', description: 'This document.' },
     ],
     paths,
@@ -241,6 +261,7 @@ function operationObject(op: OperationEntry): Record<string, unknown> {
       : [{ $ref: `#/components/parameters/${KEY_PARAMETERS[op.pathKey]}` }]),
     ...(op.pathCustomer === undefined ? [] : [{ ...CUSTOMER_ID_PARAMETER, name: op.pathCustomer }]),
     ...(op.query === undefined ? [] : queryParameters(op.query)),
+    ...(op.browser === true ? [CUSTOMER_TOKEN_PARAMETER] : []),
   ];
   return {
     operationId: op.operationId,
@@ -255,6 +276,17 @@ function operationObject(op: OperationEntry): Record<string, unknown> {
     responses: responsesOf(op),
   };
 }
+
+const CUSTOMER_TOKEN_PARAMETER = {
+  name: 'x-tally-customer-token',
+  in: 'header',
+  required: false,
+  schema: { type: 'string' },
+  description:
+    'A token from `POST /v1/client-tokens`: with a client key, only its customer may be ' +
+    "read. Required with a client key when the environment's configuration sets " +
+    '`client.requireCustomerToken`; ignored with a server key.',
+};
 
 const CUSTOMER_ID_PARAMETER = {
   name: 'customerId',
@@ -308,6 +340,14 @@ function errorCodesOf(op: OperationEntry): ErrorCode[] {
     );
     if (op.access === 'server') codes.push('server_key_required');
   }
+  if (op.browser === true)
+    codes.push(
+      'origin_not_allowed',
+      'customer_token_required',
+      'customer_token_invalid',
+      'customer_token_expired',
+      'customer_token_mismatch',
+    );
   if (op.body !== undefined) codes.push('content_type', 'invalid_json', 'body_too_large');
   if (op.sharded === true) codes.push('overloaded');
   codes.push(...op.errors, 'internal');
@@ -745,6 +785,7 @@ function viewSchemas(): Record<string, Schema> {
         properties: { type: 'object' },
       },
     },
+    ClientToken: clientTokenView as Schema,
     OpenApiDocument: {
       type: 'object',
       required: ['openapi', 'info', 'paths', 'components'],

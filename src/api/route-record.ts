@@ -77,6 +77,7 @@ export interface RouteDoc {
     | 'customers'
     | 'contracts'
     | 'audit'
+    | 'browser'
     | 'docs';
   readonly summary: string;
   readonly description: string;
@@ -137,6 +138,13 @@ export interface RouteRecord<D, B = unknown, Q = unknown, C extends Caller = Env
   /** Exact segments; `:name` is a path parameter (at most one). */
   readonly path: string;
   readonly keys: KeyClass;
+  /**
+   * A customer read a web page may make with a client key (docs/browser.md): its CORS
+   * preflight is answered, and a client key's request is checked against the
+   * environment's allowed origins and customer token and counted in the customer's
+   * budget. Only a GET of a client route whose query requires `customerId`.
+   */
+  readonly browser?: true;
   /** Required when the path has a `:name` segment. */
   readonly param?: ParamReader;
   /** The query parameters' schema; a route without one refuses any query parameter. */
@@ -185,6 +193,10 @@ export function compileRoute<D, C extends Caller>(
     throw new Error(
       `${record.method} ${record.path}: a path parameter needs a param reader, and only then`,
     );
+  if (record.browser === true && !isCustomerRead(record))
+    throw new Error(
+      `${record.method} ${record.path}: a browser route is a client-key customer read`,
+    );
   const body = record.body;
   const validateBody =
     body === undefined || body.check !== undefined ? null : compileSchema(body.schema);
@@ -203,6 +215,18 @@ export function compileRoute<D, C extends Caller>(
     numbers: body?.numbers ?? 'as-parsed',
     tagged: record.audited && record.keys !== 'operator',
   };
+}
+
+function isCustomerRead(
+  record: Pick<AnyRouteRecord<unknown>, 'method' | 'keys' | 'body' | 'query'>,
+): boolean {
+  const required = (record.query as { required?: readonly string[] } | undefined)?.required;
+  return (
+    record.method === 'GET' &&
+    record.keys === 'client' &&
+    record.body === undefined &&
+    required?.includes('customerId') === true
+  );
 }
 
 /** A router over compiled records, in table order (their metrics series). */

@@ -19,6 +19,7 @@ import type { PerEnvironment } from '../../shared/quotas.js';
 import type { ControlStore } from '../../storage/control-store.js';
 import type { AuditLog, AuditVerification } from '../../storage/audit-log.js';
 import type { CustomerIndex } from '../../storage/customer-index.js';
+import type { CustomerTokens } from '../auth/customer-token.js';
 import type { CatalogAction } from '../commerce/catalog-sync.js';
 import { ProcessorFailure, type Processor } from '../commerce/processor.js';
 import { billingConfigSchema } from '../config/billing-schema.js';
@@ -29,6 +30,7 @@ import { decodeComponent } from '../http/query.js';
 import type { Router } from '../http/router.js';
 import type { ReplyHandler, ShardPool } from '../shard-pool.js';
 import { auditPage, failVerify } from './audit-page.js';
+import { CLIENT_TOKEN_ROUTES } from './client-token-routes.js';
 import { COMMERCE_ROUTES } from './commerce-routes.js';
 import { quotaDetail, renderReply } from './shard-reply.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
@@ -85,6 +87,8 @@ export interface ApiDeps {
   readonly openApiJson: (environment: Environment) => string;
   /** The payment processor (the embedded Stripe sandbox, or Stripe). */
   readonly processor: Processor;
+  /** Mints and checks customer-bound client tokens. */
+  readonly customerTokens: CustomerTokens;
 }
 
 /** A route of this table, as its router holds it. */
@@ -470,10 +474,12 @@ const TYPED_ERRORS = [...ENTITLEMENT_ERRORS, 'wrong_entitlement_type'] as const;
 /** Every environment route, in router order (each route's metrics series). */
 export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
   ...COMMERCE_ROUTES,
+  ...CLIENT_TOKEN_ROUTES,
   route<undefined, CustomerQuery>({
     method: 'GET',
     path: '/v1/entitlements/:key/has',
     keys: 'client',
+    browser: true,
     param: keyParam,
     query: customerQuerySchema,
     audited: false,
@@ -495,6 +501,7 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
     method: 'GET',
     path: '/v1/entitlements/:key/limit',
     keys: 'client',
+    browser: true,
     param: keyParam,
     query: customerQuerySchema,
     audited: false,
@@ -535,6 +542,7 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
     method: 'GET',
     path: '/v1/usage/:key/balance',
     keys: 'client',
+    browser: true,
     param: keyParam,
     query: customerQuerySchema,
     audited: false,

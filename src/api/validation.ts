@@ -204,6 +204,7 @@ export const AUDIT_ACTIONS = [
   'webhook.register',
   'key.create',
   'key.revoke',
+  'customer-token-secret.rotate',
 ] as const;
 export const AUDIT_RESOURCE_TYPES = [
   'config',
@@ -216,6 +217,7 @@ export const AUDIT_RESOURCE_TYPES = [
   'purchase',
   'webhook',
   'key',
+  'customer-token-secret',
 ] as const;
 
 /** GET /v1/audit. */
@@ -291,6 +293,18 @@ export const keyCreateSchema = {
   required: ['environment', 'class'],
   additionalProperties: false,
 } as const;
+
+/** POST /v1/admin/customer-token-secret/rotate. */
+export const tokenSecretRotateSchema = {
+  type: 'object',
+  properties: { environment: { enum: ['test', 'live'] } },
+  required: ['environment'],
+  additionalProperties: false,
+} as const;
+
+export interface TokenSecretRotateBody {
+  readonly environment: 'test' | 'live';
+}
 
 export interface KeyCreateBody {
   readonly environment: 'test' | 'live';

@@ -13,6 +13,7 @@
  * rather than a silently ignored setting.
  */
 import { AMOUNT_UNITS_MAX, DECIMALS_MAX } from '../../actors/fixed.js';
+import { ORIGIN_LENGTH_MAX, ORIGIN_PATTERN } from '../auth/client-policy.js';
 
 export const BILLING_SCHEMA_ID = 'https://tally.dev/schemas/billing-config.json';
 
@@ -36,6 +37,10 @@ export const CONFIG_PRODUCTS_MAX = 1000;
 export const CONFIG_NAME_LENGTH_MAX = 255;
 /** Forwarding entries each name one receiver of one application; dozens is already odd. */
 export const CONFIG_FORWARDING_MAX = 100;
+/** An entry of `client.allowedOrigins`: `*`, or an origin as a browser sends it. */
+export const CLIENT_ORIGIN_PATTERN = `^\\*$|${ORIGIN_PATTERN}`;
+/** Origins a client key may be used from; an application has a handful of front ends. */
+export const CONFIG_ORIGINS_MAX = 100;
 /** A receiver path or integration name longer than this is a mistake, not a URL. */
 export const CONFIG_PATH_LENGTH_MAX = 2048;
 export const CONFIG_INTEGRATION_LENGTH_MAX = 100;
@@ -331,6 +336,38 @@ export const billingConfigSchema = {
       maxProperties: CONFIG_PRODUCTS_MAX,
       propertyNames: { $ref: '#/$defs/key' },
       additionalProperties: { $ref: '#/$defs/product' },
+    },
+    client: {
+      description:
+        'What web pages may do with the client keys of this environment (calling Tally ' +
+        'from a browser).',
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        allowedOrigins: {
+          description:
+            'Origins whose pages may call has, limit and balance with a client key (CORS), ' +
+            'e.g. `https://app.example.com`: scheme, host and optional port, lower case, no ' +
+            'path. `"*"` (alone) allows every origin. Without this setting the test ' +
+            `environment allows every origin and the live one none. At most ${CONFIG_ORIGINS_MAX}.`,
+          type: 'array',
+          maxItems: CONFIG_ORIGINS_MAX,
+          uniqueItems: true,
+          items: {
+            description: 'An origin, or `*` for every origin.',
+            type: 'string',
+            maxLength: ORIGIN_LENGTH_MAX,
+            pattern: CLIENT_ORIGIN_PATTERN,
+          },
+        },
+        requireCustomerToken: {
+          description:
+            'When true, a client key reads a customer only with a customer token ' +
+            '(`x-tally-customer-token`, minted with `POST /v1/client-tokens`); default ' +
+            'false. Recommended in live: a client key alone can read any customer.',
+          type: 'boolean',
+        },
+      },
     },
     webhooks: {
       description: 'Delivery of events to the application.',

@@ -19,6 +19,7 @@ import type { BillingConfig, EntitlementType } from '../../actors/billing-config
 import { quantityToMicros } from '../../actors/fixed.js';
 import {
   billingConfigSchema,
+  CLIENT_ORIGIN_PATTERN,
   CONFIG_KEY_LENGTH_MAX,
   CONFIG_KEY_PATTERN,
   CONFIG_QUANTITY_DECIMALS_MAX,
@@ -122,6 +123,11 @@ const PATTERN_PHRASES: ReadonlyMap<string, string> = new Map([
   [CONFIG_KEY_PATTERN, 'must contain only A-Z, a-z, 0-9 and _ . : - (and must not be __proto__)'],
   ['^[a-z]{3}$', 'must be a three-letter lowercase ISO 4217 currency code, e.g. usd'],
   ['^/\\S*$', 'must start with / and contain no whitespace'],
+  [
+    CLIENT_ORIGIN_PATTERN,
+    'must be "*" or an origin: scheme://host with an optional :port, lower case, no path ' +
+      '(e.g. https://app.example.com)',
+  ],
 ]);
 
 const KEY_RULE =
@@ -216,7 +222,16 @@ function semanticViolations(doc: unknown): string[] {
   const webhooks = asRecord(root.webhooks);
   if (webhooks !== null && Array.isArray(webhooks.forwarding))
     checkForwarding(webhooks.forwarding, errors);
+  const client = asRecord(root.client);
+  if (client !== null && Array.isArray(client.allowedOrigins))
+    checkOrigins(client.allowedOrigins, errors);
   return errors;
+}
+
+/** `*` allows every origin, so naming others beside it is a mistake about what it means. */
+function checkOrigins(origins: readonly unknown[], errors: string[]): void {
+  if (origins.includes('*') && origins.length > 1)
+    errors.push('client.allowedOrigins: "*" must stand alone (it already allows every origin)');
 }
 
 /**

@@ -53,6 +53,12 @@ export class Exchange {
   done = false;
   /** The rate-limit state of a keyed request: its three headers go on every reply. */
   rate: RateDecision | null = null;
+  /**
+   * The `access-control-allow-origin` value (with the lines that go with it) when the
+   * page that sent this request may read its reply (src/auth/client-policy.ts); null
+   * otherwise, and for every request that is not a browser's.
+   */
+  cors: string | null = null;
   /** Metrics series of the route that matched (HttpMetrics slot); -1 until one did. */
   slot = -1;
   /** Set once a handler failure was logged with its cause. */
@@ -125,6 +131,7 @@ export class Exchange {
           res.writeHeader(RATE_LIMIT_HEADER_NAME, rateLimitHeaderValue(rate.lines, rate.remaining));
       }
       if (status >= 400 || this.echoRequestId) res.writeHeader('x-request-id', this.requestId);
+      if (this.cors !== null) res.writeHeader('access-control-allow-origin', this.cors);
       for (const [name, value] of headers) res.writeHeader(name, value);
       if (status === 204) res.endWithoutBody();
       else res.end(body, closeConnection);

@@ -49,6 +49,9 @@ export async function startServerProcess(
       TALLY_DATA_DIR: dataDir,
       TALLY_RATE_LIMIT_SERVER: '1000000000',
       TALLY_RATE_LIMIT_CLIENT: '1000000000',
+      TALLY_RATE_LIMIT_CLIENT_ADDRESS: '1000000000',
+      TALLY_RATE_LIMIT_CLIENT_CUSTOMER: '1000000000',
+      TALLY_CLIENT_ADDRESS_HEADER: '',
       // The embedded Stripe sandbox unless a test names a processor (empty means unset).
       STRIPE_SECRET_KEY: '',
       STRIPE_WEBHOOK_SECRET: '',
