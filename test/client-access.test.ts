@@ -48,7 +48,7 @@ function corsHeaders(headers: Headers): Record<string, string> {
 }
 
 describe('CORS', () => {
-  it('answers the preflight of has, limit and balance with 204 and the allow headers, no key', async () => {
+  it('answers the preflight of has, limit, balance: 204, allow headers, no key', async () => {
     for (const route of [HAS, '/v1/entitlements/seats/limit', '/v1/usage/api_calls/balance']) {
       const answer = await call(server.base, 'OPTIONS', `${route}?customerId=c`, {
         headers: {
@@ -85,7 +85,7 @@ describe('CORS', () => {
     }
   });
 
-  it('puts allow-origin and Vary on a client key reply, errors included; never for a server key', async () => {
+  it('puts allow-origin on client key replies, errors too; never for a server key', async () => {
     const ck = server.keys.test.client;
     const ok = await call(server.base, 'GET', `${HAS}?customerId=c`, {
       key: ck,
@@ -329,7 +329,7 @@ describe('customer tokens', () => {
     expect((await read(`${HAS}?customerId=alice`, null)).status).toBe(200);
   });
 
-  it('rotation keeps the previous secret valid, retires the one before, and survives a restart', async () => {
+  it('rotation keeps the previous secret, retires the one before, survives a restart', async () => {
     const rotate = (environment: string, key = server.keys.admin) =>
       call(server.base, 'POST', '/v1/admin/customer-token-secret/rotate', {
         key,

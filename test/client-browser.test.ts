@@ -105,7 +105,7 @@ describe.skipIf(CHROMIUM === undefined)('calling Tally from a web page', () => {
     return minted.body.token as string;
   }
 
-  it('an allowed origin reads has and balance with the client key and a customer token', async () => {
+  it('an allowed origin reads has and balance with the client key and a token', async () => {
     const page = await openPage(allowed.origin);
     const headers = {
       'x-tally-key': tally.keys.test.client,

@@ -225,7 +225,7 @@ describe('over HTTP, addresses from a trusted proxy header', () => {
     expect((await has('2001:db8:1:3::1')).status).toBe(200);
   });
 
-  it('a customer budget spans addresses; refused and bad-token requests count nowhere', async () => {
+  it('a customer budget spans addresses; refused or bad-token requests count nowhere', async () => {
     await awayFromWindowEnd();
     const answers: number[] = [];
     for (let i = 0; i < 6; i++) answers.push((await has(`198.51.100.${i}`, 'acme')).status);

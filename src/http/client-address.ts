@@ -68,7 +68,9 @@ function ipv6Bytes(text: string): Uint8Array {
       number,
       number,
     ];
-    body = `${text.slice(0, tail.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+    const high = ((a << 8) | b).toString(16);
+    const low = ((c << 8) | d).toString(16);
+    body = `${text.slice(0, tail.index)}${high}:${low}`;
   }
   const gap = body.indexOf('::');
   if (gap === -1) groups = body.split(':');
