@@ -565,7 +565,7 @@ class FrontEnd {
     if (key.keyClass === 'client') {
       const environment = key.environment as Environment;
       if (!this.admitOrigin(ex, req, environment)) return;
-      address = this.clients.addresses.of(ex.res, req);
+      if (this.limiter.limitsAddresses) address = this.clients.addresses.of(ex.res, req);
       rate = this.limiter.takeClient(key, address, nowMs);
     } else rate = this.limiter.take(key, nowMs);
     if (rate !== null) {

@@ -105,10 +105,18 @@ export class RateLimiter {
   /** The header lines of the current window, per limit: shared by all its windows. */
   private readonly linesByLimit = new Map<number, RateLimitLines>();
   private linesStartMs = -1;
+  /** The client key looked up last and its windows. */
+  private lastClientId = '';
+  private lastClientWindows: ClientWindows | null = null;
 
   constructor(private readonly limits: RateLimits) {
     this.addressLimit = limits.clientAddress ?? DEFAULT_RATE_LIMITS.clientAddress;
     this.customerLimit = limits.clientCustomer ?? DEFAULT_RATE_LIMITS.clientCustomer;
+  }
+
+  /** Whether client keys have a per-address budget (else their address need not be read). */
+  get limitsAddresses(): boolean {
+    return this.addressLimit > 0;
   }
 
   /** Whether client keys are limited at all (else they get no headers). */
@@ -235,6 +243,9 @@ export class RateLimiter {
   }
 
   private clientWindows(keyId: string, startMs: number): ClientWindows {
+    // `takeCustomer` follows `takeClient` for the same key: skip the second lookup.
+    if (keyId === this.lastClientId && this.lastClientWindows !== null)
+      return this.lastClientWindows;
     let windows = this.clients.get(keyId);
     if (windows === undefined) {
       if (this.clients.size >= SWEEP_AT_ENTRIES) this.clients.clear();
@@ -245,6 +256,8 @@ export class RateLimiter {
       };
       this.clients.set(keyId, windows);
     }
+    this.lastClientId = keyId;
+    this.lastClientWindows = windows;
     return windows;
   }
 
