@@ -131,6 +131,7 @@ describe('the binary', () => {
         'keys list',
         'keys revoke',
         'keys rotate-admin',
+        'keys rotate-token-secret',
         'snapshot create',
         'snapshot list',
         'snapshot download',
@@ -551,5 +552,24 @@ describe('operator commands', () => {
     adminKey = /^(ak_\S+)$/m.exec(again.stdout)?.[1] ?? '';
     expect(fs.existsSync(file)).toBe(false);
     expect((await tally(['status'], { key: adminKey })).code).toBe(0);
+  });
+
+  it("keys rotate-token-secret rotates one environment's customer-token secret", async () => {
+    const mint = async (key: string) =>
+      (await call(server.base, 'POST', '/v1/client-tokens', { key, body: { customerId: 'a' } }))
+        .body.token as string;
+    const before = /^ct_live_(\d+)\./.exec(await mint(server.keys.live.server))?.[1];
+    const ran = await tally(['keys', 'rotate-token-secret', '--env', 'live'], { key: adminKey });
+    expect(ran.code, ran.stderr).toBe(0);
+    const generation = Number(before) + 1;
+    expect(ran.stdout).toContain(
+      `live customer tokens are now signed with secret generation ${generation}.`,
+    );
+    expect(await mint(server.keys.live.server)).toMatch(new RegExp(`^ct_live_${generation}\\.`));
+    expect(await mint(server.keys.test.server)).toMatch(/^ct_test_1\./);
+    const refused = await tally(['keys', 'rotate-token-secret', '--env', 'live'], {
+      key: server.keys.live.server,
+    });
+    expect(refused.code).toBe(1);
   });
 });

@@ -123,6 +123,44 @@ export function register(program: Command): void {
         'file is still there).',
     );
   });
+  registerRotateTokenSecret(keys);
+}
+
+/**
+ * `tally keys rotate-token-secret --env <environment>`: a new signing secret for the
+ * environment's customer tokens (docs/browser.md).
+ */
+function registerRotateTokenSecret(keys: Command): void {
+  addRemoteOptions(
+    keys
+      .command('rotate-token-secret')
+      .description(
+        "rotate the signing secret of an environment's customer tokens (those already " +
+          'minted keep working until they expire)',
+      )
+      .addOption(
+        new Option('--env <environment>', 'environment whose secret to rotate')
+          .choices(['test', 'live'])
+          .makeOptionMandatory(),
+      )
+      .option('--json', "print the service's answer as JSON"),
+    'operator',
+  ).action(async (options: RemoteOptions & JsonOption & { env: string }) => {
+    const rotated = await TallyClient.from(options).json<{
+      environment: string;
+      generation: number;
+      previousValidUntil: string;
+    }>('POST', '/v1/admin/customer-token-secret/rotate', { environment: options.env });
+    if (options.json === true) return printJson(rotated);
+    console.log(
+      `${rotated.environment} customer tokens are now signed with secret generation ` +
+        `${rotated.generation}.`,
+    );
+    console.log(
+      `Tokens of the previous secret are accepted until ${rotated.previousValidUntil}; ` +
+        'older ones no longer.',
+    );
+  });
 }
 
 function printJson(value: unknown): void {
