@@ -615,6 +615,11 @@ class FrontEnd {
     const found = this.router?.lookup('GET', url);
     if (found?.kind !== 'match' || found.match.route.record.browser !== true) return false;
     const origin = req.getHeader('origin');
+    // Not a CORS preflight (no Origin): say which methods the path takes.
+    if (origin === '') {
+      ex.send(204, '', [['allow', CORS_ALLOW_METHODS]]);
+      return true;
+    }
     const allowed = this.clients.policies.replyHeaderForAny(origin);
     if (allowed === null) {
       ex.fail('origin_not_allowed', { origin, environment: 'test or live' });

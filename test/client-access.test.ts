@@ -68,6 +68,13 @@ describe('CORS', () => {
     }
   });
 
+  it('answers OPTIONS without Origin (not a preflight) with Allow only', async () => {
+    const answer = await call(server.base, 'OPTIONS', `${HAS}?customerId=c`);
+    expect(answer.status).toBe(204);
+    expect(answer.headers.get('allow')).toBe('GET');
+    expect(corsHeaders(answer.headers)).toEqual({});
+  });
+
   it('never answers a server route preflight with allow headers', async () => {
     for (const [method, route] of [
       ['OPTIONS', '/v1/usage/api_calls/consume'],

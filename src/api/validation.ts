@@ -202,9 +202,9 @@ export const AUDIT_ACTIONS = [
   'subscription.refund',
   'purchase.refund',
   'webhook.register',
+  'customer-token-secret.rotate',
   'key.create',
   'key.revoke',
-  'customer-token-secret.rotate',
 ] as const;
 export const AUDIT_RESOURCE_TYPES = [
   'config',

@@ -78,11 +78,17 @@ interface Window {
   lines: RateLimitLines;
 }
 
+/** The windows of one kind of client budget, and the window its last sweep was in. */
+interface Buckets<K> {
+  readonly windows: Map<K, Window>;
+  sweptStartMs: number;
+}
+
 /** A client key's budgets. */
 interface ClientWindows {
   readonly key: Window;
-  readonly addresses: Map<AddressKey, Window>;
-  readonly customers: Map<string, Window>;
+  readonly addresses: Buckets<AddressKey>;
+  readonly customers: Buckets<string>;
 }
 
 /**
@@ -233,7 +239,7 @@ export class RateLimiter {
     if (windows === undefined) return;
     const startMs = nowMs - (nowMs % WINDOW_MS);
     if (windows.key.startMs === startMs && windows.key.count > 0) windows.key.count--;
-    const addressWindow = windows.addresses.get(address);
+    const addressWindow = windows.addresses.windows.get(address);
     if (addressWindow !== undefined && addressWindow.startMs === startMs && addressWindow.count > 0)
       addressWindow.count--;
   }
@@ -251,8 +257,8 @@ export class RateLimiter {
       if (this.clients.size >= SWEEP_AT_ENTRIES) this.clients.clear();
       windows = {
         key: { startMs, count: 0, lines: this.linesOf(this.limits.client, startMs) },
-        addresses: new Map(),
-        customers: new Map(),
+        addresses: { windows: new Map(), sweptStartMs: -1 },
+        customers: { windows: new Map(), sweptStartMs: -1 },
       };
       this.clients.set(keyId, windows);
     }
@@ -272,14 +278,19 @@ export class RateLimiter {
   }
 
   /**
-   * The current window of `id` in `table`; null when its budget is off, or when the table
-   * is full of current windows (the id then goes untracked this minute).
+   * The current window of `id` in `buckets`; null when its budget is off, or when the table
+   * is full of current windows (the id then goes untracked this minute). A full table is
+   * swept of past windows at most once per window, so a flood of new ids costs one sweep,
+   * not one per request.
    */
-  private bucket<K>(table: Map<K, Window>, id: K, limit: number, startMs: number): Window | null {
+  private bucket<K>(buckets: Buckets<K>, id: K, limit: number, startMs: number): Window | null {
     if (limit === 0) return null;
+    const table = buckets.windows;
     const window = table.get(id);
     if (window !== undefined) return this.current(window, limit, startMs);
     if (table.size >= CLIENT_BUCKETS_MAX) {
+      if (buckets.sweptStartMs === startMs) return null;
+      buckets.sweptStartMs = startMs;
       for (const [other, old] of table) if (old.startMs < startMs) table.delete(other);
       if (table.size >= CLIENT_BUCKETS_MAX) return null;
     }
