@@ -193,6 +193,11 @@ export interface WorkerStats {
   readonly droppedAfterGap: number;
   /** How long the recovery barrier (ShardStore.syncRecovered) took, in milliseconds. */
   readonly recoverySyncMs: number;
+  /**
+   * Present when this start migrated the data dir's idempotency keys into their table
+   * (the first start on a data dir of the older layout, or a new one): how many it moved.
+   */
+  readonly idempotencyKeysMigrated?: number;
 }
 
 /** A shard's finished part of an online snapshot. */
@@ -207,7 +212,10 @@ export interface CutResult {
 /** What a worker reports on request (status, metrics): cheap counters, nothing scanned. */
 export interface ShardLiveStats {
   readonly customers: number;
+  /** Idempotency keys in the shard's table on disk (expired ones not yet swept included). */
   readonly idempotencyEntries: number;
+  /** Idempotency keys held in memory (the recent window). */
+  readonly idempotencyWindowEntries: number;
   readonly lastSeq: number;
   readonly snapshotSeq: number;
   readonly journalRecords: number;

@@ -28,7 +28,13 @@ import {
   type ShardLiveStats,
   type ToWorker,
 } from './protocol.js';
-import { Shard, type CustomerIndexEntry } from './shard.js';
+import {
+  IDEMPOTENCY_LAYOUT_META,
+  IDEMPOTENCY_LAYOUT_VERSION,
+  KeyMigration,
+  KeySweeper,
+} from './idempotency-upkeep.js';
+import { Shard, type CustomerIndexEntry, type IdempotencyPut } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
 import { encodeSnapshotChunk, ShardStore } from '../storage/journal.js';
 
@@ -37,15 +43,15 @@ export interface ShardWorkerData {
   readonly workerIndex: number;
   /** Journal batches between automatic snapshots (SNAPSHOT_EVERY_BATCHES unless overridden). */
   readonly snapshotEveryBatches: number;
-  /** Customers copied per slice of an online snapshot. */
-  readonly exportSliceCustomers: number;
+  /** Work per slice of a snapshot copy (SNAPSHOT_SLICE_WORK unless overridden). */
+  readonly snapshotSliceWork: number;
   /** This worker's shares of the operator's quotas. */
   readonly quotas: WorkerQuotas;
 }
 
 assert(!isMainThread && parentPort !== null, 'shard-worker runs in a worker thread');
 const port = parentPort;
-const { dataDir, workerIndex, snapshotEveryBatches, exportSliceCustomers, quotas } =
+const { dataDir, workerIndex, snapshotEveryBatches, snapshotSliceWork, quotas } =
   workerData as ShardWorkerData;
 nameThisThread(`tally-shard-${workerIndex}`);
 
@@ -125,6 +131,7 @@ function appendTimed(
   events: readonly Event[],
   index: readonly CustomerIndexEntry[],
   audits: readonly PendingAudit[],
+  keys: readonly IdempotencyPut[],
 ): { readonly seq: number; readonly durable: Promise<void> } {
   const issuedMs = performance.now();
   const forget = auditsToForget;
@@ -139,6 +146,8 @@ function appendTimed(
     audits,
     forget,
   );
+  // Issued in the same turn as the record: the keys share its transaction.
+  store.idempotency.put(keys);
   journalBatchEvents.observe(events.length);
   // A failed write is the shard's to handle (it crashes); this handler only measures.
   appended.durable.then(
@@ -165,7 +174,11 @@ const shard = new Shard({
   },
   fatal: crash,
   quotas,
+  storedKeys: store.idempotency,
 });
+
+/** Removes expired idempotency keys from the table while the shard serves. */
+const sweeper = new KeySweeper(store.idempotency, shard, Date.now);
 
 /** When this shard's latest snapshot was stored (null: it never took one). */
 let lastSnapshotAtMs: number | null = null;
@@ -173,16 +186,38 @@ let lastSnapshotAtMs: number | null = null;
 async function recover(): Promise<void> {
   // Chunk by chunk: the decoded items of one chunk become state and are garbage before
   // the next is read (a failure part-way kills the worker, so partial state never serves).
-  const snapshot = store.readSnapshot((items) => shard.loadSnapshot(items));
+  // A data dir of the layout before the key table: its keys move into the table as they
+  // are read (idempotency-upkeep.ts), made durable by the barrier below with the meta.
+  const migration =
+    store.getMeta(IDEMPOTENCY_LAYOUT_META) === undefined
+      ? new KeyMigration(store.idempotency, Date.now())
+      : null;
+  const snapshot = store.readSnapshot((items) => {
+    migration?.snapshotItems(items);
+    shard.loadSnapshot(items);
+  });
   if (snapshot !== null) lastSnapshotAtMs = snapshot.createdAtMs;
-  const result = store.replay(snapshot?.seq ?? 0, (_seq, events) => shard.replay(events));
+  const result = store.replay(snapshot?.seq ?? 0, (_seq, events) => {
+    migration?.events(events);
+    shard.replay(events);
+  });
+  const layoutStored =
+    migration === null
+      ? Promise.resolve()
+      : store.putMeta(IDEMPOTENCY_LAYOUT_META, { version: IDEMPOTENCY_LAYOUT_VERSION });
   // The recovery barrier: after kill -9 what was just read may be in the page cache only
   // (LMDB reopens at the newest commit, synced or not). A reply computed from it without
   // a new record of its own (an idempotent retry, a rejection) would acknowledge state a
   // power cut could still take, so nothing is served before it is all on disk.
   const syncStartedMs = performance.now();
   if (!SKIP_RECOVERY_SYNC_FOR_TESTS) await store.syncRecovered();
+  await layoutStored;
   const recoverySyncMs = performance.now() - syncStartedMs;
+  if (shard.countsKeys)
+    shard.countStoredKeys({
+      test: store.idempotency.countOf('test'),
+      live: store.idempotency.countOf('live'),
+    });
   post({
     t: 'ready',
     pendingAudits: store.pendingAudits(),
@@ -194,6 +229,7 @@ async function recover(): Promise<void> {
       droppedTornTail: result.droppedTail,
       droppedAfterGap: result.droppedAfterGap,
       recoverySyncMs: Math.round(recoverySyncMs * 10) / 10,
+      ...(migration === null ? {} : { idempotencyKeysMigrated: migration.moved }),
     },
   });
 }
@@ -260,7 +296,7 @@ const observeWrites = {
 };
 
 /**
- * Runs `copy` to the end in slices of `exportSliceCustomers`, one per event-loop turn,
+ * Runs `copy` to the end in slices of `snapshotSliceWork` units, one per event-loop turn,
  * calling `onSlice` after each unfinished one; then `done`, or `failed` with the error its
  * sink threw (in a slice, or while capturing a pre-image during a batch).
  */
@@ -281,7 +317,7 @@ function runCopy(
     let finished = false;
     try {
       if (run.failure !== null) throw run.failure;
-      finished = copy.step(exportSliceCustomers);
+      finished = copy.step(snapshotSliceWork);
     } catch (error) {
       finish();
       failed(error);
@@ -302,7 +338,8 @@ function liveStats(): ShardLiveStats {
   const stored = store.stats();
   return {
     customers: shard.customerCount,
-    idempotencyEntries: shard.idempotencyEntries,
+    idempotencyEntries: store.idempotency.size,
+    idempotencyWindowEntries: shard.idempotencyWindowEntries,
     lastSeq: stored.lastSeq,
     snapshotSeq: stored.snapshotSeq,
     journalRecords: stored.journalRecords,
@@ -331,6 +368,7 @@ function onMessage(message: ToWorker): void {
       for (const ref of message.refs) auditsToForget.push(ref);
       return;
     case 'stop':
+      sweeper.stop();
       void store
         .forgetAudits(auditsToForget)
         .then(() => store.close())
@@ -364,7 +402,7 @@ function startExport(snapshotId: string, partPath: string): void {
   exporting = true;
   const position = store.lastSeq + (shard.hasPendingEvents ? 1 : 0);
   const durable = new Promise<void>((resolve) => shard.whenDurable(resolve));
-  const copy = new ShardCopy(shard.allCustomers(), (items) => part.write(items));
+  const copy = new ShardCopy(shard.allCustomers(), (items) => part.write(items), shard.keysAtCut());
   let slices = 0;
   runCopy(
     copy,
@@ -389,5 +427,6 @@ function startExport(snapshotId: string, partPath: string): void {
 
 recover().then(() => {
   port.on('message', onMessage);
+  sweeper.start();
   setInterval(() => maybeSnapshot(), SNAPSHOT_INTERVAL_MS).unref();
 }, crash);

@@ -29,6 +29,11 @@
 import { assert } from '../shared/assert.js';
 import { encodeRecord, decodeRecord } from './codec.js';
 import {
+  IDEMPOTENCY_DB_NAMES,
+  IdempotencyTable,
+  type IdempotencyDbName,
+} from './idempotency-table.js';
+import {
   envInfo,
   flushedWrite,
   openDurableEnv,
@@ -53,8 +58,16 @@ export const JOURNAL_RECORD_BYTES_MAX = 64 * 1024 * 1024;
  */
 export const SNAPSHOT_CHUNK_ITEMS = 1000;
 
-/** Bump when the snapshot layout changes; loadSnapshot refuses any other version. */
-export const SNAPSHOT_FORMAT_VERSION = 1;
+/**
+ * Bump when the snapshot layout changes. Version 2 items carry no idempotency keys (they
+ * live in their own table); version 1 items may, and are still read: the shard worker
+ * moves their keys into the table (see `readSnapshot`'s `formatVersion`). Any other
+ * version is refused.
+ */
+export const SNAPSHOT_FORMAT_VERSION = 2;
+
+/** Snapshot format versions this build reads. */
+const SNAPSHOT_FORMATS_READ: readonly number[] = [1, 2];
 
 const SNAPSHOT_HEADER_KEY = 0;
 
@@ -109,7 +122,23 @@ export interface ShardStoreStats extends EnvInfo {
   readonly journalRecords: number;
 }
 
-export type ShardDbName = 'journal' | 'snapshot' | 'meta' | 'customers' | 'audits';
+export type ShardDbName =
+  | 'journal'
+  | 'snapshot'
+  | 'meta'
+  | 'customers'
+  | 'audits'
+  | IdempotencyDbName;
+
+/** Every named database of a shard environment. */
+export const SHARD_DB_NAMES: readonly ShardDbName[] = [
+  'journal',
+  'snapshot',
+  'meta',
+  'customers',
+  'audits',
+  ...IDEMPOTENCY_DB_NAMES,
+];
 type DbName = ShardDbName;
 
 export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
@@ -121,9 +150,15 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   #tornTailSeq: number | null;
   /** A write failed: lmdb-js will never settle that batch's flush (see close()). */
   #writeFailed = false;
+  /**
+   * The shard's idempotency keys (idempotency-table.ts). Its puts are issued beside an
+   * `append`, in the same turn, so they share the journal record's transaction.
+   */
+  readonly idempotency: IdempotencyTable;
 
   private constructor(env: DurableEnv<DbName>, shapes: RecordShapes<Ev, Item, Audit>) {
     this.#env = env;
+    this.idempotency = new IdempotencyTable(env.dbs);
     this.#shapes = shapes;
     this.#snapshotSeq = readSnapshotHeader(env.dbs.snapshot)?.seq ?? 0;
     const tail = lastJournalRecord(env.dbs.journal);
@@ -142,11 +177,7 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     shapes: RecordShapes<Ev, Item, Audit>,
   ): ShardStore<Ev, Item, Audit>;
   static open(path: string, shapes: RecordShapes<unknown, unknown, unknown> = UNTYPED): ShardStore {
-    const env = openDurableEnv<DbName>(
-      path,
-      ['journal', 'snapshot', 'meta', 'customers', 'audits'],
-      SHARD_ENV_OPTIONS,
-    );
+    const env = openDurableEnv<DbName>(path, SHARD_DB_NAMES, SHARD_ENV_OPTIONS);
     try {
       return new ShardStore(env, shapes);
     } catch (error) {
@@ -365,8 +396,8 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   /**
    * Reads the latest snapshot chunk by chunk, in order, handing each chunk's items to
    * `onChunk` as soon as it is decoded, so a caller that turns items into state never holds
-   * the whole decoded snapshot as well. Returns the snapshot's seq and item count, or null
-   * if none was ever written. Verifies the header, every chunk's checksum, that chunks are
+   * the whole decoded snapshot as well. Returns the snapshot's seq, item count and format
+   * version, or null if none was ever written. Verifies the header, every chunk's checksum, that chunks are
    * exactly 1..chunkCount and that the item count matches, and throws a clear Error
    * otherwise (refuse to start on a corrupt snapshot). A chunk that fails is found only
    * when reached, after `onChunk` has seen the chunks before it, so on a throw the caller
@@ -375,7 +406,7 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    */
   readSnapshot(
     onChunk: (items: readonly Item[]) => void,
-  ): { seq: number; createdAtMs: number; itemCount: number } | null {
+  ): { seq: number; createdAtMs: number; itemCount: number; formatVersion: number } | null {
     const { snapshot } = this.#env.dbs;
     const header = readSnapshotHeader(snapshot);
     if (header === null) return null;
@@ -405,7 +436,12 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
           `/ ${header.itemCount} items, found ${expectedKey - 1} / ${itemCount}`,
       );
     }
-    return { seq: header.seq, createdAtMs: header.createdAtMs, itemCount };
+    return {
+      seq: header.seq,
+      createdAtMs: header.createdAtMs,
+      itemCount,
+      formatVersion: header.formatVersion,
+    };
   }
 
   /**
@@ -571,7 +607,8 @@ function readSnapshotHeader(snapshot: BinaryDb): SnapshotHeader | null {
   const header = value as Partial<Record<keyof SnapshotHeader, unknown>> | null;
   const counts = [header?.seq, header?.chunkCount, header?.itemCount];
   if (
-    header?.formatVersion !== SNAPSHOT_FORMAT_VERSION ||
+    typeof header?.formatVersion !== 'number' ||
+    !SNAPSHOT_FORMATS_READ.includes(header.formatVersion) ||
     !counts.every((n) => typeof n === 'number' && Number.isSafeInteger(n) && n >= 0) ||
     typeof header.createdAtMs !== 'number'
   ) {

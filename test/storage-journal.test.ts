@@ -5,7 +5,7 @@
  */
 import { describe, it, expect } from 'vitest';
 import { encodeRecord } from '../storage/codec.js';
-import { ShardStore, SNAPSHOT_CHUNK_ITEMS } from '../storage/journal.js';
+import { ShardStore, SNAPSHOT_CHUNK_ITEMS, SNAPSHOT_FORMAT_VERSION } from '../storage/journal.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
 import { storeFixture } from './support/store-fixture.js';
 
@@ -299,6 +299,7 @@ describe('ShardStore snapshots', () => {
         seq: 1,
         createdAtMs: expect.any(Number),
         itemCount: snapshotItems.length,
+        formatVersion: SNAPSHOT_FORMAT_VERSION,
       });
       expect(chunks.map((c) => c.length)).toEqual([SNAPSHOT_CHUNK_ITEMS, SNAPSHOT_CHUNK_ITEMS, 1]);
       expect(chunks.flat()).toEqual(snapshotItems);

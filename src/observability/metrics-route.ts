@@ -92,8 +92,13 @@ function renderShards(
   );
   gauge(
     'tally_shard_idempotency_entries',
-    'Idempotency keys kept by the shard worker (all its customers).',
+    'Idempotency keys kept by the shard worker on disk (expired ones not yet swept included).',
     (s) => s.idempotencyEntries,
+  );
+  gauge(
+    'tally_shard_idempotency_window_entries',
+    'Idempotency keys the shard worker holds in memory (the recent window).',
+    (s) => s.idempotencyWindowEntries,
   );
   gauge(
     'tally_shard_journal_records',

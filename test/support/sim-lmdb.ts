@@ -21,7 +21,7 @@
  *   committed-but-unsynced ones after them (the kernel may have written them back), in
  *   order; the last surviving unsynced transaction's journal record may be torn.
  */
-import type { ShardDbName } from '../../storage/journal.js';
+import { SHARD_DB_NAMES, type ShardDbName } from '../../storage/journal.js';
 import type { DurableEnv } from '../../storage/lmdb-env.js';
 
 type Key = number | string | ReadonlyArray<string | number>;
@@ -32,7 +32,7 @@ interface Entry {
 type Table = Map<string, Entry>;
 type DiskState = Map<string, Table>;
 
-const DB_NAMES: readonly ShardDbName[] = ['journal', 'snapshot', 'meta', 'customers', 'audits'];
+const DB_NAMES: readonly ShardDbName[] = SHARD_DB_NAMES;
 
 function emptyState(): DiskState {
   return new Map(DB_NAMES.map((name) => [name, new Map()]));
