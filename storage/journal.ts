@@ -606,9 +606,19 @@ function readSnapshotHeader(snapshot: BinaryDb): SnapshotHeader | null {
   if (value === undefined) return null;
   const header = value as Partial<Record<keyof SnapshotHeader, unknown>> | null;
   const counts = [header?.seq, header?.chunkCount, header?.itemCount];
+  const format = header?.formatVersion;
+  if (typeof format === 'number' && format > SNAPSHOT_FORMAT_VERSION) {
+    // A data dir written by a newer build: never guess at it, and never write over it.
+    throw new Error(
+      `the shard snapshot is of format ${format}, newer than this build of Tally reads ` +
+        `(${SNAPSHOT_FORMATS_READ.join(', ')}): run the release that wrote this data dir, ` +
+        `or a newer one`,
+    );
+  }
   if (
-    typeof header?.formatVersion !== 'number' ||
-    !SNAPSHOT_FORMATS_READ.includes(header.formatVersion) ||
+    typeof format !== 'number' ||
+    !SNAPSHOT_FORMATS_READ.includes(format) ||
+    header === null ||
     !counts.every((n) => typeof n === 'number' && Number.isSafeInteger(n) && n >= 0) ||
     typeof header.createdAtMs !== 'number'
   ) {
