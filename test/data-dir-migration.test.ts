@@ -130,9 +130,14 @@ describe('a data dir of the layout before the key table', () => {
     const balances = async (base: string): Promise<Record<string, number>> => {
       const seen: Record<string, number> = {};
       for (const customerId of Object.keys(CONSUMED)) {
-        const res = await call(base, 'GET', `/v1/usage/api_calls/balance?customerId=${customerId}`, {
-          key: keys.test.server,
-        });
+        const res = await call(
+          base,
+          'GET',
+          `/v1/usage/api_calls/balance?customerId=${customerId}`,
+          {
+            key: keys.test.server,
+          },
+        );
         seen[customerId] = res.body.consumed;
       }
       return seen;
