@@ -53,7 +53,8 @@ export function scopeDigest(scope: string): string {
 
 /** The window's key of an address. */
 function windowKey(address: KeyAddress): string {
-  return `${address.environment === 'live' ? 'l' : 't'}${address.customerId}\u0000${address.scopeDigest}`;
+  const environment = address.environment === 'live' ? 'l' : 't';
+  return `${environment}${address.customerId}\u0000${address.scopeDigest}`;
 }
 
 /** A key in the window: `put` null marks one the sweep removed, not yet committed. */

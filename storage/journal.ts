@@ -397,12 +397,12 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * Reads the latest snapshot chunk by chunk, in order, handing each chunk's items to
    * `onChunk` as soon as it is decoded, so a caller that turns items into state never holds
    * the whole decoded snapshot as well. Returns the snapshot's seq, item count and format
-   * version, or null if none was ever written. Verifies the header, every chunk's checksum, that chunks are
-   * exactly 1..chunkCount and that the item count matches, and throws a clear Error
-   * otherwise (refuse to start on a corrupt snapshot). A chunk that fails is found only
-   * when reached, after `onChunk` has seen the chunks before it, so on a throw the caller
-   * must discard everything it loaded (the shard worker dies). Errors thrown by
-   * `onChunk` propagate unchanged.
+   * version, or null if none was ever written. Verifies the header, every chunk's
+   * checksum, that chunks are exactly 1..chunkCount and that the item count matches, and
+   * throws a clear Error otherwise (refuse to start on a corrupt snapshot). A chunk that
+   * fails is found only when reached, after `onChunk` has seen the chunks before it, so on
+   * a throw the caller must discard everything it loaded (the shard worker dies). Errors
+   * thrown by `onChunk` propagate unchanged.
    */
   readSnapshot(
     onChunk: (items: readonly Item[]) => void,

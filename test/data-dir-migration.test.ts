@@ -122,7 +122,7 @@ describe('a data dir of the layout before the key table', () => {
     }
   });
 
-  it('serves it with every balance, migrates once, and starts again without migrating', async () => {
+  it('serves it with every balance, migrates once, then starts without migrating', async () => {
     const dataDir = unpackFixture();
     const keys = await addKeys(dataDir);
     const readyLine = (output: string): { shards: Array<Record<string, unknown>> } =>

@@ -73,7 +73,7 @@ describe('the key table', () => {
     expect(s.idempotency.sweep(T0 + 25, 2, () => false).scanned).toBe(0);
   });
 
-  it('keeps a key used again since, on disk or in memory, and drops its stale expiry entry', async () => {
+  it('keeps a key used again since (on disk or in memory), dropping its stale expiry', async () => {
     const s = openStore();
     await store(s, [put('c', 'again', T0), put('c', 'pending', T0)]);
     await store(s, [put('c', 'again', T0 + 100)]); // used again after it expired
