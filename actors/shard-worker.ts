@@ -13,6 +13,8 @@ import { nameThisThread } from './thread-name.js';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import path from 'node:path';
 import { assert } from '../shared/assert.js';
+import { getHeapStatistics } from 'node:v8';
+import { GcPauses } from './gc-pauses.js';
 import { Histogram, JOURNAL_BATCH_EVENTS_BOUNDS, JOURNAL_FLUSH_BOUNDS_MS } from './histogram.js';
 import type { CustomerState, Event } from './customer.js';
 import { isCustomerSnapshot, isEvent } from './core/shapes.js';
@@ -89,6 +91,12 @@ const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`), {
 /** Metrics of this worker's journal, shipped with every stats reply. */
 const journalFlushMs = new Histogram(JOURNAL_FLUSH_BOUNDS_MS);
 const journalBatchEvents = new Histogram(JOURNAL_BATCH_EVENTS_BOUNDS);
+/** This worker's garbage-collection pauses (its heap is its own). */
+const gcPauses = new GcPauses();
+/** Automatic snapshots stored since start, and the latest one's timing (metrics). */
+let snapshotsTaken = 0;
+let lastSnapshotMs: number | null = null;
+let lastSnapshotPauseMsMax: number | null = null;
 
 /**
  * Audit entries the chain now holds, whose stored copies this shard may drop. They go
@@ -254,6 +262,7 @@ function maybeSnapshot(): void {
     (shard.batchesSinceSnapshot > 0 && Date.now() - intervalStartMs >= SNAPSHOT_INTERVAL_MS);
   if (!due) return;
   snapshotting = true;
+  const startedMs = performance.now();
   const seq = store.lastSeq;
   const chunks: Buffer[] = [];
   const copy = new ShardCopy(shard.allCustomers(), (items) =>
@@ -264,10 +273,13 @@ function maybeSnapshot(): void {
   intervalStartMs = Date.now();
   runCopy(
     copy,
-    () => {
+    (sliceMsMax) => {
       store.writeSnapshotChunks(seq, chunks, copy.done).then(() => {
         snapshotting = false;
         lastSnapshotAtMs = Date.now();
+        snapshotsTaken += 1;
+        lastSnapshotMs = performance.now() - startedMs;
+        lastSnapshotPauseMsMax = Math.max(sliceMsMax, store.lastSnapshotWriteMs);
       }, crash);
     },
     crash,
@@ -297,12 +309,13 @@ const observeWrites = {
 
 /**
  * Runs `copy` to the end in slices of `snapshotSliceWork` units, one per event-loop turn,
- * calling `onSlice` after each unfinished one; then `done`, or `failed` with the error its
- * sink threw (in a slice, or while capturing a pre-image during a batch).
+ * calling `onSlice` after each unfinished one; then `done` with the longest slice (ms),
+ * or `failed` with the error its sink threw (in a slice, or while capturing a pre-image
+ * during a batch).
  */
 function runCopy(
   copy: ShardCopy,
-  done: () => void,
+  done: (sliceMsMax: number) => void,
   failed: (error: unknown) => void,
   onSlice: () => void = () => undefined,
 ): void {
@@ -313,11 +326,14 @@ function runCopy(
     running.delete(run);
     if (running.size === 0) shard.writeObserver = null;
   };
+  let sliceMsMax = 0;
   const step = (): void => {
     let finished = false;
     try {
       if (run.failure !== null) throw run.failure;
+      const startedMs = performance.now();
       finished = copy.step(snapshotSliceWork);
+      sliceMsMax = Math.max(sliceMsMax, performance.now() - startedMs);
     } catch (error) {
       finish();
       failed(error);
@@ -329,7 +345,7 @@ function runCopy(
       return;
     }
     finish();
-    done();
+    done(sliceMsMax);
   };
   setImmediate(step);
 }
@@ -345,6 +361,11 @@ function liveStats(): ShardLiveStats {
     journalRecords: stored.journalRecords,
     usedBytes: stored.usedBytes,
     lastSnapshotAtMs,
+    heapUsedBytes: getHeapStatistics().used_heap_size,
+    gc: gcPauses.stats(),
+    snapshotsTaken,
+    lastSnapshotMs,
+    lastSnapshotPauseMsMax,
     journalFlushMs: journalFlushMs.data(),
     journalBatchEvents: journalBatchEvents.data(),
   };

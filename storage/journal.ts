@@ -155,6 +155,11 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * `append`, in the same turn, so they share the journal record's transaction.
    */
   readonly idempotency: IdempotencyTable;
+  /**
+   * How long the latest snapshot's transaction ran on this thread, in ms (lmdb-js runs a
+   * child transaction's callback on the caller's thread while the write lock is held).
+   */
+  lastSnapshotWriteMs = 0;
 
   private constructor(env: DurableEnv<DbName>, shapes: RecordShapes<Ev, Item, Audit>) {
     this.#env = env;
@@ -371,9 +376,14 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
       createdAtMs: Date.now(),
     };
     const { journal, snapshot } = this.#env.dbs;
-    const replaced = snapshot.childTransaction(() =>
-      replaceSnapshot(journal, snapshot, header, chunks),
-    );
+    const replaced = snapshot.childTransaction(() => {
+      const startedMs = performance.now();
+      try {
+        replaceSnapshot(journal, snapshot, header, chunks);
+      } finally {
+        this.lastSnapshotWriteMs = performance.now() - startedMs;
+      }
+    });
     return this.#flushed(replaced, `snapshot at seq ${seq}`).then(() => {
       // Only a committed snapshot moves the floor; concurrent requests are ordered (or
       // refused) inside the transaction by replaceSnapshot.
