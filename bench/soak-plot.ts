@@ -7,6 +7,8 @@
 export interface SoakWindow {
   readonly atSec: number;
   readonly rssMiB: number;
+  /** Of it, pages backed by files (LMDB's memory-mapped data files, mostly). */
+  readonly rssFileMiB: number;
   /** V8 heaps in use at the end of the window, every thread's together. */
   readonly heapMiB: number;
   /** Idempotency keys held in memory (every shard's window) and on disk. */

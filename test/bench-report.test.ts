@@ -235,6 +235,7 @@ describe('soak plot', () => {
       const windows = [15, 30, 45].map((atSec, i) => ({
         atSec,
         rssMiB: 200 + 50 * i,
+        rssFileMiB: 20,
         heapMiB: 100,
         windowKeys: 0,
         diskKeys: 0,
