@@ -38,7 +38,11 @@ import {
 } from './idempotency-upkeep.js';
 import { Shard, type CustomerIndexEntry, type IdempotencyPut } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
-import { encodeSnapshotChunk, ShardStore } from '../storage/journal.js';
+import {
+  encodeSnapshotChunk,
+  JOURNAL_PRUNE_IN_SNAPSHOT_MAX,
+  ShardStore,
+} from '../storage/journal.js';
 
 export interface ShardWorkerData {
   readonly dataDir: string;
@@ -280,10 +284,21 @@ function maybeSnapshot(): void {
         snapshotsTaken += 1;
         lastSnapshotMs = performance.now() - startedMs;
         lastSnapshotPauseMsMax = Math.max(sliceMsMax, store.lastSnapshotWriteMs);
+        pruneJournal();
       }, crash);
     },
     crash,
   );
+}
+
+/**
+ * Removes the journal records the stored snapshot covers, a slice at a time between
+ * batches (its own transaction removed only the first ones: see JOURNAL_PRUNE_IN_SNAPSHOT_MAX).
+ */
+function pruneJournal(): void {
+  const pruned = store.pruneCovered(JOURNAL_PRUNE_IN_SNAPSHOT_MAX);
+  if (pruned.removed === JOURNAL_PRUNE_IN_SNAPSHOT_MAX)
+    void pruned.committed.then(() => setImmediate(pruneJournal));
 }
 
 /** Copies in progress (a periodic snapshot and an online one may overlap). */

@@ -71,6 +71,14 @@ const SNAPSHOT_FORMATS_READ: readonly number[] = [1, 2];
 
 const SNAPSHOT_HEADER_KEY = 0;
 
+/**
+ * Covered journal records a snapshot's own transaction removes; the rest go afterwards in
+ * slices (`pruneCovered`). The transaction runs on the caller's thread with LMDB's write
+ * lock held, so pruning a whole interval's records in it (up to 50,000) would stall the
+ * shard; a thousand removals take about a millisecond.
+ */
+export const JOURNAL_PRUNE_IN_SNAPSHOT_MAX = 1000;
+
 /** Meta record written by `syncRecovered`, the write whose sync is the recovery barrier. */
 const RECOVERED_META = 'recovered';
 
@@ -392,6 +400,27 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   }
 
   /**
+   * Removes up to `max` journal records the stored snapshot covers and its own transaction
+   * left (JOURNAL_PRUNE_IN_SNAPSHOT_MAX), oldest first. The removals ride the next
+   * transaction; `committed` settles when it commits (never rejects: a failure fails that
+   * transaction, whose own writes report it). Call again after `committed` while
+   * `removed` is `max`. Records a crash leaves behind are never replayed (replay starts
+   * after the snapshot) and go with the next pruning.
+   */
+  pruneCovered(max: number): { readonly removed: number; readonly committed: Promise<void> } {
+    const { journal } = this.#env.dbs;
+    const keys = Array.from(journal.getKeys({ end: this.#snapshotSeq + 1, limit: max }));
+    const removals = keys.map((key) => journal.remove(key));
+    return {
+      removed: keys.length,
+      committed: Promise.all(removals).then(
+        () => undefined,
+        () => undefined,
+      ),
+    };
+  }
+
+  /**
    * Loads the latest snapshot, or null if none was ever written; see `readSnapshot`,
    * which this collects into one array.
    */
@@ -668,6 +697,8 @@ function replaceSnapshot(
   // Collect keys before deleting: never delete under a live cursor.
   const staleChunks = Array.from(snapshot.getKeys({ start: chunks.length + 1 }));
   for (const key of staleChunks) snapshot.removeSync(key);
-  const coveredRecords = Array.from(journal.getKeys({ end: header.seq + 1 }));
+  const coveredRecords = Array.from(
+    journal.getKeys({ end: header.seq + 1, limit: JOURNAL_PRUNE_IN_SNAPSHOT_MAX }),
+  );
   for (const key of coveredRecords) journal.removeSync(key);
 }

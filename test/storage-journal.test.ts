@@ -5,7 +5,12 @@
  */
 import { describe, it, expect } from 'vitest';
 import { encodeRecord } from '../storage/codec.js';
-import { ShardStore, SNAPSHOT_CHUNK_ITEMS, SNAPSHOT_FORMAT_VERSION } from '../storage/journal.js';
+import {
+  JOURNAL_PRUNE_IN_SNAPSHOT_MAX,
+  ShardStore,
+  SNAPSHOT_CHUNK_ITEMS,
+  SNAPSHOT_FORMAT_VERSION,
+} from '../storage/journal.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
 import { storeFixture } from './support/store-fixture.js';
 
@@ -205,6 +210,29 @@ describe('ShardStore snapshots', () => {
     expect(reopened.stats()).toMatchObject({ snapshotSeq: 3, lastSeq: 6, journalRecords: 3 });
     expect(replayAll(reopened, 3).batches).toEqual([4, 5, 6].map((n) => [n, batch(n)]));
     expect(() => reopened.replay(0, () => {})).toThrow(/snapshot covers up to 3/);
+  });
+
+  it('prunes what a snapshot covers beyond its own transaction a slice at a time', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    const total = JOURNAL_PRUNE_IN_SNAPSHOT_MAX * 2 + 500;
+    let last: Promise<void> = Promise.resolve();
+    for (let n = 1; n <= total; n++) last = store.append(batch(n)).durable;
+    await last;
+    await store.append(batch(total + 1)).durable;
+    await store.writeSnapshot(total, items(2, 'pruned'));
+    expect(store.stats().journalRecords).toBe(total + 1 - JOURNAL_PRUNE_IN_SNAPSHOT_MAX);
+    const removed: number[] = [];
+    for (;;) {
+      const slice = store.pruneCovered(JOURNAL_PRUNE_IN_SNAPSHOT_MAX);
+      removed.push(slice.removed);
+      await slice.committed;
+      if (slice.removed < JOURNAL_PRUNE_IN_SNAPSHOT_MAX) break;
+    }
+    expect(removed).toEqual([JOURNAL_PRUNE_IN_SNAPSHOT_MAX, 500]);
+    // Only the record after the snapshot is left, and it is what a restart replays.
+    expect(store.stats().journalRecords).toBe(1);
+    expect(replayAll(store, total).batches).toEqual([[total + 1, batch(total + 1)]]);
   });
 
   it('replaces the previous snapshot, leaving no stale chunks', async () => {
