@@ -30,10 +30,13 @@ export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
  * Idempotency keys a shard worker keeps in memory once their journal record committed
  * (every key of an append not yet committed stays regardless). All keys of the retention
  * live in the worker's LMDB table; this window only spares a retry of a recent request
- * the disk read. ~150 bytes a key (a 23-character digest, fingerprint, time, map slot):
- * ~8 MB per worker, the last few seconds of keyed writes at full speed.
+ * the disk read (microseconds). Kept small on purpose: an entry (~200 bytes: the put,
+ * its window slot, a 22-character scope digest and the key string) that lives for
+ * seconds survives young-generation collections, which copy every survivor, so a large
+ * window lengthens GC pauses for little gain. 8,192 is ~1.6 MB per worker, a second or
+ * two of keyed writes at full speed.
  */
-export const IDEMPOTENCY_WINDOW_ENTRIES = 50_000;
+export const IDEMPOTENCY_WINDOW_ENTRIES = 8192;
 
 /**
  * Expired idempotency keys one sweep slice removes from a shard's table: a few ms of
