@@ -189,6 +189,9 @@ const shard = new Shard({
   storedKeys: store.idempotency,
 });
 
+/** Set by a clean stop: no more upkeep writes (sweep, pruning) after it. */
+let stopping = false;
+
 /** Removes expired idempotency keys from the table while the shard serves. */
 const sweeper = new KeySweeper(store.idempotency, shard, Date.now);
 
@@ -296,6 +299,7 @@ function maybeSnapshot(): void {
  * batches (its own transaction removed only the first ones: see JOURNAL_PRUNE_IN_SNAPSHOT_MAX).
  */
 function pruneJournal(): void {
+  if (stopping) return;
   const pruned = store.pruneCovered(JOURNAL_PRUNE_IN_SNAPSHOT_MAX);
   if (pruned.removed === JOURNAL_PRUNE_IN_SNAPSHOT_MAX)
     void pruned.committed.then(() => setImmediate(pruneJournal));
@@ -404,6 +408,7 @@ function onMessage(message: ToWorker): void {
       for (const ref of message.refs) auditsToForget.push(ref);
       return;
     case 'stop':
+      stopping = true;
       sweeper.stop();
       void store
         .forgetAudits(auditsToForget)

@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Command, Event } from '../actors/customer.js';
 import { scopeDigest, type IdempotencyPut } from '../actors/idempotency-keys.js';
+import { KeySweeper } from '../actors/idempotency-upkeep.js';
 import { Shard } from '../actors/shard.js';
 import { ShardStore } from '../storage/journal.js';
 import { CONFIG, T0 } from './support/core-fixtures.js';
@@ -93,7 +94,12 @@ describe('the key table', () => {
 });
 
 describe("the shard's window in front of the table", () => {
-  function shardOver(s: ShardStore, replies: Map<number, [string, string]>, window: number) {
+  function shardOver(
+    s: ShardStore,
+    replies: Map<number, [string, string]>,
+    window: number,
+    clock: () => number = () => T0,
+  ) {
     let appends = 0;
     const shard = new Shard({
       journal: {
@@ -112,7 +118,7 @@ describe("the shard's window in front of the table", () => {
           return result;
         },
       },
-      clock: () => T0,
+      clock,
       reply: (id, outcome, body) => replies.set(id, [outcome, body]),
       flush: () => undefined,
       fatal: (error) => {
@@ -161,5 +167,28 @@ describe("the shard's window in front of the table", () => {
     const events: Event[] = [];
     s.replay(0, (_seq, batch) => events.push(...(batch as Event[])));
     expect(events.filter((e) => e.type === 'consumed')).toHaveLength(6);
+  });
+
+  it('sweeps expired keys while the shard serves; a swept key is new again', async () => {
+    const s = openStore();
+    const replies = new Map<number, [string, string]>();
+    let now = T0;
+    const { shard, appends } = shardOver(s, replies, 8, () => now);
+    for (let i = 0; i < 3; i++) shard.handleBatch([{ id: i, command: consume(`k${i}`) }]);
+    while (replies.size < 3) await tick();
+    const sweeper = new KeySweeper(s.idempotency, shard, () => now, 5);
+    sweeper.start();
+    await tick();
+    expect(s.idempotency.size).toBe(3); // not expired yet: nothing goes
+    now = T0 + 24 * 3_600_000 + 1;
+    while (s.idempotency.size > 0) await tick();
+    sweeper.stop();
+    expect(sweeper.removed).toBe(3);
+    const before = appends();
+    shard.handleBatch([{ id: 10, command: consume('k0') }]);
+    while (!replies.has(10)) await tick();
+    expect(appends()).toBe(before + 1);
+    expect(JSON.parse(replies.get(10)?.[1] as string)).toMatchObject({ consumed: 4 });
+    expect(s.idempotency.size).toBe(1);
   });
 });
