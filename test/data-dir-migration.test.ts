@@ -125,8 +125,19 @@ describe('a data dir of the layout before the key table', () => {
   it('serves it with every balance, migrates once, then starts without migrating', async () => {
     const dataDir = unpackFixture();
     const keys = await addKeys(dataDir);
-    const readyLine = (output: string): { shards: Array<Record<string, unknown>> } =>
-      JSON.parse(output.split('\n').find((line) => line.includes('"msg":"ready"')) as string);
+    // The log line may arrive a moment after /healthz answers 200: wait for it.
+    const readyLine = async (
+      output: () => string,
+    ): Promise<{ shards: Array<Record<string, unknown>> }> => {
+      for (let i = 0; i < 200; i++) {
+        const line = output()
+          .split('\n')
+          .find((l) => l.includes('"msg":"ready"'));
+        if (line !== undefined) return JSON.parse(line);
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+      throw new Error(`no ready log line in:\n${output()}`);
+    };
     const balances = async (base: string): Promise<Record<string, number>> => {
       const seen: Record<string, number> = {};
       for (const customerId of Object.keys(CONSUMED)) {
@@ -145,7 +156,7 @@ describe('a data dir of the layout before the key table', () => {
     const first = await startServerProcess({ dataDir, keys });
     try {
       expect(await balances(first.base)).toEqual(CONSUMED);
-      for (const shard of readyLine(first.output()).shards)
+      for (const shard of (await readyLine(first.output)).shards)
         expect(shard['idempotencyKeysMigrated']).toEqual(expect.any(Number));
       const fresh = await call(first.base, 'POST', '/v1/usage/api_calls/consume', {
         key: keys.test.server,
@@ -157,7 +168,7 @@ describe('a data dir of the layout before the key table', () => {
     }
     const second = await startServerProcess({ dataDir, keys });
     try {
-      for (const shard of readyLine(second.output()).shards)
+      for (const shard of (await readyLine(second.output)).shards)
         expect(shard).not.toHaveProperty('idempotencyKeysMigrated');
       expect(await balances(second.base)).toEqual({ ...CONSUMED, 'cust-0': 66 });
       const replay = await call(second.base, 'POST', '/v1/usage/api_calls/consume', {
