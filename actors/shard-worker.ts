@@ -271,9 +271,10 @@ function maybeSnapshot(): void {
   snapshotting = true;
   const startedMs = performance.now();
   const seq = store.lastSeq;
-  const chunks: Buffer[] = [];
+  // Each chunk goes to disk as it is encoded; the commit only names them.
+  const writer = store.beginSnapshot(seq);
   const copy = new ShardCopy(shard.allCustomers(), (items) =>
-    chunks.push(encodeSnapshotChunk(items)),
+    writer.add(encodeSnapshotChunk(items)),
   );
   shard.batchesSinceSnapshot = 0;
   shard.eventsSinceSnapshot = 0;
@@ -281,7 +282,7 @@ function maybeSnapshot(): void {
   runCopy(
     copy,
     (sliceMsMax) => {
-      store.writeSnapshotChunks(seq, chunks, copy.done).then(() => {
+      writer.commit(copy.done).then(() => {
         snapshotting = false;
         lastSnapshotAtMs = Date.now();
         snapshotsTaken += 1;

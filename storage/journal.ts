@@ -59,10 +59,12 @@ export const JOURNAL_RECORD_BYTES_MAX = 64 * 1024 * 1024;
 export const SNAPSHOT_CHUNK_ITEMS = 1000;
 
 /**
- * Bump when the snapshot layout changes. Version 2 items carry no idempotency keys (they
- * live in their own table); version 1 items may, and are still read: the shard worker
- * moves their keys into the table (see `readSnapshot`'s `formatVersion`). Any other
- * version is refused.
+ * Bump when the snapshot layout changes. Version 2: items carry no idempotency keys (they
+ * live in their own table), and chunks are keyed by the snapshot's generation
+ * (['chunk', generation, n]) so they can be written before the transaction that makes
+ * them the snapshot. Version 1 (chunks at keys 1..n, items that may carry keys) is still
+ * read: the shard worker moves its keys into the table (see `readSnapshot`'s
+ * `formatVersion`). Any other version is refused.
  */
 export const SNAPSHOT_FORMAT_VERSION = 2;
 
@@ -82,12 +84,41 @@ export const JOURNAL_PRUNE_IN_SNAPSHOT_MAX = 1000;
 /** Meta record written by `syncRecovered`, the write whose sync is the recovery barrier. */
 const RECOVERED_META = 'recovered';
 
+/** The first element of a format-2 chunk key. */
+const CHUNK = 'chunk';
+type ChunkKey = [typeof CHUNK, number, number];
+
+/** Where chunk `index` (from 1) of a format-2 snapshot of `generation` is stored. */
+export function chunkKey(generation: number, index: number): ChunkKey {
+  return [CHUNK, generation, index];
+}
+
+/** Every chunk key of every generation (numbers sort before arrays, arrays before strings). */
+const ALL_CHUNKS = { start: [CHUNK], end: [CHUNK, Number.MAX_SAFE_INTEGER] };
+
+/**
+ * A snapshot being written: its chunks go to disk as they come (each rides whatever
+ * transaction is open, off the caller's thread), and `commit` makes them the snapshot.
+ */
+export interface SnapshotWriter {
+  /** Stores the next chunk (`encodeSnapshotChunk`). */
+  add(chunk: Buffer): void;
+  /**
+   * Makes the chunks, `itemCount` items in all, the shard's snapshot in one small
+   * transaction; see `writeSnapshot` for what it guarantees. Resolves when durable,
+   * rejects as `writeSnapshot` does.
+   */
+  commit(itemCount: number): Promise<void>;
+}
+
 interface SnapshotHeader {
   readonly formatVersion: number;
   readonly seq: number;
   readonly chunkCount: number;
   readonly itemCount: number;
   readonly createdAtMs: number;
+  /** Format 2: the generation whose chunks hold the items. */
+  readonly generation?: number;
 }
 
 /**
@@ -168,6 +199,8 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * child transaction's callback on the caller's thread while the write lock is held).
    */
   lastSnapshotWriteMs = 0;
+  /** The generation the next snapshot's chunks are written under: above any on disk. */
+  #nextGeneration: number;
 
   private constructor(env: DurableEnv<DbName>, shapes: RecordShapes<Ev, Item, Audit>) {
     this.#env = env;
@@ -177,6 +210,10 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     const tail = lastJournalRecord(env.dbs.journal);
     this.#lastSeq = Math.max(this.#snapshotSeq, tail?.seq ?? 0);
     this.#tornTailSeq = tail !== undefined && !decodeRecord(tail.bytes).ok ? tail.seq : null;
+    let generation = 0;
+    for (const key of env.dbs.snapshot.getKeys(ALL_CHUNKS))
+      generation = Math.max(generation, (key as unknown as ChunkKey)[1]);
+    this.#nextGeneration = generation + 1;
   }
 
   /**
@@ -343,9 +380,11 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   /**
    * Stores a snapshot covering every journal record with seq <= `seq`. `items` are
    * encoded synchronously, before this returns, so the caller may keep mutating its state
-   * right away. In ONE transaction (an lmdb-js child transaction: all or nothing) it
-   * writes the chunks and header, deletes the previous snapshot's extra chunks and prunes
-   * journal records <= `seq`. That transaction runs after every append issued before this
+   * right away. The chunks are written first, under a generation of their own; then ONE
+   * small transaction (an lmdb-js child transaction: all or nothing) checks they are all
+   * there, writes the header naming them, deletes every other generation's chunks and
+   * prunes the first JOURNAL_PRUNE_IN_SNAPSHOT_MAX journal records <= `seq`
+   * (`pruneCovered` removes the rest). That transaction runs after every append issued before this
    * call (lmdb-js runs queued async transaction callbacks after the queued puts), and it
    * aborts if record `seq` is not in the journal, so a snapshot never covers an append
    * that failed. Resolves when durable; rejects if the transaction fails or is refused
@@ -363,6 +402,18 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * all decoded. Same guarantees and failures as `writeSnapshot`.
    */
   writeSnapshotChunks(seq: number, chunks: readonly Buffer[], itemCount: number): Promise<void> {
+    const writer = this.beginSnapshot(seq);
+    for (const chunk of chunks) writer.add(chunk);
+    return writer.commit(itemCount);
+  }
+
+  /**
+   * Starts a snapshot covering every journal record with seq <= `seq`, whose chunks the
+   * caller adds as it encodes them (a shard copying itself in slices); `commit` stores it.
+   * Throws as `writeSnapshot` does. A writer that is never committed leaves chunks that
+   * the next committed snapshot deletes.
+   */
+  beginSnapshot(seq: number): SnapshotWriter {
     assert(
       this.#tornTailSeq === null,
       `torn journal tail at seq ${this.#tornTailSeq}: replay() before writeSnapshot()`,
@@ -376,27 +427,44 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
       seq <= this.#lastSeq,
       `snapshot at ${seq} is beyond the journal (lastSeq ${this.#lastSeq})`,
     );
-    const header: SnapshotHeader = {
-      formatVersion: SNAPSHOT_FORMAT_VERSION,
-      seq,
-      chunkCount: chunks.length,
-      itemCount,
-      createdAtMs: Date.now(),
-    };
+    const generation = this.#nextGeneration++;
     const { journal, snapshot } = this.#env.dbs;
-    const replaced = snapshot.childTransaction(() => {
-      const startedMs = performance.now();
-      try {
-        replaceSnapshot(journal, snapshot, header, chunks);
-      } finally {
-        this.lastSnapshotWriteMs = performance.now() - startedMs;
-      }
-    });
-    return this.#flushed(replaced, `snapshot at seq ${seq}`).then(() => {
-      // Only a committed snapshot moves the floor; concurrent requests are ordered (or
-      // refused) inside the transaction by replaceSnapshot.
-      this.#snapshotSeq = Math.max(this.#snapshotSeq, seq);
-    });
+    let chunkCount = 0;
+    let committed = false;
+    return {
+      add: (chunk) => {
+        assert(!committed, 'a snapshot takes no chunk after its commit');
+        chunkCount += 1;
+        // Its failure fails the transaction it rides, whose own writes report it; the
+        // commit's transaction then finds the chunk missing and refuses.
+        snapshot.put(chunkKey(generation, chunkCount), chunk).catch(() => undefined);
+      },
+      commit: (itemCount) => {
+        assert(!committed, 'a snapshot is committed once');
+        committed = true;
+        const header: SnapshotHeader = {
+          formatVersion: SNAPSHOT_FORMAT_VERSION,
+          seq,
+          chunkCount,
+          itemCount,
+          createdAtMs: Date.now(),
+          generation,
+        };
+        const replaced = snapshot.childTransaction(() => {
+          const startedMs = performance.now();
+          try {
+            replaceSnapshot(journal, snapshot, header);
+          } finally {
+            this.lastSnapshotWriteMs = performance.now() - startedMs;
+          }
+        });
+        return this.#flushed(replaced, `snapshot at seq ${seq}`).then(() => {
+          // Only a committed snapshot moves the floor; concurrent requests are ordered (or
+          // refused) inside the transaction by replaceSnapshot.
+          this.#snapshotSeq = Math.max(this.#snapshotSeq, seq);
+        });
+      },
+    };
   }
 
   /**
@@ -451,7 +519,16 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     if (header === null) return null;
     let itemCount = 0;
     let expectedKey = 1;
-    for (const { key, value } of snapshot.getRange({ start: 1 })) {
+    const generation = header.generation;
+    const range =
+      generation === undefined
+        ? snapshot.getRange({ start: 1, end: [CHUNK] })
+        : snapshot.getRange({
+            start: chunkKey(generation, 1),
+            end: chunkKey(generation, header.chunkCount + 1),
+          });
+    for (const { key: stored, value } of range) {
+      const key = generation === undefined ? stored : (stored as unknown as ChunkKey)[2];
       if (key !== expectedKey || expectedKey > header.chunkCount) {
         throw new Error(
           `snapshot is corrupt: unexpected chunk key ${String(key)} ` +
@@ -676,12 +753,7 @@ function bigintSafe(_key: string, value: unknown): unknown {
  * Runs inside the snapshot's write transaction (reads see this transaction's writes).
  * Throwing aborts the child transaction, so nothing of it is committed.
  */
-function replaceSnapshot(
-  journal: BinaryDb,
-  snapshot: BinaryDb,
-  header: SnapshotHeader,
-  chunks: readonly Buffer[],
-): void {
+function replaceSnapshot(journal: BinaryDb, snapshot: BinaryDb, header: SnapshotHeader): void {
   const previousSeq = readSnapshotHeader(snapshot)?.seq ?? 0;
   if (header.seq < previousSeq) {
     throw new Error(`snapshot at ${header.seq} would replace a newer snapshot at ${previousSeq}`);
@@ -692,10 +764,21 @@ function replaceSnapshot(
         `its append fail?)`,
     );
   }
+  const generation = header.generation as number;
+  for (let index = 1; index <= header.chunkCount; index++) {
+    if (!snapshot.doesExist(chunkKey(generation, index)))
+      throw new Error(`snapshot at ${header.seq}: chunk ${index} was never stored`);
+  }
   snapshot.putSync(SNAPSHOT_HEADER_KEY, encodeRecord(header));
-  chunks.forEach((chunk, index) => snapshot.putSync(index + 1, chunk));
-  // Collect keys before deleting: never delete under a live cursor.
-  const staleChunks = Array.from(snapshot.getKeys({ start: chunks.length + 1 }));
+  // Older generations' chunks (the snapshot replaced, or writers never committed) and a
+  // format-1 snapshot's (keys 1..n) go; a younger generation is a snapshot still being
+  // written. Collect keys before deleting: never delete under a live cursor.
+  const staleChunks = [
+    ...snapshot.getKeys({ start: 1, end: [CHUNK] }),
+    ...Array.from(snapshot.getKeys(ALL_CHUNKS)).filter(
+      (key) => (key as unknown as ChunkKey)[1] < generation,
+    ),
+  ];
   for (const key of staleChunks) snapshot.removeSync(key);
   const coveredRecords = Array.from(
     journal.getKeys({ end: header.seq + 1, limit: JOURNAL_PRUNE_IN_SNAPSHOT_MAX }),

@@ -112,6 +112,24 @@ describe('a data dir of the layout before the key table', () => {
     expect([...found.keys()].sort()).toEqual(SENT.map(([, , key]) => key).sort());
   });
 
+  it('replaces a format-1 snapshot with a format-2 one, removing the old chunks', async () => {
+    const dir = path.join(unpackFixture(), 'shard-1');
+    const { store } = await migrateShard(dir, HOUR_MS);
+    const items: CustomerSnapshot[] = [];
+    store.readSnapshot((chunk) => items.push(...chunk));
+    await store.append([]).durable;
+    await store.writeSnapshot(store.lastSeq, items);
+    const read = store.readSnapshot(() => undefined);
+    expect(read).toMatchObject({ formatVersion: 2, itemCount: items.length });
+    await store.close();
+    const env = openDurableEnv(dir, ['snapshot']);
+    const keys = Array.from(env.dbs.snapshot.getKeys({}));
+    await env.root.close();
+    // The header and the new generation's chunk; none of format 1's numbered chunks.
+    expect(keys.filter((key) => typeof key === 'number')).toEqual([0]);
+    expect(keys.length).toBe(2);
+  });
+
   it('leaves keys behind that expired before the start', async () => {
     const dataDir = unpackFixture();
     for (const shard of ['shard-0', 'shard-1']) {

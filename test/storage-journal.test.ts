@@ -6,6 +6,7 @@
 import { describe, it, expect } from 'vitest';
 import { encodeRecord } from '../storage/codec.js';
 import {
+  chunkKey,
   JOURNAL_PRUNE_IN_SNAPSHOT_MAX,
   ShardStore,
   SNAPSHOT_CHUNK_ITEMS,
@@ -28,7 +29,7 @@ function replayAll(store: ShardStore, afterSeq = 0) {
 async function damage(
   dir: string,
   db: 'journal' | 'snapshot',
-  key: number,
+  key: number | (string | number)[],
   bytes: Buffer | null,
 ): Promise<void> {
   const env = openDurableEnv(dir, [db]);
@@ -251,7 +252,8 @@ describe('ShardStore snapshots', () => {
     await closeStore(store);
 
     const env = openDurableEnv(dir, ['snapshot']);
-    expect(Array.from(env.dbs.snapshot.getKeys({}))).toEqual([0, 1, 2]);
+    // The header, and the second snapshot's two chunks (its generation is 2).
+    expect(Array.from(env.dbs.snapshot.getKeys({}))).toEqual([0, chunkKey(2, 1), chunkKey(2, 2)]);
     await env.root.close();
     const reopened = openStore(dir);
     expect(reopened.lastSeq).toBe(5);
@@ -333,7 +335,7 @@ describe('ShardStore snapshots', () => {
       expect(chunks.flat()).toEqual(snapshotItems);
       await closeStore(store);
 
-      await damage(dir, 'snapshot', 2, flipLastByte(chunk2));
+      await damage(dir, 'snapshot', chunkKey(1, 2), flipLastByte(chunk2));
       const reopened = openStore(dir);
       const seen: number[] = [];
       expect(() => reopened.readSnapshot((chunk) => seen.push(chunk.length))).toThrow(
@@ -347,12 +349,12 @@ describe('ShardStore snapshots', () => {
     const { dir, store, chunk2 } = await storeWithThreeChunkSnapshot('c');
     await closeStore(store);
 
-    await damage(dir, 'snapshot', 2, flipLastByte(chunk2));
+    await damage(dir, 'snapshot', chunkKey(1, 2), flipLastByte(chunk2));
     let reopened = openStore(dir);
     expect(() => reopened.loadSnapshot()).toThrow(/chunk 2 failed verification \(checksum\)/);
     await closeStore(reopened);
 
-    await damage(dir, 'snapshot', 2, null);
+    await damage(dir, 'snapshot', chunkKey(1, 2), null);
     reopened = openStore(dir);
     expect(() => reopened.loadSnapshot()).toThrow(/snapshot is corrupt/);
     await closeStore(reopened);

@@ -44,8 +44,16 @@ function cloneState(state: DiskState): DiskState {
 
 const keyString = (key: Key): string => JSON.stringify(key);
 
+/** Orders keys as lmdb-js's ordered-binary does for the keys the store uses. */
 function compareKeys(a: Key, b: Key): number {
   if (typeof a === 'number' && typeof b === 'number') return a - b;
+  if (Array.isArray(a) && Array.isArray(b)) {
+    for (let i = 0; i < Math.min(a.length, b.length); i++) {
+      const order = compareKeys(a[i] as Key, b[i] as Key);
+      if (order !== 0) return order;
+    }
+    return a.length - b.length; // a prefix sorts first
+  }
   const x = keyString(a);
   const y = keyString(b);
   return x < y ? -1 : x > y ? 1 : 0;
