@@ -14,13 +14,20 @@ import type { CompiledConfig } from './billing-config.js';
 import { apply } from './core/apply.js';
 import { decide } from './core/decide.js';
 import { OPS } from './ops.js';
-import type { CustomerState, Event, Outcome, Rejection, WriteCommand } from './core/types.js';
+import type {
+  CustomerState,
+  Event,
+  IdempotencySeen,
+  Outcome,
+  Rejection,
+  WriteCommand,
+} from './core/types.js';
 import { commerceView } from './core/commerce.js';
 import { balanceView, contextView, contractView, customerView, limitView } from './core/views.js';
 
 export type * from './core/types.js';
 export { apply } from './core/apply.js';
-export { decide, query } from './core/decide.js';
+export { decide, idempotencyFingerprint, idempotencyScope, query } from './core/decide.js';
 export { fromSnapshot, toSnapshot, type CustomerSnapshot } from './core/snapshot-form.js';
 export { newCustomer } from './core/state.js';
 export { customerView } from './core/views.js';
@@ -50,7 +57,8 @@ export type Admission = (
 
 /**
  * Decides a write, applies its events to `customer` in place, and answers with the new
- * view. `admit`, when given, may refuse an accepted decision before it is applied.
+ * view. `admit`, when given, may refuse an accepted decision before it is applied;
+ * `seen` is the shell's entry for the command's idempotency scope (see `decide`).
  */
 export function execute(
   customer: CustomerState | undefined,
@@ -58,8 +66,9 @@ export function execute(
   command: WriteCommand,
   nowMs: number,
   admit?: Admission,
+  seen: IdempotencySeen | null = null,
 ): Execution {
-  const decision = decide(customer, config, command, nowMs);
+  const decision = decide(customer, config, command, nowMs, seen);
   const rejection =
     decision.rejection ??
     (admit === undefined || decision.events.length === 0

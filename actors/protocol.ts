@@ -10,6 +10,7 @@
  */
 import type { Environment } from '../shared/environment.js';
 import type { BillingConfig } from './billing-config.js';
+import type { GcPauseStats } from './gc-pauses.js';
 import type { HistogramData } from './histogram.js';
 import type { Command } from './customer.js';
 import { OPS, OPS_BY_CODE, type WireValue } from './ops.js';
@@ -193,6 +194,11 @@ export interface WorkerStats {
   readonly droppedAfterGap: number;
   /** How long the recovery barrier (ShardStore.syncRecovered) took, in milliseconds. */
   readonly recoverySyncMs: number;
+  /**
+   * Present when this start migrated the data dir's idempotency keys into their table
+   * (the first start on a data dir of the older layout, or a new one): how many it moved.
+   */
+  readonly idempotencyKeysMigrated?: number;
 }
 
 /** A shard's finished part of an online snapshot. */
@@ -207,7 +213,10 @@ export interface CutResult {
 /** What a worker reports on request (status, metrics): cheap counters, nothing scanned. */
 export interface ShardLiveStats {
   readonly customers: number;
+  /** Idempotency keys in the shard's table on disk (expired ones not yet swept included). */
   readonly idempotencyEntries: number;
+  /** Idempotency keys held in memory (the recent window). */
+  readonly idempotencyWindowEntries: number;
   readonly lastSeq: number;
   readonly snapshotSeq: number;
   readonly journalRecords: number;
@@ -215,6 +224,19 @@ export interface ShardLiveStats {
   readonly usedBytes: number;
   /** When the shard last stored a snapshot of itself (null: never, since start). */
   readonly lastSnapshotAtMs: number | null;
+  /** Bytes of this worker's V8 heap in use. */
+  readonly heapUsedBytes: number;
+  /** This worker's garbage-collection pauses since start. */
+  readonly gc: GcPauseStats;
+  /** Automatic snapshots this shard stored since start. */
+  readonly snapshotsTaken: number;
+  /** The latest automatic snapshot: cut to stored, in ms (null: none since start). */
+  readonly lastSnapshotMs: number | null;
+  /**
+   * Its longest stretch of work on the worker's thread, in ms: a slice of the copy, or the
+   * transaction that stores it.
+   */
+  readonly lastSnapshotPauseMsMax: number | null;
   /** Journal appends since start: milliseconds from append issued to durable (metrics). */
   readonly journalFlushMs: HistogramData;
   /** Events per journal record since start, i.e. the size of each group commit (metrics). */

@@ -11,10 +11,29 @@
  * in groups of at most SNAPSHOT_FRAME_CUSTOMERS, and the sink must encode them before it
  * returns: `toSnapshot` shares the live meter objects, so nothing of a copy may be held
  * across a batch (a pre-image is cloned for the same reason).
+ *
+ * A slice is bounded by work, not by customers: each customer costs one unit plus one
+ * per meter, lot, lot draw, limit, commerce record and idempotency key it carries
+ * (`copyWork`), so a slice of a few large customers is as short as one of many small
+ * ones. An online snapshot's copy also carries each customer's idempotency keys as of
+ * the cut (`keysOf`, read before the customer changes); the shard's own snapshot does
+ * not (the keys are in their table, which the snapshot does not replace).
  */
 import fs from 'node:fs';
 import { fromSnapshot, toSnapshot, type CustomerSnapshot, type CustomerState } from './customer.js';
+import type { CustomerKey } from './idempotency-keys.js';
 import { encodeFrame, SNAPSHOT_FRAME_CUSTOMERS } from '../storage/snapshot-file.js';
+
+/** What copying `customer` (and `keys` of it) costs, in the units a slice budget counts. */
+export function copyWork(customer: CustomerState, keys: number): number {
+  let work = 1 + keys + (customer.limits?.size ?? 0);
+  for (const meter of customer.meters.values())
+    work += 1 + meter.lots.length + meter.lotDraws.length;
+  const commerce = customer.commerce;
+  if (commerce !== null)
+    work += commerce.subscriptions.length + commerce.purchases.length + commerce.eventIds.length;
+  return work;
+}
 
 export class ShardCopy {
   /**
@@ -30,10 +49,11 @@ export class ShardCopy {
   private chunk: CustomerSnapshot[] = [];
   private copiedCount = 0;
 
-  /** Takes the cut now. */
+  /** Takes the cut now. `keysOf`, when given, answers a customer's keys as of the cut. */
   constructor(
     customers: Iterable<CustomerState>,
     private readonly sink: (items: CustomerSnapshot[]) => void,
+    private readonly keysOf?: (customer: CustomerState) => CustomerKey[],
   ) {
     this.order = [...customers];
   }
@@ -53,7 +73,7 @@ export class ShardCopy {
   capture(customer: CustomerState): void {
     if (this.newerThanCut.has(customer) || this.copied.has(customer)) return;
     this.copied.add(customer);
-    this.add(toSnapshot(fromSnapshot(toSnapshot(customer))));
+    this.add(this.withKeys(customer, toSnapshot(fromSnapshot(toSnapshot(customer)))));
   }
 
   /** A write created `customer` after the cut: it is not part of this copy. */
@@ -61,18 +81,29 @@ export class ShardCopy {
     this.newerThanCut.add(customer);
   }
 
-  /** Copies up to `budget` customers; true once every customer of the cut is copied. */
+  /**
+   * Copies customers until `budget` units of work (`copyWork`) are spent, at least one;
+   * true once every customer of the cut is copied.
+   */
   step(budget: number): boolean {
-    const end = Math.min(this.order.length, this.next + budget);
-    for (; this.next < end; this.next++) {
+    let work = 0;
+    for (; this.next < this.order.length && work < budget; this.next++) {
       const customer = this.order[this.next] as CustomerState;
       // Not written since the cut (a write would have copied it first): as of the cut.
       if (this.copied.has(customer)) continue;
       this.copied.add(customer);
-      this.add(toSnapshot(customer));
+      const item = this.withKeys(customer, toSnapshot(customer));
+      work += copyWork(customer, item.keys?.length ?? 0);
+      this.add(item);
     }
     this.flush();
     return this.next === this.order.length;
+  }
+
+  private withKeys(customer: CustomerState, item: CustomerSnapshot): CustomerSnapshot {
+    if (this.keysOf === undefined) return item;
+    const keys = this.keysOf(customer);
+    return keys.length === 0 ? item : { ...item, keys };
   }
 
   private add(item: CustomerSnapshot): void {

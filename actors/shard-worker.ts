@@ -13,6 +13,8 @@ import { nameThisThread } from './thread-name.js';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import path from 'node:path';
 import { assert } from '../shared/assert.js';
+import { getHeapStatistics } from 'node:v8';
+import { GcPauses } from './gc-pauses.js';
 import { Histogram, JOURNAL_BATCH_EVENTS_BOUNDS, JOURNAL_FLUSH_BOUNDS_MS } from './histogram.js';
 import type { CustomerState, Event } from './customer.js';
 import { isCustomerSnapshot, isEvent } from './core/shapes.js';
@@ -28,24 +30,34 @@ import {
   type ShardLiveStats,
   type ToWorker,
 } from './protocol.js';
-import { Shard, type CustomerIndexEntry } from './shard.js';
+import {
+  IDEMPOTENCY_LAYOUT_META,
+  IDEMPOTENCY_LAYOUT_VERSION,
+  KeyMigration,
+  KeySweeper,
+} from './idempotency-upkeep.js';
+import { Shard, type CustomerIndexEntry, type IdempotencyPut } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
-import { encodeSnapshotChunk, ShardStore } from '../storage/journal.js';
+import {
+  encodeSnapshotChunk,
+  JOURNAL_PRUNE_IN_SNAPSHOT_MAX,
+  ShardStore,
+} from '../storage/journal.js';
 
 export interface ShardWorkerData {
   readonly dataDir: string;
   readonly workerIndex: number;
   /** Journal batches between automatic snapshots (SNAPSHOT_EVERY_BATCHES unless overridden). */
   readonly snapshotEveryBatches: number;
-  /** Customers copied per slice of an online snapshot. */
-  readonly exportSliceCustomers: number;
+  /** Work per slice of a snapshot copy (SNAPSHOT_SLICE_WORK unless overridden). */
+  readonly snapshotSliceWork: number;
   /** This worker's shares of the operator's quotas. */
   readonly quotas: WorkerQuotas;
 }
 
 assert(!isMainThread && parentPort !== null, 'shard-worker runs in a worker thread');
 const port = parentPort;
-const { dataDir, workerIndex, snapshotEveryBatches, exportSliceCustomers, quotas } =
+const { dataDir, workerIndex, snapshotEveryBatches, snapshotSliceWork, quotas } =
   workerData as ShardWorkerData;
 nameThisThread(`tally-shard-${workerIndex}`);
 
@@ -83,6 +95,12 @@ const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`), {
 /** Metrics of this worker's journal, shipped with every stats reply. */
 const journalFlushMs = new Histogram(JOURNAL_FLUSH_BOUNDS_MS);
 const journalBatchEvents = new Histogram(JOURNAL_BATCH_EVENTS_BOUNDS);
+/** This worker's garbage-collection pauses (its heap is its own). */
+const gcPauses = new GcPauses();
+/** Automatic snapshots stored since start, and the latest one's timing (metrics). */
+let snapshotsTaken = 0;
+let lastSnapshotMs: number | null = null;
+let lastSnapshotPauseMsMax: number | null = null;
 
 /**
  * Audit entries the chain now holds, whose stored copies this shard may drop. They go
@@ -125,6 +143,7 @@ function appendTimed(
   events: readonly Event[],
   index: readonly CustomerIndexEntry[],
   audits: readonly PendingAudit[],
+  keys: readonly IdempotencyPut[],
 ): { readonly seq: number; readonly durable: Promise<void> } {
   const issuedMs = performance.now();
   const forget = auditsToForget;
@@ -139,6 +158,8 @@ function appendTimed(
     audits,
     forget,
   );
+  // Issued in the same turn as the record: the keys share its transaction.
+  store.idempotency.put(keys);
   journalBatchEvents.observe(events.length);
   // A failed write is the shard's to handle (it crashes); this handler only measures.
   appended.durable.then(
@@ -165,7 +186,14 @@ const shard = new Shard({
   },
   fatal: crash,
   quotas,
+  storedKeys: store.idempotency,
 });
+
+/** Set by a clean stop: no more upkeep writes (sweep, pruning) after it. */
+let stopping = false;
+
+/** Removes expired idempotency keys from the table while the shard serves. */
+const sweeper = new KeySweeper(store.idempotency, shard, Date.now);
 
 /** When this shard's latest snapshot was stored (null: it never took one). */
 let lastSnapshotAtMs: number | null = null;
@@ -173,16 +201,38 @@ let lastSnapshotAtMs: number | null = null;
 async function recover(): Promise<void> {
   // Chunk by chunk: the decoded items of one chunk become state and are garbage before
   // the next is read (a failure part-way kills the worker, so partial state never serves).
-  const snapshot = store.readSnapshot((items) => shard.loadSnapshot(items));
+  // A data dir of the layout before the key table: its keys move into the table as they
+  // are read (idempotency-upkeep.ts), made durable by the barrier below with the meta.
+  const migration =
+    store.getMeta(IDEMPOTENCY_LAYOUT_META) === undefined
+      ? new KeyMigration(store.idempotency, Date.now())
+      : null;
+  const snapshot = store.readSnapshot((items) => {
+    migration?.snapshotItems(items);
+    shard.loadSnapshot(items);
+  });
   if (snapshot !== null) lastSnapshotAtMs = snapshot.createdAtMs;
-  const result = store.replay(snapshot?.seq ?? 0, (_seq, events) => shard.replay(events));
+  const result = store.replay(snapshot?.seq ?? 0, (_seq, events) => {
+    migration?.events(events);
+    shard.replay(events);
+  });
+  const layoutStored =
+    migration === null
+      ? Promise.resolve()
+      : store.putMeta(IDEMPOTENCY_LAYOUT_META, { version: IDEMPOTENCY_LAYOUT_VERSION });
   // The recovery barrier: after kill -9 what was just read may be in the page cache only
   // (LMDB reopens at the newest commit, synced or not). A reply computed from it without
   // a new record of its own (an idempotent retry, a rejection) would acknowledge state a
   // power cut could still take, so nothing is served before it is all on disk.
   const syncStartedMs = performance.now();
   if (!SKIP_RECOVERY_SYNC_FOR_TESTS) await store.syncRecovered();
+  await layoutStored;
   const recoverySyncMs = performance.now() - syncStartedMs;
+  if (shard.countsKeys)
+    shard.countStoredKeys({
+      test: store.idempotency.countOf('test'),
+      live: store.idempotency.countOf('live'),
+    });
   post({
     t: 'ready',
     pendingAudits: store.pendingAudits(),
@@ -194,6 +244,7 @@ async function recover(): Promise<void> {
       droppedTornTail: result.droppedTail,
       droppedAfterGap: result.droppedAfterGap,
       recoverySyncMs: Math.round(recoverySyncMs * 10) / 10,
+      ...(migration === null ? {} : { idempotencyKeysMigrated: migration.moved }),
     },
   });
 }
@@ -218,24 +269,41 @@ function maybeSnapshot(): void {
     (shard.batchesSinceSnapshot > 0 && Date.now() - intervalStartMs >= SNAPSHOT_INTERVAL_MS);
   if (!due) return;
   snapshotting = true;
+  const startedMs = performance.now();
   const seq = store.lastSeq;
-  const chunks: Buffer[] = [];
+  // Each chunk goes to disk as it is encoded; the commit only names them.
+  const writer = store.beginSnapshot(seq);
   const copy = new ShardCopy(shard.allCustomers(), (items) =>
-    chunks.push(encodeSnapshotChunk(items)),
+    writer.add(encodeSnapshotChunk(items)),
   );
   shard.batchesSinceSnapshot = 0;
   shard.eventsSinceSnapshot = 0;
   intervalStartMs = Date.now();
   runCopy(
     copy,
-    () => {
-      store.writeSnapshotChunks(seq, chunks, copy.done).then(() => {
+    (sliceMsMax) => {
+      writer.commit(copy.done).then(() => {
         snapshotting = false;
         lastSnapshotAtMs = Date.now();
+        snapshotsTaken += 1;
+        lastSnapshotMs = performance.now() - startedMs;
+        lastSnapshotPauseMsMax = Math.max(sliceMsMax, store.lastSnapshotWriteMs);
+        pruneJournal();
       }, crash);
     },
     crash,
   );
+}
+
+/**
+ * Removes the journal records the stored snapshot covers, a slice at a time between
+ * batches (its own transaction removed only the first ones: see JOURNAL_PRUNE_IN_SNAPSHOT_MAX).
+ */
+function pruneJournal(): void {
+  if (stopping) return;
+  const pruned = store.pruneCovered(JOURNAL_PRUNE_IN_SNAPSHOT_MAX);
+  if (pruned.removed === JOURNAL_PRUNE_IN_SNAPSHOT_MAX)
+    void pruned.committed.then(() => setImmediate(pruneJournal));
 }
 
 /** Copies in progress (a periodic snapshot and an online one may overlap). */
@@ -260,13 +328,14 @@ const observeWrites = {
 };
 
 /**
- * Runs `copy` to the end in slices of `exportSliceCustomers`, one per event-loop turn,
- * calling `onSlice` after each unfinished one; then `done`, or `failed` with the error its
- * sink threw (in a slice, or while capturing a pre-image during a batch).
+ * Runs `copy` to the end in slices of `snapshotSliceWork` units, one per event-loop turn,
+ * calling `onSlice` after each unfinished one; then `done` with the longest slice (ms),
+ * or `failed` with the error its sink threw (in a slice, or while capturing a pre-image
+ * during a batch).
  */
 function runCopy(
   copy: ShardCopy,
-  done: () => void,
+  done: (sliceMsMax: number) => void,
   failed: (error: unknown) => void,
   onSlice: () => void = () => undefined,
 ): void {
@@ -277,11 +346,14 @@ function runCopy(
     running.delete(run);
     if (running.size === 0) shard.writeObserver = null;
   };
+  let sliceMsMax = 0;
   const step = (): void => {
     let finished = false;
     try {
       if (run.failure !== null) throw run.failure;
-      finished = copy.step(exportSliceCustomers);
+      const startedMs = performance.now();
+      finished = copy.step(snapshotSliceWork);
+      sliceMsMax = Math.max(sliceMsMax, performance.now() - startedMs);
     } catch (error) {
       finish();
       failed(error);
@@ -293,7 +365,7 @@ function runCopy(
       return;
     }
     finish();
-    done();
+    done(sliceMsMax);
   };
   setImmediate(step);
 }
@@ -302,12 +374,18 @@ function liveStats(): ShardLiveStats {
   const stored = store.stats();
   return {
     customers: shard.customerCount,
-    idempotencyEntries: shard.idempotencyEntries,
+    idempotencyEntries: store.idempotency.size,
+    idempotencyWindowEntries: shard.idempotencyWindowEntries,
     lastSeq: stored.lastSeq,
     snapshotSeq: stored.snapshotSeq,
     journalRecords: stored.journalRecords,
     usedBytes: stored.usedBytes,
     lastSnapshotAtMs,
+    heapUsedBytes: getHeapStatistics().used_heap_size,
+    gc: gcPauses.stats(),
+    snapshotsTaken,
+    lastSnapshotMs,
+    lastSnapshotPauseMsMax,
     journalFlushMs: journalFlushMs.data(),
     journalBatchEvents: journalBatchEvents.data(),
   };
@@ -331,6 +409,8 @@ function onMessage(message: ToWorker): void {
       for (const ref of message.refs) auditsToForget.push(ref);
       return;
     case 'stop':
+      stopping = true;
+      sweeper.stop();
       void store
         .forgetAudits(auditsToForget)
         .then(() => store.close())
@@ -364,7 +444,7 @@ function startExport(snapshotId: string, partPath: string): void {
   exporting = true;
   const position = store.lastSeq + (shard.hasPendingEvents ? 1 : 0);
   const durable = new Promise<void>((resolve) => shard.whenDurable(resolve));
-  const copy = new ShardCopy(shard.allCustomers(), (items) => part.write(items));
+  const copy = new ShardCopy(shard.allCustomers(), (items) => part.write(items), shard.keysAtCut());
   let slices = 0;
   runCopy(
     copy,
@@ -389,5 +469,6 @@ function startExport(snapshotId: string, partPath: string): void {
 
 recover().then(() => {
   port.on('message', onMessage);
+  sweeper.start();
   setInterval(() => maybeSnapshot(), SNAPSHOT_INTERVAL_MS).unref();
 }, crash);

@@ -28,6 +28,7 @@
 import { assert } from '../shared/assert.js';
 import { customerView, type CustomerView } from '../shared/customer-record.js';
 import type { Environment } from '../shared/environment.js';
+import { IDEMPOTENCY_WINDOW_ENTRIES } from '../shared/limits.js';
 import type { WorkerQuotas } from '../shared/quotas.js';
 import {
   compileConfig,
@@ -39,18 +40,29 @@ import {
   apply,
   execute,
   fromSnapshot,
+  idempotencyScope,
   query,
   toSnapshot,
   type Command,
   type CustomerSnapshot,
   type CustomerState,
   type Event,
+  type IdempotencySeen,
   type Admission,
   type Outcome,
   type ReadCommand,
   type Rejection,
   type WriteCommand,
 } from './customer.js';
+import {
+  IdempotencyKeys,
+  NO_STORED_KEYS,
+  scopeDigest,
+  type CustomerKey,
+  type IdempotencyPut,
+  type KeyAddress,
+  type StoredKeys,
+} from './idempotency-keys.js';
 import { OPS, type OpRecord } from './ops.js';
 import {
   REPLY_SLOTS,
@@ -83,16 +95,19 @@ export interface CustomerIndexEntry {
   readonly view: CustomerView;
 }
 
+export type { IdempotencyPut } from './idempotency-keys.js';
+
 export interface ShardJournal {
   /**
-   * Appends one record, the customer index rows it changes and the audit entries of the
-   * audited writes in it, atomically; `durable` settles once all are on disk (rejects:
-   * the shard must crash).
+   * Appends one record, the customer index rows it changes, the audit entries of the
+   * audited writes in it and the idempotency keys they used, atomically; `durable`
+   * settles once all are on disk (rejects: the shard must crash).
    */
   append(
     events: readonly Event[],
     index: readonly CustomerIndexEntry[],
     audits: readonly PendingAudit[],
+    keys: readonly IdempotencyPut[],
   ): { readonly seq: number; readonly durable: Promise<void> };
 }
 
@@ -107,6 +122,10 @@ export interface ShardOptions {
   readonly fatal: (error: unknown) => void;
   /** This worker's shares of the operator's quotas (none: unlimited). */
   readonly quotas?: WorkerQuotas;
+  /** The idempotency keys on disk (none: the in-memory window alone, for tests). */
+  readonly storedKeys?: StoredKeys;
+  /** Committed keys kept in memory (default IDEMPOTENCY_WINDOW_ENTRIES). */
+  readonly idempotencyWindow?: number;
 }
 
 /** Whether `command`, whose record is `op`, is a read (the op table says). */
@@ -153,6 +172,8 @@ export const APPENDS_IN_FLIGHT_MAX = 4;
 interface Append {
   /** The journal seq of the record. */
   readonly seq: number;
+  /** How many appends this shard started, this one included (the window's clock). */
+  readonly number: number;
   readonly replies: Array<number | string>;
   readonly waiters: Array<() => void>;
   durable: boolean;
@@ -182,6 +203,12 @@ export class Shard {
    * Audit entries of the pending events' audited writes, stored in the same record's transaction.
    */
   private pendingAudits: PendingAudit[] = [];
+  /** Idempotency keys the pending events used: stored in the same record's transaction. */
+  private pendingKeys: IdempotencyPut[] = [];
+  /** Recent idempotency keys in memory, in front of the table on disk. */
+  private readonly keys: IdempotencyKeys;
+  /** Appends started so far. */
+  private appendsStarted = 0;
   private lastNowMs = 0;
   /** Seq of the newest append started, and of the newest one whose replies were released. */
   private appendedSeq = 0;
@@ -191,9 +218,9 @@ export class Shard {
   /** Events in those records: what replay after the last snapshot would have to fold. */
   eventsSinceSnapshot = 0;
   /**
-   * Idempotency entries held per environment, kept up to date at every write, replay and
-   * snapshot load, so that metrics, status and quotas read a number instead of walking
-   * every customer on the shard thread (tens of ms per scrape at a million customers).
+   * Idempotency keys stored per environment, for the quota: set at start from the table
+   * (`countStoredKeys`, only when a quota is set), then counted up by each new key and
+   * down by the sweep.
    */
   private readonly idempotencyByEnvironment: Record<Environment, number> = { test: 0, live: 0 };
   /**
@@ -213,15 +240,67 @@ export class Shard {
   } | null = null;
 
   constructor(private readonly options: ShardOptions) {
+    this.keys = new IdempotencyKeys(
+      options.storedKeys ?? NO_STORED_KEYS,
+      options.idempotencyWindow ?? IDEMPOTENCY_WINDOW_ENTRIES,
+    );
     const quotas = options.quotas;
     if (quotas !== undefined && hasAnyQuota(quotas))
       this.admit = (command, customer, events) =>
         this.quotaRefusal(quotas, command, customer, events);
   }
 
-  /** Idempotency entries held by all customers. */
-  get idempotencyEntries(): number {
-    return this.idempotencyByEnvironment.test + this.idempotencyByEnvironment.live;
+  /** Idempotency keys held in memory (the window). */
+  get idempotencyWindowEntries(): number {
+    return this.keys.size;
+  }
+
+  /** Whether the shard keeps per-environment key counts (an idempotency-key quota is set). */
+  get countsKeys(): boolean {
+    const keys = this.options.quotas?.idempotencyKeys;
+    return keys !== undefined && (keys.test.share > 0 || keys.live.share > 0);
+  }
+
+  /** Recovery, with a key quota set: the keys stored per environment when the shard starts. */
+  countStoredKeys(counts: Readonly<Record<Environment, number>>): void {
+    this.idempotencyByEnvironment.test = counts.test;
+    this.idempotencyByEnvironment.live = counts.live;
+  }
+
+  /** Whether the window holds a newer use of `address` than the stored one at `atMs`. */
+  newerKeyThan(address: KeyAddress, atMs: number): boolean {
+    return this.keys.newerThan(address, atMs);
+  }
+
+  /**
+   * The sweep issued the removal of these expired keys from disk (not committed yet): a
+   * lookup must take them as gone, and they no longer count.
+   */
+  keysSwept(addresses: readonly KeyAddress[]): void {
+    for (const address of addresses) {
+      this.keys.swept(address);
+      this.idempotencyByEnvironment[address.environment] -= 1;
+    }
+  }
+
+  /** The removal of these swept keys committed: the disk now agrees with the window. */
+  keysSweepCommitted(addresses: readonly KeyAddress[]): void {
+    for (const address of addresses) this.keys.sweepCommitted(address);
+  }
+
+  /**
+   * An online snapshot's cut of the idempotency keys: a function answering a customer's
+   * keys as of the cut, to be called before anything changes that customer after it
+   * (ShardCopy calls it when it copies or captures one).
+   */
+  keysAtCut(): (customer: CustomerState) => CustomerKey[] {
+    const held = this.keys.heldKeys();
+    return (customer) =>
+      this.keys.customerKeys(
+        customer.environment,
+        customer.id,
+        held.get(`${customer.environment}\u0000${customer.id}`) ?? [],
+      );
   }
 
   /**
@@ -307,16 +386,24 @@ export class Shard {
       }
       const before = customers.get(command.customerId);
       if (before !== undefined && this.writeObserver !== null) this.writeObserver.before(before);
-      const entriesBefore = before?.idempotency?.size ?? 0;
       const admit =
         audit?.auditQuotaReached === undefined
           ? this.admit
           : this.auditQuotaAdmission(audit.auditQuotaReached);
-      const execution = execute(before, config, command, nowMs, admit);
+      const scope = idempotencyScope(command);
+      const address: KeyAddress | null =
+        scope === null
+          ? null
+          : {
+              environment: command.environment,
+              customerId: command.customerId,
+              scopeDigest: scopeDigest(scope),
+            };
+      const seen = address === null ? null : this.keys.lookup(address);
+      const execution = execute(before, config, command, nowMs, admit, seen);
       const wrote = execution.events.length > 0;
+      if (address !== null && wrote) this.rememberKeys(address, seen, execution.events);
       if (execution.customer !== undefined) {
-        this.idempotencyByEnvironment[command.environment] +=
-          (execution.customer.idempotency?.size ?? 0) - entriesBefore;
         customers.set(command.customerId, execution.customer);
         if (before === undefined && this.writeObserver !== null)
           this.writeObserver.created(execution.customer);
@@ -344,6 +431,26 @@ export class Shard {
     }
     this.commitIfRoom();
     this.options.flush();
+  }
+
+  /**
+   * Keeps the key a write's events used: in the window now, on disk with the next append
+   * (the one that carries these events). A key not found before is one more stored.
+   */
+  private rememberKeys(
+    address: KeyAddress,
+    seen: IdempotencySeen | null,
+    events: readonly Event[],
+  ): void {
+    for (const event of events) {
+      if (!addsIdempotencyKey(event)) continue;
+      const { fingerprint } = (event as Extract<Event, { type: 'consumed' }>).idempotency ?? {};
+      assert(fingerprint !== undefined, 'a keyed event carries its fingerprint');
+      const put: IdempotencyPut = { ...address, fingerprint, atMs: event.atMs };
+      this.keys.remember(put, this.appendsStarted + 1);
+      this.pendingKeys.push(put);
+      if (seen === null) this.idempotencyByEnvironment[event.environment] += 1;
+    }
   }
 
   /** Events decided but not yet handed to the journal (a snapshot must wait for none). */
@@ -389,7 +496,9 @@ export class Shard {
       (c): CustomerIndexEntry => ({ environment: c.environment, id: c.id, view: customerView(c) }),
     );
     const audits = this.pendingAudits;
+    const keys = this.pendingKeys;
     this.pendingAudits = [];
+    this.pendingKeys = [];
     this.pendingEvents = [];
     this.pendingReplies = [];
     this.pendingWaiters = [];
@@ -398,13 +507,13 @@ export class Shard {
     if (events.length === 0) {
       // Only a write with events creates or re-profiles a customer, or stores an audit entry.
       assert(
-        index.length === 0 && audits.length === 0,
-        'a group without events changes no index row and stores no audit entry',
+        index.length === 0 && audits.length === 0 && keys.length === 0,
+        'a group without events changes no index row and stores no audit entry or key',
       );
       this.holdOrRelease(replies, waiters);
       return;
     }
-    this.startAppend(events, index, audits, replies, waiters);
+    this.startAppend(events, index, audits, keys, replies, waiters);
   }
 
   /** A group without events: its answers wait for the newest append in flight, if any. */
@@ -423,13 +532,15 @@ export class Shard {
     events: readonly Event[],
     index: readonly CustomerIndexEntry[],
     audits: readonly PendingAudit[],
+    keys: readonly IdempotencyPut[],
     replies: Array<number | string>,
     waiters: Array<() => void>,
   ): void {
-    const { seq, durable } = this.options.journal.append(events, index, audits);
+    const { seq, durable } = this.options.journal.append(events, index, audits, keys);
     assert(seq > this.appendedSeq, `journal seq ${seq} after ${this.appendedSeq}`);
     this.appendedSeq = seq;
-    const append: Append = { seq, replies, waiters, durable: false };
+    this.appendsStarted += 1;
+    const append: Append = { seq, number: this.appendsStarted, replies, waiters, durable: false };
     this.inFlight.push(append);
     this.batchesSinceSnapshot++;
     this.eventsSinceSnapshot += events.length;
@@ -452,6 +563,8 @@ export class Shard {
       // Releasing in append order: every record older than this one is durable and released.
       assert(head.seq > this.releasedSeq, `append ${head.seq} released after ${this.releasedSeq}`);
       this.releasedSeq = head.seq;
+      // Durable, so committed: its keys are readable on disk and may leave the window.
+      this.keys.committed(head.number);
       this.release(head.replies);
       for (const waiter of head.waiters) waiter();
     }
@@ -476,11 +589,8 @@ export class Shard {
       const customers = this.customers[event.environment];
       assert(customers !== undefined, `event for unknown environment ${String(event.environment)}`);
       const before = customers.get(event.customerId);
-      const entriesBefore = before?.idempotency?.size ?? 0;
       // apply changes a known customer in place, so only a new one needs storing.
       const after = apply(before, event);
-      this.idempotencyByEnvironment[event.environment] +=
-        (after.idempotency?.size ?? 0) - entriesBefore;
       if (before === undefined) customers.set(after.id, after);
       if (event.atMs > this.lastNowMs) this.lastNowMs = event.atMs;
     }
@@ -506,7 +616,6 @@ export class Shard {
         customers.size === sizeBefore + 1,
         `snapshot holds customer ${customer.environment}/${customer.id} twice`,
       );
-      this.idempotencyByEnvironment[customer.environment] += customer.idempotency?.size ?? 0;
       for (const meter of customer.meters.values())
         if (meter.periodStartMs > this.lastNowMs) this.lastNowMs = meter.periodStartMs;
     }

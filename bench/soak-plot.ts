@@ -3,16 +3,32 @@
  * latency (ms, right axis) against time, because a curve shows "flat" or "climbing"
  * faster than a table. Plain SVG text, no dependencies.
  */
-/** One 15-second window of a soak run. */
+/** One 15-second window of a soak run (figures from bucket counts are bucket bounds). */
 export interface SoakWindow {
   readonly atSec: number;
   readonly rssMiB: number;
-  readonly idempotencyEntries: number;
+  /** Of it, pages backed by files (LMDB's memory-mapped data files, mostly). */
+  readonly rssFileMiB: number;
+  /** V8 heaps in use at the end of the window, every thread's together. */
+  readonly heapMiB: number;
+  /** Idempotency keys held in memory (every shard's window) and on disk. */
+  readonly windowKeys: number;
+  readonly diskKeys: number;
+  /** Automatic shard snapshots stored in the window. */
   readonly snapshots: number;
+  /** Of those: the longest (cut to stored) and the longest hold of a shard's thread, ms. */
+  readonly snapshotMsMax: number | null;
+  readonly snapshotPauseMsMax: number | null;
   readonly probeMsP99: number;
   readonly probeMsP999: number;
   readonly probeMsMax: number;
   readonly probeFailures: number;
+  /** Consumes answered in the window, their p99 (server side, ms) and non-2xx answers. */
+  readonly loadRequests: number;
+  readonly loadMsP99: number;
+  readonly loadNon2xx: number;
+  /** The longest garbage-collection pause of any thread in the window (ms). */
+  readonly gcPauseMsMax: number;
 }
 
 const WIDTH = 720;

@@ -6,14 +6,21 @@
  *
  * It answers what a 5-second bench cannot: does memory stay flat as keys accumulate, do
  * snapshots or garbage collection stall reads, does the error count stay at zero. Every
- * 15 s it records RSS, idempotency entries in memory, snapshots taken, the probe's
- * p99/p999/max and the load's progress; at the end wrk's own latency and errors. With
- * `--report docs/performance.md` the table and an SVG plot of RSS and probe latency over
- * time go into the document's soak section (between its `soak:` markers).
+ * 15 s it records RSS, the V8 heaps of every thread, idempotency keys in memory and on
+ * disk, the snapshots stored and how long they took and held a shard's thread, the
+ * probe's p99/p999/max, the consumes' server-side p99 and non-2xx answers, and the
+ * longest GC pause of any thread (each thread's `perf_hooks` GC observer, read from the
+ * metrics); at the end wrk's own latency and socket errors, and whether the targets held.
+ * With `--report docs/performance.md` the table and an SVG plot of RSS and probe latency
+ * over time go into the document's soak section (between its `soak:` markers).
  *
  * Load: wrk (one thread, `--connections`, default 128) with a Lua script that cycles over
- * 10,000 customers and numbers its keys; `--rate R` spaces each connection's requests so
- * the total approaches R per second (wrk's `delay`), otherwise it runs flat out.
+ * 10,000 customers and numbers its keys (`--keys none` sends none, to compare keyed with
+ * unkeyed throughput); `--rate R` spaces each connection's requests so the total
+ * approaches R per second (wrk's `delay`), otherwise it runs flat out.
+ *
+ * What it does not measure: the client side of the load beyond wrk's summary, or a disk
+ * other than the one the data dir is on; numbers from a shared machine are noise.
  */
 import { execFile } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -23,6 +30,17 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { stopAll } from './children.js';
 import { LatencyHistogram } from './latency-histogram.js';
+import {
+  buckets,
+  gaugeMax,
+  gaugeSum,
+  maxBound,
+  quantileBound,
+  samples,
+  since,
+  total,
+  type Buckets,
+} from './metrics-text.js';
 import { plotSoak, type SoakWindow } from './soak-plot.js';
 import { makeDataDir, removeDataDir, startTally, type TallyServer } from './tally-server.js';
 import { wrkAvailable } from './wrk.js';
@@ -37,6 +55,8 @@ interface SoakOptions {
   readonly rate: number | null;
   readonly connections: number;
   readonly workers: number | undefined;
+  /** `unique`: every consume carries a new idempotency key; `none`: no key. */
+  readonly keys: 'unique' | 'none';
   readonly reportPath: string | undefined;
 }
 
@@ -63,6 +83,7 @@ function parse(argv: readonly string[]): SoakOptions {
       rate: { type: 'string' },
       connections: { type: 'string' },
       workers: { type: 'string' },
+      keys: { type: 'string' },
       report: { type: 'string' },
     },
   });
@@ -78,14 +99,21 @@ function parse(argv: readonly string[]): SoakOptions {
     connections: Math.round(positive('connections', values.connections, 128)),
     workers:
       values.workers === undefined ? undefined : Math.round(positive('workers', values.workers, 1)),
+    keys: keysOption(values.keys),
     reportPath: values.report,
   };
+}
+
+function keysOption(raw: string | undefined): SoakOptions['keys'] {
+  if (raw === undefined || raw === 'unique' || raw === 'none') return raw ?? 'unique';
+  throw new Error(`--keys must be unique or none, got ${JSON.stringify(raw)}`);
 }
 
 /**
  * wrk's Lua: unique keys, customers in turn, optional spacing; prints a JSON summary at the end.
  */
-function loadScript(key: string, delayMs: number): string {
+function loadScript(key: string, delayMs: number, keyed: boolean): string {
+  const idempotency = keyed ? `,"idempotencyKey":"' .. run .. '-' .. i .. '"` : '';
   return (
     `local run = "${Date.now().toString(36)}"
 local i = 0
@@ -93,7 +121,7 @@ local headers = { ["x-tally-key"] = "${key}", ["content-type"] = "application/js
 request = function()
   i = i + 1
   local body = '{"customerId":"soak-' .. (i % ${CUSTOMERS}) .. ` +
-    `'","amount":1,"idempotencyKey":"' .. run .. '-' .. i .. '"}'
+    `'","amount":1${idempotency}}'
   return wrk.format("POST", "/v1/usage/api_calls/consume", headers, body)
 end
 ${delayMs > 0 ? `delay = function() return ${delayMs} end` : ''}
@@ -117,7 +145,7 @@ async function runLoad(server: TallyServer, options: SoakOptions): Promise<SoakR
         ? 0
         : Math.max(1, Math.round((1000 * options.connections) / options.rate));
     const file = join(dir, 'soak.lua');
-    await writeFile(file, loadScript(server.keys.server, delayMs));
+    await writeFile(file, loadScript(server.keys.server, delayMs, options.keys === 'unique'));
     const args = [
       '-t1',
       `-c${options.connections}`,
@@ -154,15 +182,6 @@ async function runLoad(server: TallyServer, options: SoakOptions): Promise<SoakR
   }
 }
 
-/** Sum of a Prometheus gauge's samples in the metrics text. */
-function gaugeSum(text: string, name: string): number {
-  let sum = 0;
-  for (const line of text.split('\n'))
-    if (line.startsWith(`${name}{`) || line.startsWith(`${name} `))
-      sum += Number(line.slice(line.lastIndexOf(' ') + 1));
-  return sum;
-}
-
 async function scrape(server: TallyServer, adminKey: string): Promise<string> {
   const response = await fetch(`${server.baseUrl}/v1/admin/metrics`, {
     headers: { 'x-tally-key': adminKey },
@@ -170,9 +189,16 @@ async function scrape(server: TallyServer, adminKey: string): Promise<string> {
   return response.text();
 }
 
-async function rssMiB(pid: number): Promise<number> {
+/**
+ * The server's resident memory (MiB): all of it, and the part backed by files. LMDB maps
+ * its data file, so pages of the key table a lookup touched count as resident too; the
+ * kernel can drop those under pressure, unlike the anonymous rest (heaps, buffers).
+ */
+async function rssMiB(pid: number): Promise<{ readonly rss: number; readonly file: number }> {
   const status = await readFile(`/proc/${pid}/status`, 'utf8');
-  return Number(/^VmRSS:\s+(\d+) kB$/m.exec(status)?.[1] ?? 0) / 1024;
+  const kb = (field: string): number =>
+    Number(new RegExp(`^${field}:\\s+(\\d+) kB$`, 'm').exec(status)?.[1] ?? 0);
+  return { rss: kb('VmRSS') / 1024, file: kb('RssFile') / 1024 };
 }
 
 /** Probes `has` every 20 ms until `stop`; the caller reads and resets `window` every 15 s. */
@@ -216,6 +242,72 @@ function startProbe(server: TallyServer): {
   };
 }
 
+/** What one scrape of the metrics says, for the difference to the next one. */
+interface Scrape {
+  readonly load: Buckets;
+  readonly non2xx: number;
+  readonly gc: Buckets;
+  readonly snapshots: number;
+}
+
+const isConsume = (labels: Readonly<Record<string, string>>): boolean =>
+  labels['route'] === '/v1/usage/:key/consume';
+
+function readScrape(all: ReturnType<typeof samples>): Scrape {
+  return {
+    load: buckets(all, 'tally_http_request_duration_seconds', isConsume),
+    non2xx: all
+      .filter(
+        (s) =>
+          s.name === 'tally_http_requests_total' &&
+          isConsume(s.labels) &&
+          !(s.labels['status'] ?? '').startsWith('2'),
+      )
+      .reduce((sum, s) => sum + s.value, 0),
+    gc: buckets(all, 'tally_gc_pause_seconds'),
+    snapshots: gaugeSum(all, 'tally_shard_snapshots_taken'),
+  };
+}
+
+/** One window's figures from the scrape at its end, the one before, and the probe. */
+async function windowOf(
+  atSec: number,
+  pid: number,
+  all: ReturnType<typeof samples>,
+  now: Scrape,
+  before: Scrape,
+  probe: { histogram: LatencyHistogram; failures: number },
+): Promise<SoakWindow> {
+  const load = since(now.load, before.load);
+  const snapshots = now.snapshots - before.snapshots;
+  const ms = (seconds: number | null): number | null => (seconds === null ? null : seconds * 1000);
+  const memory = await rssMiB(pid);
+  return {
+    atSec,
+    rssMiB: memory.rss,
+    rssFileMiB: memory.file,
+    heapMiB:
+      (gaugeSum(all, 'tally_process_heap_used_bytes') +
+        gaugeSum(all, 'tally_shard_heap_used_bytes')) /
+      (1024 * 1024),
+    windowKeys: gaugeSum(all, 'tally_shard_idempotency_window_entries'),
+    diskKeys: gaugeSum(all, 'tally_shard_idempotency_entries'),
+    snapshots,
+    snapshotMsMax:
+      snapshots > 0 ? ms(gaugeMax(all, 'tally_shard_snapshot_duration_seconds')) : null,
+    snapshotPauseMsMax:
+      snapshots > 0 ? ms(gaugeMax(all, 'tally_shard_snapshot_pause_max_seconds')) : null,
+    probeMsP99: probe.histogram.quantileMs(0.99),
+    probeMsP999: probe.histogram.quantileMs(0.999),
+    probeMsMax: probe.histogram.max,
+    probeFailures: probe.failures,
+    loadRequests: total(load),
+    loadMsP99: quantileBound(load, 0.99) * 1000,
+    loadNon2xx: now.non2xx - before.non2xx,
+    gcPauseMsMax: maxBound(since(now.gc, before.gc)) * 1000,
+  };
+}
+
 async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> {
   const server = await startTally(MAIN_SCRIPT, 'tally', dataDir, {
     TALLY_RATE_LIMIT_SERVER: '0',
@@ -226,34 +318,29 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
     JSON.parse(await readFile(join(dataDir, 'bootstrap-keys.json'), 'utf8')) as { admin: string }
   ).admin;
   const pid = server.child.process.pid ?? 0;
+  let before = readScrape(samples(await scrape(server, adminKey)));
   const probe = startProbe(server);
   const started = Date.now();
   const windows: SoakWindow[] = [];
-  let lastAge: number | null = null;
   const timer = setInterval(() => {
     void (async () => {
-      const metrics = await scrape(server, adminKey);
-      const age = gaugeSum(metrics, 'tally_shard_snapshot_age_seconds');
-      const { histogram, failures } = probe.window();
-      windows.push({
-        atSec: Math.round((Date.now() - started) / 1000),
-        rssMiB: await rssMiB(pid),
-        idempotencyEntries: gaugeSum(metrics, 'tally_shard_idempotency_entries'),
-        // The age of the newest snapshot fell: one was taken in this window.
-        snapshots: lastAge !== null && age < lastAge ? 1 : 0,
-        probeMsP99: histogram.quantileMs(0.99),
-        probeMsP999: histogram.quantileMs(0.999),
-        probeMsMax: histogram.max,
-        probeFailures: failures,
-      });
-      lastAge = age;
-      const w = windows.at(-1);
-      if (w !== undefined)
-        process.stderr.write(
-          `soak ${w.atSec}s: RSS ${w.rssMiB.toFixed(0)} MiB, ` +
-            `keys ${w.idempotencyEntries}, probe p99 ${w.probeMsP99.toFixed(2)} ms ` +
-            `max ${w.probeMsMax.toFixed(1)} ms\n`,
-        );
+      const all = samples(await scrape(server, adminKey));
+      const now = readScrape(all);
+      const atSec = Math.round((Date.now() - started) / 1000);
+      const w = await windowOf(atSec, pid, all, now, before, probe.window());
+      before = now;
+      windows.push(w);
+      const held =
+        w.snapshotPauseMsMax === null ? '' : ` (held ${w.snapshotPauseMsMax.toFixed(1)} ms)`;
+      process.stderr.write(
+        `soak ${w.atSec}s: RSS ${w.rssMiB.toFixed(0)} MiB ` +
+          `(files ${w.rssFileMiB.toFixed(0)}), heap ${w.heapMiB.toFixed(0)} MiB, ` +
+          `keys ${w.windowKeys} in memory / ${w.diskKeys} on disk, ` +
+          `probe p99 ${w.probeMsP99.toFixed(2)} ms max ${w.probeMsMax.toFixed(1)} ms, ` +
+          `load ${(w.loadRequests / (WINDOW_MS / 1000)).toFixed(0)}/s p99 ≤${w.loadMsP99} ms, ` +
+          `GC max ≤${w.gcPauseMsMax} ms, snapshots ${w.snapshots}` +
+          `${held}\n`,
+      );
     })();
   }, WINDOW_MS);
   try {
@@ -271,6 +358,39 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
   }
 }
 
+/** The issue's targets, judged over the windows after warm-up (the first third). */
+function verdicts(result: SoakResult): string[] {
+  const after = result.windows.slice(Math.floor(result.windows.length / 3));
+  if (after.length === 0) return ['Too short to judge the targets.'];
+  const rss = after.map((w) => w.rssMiB);
+  const rssSpread = (Math.max(...rss) - Math.min(...rss)) / Math.min(...rss);
+  const probeP99 = Math.max(...after.map((w) => w.probeMsP99));
+  const probeMax = Math.max(...result.windows.map((w) => w.probeMsMax));
+  const gcMax = Math.max(...result.windows.map((w) => w.gcPauseMsMax));
+  const pauses = result.windows.flatMap((w) =>
+    w.snapshotPauseMsMax === null ? [] : [w.snapshotPauseMsMax],
+  );
+  const pauseMax = Math.max(0, ...pauses);
+  const errors =
+    result.load.errors +
+    result.load.non2xx +
+    result.windows.reduce((sum, w) => sum + w.probeFailures, 0);
+  const mark = (ok: boolean): string => (ok ? 'held' : 'missed');
+  return [
+    `RSS after warm-up within ${(rssSpread * 100).toFixed(1)}% ` +
+      `(target 10%): ${mark(rssSpread <= 0.1)}.`,
+    `Probe p99 at most ${probeP99.toFixed(2)} ms (target 5 ms) and max ` +
+      `${probeMax.toFixed(1)} ms (target 50 ms): ${mark(probeP99 <= 5 && probeMax <= 50)}.`,
+    `Longest GC pause at most ${gcMax} ms (bucket bound; target 20 ms): ${mark(gcMax <= 20)}.`,
+    pauses.length === 0
+      ? 'No automatic snapshot was stored during the run (TALLY_SNAPSHOT_EVERY_BATCHES ' +
+        'makes them more frequent).'
+      : `Longest hold of a shard's thread by a snapshot ${pauseMax.toFixed(1)} ms ` +
+        `(target about 5 ms): ${mark(pauseMax <= 5)}.`,
+    `Errors (socket, non-2xx, probe failures): ${errors} (target 0): ${mark(errors === 0)}.`,
+  ];
+}
+
 /** The soak table and plot, between the document's soak markers (added at its end when missing). */
 async function writeReport(path: string, result: SoakResult, svgPath: string): Promise<void> {
   const begin =
@@ -279,12 +399,14 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
   const end = '<!-- soak:end -->';
   const o = result.options;
   const last = result.windows.at(-1);
+  const fixed = (value: number | null, digits: number): string =>
+    value === null ? '–' : value.toFixed(digits);
   const block = [
     begin,
     '## Soak',
     '',
     `${result.startedAt.slice(0, 10)}, Node ${result.node}: ${o.minutes} min of durable ` +
-      `consumes with a unique idempotency key each, ` +
+      `consumes${o.keys === 'unique' ? ' with a unique idempotency key each' : ' without keys'}, ` +
       `wrk ${o.connections} ` +
       `connections${o.rate === null ? ' flat out' : ` at about ${o.rate}/s`}, a \`has\` ` +
       `probe every ${PROBE_INTERVAL_MS} ms. ` +
@@ -292,22 +414,32 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
       `p99 ${result.load.msP99.toFixed(1)} ms, ${result.load.errors} socket ` +
       `errors, ${result.load.non2xx} non-2xx.`,
     '',
+    ...verdicts(result).map((line) => `- ${line}`),
+    '',
     `![RSS and probe latency over the soak](${svgPath.split('/').pop() ?? svgPath})`,
     '',
-    '| at | RSS MiB | idempotency keys in memory | snapshots | probe p99 ms | p999 ms | ' +
-      'max ms | probe failures |',
-    '|---|---|---|---|---|---|---|---|',
+    "Load p99 and GC pauses are bucket bounds from the server's histograms; snapshot " +
+      'figures are the longest of the window (cut to stored / longest hold of the thread).',
+    '',
+    '| at | RSS MiB | of it files MiB | heap MiB | keys in memory | keys on disk | ' +
+      'snapshots | snapshot ms | held ms | probe p99 ms | p999 ms | max ms | load/s | ' +
+      'load p99 ms | non-2xx | GC max ms |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...result.windows.map(
       (w) =>
-        `| ${w.atSec} s | ${w.rssMiB.toFixed(0)} | ${w.idempotencyEntries} ` +
-        `| ${w.snapshots} | ${w.probeMsP99.toFixed(2)} | ${w.probeMsP999.toFixed(2)} ` +
-        `| ${w.probeMsMax.toFixed(1)} | ${w.probeFailures} |`,
+        `| ${w.atSec} s | ${w.rssMiB.toFixed(0)} | ${w.rssFileMiB.toFixed(0)} ` +
+        `| ${w.heapMiB.toFixed(0)} | ${w.windowKeys} ` +
+        `| ${w.diskKeys} | ${w.snapshots} | ${fixed(w.snapshotMsMax, 0)} ` +
+        `| ${fixed(w.snapshotPauseMsMax, 1)} | ${w.probeMsP99.toFixed(2)} ` +
+        `| ${w.probeMsP999.toFixed(2)} | ${w.probeMsMax.toFixed(1)} ` +
+        `| ${(w.loadRequests / (WINDOW_MS / 1000)).toFixed(0)} | ${w.loadMsP99} ` +
+        `| ${w.loadNon2xx} | ${w.gcPauseMsMax} |`,
     ),
     '',
     last === undefined
       ? ''
-      : `At the end: RSS ${last.rssMiB.toFixed(0)} MiB with ${last.idempotencyEntries} keys ` +
-        `held in memory.`,
+      : `At the end: RSS ${last.rssMiB.toFixed(0)} MiB, ${last.windowKeys} keys held in ` +
+        `memory and ${last.diskKeys} on disk.`,
     end,
   ].join('\n');
   const existing = await readFile(path, 'utf8').catch(() => '# Performance\n');
@@ -328,7 +460,7 @@ async function main(): Promise<void> {
   const dataDir = await makeDataDir();
   try {
     const result = await soak(options, dataDir);
-    process.stdout.write(`${JSON.stringify(result.load)}\n`);
+    process.stdout.write(`${JSON.stringify(result.load)}\n${verdicts(result).join('\n')}\n`);
     if (options.reportPath !== undefined)
       await writeReport(options.reportPath, result, join(dirname(options.reportPath), 'soak.svg'));
   } finally {

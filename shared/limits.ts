@@ -27,12 +27,23 @@ export const BATCH_COMMANDS_MAX = 1024;
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
 
 /**
- * Idempotency entries kept per customer. Beyond it the oldest entry is evicted even if
- * younger than the retention, so one customer cannot exhaust a shard's memory
- * (~120 bytes an entry: 100k entries ≈ 12 MB, i.e. more than one keyed request per
- * second for a whole day).
+ * Idempotency keys a shard worker keeps in memory once their journal record committed
+ * (every key of an append not yet committed stays regardless). All keys of the retention
+ * live in the worker's LMDB table; this window only spares a retry of a recent request
+ * the disk read (microseconds). Kept small on purpose: an entry (~200 bytes: the put,
+ * its window slot, a 22-character scope digest and the key string) that lives for
+ * seconds survives young-generation collections, which copy every survivor, so a large
+ * window lengthens GC pauses for little gain. 8,192 is ~1.6 MB per worker, a second or
+ * two of keyed writes at full speed.
  */
-export const IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX = 100_000;
+export const IDEMPOTENCY_WINDOW_ENTRIES = 8192;
+
+/**
+ * Expired idempotency keys one sweep slice removes from a shard's table: a few ms of
+ * reads at most, so the sweep never holds up batches; slices run back to back while
+ * there is more to remove (far above any sustained keyed write rate), else once a second.
+ */
+export const IDEMPOTENCY_SWEEP_SLICE_ENTRIES = 500;
 
 /**
  * Payment-processor event ids a customer remembers as applied. Applying an older one
@@ -53,11 +64,13 @@ export const PURCHASED_MAX = 1_000_000_000;
 export const SNAPSHOT_EVERY_BATCHES = 50_000;
 
 /**
- * Customers a shard copies per slice of an online snapshot before batches get a turn:
- * a few milliseconds of work, so a snapshot of millions of customers never stalls
- * requests for long (TALLY_SNAPSHOT_SLICE overrides).
+ * Work a shard does per slice of a snapshot copy (its own or an online one) before
+ * batches get a turn, in units of one customer, meter, lot, lot draw, limit, commerce
+ * record or idempotency key (actors/shard-export.ts, copyWork): 2–3 ms, so that no
+ * snapshot holds a shard's requests up for more than a few milliseconds at a time, however
+ * large its customers (TALLY_SNAPSHOT_SLICE overrides).
  */
-export const EXPORT_SLICE_CUSTOMERS = 2000;
+export const SNAPSHOT_SLICE_WORK = 2000;
 
 /**
  * V8 young generation of a shard worker: V8 makes it three semi-spaces' worth, so this

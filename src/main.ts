@@ -72,7 +72,7 @@ async function main(): Promise<void> {
   const workers = intFromEnv('TALLY_WORKERS', undefined);
   const queueMax = intFromEnv('TALLY_QUEUE_MAX', undefined);
   const snapshotEveryBatches = intFromEnv('TALLY_SNAPSHOT_EVERY_BATCHES', undefined);
-  const snapshotSliceCustomers = intFromEnv('TALLY_SNAPSHOT_SLICE', undefined);
+  const snapshotSliceWork = intFromEnv('TALLY_SNAPSHOT_SLICE', undefined);
   const rateLimits = {
     server:
       intFromEnv('TALLY_RATE_LIMIT_SERVER', DEFAULT_RATE_LIMITS.server) ??
@@ -119,9 +119,7 @@ async function main(): Promise<void> {
     ...(snapshotEveryBatches === undefined || snapshotEveryBatches === 0
       ? {}
       : { snapshotEveryBatches }),
-    ...(snapshotSliceCustomers === undefined || snapshotSliceCustomers === 0
-      ? {}
-      : { snapshotSliceCustomers }),
+    ...(snapshotSliceWork === undefined || snapshotSliceWork === 0 ? {} : { snapshotSliceWork }),
   });
   if (server.bootstrapKeys !== null) {
     stdout.write(

@@ -99,8 +99,8 @@ export interface ServerOptions {
   readonly queueMax?: number;
   /** Journal batches between automatic shard snapshots (default SNAPSHOT_EVERY_BATCHES). */
   readonly snapshotEveryBatches?: number;
-  /** Customers a shard copies per slice of an online snapshot (default EXPORT_SLICE_CUSTOMERS). */
-  readonly snapshotSliceCustomers?: number;
+  /** Work a shard does per slice of a snapshot copy (default SNAPSHOT_SLICE_WORK). */
+  readonly snapshotSliceWork?: number;
   /** Requests per minute per key, and for client keys per address and customer. */
   readonly rateLimits?: RateLimits;
   /**
@@ -355,9 +355,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     ...(options.snapshotEveryBatches === undefined
       ? {}
       : { snapshotEveryBatches: options.snapshotEveryBatches }),
-    ...(options.snapshotSliceCustomers === undefined
+    ...(options.snapshotSliceWork === undefined
       ? {}
-      : { snapshotSliceCustomers: options.snapshotSliceCustomers }),
+      : { snapshotSliceWork: options.snapshotSliceWork }),
     ...(options.quotas === undefined ? {} : { quotas: options.quotas }),
   };
   let customers: CustomerIndex | null = null;

@@ -15,7 +15,7 @@ import { logicalShardOf, workerOf } from '../shared/shard-hash.js';
 import type { BillingConfig } from '../actors/billing-config.js';
 import {
   BATCH_COMMANDS_MAX,
-  EXPORT_SLICE_CUSTOMERS,
+  SNAPSHOT_SLICE_WORK,
   LOGICAL_SHARDS,
   SHARD_YOUNG_GENERATION_MB,
   SNAPSHOT_EVERY_BATCHES,
@@ -59,8 +59,8 @@ export interface ShardPoolOptions {
   readonly queueMax?: number;
   /** Journal batches between a shard's automatic snapshots (default SNAPSHOT_EVERY_BATCHES). */
   readonly snapshotEveryBatches?: number;
-  /** Customers a shard copies per slice of an online snapshot (default EXPORT_SLICE_CUSTOMERS). */
-  readonly snapshotSliceCustomers?: number;
+  /** Work a shard does per slice of a snapshot copy (default SNAPSHOT_SLICE_WORK). */
+  readonly snapshotSliceWork?: number;
   /** Called if a worker dies; the default ends the process (recovery repairs it). */
   readonly onWorkerDeath?: (index: number, reason: string) => void;
   /** The operator's per-environment quotas (default: none). */
@@ -110,7 +110,7 @@ export class ShardPool {
       dataDir: this.options.dataDir,
       workerIndex: index,
       snapshotEveryBatches: this.options.snapshotEveryBatches ?? SNAPSHOT_EVERY_BATCHES,
-      exportSliceCustomers: this.options.snapshotSliceCustomers ?? EXPORT_SLICE_CUSTOMERS,
+      snapshotSliceWork: this.options.snapshotSliceWork ?? SNAPSHOT_SLICE_WORK,
       quotas: workerQuotas(this.options.quotas ?? NO_QUOTAS, index, this.options.workers),
     };
     const worker = new Worker(new URL('../actors/shard-worker.js', import.meta.url), {

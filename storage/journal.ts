@@ -29,6 +29,11 @@
 import { assert } from '../shared/assert.js';
 import { encodeRecord, decodeRecord } from './codec.js';
 import {
+  IDEMPOTENCY_DB_NAMES,
+  IdempotencyTable,
+  type IdempotencyDbName,
+} from './idempotency-table.js';
+import {
   envInfo,
   flushedWrite,
   openDurableEnv,
@@ -53,13 +58,58 @@ export const JOURNAL_RECORD_BYTES_MAX = 64 * 1024 * 1024;
  */
 export const SNAPSHOT_CHUNK_ITEMS = 1000;
 
-/** Bump when the snapshot layout changes; loadSnapshot refuses any other version. */
-export const SNAPSHOT_FORMAT_VERSION = 1;
+/**
+ * Bump when the snapshot layout changes. Version 2: items carry no idempotency keys (they
+ * live in their own table), and chunks are keyed by the snapshot's generation
+ * (['chunk', generation, n]) so they can be written before the transaction that makes
+ * them the snapshot. Version 1 (chunks at keys 1..n, items that may carry keys) is still
+ * read: the shard worker moves its keys into the table (see `readSnapshot`'s
+ * `formatVersion`). Any other version is refused.
+ */
+export const SNAPSHOT_FORMAT_VERSION = 2;
+
+/** Snapshot format versions this build reads. */
+const SNAPSHOT_FORMATS_READ: readonly number[] = [1, 2];
 
 const SNAPSHOT_HEADER_KEY = 0;
 
+/**
+ * Covered journal records a snapshot's own transaction removes; the rest go afterwards in
+ * slices (`pruneCovered`). The transaction runs on the caller's thread with LMDB's write
+ * lock held, so pruning a whole interval's records in it (up to 50,000) would stall the
+ * shard; a thousand removals take about a millisecond.
+ */
+export const JOURNAL_PRUNE_IN_SNAPSHOT_MAX = 1000;
+
 /** Meta record written by `syncRecovered`, the write whose sync is the recovery barrier. */
 const RECOVERED_META = 'recovered';
+
+/** The first element of a format-2 chunk key. */
+const CHUNK = 'chunk';
+type ChunkKey = [typeof CHUNK, number, number];
+
+/** Where chunk `index` (from 1) of a format-2 snapshot of `generation` is stored. */
+export function chunkKey(generation: number, index: number): ChunkKey {
+  return [CHUNK, generation, index];
+}
+
+/** Every chunk key of every generation (numbers sort before arrays, arrays before strings). */
+const ALL_CHUNKS = { start: [CHUNK], end: [CHUNK, Number.MAX_SAFE_INTEGER] };
+
+/**
+ * A snapshot being written: its chunks go to disk as they come (each rides whatever
+ * transaction is open, off the caller's thread), and `commit` makes them the snapshot.
+ */
+export interface SnapshotWriter {
+  /** Stores the next chunk (`encodeSnapshotChunk`). */
+  add(chunk: Buffer): void;
+  /**
+   * Makes the chunks, `itemCount` items in all, the shard's snapshot in one small
+   * transaction; see `writeSnapshot` for what it guarantees. Resolves when durable,
+   * rejects as `writeSnapshot` does.
+   */
+  commit(itemCount: number): Promise<void>;
+}
 
 interface SnapshotHeader {
   readonly formatVersion: number;
@@ -67,6 +117,8 @@ interface SnapshotHeader {
   readonly chunkCount: number;
   readonly itemCount: number;
   readonly createdAtMs: number;
+  /** Format 2: the generation whose chunks hold the items. */
+  readonly generation?: number;
 }
 
 /**
@@ -109,7 +161,23 @@ export interface ShardStoreStats extends EnvInfo {
   readonly journalRecords: number;
 }
 
-export type ShardDbName = 'journal' | 'snapshot' | 'meta' | 'customers' | 'audits';
+export type ShardDbName =
+  | 'journal'
+  | 'snapshot'
+  | 'meta'
+  | 'customers'
+  | 'audits'
+  | IdempotencyDbName;
+
+/** Every named database of a shard environment. */
+export const SHARD_DB_NAMES: readonly ShardDbName[] = [
+  'journal',
+  'snapshot',
+  'meta',
+  'customers',
+  'audits',
+  ...IDEMPOTENCY_DB_NAMES,
+];
 type DbName = ShardDbName;
 
 export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
@@ -121,14 +189,31 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   #tornTailSeq: number | null;
   /** A write failed: lmdb-js will never settle that batch's flush (see close()). */
   #writeFailed = false;
+  /**
+   * The shard's idempotency keys (idempotency-table.ts). Its puts are issued beside an
+   * `append`, in the same turn, so they share the journal record's transaction.
+   */
+  readonly idempotency: IdempotencyTable;
+  /**
+   * How long the latest snapshot's transaction ran on this thread, in ms (lmdb-js runs a
+   * child transaction's callback on the caller's thread while the write lock is held).
+   */
+  lastSnapshotWriteMs = 0;
+  /** The generation the next snapshot's chunks are written under: above any on disk. */
+  #nextGeneration: number;
 
   private constructor(env: DurableEnv<DbName>, shapes: RecordShapes<Ev, Item, Audit>) {
     this.#env = env;
+    this.idempotency = new IdempotencyTable(env.dbs);
     this.#shapes = shapes;
     this.#snapshotSeq = readSnapshotHeader(env.dbs.snapshot)?.seq ?? 0;
     const tail = lastJournalRecord(env.dbs.journal);
     this.#lastSeq = Math.max(this.#snapshotSeq, tail?.seq ?? 0);
     this.#tornTailSeq = tail !== undefined && !decodeRecord(tail.bytes).ok ? tail.seq : null;
+    let generation = 0;
+    for (const key of env.dbs.snapshot.getKeys(ALL_CHUNKS))
+      generation = Math.max(generation, (key as unknown as ChunkKey)[1]);
+    this.#nextGeneration = generation + 1;
   }
 
   /**
@@ -142,11 +227,7 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     shapes: RecordShapes<Ev, Item, Audit>,
   ): ShardStore<Ev, Item, Audit>;
   static open(path: string, shapes: RecordShapes<unknown, unknown, unknown> = UNTYPED): ShardStore {
-    const env = openDurableEnv<DbName>(
-      path,
-      ['journal', 'snapshot', 'meta', 'customers', 'audits'],
-      SHARD_ENV_OPTIONS,
-    );
+    const env = openDurableEnv<DbName>(path, SHARD_DB_NAMES, SHARD_ENV_OPTIONS);
     try {
       return new ShardStore(env, shapes);
     } catch (error) {
@@ -299,9 +380,11 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   /**
    * Stores a snapshot covering every journal record with seq <= `seq`. `items` are
    * encoded synchronously, before this returns, so the caller may keep mutating its state
-   * right away. In ONE transaction (an lmdb-js child transaction: all or nothing) it
-   * writes the chunks and header, deletes the previous snapshot's extra chunks and prunes
-   * journal records <= `seq`. That transaction runs after every append issued before this
+   * right away. The chunks are written first, under a generation of their own; then ONE
+   * small transaction (an lmdb-js child transaction: all or nothing) checks they are all
+   * there, writes the header naming them, deletes every other generation's chunks and
+   * prunes the first JOURNAL_PRUNE_IN_SNAPSHOT_MAX journal records <= `seq`
+   * (`pruneCovered` removes the rest). That transaction runs after every append issued before this
    * call (lmdb-js runs queued async transaction callbacks after the queued puts), and it
    * aborts if record `seq` is not in the journal, so a snapshot never covers an append
    * that failed. Resolves when durable; rejects if the transaction fails or is refused
@@ -319,6 +402,18 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * all decoded. Same guarantees and failures as `writeSnapshot`.
    */
   writeSnapshotChunks(seq: number, chunks: readonly Buffer[], itemCount: number): Promise<void> {
+    const writer = this.beginSnapshot(seq);
+    for (const chunk of chunks) writer.add(chunk);
+    return writer.commit(itemCount);
+  }
+
+  /**
+   * Starts a snapshot covering every journal record with seq <= `seq`, whose chunks the
+   * caller adds as it encodes them (a shard copying itself in slices); `commit` stores it.
+   * Throws as `writeSnapshot` does. A writer that is never committed leaves chunks that
+   * the next committed snapshot deletes.
+   */
+  beginSnapshot(seq: number): SnapshotWriter {
     assert(
       this.#tornTailSeq === null,
       `torn journal tail at seq ${this.#tornTailSeq}: replay() before writeSnapshot()`,
@@ -332,22 +427,65 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
       seq <= this.#lastSeq,
       `snapshot at ${seq} is beyond the journal (lastSeq ${this.#lastSeq})`,
     );
-    const header: SnapshotHeader = {
-      formatVersion: SNAPSHOT_FORMAT_VERSION,
-      seq,
-      chunkCount: chunks.length,
-      itemCount,
-      createdAtMs: Date.now(),
-    };
+    const generation = this.#nextGeneration++;
     const { journal, snapshot } = this.#env.dbs;
-    const replaced = snapshot.childTransaction(() =>
-      replaceSnapshot(journal, snapshot, header, chunks),
-    );
-    return this.#flushed(replaced, `snapshot at seq ${seq}`).then(() => {
-      // Only a committed snapshot moves the floor; concurrent requests are ordered (or
-      // refused) inside the transaction by replaceSnapshot.
-      this.#snapshotSeq = Math.max(this.#snapshotSeq, seq);
-    });
+    let chunkCount = 0;
+    let committed = false;
+    return {
+      add: (chunk) => {
+        assert(!committed, 'a snapshot takes no chunk after its commit');
+        chunkCount += 1;
+        // Its failure fails the transaction it rides, whose own writes report it; the
+        // commit's transaction then finds the chunk missing and refuses.
+        snapshot.put(chunkKey(generation, chunkCount), chunk).catch(() => undefined);
+      },
+      commit: (itemCount) => {
+        assert(!committed, 'a snapshot is committed once');
+        committed = true;
+        const header: SnapshotHeader = {
+          formatVersion: SNAPSHOT_FORMAT_VERSION,
+          seq,
+          chunkCount,
+          itemCount,
+          createdAtMs: Date.now(),
+          generation,
+        };
+        const replaced = snapshot.childTransaction(() => {
+          const startedMs = performance.now();
+          try {
+            replaceSnapshot(journal, snapshot, header);
+          } finally {
+            this.lastSnapshotWriteMs = performance.now() - startedMs;
+          }
+        });
+        return this.#flushed(replaced, `snapshot at seq ${seq}`).then(() => {
+          // Only a committed snapshot moves the floor; concurrent requests are ordered (or
+          // refused) inside the transaction by replaceSnapshot.
+          this.#snapshotSeq = Math.max(this.#snapshotSeq, seq);
+        });
+      },
+    };
+  }
+
+  /**
+   * Removes up to `max` journal records the stored snapshot covers and its own transaction
+   * left (JOURNAL_PRUNE_IN_SNAPSHOT_MAX), oldest first. The removals ride the next
+   * transaction; `committed` settles when it commits (never rejects: a failure fails that
+   * transaction, whose own writes report it). Call again after `committed` while
+   * `removed` is `max`. Records a crash leaves behind are never replayed (replay starts
+   * after the snapshot) and go with the next pruning.
+   */
+  pruneCovered(max: number): { readonly removed: number; readonly committed: Promise<void> } {
+    const { journal } = this.#env.dbs;
+    const keys = Array.from(journal.getKeys({ end: this.#snapshotSeq + 1, limit: max }));
+    const removals = keys.map((key) => journal.remove(key));
+    return {
+      removed: keys.length,
+      committed: Promise.all(removals).then(
+        () => undefined,
+        () => undefined,
+      ),
+    };
   }
 
   /**
@@ -365,23 +503,32 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   /**
    * Reads the latest snapshot chunk by chunk, in order, handing each chunk's items to
    * `onChunk` as soon as it is decoded, so a caller that turns items into state never holds
-   * the whole decoded snapshot as well. Returns the snapshot's seq and item count, or null
-   * if none was ever written. Verifies the header, every chunk's checksum, that chunks are
-   * exactly 1..chunkCount and that the item count matches, and throws a clear Error
-   * otherwise (refuse to start on a corrupt snapshot). A chunk that fails is found only
-   * when reached, after `onChunk` has seen the chunks before it, so on a throw the caller
-   * must discard everything it loaded (the shard worker dies). Errors thrown by
-   * `onChunk` propagate unchanged.
+   * the whole decoded snapshot as well. Returns the snapshot's seq, item count and format
+   * version, or null if none was ever written. Verifies the header, every chunk's
+   * checksum, that chunks are exactly 1..chunkCount and that the item count matches, and
+   * throws a clear Error otherwise (refuse to start on a corrupt snapshot). A chunk that
+   * fails is found only when reached, after `onChunk` has seen the chunks before it, so on
+   * a throw the caller must discard everything it loaded (the shard worker dies). Errors
+   * thrown by `onChunk` propagate unchanged.
    */
   readSnapshot(
     onChunk: (items: readonly Item[]) => void,
-  ): { seq: number; createdAtMs: number; itemCount: number } | null {
+  ): { seq: number; createdAtMs: number; itemCount: number; formatVersion: number } | null {
     const { snapshot } = this.#env.dbs;
     const header = readSnapshotHeader(snapshot);
     if (header === null) return null;
     let itemCount = 0;
     let expectedKey = 1;
-    for (const { key, value } of snapshot.getRange({ start: 1 })) {
+    const generation = header.generation;
+    const range =
+      generation === undefined
+        ? snapshot.getRange({ start: 1, end: [CHUNK] })
+        : snapshot.getRange({
+            start: chunkKey(generation, 1),
+            end: chunkKey(generation, header.chunkCount + 1),
+          });
+    for (const { key: stored, value } of range) {
+      const key = generation === undefined ? stored : (stored as unknown as ChunkKey)[2];
       if (key !== expectedKey || expectedKey > header.chunkCount) {
         throw new Error(
           `snapshot is corrupt: unexpected chunk key ${String(key)} ` +
@@ -405,7 +552,12 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
           `/ ${header.itemCount} items, found ${expectedKey - 1} / ${itemCount}`,
       );
     }
-    return { seq: header.seq, createdAtMs: header.createdAtMs, itemCount };
+    return {
+      seq: header.seq,
+      createdAtMs: header.createdAtMs,
+      itemCount,
+      formatVersion: header.formatVersion,
+    };
   }
 
   /**
@@ -570,8 +722,19 @@ function readSnapshotHeader(snapshot: BinaryDb): SnapshotHeader | null {
   if (value === undefined) return null;
   const header = value as Partial<Record<keyof SnapshotHeader, unknown>> | null;
   const counts = [header?.seq, header?.chunkCount, header?.itemCount];
+  const format = header?.formatVersion;
+  if (typeof format === 'number' && format > SNAPSHOT_FORMAT_VERSION) {
+    // A data dir written by a newer build: never guess at it, and never write over it.
+    throw new Error(
+      `the shard snapshot is of format ${format}, newer than this build of Tally reads ` +
+        `(${SNAPSHOT_FORMATS_READ.join(', ')}): run the release that wrote this data dir, ` +
+        `or a newer one`,
+    );
+  }
   if (
-    header?.formatVersion !== SNAPSHOT_FORMAT_VERSION ||
+    typeof format !== 'number' ||
+    !SNAPSHOT_FORMATS_READ.includes(format) ||
+    header === null ||
     !counts.every((n) => typeof n === 'number' && Number.isSafeInteger(n) && n >= 0) ||
     typeof header.createdAtMs !== 'number'
   ) {
@@ -590,12 +753,7 @@ function bigintSafe(_key: string, value: unknown): unknown {
  * Runs inside the snapshot's write transaction (reads see this transaction's writes).
  * Throwing aborts the child transaction, so nothing of it is committed.
  */
-function replaceSnapshot(
-  journal: BinaryDb,
-  snapshot: BinaryDb,
-  header: SnapshotHeader,
-  chunks: readonly Buffer[],
-): void {
+function replaceSnapshot(journal: BinaryDb, snapshot: BinaryDb, header: SnapshotHeader): void {
   const previousSeq = readSnapshotHeader(snapshot)?.seq ?? 0;
   if (header.seq < previousSeq) {
     throw new Error(`snapshot at ${header.seq} would replace a newer snapshot at ${previousSeq}`);
@@ -606,11 +764,24 @@ function replaceSnapshot(
         `its append fail?)`,
     );
   }
+  const generation = header.generation as number;
+  for (let index = 1; index <= header.chunkCount; index++) {
+    if (!snapshot.doesExist(chunkKey(generation, index)))
+      throw new Error(`snapshot at ${header.seq}: chunk ${index} was never stored`);
+  }
   snapshot.putSync(SNAPSHOT_HEADER_KEY, encodeRecord(header));
-  chunks.forEach((chunk, index) => snapshot.putSync(index + 1, chunk));
-  // Collect keys before deleting: never delete under a live cursor.
-  const staleChunks = Array.from(snapshot.getKeys({ start: chunks.length + 1 }));
+  // Older generations' chunks (the snapshot replaced, or writers never committed) and a
+  // format-1 snapshot's (keys 1..n) go; a younger generation is a snapshot still being
+  // written. Collect keys before deleting: never delete under a live cursor.
+  const staleChunks = [
+    ...snapshot.getKeys({ start: 1, end: [CHUNK] }),
+    ...Array.from(snapshot.getKeys(ALL_CHUNKS)).filter(
+      (key) => (key as unknown as ChunkKey)[1] < generation,
+    ),
+  ];
   for (const key of staleChunks) snapshot.removeSync(key);
-  const coveredRecords = Array.from(journal.getKeys({ end: header.seq + 1 }));
+  const coveredRecords = Array.from(
+    journal.getKeys({ end: header.seq + 1, limit: JOURNAL_PRUNE_IN_SNAPSHOT_MAX }),
+  );
   for (const key of coveredRecords) journal.removeSync(key);
 }

@@ -235,12 +235,21 @@ describe('soak plot', () => {
       const windows = [15, 30, 45].map((atSec, i) => ({
         atSec,
         rssMiB: 200 + 50 * i,
-        idempotencyEntries: 0,
+        rssFileMiB: 20,
+        heapMiB: 100,
+        windowKeys: 0,
+        diskKeys: 0,
         snapshots: 0,
+        snapshotMsMax: null,
+        snapshotPauseMsMax: null,
         probeMsP99: 1 + i,
         probeMsP999: 2,
         probeMsMax: 5 * (i + 1),
         probeFailures: 0,
+        loadRequests: 0,
+        loadMsP99: 0,
+        loadNon2xx: 0,
+        gcPauseMsMax: 0,
       }));
       const svg = plotSoak(windows);
       expect(svg.startsWith('<svg')).toBe(true);
@@ -262,4 +271,44 @@ describe('soak plot', () => {
       expect((rss[2] ?? [])[1]).toBeLessThan((rss[0] ?? [])[1] ?? 0);
     },
   );
+});
+
+describe('soak metrics reading', () => {
+  const consumeBucket = 'tally_http_request_duration_seconds_bucket{route="/v1/usage/:key/consume"';
+  const text = (fast: number, slow: number): string =>
+    [
+      '# TYPE tally_http_request_duration_seconds histogram',
+      `${consumeBucket},method="POST",le="0.001"} ${fast}`,
+      `${consumeBucket},method="POST",le="0.01"} ${fast + slow}`,
+      `${consumeBucket},method="POST",le="+Inf"} ${fast + slow}`,
+      'tally_http_request_duration_seconds_bucket{route="/healthz",method="GET",le="0.001"} 7',
+      'tally_http_request_duration_seconds_bucket{route="/healthz",method="GET",le="0.01"} 9',
+      'tally_http_request_duration_seconds_bucket{route="/healthz",method="GET",le="+Inf"} 9',
+      'tally_shard_heap_used_bytes{shard="0"} 100',
+      'tally_shard_heap_used_bytes{shard="1"} 50',
+    ].join('\n');
+
+  it('takes what was observed between two scrapes, for the series it picks', async () => {
+    const m = await import('../bench/metrics-text.js');
+    const consume = (labels: Readonly<Record<string, string>>): boolean =>
+      labels['route'] === '/v1/usage/:key/consume';
+    const before = m.buckets(
+      m.samples(text(100, 0)),
+      'tally_http_request_duration_seconds',
+      consume,
+    );
+    const after = m.buckets(
+      m.samples(text(198, 2)),
+      'tally_http_request_duration_seconds',
+      consume,
+    );
+    const between = m.since(after, before);
+    expect(m.total(between)).toBe(100);
+    expect(m.quantileBound(between, 0.98)).toBe(0.001);
+    expect(m.quantileBound(between, 0.99)).toBe(0.01);
+    expect(m.maxBound(between)).toBe(0.01);
+    expect(m.maxBound(m.since(before, before))).toBe(0);
+    expect(m.gaugeSum(m.samples(text(0, 0)), 'tally_shard_heap_used_bytes')).toBe(150);
+    expect(m.gaugeMax(m.samples(text(0, 0)), 'tally_shard_heap_used_bytes')).toBe(100);
+  });
 });

@@ -219,6 +219,15 @@ describe('GET /v1/admin/metrics', () => {
         consumes,
       );
       expect(sampleSum(families, 'tally_shard_customers')).toBeGreaterThanOrEqual(consumes);
+      // Every thread's heap and GC pauses: the front end's (main) and each worker's.
+      for (const shardId of shards)
+        expect(
+          sampleValue(families, 'tally_shard_heap_used_bytes', { shard: shardId ?? '' }),
+        ).toBeGreaterThan(0);
+      const gcThreads = families
+        .get('tally_gc_pause_max_seconds')
+        ?.samples.map((s) => s.labels['thread']);
+      expect(gcThreads?.sort()).toEqual(['main', ...shards.map((s) => `shard-${s}`)].sort());
       for (const name of [
         'tally_process_start_time_seconds',
         'tally_process_resident_memory_bytes',

@@ -5,7 +5,13 @@
  */
 import { describe, it, expect } from 'vitest';
 import { encodeRecord } from '../storage/codec.js';
-import { ShardStore, SNAPSHOT_CHUNK_ITEMS } from '../storage/journal.js';
+import {
+  chunkKey,
+  JOURNAL_PRUNE_IN_SNAPSHOT_MAX,
+  ShardStore,
+  SNAPSHOT_CHUNK_ITEMS,
+  SNAPSHOT_FORMAT_VERSION,
+} from '../storage/journal.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
 import { storeFixture } from './support/store-fixture.js';
 
@@ -23,7 +29,7 @@ function replayAll(store: ShardStore, afterSeq = 0) {
 async function damage(
   dir: string,
   db: 'journal' | 'snapshot',
-  key: number,
+  key: number | (string | number)[],
   bytes: Buffer | null,
 ): Promise<void> {
   const env = openDurableEnv(dir, [db]);
@@ -207,6 +213,29 @@ describe('ShardStore snapshots', () => {
     expect(() => reopened.replay(0, () => {})).toThrow(/snapshot covers up to 3/);
   });
 
+  it('prunes what a snapshot covers beyond its own transaction a slice at a time', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    const total = JOURNAL_PRUNE_IN_SNAPSHOT_MAX * 2 + 500;
+    let last: Promise<void> = Promise.resolve();
+    for (let n = 1; n <= total; n++) last = store.append(batch(n)).durable;
+    await last;
+    await store.append(batch(total + 1)).durable;
+    await store.writeSnapshot(total, items(2, 'pruned'));
+    expect(store.stats().journalRecords).toBe(total + 1 - JOURNAL_PRUNE_IN_SNAPSHOT_MAX);
+    const removed: number[] = [];
+    for (;;) {
+      const slice = store.pruneCovered(JOURNAL_PRUNE_IN_SNAPSHOT_MAX);
+      removed.push(slice.removed);
+      await slice.committed;
+      if (slice.removed < JOURNAL_PRUNE_IN_SNAPSHOT_MAX) break;
+    }
+    expect(removed).toEqual([JOURNAL_PRUNE_IN_SNAPSHOT_MAX, 500]);
+    // Only the record after the snapshot is left, and it is what a restart replays.
+    expect(store.stats().journalRecords).toBe(1);
+    expect(replayAll(store, total).batches).toEqual([[total + 1, batch(total + 1)]]);
+  });
+
   it('replaces the previous snapshot, leaving no stale chunks', async () => {
     const dir = tempDir();
     const store = openStore(dir);
@@ -223,7 +252,8 @@ describe('ShardStore snapshots', () => {
     await closeStore(store);
 
     const env = openDurableEnv(dir, ['snapshot']);
-    expect(Array.from(env.dbs.snapshot.getKeys({}))).toEqual([0, 1, 2]);
+    // The header, and the second snapshot's two chunks (its generation is 2).
+    expect(Array.from(env.dbs.snapshot.getKeys({}))).toEqual([0, chunkKey(2, 1), chunkKey(2, 2)]);
     await env.root.close();
     const reopened = openStore(dir);
     expect(reopened.lastSeq).toBe(5);
@@ -299,12 +329,13 @@ describe('ShardStore snapshots', () => {
         seq: 1,
         createdAtMs: expect.any(Number),
         itemCount: snapshotItems.length,
+        formatVersion: SNAPSHOT_FORMAT_VERSION,
       });
       expect(chunks.map((c) => c.length)).toEqual([SNAPSHOT_CHUNK_ITEMS, SNAPSHOT_CHUNK_ITEMS, 1]);
       expect(chunks.flat()).toEqual(snapshotItems);
       await closeStore(store);
 
-      await damage(dir, 'snapshot', 2, flipLastByte(chunk2));
+      await damage(dir, 'snapshot', chunkKey(1, 2), flipLastByte(chunk2));
       const reopened = openStore(dir);
       const seen: number[] = [];
       expect(() => reopened.readSnapshot((chunk) => seen.push(chunk.length))).toThrow(
@@ -318,12 +349,12 @@ describe('ShardStore snapshots', () => {
     const { dir, store, chunk2 } = await storeWithThreeChunkSnapshot('c');
     await closeStore(store);
 
-    await damage(dir, 'snapshot', 2, flipLastByte(chunk2));
+    await damage(dir, 'snapshot', chunkKey(1, 2), flipLastByte(chunk2));
     let reopened = openStore(dir);
     expect(() => reopened.loadSnapshot()).toThrow(/chunk 2 failed verification \(checksum\)/);
     await closeStore(reopened);
 
-    await damage(dir, 'snapshot', 2, null);
+    await damage(dir, 'snapshot', chunkKey(1, 2), null);
     reopened = openStore(dir);
     expect(() => reopened.loadSnapshot()).toThrow(/snapshot is corrupt/);
     await closeStore(reopened);

@@ -4,17 +4,12 @@
  * the configuration or the clock: everything it needs is in the event.
  */
 import { assert } from '../../shared/assert.js';
-import {
-  IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX,
-  IDEMPOTENCY_RETENTION_MS,
-} from '../../shared/limits.js';
 import { applyCommerce } from './commerce.js';
 import { internKey, newCustomer, NO_LOT_DRAWS, NO_LOTS } from './state.js';
 import type {
   CustomerProfile,
   CustomerState,
   Event,
-  IdempotencyRecord,
   Lot,
   LotDraw,
   MeterState,
@@ -71,9 +66,6 @@ export function apply(customer: CustomerState | undefined, event: Event): Custom
         grantedAtMs: event.atMs,
       });
       break;
-  }
-  if ((event.type === 'consumed' || event.type === 'refunded') && event.idempotency !== null) {
-    remember(state, event.idempotency, event.atMs);
   }
   return state;
 }
@@ -166,19 +158,4 @@ function applyRefunded(meter: MeterState, event: Extract<Event, { type: 'refunde
     findLot(meter, lotId).remainingMicros += micros;
   }
   meter.includedUsedMicros -= event.includedMicros;
-}
-
-/** Records an idempotency key, evicting expired entries and, past the cap, the oldest. */
-function remember(state: CustomerState, record: IdempotencyRecord, atMs: number): void {
-  const cache = (state.idempotency ??= new Map());
-  cache.delete(record.scope);
-  cache.set(record.scope, { fingerprint: record.fingerprint, atMs });
-  for (const [scope, entry] of cache) {
-    if (
-      entry.atMs > atMs - IDEMPOTENCY_RETENTION_MS &&
-      cache.size <= IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX
-    )
-      break;
-    cache.delete(scope);
-  }
 }

@@ -34,6 +34,7 @@ import type {
   Environment,
   Event,
   IdempotencyRecord,
+  IdempotencySeen,
   LotDraw,
   Outcome,
   ProfilePatch,
@@ -140,13 +141,16 @@ export function query(
 
 /**
  * Decides a write. Never mutates `customer`; `execute` (or replay) applies the returned
- * events in order before the next command for the same customer is decided.
+ * events in order before the next command for the same customer is decided. `seen` is
+ * what the shell holds for the command's idempotency scope (`idempotencyScope`): the
+ * fingerprint and time of the write that first used the key, or null if it holds none.
  */
 export function decide(
   customer: CustomerState | undefined,
   config: CompiledConfig,
   command: WriteCommand,
   nowMs: number,
+  seen: IdempotencySeen | null = null,
 ): Decision {
   const expected = OPS[command.op].entitlement;
   const ent =
@@ -156,9 +160,9 @@ export function decide(
   if (ent !== null && isRejection(ent)) return rejected(ent);
   switch (command.op) {
     case 'consume':
-      return decideConsume(customer, config, entitled(ent), command, nowMs);
+      return decideConsume(customer, config, entitled(ent), command, nowMs, seen);
     case 'refund':
-      return decideRefund(customer, config, entitled(ent), command, nowMs);
+      return decideRefund(customer, config, entitled(ent), command, nowMs, seen);
     case 'limitSettings':
       return decideLimitSettings(customer, config, command, nowMs);
     case 'usageSettings':
@@ -189,45 +193,54 @@ type Replay =
   | { readonly replay: false; readonly record: IdempotencyRecord | null }
   | Rejection;
 
-/** Looks the idempotency key up: a live entry with the same fingerprint is a replay. */
+/**
+ * The scope an idempotency key is kept under within its customer: the op, the meter and
+ * the key. Null for a command without a key. The shell looks the scope up (its own table,
+ * outside the customer's state) and hands what it found to `decide` as `seen`.
+ */
+export function idempotencyScope(command: WriteCommand): string | null {
+  if (command.op !== 'consume' && command.op !== 'refund') return null;
+  if (command.idempotencyKey === undefined) return null;
+  return `${command.op}\u0000${command.key}\u0000${command.idempotencyKey}`;
+}
+
+/**
+ * What the shell's lookup of the command's scope means: a live entry with the same
+ * fingerprint is a replay, one with another fingerprint a reuse; an expired one is as
+ * good as none (the shell sweeps it later).
+ */
 function checkIdempotency(
-  customer: CustomerState | undefined,
-  op: string,
-  key: string,
-  idempotencyKey: string | undefined,
+  scope: string | null,
+  seen: IdempotencySeen | null,
   fingerprint: string,
   nowMs: number,
 ): Replay {
-  if (idempotencyKey === undefined) return { replay: false, record: null };
-  const scope = `${op}\u0000${key}\u0000${idempotencyKey}`;
-  const entry = customer?.idempotency?.get(scope);
-  if (entry === undefined || entry.atMs <= nowMs - IDEMPOTENCY_RETENTION_MS) {
+  if (scope === null) return { replay: false, record: null };
+  if (seen === null || seen.atMs <= nowMs - IDEMPOTENCY_RETENTION_MS) {
     return { replay: false, record: { scope, fingerprint } };
   }
-  if (entry.fingerprint !== fingerprint) return { kind: 'idempotency_key_reused' };
+  if (seen.fingerprint !== fingerprint) return { kind: 'idempotency_key_reused' };
   return { replay: true };
 }
 
 /**
  * The shared start of a consume or refund: the amount is positive (validated at the edge),
- * and its idempotency key, if any, is looked up with the amount as the fingerprint.
+ * and its idempotency key, if any, is checked with the amount as the fingerprint.
  */
 function amountIdempotency(
-  customer: CustomerState | undefined,
-  ent: CompiledEntitlement,
   command: Extract<WriteCommand, { op: 'consume' | 'refund' }>,
+  seen: IdempotencySeen | null,
   nowMs: number,
 ): ReturnType<typeof checkIdempotency> {
   assert(command.amountMicros > 0n, `${command.op} amount must be positive`);
-  const fingerprint = String(command.amountMicros);
-  return checkIdempotency(
-    customer,
-    command.op,
-    ent.key,
-    command.idempotencyKey,
-    fingerprint,
-    nowMs,
-  );
+  return checkIdempotency(idempotencyScope(command), seen, idempotencyFingerprint(command), nowMs);
+}
+
+/** What must match for a retry to be the same request: the amount. */
+export function idempotencyFingerprint(
+  command: Extract<WriteCommand, { op: 'consume' | 'refund' }>,
+): string {
+  return String(command.amountMicros);
 }
 
 function decideConsume(
@@ -236,9 +249,10 @@ function decideConsume(
   ent: CompiledEntitlement,
   command: Extract<WriteCommand, { op: 'consume' }>,
   nowMs: number,
+  seen: IdempotencySeen | null,
 ): Decision {
   const amount = command.amountMicros;
-  const idem = amountIdempotency(customer, ent, command, nowMs);
+  const idem = amountIdempotency(command, seen, nowMs);
   if ('kind' in idem) return rejected(idem);
   if (idem.replay) return REPLAY;
 
@@ -293,9 +307,10 @@ function decideRefund(
   ent: CompiledEntitlement,
   command: Extract<WriteCommand, { op: 'refund' }>,
   nowMs: number,
+  seen: IdempotencySeen | null,
 ): Decision {
   const amount = command.amountMicros;
-  const idem = amountIdempotency(customer, ent, command, nowMs);
+  const idem = amountIdempotency(command, seen, nowMs);
   if ('kind' in idem) return rejected(idem);
   if (idem.replay) return REPLAY;
 

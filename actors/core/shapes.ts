@@ -54,6 +54,7 @@ export function isCustomerSnapshot(value: unknown): value is CustomerSnapshot {
     isObject(value.profile) &&
     Array.isArray(value.meters) &&
     Array.isArray(value.limits) &&
-    Array.isArray(value.idempotency)
+    (value.idempotency === undefined || Array.isArray(value.idempotency)) &&
+    (value.keys === undefined || Array.isArray(value.keys))
   );
 }

@@ -10,7 +10,6 @@ import type {
   CustomerProfile,
   CustomerState,
   Environment,
-  IdempotencyEntry,
   LimitState,
   LotDraw,
   MeterState,
@@ -24,7 +23,18 @@ export interface CustomerSnapshot {
   readonly contract: Contract | null;
   readonly meters: Array<[string, MeterState]>;
   readonly limits: Array<[string, LimitState]>;
-  readonly idempotency: Array<[string, string, number]>;
+  /**
+   * Only in snapshots of format 1, written when idempotency keys lived in the customer's
+   * state: `[scope, fingerprint, atMs]`. The shard worker moves them into its key table
+   * when it loads such a snapshot (the automatic migration); the state never holds them.
+   */
+  readonly idempotency?: Array<[string, string, number]>;
+  /**
+   * Only in the items of an online snapshot (and of a shard restored from one): the
+   * customer's idempotency keys as `[scope digest, fingerprint, atMs]`, which the shard
+   * worker moves into its key table at start. The state never holds them.
+   */
+  readonly keys?: Array<[string, string, number]>;
   /** Absent in snapshots of customers without any commerce. */
   readonly commerce?: CommerceState;
 }
@@ -38,14 +48,6 @@ export function toSnapshot(state: CustomerState): CustomerSnapshot {
     contract: state.contract,
     meters: [...state.meters],
     limits: state.limits === null ? [] : [...state.limits],
-    idempotency:
-      state.idempotency === null
-        ? []
-        : [...state.idempotency].map(([scope, e]): [string, string, number] => [
-            scope,
-            e.fingerprint,
-            e.atMs,
-          ]),
     ...(state.commerce === null ? {} : { commerce: state.commerce }),
   };
 }
@@ -69,15 +71,6 @@ export function fromSnapshot(snapshot: CustomerSnapshot): CustomerState {
       snapshot.limits.length === 0
         ? null
         : new Map(snapshot.limits.map(([k, l]): [string, LimitState] => [k, { ...l }])),
-    idempotency:
-      snapshot.idempotency.length === 0
-        ? null
-        : new Map(
-            snapshot.idempotency.map(([s, fingerprint, atMs]): [string, IdempotencyEntry] => [
-              s,
-              { fingerprint, atMs },
-            ]),
-          ),
     commerce: snapshot.commerce === undefined ? null : cloneCommerce(snapshot.commerce),
   };
 }

@@ -71,7 +71,6 @@ export function newCustomer(
     contract: null,
     meters: new Map(),
     limits: null,
-    idempotency: null,
     commerce: null,
   };
 }

@@ -41,7 +41,12 @@ export interface LimitState {
   autoExpansionEnabled: boolean;
 }
 
-export interface IdempotencyEntry {
+/**
+ * What the shell holds for an idempotency scope: the fingerprint (the amount) of the
+ * write that first used the key, and when. Keys live outside the customer's state, in
+ * the shard's own table; the shell looks the scope up and hands the entry to `decide`.
+ */
+export interface IdempotencySeen {
   readonly fingerprint: string;
   readonly atMs: number;
 }
@@ -103,11 +108,6 @@ export interface CustomerState {
   readonly meters: Map<string, MeterState>;
   /** Null until the first limit setting (see state.ts). */
   limits: Map<string, LimitState> | null;
-  /**
-   * Keyed by `op \0 entitlementKey \0 idempotencyKey`, insertion (= time) ordered. Null
-   * until the first idempotency key (see state.ts).
-   */
-  idempotency: Map<string, IdempotencyEntry> | null;
   /** Null until the first processor change (see state.ts). */
   commerce: CommerceState | null;
 }

@@ -9,6 +9,7 @@
  * queued to a busy worker but never blocks one.
  */
 import type { StorageWatch } from '../storage-watch.js';
+import { GcPauses, type GcPauseStats } from '../../actors/gc-pauses.js';
 import type { ShardLiveStats } from '../../actors/protocol.js';
 import type { AdminRouteEntry } from '../api/admin-routes.js';
 import type { ShardPool } from '../shard-pool.js';
@@ -21,6 +22,8 @@ export interface MetricsDeps {
   readonly obs: Observability;
   readonly startedAtMs: number;
   readonly storage: Pick<StorageWatch, 'freeBytes' | 'full' | 'refused'>;
+  /** The front end's own GC pauses (each shard worker ships its own). */
+  readonly gc?: Pick<GcPauses, 'stats'>;
 }
 
 const MS = 0.001;
@@ -92,8 +95,34 @@ function renderShards(
   );
   gauge(
     'tally_shard_idempotency_entries',
-    'Idempotency keys kept by the shard worker (all its customers).',
+    'Idempotency keys kept by the shard worker on disk (expired ones not yet swept included).',
     (s) => s.idempotencyEntries,
+  );
+  gauge(
+    'tally_shard_idempotency_window_entries',
+    'Idempotency keys the shard worker holds in memory (the recent window).',
+    (s) => s.idempotencyWindowEntries,
+  );
+  gauge(
+    'tally_shard_heap_used_bytes',
+    "Bytes of the shard worker's V8 heap in use (each worker has a heap of its own).",
+    (s) => s.heapUsedBytes,
+  );
+  gauge(
+    'tally_shard_snapshots_taken',
+    'Automatic snapshots the shard stored since the process started.',
+    (s) => s.snapshotsTaken,
+  );
+  gauge(
+    'tally_shard_snapshot_duration_seconds',
+    "The shard's latest automatic snapshot, from its cut to stored (absent: none yet).",
+    (s) => (s.lastSnapshotMs === null ? null : s.lastSnapshotMs / 1000),
+  );
+  gauge(
+    'tally_shard_snapshot_pause_max_seconds',
+    "The longest the latest snapshot held the shard's thread at once (a slice of the copy, " +
+      'or the transaction that stored it).',
+    (s) => (s.lastSnapshotPauseMsMax === null ? null : s.lastSnapshotPauseMsMax / 1000),
   );
   gauge(
     'tally_shard_journal_records',
@@ -174,6 +203,30 @@ function renderProcess(out: Exposition, deps: MetricsDeps): void {
   out.sample('tally_storage_refused_total', {}, storage.refused);
 }
 
+/** GC pauses per thread: the front end's (`main`) and each shard worker's. */
+function renderGc(
+  out: Exposition,
+  main: GcPauseStats | null,
+  shards: readonly ShardLiveStats[],
+): void {
+  const threads: Array<[string, GcPauseStats]> = shards.map((s, shard) => [`shard-${shard}`, s.gc]);
+  if (main !== null) threads.unshift(['main', main]);
+  out.family(
+    'tally_gc_pause_seconds',
+    'histogram',
+    'Garbage-collection pauses since start, per thread (main: the front end; shard-n: a worker).',
+  );
+  for (const [thread, gc] of threads)
+    out.histogram('tally_gc_pause_seconds', { thread }, gc.pausesMs, MS);
+  out.family(
+    'tally_gc_pause_max_seconds',
+    'gauge',
+    'The longest GC pause since start, per thread.',
+  );
+  for (const [thread, gc] of threads)
+    out.sample('tally_gc_pause_max_seconds', { thread }, gc.pauseMsMax / 1000);
+}
+
 /** The whole exposition, from numbers already gathered. */
 export function renderMetrics(
   deps: MetricsDeps,
@@ -184,11 +237,13 @@ export function renderMetrics(
   const out = new Exposition();
   renderHttp(out, deps.obs.metrics);
   renderShards(out, depths, shards, nowMs);
+  renderGc(out, deps.gc?.stats() ?? null, shards);
   renderProcess(out, deps);
   return out.text();
 }
 
 export function metricsRoute(deps: MetricsDeps): AdminRouteEntry[2] {
+  const withGc: MetricsDeps = deps.gc === undefined ? { ...deps, gc: new GcPauses() } : deps;
   return {
     keys: 'operator',
     audited: false,
@@ -199,7 +254,7 @@ export function metricsRoute(deps: MetricsDeps): AdminRouteEntry[2] {
           ctx.ex.sendText(
             200,
             PROMETHEUS_CONTENT_TYPE,
-            renderMetrics(deps, depths, shards, Date.now()),
+            renderMetrics(withGc, depths, shards, Date.now()),
           ),
         (error: unknown) => ctx.ex.failInternal(error),
       );

@@ -1,7 +1,7 @@
 /**
  * Shared fixtures for core tests: a billing configuration exercising every entitlement
  * type, and a tiny in-memory driver that runs commands through `execute` the way a
- * shard does (events applied in place, journal kept in memory).
+ * shard does (events applied in place, journal and idempotency keys kept in memory).
  */
 import {
   compileConfig,
@@ -11,10 +11,12 @@ import {
 import {
   apply,
   execute,
+  idempotencyScope,
   query,
   type Command,
   type CustomerState,
   type Event,
+  type IdempotencySeen,
   type Outcome,
 } from '../../actors/customer.js';
 import { isRead } from '../../actors/shard.js';
@@ -66,6 +68,8 @@ export const T0 = Date.UTC(2026, 2, 15, 12, 0, 0);
 export class Driver {
   readonly customers = new Map<string, CustomerState>();
   readonly journal: Event[] = [];
+  /** The shell's idempotency keys, as a shard keeps them: outside the customers' state. */
+  readonly keys = new Map<string, IdempotencySeen>();
 
   constructor(public config: CompiledConfig = COMPILED) {}
 
@@ -74,8 +78,18 @@ export class Driver {
     if (isRead(command)) {
       return query(this.customers.get(key), this.config, command, nowMs);
     }
-    const result = execute(this.customers.get(key), this.config, command, nowMs);
+    const scope = idempotencyScope(command);
+    const scoped = scope === null ? null : `${key}\u0000${scope}`;
+    const seen = scoped === null ? null : (this.keys.get(scoped) ?? null);
+    const result = execute(this.customers.get(key), this.config, command, nowMs, undefined, seen);
     if (result.customer !== undefined) this.customers.set(key, result.customer);
+    for (const event of result.events) {
+      if ((event.type === 'consumed' || event.type === 'refunded') && event.idempotency !== null)
+        this.keys.set(`${key}\u0000${event.idempotency.scope}`, {
+          fingerprint: event.idempotency.fingerprint,
+          atMs: event.atMs,
+        });
+    }
     this.journal.push(...result.events);
     return result.outcome;
   }

@@ -21,7 +21,7 @@
  *   committed-but-unsynced ones after them (the kernel may have written them back), in
  *   order; the last surviving unsynced transaction's journal record may be torn.
  */
-import type { ShardDbName } from '../../storage/journal.js';
+import { SHARD_DB_NAMES, type ShardDbName } from '../../storage/journal.js';
 import type { DurableEnv } from '../../storage/lmdb-env.js';
 
 type Key = number | string | ReadonlyArray<string | number>;
@@ -32,7 +32,7 @@ interface Entry {
 type Table = Map<string, Entry>;
 type DiskState = Map<string, Table>;
 
-const DB_NAMES: readonly ShardDbName[] = ['journal', 'snapshot', 'meta', 'customers', 'audits'];
+const DB_NAMES: readonly ShardDbName[] = SHARD_DB_NAMES;
 
 function emptyState(): DiskState {
   return new Map(DB_NAMES.map((name) => [name, new Map()]));
@@ -44,8 +44,16 @@ function cloneState(state: DiskState): DiskState {
 
 const keyString = (key: Key): string => JSON.stringify(key);
 
+/** Orders keys as lmdb-js's ordered-binary does for the keys the store uses. */
 function compareKeys(a: Key, b: Key): number {
   if (typeof a === 'number' && typeof b === 'number') return a - b;
+  if (Array.isArray(a) && Array.isArray(b)) {
+    for (let i = 0; i < Math.min(a.length, b.length); i++) {
+      const order = compareKeys(a[i] as Key, b[i] as Key);
+      if (order !== 0) return order;
+    }
+    return a.length - b.length; // a prefix sorts first
+  }
   const x = keyString(a);
   const y = keyString(b);
   return x < y ? -1 : x > y ? 1 : 0;
