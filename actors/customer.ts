@@ -16,6 +16,7 @@ import { decide } from './core/decide.js';
 import { OPS } from './ops.js';
 import type { CustomerState, Event, Outcome, Rejection, WriteCommand } from './core/types.js';
 import { commerceView } from './core/commerce.js';
+import { recordedRefund } from './core/refunds.js';
 import { balanceView, contextView, contractView, customerView, limitView } from './core/views.js';
 
 export type * from './core/types.js';
@@ -114,6 +115,10 @@ function answer(
     }
     case 'commerce':
       return { kind, view: commerceView(command.customerId, state) };
+    case 'refund':
+      assert(command.op === 'recordRefund', 'only a refund answers with one');
+      return { kind, view: recordedRefund(state, command.refund) };
+    case 'refundQuote':
     case 'has':
       assert(false, `a write (${command.op}) answers with a view`);
   }

@@ -22,6 +22,8 @@ import type {
   ProfilePatch,
   PurchaseInput,
   ReadCommand,
+  RefundInput,
+  RefundRequest,
   SubscriptionInput,
 } from './core/types.js';
 
@@ -39,7 +41,9 @@ export type WireValue =
   | ProfilePatch
   | ContextRequest
   | SubscriptionInput
-  | PurchaseInput;
+  | PurchaseInput
+  | RefundRequest
+  | RefundInput;
 
 /** What the audit log records for an audited write, derived from the command alone. */
 export interface AuditFields {
@@ -106,6 +110,8 @@ const BODIES: Readonly<Record<Answer, (outcome: Outcome) => string>> = {
   customer: jsonBody,
   context: exactBody,
   commerce: jsonBody,
+  refund: jsonBody,
+  refundQuote: jsonBody,
 };
 
 function viewOf(outcome: Outcome): unknown {
@@ -428,6 +434,45 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
       purchase: b as PurchaseInput,
     }),
     answer: 'commerce',
+  },
+  quoteRefund: {
+    op: 'quoteRefund',
+    code: 17,
+    access: 'read',
+    entitlement: null,
+    changesIndex: false,
+    unchangedIsRead: false,
+    audit: null,
+    wireA: (command) => command.request,
+    wireB: none,
+    fromWire: (address, a) => ({ op: 'quoteRefund', ...address, request: a as RefundRequest }),
+    answer: 'refundQuote',
+  },
+  recordRefund: {
+    op: 'recordRefund',
+    code: 18,
+    access: 'write',
+    entitlement: null,
+    changesIndex: false,
+    unchangedIsRead: false,
+    // `subscription.refund` or `purchase.refund`, with what was returned and how.
+    audit: ({ customerId, refund }) => ({
+      action: `${refund.target}.refund`,
+      resourceType: refund.target,
+      resourceId: customerId,
+      data: {
+        id: refund.targetId,
+        mode: refund.mode,
+        amount: refund.amount,
+        currency: refund.currency,
+        idempotencyKey: refund.idempotencyKey,
+        processorRefundId: refund.processorRefundId,
+      },
+    }),
+    wireA: (command) => command.refund,
+    wireB: none,
+    fromWire: (address, a) => ({ op: 'recordRefund', ...address, refund: a as RefundInput }),
+    answer: 'refund',
   },
 };
 

@@ -194,6 +194,37 @@ const command: fc.Arbitrary<Command> = fc.oneof(
     ),
   },
   {
+    // Refunds the processor made of purchases and subscriptions that may or may not exist,
+    // under repeated keys and processor ids: replayed, they must rebuild the same state.
+    weight: 1,
+    arbitrary: fc
+      .tuple(
+        addressed,
+        fc.boolean(),
+        fc.integer({ min: 0, max: 3 }),
+        fc.constantFrom('prorated' as const, 'full' as const),
+        fc.option(fc.constantFrom('k0', 'k1'), { nil: null }),
+        fc.integer({ min: 0, max: 600 }),
+        fc.integer({ min: 0, max: 3 }),
+      )
+      .map(
+        ([a, ofPurchase, n, mode, idempotencyKey, amount, refundId]): Command => ({
+          op: 'recordRefund',
+          ...a,
+          key: '',
+          refund: {
+            target: ofPurchase ? 'purchase' : 'subscription',
+            targetId: ofPurchase ? `stripe:pi_${n}` : `stripe:sub_${n}`,
+            mode,
+            idempotencyKey: ofPurchase ? (idempotencyKey ?? 'k') : idempotencyKey,
+            amount,
+            currency: 'usd',
+            processorRefundId: `re_${refundId}`,
+          },
+        }),
+      ),
+  },
+  {
     weight: 2,
     arbitrary: fc
       .tuple(addressed, profilePatch, contextRequest)

@@ -8,7 +8,8 @@ import {
   IDEMPOTENCY_ENTRIES_PER_CUSTOMER_MAX,
   IDEMPOTENCY_RETENTION_MS,
 } from '../../shared/limits.js';
-import { applyCommerce } from './commerce.js';
+import { applyCommerce, commerceOf } from './commerce.js';
+import { applyRefund, lotRevoked } from './refunds.js';
 import { internKey, newCustomer, NO_LOT_DRAWS, NO_LOTS } from './state.js';
 import type {
   CustomerProfile,
@@ -37,7 +38,7 @@ export function apply(customer: CustomerState | undefined, event: Event): Custom
       applyConsumed(meterFor(state, event.key), event);
       break;
     case 'refunded':
-      applyRefunded(meterFor(state, event.key), event);
+      applyRefunded(state, meterFor(state, event.key), event);
       break;
     case 'limitSettingsSet':
       (state.limits ??= new Map()).set(event.key, {
@@ -62,6 +63,10 @@ export function apply(customer: CustomerState | undefined, event: Event): Custom
     case 'purchaseRecorded':
     case 'processorEventNoted':
       applyCommerce(state, event);
+      break;
+    case 'purchaseRefunded':
+    case 'subscriptionRefunded':
+      applyRefund(state, commerceOf(state), event);
       break;
     case 'lotGranted':
       ownLots(meterFor(state, event.key)).push({
@@ -150,7 +155,11 @@ function applyConsumed(meter: MeterState, event: Extract<Event, { type: 'consume
   }
 }
 
-function applyRefunded(meter: MeterState, event: Extract<Event, { type: 'refunded' }>): void {
+function applyRefunded(
+  state: CustomerState,
+  meter: MeterState,
+  event: Extract<Event, { type: 'refunded' }>,
+): void {
   assert(event.periodStartMs === meter.periodStartMs, 'refunds only unwind the current period');
   assert(meter.overageMicros >= event.overageMicros, 'refund within overage');
   assert(meter.includedUsedMicros >= event.includedMicros, 'refund within included usage');
@@ -163,7 +172,8 @@ function applyRefunded(meter: MeterState, event: Extract<Event, { type: 'refunde
     );
     last[1] -= micros;
     if (last[1] === 0n) meter.lotDraws.pop();
-    findLot(meter, lotId).remainingMicros += micros;
+    // A revoked lot gets nothing back: its unused credits were refunded as money.
+    if (!lotRevoked(state, lotId)) findLot(meter, lotId).remainingMicros += micros;
   }
   meter.includedUsedMicros -= event.includedMicros;
 }

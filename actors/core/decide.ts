@@ -25,6 +25,7 @@ import {
   decideSyncSubscription,
   subscriptionPeriod,
 } from './commerce.js';
+import { decideRecordRefund, quoteRefund } from './refunds.js';
 import type {
   ContextRequest,
   ContractInput,
@@ -131,6 +132,10 @@ export function query(
     }
     case 'commerce':
       return { kind: 'commerce', view: commerceView(command.customerId, customer) };
+    case 'refundQuote':
+      assert(command.op === 'quoteRefund', 'only a refund quote answers with one');
+      return quoteRefund(customer, config, command.request);
+    case 'refund':
     case 'deleted':
     case 'customer':
     case 'context':
@@ -181,6 +186,8 @@ export function decide(
       return decideSyncSubscription(customer, command, nowMs);
     case 'recordPurchase':
       return decideRecordPurchase(customer, config, command, nowMs);
+    case 'recordRefund':
+      return decideRecordRefund(customer, command, nowMs);
   }
 }
 

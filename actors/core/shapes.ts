@@ -21,6 +21,8 @@ const EVENT_TYPES: Readonly<Record<Event['type'], true>> = {
   subscriptionSynced: true,
   purchaseRecorded: true,
   processorEventNoted: true,
+  purchaseRefunded: true,
+  subscriptionRefunded: true,
 };
 
 function isObject(value: unknown): value is Readonly<Record<string, unknown>> {

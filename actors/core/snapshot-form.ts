@@ -87,6 +87,8 @@ function cloneCommerce(commerce: CommerceState): CommerceState {
     processorCustomerId: commerce.processorCustomerId,
     subscriptions: commerce.subscriptions.map((s) => ({ ...s })),
     purchases: commerce.purchases.map((p) => ({ ...p, grant: { ...p.grant } })),
+    // Absent in snapshots taken before refunds existed.
+    refunds: (commerce.refunds ?? []).map((r) => ({ ...r })),
     eventIds: [...commerce.eventIds],
   };
 }

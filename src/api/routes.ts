@@ -10,7 +10,6 @@
  * hands it to the customer's shard, or answers from the front end's own state.
  */
 import type { BillingConfig, ProductDefinition } from '../../actors/billing-config.js';
-import { ID_LENGTH_MAX } from '../../shared/limits.js';
 import type { AuditTag, Command, Environment, ReplyOutcome } from '../../actors/protocol.js';
 import { auditOf, type AuditFields } from '../../actors/ops.js';
 import type { WriteCommand } from '../../actors/customer.js';
@@ -25,11 +24,12 @@ import { billingConfigSchema } from '../config/billing-schema.js';
 import { formatViolations, validateBillingConfig } from '../config/validate-config.js';
 import type { Exchange } from '../http/exchange.js';
 import { LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../http/limits.js';
-import { decodeComponent } from '../http/query.js';
 import type { Router } from '../http/router.js';
 import type { ReplyHandler, ShardPool } from '../shard-pool.js';
 import { auditPage, failVerify } from './audit-page.js';
 import { COMMERCE_ROUTES } from './commerce-routes.js';
+import { idParam } from './id-param.js';
+import { REFUND_ROUTES } from './refund-routes.js';
 import { quotaDetail, renderReply } from './shard-reply.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import {
@@ -38,7 +38,6 @@ import {
   type BodyCheck,
   type CompiledRoute,
   type JsonSchema,
-  type ParamReader,
   type RouteRecord,
 } from './route-record.js';
 import {
@@ -98,22 +97,6 @@ function route<B = undefined, Q = undefined>(
 }
 
 const ref = (name: string): JsonSchema => ({ $ref: `#/components/schemas/${name}` });
-
-/** Reads an id path segment `name`: 400 when its percent-encoding or length is wrong. */
-function idParam(name: string): ParamReader {
-  return (raw, ex) => {
-    const value = decodeComponent(raw, false);
-    if (value === null) {
-      ex.fail('invalid_query', { detail: `${name} has invalid percent-encoding` });
-      return null;
-    }
-    if (!isIdLength(value)) {
-      ex.fail('invalid_query', { detail: `${name} must be 1 to ${ID_LENGTH_MAX} characters` });
-      return null;
-    }
-    return value;
-  };
-}
 
 const keyParam = idParam('key');
 const customerIdParam = idParam('customerId');
@@ -470,6 +453,7 @@ const TYPED_ERRORS = [...ENTITLEMENT_ERRORS, 'wrong_entitlement_type'] as const;
 /** Every environment route, in router order (each route's metrics series). */
 export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
   ...COMMERCE_ROUTES,
+  ...REFUND_ROUTES,
   route<undefined, CustomerQuery>({
     method: 'GET',
     path: '/v1/entitlements/:key/has',

@@ -405,6 +405,8 @@ export class ReferenceModel {
       case 'setProcessorCustomer':
       case 'syncSubscription':
       case 'recordPurchase':
+      case 'quoteRefund':
+      case 'recordRefund':
         throw new Error(
           `${command.op} is not modelled: commerce is tested end to end (test/commerce.test.ts)`,
         );

@@ -9,6 +9,7 @@ import { registerInvoices } from './resources/invoices.js';
 import { registerPayments } from './resources/payments.js';
 import { registerPrices } from './resources/prices.js';
 import { registerProducts } from './resources/products.js';
+import { registerRefunds } from './resources/refunds.js';
 import { registerSubscriptions } from './resources/subscriptions.js';
 import { registerTestClocks } from './resources/test-clocks.js';
 import { registerWebhookEndpoints } from './resources/webhook-endpoints.js';
@@ -24,6 +25,7 @@ export function buildSandboxRouter(): Router {
     registerSubscriptions,
     registerInvoices,
     registerPayments,
+    registerRefunds,
     registerTestClocks,
     registerWebhookEndpoints,
     registerEvents,

@@ -18,30 +18,42 @@ import { formatPrice } from '../money.js';
 import type { Router } from '../router.js';
 import type { SandboxState } from '../state.js';
 import { newId } from '../store.js';
+import { collectPayment } from './payments.js';
 
 export interface Period {
   readonly start: number;
   readonly end: number;
 }
 
+/** One line of an invoice: a subscription item over a period, at an amount. */
+export interface LineRequest {
+  readonly item: Stripe.SubscriptionItem;
+  readonly period: Period;
+  /** Minor units; negative for the credit of a proration. */
+  readonly amount: number;
+  readonly proration: boolean;
+  /** What the line says; default `1 × Product (at $20.00 / month)`. */
+  readonly description?: string;
+}
+
 function invoiceLine(
   state: SandboxState,
   invoiceId: string,
   subscription: Stripe.Subscription,
-  item: Stripe.SubscriptionItem,
-  period: Period,
+  line: LineRequest,
 ): Stripe.InvoiceLineItem {
+  const { item, amount, period } = line;
   const quantity = item.quantity ?? 1;
-  const amount = (item.price.unit_amount ?? 0) * quantity;
   const product = state.products.get(String(item.price.product));
   return {
     id: newId('il'),
     object: 'line_item',
     amount,
     currency: item.price.currency,
-    description: `${quantity} × ${product.name} (at ${formatPrice(item.price)})`,
+    description:
+      line.description ?? `${quantity} × ${product.name} (at ${formatPrice(item.price)})`,
     discount_amounts: [],
-    discountable: true,
+    discountable: !line.proration,
     discounts: [],
     invoice: invoiceId,
     livemode: false,
@@ -50,7 +62,7 @@ function invoiceLine(
       invoice_item_details: null,
       subscription_item_details: {
         invoice_item: null,
-        proration: false,
+        proration: line.proration,
         proration_details: { credited_items: null },
         subscription: subscription.id,
         subscription_item: item.id,
@@ -92,19 +104,48 @@ export interface InvoiceRequest {
 
 /** Builds and stores a paid invoice for one period of a subscription (no events). */
 export function invoiceForPeriod(state: SandboxState, request: InvoiceRequest): Stripe.Invoice {
-  const { subscription, period, created } = request;
+  const { subscription, period } = request;
+  return issueInvoice(state, {
+    ...request,
+    lines: subscription.items.data.map((item) => ({
+      item,
+      period,
+      amount: (item.price.unit_amount ?? 0) * (item.quantity ?? 1),
+      proration: false,
+    })),
+  });
+}
+
+export interface IssueRequest {
+  readonly subscription: Stripe.Subscription;
+  readonly lines: readonly LineRequest[];
+  readonly invoicePeriod: Period;
+  readonly reason: Stripe.Invoice.BillingReason;
+  readonly created: number;
+}
+
+/**
+ * Builds, stores and pays an invoice (no events). The customer's credit balance (from a
+ * downgrade's proration) is applied first; what remains due is charged to the card: a
+ * payment intent and charge, named by an invoice payment. A total below zero is left as
+ * credit on the customer's balance.
+ */
+export function issueInvoice(state: SandboxState, request: IssueRequest): Stripe.Invoice {
+  const { subscription, created } = request;
   const id = newId('in');
-  const lines = subscription.items.data.map((item) =>
-    invoiceLine(state, id, subscription, item, period),
-  );
+  const lines = request.lines.map((line) => invoiceLine(state, id, subscription, line));
   const total = lines.reduce((sum, line) => sum + line.amount, 0);
   const customerId = String(subscription.customer);
   const customer = state.customers.get(customerId);
+  const startingBalance = customer.balance;
+  const due = Math.max(0, total + startingBalance);
+  const endingBalance = Math.min(0, total + startingBalance);
+  state.customers.update({ ...customer, balance: endingBalance });
   const invoice: Stripe.Invoice = {
     ...invoiceDefaults(),
     id,
-    amount_due: total,
-    amount_paid: total,
+    amount_due: due,
+    amount_paid: due,
     billing_reason: request.reason,
     created,
     currency: subscription.currency,
@@ -112,6 +153,7 @@ export function invoiceForPeriod(state: SandboxState, request: InvoiceRequest): 
     customer_email: customer.email,
     customer_name: customer.name ?? null,
     effective_at: created,
+    ending_balance: endingBalance,
     lines: { object: 'list', data: lines, has_more: false, url: `/v1/invoices/${id}/lines` },
     number: nextNumber(state, customerId),
     parent: {
@@ -121,6 +163,7 @@ export function invoiceForPeriod(state: SandboxState, request: InvoiceRequest): 
     },
     period_end: request.invoicePeriod.end,
     period_start: request.invoicePeriod.start,
+    starting_balance: startingBalance,
     status_transitions: {
       finalized_at: created,
       marked_uncollectible_at: null,
@@ -134,7 +177,43 @@ export function invoiceForPeriod(state: SandboxState, request: InvoiceRequest): 
     total_excluding_tax: total,
     webhooks_delivered_at: created,
   };
-  return state.invoices.insert(invoice);
+  state.invoices.insert(invoice);
+  if (due > 0) payInvoice(state, invoice, customer);
+  return invoice;
+}
+
+/** Charges an invoice's amount due and records the payment (`/v1/invoice_payments`). */
+function payInvoice(state: SandboxState, invoice: Stripe.Invoice, customer: Stripe.Customer): void {
+  const paymentIntent = collectPayment(
+    state,
+    {
+      customer,
+      amount: invoice.amount_paid,
+      currency: invoice.currency,
+      description: `Payment for Invoice ${invoice.number ?? invoice.id}`,
+      metadata: {},
+      created: invoice.created,
+    },
+    true,
+  );
+  state.invoicePayments.insert({
+    id: newId('inpay'),
+    object: 'invoice_payment',
+    amount_paid: invoice.amount_paid,
+    amount_requested: invoice.amount_due,
+    created: invoice.created,
+    currency: invoice.currency,
+    invoice: invoice.id,
+    is_default: true,
+    livemode: false,
+    payment: {
+      type: 'payment_intent',
+      payment_intent: paymentIntent.id,
+      charge: String(paymentIntent.latest_charge),
+    },
+    status: 'paid',
+    status_transitions: { canceled_at: null, paid_at: invoice.created },
+  });
 }
 
 /** The fields every sandbox invoice has the same: paid in full, no tax, no discount. */
@@ -173,7 +252,6 @@ function invoiceDefaults() {
     description: null,
     discounts: [],
     due_date: null,
-    ending_balance: 0,
     footer: null,
     from_invoice: null,
     hosted_invoice_url: null,
@@ -196,7 +274,6 @@ function invoiceDefaults() {
     rendering: null,
     shipping_cost: null,
     shipping_details: null,
-    starting_balance: 0,
     statement_descriptor: null,
     status: 'paid',
     total_discount_amounts: [],
@@ -244,5 +321,25 @@ export function registerInvoices(router: Router): void {
     })
     .add('GET', '/v1/invoices', ({ state, params, expand }) =>
       renderList(state, listInvoices(state, params), expand),
-    );
+    )
+    .add('GET', '/v1/invoice_payments/:id', ({ state, path, expand }) =>
+      render(state, state.invoicePayments.get(path['id'] as string), expand),
+    )
+    .add('GET', '/v1/invoice_payments', ({ state, params, expand }) => {
+      allowOnly(params, [...LIST_PARAMS, 'invoice', 'status']);
+      const invoice = optString(params, 'invoice');
+      const status = optString(params, 'status');
+      const items = state.invoicePayments
+        .newestFirst()
+        .filter(
+          (payment) =>
+            (invoice === undefined || payment.invoice === invoice) &&
+            (status === undefined || payment.status === status),
+        );
+      return renderList(
+        state,
+        listPage(items, params, '/v1/invoice_payments', 'invoice_payment'),
+        expand,
+      );
+    });
 }
