@@ -143,3 +143,117 @@ describe('subscription refunds', () => {
     expect(bad.status).toBe(400);
   });
 });
+
+describe('plan changes', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness(CONFIG, at('2026-03-01T00:00:00'));
+  }, 60_000);
+  afterAll(async () => {
+    await h?.close();
+  });
+
+  const change = (customerId: string, planKey: string) =>
+    api(h, 'POST', '/v1/subscriptions/change', { customerId, planKey });
+  const has = async (key: string, customerId: string) =>
+    (await api(h, 'GET', `/v1/entitlements/${key}/has?customerId=${customerId}`)).body;
+  const subscriptions = async (customerId: string) =>
+    (await api(h, 'GET', `/v1/subscriptions?customerId=${customerId}`)).body.data;
+
+  it('subscribe, change plan, then a prorated refund uses the proration invoice', async () => {
+    h.now = at('2026-03-01T00:00:00');
+    await buy(h, 'ada', 'pro');
+    const [subscription] = await subscriptions('ada');
+    expect(await has('exports', 'ada')).toBe(false);
+
+    h.now = at('2026-03-11T00:00:00');
+    // Hold the processor's events back to see that the answer comes before the switch.
+    await h.sandbox.stripe().webhookEndpoints.update(h.webhookEndpointId, { disabled: true });
+    const changed = await change('ada', 'team');
+    expect([changed.status, changed.body]).toEqual([
+      200,
+      {
+        id: subscription.id,
+        customerId: 'ada',
+        productKey: 'team',
+        status: 'active',
+        currentPeriodStart: '2026-03-01T00:00:00.000Z',
+        currentPeriodEnd: '2026-04-01T00:00:00.000Z',
+        cancelAtPeriodEnd: false,
+        processor: 'stripe',
+        processorSubscriptionId: subscription.processorSubscriptionId,
+      },
+    ]);
+    expect(await has('exports', 'ada')).toBe(false);
+    const events = await h.sandbox
+      .stripe()
+      .events.list({ types: ['customer.subscription.updated', 'invoice.paid'], limit: 2 });
+    await h.sandbox.stripe().webhookEndpoints.update(h.webhookEndpointId, { disabled: false });
+    for (const event of [...events.data].reverse()) h.sandbox.deliveries.redeliver(event.id);
+    await h.sandbox.deliveries.idle();
+    expect(await has('exports', 'ada')).toBe(true);
+    expect((await subscriptions('ada'))[0].productKey).toBe('team');
+    const balance = await api(h, 'GET', '/v1/usage/api_calls/balance?customerId=ada');
+    expect(balance.body.included).toBe(5000);
+
+    // The proration invoice: 21 of March's 31 days are left at the change.
+    const rest = (at('2026-04-01T00:00:00') - at('2026-03-11T00:00:00')) / (31 * DAY_MS);
+    const paid = Math.round(5000 * rest) - Math.round(2000 * rest);
+    expect(paid).toBe(2032);
+    const stripe = h.sandbox.stripe();
+    const latest = await stripe.subscriptions.retrieve(subscription.processorSubscriptionId);
+    const invoice = await stripe.invoices.retrieve(String(latest.latest_invoice));
+    expect([invoice.billing_reason, invoice.amount_paid]).toEqual(['subscription_update', paid]);
+    const audit = await api(h, 'GET', '/v1/audit?action=subscription.change');
+    expect(audit.body.data[0]).toMatchObject({
+      resourceType: 'subscription',
+      resourceId: 'ada',
+      data: { id: subscription.id, from: 'pro', to: 'team', prorationInvoiceId: invoice.id },
+    });
+
+    // Refunded on 21 March: 11 of the invoice's 21 days (11 March – 1 April) are unused.
+    h.now = at('2026-03-21T00:00:00');
+    const unused =
+      (at('2026-04-01T00:00:00') - h.now) / (at('2026-04-01T00:00:00') - at('2026-03-11T00:00:00'));
+    const expected = Math.floor(paid * unused);
+    expect(expected).toBe(1064);
+    const refunded = await api(
+      h,
+      'POST',
+      `/v1/subscriptions/${encodeURIComponent(subscription.id)}/refunds`,
+      { mode: 'prorated', idempotencyKey: 'chg-1' },
+    );
+    expect(refunded.body).toEqual({
+      id: subscription.id,
+      status: 'canceled',
+      refund: { amount: expected, currency: 'usd', mode: 'prorated' },
+    });
+    expect(await has('exports', 'ada')).toBe(false);
+  });
+
+  it(
+    'answers 404 without an active subscription, 400 for a product that is no plan, 409 ' +
+      'for the same plan',
+    async () => {
+      h.now = at('2026-03-12T00:00:00');
+      const none = await change('bea', 'team');
+      expect([none.status, none.body.code]).toEqual([404, 'no_active_subscription']);
+      await buy(h, 'bea', 'pro');
+      for (const planKey of ['credits', 'free', 'nope']) {
+        const refused = await change('bea', planKey);
+        expect([refused.status, refused.body.code]).toEqual([400, 'plan_not_recurring']);
+      }
+      const same = await change('bea', 'pro');
+      expect([same.status, same.body.code]).toEqual([409, 'already_on_plan']);
+      const missing = await api(h, 'POST', '/v1/subscriptions/change', { customerId: 'bea' });
+      expect([missing.status, missing.body.error]).toEqual([400, expect.stringMatching(/planKey/)]);
+      // Down again: a downgrade's proration is a credit, nothing is charged.
+      expect((await change('bea', 'team')).status).toBe(200);
+      h.now = at('2026-03-13T00:00:00');
+      expect((await change('bea', 'pro')).status).toBe(200);
+      await h.sandbox.deliveries.idle();
+      expect((await subscriptions('bea'))[0].productKey).toBe('pro');
+      expect(await has('exports', 'bea')).toBe(false);
+    },
+  );
+});

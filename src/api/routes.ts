@@ -27,6 +27,7 @@ import { LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../http/limits.js';
 import type { Router } from '../http/router.js';
 import type { ReplyHandler, ShardPool } from '../shard-pool.js';
 import { auditPage, failVerify } from './audit-page.js';
+import { CHANGE_ROUTES } from './change-routes.js';
 import { COMMERCE_ROUTES } from './commerce-routes.js';
 import { idParam } from './id-param.js';
 import { REFUND_ROUTES } from './refund-routes.js';
@@ -453,6 +454,7 @@ const TYPED_ERRORS = [...ENTITLEMENT_ERRORS, 'wrong_entitlement_type'] as const;
 /** Every environment route, in router order (each route's metrics series). */
 export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
   ...COMMERCE_ROUTES,
+  ...CHANGE_ROUTES,
   ...REFUND_ROUTES,
   route<undefined, CustomerQuery>({
     method: 'GET',
