@@ -24,6 +24,11 @@ const CONFIG = {
       price: { amount: 5000, currency: 'usd', interval: 'month' },
       entitlements: { reports: true, exports: true, api_calls: { included: 5000 } },
     },
+    pro_annual: {
+      name: 'Pro, yearly',
+      price: { amount: 20000, currency: 'usd', interval: 'year' },
+      entitlements: { reports: true },
+    },
     credits: {
       name: 'Credits',
       price: { amount: 500, currency: 'usd' },
@@ -133,6 +138,35 @@ describe('subscription refunds', () => {
     expect([second.status, second.body.code]).toEqual([409, 'already_refunded']);
     expect(await has('reports', 'val')).toBe(false);
   });
+
+  it('a crash between the processor refund and the answer: the retry refunds once', async () => {
+    h.now = at('2026-03-21T00:00:00');
+    await buy(h, 'wyn', 'pro');
+    const subscription = await subscriptionOf('wyn');
+    h.now = at('2026-03-25T00:00:00');
+    h.proxy.crashOn = (method, path) => method === 'POST' && path.startsWith('/v1/refunds');
+    const body = { mode: 'full', idempotencyKey: 'wyn-1' };
+    const crashed = await refund(subscription.id, body).catch((error: unknown) => error);
+    expect(crashed).toBeInstanceOf(Error);
+    await h.restart();
+    const retried = await refund(subscription.id, body);
+    expect(retried.body).toEqual({
+      id: subscription.id,
+      status: 'canceled',
+      refund: { amount: 2000, currency: 'usd', mode: 'full' },
+    });
+    await h.sandbox.deliveries.idle();
+    const stripe = h.sandbox.stripe();
+    const refunds = await stripe.refunds.list({ limit: 100 });
+    const mine = refunds.data.filter((r) => r.metadata?.tally_refund_of === subscription.id);
+    expect(mine.map((r) => r.amount)).toEqual([2000]);
+    expect((await subscriptionOf('wyn')).status).toBe('canceled');
+    const audit = await api(h, 'GET', '/v1/audit?action=subscription.refund&limit=100');
+    const entries = audit.body.data.filter(
+      (e: { data: { id: string } }) => e.data.id === subscription.id,
+    );
+    expect(entries).toHaveLength(1);
+  }, 60_000);
 
   it('answers 404 for a subscription that is not this environment’s', async () => {
     for (const id of ['stripe:sub_nothing', 'sub_1', 'other:sub_1']) {
@@ -256,4 +290,146 @@ describe('plan changes', () => {
       expect(await has('exports', 'bea')).toBe(false);
     },
   );
+});
+
+/**
+ * Prorated refunds across calendar lengths, driven by the sandbox's test clock: each row
+ * starts a subscription on a clock frozen at `start`, advances the clock to `refundAt`
+ * (renewing on the way where a period ends), and refunds. The expected amount is computed
+ * here from the dates alone: price × (period end − refundAt) ÷ (period end − period start),
+ * rounded down.
+ */
+describe('prorated refunds on a test clock', () => {
+  const ROWS = [
+    {
+      name: 'February, 28 days',
+      plan: 'pro',
+      start: '2026-02-01',
+      at: '2026-02-15',
+      period: ['2026-02-01', '2026-03-01'],
+      amount: 1000,
+    },
+    {
+      name: 'February, 29 days (leap year)',
+      plan: 'pro',
+      start: '2028-02-01',
+      at: '2028-02-15',
+      period: ['2028-02-01', '2028-03-01'],
+      amount: 1034,
+    },
+    {
+      name: 'a 30-day month',
+      plan: 'pro',
+      start: '2026-04-01',
+      at: '2026-04-11',
+      period: ['2026-04-01', '2026-05-01'],
+      amount: 1333,
+    },
+    {
+      name: 'a 31-day month, at noon',
+      plan: 'pro',
+      start: '2026-07-01',
+      at: '2026-07-11T12:00:00',
+      period: ['2026-07-01', '2026-08-01'],
+      amount: 1322,
+    },
+    {
+      name: 'across the year boundary',
+      plan: 'pro',
+      start: '2026-12-15',
+      at: '2027-01-01',
+      period: ['2026-12-15', '2027-01-15'],
+      amount: 903,
+    },
+    {
+      name: 'started on the 31st: the period ends on 28 February',
+      plan: 'pro',
+      start: '2027-01-31',
+      at: '2027-02-14',
+      period: ['2027-01-31', '2027-02-28'],
+      amount: 1000,
+    },
+    {
+      name: 'after a renewal into a leap February',
+      plan: 'pro',
+      start: '2028-01-29',
+      at: '2028-03-10',
+      period: ['2028-02-29', '2028-03-29'],
+      amount: 1310,
+    },
+    {
+      name: 'a year holding 29 February',
+      plan: 'pro_annual',
+      start: '2027-06-01',
+      at: '2028-03-01',
+      period: ['2027-06-01', '2028-06-01'],
+      amount: 5027,
+    },
+  ] as const;
+  const PRICES: Record<string, number> = { pro: 2000, pro_annual: 20000 };
+  const utc = (date: string): number =>
+    Date.parse(date.includes('T') ? `${date}Z` : `${date}T00:00:00Z`);
+
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness(CONFIG, at('2026-01-01T00:00:00'));
+  }, 60_000);
+  afterAll(async () => {
+    await h?.close();
+  });
+
+  async function advance(clock: string, toMs: number): Promise<void> {
+    const stripe = h.sandbox.stripe();
+    await stripe.testHelpers.testClocks.advance(clock, { frozen_time: toMs / 1000 });
+    for (let i = 0; i < 500; i++) {
+      if ((await stripe.testHelpers.testClocks.retrieve(clock)).status === 'ready') return;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    throw new Error('the test clock did not finish advancing');
+  }
+
+  it.each(ROWS.map((row, index) => ({ ...row, index })))('$name', async (row) => {
+    const price = PRICES[row.plan] ?? 0;
+    const [periodStart, periodEnd] = row.period.map(utc) as [number, number];
+    const expected = Math.floor((price * (periodEnd - utc(row.at))) / (periodEnd - periodStart));
+    expect(expected).toBe(row.amount);
+
+    const stripe = h.sandbox.stripe();
+    const interval = row.plan === 'pro' ? 'month' : 'year';
+    const lookupKey = `test:${row.plan}:${price}-usd-${interval}`;
+    const [stored] = (await stripe.prices.list({ lookup_keys: [lookupKey] })).data;
+    const clock = await stripe.testHelpers.testClocks.create({
+      frozen_time: utc(row.start) / 1000,
+    });
+    const customer = await stripe.customers.create({ test_clock: clock.id });
+    const customerId = `clock-${row.index}`;
+    const subscription = await stripe.subscriptions.create({
+      customer: customer.id,
+      items: [{ price: stored?.id ?? '' }],
+      metadata: {
+        tally_environment: 'test',
+        tally_customer_id: customerId,
+        tally_product_key: row.plan,
+      },
+    });
+    await advance(clock.id, utc(row.at));
+    await h.sandbox.deliveries.idle();
+    const listed = await api(h, 'GET', `/v1/subscriptions?customerId=${customerId}`);
+    expect(listed.body.data[0]).toMatchObject({
+      currentPeriodStart: new Date(periodStart).toISOString(),
+      currentPeriodEnd: new Date(periodEnd).toISOString(),
+      status: 'active',
+    });
+    const refunded = await api(h, 'POST', `/v1/subscriptions/stripe:${subscription.id}/refunds`, {
+      mode: 'prorated',
+      idempotencyKey: `row-${row.index}`,
+    });
+    expect(refunded.body).toEqual({
+      id: `stripe:${subscription.id}`,
+      status: 'canceled',
+      refund: { amount: expected, currency: 'usd', mode: 'prorated' },
+    });
+    const ended = await stripe.subscriptions.retrieve(subscription.id);
+    expect(ended.ended_at).toBe(utc(row.at) / 1000);
+  });
 });
