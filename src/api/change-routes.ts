@@ -16,6 +16,7 @@ import { ID_LENGTH_MAX } from '../../shared/limits.js';
 import { isoOf } from '../../shared/iso-time.js';
 import { priceLookupKey } from '../commerce/catalog-sync.js';
 import { META } from '../commerce/metadata.js';
+import { productOfLookupKey } from '../commerce/stripe-events.js';
 import {
   commerceOf,
   freshRef,
@@ -89,12 +90,14 @@ async function change(deps: CommerceDeps, ctx: RouteInput<ChangeBody>): Promise<
     (s) => CHANGEABLE.has(s.status) && s.processor === 'stripe',
   );
   if (live === undefined) return ctx.ex.fail('no_active_subscription', { customerId });
-  if (live.productKey === planKey) return ctx.ex.fail('already_on_plan', { id: live.id, planKey });
   const { stripe } = deps.processor;
-  const target = await priceOf(stripe, priceLookupKey(ctx.environment, planKey, price));
   const current = await stripe.subscriptions.retrieve(live.processorSubscriptionId);
   const item = current.items.data[0];
   if (item === undefined) throw new Error(`subscription ${current.id} has no item`);
+  // The plan it is on is the processor's: a change not yet confirmed to Tally counts.
+  const onPlan = productOfLookupKey(ctx.environment, item.price.lookup_key) ?? live.productKey;
+  if (onPlan === planKey) return ctx.ex.fail('already_on_plan', { id: live.id, planKey });
+  const target = await priceOf(stripe, priceLookupKey(ctx.environment, planKey, price));
   const updated = await stripe.subscriptions.update(
     current.id,
     {
@@ -114,7 +117,7 @@ async function change(deps: CommerceDeps, ctx: RouteInput<ChangeBody>): Promise<
       actor: ctx.key.id,
       data: {
         id: live.id,
-        from: live.productKey,
+        from: onPlan,
         to: planKey,
         prorationInvoiceId: typeof invoice === 'string' ? invoice : (invoice?.id ?? null),
       },
