@@ -119,6 +119,7 @@ function answer(
       assert(command.op === 'recordRefund', 'only a refund answers with one');
       return { kind, view: recordedRefund(state, command.refund) };
     case 'refundQuote':
+    case 'overage':
     case 'has':
       assert(false, `a write (${command.op}) answers with a view`);
   }

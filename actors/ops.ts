@@ -22,6 +22,8 @@ import type {
   ProfilePatch,
   PurchaseInput,
   ReadCommand,
+  OverageBill,
+  OveragePeriod,
   RefundInput,
   RefundRequest,
   SubscriptionInput,
@@ -43,7 +45,9 @@ export type WireValue =
   | SubscriptionInput
   | PurchaseInput
   | RefundRequest
-  | RefundInput;
+  | RefundInput
+  | OveragePeriod
+  | OverageBill;
 
 /** What the audit log records for an audited write, derived from the command alone. */
 export interface AuditFields {
@@ -112,6 +116,7 @@ const BODIES: Readonly<Record<Answer, (outcome: Outcome) => string>> = {
   commerce: jsonBody,
   refund: jsonBody,
   refundQuote: jsonBody,
+  overage: jsonBody,
 };
 
 function viewOf(outcome: Outcome): unknown {
@@ -473,6 +478,33 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
     wireB: none,
     fromWire: (address, a) => ({ op: 'recordRefund', ...address, refund: a as RefundInput }),
     answer: 'refund',
+  },
+  overageDue: {
+    op: 'overageDue',
+    code: 19,
+    access: 'read',
+    entitlement: null,
+    changesIndex: false,
+    unchangedIsRead: false,
+    audit: null,
+    wireA: (command) => command.period,
+    wireB: none,
+    fromWire: (address, a) => ({ op: 'overageDue', ...address, period: a as OveragePeriod }),
+    answer: 'overage',
+  },
+  recordOverageBill: {
+    op: 'recordOverageBill',
+    code: 20,
+    access: 'write',
+    entitlement: null,
+    changesIndex: false,
+    unchangedIsRead: false,
+    // Recorded in the journal (the bill names the subscription, period, invoice and lines).
+    audit: null,
+    wireA: (command) => command.bill,
+    wireB: none,
+    fromWire: (address, a) => ({ op: 'recordOverageBill', ...address, bill: a as OverageBill }),
+    answer: 'commerce',
   },
 };
 

@@ -48,6 +48,12 @@ export const COMMERCE_RECORDS_PER_CUSTOMER_MAX = 10_000;
  * record is never reached by honest use, and bounds the state if it were.
  */
 export const REFUNDS_PER_CUSTOMER_MAX = 3 * COMMERCE_RECORDS_PER_CUSTOMER_MAX;
+/**
+ * Billed overage periods a customer remembers. A period's invoice is drafted once, at its
+ * end; remembering the last few is enough to apply a redelivered `invoice.created` once
+ * (the processor's invoice lines are checked as well).
+ */
+export const OVERAGE_BILLS_PER_CUSTOMER_MAX = 64;
 
 /** Purchased-credit lots per meter per customer; a grant beyond it is refused. */
 export const LOTS_PER_METER_MAX = 10_000;

@@ -387,3 +387,46 @@ describe('refunds in the customer actor', () => {
     expect(has(d, 'audit', T0 + 3)).toEqual({ kind: 'has', value: false });
   });
 });
+
+describe('overage billed in the customer actor', () => {
+  it('keeps the ended period’s overage after the meter moved on, and records a bill once', () => {
+    const d = new Driver();
+    d.run({ op: 'usageSettings', ...at, key: 'api_calls', overageEnabled: true }, T0);
+    d.run({ op: 'consume', ...at, key: 'api_calls', amountMicros: 150_000_000n }, T0);
+    const consumed = d.journal.at(-1);
+    if (consumed?.type !== 'consumed') throw new Error('expected a consume');
+    const period = { subscriptionId: 'stripe:sub_1', periodStartMs: consumed.periodStartMs };
+    const due = (now: number) => d.run({ op: 'overageDue', ...at, period }, now);
+    expect(due(T0)).toEqual({
+      kind: 'overage',
+      view: { billed: false, meters: [{ meterKey: 'api_calls', micros: '50000000' }] },
+    });
+    // A consume in the next month moves the meter on; the ended month's overage stays known.
+    d.run({ op: 'consume', ...at, key: 'api_calls', amountMicros: 1_000_000n }, T0 + 40 * DAY);
+    expect(due(T0 + 40 * DAY)).toMatchObject({ view: { meters: [{ micros: '50000000' }] } });
+    const bill = {
+      ...period,
+      periodEndMs: period.periodStartMs + 31 * DAY,
+      invoiceId: 'in_1',
+      currency: 'usd',
+      lines: [
+        {
+          meterKey: 'api_calls',
+          micros: 50_000_000n,
+          unitAmount: 1,
+          amount: 50,
+          processorItemId: 'ii_1',
+        },
+      ],
+    };
+    d.run({ op: 'recordOverageBill', ...at, bill }, T0 + 40 * DAY);
+    expect(d.journal.at(-1)).toMatchObject({ type: 'overageBilled', bill });
+    const journaled = d.journal.length;
+    d.run({ op: 'recordOverageBill', ...at, bill }, T0 + 41 * DAY);
+    expect(d.journal.length).toBe(journaled);
+    expect(due(T0 + 41 * DAY)).toMatchObject({ view: { billed: true } });
+    const live = d.customers.get('test\u0000ada') as CustomerState;
+    expect(d.replayed().get('test\u0000ada')).toEqual(live);
+    expect(fromSnapshot(throughCodec(toSnapshot(live)))).toEqual(live);
+  });
+});

@@ -225,6 +225,35 @@ const command: fc.Arbitrary<Command> = fc.oneof(
       ),
   },
   {
+    // Overage bills of a few periods, some repeated: each is recorded once.
+    weight: 1,
+    arbitrary: fc
+      .tuple(addressed, fc.integer({ min: 0, max: 2 }), fc.integer({ min: 0, max: 2 }))
+      .map(
+        ([a, n, p]): Command => ({
+          op: 'recordOverageBill',
+          ...a,
+          key: '',
+          bill: {
+            subscriptionId: `stripe:sub_${n}`,
+            periodStartMs: T0 + p * 30 * 86_400_000,
+            periodEndMs: T0 + (p + 1) * 30 * 86_400_000,
+            invoiceId: `in_${n}_${p}`,
+            currency: 'usd',
+            lines: [
+              {
+                meterKey: 'api_calls',
+                micros: 1_000_000n,
+                unitAmount: 2,
+                amount: 2,
+                processorItemId: `ii_${n}_${p}`,
+              },
+            ],
+          },
+        }),
+      ),
+  },
+  {
     weight: 2,
     arbitrary: fc
       .tuple(addressed, profilePatch, contextRequest)

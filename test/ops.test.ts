@@ -108,6 +108,27 @@ const SAMPLES: { readonly [O in Op]: Extract<Command, { op: O }> } = {
       processorRefundId: 're_1',
     },
   },
+  overageDue: {
+    op: 'overageDue',
+    ...at,
+    key: '',
+    period: { subscriptionId: 'stripe:sub_1', periodStartMs: 1 },
+  },
+  recordOverageBill: {
+    op: 'recordOverageBill',
+    ...at,
+    key: '',
+    bill: {
+      subscriptionId: 'stripe:sub_1',
+      periodStartMs: 1,
+      periodEndMs: 2,
+      invoiceId: 'in_1',
+      currency: 'usd',
+      lines: [
+        { meterKey: 'api_calls', micros: 3n, unitAmount: 2, amount: 0, processorItemId: 'ii_1' },
+      ],
+    },
+  },
 };
 
 const WITHOUT_OPTIONALS: readonly Command[] = [
@@ -155,6 +176,7 @@ describe('op table', () => {
       'getContract',
       'has',
       'limit',
+      'overageDue',
       'quoteRefund',
     ]);
   });
@@ -183,6 +205,8 @@ describe('op table', () => {
       recordPurchase: 'purchase.record',
       quoteRefund: null,
       recordRefund: 'subscription.refund',
+      overageDue: null,
+      recordOverageBill: null,
     });
     expect(auditOf(SAMPLES.refund)).toEqual({
       action: 'usage.refund',

@@ -9,6 +9,7 @@ import {
   IDEMPOTENCY_RETENTION_MS,
 } from '../../shared/limits.js';
 import { applyCommerce, commerceOf } from './commerce.js';
+import { applyOverageBilled } from './overage.js';
 import { applyRefund, lotRevoked } from './refunds.js';
 import { internKey, newCustomer, NO_LOT_DRAWS, NO_LOTS } from './state.js';
 import type {
@@ -63,6 +64,9 @@ export function apply(customer: CustomerState | undefined, event: Event): Custom
     case 'purchaseRecorded':
     case 'processorEventNoted':
       applyCommerce(state, event);
+      break;
+    case 'overageBilled':
+      applyOverageBilled(commerceOf(state), event);
       break;
     case 'purchaseRefunded':
     case 'subscriptionRefunded':
@@ -128,6 +132,10 @@ function ownLotDraws(meter: MeterState): LotDraw[] {
 function enterPeriod(meter: MeterState, periodStartMs: number): void {
   assert(periodStartMs >= meter.periodStartMs, 'periods only move forward');
   if (periodStartMs === meter.periodStartMs) return;
+  // The ended period's overage stays known until its invoice is drafted (overage.ts).
+  if (meter.overageMicros > 0n)
+    meter.closedOverage = { periodStartMs: meter.periodStartMs, micros: meter.overageMicros };
+  else if (meter.closedOverage !== undefined) delete meter.closedOverage;
   meter.periodStartMs = periodStartMs;
   meter.includedUsedMicros = 0n;
   meter.overageMicros = 0n;

@@ -25,6 +25,7 @@ import {
   decideSyncSubscription,
   subscriptionPeriod,
 } from './commerce.js';
+import { decideRecordOverageBill, overageView } from './overage.js';
 import { decideRecordRefund, quoteRefund } from './refunds.js';
 import type {
   ContextRequest,
@@ -135,6 +136,9 @@ export function query(
     case 'refundQuote':
       assert(command.op === 'quoteRefund', 'only a refund quote answers with one');
       return quoteRefund(customer, config, command.request);
+    case 'overage':
+      assert(command.op === 'overageDue', 'only an overage read answers with one');
+      return { kind: 'overage', view: overageView(customer, command.period) };
     case 'refund':
     case 'deleted':
     case 'customer':
@@ -188,6 +192,8 @@ export function decide(
       return decideRecordPurchase(customer, config, command, nowMs);
     case 'recordRefund':
       return decideRecordRefund(customer, command, nowMs);
+    case 'recordOverageBill':
+      return decideRecordOverageBill(customer, command, nowMs);
   }
 }
 

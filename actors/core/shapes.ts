@@ -23,6 +23,7 @@ const EVENT_TYPES: Readonly<Record<Event['type'], true>> = {
   processorEventNoted: true,
   purchaseRefunded: true,
   subscriptionRefunded: true,
+  overageBilled: true,
 };
 
 function isObject(value: unknown): value is Readonly<Record<string, unknown>> {

@@ -89,6 +89,7 @@ function cloneCommerce(commerce: CommerceState): CommerceState {
     purchases: commerce.purchases.map((p) => ({ ...p, grant: { ...p.grant } })),
     // Absent in snapshots taken before refunds existed.
     refunds: (commerce.refunds ?? []).map((r) => ({ ...r })),
+    ...(commerce.overageBilled === undefined ? {} : { overageBilled: [...commerce.overageBilled] }),
     eventIds: [...commerce.eventIds],
   };
 }

@@ -34,6 +34,17 @@ export interface MeterState {
   overageEnabled: boolean;
   /** Purchased-credit lots, oldest first. They outlive periods. */
   lots: Lot[];
+  /**
+   * The overage of the period before `periodStartMs`, kept when a write moved the meter on,
+   * so that it can still be billed at the processor once that period's invoice is drafted.
+   * Absent when that period had none.
+   */
+  closedOverage?: ClosedOverage;
+}
+
+export interface ClosedOverage {
+  readonly periodStartMs: number;
+  readonly micros: Micros;
 }
 
 export interface LimitState {
@@ -121,6 +132,11 @@ export interface CommerceState {
   purchases: PurchaseRecord[];
   /** Refunds made through Tally, oldest first (at most two a purchase, one a subscription). */
   refunds: RefundRecord[];
+  /**
+   * The subscription periods whose overage was billed (`<subscription id>@<period start
+   * ms>`), newest last; bounded: OVERAGE_BILLS_PER_CUSTOMER_MAX. Absent before the first.
+   */
+  overageBilled?: string[];
   /** Processor event ids applied, oldest first (bounded: PROCESSOR_EVENTS_PER_CUSTOMER_MAX). */
   eventIds: string[];
 }
@@ -189,7 +205,34 @@ export type ReadCommand =
    * Customer-level: whether a refund may go ahead, and (for a purchase) how much it
    * returns, before the processor is asked to refund.
    */
-  | (Addressed & { readonly op: 'quoteRefund'; readonly request: RefundRequest });
+  | (Addressed & { readonly op: 'quoteRefund'; readonly request: RefundRequest })
+  /** Customer-level: the overage of a subscription period, and whether it was billed. */
+  | (Addressed & { readonly op: 'overageDue'; readonly period: OveragePeriod });
+
+/** A subscription's billing period (the one an invoice bills the overage of). */
+export interface OveragePeriod {
+  readonly subscriptionId: string;
+  readonly periodStartMs: number;
+}
+
+/** One meter's overage billed on a processor invoice. */
+export interface OverageLine {
+  readonly meterKey: string;
+  readonly micros: Micros;
+  /** Minor units per unit of usage, from the plan's `overage.unitAmount`. */
+  readonly unitAmount: number;
+  /** Minor units billed: micros × unitAmount ÷ 10^6, rounded to the nearest. */
+  readonly amount: number;
+  readonly processorItemId: string;
+}
+
+/** A period's overage billed at the processor, to record. */
+export interface OverageBill extends OveragePeriod {
+  readonly periodEndMs: number;
+  readonly invoiceId: string;
+  readonly currency: string;
+  readonly lines: readonly OverageLine[];
+}
 
 /** A refund as asked for: of what, how, and under which key. */
 export interface RefundRequest {
@@ -260,7 +303,9 @@ export type WriteCommand =
    * subscription is canceled; a purchase's remaining credits are revoked). A refund
    * already recorded under its key is a replay.
    */
-  | (Addressed & { readonly op: 'recordRefund'; readonly refund: RefundInput });
+  | (Addressed & { readonly op: 'recordRefund'; readonly refund: RefundInput })
+  /** Customer-level: a period's overage was billed at the processor; recorded once. */
+  | (Addressed & { readonly op: 'recordOverageBill'; readonly bill: OverageBill });
 
 export type SubscriptionInput = Omit<SubscriptionRecord, 'id'>;
 export type PurchaseInput = Pick<PurchaseRecord, 'id' | 'productKey' | 'amount' | 'currency'>;
@@ -330,6 +375,8 @@ export type Event =
       readonly status: PurchaseStatus;
       readonly revoked: readonly (readonly [meterKey: string, micros: Micros])[];
     })
+  /** A subscription period's overage billed on the processor's invoice for it. */
+  | (EventBase & { readonly type: 'overageBilled'; readonly bill: OverageBill })
   /** A subscription refunded and canceled at once. */
   | (EventBase & {
       readonly type: 'subscriptionRefunded';
@@ -446,6 +493,12 @@ export interface RefundQuoteView {
   readonly currency: string | null;
 }
 
+/** A subscription period's overage per meter (exact micro-units as strings). */
+export interface OverageView {
+  readonly billed: boolean;
+  readonly meters: ReadonlyArray<{ readonly meterKey: string; readonly micros: string }>;
+}
+
 export interface ContractView {
   readonly customerId: string;
   readonly priceAmount: number;
@@ -472,6 +525,7 @@ export type Outcome =
   | { readonly kind: 'commerce'; readonly view: CommerceView }
   | { readonly kind: 'refund'; readonly view: RefundView }
   | { readonly kind: 'refundQuote'; readonly view: RefundQuoteView }
+  | { readonly kind: 'overage'; readonly view: OverageView }
   | { readonly kind: 'rejected'; readonly rejection: Rejection };
 
 /**

@@ -19,6 +19,7 @@ import { assert } from '../../shared/assert.js';
 import type { AuditLog } from '../../storage/audit-log.js';
 import type { ControlStore } from '../../storage/control-store.js';
 import { fitKey, IDEMPOTENCY_KEY_MAX, priceLookupKey } from '../commerce/catalog-sync.js';
+import { billOverage, type OverageIo } from '../commerce/overage-billing.js';
 import type { Processor } from '../commerce/processor.js';
 import { commandsForEvent, META, type ProcessorCommand } from '../commerce/stripe-events.js';
 import { checkBodyHeaders, readJsonBody } from '../http/body.js';
@@ -299,6 +300,21 @@ async function applyProcessorCommand(deps: CommerceDeps, command: ProcessorComma
     throw new Error(`${command.op} rejected: ${renderReply(reply.outcome, reply.body).body}`);
 }
 
+/** What overage billing uses of the service. */
+function overageIo(deps: CommerceDeps): OverageIo {
+  return {
+    stripe: deps.processor.stripe,
+    latestConfig: (environment) =>
+      (deps.control.latestConfig(environment)?.config as BillingConfig | undefined) ?? null,
+    run: async (command) => {
+      const reply = await ask(deps.pool, command);
+      if (reply.outcome === 'rejected')
+        throw new Error(`${command.op} rejected: ${renderReply(reply.outcome, reply.body).body}`);
+      return reply.body;
+    },
+  };
+}
+
 /** Verifies and handles one webhook delivery (the raw body and its signature). */
 function receiveWebhook(deps: CommerceDeps, ex: Exchange, text: string, signature: string): void {
   let event: Stripe.Event;
@@ -314,6 +330,8 @@ function receiveWebhook(deps: CommerceDeps, ex: Exchange, text: string, signatur
   commandsForEvent(deps.processor.stripe, event)
     .then(async (commands) => {
       for (const command of commands) await applyProcessorCommand(deps, command);
+      if (event.type === 'invoice.created' && event.data.object.id !== undefined)
+        await billOverage(overageIo(deps), event.data.object.id);
       ex.json(200, { received: true });
     })
     .catch((error: unknown) => {

@@ -407,6 +407,8 @@ export class ReferenceModel {
       case 'recordPurchase':
       case 'quoteRefund':
       case 'recordRefund':
+      case 'overageDue':
+      case 'recordOverageBill':
         throw new Error(
           `${command.op} is not modelled: commerce is tested end to end (test/commerce.test.ts)`,
         );

@@ -5,6 +5,7 @@
 import { registerCheckoutSessions } from './resources/checkout-sessions.js';
 import { registerCustomers } from './resources/customers.js';
 import { registerEvents } from './resources/events.js';
+import { registerInvoiceItems } from './resources/invoice-items.js';
 import { registerInvoices } from './resources/invoices.js';
 import { registerPayments } from './resources/payments.js';
 import { registerPrices } from './resources/prices.js';
@@ -24,6 +25,7 @@ export function buildSandboxRouter(): Router {
     registerCheckoutSessions,
     registerSubscriptions,
     registerInvoices,
+    registerInvoiceItems,
     registerPayments,
     registerRefunds,
     registerTestClocks,

@@ -28,6 +28,7 @@ export class SandboxState {
   readonly charges: Collection<Stripe.Charge>;
   readonly refunds: Collection<Stripe.Refund>;
   readonly invoicePayments: Collection<Stripe.InvoicePayment>;
+  readonly invoiceItems: Collection<Stripe.InvoiceItem>;
   readonly testClocks: Collection<Stripe.TestHelpers.TestClock>;
   readonly webhookEndpoints: Collection<Stripe.WebhookEndpoint>;
   readonly events: EventLog;
@@ -39,6 +40,12 @@ export class SandboxState {
       readonly paymentMetadata: Record<string, string>;
     }
   >();
+
+  /**
+   * Per draft invoice: the `invoice.created` event announcing it. A draft is finalized an
+   * hour after every endpoint acknowledged that event (or after 72 hours regardless).
+   */
+  readonly draftAnnouncements = new Map<string, string>();
 
   /** Secrets of the webhook endpoints (Stripe shows one only when it is created). */
   readonly webhookSecrets = new Map<string, string>();
@@ -65,6 +72,7 @@ export class SandboxState {
     this.charges = new Collection('charge', n);
     this.refunds = new Collection('refund', n);
     this.invoicePayments = new Collection('invoice_payment', n);
+    this.invoiceItems = new Collection('invoiceitem', n);
     this.testClocks = new Collection('test_clock', n);
     this.webhookEndpoints = new Collection('webhook_endpoint', Math.min(n, 16));
     this.events = new EventLog(clock, this.webhookEndpoints, limits.events);
@@ -84,6 +92,7 @@ export class SandboxState {
       ch_: this.charges,
       re_: this.refunds,
       inpay_: this.invoicePayments,
+      ii_: this.invoiceItems,
       clock_: this.testClocks,
       we_: this.webhookEndpoints,
       evt_: this.events.collection,

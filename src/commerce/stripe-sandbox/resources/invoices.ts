@@ -1,10 +1,12 @@
 /**
- * Invoices: built by subscription billing (`invoiceForPeriod`), read through
- * `/v1/invoices` (retrieve, list filtered by `customer`, `subscription`, `status`).
+ * Invoices: built by subscription billing (`invoiceForPeriod`, `issueInvoice`), read through
+ * `/v1/invoices` (retrieve, list filtered by `customer`, `subscription`, `status`), and their
+ * payments through `/v1/invoice_payments`.
  *
- * Every invoice the sandbox issues is paid in full at once (the card always succeeds): `status:
- * paid`, `amount_paid` = total. Each subscription item becomes one line whose `period` is the
- * service period it pays for; the invoice names its subscription under
+ * An invoice is paid in full when it is finalized (the card always succeeds): `status:
+ * paid`, `amount_paid` = total less the customer's credit; a renewal's invoice may first stay
+ * a draft that invoice items are added to (billing.ts). Each subscription item becomes one
+ * line whose `period` is the service period it pays for; the invoice names its subscription under
  * `parent.subscription_details` (where the current API version puts it) and each line under
  * `subscription`. `/v1/invoices/:id/lines` pages through the lines. Invoice
  * `period_start`/`period_end` follow Stripe's meaning (the period that just ended, equal to the
@@ -100,6 +102,7 @@ export interface InvoiceRequest {
   readonly invoicePeriod: Period;
   readonly reason: 'subscription_create' | 'subscription_cycle';
   readonly created: number;
+  readonly draft?: boolean;
 }
 
 /** Builds and stores a paid invoice for one period of a subscription (no events). */
@@ -122,7 +125,12 @@ export interface IssueRequest {
   readonly invoicePeriod: Period;
   readonly reason: Stripe.Invoice.BillingReason;
   readonly created: number;
+  /** Left as a draft (lines can be added) until `finalizeInvoice`; else paid at once. */
+  readonly draft?: boolean;
 }
+
+/** How long a renewal's draft stays open for invoice items, as on Stripe: one hour. */
+export const DRAFT_OPEN_SECONDS = 3600;
 
 /**
  * Builds, stores and pays an invoice (no events). The customer's credit balance (from a
@@ -137,23 +145,19 @@ export function issueInvoice(state: SandboxState, request: IssueRequest): Stripe
   const total = lines.reduce((sum, line) => sum + line.amount, 0);
   const customerId = String(subscription.customer);
   const customer = state.customers.get(customerId);
-  const startingBalance = customer.balance;
-  const due = Math.max(0, total + startingBalance);
-  const endingBalance = Math.min(0, total + startingBalance);
-  state.customers.update({ ...customer, balance: endingBalance });
   const invoice: Stripe.Invoice = {
     ...invoiceDefaults(),
     id,
-    amount_due: due,
-    amount_paid: due,
+    amount_due: total,
+    amount_paid: 0,
     billing_reason: request.reason,
     created,
     currency: subscription.currency,
     customer: customerId,
     customer_email: customer.email,
     customer_name: customer.name ?? null,
-    effective_at: created,
-    ending_balance: endingBalance,
+    effective_at: null,
+    ending_balance: null,
     lines: { object: 'list', data: lines, has_more: false, url: `/v1/invoices/${id}/lines` },
     number: nextNumber(state, customerId),
     parent: {
@@ -163,11 +167,12 @@ export function issueInvoice(state: SandboxState, request: IssueRequest): Stripe
     },
     period_end: request.invoicePeriod.end,
     period_start: request.invoicePeriod.start,
-    starting_balance: startingBalance,
+    starting_balance: 0,
+    status: 'draft',
     status_transitions: {
-      finalized_at: created,
+      finalized_at: null,
       marked_uncollectible_at: null,
-      paid_at: created,
+      paid_at: null,
       voided_at: null,
     },
     subtotal: total,
@@ -175,9 +180,45 @@ export function issueInvoice(state: SandboxState, request: IssueRequest): Stripe
     test_clock: subscription.test_clock,
     total,
     total_excluding_tax: total,
-    webhooks_delivered_at: created,
+    webhooks_delivered_at: null,
+    automatically_finalizes_at: request.draft === true ? created + DRAFT_OPEN_SECONDS : null,
   };
   state.invoices.insert(invoice);
+  return request.draft === true ? invoice : finalizeInvoice(state, invoice.id, created);
+}
+
+/**
+ * Finalizes a draft at `at` and pays it: the customer's credit balance (from a downgrade's
+ * proration) is applied first, what remains due is charged to the card.
+ */
+export function finalizeInvoice(
+  state: SandboxState,
+  invoiceId: string,
+  at: number,
+): Stripe.Invoice {
+  const draft = state.invoices.get(invoiceId);
+  const total = draft.lines.data.reduce((sum, line) => sum + line.amount, 0);
+  const customer = state.customers.get(String(draft.customer));
+  const startingBalance = customer.balance;
+  const due = Math.max(0, total + startingBalance);
+  const endingBalance = Math.min(0, total + startingBalance);
+  state.customers.update({ ...customer, balance: endingBalance });
+  const invoice = state.invoices.update({
+    ...draft,
+    amount_due: due,
+    amount_paid: due,
+    automatically_finalizes_at: null,
+    effective_at: at,
+    ending_balance: endingBalance,
+    starting_balance: startingBalance,
+    status: 'paid',
+    status_transitions: { ...draft.status_transitions, finalized_at: at, paid_at: at },
+    subtotal: total,
+    subtotal_excluding_tax: total,
+    total,
+    total_excluding_tax: total,
+    webhooks_delivered_at: at,
+  });
   if (due > 0) payInvoice(state, invoice, customer);
   return invoice;
 }
@@ -192,7 +233,7 @@ function payInvoice(state: SandboxState, invoice: Stripe.Invoice, customer: Stri
       currency: invoice.currency,
       description: `Payment for Invoice ${invoice.number ?? invoice.id}`,
       metadata: {},
-      created: invoice.created,
+      created: invoice.effective_at ?? invoice.created,
     },
     true,
   );
@@ -201,7 +242,7 @@ function payInvoice(state: SandboxState, invoice: Stripe.Invoice, customer: Stri
     object: 'invoice_payment',
     amount_paid: invoice.amount_paid,
     amount_requested: invoice.amount_due,
-    created: invoice.created,
+    created: invoice.effective_at ?? invoice.created,
     currency: invoice.currency,
     invoice: invoice.id,
     is_default: true,
@@ -212,7 +253,7 @@ function payInvoice(state: SandboxState, invoice: Stripe.Invoice, customer: Stri
       charge: String(paymentIntent.latest_charge),
     },
     status: 'paid',
-    status_transitions: { canceled_at: null, paid_at: invoice.created },
+    status_transitions: { canceled_at: null, paid_at: invoice.effective_at ?? invoice.created },
   });
 }
 
@@ -275,7 +316,6 @@ function invoiceDefaults() {
     shipping_cost: null,
     shipping_details: null,
     statement_descriptor: null,
-    status: 'paid',
     total_discount_amounts: [],
     total_pretax_credit_amounts: [],
     total_taxes: [],
