@@ -433,3 +433,62 @@ describe('prorated refunds on a test clock', () => {
     expect(ended.ended_at).toBe(utc(row.at) / 1000);
   });
 });
+
+describe('contracts price the subscription', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness(CONFIG, at('2026-05-01T00:00:00'));
+  }, 60_000);
+  afterAll(async () => {
+    await h?.close();
+  });
+
+  it('checkout, plan change and renewal charge the contract price', async () => {
+    const contract = await api(h, 'PUT', '/v1/contracts/cora', {
+      priceAmount: 1500,
+      priceInterval: 'month',
+      entitlements: { api_calls: { included: 3000 } },
+    });
+    expect(contract.status).toBe(200);
+    await buy(h, 'cora', 'pro');
+    const stripe = h.sandbox.stripe();
+    const [subscription] = (await api(h, 'GET', '/v1/subscriptions?customerId=cora')).body.data;
+    const first = await stripe.invoices.list({
+      subscription: subscription.processorSubscriptionId,
+    });
+    expect(first.data.map((i) => i.amount_paid)).toEqual([1500]);
+    const balance = await api(h, 'GET', '/v1/usage/api_calls/balance?customerId=cora');
+    expect(balance.body.included).toBe(3000);
+
+    // A plan change keeps the contract price: the proration nets to nothing.
+    h.now = at('2026-05-11T00:00:00');
+    const changed = await api(h, 'POST', '/v1/subscriptions/change', {
+      customerId: 'cora',
+      planKey: 'team',
+    });
+    expect(changed.body.productKey).toBe('team');
+    await h.sandbox.deliveries.idle();
+    const after = await stripe.subscriptions.retrieve(subscription.processorSubscriptionId);
+    expect(after.items.data[0]?.price.unit_amount).toBe(1500);
+    const proration = await stripe.invoices.retrieve(String(after.latest_invoice));
+    expect([proration.billing_reason, proration.amount_paid]).toEqual(['subscription_update', 0]);
+    expect(await api(h, 'GET', '/v1/entitlements/exports/has?customerId=cora')).toMatchObject({
+      body: true,
+    });
+
+    // A push leaves the contract price active; the renewal charges it.
+    const pushed = await api(h, 'POST', '/v1/sync/push', CONFIG);
+    expect(pushed.status).toBe(200);
+    expect((await stripe.prices.retrieve(after.items.data[0]?.price.id ?? '')).active).toBe(true);
+    h.now = at('2026-06-01T00:00:01');
+    await stripe.subscriptions.list({ limit: 1 });
+    await h.sandbox.deliveries.idle();
+    h.now = at('2026-06-01T02:00:00');
+    await stripe.subscriptions.list({ limit: 1 });
+    const invoices = await stripe.invoices.list({
+      subscription: subscription.processorSubscriptionId,
+    });
+    const renewal = invoices.data.find((i) => i.billing_reason === 'subscription_cycle');
+    expect([renewal?.status, renewal?.amount_paid]).toEqual(['paid', 1500]);
+  });
+});

@@ -14,11 +14,12 @@ import type { BillingConfig } from '../../actors/billing-config.js';
 import type { SubscriptionView } from '../../actors/customer.js';
 import { ID_LENGTH_MAX } from '../../shared/limits.js';
 import { isoOf } from '../../shared/iso-time.js';
-import { priceLookupKey } from '../commerce/catalog-sync.js';
+import { subscriptionPrice } from '../commerce/contract-prices.js';
 import { META } from '../commerce/metadata.js';
 import { productOfLookupKey } from '../commerce/stripe-events.js';
 import {
   commerceOf,
+  contractOf,
   freshRef,
   processorMessage,
   ShardFull,
@@ -41,15 +42,6 @@ const changeSchema = {
 
 /** Statuses of a subscription that can change plans. */
 const CHANGEABLE: ReadonlySet<string> = new Set(['active', 'trialing', 'past_due']);
-
-/** The price the plan has at the processor now (found by its lookup key). */
-async function priceOf(stripe: Stripe, lookupKey: string): Promise<Stripe.Price> {
-  const found = (await stripe.prices.list({ lookup_keys: [lookupKey], active: true, limit: 1 }))
-    .data[0];
-  if (found === undefined)
-    throw new Error(`no price ${lookupKey} at the processor: push the configuration again`);
-  return found;
-}
 
 function viewOf(
   customerId: string,
@@ -97,7 +89,15 @@ async function change(deps: CommerceDeps, ctx: RouteInput<ChangeBody>): Promise<
   // The plan it is on is the processor's: a change not yet confirmed to Tally counts.
   const onPlan = productOfLookupKey(ctx.environment, item.price.lookup_key) ?? live.productKey;
   if (onPlan === planKey) return ctx.ex.fail('already_on_plan', { id: live.id, planKey });
-  const target = await priceOf(stripe, priceLookupKey(ctx.environment, planKey, price));
+  const contract = await contractOf(deps.pool, ctx.environment, customerId);
+  const target = await subscriptionPrice(
+    stripe,
+    ctx.environment,
+    customerId,
+    planKey,
+    price,
+    contract,
+  );
   const updated = await stripe.subscriptions.update(
     current.id,
     {

@@ -12,13 +12,14 @@ import { randomBytes } from 'node:crypto';
 import type Stripe from 'stripe';
 import type uWS from 'uWebSockets.js';
 import type { BillingConfig } from '../../actors/billing-config.js';
-import type { CommerceView, Command } from '../../actors/customer.js';
+import type { CommerceView, Command, ContractView } from '../../actors/customer.js';
 import type { AuditTag, Environment, ReplyOutcome } from '../../actors/protocol.js';
 import { auditOf } from '../../actors/ops.js';
 import { assert } from '../../shared/assert.js';
 import type { AuditLog } from '../../storage/audit-log.js';
 import type { ControlStore } from '../../storage/control-store.js';
-import { fitKey, IDEMPOTENCY_KEY_MAX, priceLookupKey } from '../commerce/catalog-sync.js';
+import { fitKey, IDEMPOTENCY_KEY_MAX } from '../commerce/catalog-sync.js';
+import { subscriptionPrice } from '../commerce/contract-prices.js';
 import { billOverage, type OverageIo } from '../commerce/overage-billing.js';
 import type { Processor } from '../commerce/processor.js';
 import { commandsForEvent, META, type ProcessorCommand } from '../commerce/stripe-events.js';
@@ -81,6 +82,16 @@ export async function commerceOf(
 ): Promise<CommerceView> {
   const reply = await ask(pool, { op: 'getCommerce', environment, customerId, key: '' });
   return JSON.parse(reply.body) as CommerceView;
+}
+
+/** The customer's contract, or null without one. */
+export async function contractOf(
+  pool: ShardPool,
+  environment: Environment,
+  customerId: string,
+): Promise<ContractView | null> {
+  const reply = await ask(pool, { op: 'getContract', environment, customerId, key: '' });
+  return reply.outcome === 'rejected' ? null : (JSON.parse(reply.body) as ContractView);
 }
 
 const REF_PREFIX = `${randomBytes(9).toString('base64url')}.c`;
@@ -173,11 +184,16 @@ async function createSession(
     throw new Answered();
   }
   const { stripe } = deps.processor;
-  const lookupKey = priceLookupKey(environment, body.productKey, price);
-  const found = (await stripe.prices.list({ lookup_keys: [lookupKey], active: true, limit: 1 }))
-    .data[0];
-  if (found === undefined)
-    throw new Error(`no price ${lookupKey} at the processor: push the configuration again`);
+  // A plan is sold at the customer's contract price, when there is a contract.
+  const contract = recurring ? await contractOf(deps.pool, environment, body.customerId) : null;
+  const found = await subscriptionPrice(
+    stripe,
+    environment,
+    body.customerId,
+    body.productKey,
+    price,
+    contract,
+  );
   const customer = await processorCustomer(
     deps,
     environment,

@@ -18,3 +18,6 @@ export const REFUND_META = {
   mode: 'tally_refund_mode',
   key: 'tally_idempotency_key',
 } as const;
+
+/** On a customer's contract price: the customer (catalog sync never archives these). */
+export const CONTRACT_CUSTOMER_META = 'tally_contract_customer';
