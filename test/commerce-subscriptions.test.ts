@@ -10,6 +10,7 @@ const CONFIG = {
   entitlements: {
     reports: { type: 'feature' },
     exports: { type: 'feature' },
+    seats: { type: 'limit' },
     api_calls: { type: 'meter', reset: 'month' },
   },
   products: {
@@ -17,7 +18,11 @@ const CONFIG = {
     pro: {
       name: 'Pro',
       price: { amount: 2000, currency: 'usd', interval: 'month' },
-      entitlements: { reports: true, api_calls: { included: 1000 } },
+      entitlements: {
+        reports: true,
+        seats: { included: 5, expansion: { unitAmount: 500 } },
+        api_calls: { included: 1000 },
+      },
     },
     team: {
       name: 'Team',
@@ -490,5 +495,58 @@ describe('contracts price the subscription', () => {
     });
     const renewal = invoices.data.find((i) => i.billing_reason === 'subscription_cycle');
     expect([renewal?.status, renewal?.amount_paid]).toEqual(['paid', 1500]);
+  });
+});
+
+describe('limit expansion billed as a prorated quantity change', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness(CONFIG, at('2026-03-01T00:00:00'));
+  }, 60_000);
+  afterAll(async () => {
+    await h?.close();
+  });
+
+  it('raising purchased adds the expansion to the subscription, prorated and paid', async () => {
+    await buy(h, 'sam', 'pro');
+    const [subscription] = (await api(h, 'GET', '/v1/subscriptions?customerId=sam')).body.data;
+    const stripe = h.sandbox.stripe();
+    h.now = at('2026-03-11T00:00:00');
+    const settings = { customerId: 'sam', purchased: 3 };
+    const raised = await api(h, 'POST', '/v1/entitlements/seats/limit/settings', settings);
+    expect(raised.body).toMatchObject({ limit: 8, purchased: 3 });
+    const after = await stripe.subscriptions.retrieve(subscription.processorSubscriptionId);
+    expect(after.items.data.map((i) => [i.price.unit_amount, i.quantity])).toEqual([
+      [2000, 1],
+      [500, 3],
+    ]);
+    // Three seats for 21 of March's 31 days.
+    const prorated = Math.round((3 * 500 * 21) / 31);
+    const invoice = await stripe.invoices.retrieve(String(after.latest_invoice));
+    expect([invoice.billing_reason, invoice.amount_paid]).toEqual([
+      'subscription_update',
+      prorated,
+    ]);
+    // The same request again bills nothing more.
+    expect((await api(h, 'POST', '/v1/entitlements/seats/limit/settings', settings)).status).toBe(
+      200,
+    );
+    const again = await stripe.subscriptions.retrieve(subscription.processorSubscriptionId);
+    expect(again.latest_invoice).toBe(after.latest_invoice);
+    await h.sandbox.deliveries.idle();
+    expect((await api(h, 'GET', '/v1/subscriptions?customerId=sam')).body.data[0].productKey).toBe(
+      'pro',
+    );
+    // The renewal charges the plan and the three seats.
+    h.now = at('2026-04-01T00:00:01');
+    await stripe.subscriptions.list({ limit: 1 });
+    await h.sandbox.deliveries.idle();
+    h.now = at('2026-04-01T02:00:00');
+    await stripe.subscriptions.list({ limit: 1 });
+    const invoices = await stripe.invoices.list({
+      subscription: subscription.processorSubscriptionId,
+    });
+    const renewal = invoices.data.find((i) => i.billing_reason === 'subscription_cycle');
+    expect([renewal?.status, renewal?.amount_paid]).toEqual(['paid', 3500]);
   });
 });

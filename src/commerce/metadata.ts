@@ -21,3 +21,6 @@ export const REFUND_META = {
 
 /** On a customer's contract price: the customer (catalog sync never archives these). */
 export const CONTRACT_CUSTOMER_META = 'tally_contract_customer';
+
+/** On an expansion price: the limit it expands (catalog sync never archives these). */
+export const EXPANSION_LIMIT_META = 'tally_expansion_limit';
