@@ -6,9 +6,10 @@
  * but has not recorded (a crash after the processor call) are recorded first, from the
  * processor's own record; (2) the customer's actor answers whether the refund may go ahead
  * (or replays the answer recorded under the same key) and how much a purchase returns;
- * (3) the processor refunds, with an idempotency key derived from the request, and the
- * actor records the refund and its effect (the grant revoked, the subscription canceled)
- * in one journaled step, audited.
+ * (3) a subscription is canceled at the processor (its unused time is counted from the
+ * cancellation), the processor refunds with an idempotency key derived from the request,
+ * and the actor records the refund and its effect (the grant revoked, the subscription
+ * canceled) in one journaled step, audited.
  *
  * The path names the subscription or purchase only: its customer is the one the
  * processor's object names in its metadata, which must be of the key's environment.
