@@ -225,7 +225,22 @@ export function renewOnClock(state: SandboxState, clockId: string, frozenTime: n
 /** Renews the subscriptions that are not on a test clock up to the sandbox's now. */
 export function renewDue(state: SandboxState): void {
   const now = state.clock.nowSeconds();
+  // Open drafts are few: finalize theirs first, then renew only what is due.
+  const drafted = new Set<string>();
+  for (const invoiceId of state.draftAnnouncements.keys()) {
+    const ref = state.invoices.find(invoiceId)?.parent?.subscription_details?.subscription;
+    if (typeof ref === 'string') drafted.add(ref);
+  }
+  for (const subscriptionId of drafted) {
+    const subscription = state.subscriptions.find(subscriptionId);
+    if (subscription?.test_clock === null) finalizeDue(state, subscriptionId, now);
+  }
   for (const subscription of [...state.subscriptions.all()]) {
-    if (subscription.test_clock === null) renewThrough(state, subscription, now);
+    if (
+      subscription.test_clock === null &&
+      subscription.status === 'active' &&
+      currentPeriod(subscription).end <= now
+    )
+      renewThrough(state, subscription, now);
   }
 }
