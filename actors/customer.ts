@@ -23,6 +23,7 @@ import type {
   WriteCommand,
 } from './core/types.js';
 import { commerceView } from './core/commerce.js';
+import { recordedRefund } from './core/refunds.js';
 import { balanceView, contextView, contractView, customerView, limitView } from './core/views.js';
 
 export type * from './core/types.js';
@@ -123,6 +124,11 @@ function answer(
     }
     case 'commerce':
       return { kind, view: commerceView(command.customerId, state) };
+    case 'refund':
+      assert(command.op === 'recordRefund', 'only a refund answers with one');
+      return { kind, view: recordedRefund(state, command.refund) };
+    case 'refundQuote':
+    case 'overage':
     case 'has':
       assert(false, `a write (${command.op}) answers with a view`);
   }

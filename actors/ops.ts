@@ -22,6 +22,10 @@ import type {
   ProfilePatch,
   PurchaseInput,
   ReadCommand,
+  OverageBill,
+  OveragePeriod,
+  RefundInput,
+  RefundRequest,
   SubscriptionInput,
 } from './core/types.js';
 
@@ -39,7 +43,11 @@ export type WireValue =
   | ProfilePatch
   | ContextRequest
   | SubscriptionInput
-  | PurchaseInput;
+  | PurchaseInput
+  | RefundRequest
+  | RefundInput
+  | OveragePeriod
+  | OverageBill;
 
 /** What the audit log records for an audited write, derived from the command alone. */
 export interface AuditFields {
@@ -106,6 +114,9 @@ const BODIES: Readonly<Record<Answer, (outcome: Outcome) => string>> = {
   customer: jsonBody,
   context: exactBody,
   commerce: jsonBody,
+  refund: jsonBody,
+  refundQuote: jsonBody,
+  overage: jsonBody,
 };
 
 function viewOf(outcome: Outcome): unknown {
@@ -427,6 +438,72 @@ const OP_TABLE: { readonly [O in Op]: OpSpecOf<O> } = {
       eventId: a as string | null,
       purchase: b as PurchaseInput,
     }),
+    answer: 'commerce',
+  },
+  quoteRefund: {
+    op: 'quoteRefund',
+    code: 17,
+    access: 'read',
+    entitlement: null,
+    changesIndex: false,
+    unchangedIsRead: false,
+    audit: null,
+    wireA: (command) => command.request,
+    wireB: none,
+    fromWire: (address, a) => ({ op: 'quoteRefund', ...address, request: a as RefundRequest }),
+    answer: 'refundQuote',
+  },
+  recordRefund: {
+    op: 'recordRefund',
+    code: 18,
+    access: 'write',
+    entitlement: null,
+    changesIndex: false,
+    unchangedIsRead: false,
+    // `subscription.refund` or `purchase.refund`, with what was returned and how.
+    audit: ({ customerId, refund }) => ({
+      action: `${refund.target}.refund`,
+      resourceType: refund.target,
+      resourceId: customerId,
+      data: {
+        id: refund.targetId,
+        mode: refund.mode,
+        amount: refund.amount,
+        currency: refund.currency,
+        idempotencyKey: refund.idempotencyKey,
+        processorRefundId: refund.processorRefundId,
+      },
+    }),
+    wireA: (command) => command.refund,
+    wireB: none,
+    fromWire: (address, a) => ({ op: 'recordRefund', ...address, refund: a as RefundInput }),
+    answer: 'refund',
+  },
+  overageDue: {
+    op: 'overageDue',
+    code: 19,
+    access: 'read',
+    entitlement: null,
+    changesIndex: false,
+    unchangedIsRead: false,
+    audit: null,
+    wireA: (command) => command.period,
+    wireB: none,
+    fromWire: (address, a) => ({ op: 'overageDue', ...address, period: a as OveragePeriod }),
+    answer: 'overage',
+  },
+  recordOverageBill: {
+    op: 'recordOverageBill',
+    code: 20,
+    access: 'write',
+    entitlement: null,
+    changesIndex: false,
+    unchangedIsRead: false,
+    // Recorded in the journal (the bill names the subscription, period, invoice and lines).
+    audit: null,
+    wireA: (command) => command.bill,
+    wireB: none,
+    fromWire: (address, a) => ({ op: 'recordOverageBill', ...address, bill: a as OverageBill }),
     answer: 'commerce',
   },
 };

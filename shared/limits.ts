@@ -53,6 +53,18 @@ export const IDEMPOTENCY_SWEEP_SLICE_ENTRIES = 500;
 export const PROCESSOR_EVENTS_PER_CUSTOMER_MAX = 1000;
 /** Subscriptions and purchases a customer may hold; past this a new one is refused. */
 export const COMMERCE_RECORDS_PER_CUSTOMER_MAX = 10_000;
+/**
+ * Refunds a customer may hold. Each refund returns money that is left, so a purchase takes
+ * at most two (prorated, then full) and a subscription one (it is canceled): three per
+ * record is never reached by honest use, and bounds the state if it were.
+ */
+export const REFUNDS_PER_CUSTOMER_MAX = 3 * COMMERCE_RECORDS_PER_CUSTOMER_MAX;
+/**
+ * Billed overage periods a customer remembers. A period's invoice is drafted once, at its
+ * end; remembering the last few is enough to apply a redelivered `invoice.created` once
+ * (the processor's invoice lines are checked as well).
+ */
+export const OVERAGE_BILLS_PER_CUSTOMER_MAX = 64;
 
 /** Purchased-credit lots per meter per customer; a grant beyond it is refused. */
 export const LOTS_PER_METER_MAX = 10_000;

@@ -113,10 +113,20 @@ export const ERRORS = {
     message: '{key} is a {actual}, not a {expected}',
     when: 'a feature on /limit, a limit on /usage, ...',
   },
+  refund_mode_not_allowed: {
+    status: 400,
+    message: 'mode prorated is not allowed: {detail}',
+    when: 'a prorated refund of a purchase that did not grant a single metered-credit lot',
+  },
+  plan_not_recurring: {
+    status: 400,
+    message: 'planKey {planKey} {detail}',
+    when: 'a plan change to an unknown, free or one-time product',
+  },
   idempotency_key_reused: {
     status: 400,
     message: 'idempotencyKey was reused with different parameters',
-    when: 'same idempotency key, different amount',
+    when: 'same idempotency key, different amount (or refund mode)',
   },
   expansion_not_allowed: {
     status: 400,
@@ -184,6 +194,21 @@ export const ERRORS = {
     message: 'product {productKey} not found',
     when: "checkout of a product the environment's configuration does not have",
   },
+  subscription_not_found: {
+    status: 404,
+    message: 'subscription {id} not found',
+    when: "a refund of a subscription that is not one of this environment's",
+  },
+  no_active_subscription: {
+    status: 404,
+    message: 'customer {customerId} has no active subscription: start one with POST /v1/checkout',
+    when: 'a plan change of a customer without an active, processor-managed subscription',
+  },
+  purchase_not_found: {
+    status: 404,
+    message: 'purchase {id} not found',
+    when: "a refund of a purchase that is not one of this environment's",
+  },
   key_not_found: {
     status: 404,
     message: 'key {id} not found',
@@ -204,6 +229,18 @@ export const ERRORS = {
     status: 409,
     message: 'amount exceeds the refundable usage of {key}',
     when: 'usage refund beyond recorded usage of the current period',
+  },
+  already_refunded: {
+    status: 409,
+    message: 'nothing left to refund: {detail}',
+    when:
+      'a refund of a purchase refunded in full (or, prorated, with no unused credits), or of ' +
+      'a subscription already refunded',
+  },
+  already_on_plan: {
+    status: 409,
+    message: 'subscription {id} is already on {planKey}',
+    when: 'a plan change to the plan the subscription is on',
   },
   subscription_exists: {
     status: 409,

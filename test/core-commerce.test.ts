@@ -263,3 +263,170 @@ describe('commerce in the customer actor', () => {
     expect(fromSnapshot(throughCodec(toSnapshot(live)))).toEqual(live);
   });
 });
+
+describe('refunds in the customer actor', () => {
+  const purchase = { id: 'stripe:pi_1', productKey: 'pack', amount: 500, currency: 'usd' };
+  const request = (mode: 'prorated' | 'full', idempotencyKey: string | null) =>
+    ({ target: 'purchase', targetId: purchase.id, mode, idempotencyKey }) as const;
+  const quote = (d: Driver, mode: 'prorated' | 'full', key: string | null, now: number) =>
+    d.run({ op: 'quoteRefund', ...at, request: request(mode, key) }, now);
+  const record = (d: Driver, mode: 'prorated' | 'full', key: string, amount: number, now: number) =>
+    d.run(
+      {
+        op: 'recordRefund',
+        ...at,
+        refund: {
+          ...request(mode, key),
+          amount,
+          currency: 'usd',
+          processorRefundId: `re_${key}_${mode}`,
+        },
+      },
+      now,
+    );
+
+  function bought(): Driver {
+    const d = new Driver();
+    d.run({ op: 'recordPurchase', ...at, eventId: 'evt_1', purchase }, T0);
+    // 100 included, then 20 of the lot's 50 credits.
+    d.run({ op: 'consume', ...at, key: 'api_calls', amountMicros: 120_000_000n }, T0);
+    return d;
+  }
+
+  it('prorated returns price × unused / granted and revokes the unused credits', () => {
+    const d = bought();
+    expect(quote(d, 'prorated', 'k1', T0)).toEqual({
+      kind: 'refundQuote',
+      view: { recorded: null, amount: 300, currency: 'usd' },
+    });
+    const answer = {
+      kind: 'refund',
+      view: {
+        id: purchase.id,
+        status: 'partially_refunded',
+        refund: { amount: 300, currency: 'usd', mode: 'prorated' },
+      },
+    };
+    expect(record(d, 'prorated', 'k1', 300, T0 + 1)).toEqual(answer);
+    expect(d.journal.at(-1)).toMatchObject({
+      type: 'purchaseRefunded',
+      purchaseId: purchase.id,
+      refundedAmount: 300,
+      revoked: [['api_calls', 30_000_000n]],
+    });
+    expect(balance(d, 'api_calls', T0 + 1)).toMatchObject({ view: { balance: 0 } });
+    // A replay answers the same and journals nothing; the other mode under the key is refused.
+    const journaled = d.journal.length;
+    expect(record(d, 'prorated', 'k1', 300, T0 + 2)).toEqual(answer);
+    expect(quote(d, 'prorated', 'k1', T0 + 2)).toMatchObject({ view: { recorded: answer.view } });
+    expect(d.journal.length).toBe(journaled);
+    for (const out of [quote(d, 'full', 'k1', T0 + 2), record(d, 'full', 'k1', 200, T0 + 2)])
+      expect(out).toEqual({ kind: 'rejected', rejection: { kind: 'idempotency_key_reused' } });
+    expect(quote(d, 'prorated', 'k2', T0 + 2)).toMatchObject({
+      rejection: { kind: 'already_refunded' },
+    });
+    expect(quote(d, 'full', 'k3', T0 + 2)).toMatchObject({ view: { amount: 200 } });
+    expect(record(d, 'full', 'k3', 200, T0 + 3)).toMatchObject({
+      view: { status: 'refunded', refund: { amount: 200 } },
+    });
+    expect(quote(d, 'full', 'k4', T0 + 3)).toMatchObject({
+      rejection: { kind: 'already_refunded' },
+    });
+    const live = d.customers.get('test\u0000ada') as CustomerState;
+    expect(live.commerce?.refunds).toHaveLength(2);
+    expect(d.replayed().get('test\u0000ada')).toEqual(live);
+    expect(fromSnapshot(throughCodec(toSnapshot(live)))).toEqual(live);
+  });
+
+  it('refuses unknown targets; a subscription refund cancels it at once', () => {
+    const d = new Driver();
+    expect(quote(d, 'full', 'k', T0)).toMatchObject({
+      rejection: { kind: 'refund_target_not_found', target: 'purchase' },
+    });
+    d.run(sync('evt_1', subscription('active', T0)), T0);
+    expect(has(d, 'audit', T0)).toEqual({ kind: 'has', value: true });
+    const refund = {
+      target: 'subscription',
+      targetId: 'stripe:sub_1',
+      mode: 'full',
+      idempotencyKey: null,
+      amount: 2000,
+      currency: 'usd',
+      processorRefundId: 're_1',
+    } as const;
+    expect(d.run({ op: 'recordRefund', ...at, refund }, T0 + 1)).toEqual({
+      kind: 'refund',
+      view: {
+        id: 'stripe:sub_1',
+        status: 'canceled',
+        refund: { amount: 2000, currency: 'usd', mode: 'full' },
+      },
+    });
+    expect(has(d, 'audit', T0 + 1)).toEqual({ kind: 'has', value: false });
+    // Reported again (the charge.refunded event): recorded once.
+    const journaled = d.journal.length;
+    d.run({ op: 'recordRefund', ...at, refund }, T0 + 2);
+    expect(d.journal.length).toBe(journaled);
+    expect(
+      d.run(
+        {
+          op: 'quoteRefund',
+          ...at,
+          request: {
+            target: 'subscription',
+            targetId: 'stripe:sub_1',
+            mode: 'full',
+            idempotencyKey: null,
+          },
+        },
+        T0 + 2,
+      ),
+    ).toMatchObject({ rejection: { kind: 'already_refunded' } });
+    // A late processor read of the subscription as active does not bring the plan back.
+    d.run(sync('evt_2', subscription('active', T0)), T0 + 3);
+    expect(has(d, 'audit', T0 + 3)).toEqual({ kind: 'has', value: false });
+  });
+});
+
+describe('overage billed in the customer actor', () => {
+  it('keeps the ended period’s overage after the meter moved on, and records a bill once', () => {
+    const d = new Driver();
+    d.run({ op: 'usageSettings', ...at, key: 'api_calls', overageEnabled: true }, T0);
+    d.run({ op: 'consume', ...at, key: 'api_calls', amountMicros: 150_000_000n }, T0);
+    const consumed = d.journal.at(-1);
+    if (consumed?.type !== 'consumed') throw new Error('expected a consume');
+    const period = { subscriptionId: 'stripe:sub_1', periodStartMs: consumed.periodStartMs };
+    const due = (now: number) => d.run({ op: 'overageDue', ...at, period }, now);
+    expect(due(T0)).toEqual({
+      kind: 'overage',
+      view: { billed: false, meters: [{ meterKey: 'api_calls', micros: '50000000' }] },
+    });
+    // A consume in the next month moves the meter on; the ended month's overage stays known.
+    d.run({ op: 'consume', ...at, key: 'api_calls', amountMicros: 1_000_000n }, T0 + 40 * DAY);
+    expect(due(T0 + 40 * DAY)).toMatchObject({ view: { meters: [{ micros: '50000000' }] } });
+    const bill = {
+      ...period,
+      periodEndMs: period.periodStartMs + 31 * DAY,
+      invoiceId: 'in_1',
+      currency: 'usd',
+      lines: [
+        {
+          meterKey: 'api_calls',
+          micros: 50_000_000n,
+          unitAmount: 1,
+          amount: 50,
+          processorItemId: 'ii_1',
+        },
+      ],
+    };
+    d.run({ op: 'recordOverageBill', ...at, bill }, T0 + 40 * DAY);
+    expect(d.journal.at(-1)).toMatchObject({ type: 'overageBilled', bill });
+    const journaled = d.journal.length;
+    d.run({ op: 'recordOverageBill', ...at, bill }, T0 + 41 * DAY);
+    expect(d.journal.length).toBe(journaled);
+    expect(due(T0 + 41 * DAY)).toMatchObject({ view: { billed: true } });
+    const live = d.customers.get('test\u0000ada') as CustomerState;
+    expect(d.replayed().get('test\u0000ada')).toEqual(live);
+    expect(fromSnapshot(throughCodec(toSnapshot(live)))).toEqual(live);
+  });
+});

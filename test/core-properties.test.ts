@@ -194,6 +194,66 @@ const command: fc.Arbitrary<Command> = fc.oneof(
     ),
   },
   {
+    // Refunds the processor made of purchases and subscriptions that may or may not exist,
+    // under repeated keys and processor ids: replayed, they must rebuild the same state.
+    weight: 1,
+    arbitrary: fc
+      .tuple(
+        addressed,
+        fc.boolean(),
+        fc.integer({ min: 0, max: 3 }),
+        fc.constantFrom('prorated' as const, 'full' as const),
+        fc.option(fc.constantFrom('k0', 'k1'), { nil: null }),
+        fc.integer({ min: 0, max: 600 }),
+        fc.integer({ min: 0, max: 3 }),
+      )
+      .map(
+        ([a, ofPurchase, n, mode, idempotencyKey, amount, refundId]): Command => ({
+          op: 'recordRefund',
+          ...a,
+          key: '',
+          refund: {
+            target: ofPurchase ? 'purchase' : 'subscription',
+            targetId: ofPurchase ? `stripe:pi_${n}` : `stripe:sub_${n}`,
+            mode,
+            idempotencyKey: ofPurchase ? (idempotencyKey ?? 'k') : idempotencyKey,
+            amount,
+            currency: 'usd',
+            processorRefundId: `re_${refundId}`,
+          },
+        }),
+      ),
+  },
+  {
+    // Overage bills of a few periods, some repeated: each is recorded once.
+    weight: 1,
+    arbitrary: fc
+      .tuple(addressed, fc.integer({ min: 0, max: 2 }), fc.integer({ min: 0, max: 2 }))
+      .map(
+        ([a, n, p]): Command => ({
+          op: 'recordOverageBill',
+          ...a,
+          key: '',
+          bill: {
+            subscriptionId: `stripe:sub_${n}`,
+            periodStartMs: T0 + p * 30 * 86_400_000,
+            periodEndMs: T0 + (p + 1) * 30 * 86_400_000,
+            invoiceId: `in_${n}_${p}`,
+            currency: 'usd',
+            lines: [
+              {
+                meterKey: 'api_calls',
+                micros: 1_000_000n,
+                unitAmount: 2,
+                amount: 2,
+                processorItemId: `ii_${n}_${p}`,
+              },
+            ],
+          },
+        }),
+      ),
+  },
+  {
     weight: 2,
     arbitrary: fc
       .tuple(addressed, profilePatch, contextRequest)

@@ -83,6 +83,52 @@ const SAMPLES: { readonly [O in Op]: Extract<Command, { op: O }> } = {
     eventId: null,
     purchase: { id: 'stripe:pi_1', productKey: 'pack', amount: 500, currency: 'usd' },
   },
+  quoteRefund: {
+    op: 'quoteRefund',
+    ...at,
+    key: '',
+    request: {
+      target: 'purchase',
+      targetId: 'stripe:pi_1',
+      mode: 'prorated',
+      idempotencyKey: 'r1',
+    },
+  },
+  recordRefund: {
+    op: 'recordRefund',
+    ...at,
+    key: '',
+    refund: {
+      target: 'subscription',
+      targetId: 'stripe:sub_1',
+      mode: 'full',
+      idempotencyKey: null,
+      amount: 2000,
+      currency: 'usd',
+      processorRefundId: 're_1',
+    },
+  },
+  overageDue: {
+    op: 'overageDue',
+    ...at,
+    key: '',
+    period: { subscriptionId: 'stripe:sub_1', periodStartMs: 1 },
+  },
+  recordOverageBill: {
+    op: 'recordOverageBill',
+    ...at,
+    key: '',
+    bill: {
+      subscriptionId: 'stripe:sub_1',
+      periodStartMs: 1,
+      periodEndMs: 2,
+      invoiceId: 'in_1',
+      currency: 'usd',
+      lines: [
+        { meterKey: 'api_calls', micros: 3n, unitAmount: 2, amount: 0, processorItemId: 'ii_1' },
+      ],
+    },
+  },
 };
 
 const WITHOUT_OPTIONALS: readonly Command[] = [
@@ -124,7 +170,15 @@ describe('op table', () => {
     const reads = Object.values(SAMPLES)
       .filter((command) => isRead(command))
       .map((command) => command.op);
-    expect(reads.sort()).toEqual(['balance', 'getCommerce', 'getContract', 'has', 'limit']);
+    expect(reads.sort()).toEqual([
+      'balance',
+      'getCommerce',
+      'getContract',
+      'has',
+      'limit',
+      'overageDue',
+      'quoteRefund',
+    ]);
   });
 
   it('derives the audit entry of each audited write from the command', () => {
@@ -149,6 +203,10 @@ describe('op table', () => {
       setProcessorCustomer: null,
       syncSubscription: 'subscription.sync',
       recordPurchase: 'purchase.record',
+      quoteRefund: null,
+      recordRefund: 'subscription.refund',
+      overageDue: null,
+      recordOverageBill: null,
     });
     expect(auditOf(SAMPLES.refund)).toEqual({
       action: 'usage.refund',

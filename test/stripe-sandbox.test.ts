@@ -767,3 +767,102 @@ describe('billing time', () => {
     }
   });
 });
+
+describe('prorations and refunds', () => {
+  it('invoices a prorated change at once, on a test clock, and pays it', async () => {
+    const product = await stripe.products.create({ name: 'Prorated' });
+    const [basic, plus, yearly] = await Promise.all(
+      [
+        { unit_amount: 2000, recurring: { interval: 'month' as const } },
+        { unit_amount: 5000, recurring: { interval: 'month' as const } },
+        { unit_amount: 20000, recurring: { interval: 'year' as const } },
+      ].map((p) => stripe.prices.create({ product: product.id, currency: 'usd', ...p })),
+    );
+    if (basic === undefined || plus === undefined || yearly === undefined) throw new Error();
+    const start = Date.UTC(2028, 1, 1) / 1000;
+    const clock = await stripe.testHelpers.testClocks.create({ frozen_time: start });
+    const customer = await stripe.customers.create({ test_clock: clock.id });
+    const subscription = await stripe.subscriptions.create({
+      customer: customer.id,
+      items: [{ price: basic.id }],
+    });
+    const item = subscription.items.data[0]?.id ?? '';
+    const change = Date.UTC(2028, 1, 15) / 1000;
+    await stripe.testHelpers.testClocks.advance(clock.id, { frozen_time: change });
+    for (let i = 0; i < 100; i++) {
+      if ((await stripe.testHelpers.testClocks.retrieve(clock.id)).status === 'ready') break;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    const changed = await stripe.subscriptions.update(subscription.id, {
+      items: [{ id: item, price: plus.id }],
+      proration_behavior: 'always_invoice',
+    });
+    const invoice = await stripe.invoices.retrieve(String(changed.latest_invoice));
+    // February 2028 has 29 days; 15 remain after the 15th.
+    const end = Date.UTC(2028, 2, 1) / 1000;
+    const credit = -Math.round((2000 * 15) / 29);
+    const charge = Math.round((5000 * 15) / 29);
+    expect(invoice).toMatchObject({
+      billing_reason: 'subscription_update',
+      status: 'paid',
+      amount_paid: credit + charge,
+      created: change,
+    });
+    expect(invoice.lines.data.map((l) => [l.amount, l.period.start, l.period.end])).toEqual([
+      [credit, change, end],
+      [charge, change, end],
+    ]);
+    expect(invoice.lines.data.every((l) => l.parent?.subscription_item_details?.proration)).toBe(
+      true,
+    );
+    const payments = await stripe.invoicePayments.list({ invoice: invoice.id ?? '' });
+    expect(payments.data[0]).toMatchObject({ amount_paid: credit + charge, status: 'paid' });
+    expect(changed.items.data[0]).toMatchObject({ current_period_end: end });
+
+    // Refunds through the invoice's payment: partial, then beyond what is left, then the rest.
+    const paymentIntent = String(payments.data[0]?.payment.payment_intent);
+    const partial = await stripe.refunds.create({ payment_intent: paymentIntent, amount: 1000 });
+    expect(partial).toMatchObject({ amount: 1000, status: 'succeeded', currency: 'usd' });
+    const left = credit + charge - 1000;
+    await expect(
+      stripe.refunds.create({ payment_intent: paymentIntent, amount: left + 1 }),
+    ).rejects.toMatchObject({
+      type: 'StripeInvalidRequestError',
+      code: 'amount_too_large',
+      param: 'amount',
+    });
+    const rest = await stripe.refunds.create({ charge: String(partial.charge) });
+    expect(rest.amount).toBe(left);
+    const refunded = await stripe.charges.retrieve(String(partial.charge));
+    expect(refunded).toMatchObject({ amount_refunded: credit + charge, refunded: true });
+    await expect(stripe.refunds.create({ charge: refunded.id })).rejects.toMatchObject({
+      code: 'charge_already_refunded',
+    });
+    const events = await stripe.events.list({ types: ['refund.created', 'charge.refunded'] });
+    expect(events.data.map((e) => e.type)).toEqual([
+      'charge.refunded',
+      'refund.created',
+      'charge.refunded',
+      'refund.created',
+    ]);
+
+    // A downgrade leaves credit on the customer's balance, used by the next invoice.
+    const down = await stripe.subscriptions.update(subscription.id, {
+      items: [{ id: item, price: basic.id }],
+      proration_behavior: 'always_invoice',
+    });
+    const credited = await stripe.invoices.retrieve(String(down.latest_invoice));
+    expect(credited.amount_paid).toBe(0);
+    expect(credited.total).toBe(-charge + Math.round((2000 * 15) / 29));
+    expect((await stripe.customers.retrieve(customer.id)) as Stripe.Customer).toMatchObject({
+      balance: credited.total,
+    });
+    // Another interval restarts the billing cycle now and charges a full year.
+    const annual = await stripe.subscriptions.update(subscription.id, {
+      items: [{ id: item, price: yearly.id }],
+      proration_behavior: 'always_invoice',
+    });
+    expect(annual.billing_cycle_anchor).toBe(change);
+    expect(annual.items.data[0]?.current_period_end).toBe(Date.UTC(2029, 1, 15) / 1000);
+  });
+});

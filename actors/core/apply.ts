@@ -4,7 +4,9 @@
  * the configuration or the clock: everything it needs is in the event.
  */
 import { assert } from '../../shared/assert.js';
-import { applyCommerce } from './commerce.js';
+import { applyCommerce, commerceOf } from './commerce.js';
+import { applyOverageBilled } from './overage.js';
+import { applyRefund, lotRevoked } from './refunds.js';
 import { internKey, newCustomer, NO_LOT_DRAWS, NO_LOTS } from './state.js';
 import type {
   CustomerProfile,
@@ -32,7 +34,7 @@ export function apply(customer: CustomerState | undefined, event: Event): Custom
       applyConsumed(meterFor(state, event.key), event);
       break;
     case 'refunded':
-      applyRefunded(meterFor(state, event.key), event);
+      applyRefunded(state, meterFor(state, event.key), event);
       break;
     case 'limitSettingsSet':
       (state.limits ??= new Map()).set(event.key, {
@@ -57,6 +59,13 @@ export function apply(customer: CustomerState | undefined, event: Event): Custom
     case 'purchaseRecorded':
     case 'processorEventNoted':
       applyCommerce(state, event);
+      break;
+    case 'overageBilled':
+      applyOverageBilled(commerceOf(state), event);
+      break;
+    case 'purchaseRefunded':
+    case 'subscriptionRefunded':
+      applyRefund(state, commerceOf(state), event);
       break;
     case 'lotGranted':
       ownLots(meterFor(state, event.key)).push({
@@ -115,6 +124,10 @@ function ownLotDraws(meter: MeterState): LotDraw[] {
 function enterPeriod(meter: MeterState, periodStartMs: number): void {
   assert(periodStartMs >= meter.periodStartMs, 'periods only move forward');
   if (periodStartMs === meter.periodStartMs) return;
+  // The ended period's overage stays known until its invoice is drafted (overage.ts).
+  if (meter.overageMicros > 0n)
+    meter.closedOverage = { periodStartMs: meter.periodStartMs, micros: meter.overageMicros };
+  else if (meter.closedOverage !== undefined) delete meter.closedOverage;
   meter.periodStartMs = periodStartMs;
   meter.includedUsedMicros = 0n;
   meter.overageMicros = 0n;
@@ -142,7 +155,11 @@ function applyConsumed(meter: MeterState, event: Extract<Event, { type: 'consume
   }
 }
 
-function applyRefunded(meter: MeterState, event: Extract<Event, { type: 'refunded' }>): void {
+function applyRefunded(
+  state: CustomerState,
+  meter: MeterState,
+  event: Extract<Event, { type: 'refunded' }>,
+): void {
   assert(event.periodStartMs === meter.periodStartMs, 'refunds only unwind the current period');
   assert(meter.overageMicros >= event.overageMicros, 'refund within overage');
   assert(meter.includedUsedMicros >= event.includedMicros, 'refund within included usage');
@@ -155,7 +172,8 @@ function applyRefunded(meter: MeterState, event: Extract<Event, { type: 'refunde
     );
     last[1] -= micros;
     if (last[1] === 0n) meter.lotDraws.pop();
-    findLot(meter, lotId).remainingMicros += micros;
+    // A revoked lot gets nothing back: its unused credits were refunded as money.
+    if (!lotRevoked(state, lotId)) findLot(meter, lotId).remainingMicros += micros;
   }
   meter.includedUsedMicros -= event.includedMicros;
 }

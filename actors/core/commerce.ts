@@ -35,7 +35,13 @@ const REPLAY: Decision = { rejection: null, events: [] };
 const LIVE_STATUSES: ReadonlySet<string> = new Set(['active', 'trialing', 'past_due']);
 
 export function newCommerce(): CommerceState {
-  return { processorCustomerId: null, subscriptions: [], purchases: [], eventIds: [] };
+  return {
+    processorCustomerId: null,
+    subscriptions: [],
+    purchases: [],
+    refunds: [],
+    eventIds: [],
+  };
 }
 
 /** The subscription that makes the customer's plan, if any: the newest live one. */
@@ -276,7 +282,7 @@ export function decideRecordPurchase(
   return { rejection: null, events };
 }
 
-function commerceOf(state: CustomerState): CommerceState {
+export function commerceOf(state: CustomerState): CommerceState {
   return (state.commerce ??= newCommerce());
 }
 

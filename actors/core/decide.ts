@@ -25,6 +25,8 @@ import {
   decideSyncSubscription,
   subscriptionPeriod,
 } from './commerce.js';
+import { decideRecordOverageBill, overageView } from './overage.js';
+import { decideRecordRefund, quoteRefund } from './refunds.js';
 import type {
   ContextRequest,
   ContractInput,
@@ -132,6 +134,13 @@ export function query(
     }
     case 'commerce':
       return { kind: 'commerce', view: commerceView(command.customerId, customer) };
+    case 'refundQuote':
+      assert(command.op === 'quoteRefund', 'only a refund quote answers with one');
+      return quoteRefund(customer, config, command.request);
+    case 'overage':
+      assert(command.op === 'overageDue', 'only an overage read answers with one');
+      return { kind: 'overage', view: overageView(customer, command.period) };
+    case 'refund':
     case 'deleted':
     case 'customer':
     case 'context':
@@ -185,6 +194,10 @@ export function decide(
       return decideSyncSubscription(customer, command, nowMs);
     case 'recordPurchase':
       return decideRecordPurchase(customer, config, command, nowMs);
+    case 'recordRefund':
+      return decideRecordRefund(customer, command, nowMs);
+    case 'recordOverageBill':
+      return decideRecordOverageBill(customer, command, nowMs);
   }
 }
 

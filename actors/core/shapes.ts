@@ -21,6 +21,9 @@ const EVENT_TYPES: Readonly<Record<Event['type'], true>> = {
   subscriptionSynced: true,
   purchaseRecorded: true,
   processorEventNoted: true,
+  purchaseRefunded: true,
+  subscriptionRefunded: true,
+  overageBilled: true,
 };
 
 function isObject(value: unknown): value is Readonly<Record<string, unknown>> {

@@ -80,6 +80,9 @@ function cloneCommerce(commerce: CommerceState): CommerceState {
     processorCustomerId: commerce.processorCustomerId,
     subscriptions: commerce.subscriptions.map((s) => ({ ...s })),
     purchases: commerce.purchases.map((p) => ({ ...p, grant: { ...p.grant } })),
+    // Absent in snapshots taken before refunds existed.
+    refunds: (commerce.refunds ?? []).map((r) => ({ ...r })),
+    ...(commerce.overageBilled === undefined ? {} : { overageBilled: [...commerce.overageBilled] }),
     eventIds: [...commerce.eventIds],
   };
 }

@@ -34,6 +34,17 @@ export interface MeterState {
   overageEnabled: boolean;
   /** Purchased-credit lots, oldest first. They outlive periods. */
   lots: Lot[];
+  /**
+   * The overage of the period before `periodStartMs`, kept when a write moved the meter on,
+   * so that it can still be billed at the processor once that period's invoice is drafted.
+   * Absent when that period had none.
+   */
+  closedOverage?: ClosedOverage;
+}
+
+export interface ClosedOverage {
+  readonly periodStartMs: number;
+  readonly micros: Micros;
 }
 
 export interface LimitState {
@@ -80,7 +91,8 @@ export interface PurchaseRecord {
   /** Tally's id: the processor's name and its payment id (`stripe:pi_…`); also the lots' id. */
   readonly id: string;
   readonly productKey: string;
-  readonly status: 'paid';
+  /** `paid`, `partially_refunded` (some cash returned) or `refunded` (all of it). */
+  readonly status: PurchaseStatus;
   /** Integer minor units of `currency`. */
   readonly amount: number;
   readonly currency: string;
@@ -90,11 +102,46 @@ export interface PurchaseRecord {
   readonly atMs: number;
 }
 
+export type PurchaseStatus = 'paid' | 'partially_refunded' | 'refunded';
+
+export type RefundMode = 'prorated' | 'full';
+
+/** What a refund is of: a subscription (`stripe:sub_…`) or a purchase (`stripe:pi_…`). */
+export type RefundTarget = 'subscription' | 'purchase';
+
+/**
+ * A refund made through Tally, as recorded: also the idempotency record of its request
+ * (target, key and mode) and the answer a replay gets.
+ */
+export interface RefundRecord {
+  readonly target: RefundTarget;
+  /** The subscription's or purchase's id. */
+  readonly targetId: string;
+  /** The caller's key; null for a subscription refund asked without one. */
+  readonly idempotencyKey: string | null;
+  readonly mode: RefundMode;
+  /** Integer minor units returned to the customer (0: nothing was left to return). */
+  readonly amount: number;
+  readonly currency: string;
+  /** The subscription's or purchase's status once refunded (the answer's `status`). */
+  readonly status: string;
+  /** The processor's refund id (`re_…`), null when nothing was returned. */
+  readonly processorRefundId: string | null;
+  readonly atMs: number;
+}
+
 /** What the payment processor knows of the customer, and the processor events already applied. */
 export interface CommerceState {
   processorCustomerId: string | null;
   subscriptions: SubscriptionRecord[];
   purchases: PurchaseRecord[];
+  /** Refunds made through Tally, oldest first (at most two a purchase, one a subscription). */
+  refunds: RefundRecord[];
+  /**
+   * The subscription periods whose overage was billed (`<subscription id>@<period start
+   * ms>`), newest last; bounded: OVERAGE_BILLS_PER_CUSTOMER_MAX. Absent before the first.
+   */
+  overageBilled?: string[];
   /** Processor event ids applied, oldest first (bounded: PROCESSOR_EVENTS_PER_CUSTOMER_MAX). */
   eventIds: string[];
 }
@@ -153,7 +200,54 @@ export type ReadCommand =
   /** Customer-level: `key` is unused (''). */
   | (Addressed & { readonly op: 'getContract' })
   /** Customer-level: the processor customer, subscriptions and purchases. */
-  | (Addressed & { readonly op: 'getCommerce' });
+  | (Addressed & { readonly op: 'getCommerce' })
+  /**
+   * Customer-level: whether a refund may go ahead, and (for a purchase) how much it
+   * returns, before the processor is asked to refund.
+   */
+  | (Addressed & { readonly op: 'quoteRefund'; readonly request: RefundRequest })
+  /** Customer-level: the overage of a subscription period, and whether it was billed. */
+  | (Addressed & { readonly op: 'overageDue'; readonly period: OveragePeriod });
+
+/** A subscription's billing period (the one an invoice bills the overage of). */
+export interface OveragePeriod {
+  readonly subscriptionId: string;
+  readonly periodStartMs: number;
+}
+
+/** One meter's overage billed on a processor invoice. */
+export interface OverageLine {
+  readonly meterKey: string;
+  readonly micros: Micros;
+  /** Minor units per unit of usage, from the plan's `overage.unitAmount`. */
+  readonly unitAmount: number;
+  /** Minor units billed: micros × unitAmount ÷ 10^6, rounded to the nearest. */
+  readonly amount: number;
+  readonly processorItemId: string;
+}
+
+/** A period's overage billed at the processor, to record. */
+export interface OverageBill extends OveragePeriod {
+  readonly periodEndMs: number;
+  readonly invoiceId: string;
+  readonly currency: string;
+  readonly lines: readonly OverageLine[];
+}
+
+/** A refund as asked for: of what, how, and under which key. */
+export interface RefundRequest {
+  readonly target: RefundTarget;
+  readonly targetId: string;
+  readonly mode: RefundMode;
+  readonly idempotencyKey: string | null;
+}
+
+/** A refund the processor made, to record: the request plus what was returned. */
+export interface RefundInput extends RefundRequest {
+  readonly amount: number;
+  readonly currency: string;
+  readonly processorRefundId: string | null;
+}
 
 export type WriteCommand =
   | (Addressed & {
@@ -203,7 +297,15 @@ export type WriteCommand =
       readonly op: 'recordPurchase';
       readonly eventId: string | null;
       readonly purchase: PurchaseInput;
-    });
+    })
+  /**
+   * Customer-level: a refund the processor made, recorded with its effect in one step (a
+   * subscription is canceled; a purchase's remaining credits are revoked). A refund
+   * already recorded under its key is a replay.
+   */
+  | (Addressed & { readonly op: 'recordRefund'; readonly refund: RefundInput })
+  /** Customer-level: a period's overage was billed at the processor; recorded once. */
+  | (Addressed & { readonly op: 'recordOverageBill'; readonly bill: OverageBill });
 
 export type SubscriptionInput = Omit<SubscriptionRecord, 'id'>;
 export type PurchaseInput = Pick<PurchaseRecord, 'id' | 'productKey' | 'amount' | 'currency'>;
@@ -259,7 +361,29 @@ export type Event =
       readonly purchase: PurchaseRecord;
     })
   /** A processor event that changed nothing (the record already matched): remembered only. */
-  | (EventBase & { readonly type: 'processorEventNoted'; readonly eventId: string });
+  | (EventBase & { readonly type: 'processorEventNoted'; readonly eventId: string })
+  /**
+   * A purchase refunded: the refund, the purchase's refunded total and status after it,
+   * and the credits revoked from its lots (meter key → micro-units taken away).
+   */
+  | (EventBase & {
+      readonly type: 'purchaseRefunded';
+      readonly purchaseId: string;
+      readonly productKey: string;
+      readonly refund: RefundRecord;
+      readonly refundedAmount: number;
+      readonly status: PurchaseStatus;
+      readonly revoked: readonly (readonly [meterKey: string, micros: Micros])[];
+    })
+  /** A subscription period's overage billed on the processor's invoice for it. */
+  | (EventBase & { readonly type: 'overageBilled'; readonly bill: OverageBill })
+  /** A subscription refunded and canceled at once. */
+  | (EventBase & {
+      readonly type: 'subscriptionRefunded';
+      readonly subscriptionId: string;
+      readonly productKey: string;
+      readonly refund: RefundRecord;
+    });
 
 export interface BalanceView {
   // Exact at any size once rendered through exactJson (actors/fixed.ts).
@@ -310,7 +434,12 @@ export type Rejection =
       readonly environment: Environment;
       readonly limit: number;
     }
-  | { readonly kind: 'too_many_records' };
+  | { readonly kind: 'too_many_records' }
+  | { readonly kind: 'refund_target_not_found'; readonly target: RefundTarget; readonly id: string }
+  /** A prorated refund of a purchase that did not grant a single credit lot (why, in words). */
+  | { readonly kind: 'refund_mode_not_allowed'; readonly id: string; readonly detail: string }
+  /** Nothing left to refund: a refunded purchase or subscription, or a canceled one. */
+  | { readonly kind: 'already_refunded'; readonly id: string; readonly detail: string };
 
 export interface CommerceView {
   readonly customerId: string;
@@ -343,6 +472,33 @@ export interface PurchaseView {
   readonly createdAt: string;
 }
 
+/** The answer of a refund (PRODUCT: `{id, status, refund: {amount, currency, mode}}`). */
+export interface RefundView {
+  readonly id: string;
+  readonly status: string;
+  readonly refund: {
+    readonly amount: number;
+    readonly currency: string;
+    readonly mode: RefundMode;
+  };
+}
+
+/**
+ * What a refund would do: the answer already recorded under the request's key (a replay),
+ * or, for a purchase, the amount to return (a subscription's comes from its invoice).
+ */
+export interface RefundQuoteView {
+  readonly recorded: RefundView | null;
+  readonly amount: number | null;
+  readonly currency: string | null;
+}
+
+/** A subscription period's overage per meter (exact micro-units as strings). */
+export interface OverageView {
+  readonly billed: boolean;
+  readonly meters: ReadonlyArray<{ readonly meterKey: string; readonly micros: string }>;
+}
+
 export interface ContractView {
   readonly customerId: string;
   readonly priceAmount: number;
@@ -367,6 +523,9 @@ export type Outcome =
   /** `wrote`: the call created or changed the customer (the front end audits it). */
   | { readonly kind: 'context'; readonly view: ContextView; readonly wrote: boolean }
   | { readonly kind: 'commerce'; readonly view: CommerceView }
+  | { readonly kind: 'refund'; readonly view: RefundView }
+  | { readonly kind: 'refundQuote'; readonly view: RefundQuoteView }
+  | { readonly kind: 'overage'; readonly view: OverageView }
   | { readonly kind: 'rejected'; readonly rejection: Rejection };
 
 /**

@@ -12,15 +12,17 @@ import { randomBytes } from 'node:crypto';
 import type Stripe from 'stripe';
 import type uWS from 'uWebSockets.js';
 import type { BillingConfig } from '../../actors/billing-config.js';
-import type { CommerceView, Command } from '../../actors/customer.js';
+import type { CommerceView, Command, ContractView } from '../../actors/customer.js';
 import type { AuditTag, Environment, ReplyOutcome } from '../../actors/protocol.js';
 import { auditOf } from '../../actors/ops.js';
 import { assert } from '../../shared/assert.js';
 import type { AuditLog } from '../../storage/audit-log.js';
 import type { ControlStore } from '../../storage/control-store.js';
-import { fitKey, IDEMPOTENCY_KEY_MAX, priceLookupKey } from '../commerce/catalog-sync.js';
+import { fitKey, IDEMPOTENCY_KEY_MAX } from '../commerce/catalog-sync.js';
+import { subscriptionPrice } from '../commerce/contract-prices.js';
+import { billOverage, type OverageIo } from '../commerce/overage-billing.js';
 import type { Processor } from '../commerce/processor.js';
-import { commandForEvent, META, type ProcessorCommand } from '../commerce/stripe-events.js';
+import { commandsForEvent, META, type ProcessorCommand } from '../commerce/stripe-events.js';
 import { checkBodyHeaders, readJsonBody } from '../http/body.js';
 import type { Exchange } from '../http/exchange.js';
 import type { ShardPool } from '../shard-pool.js';
@@ -49,19 +51,23 @@ export const PROCESSOR_ACTOR = 'processor:stripe';
 const ACTIVE_STATUSES: ReadonlySet<string> = new Set(['active', 'trialing', 'past_due']);
 
 /** A domain outcome the route answers with an error from the catalog. */
-class Answered extends Error {}
+export class Answered extends Error {}
 
 /** The customer's shard queue is full (503 `overloaded`). */
-class ShardFull extends Error {}
+export class ShardFull extends Error {}
 
-interface ShardAnswer {
+export interface ShardAnswer {
   readonly outcome: ReplyOutcome;
   readonly body: string;
   readonly effect: string;
 }
 
 /** Hands a command to its shard and waits for the (durable, for a write) reply. */
-function ask(pool: ShardPool, command: Command, tag: AuditTag | null = null): Promise<ShardAnswer> {
+export function ask(
+  pool: ShardPool,
+  command: Command,
+  tag: AuditTag | null = null,
+): Promise<ShardAnswer> {
   return new Promise((resolve, reject) => {
     if (!pool.submit(command, (outcome, body, effect) => resolve({ outcome, body, effect }), tag))
       reject(new ShardFull('shard queue is full'));
@@ -69,7 +75,7 @@ function ask(pool: ShardPool, command: Command, tag: AuditTag | null = null): Pr
 }
 
 /** The customer's processor customer, subscriptions and purchases. */
-async function commerceOf(
+export async function commerceOf(
   pool: ShardPool,
   environment: Environment,
   customerId: string,
@@ -78,9 +84,19 @@ async function commerceOf(
   return JSON.parse(reply.body) as CommerceView;
 }
 
+/** The customer's contract, or null without one. */
+export async function contractOf(
+  pool: ShardPool,
+  environment: Environment,
+  customerId: string,
+): Promise<ContractView | null> {
+  const reply = await ask(pool, { op: 'getContract', environment, customerId, key: '' });
+  return reply.outcome === 'rejected' ? null : (JSON.parse(reply.body) as ContractView);
+}
+
 const REF_PREFIX = `${randomBytes(9).toString('base64url')}.c`;
 let refCounter = 0;
-function freshRef(): string {
+export function freshRef(): string {
   return `${REF_PREFIX}${(refCounter++).toString(36)}`;
 }
 
@@ -93,7 +109,7 @@ function isAbsoluteHttpUrl(value: string): boolean {
   }
 }
 
-function processorMessage(error: unknown): string {
+export function processorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
@@ -168,11 +184,16 @@ async function createSession(
     throw new Answered();
   }
   const { stripe } = deps.processor;
-  const lookupKey = priceLookupKey(environment, body.productKey, price);
-  const found = (await stripe.prices.list({ lookup_keys: [lookupKey], active: true, limit: 1 }))
-    .data[0];
-  if (found === undefined)
-    throw new Error(`no price ${lookupKey} at the processor: push the configuration again`);
+  // A plan is sold at the customer's contract price, when there is a contract.
+  const contract = recurring ? await contractOf(deps.pool, environment, body.customerId) : null;
+  const found = await subscriptionPrice(
+    stripe,
+    environment,
+    body.customerId,
+    body.productKey,
+    price,
+    contract,
+  );
   const customer = await processorCustomer(
     deps,
     environment,
@@ -193,7 +214,7 @@ async function createSession(
       cancel_url: body.cancelUrl,
       client_reference_id: body.customerId,
       metadata,
-      ...(recurring ? { subscription_data: { metadata } } : {}),
+      ...(recurring ? { subscription_data: { metadata } } : { payment_intent_data: { metadata } }),
     },
     { idempotencyKey: `tally-${environment}-checkout-${freshRef()}` },
   );
@@ -269,23 +290,45 @@ function list(what: 'subscriptions' | 'purchases') {
   };
 }
 
+/**
+ * Applies a write durably with its audit entry (made by `actor`); resolves with the shard's
+ * answer once both are on disk. A rejected write records nothing.
+ */
+export async function applyAudited(
+  deps: CommerceDeps,
+  command: Command,
+  actor: string,
+): Promise<ShardAnswer> {
+  const tag: AuditTag = { ref: freshRef(), actor };
+  const reply = await ask(deps.pool, command, tag);
+  if (reply.outcome === 'rejected' || reply.effect !== 'wrote') return reply;
+  const fields = auditOf(command);
+  if (fields === null) return reply;
+  await deps.audit.append(command.environment, { ...fields, actor }, Date.now(), tag.ref);
+  deps.pool.auditsRecorded(command.environment, fields.resourceId, [tag.ref]);
+  return reply;
+}
+
 /** Applies one processor command durably, with its audit entry; resolves once both are on disk. */
 async function applyProcessorCommand(deps: CommerceDeps, command: ProcessorCommand): Promise<void> {
-  const full: Command = { ...command, key: '' };
-  const tag: AuditTag = { ref: freshRef(), actor: PROCESSOR_ACTOR };
-  const reply = await ask(deps.pool, full, tag);
+  const reply = await applyAudited(deps, { ...command, key: '' }, PROCESSOR_ACTOR);
   if (reply.outcome === 'rejected')
     throw new Error(`${command.op} rejected: ${renderReply(reply.outcome, reply.body).body}`);
-  if (reply.effect !== 'wrote') return;
-  const fields = auditOf(full);
-  if (fields === null) return;
-  await deps.audit.append(
-    command.environment,
-    { ...fields, actor: PROCESSOR_ACTOR },
-    Date.now(),
-    tag.ref,
-  );
-  deps.pool.auditsRecorded(command.environment, fields.resourceId, [tag.ref]);
+}
+
+/** What overage billing uses of the service. */
+function overageIo(deps: CommerceDeps): OverageIo {
+  return {
+    stripe: deps.processor.stripe,
+    latestConfig: (environment) =>
+      (deps.control.latestConfig(environment)?.config as BillingConfig | undefined) ?? null,
+    run: async (command) => {
+      const reply = await ask(deps.pool, command);
+      if (reply.outcome === 'rejected')
+        throw new Error(`${command.op} rejected: ${renderReply(reply.outcome, reply.body).body}`);
+      return reply.body;
+    },
+  };
 }
 
 /** Verifies and handles one webhook delivery (the raw body and its signature). */
@@ -300,9 +343,11 @@ function receiveWebhook(deps: CommerceDeps, ex: Exchange, text: string, signatur
   } catch (error) {
     return ex.fail('invalid_signature', { detail: processorMessage(error) });
   }
-  commandForEvent(deps.processor.stripe, event)
-    .then(async (command) => {
-      if (command !== null) await applyProcessorCommand(deps, command);
+  commandsForEvent(deps.processor.stripe, event)
+    .then(async (commands) => {
+      for (const command of commands) await applyProcessorCommand(deps, command);
+      if (event.type === 'invoice.created' && event.data.object.id !== undefined)
+        await billOverage(overageIo(deps), event.data.object.id);
       ex.json(200, { received: true });
     })
     .catch((error: unknown) => {

@@ -684,7 +684,10 @@ function viewSchemas(): Record<string, Schema> {
       },
       customerId: { type: 'string' },
       productKey: { type: 'string' },
-      status: { const: 'paid' },
+      status: {
+        enum: ['paid', 'partially_refunded', 'refunded'],
+        description: '`refunded` once all of `amount` was returned, `partially_refunded` before.',
+      },
       amount: { type: 'integer', minimum: 0, description: 'Integer minor units of `currency`.' },
       currency: { type: 'string' },
       refundedAmount: { type: 'integer', minimum: 0 },
@@ -694,6 +697,20 @@ function viewSchemas(): Record<string, Schema> {
         description: 'Meter key → credits granted.',
       },
       createdAt: isoTime,
+    }),
+    Refund: closedObject({
+      id: { type: 'string', description: 'The subscription or purchase refunded.' },
+      status: {
+        type: 'string',
+        description:
+          'Its status after the refund: `canceled` for a subscription; `refunded` or ' +
+          '`partially_refunded` for a purchase.',
+      },
+      refund: closedObject({
+        amount: { type: 'integer', minimum: 0, description: 'Integer minor units returned.' },
+        currency: { type: 'string' },
+        mode: { enum: ['prorated', 'full'] },
+      }),
     }),
     PurchaseList: closedObject({
       data: { type: 'array', items: ref('Purchase') },

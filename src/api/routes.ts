@@ -10,7 +10,6 @@
  * hands it to the customer's shard, or answers from the front end's own state.
  */
 import type { BillingConfig, ProductDefinition } from '../../actors/billing-config.js';
-import { ID_LENGTH_MAX } from '../../shared/limits.js';
 import type { AuditTag, Command, Environment, ReplyOutcome } from '../../actors/protocol.js';
 import { auditOf, type AuditFields } from '../../actors/ops.js';
 import type { WriteCommand } from '../../actors/customer.js';
@@ -26,12 +25,15 @@ import { billingConfigSchema } from '../config/billing-schema.js';
 import { formatViolations, validateBillingConfig } from '../config/validate-config.js';
 import type { Exchange } from '../http/exchange.js';
 import { LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX } from '../http/limits.js';
-import { decodeComponent } from '../http/query.js';
 import type { Router } from '../http/router.js';
 import type { ReplyHandler, ShardPool } from '../shard-pool.js';
 import { auditPage, failVerify } from './audit-page.js';
+import { CHANGE_ROUTES } from './change-routes.js';
 import { CLIENT_TOKEN_ROUTES } from './client-token-routes.js';
-import { COMMERCE_ROUTES } from './commerce-routes.js';
+import { COMMERCE_ROUTES, commerceOf, freshRef, processorMessage } from './commerce-routes.js';
+import { syncExpansion } from '../commerce/expansion-billing.js';
+import { idParam } from './id-param.js';
+import { REFUND_ROUTES } from './refund-routes.js';
 import { quotaDetail, renderReply } from './shard-reply.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import {
@@ -40,7 +42,6 @@ import {
   type BodyCheck,
   type CompiledRoute,
   type JsonSchema,
-  type ParamReader,
   type RouteRecord,
 } from './route-record.js';
 import {
@@ -103,22 +104,6 @@ function route<B = undefined, Q = undefined>(
 
 const ref = (name: string): JsonSchema => ({ $ref: `#/components/schemas/${name}` });
 
-/** Reads an id path segment `name`: 400 when its percent-encoding or length is wrong. */
-function idParam(name: string): ParamReader {
-  return (raw, ex) => {
-    const value = decodeComponent(raw, false);
-    if (value === null) {
-      ex.fail('invalid_query', { detail: `${name} has invalid percent-encoding` });
-      return null;
-    }
-    if (!isIdLength(value)) {
-      ex.fail('invalid_query', { detail: `${name} must be 1 to ${ID_LENGTH_MAX} characters` });
-      return null;
-    }
-    return value;
-  };
-}
-
 const keyParam = idParam('key');
 const customerIdParam = idParam('customerId');
 
@@ -164,16 +149,20 @@ function audited(
   tag: AuditTag,
   outcome: ReplyOutcome,
   body: string,
+  then: FollowUp = sendReply,
 ): void {
   if (outcome === 'rejected') return sendReply(ctx.ex, outcome, body);
   deps.audit.append(ctx.environment, { ...fields, actor: tag.actor }, Date.now(), tag.ref).then(
     () => {
-      sendReply(ctx.ex, outcome, body);
+      then(ctx.ex, outcome, body);
       deps.pool.auditsRecorded(ctx.environment, fields.resourceId, [tag.ref]);
     },
     (error: unknown) => ctx.ex.failInternal(error),
   );
 }
+
+/** What answers a durable write: by default its reply, as it is. */
+type FollowUp = (ex: Exchange, outcome: ReplyOutcome, body: string) => void;
 
 /** The audit fields of a write that is audited (a programmer error otherwise). */
 function fieldsOf(command: WriteCommand): AuditFields {
@@ -210,7 +199,12 @@ function auditQuotaReached(deps: ApiDeps, environment: Environment): number | nu
  * A write that is audited when it changes something; one that changed nothing answers its current
  * state, unaudited.
  */
-function submitAudited(deps: ApiDeps, ctx: Input<unknown, unknown>, command: WriteCommand): void {
+function submitAudited(
+  deps: ApiDeps,
+  ctx: Input<unknown, unknown>,
+  command: WriteCommand,
+  then: FollowUp = sendReply,
+): void {
   const fields = fieldsOf(command);
   const tag = tagOf(deps, ctx);
   submit(
@@ -219,8 +213,8 @@ function submitAudited(deps: ApiDeps, ctx: Input<unknown, unknown>, command: Wri
     command,
     (outcome, reply, effect) =>
       effect === 'unchanged'
-        ? sendReply(ctx.ex, outcome, reply)
-        : audited(deps, ctx, fields, tag, outcome, reply),
+        ? then(ctx.ex, outcome, reply)
+        : audited(deps, ctx, fields, tag, outcome, reply, then),
     tag,
   );
 }
@@ -263,13 +257,46 @@ function limitSettings(ctx: Input<LimitSettingsBody>, deps: ApiDeps): void {
     ...(purchased === undefined ? {} : { purchased }),
     ...(autoExpansionEnabled === undefined ? {} : { autoExpansionEnabled }),
   };
-  submitAudited(deps, ctx, {
+  const command: WriteCommand = {
     op: 'limitSettings',
     environment: ctx.environment,
     customerId,
     key: ctx.param,
     ...settings,
+  };
+  // A recorded `purchased` is then billed (commerce.md); its answer waits for the processor.
+  submitAudited(deps, ctx, command, (ex, outcome, body) => {
+    if (outcome === 'rejected' || purchased === undefined) return sendReply(ex, outcome, body);
+    billExpansion(deps, ctx, purchased).then(
+      () => sendReply(ex, outcome, body),
+      (error: unknown) => {
+        ex.logWarn('limit expansion billing failed', { error: processorMessage(error) });
+        ex.fail('processor_error', { detail: processorMessage(error) });
+      },
+    );
   });
+}
+
+/** Sets the customer's subscription's expansion quantity of the limit to `purchased`. */
+async function billExpansion(
+  deps: ApiDeps,
+  ctx: Input<LimitSettingsBody>,
+  purchased: number,
+): Promise<void> {
+  const view = await commerceOf(deps.pool, ctx.environment, ctx.body.customerId);
+  const live =
+    view.subscriptions.findLast((s) => ['active', 'trialing', 'past_due'].includes(s.status)) ??
+    null;
+  const config = (deps.control.latestConfig(ctx.environment)?.config as BillingConfig) ?? null;
+  await syncExpansion(
+    deps.processor.stripe,
+    ctx.environment,
+    ctx.param,
+    purchased,
+    live,
+    config,
+    `tally-${ctx.environment}-expansion-${freshRef()}`,
+  );
 }
 
 function usageSettings(ctx: Input<UsageSettingsBody>, deps: ApiDeps): void {
@@ -475,6 +502,8 @@ const TYPED_ERRORS = [...ENTITLEMENT_ERRORS, 'wrong_entitlement_type'] as const;
 export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
   ...COMMERCE_ROUTES,
   ...CLIENT_TOKEN_ROUTES,
+  ...CHANGE_ROUTES,
+  ...REFUND_ROUTES,
   route<undefined, CustomerQuery>({
     method: 'GET',
     path: '/v1/entitlements/:key/has',
@@ -534,7 +563,7 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
         'At least one of `purchased`, `autoExpansionEnabled`; both need `expansion` in ' +
         "the customer's plan.",
       ok: { description: 'The updated limit.', schema: ref('LimitView') },
-      errors: [...TYPED_ERRORS, 'invalid_request', 'expansion_not_allowed'],
+      errors: [...TYPED_ERRORS, 'invalid_request', 'expansion_not_allowed', 'processor_error'],
     },
     handle: limitSettings,
   }),

@@ -76,6 +76,12 @@ function renderRejection(rejection: Rejection): Rendered {
       return fail('invalid_request', {
         detail: 'the customer holds the maximum number of subscriptions or purchases',
       });
+    case 'refund_target_not_found':
+      return fail(`${rejection.target}_not_found`, { id: rejection.id });
+    case 'refund_mode_not_allowed':
+      return fail('refund_mode_not_allowed', { detail: rejection.detail });
+    case 'already_refunded':
+      return fail('already_refunded', { detail: rejection.detail });
     case 'metadata_too_large':
       return fail('invalid_request', {
         detail:

@@ -18,6 +18,7 @@ import type {
 } from '../../actors/billing-config.js';
 import type { Environment } from '../../actors/protocol.js';
 import type { Processor } from './processor.js';
+import { CONTRACT_CUSTOMER_META, EXPANSION_LIMIT_META } from './metadata.js';
 
 /** What the push did at the processor for one priced product. */
 export interface CatalogAction {
@@ -151,7 +152,10 @@ async function syncPrice(
   return { price: created, action: 'created' as const, lookupKey };
 }
 
-/** Archives the product's active prices other than `keepId`. */
+/**
+ * Archives the product's active prices other than `keepId` (contract and expansion prices,
+ * which are not the catalog's, stay).
+ */
 async function archiveOthers(
   stripe: Stripe,
   productId: string,
@@ -160,7 +164,10 @@ async function archiveOthers(
 ): Promise<string[]> {
   const archived: string[] = [];
   for await (const price of stripe.prices.list({ product: productId, active: true, limit: 100 })) {
-    if (price.id === keepId) continue;
+    const own =
+      price.metadata?.[CONTRACT_CUSTOMER_META] !== undefined ||
+      price.metadata?.[EXPANSION_LIMIT_META] !== undefined;
+    if (price.id === keepId || own) continue;
     await stripe.prices.update(
       price.id,
       { active: false },

@@ -9,16 +9,13 @@
  * are acknowledged and ignored.
  */
 import type Stripe from 'stripe';
-import type { PurchaseInput, SubscriptionInput } from '../../actors/customer.js';
+import type { PurchaseInput, RefundInput, SubscriptionInput } from '../../actors/customer.js';
 import type { Environment } from '../../actors/protocol.js';
 import { ID_LENGTH_MAX } from '../../shared/limits.js';
+import { META } from './metadata.js';
+import { tallyRefundOf } from './refunds.js';
 
-/** Metadata keys Tally puts on checkout sessions and subscriptions. */
-export const META = {
-  environment: 'tally_environment',
-  customerId: 'tally_customer_id',
-  productKey: 'tally_product_key',
-} as const;
+export { META } from './metadata.js';
 
 /** A command the receiver hands to the customer's actor (its op, address and payload). */
 export type ProcessorCommand =
@@ -35,16 +32,22 @@ export type ProcessorCommand =
       readonly customerId: string;
       readonly eventId: string;
       readonly purchase: PurchaseInput;
+    }
+  | {
+      readonly op: 'recordRefund';
+      readonly environment: Environment;
+      readonly customerId: string;
+      readonly refund: RefundInput;
     };
 
-interface Owner {
+export interface Owner {
   readonly environment: Environment;
   readonly customerId: string;
   readonly productKey: string | undefined;
 }
 
 /** The Tally customer an object's metadata names, or null for an object Tally did not create. */
-function ownerOf(metadata: Stripe.Metadata | null): Owner | null {
+export function ownerOf(metadata: Stripe.Metadata | null): Owner | null {
   const environment = metadata?.[META.environment];
   const customerId = metadata?.[META.customerId];
   if (
@@ -155,19 +158,34 @@ async function invoiceCommand(
 }
 
 /**
- * The command an event calls for, read from the processor's current objects; null:
+ * The refunds Tally made through a refunded charge, as commands recording them (each is
+ * recorded once, by its processor id: most were recorded by the request that made them).
+ */
+async function refundCommands(stripe: Stripe, chargeId: string): Promise<ProcessorCommand[]> {
+  const commands: ProcessorCommand[] = [];
+  for await (const refund of stripe.refunds.list({ charge: chargeId, limit: 100 })) {
+    const tally = tallyRefundOf(refund);
+    if (tally !== null) commands.unshift({ op: 'recordRefund', ...tally, refund: tally.input });
+  }
+  return commands;
+}
+
+/**
+ * The commands an event calls for, read from the processor's current objects; none:
  * nothing to do, also when the processor no longer has the object (there is nothing to
  * reconcile with). Any other failure is thrown, so the event is delivered again.
  */
-export async function commandForEvent(
+export async function commandsForEvent(
   stripe: Stripe,
   event: Stripe.Event,
-): Promise<ProcessorCommand | null> {
+): Promise<ProcessorCommand[]> {
   try {
-    return await readCommand(stripe, event);
+    if (event.type === 'charge.refunded') return await refundCommands(stripe, event.data.object.id);
+    const command = await readCommand(stripe, event);
+    return command === null ? [] : [command];
   } catch (error) {
     if (error instanceof Error && (error as { code?: unknown }).code === 'resource_missing')
-      return null;
+      return [];
     throw error;
   }
 }

@@ -405,6 +405,10 @@ export class ReferenceModel {
       case 'setProcessorCustomer':
       case 'syncSubscription':
       case 'recordPurchase':
+      case 'quoteRefund':
+      case 'recordRefund':
+      case 'overageDue':
+      case 'recordOverageBill':
         throw new Error(
           `${command.op} is not modelled: commerce is tested end to end (test/commerce.test.ts)`,
         );

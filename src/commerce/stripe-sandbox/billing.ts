@@ -4,16 +4,23 @@
  * Starting one (from checkout or `POST /v1/subscriptions`) opens the first period at the
  * customer's "now" (its test clock's frozen time, if it has one), issues the first paid
  * invoice and raises `customer.subscription.created` then `invoice.paid`. Renewal moves
- * an active subscription whose period has ended into the next period and issues a paid
- * invoice for it (`customer.subscription.updated`, then `invoice.paid`, dated at the
- * period boundary), or ends it if it was set to cancel at period end
+ * an active subscription whose period has ended into the next period and invoices it
+ * (`customer.subscription.updated`, then `invoice.paid`, dated at the period boundary; or,
+ * when an endpoint listens for `invoice.created`, a draft that is finalized an hour after
+ * that event was acknowledged), or ends it if it was set to cancel at period end
  * (`customer.subscription.deleted`). Subscriptions on a test clock renew when the clock
  * advances; the others renew against the sandbox clock, checked before each request.
  */
 import type Stripe from 'stripe';
 import { addIntervals, asInterval, nextPeriodEnd } from './clock.js';
 import { invalidParam } from './errors.js';
-import { invoiceForPeriod, type Period } from './resources/invoices.js';
+import { endpointWants } from './events.js';
+import {
+  DRAFT_OPEN_SECONDS,
+  finalizeInvoice,
+  invoiceForPeriod,
+  type Period,
+} from './resources/invoices.js';
 import {
   currentPeriod,
   subscriptionObject,
@@ -120,6 +127,39 @@ function endAtPeriodEnd(
   return ended;
 }
 
+/** Hours a draft waits for its `invoice.created` to be acknowledged before it is finalized. */
+const DRAFT_WAIT_MAX_SECONDS = 72 * 3600;
+
+/**
+ * Whether a renewal's invoice starts as a draft: as on Stripe, only when an endpoint listens
+ * for `invoice.created` (it may add items); otherwise it is finalized and paid at once.
+ */
+function draftsWanted(state: SandboxState): boolean {
+  return [...state.webhookEndpoints.all()].some((endpoint) =>
+    endpointWants(endpoint, 'invoice.created'),
+  );
+}
+
+/**
+ * Finalizes and pays the subscription's drafts that are due by `upTo`: an hour after their
+ * `invoice.created` was acknowledged by every endpoint, or 72 hours after they were created.
+ */
+function finalizeDue(state: SandboxState, subscriptionId: string, upTo: number): void {
+  for (const [invoiceId, announced] of [...state.draftAnnouncements]) {
+    const invoice = state.invoices.get(invoiceId);
+    if (invoice.parent?.subscription_details?.subscription !== subscriptionId) continue;
+    const acknowledged = (state.events.collection.find(announced)?.pending_webhooks ?? 0) === 0;
+    const at = acknowledged
+      ? invoice.created + DRAFT_OPEN_SECONDS
+      : invoice.created + DRAFT_WAIT_MAX_SECONDS;
+    if (at > upTo) continue;
+    const paid = finalizeInvoice(state, invoiceId, at);
+    state.draftAnnouncements.delete(invoiceId);
+    state.events.emit('invoice.finalized', paid, undefined, at);
+    state.events.emit('invoice.paid', paid, undefined, at);
+  }
+}
+
 /** Moves a subscription into its next period and bills it. */
 function renewOnce(state: SandboxState, subscription: Stripe.Subscription): Stripe.Subscription {
   const old = currentPeriod(subscription);
@@ -140,6 +180,7 @@ function renewOnce(state: SandboxState, subscription: Stripe.Subscription): Stri
     invoicePeriod: old,
     reason: 'subscription_cycle',
     created: next.start,
+    draft: draftsWanted(state),
   });
   const renewed: Stripe.Subscription = { ...moved, latest_invoice: invoice.id };
   state.subscriptions.update(renewed);
@@ -149,7 +190,10 @@ function renewOnce(state: SandboxState, subscription: Stripe.Subscription): Stri
     { items: subscription.items, latest_invoice: subscription.latest_invoice },
     next.start,
   );
-  state.events.emit('invoice.paid', invoice, undefined, next.start);
+  if (invoice.status === 'draft' && invoice.id !== undefined) {
+    const created = state.events.emit('invoice.created', invoice, undefined, next.start);
+    state.draftAnnouncements.set(invoice.id, created.id);
+  } else state.events.emit('invoice.paid', invoice, undefined, next.start);
   return renewed;
 }
 
@@ -161,9 +205,9 @@ export function renewThrough(
 ): Stripe.Subscription {
   let current = subscription;
   for (let pass = 0; pass < RENEWALS_PER_PASS_MAX; pass += 1) {
-    if (current.status !== 'active') return current;
     const { end } = currentPeriod(current);
-    if (end > upTo) return current;
+    finalizeDue(state, current.id, Math.min(end, upTo));
+    if (current.status !== 'active' || end > upTo) return current;
     current = current.cancel_at_period_end
       ? endAtPeriodEnd(state, current, end)
       : renewOnce(state, current);
@@ -181,13 +225,22 @@ export function renewOnClock(state: SandboxState, clockId: string, frozenTime: n
 /** Renews the subscriptions that are not on a test clock up to the sandbox's now. */
 export function renewDue(state: SandboxState): void {
   const now = state.clock.nowSeconds();
+  // Open drafts are few: finalize theirs first, then renew only what is due.
+  const drafted = new Set<string>();
+  for (const invoiceId of state.draftAnnouncements.keys()) {
+    const ref = state.invoices.find(invoiceId)?.parent?.subscription_details?.subscription;
+    if (typeof ref === 'string') drafted.add(ref);
+  }
+  for (const subscriptionId of drafted) {
+    const subscription = state.subscriptions.find(subscriptionId);
+    if (subscription?.test_clock === null) finalizeDue(state, subscriptionId, now);
+  }
   for (const subscription of [...state.subscriptions.all()]) {
     if (
       subscription.test_clock === null &&
       subscription.status === 'active' &&
       currentPeriod(subscription).end <= now
-    ) {
+    )
       renewThrough(state, subscription, now);
-    }
   }
 }

@@ -83,7 +83,7 @@ export function completeSession(
       amount,
       currency: session.currency ?? 'usd',
       description: null,
-      metadata: {},
+      metadata: state.checkoutExtras.get(session.id)?.paymentMetadata ?? {},
     });
     outcome = { payment_intent: paymentIntent.id };
   }

@@ -5,10 +5,12 @@
 import { registerCheckoutSessions } from './resources/checkout-sessions.js';
 import { registerCustomers } from './resources/customers.js';
 import { registerEvents } from './resources/events.js';
+import { registerInvoiceItems } from './resources/invoice-items.js';
 import { registerInvoices } from './resources/invoices.js';
 import { registerPayments } from './resources/payments.js';
 import { registerPrices } from './resources/prices.js';
 import { registerProducts } from './resources/products.js';
+import { registerRefunds } from './resources/refunds.js';
 import { registerSubscriptions } from './resources/subscriptions.js';
 import { registerTestClocks } from './resources/test-clocks.js';
 import { registerWebhookEndpoints } from './resources/webhook-endpoints.js';
@@ -23,7 +25,9 @@ export function buildSandboxRouter(): Router {
     registerCheckoutSessions,
     registerSubscriptions,
     registerInvoices,
+    registerInvoiceItems,
     registerPayments,
+    registerRefunds,
     registerTestClocks,
     registerWebhookEndpoints,
     registerEvents,

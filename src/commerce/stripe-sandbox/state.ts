@@ -26,14 +26,26 @@ export class SandboxState {
   readonly invoices: Collection<Stripe.Invoice>;
   readonly paymentIntents: Collection<Stripe.PaymentIntent>;
   readonly charges: Collection<Stripe.Charge>;
+  readonly refunds: Collection<Stripe.Refund>;
+  readonly invoicePayments: Collection<Stripe.InvoicePayment>;
+  readonly invoiceItems: Collection<Stripe.InvoiceItem>;
   readonly testClocks: Collection<Stripe.TestHelpers.TestClock>;
   readonly webhookEndpoints: Collection<Stripe.WebhookEndpoint>;
   readonly events: EventLog;
   /** Per checkout session: what payment needs that the session object does not show. */
   readonly checkoutExtras = new Map<
     string,
-    { readonly subscriptionMetadata: Record<string, string> }
+    {
+      readonly subscriptionMetadata: Record<string, string>;
+      readonly paymentMetadata: Record<string, string>;
+    }
   >();
+
+  /**
+   * Per draft invoice: the `invoice.created` event announcing it. A draft is finalized an
+   * hour after every endpoint acknowledged that event (or after 72 hours regardless).
+   */
+  readonly draftAnnouncements = new Map<string, string>();
 
   /** Secrets of the webhook endpoints (Stripe shows one only when it is created). */
   readonly webhookSecrets = new Map<string, string>();
@@ -58,6 +70,9 @@ export class SandboxState {
     this.invoices = new Collection('invoice', n);
     this.paymentIntents = new Collection('payment_intent', n);
     this.charges = new Collection('charge', n);
+    this.refunds = new Collection('refund', n);
+    this.invoicePayments = new Collection('invoice_payment', n);
+    this.invoiceItems = new Collection('invoiceitem', n);
     this.testClocks = new Collection('test_clock', n);
     this.webhookEndpoints = new Collection('webhook_endpoint', Math.min(n, 16));
     this.events = new EventLog(clock, this.webhookEndpoints, limits.events);
@@ -75,6 +90,9 @@ export class SandboxState {
       in_: this.invoices,
       pi_: this.paymentIntents,
       ch_: this.charges,
+      re_: this.refunds,
+      inpay_: this.invoicePayments,
+      ii_: this.invoiceItems,
       clock_: this.testClocks,
       we_: this.webhookEndpoints,
       evt_: this.events.collection,

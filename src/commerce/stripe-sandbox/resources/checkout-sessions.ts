@@ -102,6 +102,7 @@ function createSession(state: SandboxState, params: Params): Stripe.Checkout.Ses
     'cancel_url',
     'expires_at',
     'subscription_data',
+    'payment_intent_data',
   ]);
   const mode = optEnum(params, 'mode', ['payment', 'subscription'] as const);
   if (mode === undefined)
@@ -115,6 +116,13 @@ function createSession(state: SandboxState, params: Params): Stripe.Checkout.Ses
       'subscription_data',
       'You can only pass subscription_data in `subscription` mode.',
     );
+  const paymentData = optObject(params, 'payment_intent_data') ?? {};
+  allowOnly(paymentData, ['metadata']);
+  if (mode !== 'payment' && params['payment_intent_data'] !== undefined)
+    throw invalidParam(
+      'payment_intent_data',
+      'You can only pass payment_intent_data in `payment` mode.',
+    );
   const items = sessionItems(state, params, mode);
   const created = state.clock.nowSeconds();
   const id = newId('cs_test');
@@ -127,7 +135,10 @@ function createSession(state: SandboxState, params: Params): Stripe.Checkout.Ses
     customer: customer ?? null,
   });
   state.sessions.insert(session);
-  state.checkoutExtras.set(id, { subscriptionMetadata: mergeMetadata(subscriptionData) });
+  state.checkoutExtras.set(id, {
+    subscriptionMetadata: mergeMetadata(subscriptionData),
+    paymentMetadata: mergeMetadata(paymentData),
+  });
   return session;
 }
 

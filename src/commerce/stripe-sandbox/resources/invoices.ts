@@ -1,10 +1,12 @@
 /**
- * Invoices: built by subscription billing (`invoiceForPeriod`), read through
- * `/v1/invoices` (retrieve, list filtered by `customer`, `subscription`, `status`).
+ * Invoices: built by subscription billing (`invoiceForPeriod`, `issueInvoice`), read through
+ * `/v1/invoices` (retrieve, list filtered by `customer`, `subscription`, `status`), and their
+ * payments through `/v1/invoice_payments`.
  *
- * Every invoice the sandbox issues is paid in full at once (the card always succeeds): `status:
- * paid`, `amount_paid` = total. Each subscription item becomes one line whose `period` is the
- * service period it pays for; the invoice names its subscription under
+ * An invoice is paid in full when it is finalized (the card always succeeds): `status:
+ * paid`, `amount_paid` = total less the customer's credit; a renewal's invoice may first stay
+ * a draft that invoice items are added to (billing.ts). Each subscription item becomes one
+ * line whose `period` is the service period it pays for; the invoice names its subscription under
  * `parent.subscription_details` (where the current API version puts it) and each line under
  * `subscription`. `/v1/invoices/:id/lines` pages through the lines. Invoice
  * `period_start`/`period_end` follow Stripe's meaning (the period that just ended, equal to the
@@ -18,30 +20,42 @@ import { formatPrice } from '../money.js';
 import type { Router } from '../router.js';
 import type { SandboxState } from '../state.js';
 import { newId } from '../store.js';
+import { collectPayment } from './payments.js';
 
 export interface Period {
   readonly start: number;
   readonly end: number;
 }
 
+/** One line of an invoice: a subscription item over a period, at an amount. */
+export interface LineRequest {
+  readonly item: Stripe.SubscriptionItem;
+  readonly period: Period;
+  /** Minor units; negative for the credit of a proration. */
+  readonly amount: number;
+  readonly proration: boolean;
+  /** What the line says; default `1 × Product (at $20.00 / month)`. */
+  readonly description?: string;
+}
+
 function invoiceLine(
   state: SandboxState,
   invoiceId: string,
   subscription: Stripe.Subscription,
-  item: Stripe.SubscriptionItem,
-  period: Period,
+  line: LineRequest,
 ): Stripe.InvoiceLineItem {
+  const { item, amount, period } = line;
   const quantity = item.quantity ?? 1;
-  const amount = (item.price.unit_amount ?? 0) * quantity;
   const product = state.products.get(String(item.price.product));
   return {
     id: newId('il'),
     object: 'line_item',
     amount,
     currency: item.price.currency,
-    description: `${quantity} × ${product.name} (at ${formatPrice(item.price)})`,
+    description:
+      line.description ?? `${quantity} × ${product.name} (at ${formatPrice(item.price)})`,
     discount_amounts: [],
-    discountable: true,
+    discountable: !line.proration,
     discounts: [],
     invoice: invoiceId,
     livemode: false,
@@ -50,7 +64,7 @@ function invoiceLine(
       invoice_item_details: null,
       subscription_item_details: {
         invoice_item: null,
-        proration: false,
+        proration: line.proration,
         proration_details: { credited_items: null },
         subscription: subscription.id,
         subscription_item: item.id,
@@ -88,15 +102,46 @@ export interface InvoiceRequest {
   readonly invoicePeriod: Period;
   readonly reason: 'subscription_create' | 'subscription_cycle';
   readonly created: number;
+  readonly draft?: boolean;
 }
 
 /** Builds and stores a paid invoice for one period of a subscription (no events). */
 export function invoiceForPeriod(state: SandboxState, request: InvoiceRequest): Stripe.Invoice {
-  const { subscription, period, created } = request;
+  const { subscription, period } = request;
+  return issueInvoice(state, {
+    ...request,
+    lines: subscription.items.data.map((item) => ({
+      item,
+      period,
+      amount: (item.price.unit_amount ?? 0) * (item.quantity ?? 1),
+      proration: false,
+    })),
+  });
+}
+
+export interface IssueRequest {
+  readonly subscription: Stripe.Subscription;
+  readonly lines: readonly LineRequest[];
+  readonly invoicePeriod: Period;
+  readonly reason: Stripe.Invoice.BillingReason;
+  readonly created: number;
+  /** Left as a draft (lines can be added) until `finalizeInvoice`; else paid at once. */
+  readonly draft?: boolean;
+}
+
+/** How long a renewal's draft stays open for invoice items, as on Stripe: one hour. */
+export const DRAFT_OPEN_SECONDS = 3600;
+
+/**
+ * Builds, stores and pays an invoice (no events). The customer's credit balance (from a
+ * downgrade's proration) is applied first; what remains due is charged to the card: a
+ * payment intent and charge, named by an invoice payment. A total below zero is left as
+ * credit on the customer's balance.
+ */
+export function issueInvoice(state: SandboxState, request: IssueRequest): Stripe.Invoice {
+  const { subscription, created } = request;
   const id = newId('in');
-  const lines = subscription.items.data.map((item) =>
-    invoiceLine(state, id, subscription, item, period),
-  );
+  const lines = request.lines.map((line) => invoiceLine(state, id, subscription, line));
   const total = lines.reduce((sum, line) => sum + line.amount, 0);
   const customerId = String(subscription.customer);
   const customer = state.customers.get(customerId);
@@ -104,14 +149,15 @@ export function invoiceForPeriod(state: SandboxState, request: InvoiceRequest): 
     ...invoiceDefaults(),
     id,
     amount_due: total,
-    amount_paid: total,
+    amount_paid: 0,
     billing_reason: request.reason,
     created,
     currency: subscription.currency,
     customer: customerId,
     customer_email: customer.email,
     customer_name: customer.name ?? null,
-    effective_at: created,
+    effective_at: null,
+    ending_balance: null,
     lines: { object: 'list', data: lines, has_more: false, url: `/v1/invoices/${id}/lines` },
     number: nextNumber(state, customerId),
     parent: {
@@ -121,10 +167,12 @@ export function invoiceForPeriod(state: SandboxState, request: InvoiceRequest): 
     },
     period_end: request.invoicePeriod.end,
     period_start: request.invoicePeriod.start,
+    starting_balance: 0,
+    status: 'draft',
     status_transitions: {
-      finalized_at: created,
+      finalized_at: null,
       marked_uncollectible_at: null,
-      paid_at: created,
+      paid_at: null,
       voided_at: null,
     },
     subtotal: total,
@@ -132,9 +180,81 @@ export function invoiceForPeriod(state: SandboxState, request: InvoiceRequest): 
     test_clock: subscription.test_clock,
     total,
     total_excluding_tax: total,
-    webhooks_delivered_at: created,
+    webhooks_delivered_at: null,
+    automatically_finalizes_at: request.draft === true ? created + DRAFT_OPEN_SECONDS : null,
   };
-  return state.invoices.insert(invoice);
+  state.invoices.insert(invoice);
+  return request.draft === true ? invoice : finalizeInvoice(state, invoice.id, created);
+}
+
+/**
+ * Finalizes a draft at `at` and pays it: the customer's credit balance (from a downgrade's
+ * proration) is applied first, what remains due is charged to the card.
+ */
+export function finalizeInvoice(
+  state: SandboxState,
+  invoiceId: string,
+  at: number,
+): Stripe.Invoice {
+  const draft = state.invoices.get(invoiceId);
+  const total = draft.lines.data.reduce((sum, line) => sum + line.amount, 0);
+  const customer = state.customers.get(String(draft.customer));
+  const startingBalance = customer.balance;
+  const due = Math.max(0, total + startingBalance);
+  const endingBalance = Math.min(0, total + startingBalance);
+  state.customers.update({ ...customer, balance: endingBalance });
+  const invoice = state.invoices.update({
+    ...draft,
+    amount_due: due,
+    amount_paid: due,
+    automatically_finalizes_at: null,
+    effective_at: at,
+    ending_balance: endingBalance,
+    starting_balance: startingBalance,
+    status: 'paid',
+    status_transitions: { ...draft.status_transitions, finalized_at: at, paid_at: at },
+    subtotal: total,
+    subtotal_excluding_tax: total,
+    total,
+    total_excluding_tax: total,
+    webhooks_delivered_at: at,
+  });
+  if (due > 0) payInvoice(state, invoice, customer);
+  return invoice;
+}
+
+/** Charges an invoice's amount due and records the payment (`/v1/invoice_payments`). */
+function payInvoice(state: SandboxState, invoice: Stripe.Invoice, customer: Stripe.Customer): void {
+  const paymentIntent = collectPayment(
+    state,
+    {
+      customer,
+      amount: invoice.amount_paid,
+      currency: invoice.currency,
+      description: `Payment for Invoice ${invoice.number ?? invoice.id}`,
+      metadata: {},
+      created: invoice.effective_at ?? invoice.created,
+    },
+    true,
+  );
+  state.invoicePayments.insert({
+    id: newId('inpay'),
+    object: 'invoice_payment',
+    amount_paid: invoice.amount_paid,
+    amount_requested: invoice.amount_due,
+    created: invoice.effective_at ?? invoice.created,
+    currency: invoice.currency,
+    invoice: invoice.id,
+    is_default: true,
+    livemode: false,
+    payment: {
+      type: 'payment_intent',
+      payment_intent: paymentIntent.id,
+      charge: String(paymentIntent.latest_charge),
+    },
+    status: 'paid',
+    status_transitions: { canceled_at: null, paid_at: invoice.effective_at ?? invoice.created },
+  });
 }
 
 /** The fields every sandbox invoice has the same: paid in full, no tax, no discount. */
@@ -173,7 +293,6 @@ function invoiceDefaults() {
     description: null,
     discounts: [],
     due_date: null,
-    ending_balance: 0,
     footer: null,
     from_invoice: null,
     hosted_invoice_url: null,
@@ -196,9 +315,7 @@ function invoiceDefaults() {
     rendering: null,
     shipping_cost: null,
     shipping_details: null,
-    starting_balance: 0,
     statement_descriptor: null,
-    status: 'paid',
     total_discount_amounts: [],
     total_pretax_credit_amounts: [],
     total_taxes: [],
@@ -244,5 +361,25 @@ export function registerInvoices(router: Router): void {
     })
     .add('GET', '/v1/invoices', ({ state, params, expand }) =>
       renderList(state, listInvoices(state, params), expand),
-    );
+    )
+    .add('GET', '/v1/invoice_payments/:id', ({ state, path, expand }) =>
+      render(state, state.invoicePayments.get(path['id'] as string), expand),
+    )
+    .add('GET', '/v1/invoice_payments', ({ state, params, expand }) => {
+      allowOnly(params, [...LIST_PARAMS, 'invoice', 'status']);
+      const invoice = optString(params, 'invoice');
+      const status = optString(params, 'status');
+      const items = state.invoicePayments
+        .newestFirst()
+        .filter(
+          (payment) =>
+            (invoice === undefined || payment.invoice === invoice) &&
+            (status === undefined || payment.status === status),
+        );
+      return renderList(
+        state,
+        listPage(items, params, '/v1/invoice_payments', 'invoice_payment'),
+        expand,
+      );
+    });
 }

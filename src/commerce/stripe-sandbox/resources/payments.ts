@@ -21,6 +21,8 @@ export interface PaymentRequest {
   readonly currency: string;
   readonly description: string | null;
   readonly metadata: Record<string, string>;
+  /** When it was paid; default: the customer's now. */
+  readonly created?: number;
 }
 
 function chargeObject(
@@ -132,12 +134,21 @@ function paymentIntentObject(
   };
 }
 
-/** Charges the customer's (simulated) card: a succeeded payment intent and its charge. */
-export function collectPayment(state: SandboxState, request: PaymentRequest): Stripe.PaymentIntent {
-  const created = state.customerNow(request.customer.id);
+/**
+ * Charges the customer's (simulated) card: a succeeded payment intent and its charge,
+ * raising `charge.succeeded` and `payment_intent.succeeded` unless `quiet` (an invoice's
+ * payment, whose events the sandbox does not raise).
+ */
+export function collectPayment(
+  state: SandboxState,
+  request: PaymentRequest,
+  quiet = false,
+): Stripe.PaymentIntent {
+  const created = request.created ?? state.customerNow(request.customer.id);
   const ids = { charge: newId('ch'), paymentIntent: newId('pi'), paymentMethod: newId('pm') };
   const charge = state.charges.insert(chargeObject(request, ids, created));
   const paymentIntent = state.paymentIntents.insert(paymentIntentObject(request, ids, created));
+  if (quiet) return paymentIntent;
   state.events.emit('charge.succeeded', charge, undefined, created);
   state.events.emit('payment_intent.succeeded', paymentIntent, undefined, created);
   return paymentIntent;

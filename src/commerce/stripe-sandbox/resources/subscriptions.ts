@@ -3,9 +3,11 @@
  *
  * Created by checkout or directly (`customer`, `items[n][price]`, the payment always
  * succeeds). Update swaps an item's price (`items[0][id]` + `items[0][price]`), changes a
- * quantity, adds an item, sets `cancel_at_period_end` or `metadata`. A swap takes effect
- * for the next period: the sandbox does not prorate, so `proration_behavior` other than
- * `none` is refused rather than silently ignored. DELETE cancels at once.
+ * quantity, adds an item, sets `cancel_at_period_end` or `metadata`. With
+ * `proration_behavior=always_invoice` a swap is prorated and invoiced at once
+ * (proration.ts); with `none` (or nothing) it applies from the next period's invoice.
+ * `create_prorations` (pending proration items) is not modelled and is refused rather
+ * than silently ignored. DELETE cancels at once.
  * `/v1/subscription_items?subscription=…` lists a subscription's items.
  */
 import type Stripe from 'stripe';
@@ -13,6 +15,7 @@ import { checkRecurringItems, startSubscription } from '../billing.js';
 import { invalidParam, invalidState } from '../errors.js';
 import { render, renderList } from '../expand.js';
 import { previousAttributes } from '../events.js';
+import { prorateChange } from '../proration.js';
 import {
   allowOnly,
   mergeMetadata,
@@ -118,10 +121,10 @@ function updateSubscription(state: SandboxState, id: string, params: Params): St
     'create_prorations',
     'always_invoice',
   ] as const);
-  if (proration !== undefined && proration !== 'none')
+  if (proration === 'create_prorations')
     throw invalidParam(
       'proration_behavior',
-      'The Stripe sandbox does not model prorations; use proration_behavior=none.',
+      'The Stripe sandbox invoices prorations at once only; use always_invoice or none.',
     );
   let data = before.items.data;
   for (const [index, entry] of (optObjectArray(params, 'items') ?? []).entries()) {
@@ -133,7 +136,7 @@ function updateSubscription(state: SandboxState, id: string, params: Params): St
   );
   const cancelAtPeriodEnd =
     optBoolean(params, 'cancel_at_period_end') ?? before.cancel_at_period_end;
-  const after: Stripe.Subscription = {
+  const changed: Stripe.Subscription = {
     ...before,
     items: { ...before.items, data },
     cancel_at_period_end: cancelAtPeriodEnd,
@@ -143,10 +146,16 @@ function updateSubscription(state: SandboxState, id: string, params: Params): St
       : null,
     metadata: mergeMetadata(params, before.metadata),
   };
+  const { subscription: after, invoice } =
+    proration === 'always_invoice'
+      ? prorateChange(state, before, changed)
+      : { subscription: changed, invoice: null };
   const previous = previousAttributes(before, after);
   if (Object.keys(previous).length === 0) return before;
   state.subscriptions.update(after);
-  state.events.emit('customer.subscription.updated', after, previous);
+  const at = state.customerNow(String(before.customer));
+  state.events.emit('customer.subscription.updated', after, previous, at);
+  if (invoice !== null) state.events.emit('invoice.paid', invoice, undefined, at);
   return after;
 }
 
