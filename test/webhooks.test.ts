@@ -225,7 +225,7 @@ describe('endpoint status', () => {
     }
   });
 
-  it('after the last attempt it is failing and holds events; enabling replays them in order', async () => {
+  it('after the last attempt it is failing, holding events; enabling replays them', async () => {
     const receiver = await startReceiver();
     try {
       receiver.answer = () => 500;
@@ -328,7 +328,7 @@ describe('rotation', () => {
 });
 
 describe('events', () => {
-  it('usage.exhausted fires once, when the balance reaches zero, not on refused consumes', async () => {
+  it('usage.exhausted fires once, when the balance reaches zero, not when refused', async () => {
     const receiver = await startReceiver();
     try {
       const endpoint = (await register(receiver, 'usage', 'usage.exhausted,customer.created')).body;

@@ -6,7 +6,8 @@
  * Delivery therefore never runs on the thread that answers requests, nor on a shard's.
  *
  * Messages from the front end: `endpoints` (the table changed: reread it), `resume` (an
- * operator enabled an endpoint), `stop`. To it: the Dispatcher's reports (status changes to record, test events to relay).
+ * operator enabled an endpoint), `stop`. To it: the Dispatcher's reports (status changes
+ * to record, test events for the dev relay).
  */
 import { readlinkSync } from 'node:fs';
 import { setPriority } from 'node:os';
