@@ -349,8 +349,10 @@ export class Dispatcher {
       error: result.error,
     };
     const id = state.record.id;
+    // Deleted or disabled while the attempt was out: its queue is gone, keep no row for it.
+    const dropped = this.#states.get(id) !== state;
     let next: QueuedDelivery | null = null;
-    if (!ok) {
+    if (!ok && !dropped) {
       const delay = retryDelayMs(this.options.schedule, attempts);
       next = {
         ...delivery,
