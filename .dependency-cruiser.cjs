@@ -16,7 +16,8 @@
  * type-only imports too: a type import crosses a layer just as a value import does.
  */
 const CORE =
-  '^actors/(core/|customer\\.ts$|ops\\.ts$|fixed\\.ts$|periods\\.ts$|billing-config\\.ts$)';
+  '^actors/(core/|customer\\.ts$|ops\\.ts$|fixed\\.ts$|periods\\.ts$|billing-config\\.ts$|' +
+  'webhook-events\\.ts$)';
 /** The worker's IO shell: the only part of actors/ that may touch storage. */
 const WORKER_SHELL = '^actors/(shard-worker|shard-export)\\.ts$';
 

@@ -12,6 +12,7 @@ import type { WorkerQuotas } from '../shared/quotas.js';
 import { nameThisThread } from './thread-name.js';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import path from 'node:path';
+import { randomBytes } from 'node:crypto';
 import { assert } from '../shared/assert.js';
 import { getHeapStatistics } from 'node:v8';
 import { GcPauses } from './gc-pauses.js';
@@ -43,6 +44,8 @@ import {
   JOURNAL_PRUNE_IN_SNAPSHOT_MAX,
   ShardStore,
 } from '../storage/journal.js';
+import type { OutboxEvent } from '../storage/outbox.js';
+import type { Notice } from './webhook-events.js';
 
 export interface ShardWorkerData {
   readonly dataDir: string;
@@ -139,11 +142,24 @@ if (SKIP_RECOVERY_SYNC_FOR_TESTS) {
 }
 let previousDurableForTests: Promise<void> = Promise.resolve();
 
+/** A webhook event as stored, named here: ids are random, so the pure core never makes one. */
+function outboxEventOf(notice: Notice): OutboxEvent {
+  return {
+    id: `evt_${randomBytes(16).toString('base64url')}`,
+    type: notice.type,
+    environment: notice.environment,
+    customerId: notice.customerId,
+    createdAtMs: notice.atMs,
+    data: notice.data,
+  };
+}
+
 function appendTimed(
   events: readonly Event[],
   index: readonly CustomerIndexEntry[],
   audits: readonly PendingAudit[],
   keys: readonly IdempotencyPut[],
+  notices: readonly Notice[],
 ): { readonly seq: number; readonly durable: Promise<void> } {
   const issuedMs = performance.now();
   const forget = auditsToForget;
@@ -157,6 +173,7 @@ function appendTimed(
     })),
     audits,
     forget,
+    notices.map(outboxEventOf),
   );
   // Issued in the same turn as the record: the keys share its transaction.
   store.idempotency.put(keys);

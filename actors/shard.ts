@@ -64,6 +64,7 @@ import {
   type StoredKeys,
 } from './idempotency-keys.js';
 import { OPS, type OpRecord } from './ops.js';
+import { captureBefore, noticesOf, type Notice } from './webhook-events.js';
 import {
   REPLY_SLOTS,
   type AuditEffect,
@@ -100,14 +101,16 @@ export type { IdempotencyPut } from './idempotency-keys.js';
 export interface ShardJournal {
   /**
    * Appends one record, the customer index rows it changes, the audit entries of the
-   * audited writes in it and the idempotency keys they used, atomically; `durable`
-   * settles once all are on disk (rejects: the shard must crash).
+   * audited writes in it, the idempotency keys they used and the webhook events of its
+   * changes (the outbox), atomically; `durable` settles once all are on disk (rejects: the
+   * shard must crash).
    */
   append(
     events: readonly Event[],
     index: readonly CustomerIndexEntry[],
     audits: readonly PendingAudit[],
     keys: readonly IdempotencyPut[],
+    notices: readonly Notice[],
   ): { readonly seq: number; readonly durable: Promise<void> };
 }
 
@@ -209,6 +212,8 @@ export class Shard {
   private readonly keys: IdempotencyKeys;
   /** Appends started so far. */
   private appendsStarted = 0;
+  /** Webhook events of the pending events' changes, stored in the same record's transaction. */
+  private pendingNotices: Notice[] = [];
   private lastNowMs = 0;
   /** Seq of the newest append started, and of the newest one whose replies were released. */
   private appendedSeq = 0;
@@ -400,9 +405,21 @@ export class Shard {
               scopeDigest: scopeDigest(scope),
             };
       const seen = address === null ? null : this.keys.lookup(address);
+      const captured = captureBefore(before, command);
       const execution = execute(before, config, command, nowMs, admit, seen);
       const wrote = execution.events.length > 0;
       if (address !== null && wrote) this.rememberKeys(address, seen, execution.events);
+      if (wrote && execution.customer !== undefined)
+        for (const notice of noticesOf({
+          command,
+          captured,
+          customer: execution.customer,
+          created: before === undefined,
+          events: execution.events,
+          outcome: execution.outcome,
+          nowMs,
+        }))
+          this.pendingNotices.push(notice);
       if (execution.customer !== undefined) {
         customers.set(command.customerId, execution.customer);
         if (before === undefined && this.writeObserver !== null)
@@ -497,8 +514,10 @@ export class Shard {
     );
     const audits = this.pendingAudits;
     const keys = this.pendingKeys;
+    const notices = this.pendingNotices;
     this.pendingAudits = [];
     this.pendingKeys = [];
+    this.pendingNotices = [];
     this.pendingEvents = [];
     this.pendingReplies = [];
     this.pendingWaiters = [];
@@ -507,13 +526,13 @@ export class Shard {
     if (events.length === 0) {
       // Only a write with events creates or re-profiles a customer, or stores an audit entry.
       assert(
-        index.length === 0 && audits.length === 0 && keys.length === 0,
-        'a group without events changes no index row and stores no audit entry or key',
+        index.length === 0 && audits.length === 0 && keys.length === 0 && notices.length === 0,
+        'a group without events changes no index row and stores no audit entry, key or event',
       );
       this.holdOrRelease(replies, waiters);
       return;
     }
-    this.startAppend(events, index, audits, keys, replies, waiters);
+    this.startAppend(events, index, audits, keys, notices, replies, waiters);
   }
 
   /** A group without events: its answers wait for the newest append in flight, if any. */
@@ -533,10 +552,11 @@ export class Shard {
     index: readonly CustomerIndexEntry[],
     audits: readonly PendingAudit[],
     keys: readonly IdempotencyPut[],
+    notices: readonly Notice[],
     replies: Array<number | string>,
     waiters: Array<() => void>,
   ): void {
-    const { seq, durable } = this.options.journal.append(events, index, audits, keys);
+    const { seq, durable } = this.options.journal.append(events, index, audits, keys, notices);
     assert(seq > this.appendedSeq, `journal seq ${seq} after ${this.appendedSeq}`);
     this.appendedSeq = seq;
     this.appendsStarted += 1;

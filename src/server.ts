@@ -73,6 +73,9 @@ import {
   type ProcessorSettings,
 } from './commerce/processor.js';
 import { SideJobs } from './side-jobs.js';
+import { webhookAdminRoutes } from './api/webhook-routes.js';
+import { WebhookService, type WebhookSettings } from './webhooks/service.js';
+import { DevRelay, RELAY_PATH, relayBehavior } from './webhooks/relay.js';
 import { STORAGE_RESERVE_BYTES_DEFAULT, StorageWatch } from './storage-watch.js';
 
 /** Loopback only unless the operator says otherwise: Tally speaks plain HTTP (docs/security.md). */
@@ -112,6 +115,8 @@ export interface ServerOptions {
   readonly log?: Logger;
   /** The payment processor (docs/commerce.md); default: the embedded Stripe sandbox. */
   readonly processor?: ProcessorSettings;
+  /** Webhook delivery: allowed private hosts, pinned names, the retry schedule. */
+  readonly webhooks?: WebhookSettings;
 }
 
 export type { BootstrapKeys } from './auth/bootstrap-file.js';
@@ -262,6 +267,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const app = uWS.App();
   const obs = new Observability(options.log ?? silentLogger());
   let frontEnd: FrontEnd | null = null;
+  // The dev relay's WebSocket (test events to `tally listen`); refused until ready.
+  let relay: DevRelay | null = null;
+  app.ws(
+    RELAY_PATH,
+    relayBehavior(() => relay),
+  );
   app.any('/*', (res, req) =>
     frontEnd === null ? answerStarting(res, req, obs) : frontEnd.handle(res, req),
   );
@@ -309,6 +320,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       // transaction (eventTurnBatching, lmdb-env.ts): a crash keeps the version and its
       // audit entry together or neither.
       const stored = control.putConfig(environment, { version, pushedAtMs, config });
+      const event = webhooks.configPushed(environment, version, pushedAtMs);
       const entry = {
         action: 'config.push',
         resourceType: 'config',
@@ -316,7 +328,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         actor,
         data: { version },
       };
-      await Promise.all([stored, audit.append(environment, entry, pushedAtMs)]);
+      await Promise.all([stored, event, audit.append(environment, entry, pushedAtMs)]);
       pool?.broadcastConfig(environment, version, config);
       clientPolicies.set(environment, config.client);
       return { version, pushedAtMs, catalog };
@@ -363,6 +375,18 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   let customers: CustomerIndex | null = null;
   const startedAtMs = Date.now();
   const audit = new AuditLog(control.auditDb, control.auditRefsDb);
+  const webhooks = new WebhookService(
+    options.dataDir,
+    control,
+    audit,
+    options.webhooks ?? {},
+    options.log,
+  );
+  const webhookDeps = {
+    webhooks: webhooks.endpoints,
+    deliveries: webhooks.deliveries,
+    resumeDeliveries: (id: string) => webhooks.resume(id),
+  };
   // CPU-heavy side jobs (audit-chain verification, snapshot files) on their own bounded lanes.
   const sideJobs = new SideJobs(options.dataDir, (stream) => audit.lastSeq(stream));
   const verifyAudit = (stream: string): Promise<AuditVerification> => sideJobs.verifyAudit(stream);
@@ -388,7 +412,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       pushConfig,
       openApiJson: openApiCache(control),
       customerTokens,
+      ...webhookDeps,
     });
+    webhooks.start(workers);
+    const devRelay = await DevRelay.open(keys, control, webhooks.endpoints);
+    webhooks.onRelayEvent = (event) => devRelay.deliver(event);
+    relay = devRelay;
     const commerceDeps = { pool: started, control, audit, processor };
     front.setWebhook(webhookHandler(commerceDeps));
     const adminDeps = {
@@ -441,6 +470,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     });
     const adminRouter = buildAdminRouter(adminDeps, [
       ...snapshotRoutes(adminDeps, snapshots),
+      ...webhookAdminRoutes(webhookDeps),
       ['GET', '/v1/admin/metrics', metricsRoute({ pool: started, obs, startedAtMs, storage })],
     ]);
     front.setRouters(apiRouter, adminRouter);
@@ -456,11 +486,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     async close() {
       uWS.us_listen_socket_close(socket);
       await ready.catch(() => undefined);
+      (relay as DevRelay | null)?.closeAll();
       if (pool !== null) await pool.stop();
       await sideJobs.destroy();
       storage.stop();
       await processor.close();
       await (customers as CustomerIndex | null)?.close();
+      await webhooks.close();
       await control.close();
       releaseDataDir();
     },

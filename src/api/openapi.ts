@@ -32,6 +32,7 @@ import { clientTokenView } from './client-token-routes.js';
 import { PUBLIC_ROUTES } from './public-routes.js';
 import type { AnyRouteRecord, BodySpec, Caller, RouteDoc } from './route-record.js';
 import { API_ROUTES } from './routes.js';
+import { WEBHOOK_SCHEMAS } from './webhook-routes.js';
 
 type Schema = Readonly<Record<string, unknown>>;
 
@@ -190,11 +191,17 @@ export function buildOpenApi(config: BillingConfig | null, meta: OpenApiMeta): o
         name: 'browser',
         description: 'Customer-bound tokens for calling has, limit and balance from a web page.',
       },
+      { name: 'webhooks', description: 'Endpoints that receive signed events.' },
       { name: 'docs', description: 'This document.' },
     ],
     paths,
     components: {
-      schemas: { ...keySchemas(config, meta.version), ...viewSchemas(), ...billingConfigSchemas() },
+      schemas: {
+        ...keySchemas(config, meta.version),
+        ...viewSchemas(),
+        ...WEBHOOK_SCHEMAS,
+        ...billingConfigSchemas(),
+      },
       parameters: keyParameters(),
       headers: HEADERS,
       securitySchemes: SECURITY_SCHEMES,

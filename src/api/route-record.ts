@@ -78,6 +78,7 @@ export interface RouteDoc {
     | 'contracts'
     | 'audit'
     | 'browser'
+    | 'webhooks'
     | 'docs';
   readonly summary: string;
   readonly description: string;

@@ -34,6 +34,7 @@ import { COMMERCE_ROUTES, commerceOf, freshRef, processorMessage } from './comme
 import { syncExpansion } from '../commerce/expansion-billing.js';
 import { idParam } from './id-param.js';
 import { REFUND_ROUTES } from './refund-routes.js';
+import { WEBHOOK_ROUTES, type WebhookDeps } from './webhook-routes.js';
 import { quotaDetail, renderReply } from './shard-reply.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import {
@@ -66,7 +67,7 @@ import {
   type UsageSettingsBody,
 } from './validation.js';
 
-export interface ApiDeps {
+export interface ApiDeps extends WebhookDeps {
   readonly pool: ShardPool;
   readonly control: ControlStore;
   readonly customers: CustomerIndex;
@@ -504,6 +505,7 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
   ...CLIENT_TOKEN_ROUTES,
   ...CHANGE_ROUTES,
   ...REFUND_ROUTES,
+  ...WEBHOOK_ROUTES,
   route<undefined, CustomerQuery>({
     method: 'GET',
     path: '/v1/entitlements/:key/has',

@@ -203,6 +203,13 @@ export const AUDIT_ACTIONS = [
   'purchase.refund',
   'webhook.register',
   'customer-token-secret.rotate',
+  'webhook.update',
+  'webhook.delete',
+  'webhook.rotate',
+  'webhook.approve',
+  'webhook.enable',
+  'webhook.failing',
+  'webhook.disable',
   'key.create',
   'key.revoke',
 ] as const;
