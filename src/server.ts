@@ -417,6 +417,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     webhooks.start(workers);
     const devRelay = await DevRelay.open(keys, control, webhooks.endpoints);
     webhooks.onRelayEvent = (event) => devRelay.deliver(event);
+    devRelay.onListening = (listening) => webhooks.setRelayListening(listening);
     relay = devRelay;
     const commerceDeps = { pool: started, control, audit, processor };
     front.setWebhook(webhookHandler(commerceDeps));

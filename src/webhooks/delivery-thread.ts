@@ -20,7 +20,7 @@ import { openDurableEnv, SHARD_ENV_OPTIONS } from '../../storage/lmdb-env.js';
 import { pruneOutbox, readOutbox } from '../../storage/outbox.js';
 import { readEndpoints } from '../../storage/webhook-registry.js';
 import { AddressPolicy, type AddressPolicyOptions } from './address-policy.js';
-import { Dispatcher, type OutboxSource } from './dispatcher.js';
+import { Dispatcher, type DispatcherReport, type OutboxSource } from './dispatcher.js';
 import { OUTBOX_POLL_MS } from './schedule.js';
 
 /** The delivery thread's nice value: below the request-serving threads (0). */
@@ -39,6 +39,7 @@ export interface DeliveryThreadData {
 export type ToDeliveryThread =
   | { readonly t: 'endpoints' }
   | { readonly t: 'resume'; readonly id: string }
+  | { readonly t: 'relay'; readonly listening: boolean; readonly ack: number }
   | { readonly t: 'stop' };
 
 assert(!isMainThread && parentPort !== null, 'delivery-thread runs in a worker thread');
@@ -116,6 +117,9 @@ port.on('message', (message: ToDeliveryThread) => {
       return dispatcher.refreshEndpoints();
     case 'resume':
       return void dispatcher.resume(message.id);
+    case 'relay':
+      dispatcher.relayListening = message.listening;
+      return port.postMessage({ t: 'relayAck', ack: message.ack } satisfies DispatcherReport);
     case 'stop':
       stopped = true;
       dispatcher.stop();

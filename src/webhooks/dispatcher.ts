@@ -45,7 +45,9 @@ export type DispatcherReport =
       readonly to: 'failing' | 'disabled';
       readonly reason: string;
     }
-  | { readonly t: 'relay'; readonly events: readonly OutboxEvent[] };
+  | { readonly t: 'relay'; readonly events: readonly OutboxEvent[] }
+  /** The owner's `relay` message number `ack` is in effect. */
+  | { readonly t: 'relayAck'; readonly ack: number };
 
 export interface DispatcherOptions {
   readonly store: DeliveryStore;
@@ -103,6 +105,9 @@ export class Dispatcher {
   readonly #goneIds = new Set<string>();
   readonly #post: (target: PostTarget, policy: AddressPolicy) => Promise<PostResult>;
   readonly #now: () => number;
+
+  /** Whether a dev relay listener is connected (set by the owner, see takeOutboxes). */
+  relayListening = false;
 
   constructor(private readonly options: DispatcherOptions) {
     this.#post = options.post ?? postEvent;
@@ -215,12 +220,11 @@ export class Dispatcher {
           if (this.#takes(state.record, event))
             deliveries.push({ endpointId: state.record.id, event, dueAtMs: now });
         }
-        if (event.environment === 'test') relayed.push(event);
+        if (this.relayListening && event.environment === 'test') relayed.push(event);
       }
-      // Every test event goes to the owner for the dev relay, whether a listener is connected
-      // or not (it drops them when none is): a flag telling this thread when one connects
-      // could arrive after the event was taken, and a listener would miss an event made
-      // after it connected. One message per batch, and only for test events.
+      // Test events go to the owner for the dev relay only while a listener is connected:
+      // the owner greets a new listener only once this thread acknowledged the flag, so an
+      // event made after the greeting is taken with the flag on. One message per batch.
       if (relayed.length > 0) this.options.report({ t: 'relay', events: relayed });
       const keys = await this.options.store.enqueue(source.name, last.seq, deliveries);
       keys.forEach(({ endpointId, seq }, i) => {

@@ -13,7 +13,8 @@
  *
  * Live only: nothing is kept for a listener that is not connected (registered endpoints
  * have the outbox for that). Events reach this module from the delivery thread, which
- * hands over every test event; without a listener they are dropped here.
+ * hands over test events only while a listener is connected; a new listener is greeted
+ * (`ready`) once the thread knows, so every event made after the greeting reaches it.
  */
 import { STATUS_CODES } from 'node:http';
 import type uWS from 'uWebSockets.js';
@@ -123,8 +124,24 @@ export class DevRelay {
     res.upgrade<Listener>({ events }, secKey, secProtocol, secExtensions, context);
   }
 
+  /**
+   * Tells the delivery thread whether any listener is connected; settles once it knows.
+   * Set by the server (default: nothing to tell).
+   */
+  onListening: (listening: boolean) => Promise<void> = () => Promise.resolve();
+  /** Settles once the delivery thread knows the current listeners are there. */
+  #listening: Promise<void> = Promise.resolve();
+
   open(socket: uWS.WebSocket<Listener>): void {
     this.#sockets.add(socket);
+    if (this.#sockets.size === 1) this.#listening = this.onListening(true);
+    // Greeted once test events flow here: every event made after the greeting is relayed.
+    void this.#listening.then(() => {
+      if (this.#sockets.has(socket)) this.#greet(socket);
+    });
+  }
+
+  #greet(socket: uWS.WebSocket<Listener>): void {
     const forwarding = (this.#testConfig()?.webhooks?.forwarding ?? []).map(({ key, path }) => ({
       key,
       path,
@@ -139,7 +156,8 @@ export class DevRelay {
   }
 
   close(socket: uWS.WebSocket<Listener>): void {
-    this.#sockets.delete(socket);
+    if (this.#sockets.delete(socket) && this.#sockets.size === 0)
+      this.#listening = this.onListening(false);
   }
 
   /** The secrets a relayed delivery for `entry` is signed with. */

@@ -33,7 +33,9 @@ export class WebhookService {
   readonly deliveries: DeliveryLog;
   #outboxSeq: number;
   #thread: Worker | null = null;
-  /** Receives every test event (the dev relay forwards them to its listeners, if any). */
+  #relayAcks = 0;
+  readonly #relayWaiters = new Map<number, () => void>();
+  /** Receives test events while a relay listener is connected (see setRelayListening). */
   onRelayEvent: (event: OutboxEvent) => void = () => undefined;
 
   constructor(
@@ -89,6 +91,19 @@ export class WebhookService {
     this.#thread = thread;
   }
 
+  /**
+   * Tells the delivery thread whether a dev relay listener is connected (test events reach
+   * `onRelayEvent` only while one is); settles once the thread has the flag.
+   */
+  setRelayListening(listening: boolean): Promise<void> {
+    if (this.#thread === null) return Promise.resolve();
+    const ack = ++this.#relayAcks;
+    return new Promise((resolve) => {
+      this.#relayWaiters.set(ack, resolve);
+      this.#tell({ t: 'relay', listening, ack });
+    });
+  }
+
   /** An operator enabled an endpoint: the thread retries what it held. */
   resume(id: string): void {
     this.#tell({ t: 'resume', id });
@@ -99,6 +114,11 @@ export class WebhookService {
   }
 
   #received(report: DispatcherReport): void {
+    if (report.t === 'relayAck') {
+      this.#relayWaiters.get(report.ack)?.();
+      this.#relayWaiters.delete(report.ack);
+      return;
+    }
     if (report.t === 'relay') {
       for (const event of report.events) this.onRelayEvent(event);
       return;
