@@ -1,6 +1,6 @@
 /**
- * The package entry points an application imports: `tally/client`, `tally/better-auth`
- * and `tally/better-auth/client` resolve through `exports` to compiled JavaScript with
+ * The package entry points an application imports: `tally/client`, `tally/better-auth`,
+ * `tally/better-auth/client` and `tally/webhooks` resolve through `exports` to compiled JavaScript with
  * type declarations beside it, and the client plugin compiles to a module that imports
  * nothing, so a browser bundle of it carries no server code and no server key.
  */
@@ -8,7 +8,12 @@ import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
-const ENTRY_POINTS = ['tally/client', 'tally/better-auth', 'tally/better-auth/client'];
+const ENTRY_POINTS = [
+  'tally/client',
+  'tally/better-auth',
+  'tally/better-auth/client',
+  'tally/webhooks',
+];
 
 describe('package exports', () => {
   it.each(ENTRY_POINTS)('%s resolves to compiled JavaScript with declarations', (name) => {
