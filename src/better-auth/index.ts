@@ -7,16 +7,20 @@
  * application's own endpoints through the client plugin (`tally/better-auth/client`).
  *
  * `init` registers nothing with Tally: it checks that the options fit the other plugins
- * (an organization or team source needs Better Auth's organization plugin) and adds the
- * opt-in sign-up hook.
+ * (an organization or team source needs Better Auth's organization plugin), warns when
+ * the memory adapter weakens the receiver's guarantees, and adds the opt-in sign-up hook.
+ * The webhook receiver registers itself lazily (receiver.ts).
  */
 import type { BetterAuthPlugin } from 'better-auth';
 import { TallyClient } from '../client/index.js';
 import { billingEndpoints } from './endpoints.js';
 import type { TallyPluginOptions } from './options.js';
+import { MEMORY_ADAPTER_WARNING, receiverEndpoints, receiverSettings } from './receiver.js';
+import { webhookSchema } from './webhook-schema.js';
 
 export type {
   CustomerIdSource,
+  EventKind,
   TallyEvent,
   TallyPluginOptions,
   TallySession,
@@ -36,11 +40,17 @@ export const tally = (options: TallyPluginOptions) => {
     baseUrl: options.baseUrl,
     ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
   });
+  const receiver = receiverSettings(options.webhook);
   return {
     id: TALLY_PLUGIN_ID,
-    endpoints: billingEndpoints({ client, options }),
+    endpoints: {
+      ...billingEndpoints({ client, options }),
+      ...receiverEndpoints(client, receiver),
+    },
+    schema: webhookSchema,
     init(ctx) {
       checkPluginOrder(options, ctx.options.plugins ?? []);
+      if (ctx.adapter.id === 'memory') ctx.logger.warn(MEMORY_ADAPTER_WARNING);
       if (options.syncCustomerOnSignUp !== true) return;
       return {
         options: {

@@ -3,6 +3,9 @@
  * reads. Kept apart from the plugin so the client plugin and the docs can name them
  * without pulling in any server code.
  */
+import type { EventKind, TallyEvent } from '../webhooks/verify.js';
+
+export type { EventKind, TallyEvent };
 
 /** The signed-in session as Better Auth's `sessionMiddleware` provides it. */
 export interface TallySession {
@@ -26,20 +29,11 @@ export interface TallySession {
 /** Where a customer id comes from: a built-in source, or `custom` for a function. */
 export type CustomerIdSource = 'user' | 'organization' | 'team' | 'custom';
 
-/** An event Tally delivered (the payload of every outbound webhook). */
-export interface TallyEvent {
-  readonly id: string;
-  readonly type: string;
-  readonly createdAt: string;
-  readonly environment: string;
-  readonly data: Readonly<Record<string, unknown>>;
-}
-
 export interface TallyWebhookOptions {
   /** Receiver path below Better Auth's base path: `/tally` answers at `/api/auth/tally`. */
   readonly path?: string;
   /** Event kinds to receive: `'*'` (all), a comma-separated string or an array. */
-  readonly events?: string | readonly string[];
+  readonly events?: '*' | string | readonly EventKind[];
   /**
    * The registration key sent with the receiver's URL; Tally keeps one endpoint per
    * (environment, url, key). A configuration forwarding entry for this receiver names

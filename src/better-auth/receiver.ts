@@ -1,0 +1,287 @@
+/**
+ * The plugin's webhook receiver (`POST /api/auth{webhook.path}`) and its status endpoint
+ * (`GET` on the same path), with the lazy registration of the receiver at Tally.
+ *
+ * Registration is lazy and idempotent. Nothing is registered at start-up; the receiver
+ * registers when a delivery arrives and no endpoint is stored (with `autoRegister`), the
+ * status endpoint whenever none is stored. Tally keeps one endpoint per (environment,
+ * url, key), so instances racing to register get the same endpoint and secret; within
+ * one process concurrent registrations share one call. The endpoint (id, secret) is
+ * stored in the plugin's table, so every instance on the same database reuses it.
+ *
+ * A delivery is verified (Standard Webhooks signature over the raw body, timestamp within
+ * 5 minutes) with the stored secret: anything forged or stale is refused with 400 and
+ * changes nothing. Each `webhook-id` is handled once: it is recorded before `onEvent`
+ * runs, and released again when `onEvent` throws, so Tally's retry runs it again.
+ */
+import type { DBAdapter } from 'better-auth';
+import { APIError, createAuthEndpoint } from 'better-auth/api';
+import { type TallyClient, TallyApiError } from '../client/index.js';
+import { verifyWebhook, WebhookVerificationError } from '../webhooks/verify.js';
+import { forward } from './endpoints.js';
+import type { TallyWebhookOptions } from './options.js';
+import {
+  DELIVERY_MODEL,
+  ENDPOINT_MODEL,
+  type StoredEndpoint,
+  webhookSchema,
+} from './webhook-schema.js';
+
+export { webhookSchema };
+
+export const WEBHOOK_PATH_DEFAULT = '/tally';
+export const WEBHOOK_KEY_DEFAULT = 'better-auth';
+
+/** Handled `webhook-id`s are kept this long; Tally's retries of one event end well before. */
+const DELIVERY_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
+
+/** What the status endpoint and a start-up warning say about the memory adapter. */
+export const MEMORY_ADAPTER_WARNING =
+  'tally plugin: the memory adapter keeps the registered webhook endpoint and the handled ' +
+  'deliveries in this process only: every instance and every restart registers again ' +
+  '(Tally answers the same endpoint) and duplicate deliveries are only caught per process. ' +
+  'Use a persistent database adapter.';
+
+export interface ReceiverSettings {
+  readonly path: string;
+  readonly key: string;
+  readonly events: string | readonly string[];
+  readonly autoRegister: boolean;
+  readonly onEvent: TallyWebhookOptions['onEvent'];
+}
+
+/** The receiver's settings with their defaults. Throws `TypeError` for a bad path. */
+export function receiverSettings(options: TallyWebhookOptions | undefined): ReceiverSettings {
+  const path = options?.path ?? WEBHOOK_PATH_DEFAULT;
+  if (!/^\/[A-Za-z0-9/_-]*[A-Za-z0-9_-]$/.test(path) || path.includes('//')) {
+    throw new TypeError(`tally plugin: webhook.path must look like /tally, got ${path}`);
+  }
+  return {
+    path,
+    key: options?.key ?? WEBHOOK_KEY_DEFAULT,
+    events: options?.events ?? '*',
+    autoRegister: options?.autoRegister ?? true,
+    onEvent: options?.onEvent,
+  };
+}
+
+interface ReceiverContext {
+  readonly baseURL: string;
+  readonly adapter: DBAdapter;
+  readonly isTrustedOrigin: (url: string) => boolean;
+  readonly logger: { error: (message: string) => void };
+}
+
+/** Finds, and registers when asked, the endpoint of one receiver URL. */
+class Registrar {
+  private readonly inFlight = new Map<string, Promise<StoredEndpoint>>();
+
+  constructor(
+    readonly client: TallyClient,
+    private readonly settings: ReceiverSettings,
+  ) {}
+
+  stored(adapter: DBAdapter, url: string): Promise<StoredEndpoint | null> {
+    return adapter.findOne<StoredEndpoint>({
+      model: ENDPOINT_MODEL,
+      where: [
+        { field: 'url', value: url },
+        { field: 'registrationKey', value: this.settings.key },
+      ],
+    });
+  }
+
+  /** The stored endpoint, or a new registration; concurrent callers share one. */
+  async ensure(adapter: DBAdapter, url: string): Promise<StoredEndpoint> {
+    const stored = await this.stored(adapter, url);
+    if (stored !== null) return stored;
+    let pending = this.inFlight.get(url);
+    if (pending === undefined) {
+      pending = this.register(adapter, url).finally(() => this.inFlight.delete(url));
+      this.inFlight.set(url, pending);
+    }
+    return pending;
+  }
+
+  /** Forgets a stored endpoint that Tally no longer has. */
+  async forget(adapter: DBAdapter, endpoint: StoredEndpoint): Promise<void> {
+    await adapter.delete({ model: ENDPOINT_MODEL, where: [{ field: 'id', value: endpoint.id }] });
+  }
+
+  private async register(adapter: DBAdapter, url: string): Promise<StoredEndpoint> {
+    const endpoint = await this.client.webhooks.register({
+      url,
+      key: this.settings.key,
+      events: this.settings.events,
+    });
+    const row = {
+      url,
+      registrationKey: this.settings.key,
+      endpointId: endpoint.id,
+      secret: endpoint.secret,
+      events: typeof endpoint.events === 'string' ? endpoint.events : endpoint.events.join(','),
+      createdAt: new Date(),
+    };
+    try {
+      return await adapter.create<typeof row, StoredEndpoint>({ model: ENDPOINT_MODEL, data: row });
+    } catch (error) {
+      // Another instance stored the same registration first (the unique index refused ours).
+      const stored = await this.stored(adapter, url);
+      if (stored !== null) return stored;
+      throw error;
+    }
+  }
+}
+
+/** The receiver URL Tally is given: Better Auth's base URL (with its base path) + path. */
+function receiverUrl(baseURL: string, path: string): string {
+  return baseURL.replace(/\/+$/, '') + path;
+}
+
+/**
+ * Records a delivery's `webhook-id`; false when it was already recorded (a duplicate).
+ * Also drops records past their retention, so the table stays bounded.
+ */
+async function claimDelivery(adapter: DBAdapter, webhookId: string, eventType: string) {
+  const where = [{ field: 'webhookId', value: webhookId }];
+  if ((await adapter.findOne({ model: DELIVERY_MODEL, where })) !== null) return false;
+  const now = new Date();
+  try {
+    await adapter.create({
+      model: DELIVERY_MODEL,
+      data: { webhookId, eventType, receivedAt: now },
+    });
+  } catch (error) {
+    // The same delivery arriving twice at once: the unique index let one through.
+    if ((await adapter.findOne({ model: DELIVERY_MODEL, where })) !== null) return false;
+    throw error;
+  }
+  await adapter.deleteMany({
+    model: DELIVERY_MODEL,
+    where: [
+      {
+        field: 'receivedAt',
+        operator: 'lt',
+        value: new Date(now.getTime() - DELIVERY_RETENTION_MS),
+      },
+    ],
+  });
+  return true;
+}
+
+/** The receiver and status endpoints, keyed by their `auth.api` names. */
+export function receiverEndpoints(client: TallyClient, settings: ReceiverSettings) {
+  const registrar = new Registrar(client, settings);
+  // Shown to no client: Tally posts here, operators and deploy scripts call the status.
+  const metadata = { isAction: false } as const;
+  return {
+    tallyWebhook: createAuthEndpoint(
+      settings.path,
+      { method: 'POST', disableBody: true, cloneRequest: true, metadata },
+      async (ctx) => {
+        const request = ctx.request;
+        if (request === undefined) {
+          throw new APIError('BAD_REQUEST', {
+            message: 'the webhook receiver is called over HTTP only (it needs the raw body)',
+            code: 'RAW_BODY_REQUIRED',
+          });
+        }
+        const rawBody = await request.text();
+        const url = receiverUrl(ctx.context.baseURL, settings.path);
+        const endpoint = await receivingEndpoint(ctx.context, registrar, settings, url);
+        let event: ReturnType<typeof verifyWebhook>;
+        try {
+          event = verifyWebhook(rawBody, request.headers, endpoint.secret);
+        } catch (error) {
+          if (!(error instanceof WebhookVerificationError)) throw error;
+          throw new APIError('BAD_REQUEST', {
+            message: `webhook refused: ${error.message}`,
+            code: error.code.toUpperCase(),
+          });
+        }
+        // verifyWebhook refuses a delivery without webhook-id, so it is present here.
+        const webhookId = request.headers.get('webhook-id') as string;
+        const adapter = ctx.context.adapter;
+        if (!(await claimDelivery(adapter, webhookId, event.type))) {
+          return ctx.json({ received: true, duplicate: true });
+        }
+        try {
+          await settings.onEvent?.(event);
+        } catch (error) {
+          await adapter.delete({
+            model: DELIVERY_MODEL,
+            where: [{ field: 'webhookId', value: webhookId }],
+          });
+          ctx.context.logger.error(`tally plugin: onEvent failed for ${event.id}: ${error}`);
+          throw new APIError('INTERNAL_SERVER_ERROR', {
+            message: 'onEvent failed; Tally will deliver the event again',
+            code: 'EVENT_HANDLER_FAILED',
+          });
+        }
+        return ctx.json({ received: true });
+      },
+    ),
+    tallyWebhookStatus: createAuthEndpoint(
+      settings.path,
+      { method: 'GET', metadata },
+      async (ctx) => {
+        const url = receiverUrl(ctx.context.baseURL, settings.path);
+        const { endpoint, status } = await forward(ctx.context, () =>
+          checkedRegistration(ctx.context.adapter, registrar, url),
+        );
+        const persistent = ctx.context.adapter.id !== 'memory';
+        return ctx.json({
+          registered: true,
+          endpointId: endpoint.endpointId,
+          url: endpoint.url,
+          events: endpoint.events,
+          status,
+          persistent,
+          ...(persistent ? {} : { warning: MEMORY_ADAPTER_WARNING }),
+        });
+      },
+    ),
+  };
+}
+
+/**
+ * The endpoint a delivery is verified with: the stored one, else (with `autoRegister`) a
+ * registration; without either, 503 so Tally delivers again once the status endpoint has
+ * been called.
+ */
+async function receivingEndpoint(
+  context: ReceiverContext,
+  registrar: Registrar,
+  settings: ReceiverSettings,
+  url: string,
+): Promise<StoredEndpoint> {
+  const stored = await registrar.stored(context.adapter, url);
+  if (stored !== null) return stored;
+  if (!settings.autoRegister) {
+    throw new APIError('SERVICE_UNAVAILABLE', {
+      message: `no Tally webhook endpoint is registered for ${url}: call GET ${url} once`,
+      code: 'WEBHOOK_NOT_REGISTERED',
+    });
+  }
+  return forward(context, () => registrar.ensure(context.adapter, url));
+}
+
+/**
+ * The stored registration checked against Tally, with the endpoint's status there
+ * (`active`, or `pending_approval` for a live endpoint not yet approved). An endpoint
+ * deleted at Tally is forgotten and registered again, so the status endpoint also
+ * repairs a receiver whose endpoint was removed.
+ */
+async function checkedRegistration(adapter: DBAdapter, registrar: Registrar, url: string) {
+  const endpoint = await registrar.ensure(adapter, url);
+  try {
+    const remote = await registrar.client.webhooks.get(endpoint.endpointId);
+    return { endpoint, status: remote.status ?? null };
+  } catch (error) {
+    if (!(error instanceof TallyApiError) || error.status !== 404) throw error;
+  }
+  await registrar.forget(adapter, endpoint);
+  const again = await registrar.ensure(adapter, url);
+  const remote = await registrar.client.webhooks.get(again.endpointId);
+  return { endpoint: again, status: remote.status ?? null };
+}
