@@ -5,6 +5,7 @@
  * through `createAuthClient` with the client plugin over real HTTP; the customer always
  * comes from the session.
  */
+import net from 'node:net';
 import { betterAuth } from 'better-auth';
 import { memoryAdapter } from 'better-auth/adapters/memory';
 import { createAuthClient } from 'better-auth/client';
@@ -388,6 +389,34 @@ describe('customer id sources', () => {
     }
   });
 });
+
+describe('Tally unreachable', () => {
+  it('answers 502 TALLY_UNREACHABLE', async () => {
+    const port = await closedPort();
+    const app = await startAuthApp({
+      emailAndPassword: { enabled: true },
+      plugins: [tally({ apiKey: 'sk_test_unused', baseUrl: `http://127.0.0.1:${port}` })],
+    });
+    try {
+      const { headers } = await signUp(app.auth);
+      const failed = await apiError(app.auth.api.tallyHas({ headers, body: { key: 'sso' } }));
+      expect(failed.status).toBe(502);
+      expect(failed.body).toMatchObject({ code: 'TALLY_UNREACHABLE' });
+      expect(failed.body['message']).toContain('ECONNREFUSED');
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+/** A loopback port nothing listens on (one the kernel just handed out and took back). */
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
 
 describe('rate limits', () => {
   it('a 429 rate_limited passes through with Retry-After', async () => {

@@ -227,7 +227,12 @@ function parseJson(text: string): unknown {
 function describeFailure(error: unknown): string {
   if (error instanceof Error && error.name === 'TimeoutError') return 'no answer in time';
   const cause =
-    error instanceof Error ? (error.cause as { code?: unknown } | undefined) : undefined;
+    error instanceof Error
+      ? (error.cause as { code?: unknown; message?: unknown } | undefined)
+      : undefined;
   if (typeof cause?.code === 'string') return `cannot reach Tally (${cause.code})`;
+  if (typeof cause?.message === 'string' && cause.message !== '') {
+    return `cannot reach Tally (${cause.message})`;
+  }
   return error instanceof Error ? error.message : String(error);
 }
