@@ -14,7 +14,7 @@
  * changes nothing. Each `webhook-id` is handled once: it is recorded before `onEvent`
  * runs, and released again when `onEvent` throws, so Tally's retry runs it again.
  */
-import type { DBAdapter } from 'better-auth';
+import { type DBAdapter, HIDE_METADATA } from 'better-auth';
 import { APIError, createAuthEndpoint } from 'better-auth/api';
 import { type TallyClient, TallyApiError } from '../client/index.js';
 import { verifyWebhook, WebhookVerificationError } from '../webhooks/verify.js';
@@ -172,8 +172,9 @@ async function claimDelivery(adapter: DBAdapter, webhookId: string, eventType: s
 /** The receiver and status endpoints, keyed by their `auth.api` names. */
 export function receiverEndpoints(client: TallyClient, settings: ReceiverSettings) {
   const registrar = new Registrar(client, settings);
-  // Shown to no client: Tally posts here, operators and deploy scripts call the status.
-  const metadata = { isAction: false } as const;
+  // Not in the client plugin (Tally posts here; operators and deploy scripts call the
+  // status), but on `auth.api` and over HTTP.
+  const metadata = HIDE_METADATA;
   return {
     tallyWebhook: createAuthEndpoint(
       settings.path,

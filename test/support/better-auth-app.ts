@@ -30,11 +30,13 @@ export function tempDbFile(): string {
 
 /**
  * Starts one application instance on `dbFile` (a fresh file unless given, so two
- * instances can share one) and runs the migrations its plugins need.
+ * instances can share one) and runs the migrations its plugins need. `baseURL` is the
+ * instance's own address unless given (instances behind one public address share one).
  */
 export async function startAuthApp<O extends Omit<BetterAuthOptions, 'database' | 'baseURL'>>(
   options: O,
   dbFile: string = tempDbFile(),
+  baseURL?: string,
 ) {
   let handler: http.RequestListener = (_req, res) => res.writeHead(503).end();
   const server = http.createServer((req, res) => handler(req, res));
@@ -47,7 +49,7 @@ export async function startAuthApp<O extends Omit<BetterAuthOptions, 'database' 
     ...options,
     // Typed as the option, not the driver: the driver's type is not needed by the tests.
     database: database as BetterAuthOptions['database'],
-    baseURL: origin,
+    baseURL: baseURL ?? origin,
     secret: SECRET,
   });
   const { runMigrations } = await getMigrations(auth.options);
