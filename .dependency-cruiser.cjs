@@ -20,7 +20,8 @@
  * type-only imports too: a type import crosses a layer just as a value import does.
  */
 const CORE =
-  '^actors/(core/|customer\\.ts$|ops\\.ts$|fixed\\.ts$|periods\\.ts$|billing-config\\.ts$)';
+  '^actors/(core/|customer\\.ts$|ops\\.ts$|fixed\\.ts$|periods\\.ts$|billing-config\\.ts$|' +
+  'webhook-events\\.ts$)';
 /** The packages an application imports: the typed HTTP client and the Better Auth plugin. */
 const INTEGRATION = '^src/(client|better-auth)/';
 /** The Standard Webhooks verifier the Better Auth plugin's receiver uses. */

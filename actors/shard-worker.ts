@@ -12,6 +12,7 @@ import type { WorkerQuotas } from '../shared/quotas.js';
 import { nameThisThread } from './thread-name.js';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import path from 'node:path';
+import { randomBytes } from 'node:crypto';
 import { assert } from '../shared/assert.js';
 import { Histogram, JOURNAL_BATCH_EVENTS_BOUNDS, JOURNAL_FLUSH_BOUNDS_MS } from './histogram.js';
 import type { CustomerState, Event } from './customer.js';
@@ -31,6 +32,8 @@ import {
 import { Shard, type CustomerIndexEntry } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
 import { encodeSnapshotChunk, ShardStore } from '../storage/journal.js';
+import type { OutboxEvent } from '../storage/outbox.js';
+import type { Notice } from './webhook-events.js';
 
 export interface ShardWorkerData {
   readonly dataDir: string;
@@ -121,10 +124,23 @@ if (SKIP_RECOVERY_SYNC_FOR_TESTS) {
 }
 let previousDurableForTests: Promise<void> = Promise.resolve();
 
+/** A webhook event as stored, named here: ids are random, so the pure core never makes one. */
+function outboxEventOf(notice: Notice): OutboxEvent {
+  return {
+    id: `evt_${randomBytes(16).toString('base64url')}`,
+    type: notice.type,
+    environment: notice.environment,
+    customerId: notice.customerId,
+    createdAtMs: notice.atMs,
+    data: notice.data,
+  };
+}
+
 function appendTimed(
   events: readonly Event[],
   index: readonly CustomerIndexEntry[],
   audits: readonly PendingAudit[],
+  notices: readonly Notice[],
 ): { readonly seq: number; readonly durable: Promise<void> } {
   const issuedMs = performance.now();
   const forget = auditsToForget;
@@ -138,6 +154,7 @@ function appendTimed(
     })),
     audits,
     forget,
+    notices.map(outboxEventOf),
   );
   journalBatchEvents.observe(events.length);
   // A failed write is the shard's to handle (it crashes); this handler only measures.

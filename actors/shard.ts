@@ -52,6 +52,7 @@ import {
   type WriteCommand,
 } from './customer.js';
 import { OPS, type OpRecord } from './ops.js';
+import { captureBefore, noticesOf, type Notice } from './webhook-events.js';
 import {
   REPLY_SLOTS,
   type AuditEffect,
@@ -85,14 +86,15 @@ export interface CustomerIndexEntry {
 
 export interface ShardJournal {
   /**
-   * Appends one record, the customer index rows it changes and the audit entries of the
-   * audited writes in it, atomically; `durable` settles once all are on disk (rejects:
-   * the shard must crash).
+   * Appends one record, the customer index rows it changes, the audit entries of the
+   * audited writes in it and the webhook events of its changes (the outbox), atomically;
+   * `durable` settles once all are on disk (rejects: the shard must crash).
    */
   append(
     events: readonly Event[],
     index: readonly CustomerIndexEntry[],
     audits: readonly PendingAudit[],
+    notices: readonly Notice[],
   ): { readonly seq: number; readonly durable: Promise<void> };
 }
 
@@ -182,6 +184,8 @@ export class Shard {
    * Audit entries of the pending events' audited writes, stored in the same record's transaction.
    */
   private pendingAudits: PendingAudit[] = [];
+  /** Webhook events of the pending events' changes, stored in the same record's transaction. */
+  private pendingNotices: Notice[] = [];
   private lastNowMs = 0;
   /** Seq of the newest append started, and of the newest one whose replies were released. */
   private appendedSeq = 0;
@@ -312,8 +316,20 @@ export class Shard {
         audit?.auditQuotaReached === undefined
           ? this.admit
           : this.auditQuotaAdmission(audit.auditQuotaReached);
+      const captured = captureBefore(before, command);
       const execution = execute(before, config, command, nowMs, admit);
       const wrote = execution.events.length > 0;
+      if (wrote && execution.customer !== undefined)
+        for (const notice of noticesOf({
+          command,
+          captured,
+          customer: execution.customer,
+          created: before === undefined,
+          events: execution.events,
+          outcome: execution.outcome,
+          nowMs,
+        }))
+          this.pendingNotices.push(notice);
       if (execution.customer !== undefined) {
         this.idempotencyByEnvironment[command.environment] +=
           (execution.customer.idempotency?.size ?? 0) - entriesBefore;
@@ -389,7 +405,9 @@ export class Shard {
       (c): CustomerIndexEntry => ({ environment: c.environment, id: c.id, view: customerView(c) }),
     );
     const audits = this.pendingAudits;
+    const notices = this.pendingNotices;
     this.pendingAudits = [];
+    this.pendingNotices = [];
     this.pendingEvents = [];
     this.pendingReplies = [];
     this.pendingWaiters = [];
@@ -398,13 +416,13 @@ export class Shard {
     if (events.length === 0) {
       // Only a write with events creates or re-profiles a customer, or stores an audit entry.
       assert(
-        index.length === 0 && audits.length === 0,
-        'a group without events changes no index row and stores no audit entry',
+        index.length === 0 && audits.length === 0 && notices.length === 0,
+        'a group without events changes no index row and stores no audit entry or event',
       );
       this.holdOrRelease(replies, waiters);
       return;
     }
-    this.startAppend(events, index, audits, replies, waiters);
+    this.startAppend(events, index, audits, notices, replies, waiters);
   }
 
   /** A group without events: its answers wait for the newest append in flight, if any. */
@@ -423,10 +441,11 @@ export class Shard {
     events: readonly Event[],
     index: readonly CustomerIndexEntry[],
     audits: readonly PendingAudit[],
+    notices: readonly Notice[],
     replies: Array<number | string>,
     waiters: Array<() => void>,
   ): void {
-    const { seq, durable } = this.options.journal.append(events, index, audits);
+    const { seq, durable } = this.options.journal.append(events, index, audits, notices);
     assert(seq > this.appendedSeq, `journal seq ${seq} after ${this.appendedSeq}`);
     this.appendedSeq = seq;
     const append: Append = { seq, replies, waiters, durable: false };

@@ -43,6 +43,17 @@ export const ERRORS = {
     message: 'this endpoint requires the operator key',
     when: 'environment key (sk_/ck_) on an operator route (/v1/admin/...)',
   },
+  relay_test_only: {
+    status: 403,
+    message:
+      'the dev relay forwards test-environment events only: use a test server key (sk_test_…)',
+    when: 'a live key, or a client key, on the dev relay (GET /v1/listen)',
+  },
+  relay_disabled: {
+    status: 403,
+    message: 'the dev relay is off: the test configuration sets webhooks.devTunnel to false',
+    when: 'GET /v1/listen while the test configuration turns the relay off',
+  },
   invalid_json: {
     status: 400,
     message: 'request body is not valid JSON',
@@ -107,6 +118,13 @@ export const ERRORS = {
       'a processor webhook whose Stripe-Signature does not match its raw body, or is stale; ' +
       'nothing changes',
   },
+  webhook_url_not_allowed: {
+    status: 400,
+    message: 'webhook url not allowed: {detail}',
+    when:
+      'a live endpoint that is not https, or a url whose host resolves to a loopback, ' +
+      'private, link-local or otherwise non-public address',
+  },
   product_not_purchasable: {
     status: 400,
     message: 'product {productKey} has no price',
@@ -156,6 +174,11 @@ export const ERRORS = {
     message: 'key {id} not found',
     when: 'revoking a key id that does not exist',
   },
+  webhook_not_found: {
+    status: 404,
+    message: 'webhook endpoint {id} not found',
+    when: "an endpoint id the key's environment does not have",
+  },
   snapshot_not_found: {
     status: 404,
     message: 'snapshot {id} not found',
@@ -178,6 +201,18 @@ export const ERRORS = {
       'customer {customerId} already has an active subscription: change its plan with ' +
       'POST /v1/subscriptions/change',
     when: 'checkout of a recurring product by a customer with an active subscription',
+  },
+  too_many_webhooks: {
+    status: 409,
+    message: 'an environment holds at most {max} webhook endpoints; delete one first',
+    when: 'registering an endpoint beyond the limit',
+  },
+  webhook_status_conflict: {
+    status: 409,
+    message: 'webhook endpoint {id} is {status}',
+    when:
+      'approving an endpoint not pending approval, or enabling one that is not failing or ' +
+      'disabled',
   },
   key_already_revoked: {
     status: 409,

@@ -16,6 +16,9 @@ import { parsePerEnvironment, type PerEnvironment } from '../shared/quotas.js';
 import { DEFAULT_RATE_LIMITS } from './auth/rate-limit.js';
 import { createLogger, isLogLevel, LOG_LEVELS, stdoutDestination } from './observability/log.js';
 import { DEFAULT_HOST, startServer } from './server.js';
+import { policyOptionsFromEnv } from './webhooks/address-policy.js';
+import { parseSchedule } from './webhooks/schedule.js';
+import type { WebhookSettings } from './webhooks/service.js';
 
 // Everything the service creates (data dir, LMDB files, snapshots, keys) is readable by
 // its own account only, whatever the shell's umask (docs/security.md, Files on disk).
@@ -65,6 +68,24 @@ function optionalEnv(name: string): string | undefined {
   return raw === undefined || raw === '' ? undefined : raw;
 }
 
+/**
+ * Webhook delivery settings: TALLY_WEBHOOK_ALLOWED_HOSTS (private hosts endpoints may
+ * reach), TALLY_WEBHOOK_RESOLVE (`name=ip,…`, fixed answers for names) and
+ * TALLY_WEBHOOK_RETRY_SCHEDULE (`ms,ms,…`). A bad value stops the start (exit 2).
+ */
+function webhookSettingsFromEnv(): WebhookSettings {
+  try {
+    const schedule = optionalEnv('TALLY_WEBHOOK_RETRY_SCHEDULE');
+    return {
+      policy: policyOptionsFromEnv(process.env),
+      ...(schedule === undefined ? {} : { retryScheduleMs: parseSchedule(schedule) }),
+    };
+  } catch (error) {
+    process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
+    process.exit(2);
+  }
+}
+
 async function main(): Promise<void> {
   const port = intFromEnv('PORT', 8787) ?? 8787;
   const host = process.env['TALLY_HOST'] || DEFAULT_HOST;
@@ -106,6 +127,7 @@ async function main(): Promise<void> {
     rateLimits,
     log,
     processor,
+    webhooks: webhookSettingsFromEnv(),
     ...(workers === undefined || workers === 0 ? {} : { workers }),
     ...(queueMax === undefined || queueMax === 0 ? {} : { queueMax }),
     ...(snapshotEveryBatches === undefined || snapshotEveryBatches === 0

@@ -58,6 +58,8 @@ import {
   type ProcessorSettings,
 } from './commerce/processor.js';
 import { SideJobs } from './side-jobs.js';
+import { webhookAdminRoutes } from './api/webhook-routes.js';
+import { WebhookService, type WebhookSettings } from './webhooks/service.js';
 import { STORAGE_RESERVE_BYTES_DEFAULT, StorageWatch } from './storage-watch.js';
 
 /** Loopback only unless the operator says otherwise: Tally speaks plain HTTP (docs/security.md). */
@@ -92,6 +94,8 @@ export interface ServerOptions {
   readonly log?: Logger;
   /** The payment processor (docs/commerce.md); default: the embedded Stripe sandbox. */
   readonly processor?: ProcessorSettings;
+  /** Webhook delivery: allowed private hosts, pinned names, the retry schedule. */
+  readonly webhooks?: WebhookSettings;
 }
 
 export type { BootstrapKeys } from './auth/bootstrap-file.js';
@@ -284,6 +288,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       // transaction (eventTurnBatching, lmdb-env.ts): a crash keeps the version and its
       // audit entry together or neither.
       const stored = control.putConfig(environment, { version, pushedAtMs, config });
+      const event = webhooks.configPushed(environment, version, pushedAtMs);
       const entry = {
         action: 'config.push',
         resourceType: 'config',
@@ -291,7 +296,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         actor,
         data: { version },
       };
-      await Promise.all([stored, audit.append(environment, entry, pushedAtMs)]);
+      await Promise.all([stored, event, audit.append(environment, entry, pushedAtMs)]);
       pool?.broadcastConfig(environment, version, config);
       return { version, pushedAtMs, catalog };
     });
@@ -332,6 +337,18 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   let customers: CustomerIndex | null = null;
   const startedAtMs = Date.now();
   const audit = new AuditLog(control.auditDb, control.auditRefsDb);
+  const webhooks = new WebhookService(
+    options.dataDir,
+    control,
+    audit,
+    options.webhooks ?? {},
+    options.log,
+  );
+  const webhookDeps = {
+    webhooks: webhooks.endpoints,
+    deliveries: webhooks.deliveries,
+    resumeDeliveries: (id: string) => webhooks.resume(id),
+  };
   // CPU-heavy side jobs (audit-chain verification, snapshot files) on their own bounded lanes.
   const sideJobs = new SideJobs(options.dataDir, (stream) => audit.lastSeq(stream));
   const verifyAudit = (stream: string): Promise<AuditVerification> => sideJobs.verifyAudit(stream);
@@ -356,7 +373,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       verifyAudit,
       pushConfig,
       openApiJson: openApiCache(control),
+      ...webhookDeps,
     });
+    webhooks.start(workers);
     const commerceDeps = { pool: started, control, audit, processor };
     front.setWebhook(webhookHandler(commerceDeps));
     const adminDeps = {
@@ -408,6 +427,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     });
     const adminRouter = buildAdminRouter(adminDeps, [
       ...snapshotRoutes(adminDeps, snapshots),
+      ...webhookAdminRoutes(webhookDeps),
       ['GET', '/v1/admin/metrics', metricsRoute({ pool: started, obs, startedAtMs, storage })],
     ]);
     front.setRouters(apiRouter, adminRouter);
@@ -428,6 +448,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       storage.stop();
       await processor.close();
       await (customers as CustomerIndex | null)?.close();
+      await webhooks.close();
       await control.close();
       releaseDataDir();
     },

@@ -10,8 +10,10 @@
  *
  * Layout: `keys` maps key id → frame(KeyRecord); `configs` maps [environment, version] →
  * frame(ConfigEntry), so one environment's versions are contiguous and ordered; `meta`
- * maps name → frame(value). Reads verify each record's checksum and shape and throw on a
- * corrupt one: the front end must not serve from state it cannot trust.
+ * maps name → frame(value); `webhooks` holds webhook endpoints and `outbox` the events of
+ * configuration pushes (their modules describe them). Reads verify each record's checksum
+ * and shape and throw on a corrupt one: the front end must not serve from state it cannot
+ * trust.
  */
 import { join } from 'node:path';
 import { assert } from '../shared/assert.js';
@@ -43,7 +45,7 @@ export interface ConfigEntry {
   config: unknown;
 }
 
-type DbName = 'keys' | 'configs' | 'meta' | 'audit' | 'auditRefs';
+type DbName = 'keys' | 'configs' | 'meta' | 'audit' | 'auditRefs' | 'webhooks' | 'outbox';
 
 const SNAPSHOT_SECRET_META = 'snapshotSecret';
 
@@ -64,6 +66,19 @@ export class ControlStore {
     return this.#env.dbs.auditRefs;
   }
 
+  /** Webhook endpoints (storage/webhook-registry.ts owns their format). */
+  get webhooksDb(): BinaryDb {
+    return this.#env.dbs.webhooks;
+  }
+
+  /**
+   * Events of the front end's own changes (a configuration push), written in the change's
+   * transaction; storage/outbox.ts owns their format.
+   */
+  get outboxDb(): BinaryDb {
+    return this.#env.dbs.outbox;
+  }
+
   /** Opens (creating if needed) `<dataDir>/control`. Throws if LMDB cannot open it. */
   static open(dataDir: string): ControlStore {
     return new ControlStore(
@@ -73,6 +88,8 @@ export class ControlStore {
         'meta',
         'audit',
         'auditRefs',
+        'webhooks',
+        'outbox',
       ]),
     );
   }

@@ -19,7 +19,8 @@
  *
  * Layout: `journal` maps seq (ordered-binary number) → frame(events array); `snapshot`
  * maps 0 → frame(header) and 1..chunkCount → frame(items chunk); `meta` maps name → frame
- * (`recovered`: see syncRecovered).
+ * (`recovered`: see syncRecovered); `outbox` holds the webhook events of journaled changes
+ * until the delivery thread has taken them (storage/outbox.ts).
  *
  * Records are typed by the store's user, who knows what they are (the shard worker: its
  * events, snapshot items and audit entries); storage knows only how to keep them. A store
@@ -28,6 +29,7 @@
  */
 import { assert } from '../shared/assert.js';
 import { encodeRecord, decodeRecord } from './codec.js';
+import { lastOutboxSeq, putOutboxEvent, type OutboxEvent } from './outbox.js';
 import {
   envInfo,
   flushedWrite,
@@ -109,7 +111,7 @@ export interface ShardStoreStats extends EnvInfo {
   readonly journalRecords: number;
 }
 
-export type ShardDbName = 'journal' | 'snapshot' | 'meta' | 'customers' | 'audits';
+export type ShardDbName = 'journal' | 'snapshot' | 'meta' | 'customers' | 'audits' | 'outbox';
 type DbName = ShardDbName;
 
 export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
@@ -121,6 +123,8 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   #tornTailSeq: number | null;
   /** A write failed: lmdb-js will never settle that batch's flush (see close()). */
   #writeFailed = false;
+  /** The last outbox seq used, read from disk on the first event stored. */
+  #outboxSeq: number | null = null;
 
   private constructor(env: DurableEnv<DbName>, shapes: RecordShapes<Ev, Item, Audit>) {
     this.#env = env;
@@ -144,7 +148,7 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   static open(path: string, shapes: RecordShapes<unknown, unknown, unknown> = UNTYPED): ShardStore {
     const env = openDurableEnv<DbName>(
       path,
-      ['journal', 'snapshot', 'meta', 'customers', 'audits'],
+      ['journal', 'snapshot', 'meta', 'customers', 'audits', 'outbox'],
       SHARD_ENV_OPTIONS,
     );
     try {
@@ -191,6 +195,7 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     index: readonly IndexEntry[] = [],
     audits: ReadonlyArray<Audit & { readonly ref: string }> = [],
     forget: readonly string[] = [],
+    outbox: readonly OutboxEvent[] = [],
   ): { seq: number; durable: Promise<void> } {
     assert(
       this.#tornTailSeq === null,
@@ -215,6 +220,14 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     for (const audit of audits)
       this.#env.dbs.audits.put(audit.ref, encodeRecord(audit)).catch(() => undefined);
     for (const ref of forget) this.#env.dbs.audits.remove(ref).catch(() => undefined);
+    // The webhook events of the record's changes, likewise (storage/outbox.ts): an event
+    // exists exactly when its change is durable.
+    if (outbox.length > 0) {
+      let outboxSeq = (this.#outboxSeq ??= lastOutboxSeq(this.#env.dbs.outbox));
+      for (const event of outbox)
+        putOutboxEvent(this.#env.dbs.outbox, ++outboxSeq, event).catch(() => undefined);
+      this.#outboxSeq = outboxSeq;
+    }
     const durable = this.#flushed(
       this.#env.dbs.journal.put(seq, frame),
       `journal append of seq ${seq}`,

@@ -31,6 +31,7 @@ import { ERRORS, type ErrorCode } from '../errors.js';
 import { PUBLIC_ROUTES } from './public-routes.js';
 import type { AnyRouteRecord, BodySpec, Caller, RouteDoc } from './route-record.js';
 import { API_ROUTES } from './routes.js';
+import { WEBHOOK_SCHEMAS } from './webhook-routes.js';
 
 type Schema = Readonly<Record<string, unknown>>;
 
@@ -170,11 +171,17 @@ export function buildOpenApi(config: BillingConfig | null, meta: OpenApiMeta): o
       { name: 'customers', description: 'Customer records and listings.' },
       { name: 'audit', description: 'The tamper-evident audit log.' },
       { name: 'contracts', description: 'Per-customer prices and included amounts.' },
+      { name: 'webhooks', description: 'Endpoints that receive signed events.' },
       { name: 'docs', description: 'This document.' },
     ],
     paths,
     components: {
-      schemas: { ...keySchemas(config, meta.version), ...viewSchemas(), ...billingConfigSchemas() },
+      schemas: {
+        ...keySchemas(config, meta.version),
+        ...viewSchemas(),
+        ...WEBHOOK_SCHEMAS,
+        ...billingConfigSchemas(),
+      },
       parameters: keyParameters(),
       headers: HEADERS,
       securitySchemes: SECURITY_SCHEMES,

@@ -77,6 +77,7 @@ export interface RouteDoc {
     | 'customers'
     | 'contracts'
     | 'audit'
+    | 'webhooks'
     | 'docs';
   readonly summary: string;
   readonly description: string;

@@ -30,6 +30,7 @@ import type { Router } from '../http/router.js';
 import type { ReplyHandler, ShardPool } from '../shard-pool.js';
 import { auditPage, failVerify } from './audit-page.js';
 import { COMMERCE_ROUTES } from './commerce-routes.js';
+import { WEBHOOK_ROUTES, type WebhookDeps } from './webhook-routes.js';
 import { quotaDetail, renderReply } from './shard-reply.js';
 import { decodeCursor, encodeCursor, pageLimit } from './paging.js';
 import {
@@ -63,7 +64,7 @@ import {
   type UsageSettingsBody,
 } from './validation.js';
 
-export interface ApiDeps {
+export interface ApiDeps extends WebhookDeps {
   readonly pool: ShardPool;
   readonly control: ControlStore;
   readonly customers: CustomerIndex;
@@ -470,6 +471,7 @@ const TYPED_ERRORS = [...ENTITLEMENT_ERRORS, 'wrong_entitlement_type'] as const;
 /** Every environment route, in router order (each route's metrics series). */
 export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
   ...COMMERCE_ROUTES,
+  ...WEBHOOK_ROUTES,
   route<undefined, CustomerQuery>({
     method: 'GET',
     path: '/v1/entitlements/:key/has',

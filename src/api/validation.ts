@@ -202,6 +202,13 @@ export const AUDIT_ACTIONS = [
   'subscription.refund',
   'purchase.refund',
   'webhook.register',
+  'webhook.update',
+  'webhook.delete',
+  'webhook.rotate',
+  'webhook.approve',
+  'webhook.enable',
+  'webhook.failing',
+  'webhook.disable',
   'key.create',
   'key.revoke',
 ] as const;

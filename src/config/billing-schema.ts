@@ -12,6 +12,7 @@
  * Unknown properties are rejected everywhere so a typo (`prise`, `overrage`) is a 400
  * rather than a silently ignored setting.
  */
+import { EVENT_KINDS } from '../../shared/event-kinds.js';
 import { AMOUNT_UNITS_MAX, DECIMALS_MAX } from '../../actors/fixed.js';
 
 export const BILLING_SCHEMA_ID = 'https://tally.dev/schemas/billing-config.json';
@@ -55,23 +56,8 @@ export const CONFIG_QUANTITY_DECIMALS_MAX = DECIMALS_MAX;
  */
 export const CONFIG_MONEY_MINOR_MAX = 1e12;
 
-/**
- * The outbound event kinds a forwarding entry may subscribe to. No webhook is delivered
- * yet; the configuration already names the kinds.
- * Kept here because the schema enumerates them; the webhook module should share it.
- */
-export const WEBHOOK_EVENT_TYPES = [
-  'customer.created',
-  'customer.updated',
-  'subscription.created',
-  'subscription.updated',
-  'subscription.canceled',
-  'subscription.refunded',
-  'purchase.completed',
-  'purchase.refunded',
-  'usage.exhausted',
-  'config.pushed',
-] as const;
+/** The outbound event kinds a forwarding entry may subscribe to (docs/webhooks.md). */
+export const WEBHOOK_EVENT_TYPES = EVENT_KINDS;
 
 const keyDescription =
   `1–${CONFIG_KEY_LENGTH_MAX} characters of A–Z, a–z, 0–9 and _ . : - ` +

@@ -32,7 +32,14 @@ interface Entry {
 type Table = Map<string, Entry>;
 type DiskState = Map<string, Table>;
 
-const DB_NAMES: readonly ShardDbName[] = ['journal', 'snapshot', 'meta', 'customers', 'audits'];
+const DB_NAMES: readonly ShardDbName[] = [
+  'journal',
+  'snapshot',
+  'meta',
+  'customers',
+  'audits',
+  'outbox',
+];
 
 function emptyState(): DiskState {
   return new Map(DB_NAMES.map((name) => [name, new Map()]));

@@ -1,0 +1,108 @@
+/**
+ * Entry point of the webhook delivery thread (a worker_thread the front end starts once the
+ * shards are ready): the Dispatcher over the real stores. It reads the control store's
+ * endpoints and outbox and each shard's outbox through its own LMDB handles (readers never
+ * block their writers), writes only its own store and prunes the outboxes it has copied.
+ * Delivery therefore never runs on the thread that answers requests, nor on a shard's.
+ *
+ * Messages from the front end: `endpoints` (the table changed: reread it), `resume` (an
+ * operator enabled an endpoint), `relay` (whether a dev relay listener is connected),
+ * `stop`. To it: the Dispatcher's reports (status changes to record, test events to relay).
+ */
+import path from 'node:path';
+import { isMainThread, parentPort, workerData } from 'node:worker_threads';
+import { nameThisThread } from '../../actors/thread-name.js';
+import { assert } from '../../shared/assert.js';
+import { DeliveryStore } from '../../storage/delivery-store.js';
+import { openDurableEnv, SHARD_ENV_OPTIONS } from '../../storage/lmdb-env.js';
+import { pruneOutbox, readOutbox } from '../../storage/outbox.js';
+import { readEndpoints } from '../../storage/webhook-registry.js';
+import { AddressPolicy, type AddressPolicyOptions } from './address-policy.js';
+import { Dispatcher, type OutboxSource } from './dispatcher.js';
+import { OUTBOX_POLL_MS } from './schedule.js';
+
+export interface DeliveryThreadData {
+  readonly dataDir: string;
+  readonly workers: number;
+  readonly schedule: readonly number[];
+  readonly policy: {
+    readonly allowedHosts: readonly string[];
+    readonly pinned: ReadonlyArray<readonly [string, string]>;
+  };
+}
+
+export type ToDeliveryThread =
+  | { readonly t: 'endpoints' }
+  | { readonly t: 'resume'; readonly id: string }
+  | { readonly t: 'relay'; readonly on: boolean }
+  | { readonly t: 'stop' };
+
+assert(!isMainThread && parentPort !== null, 'delivery-thread runs in a worker thread');
+const port = parentPort;
+const data = workerData as DeliveryThreadData;
+nameThisThread('tally-webhooks');
+
+const control = openDurableEnv<'webhooks' | 'outbox'>(path.join(data.dataDir, 'control'), [
+  'webhooks',
+  'outbox',
+]);
+const sources: OutboxSource[] = [
+  {
+    name: 'control',
+    read: (after, limit) => readOutbox(control.dbs.outbox, after, limit),
+    prune: (upto) => pruneOutbox(control.dbs.outbox, upto),
+  },
+];
+for (let index = 0; index < data.workers; index++) {
+  const shard = openDurableEnv<'outbox'>(
+    path.join(data.dataDir, `shard-${index}`),
+    ['outbox'],
+    SHARD_ENV_OPTIONS,
+  );
+  sources.push({
+    name: `shard-${index}`,
+    read: (after, limit) => readOutbox(shard.dbs.outbox, after, limit),
+    prune: (upto) => pruneOutbox(shard.dbs.outbox, upto),
+  });
+}
+
+const policyOptions: AddressPolicyOptions = {
+  allowedHosts: new Set(data.policy.allowedHosts),
+  pinned: new Map(data.policy.pinned),
+};
+const dispatcher = new Dispatcher({
+  store: DeliveryStore.open(data.dataDir),
+  sources,
+  endpoints: () => readEndpoints(control.dbs.webhooks),
+  policy: new AddressPolicy(policyOptions),
+  schedule: data.schedule,
+  report: (report) => port.postMessage(report),
+});
+dispatcher.start();
+
+let stopped = false;
+/** Takes the outboxes again at once while they had something, else after a short pause. */
+async function poll(): Promise<void> {
+  while (!stopped) {
+    const taken = await dispatcher.takeOutboxes();
+    if (taken === 0) await new Promise((resolve) => setTimeout(resolve, OUTBOX_POLL_MS));
+  }
+}
+void poll();
+
+port.on('message', (message: ToDeliveryThread) => {
+  switch (message.t) {
+    case 'endpoints':
+      return dispatcher.refreshEndpoints();
+    case 'resume':
+      return void dispatcher.resume(message.id);
+    case 'relay':
+      dispatcher.relay = message.on;
+      return;
+    case 'stop':
+      stopped = true;
+      dispatcher.stop();
+      port.close();
+      return;
+  }
+});

@@ -1,0 +1,132 @@
+/**
+ * The front end's side of webhooks: the endpoint registry, the read side of the delivery
+ * log, the `config.pushed` event of a configuration push, and the delivery thread, started
+ * once the shards have recovered and told whenever the endpoints change. The thread's
+ * reports come back here: a status change (failing, disabled) is recorded and audited with
+ * actor `system:webhooks`; a test event goes to the dev relay's listeners.
+ */
+import { randomBytes } from 'node:crypto';
+import { Worker } from 'node:worker_threads';
+import type { Environment } from '../../shared/environment.js';
+import type { AuditLog } from '../../storage/audit-log.js';
+import type { ControlStore } from '../../storage/control-store.js';
+import { DeliveryLog } from '../../storage/delivery-store.js';
+import { lastOutboxSeq, putOutboxEvent, type OutboxEvent } from '../../storage/outbox.js';
+import type { Logger } from '../observability/log.js';
+import { AddressPolicy, type AddressPolicyOptions, OPEN_POLICY_OPTIONS } from './address-policy.js';
+import type { DeliveryThreadData, ToDeliveryThread } from './delivery-thread.js';
+import type { DispatcherReport } from './dispatcher.js';
+import { WebhookEndpoints } from './endpoints.js';
+import { RETRY_SCHEDULE_MS } from './schedule.js';
+
+/** The audit actor of status changes delivery causes (no key made them). */
+export const DELIVERY_ACTOR = 'system:webhooks';
+
+export interface WebhookSettings {
+  readonly policy?: AddressPolicyOptions;
+  /** Delays before each attempt (default RETRY_SCHEDULE_MS). */
+  readonly retryScheduleMs?: readonly number[];
+}
+
+export class WebhookService {
+  readonly endpoints: WebhookEndpoints;
+  readonly deliveries: DeliveryLog;
+  #outboxSeq: number;
+  #thread: Worker | null = null;
+  /** Receives test events while a dev relay listener is connected. */
+  onRelayEvent: (event: OutboxEvent) => void = () => undefined;
+
+  constructor(
+    private readonly dataDir: string,
+    private readonly control: ControlStore,
+    audit: AuditLog,
+    private readonly settings: WebhookSettings,
+    private readonly log: Logger | undefined,
+  ) {
+    const policy = new AddressPolicy(settings.policy ?? OPEN_POLICY_OPTIONS);
+    this.endpoints = new WebhookEndpoints(control.webhooksDb, audit, policy);
+    this.endpoints.onChange = () => this.#tell({ t: 'endpoints' });
+    this.deliveries = DeliveryLog.open(dataDir);
+    this.#outboxSeq = lastOutboxSeq(control.outboxDb);
+  }
+
+  /**
+   * Queues the `config.pushed` event in the caller's event-loop turn, so it commits in the
+   * same control-store transaction as the pushed version; the promise settles with it.
+   */
+  configPushed(environment: Environment, version: number, pushedAtMs: number): Promise<boolean> {
+    const event: OutboxEvent = {
+      id: `evt_${randomBytes(16).toString('base64url')}`,
+      type: 'config.pushed',
+      environment,
+      customerId: null,
+      createdAtMs: pushedAtMs,
+      data: { version, pushedAt: new Date(pushedAtMs).toISOString() },
+    };
+    return putOutboxEvent(this.control.outboxDb, ++this.#outboxSeq, event);
+  }
+
+  /** Starts the delivery thread (after the shards recovered: it opens their environments). */
+  start(workers: number): void {
+    const data: DeliveryThreadData = {
+      dataDir: this.dataDir,
+      workers,
+      schedule: this.settings.retryScheduleMs ?? RETRY_SCHEDULE_MS,
+      policy: {
+        allowedHosts: [...(this.settings.policy?.allowedHosts ?? [])],
+        pinned: [...(this.settings.policy?.pinned ?? [])],
+      },
+    };
+    const thread = new Worker(new URL('./delivery-thread.js', import.meta.url), {
+      workerData: data,
+    });
+    thread.on('message', (report: DispatcherReport) => this.#received(report));
+    thread.on('error', (error) => {
+      // The thread cannot keep its promises (its store failed): stop, as a shard would.
+      this.log?.fatal({ err: error }, 'webhook delivery thread failed');
+      process.exit(70);
+    });
+    this.#thread = thread;
+  }
+
+  /** An operator enabled an endpoint: the thread retries what it held. */
+  resume(id: string): void {
+    this.#tell({ t: 'resume', id });
+  }
+
+  /** Whether test events go to the relay (a listener is connected). */
+  setRelay(on: boolean): void {
+    this.#tell({ t: 'relay', on });
+  }
+
+  #tell(message: ToDeliveryThread): void {
+    this.#thread?.postMessage(message);
+  }
+
+  #received(report: DispatcherReport): void {
+    if (report.t === 'relay') return this.onRelayEvent(report.event);
+    const change = report.to === 'failing' ? 'webhook.failing' : 'webhook.disable';
+    const from = report.to === 'failing' ? (['active'] as const) : (['active', 'failing'] as const);
+    this.endpoints
+      .setStatus(report.id, change, report.to, from, DELIVERY_ACTOR, report.reason)
+      .then(
+        () =>
+          this.log?.warn(
+            { endpoint: report.id, status: report.to, reason: report.reason },
+            'webhook endpoint status',
+          ),
+        // Deleted or changed meanwhile: nothing to record.
+        () => undefined,
+      );
+  }
+
+  async close(): Promise<void> {
+    const thread = this.#thread;
+    this.#thread = null;
+    if (thread !== null) {
+      thread.removeAllListeners('error');
+      await thread.terminate();
+    }
+    await this.deliveries.close();
+  }
+}
