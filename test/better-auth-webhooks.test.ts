@@ -34,7 +34,7 @@ function pluginOptions(webhook: Parameters<typeof tally>[0]['webhook'] = {}) {
 
 /** The endpoints Tally has registered for `url`. */
 async function tallyEndpoints(url: string): Promise<Array<{ id: string; url: string }>> {
-  const listed = await call(tallyServer.base, 'GET', '/v1/webhooks?limit=100', {
+  const listed = await call(tallyServer.base, 'GET', '/v1/webhooks', {
     key: tallyServer.keys.test.server,
   });
   expect(listed.status).toBe(200);
@@ -73,6 +73,10 @@ function deliver(origin: string, body: string, headers: Record<string, string>) 
   });
 }
 
+/** The customer id of a `customer.*` event Tally sent. */
+const customerOf = (e: TallyEvent): unknown =>
+  (e.data['customer'] as { id?: unknown } | undefined)?.id;
+
 /** Waits until `probe` answers true (deliveries are asynchronous). */
 async function until(probe: () => boolean, what: string): Promise<void> {
   const deadline = Date.now() + 15_000;
@@ -99,6 +103,7 @@ describe('registration', () => {
         registered: true,
         url,
         events: '*',
+        status: 'active',
         persistent: true,
       });
       expect(answers[0]?.[1]).not.toHaveProperty('secret');
@@ -194,10 +199,11 @@ describe('deliveries', () => {
     });
     expect(created.status).toBe(201);
     await until(
-      () => received.some((e) => e.type === 'customer.created' && e.data['id'] === 'cus_webhook_1'),
+      () =>
+        received.some((e) => e.type === 'customer.created' && customerOf(e) === 'cus_webhook_1'),
       'customer.created for cus_webhook_1',
     );
-    const delivered = received.find((e) => e.data['id'] === 'cus_webhook_1');
+    const delivered = received.find((e) => customerOf(e) === 'cus_webhook_1');
     expect(delivered).toMatchObject({ type: 'customer.created', environment: 'test' });
     expect(delivered?.id).toMatch(/^evt_/);
   });
@@ -279,7 +285,7 @@ describe('autoRegister: false', () => {
         body: { id: 'cus_manual_1' },
       });
       await until(
-        () => received.some((e) => e.data['id'] === 'cus_manual_1'),
+        () => received.some((e) => customerOf(e) === 'cus_manual_1'),
         'an event for cus_manual_1',
       );
     } finally {
@@ -297,6 +303,58 @@ describe('autoRegister: false', () => {
       expect(answer.status).toBe(400);
       expect(await tallyEndpoints(url)).toHaveLength(1);
       expect(storedEndpoints(app.dbFile)).toHaveLength(1);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('registration through the configuration', () => {
+  it("a forwarding entry for the receiver's path gives key and events, and may autoRegister", async () => {
+    // Its own receiver path, so the entry concerns this test's receiver only.
+    const pushed = await call(tallyServer.base, 'POST', '/v1/sync/push', {
+      key: tallyServer.keys.test.server,
+      body: {
+        ...CONFIG,
+        webhooks: {
+          forwarding: [
+            {
+              key: 'app',
+              path: '/api/auth/billing-events',
+              events: ['customer.created'],
+              integration: 'better-auth',
+              autoRegister: true,
+            },
+          ],
+        },
+      },
+    });
+    expect(pushed.status).toBe(200);
+    const app = await startAuthApp({
+      plugins: [tally(pluginOptions({ path: '/billing-events', autoRegister: false }))],
+    });
+    try {
+      const url = `${app.origin}/api/auth/billing-events`;
+      // The plugin says autoRegister: false, the configuration says true: a delivery registers.
+      const body = JSON.stringify(event('evt_configured'));
+      const answer = await fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'webhook-id': 'evt_configured' },
+        body,
+      });
+      expect(answer.status).toBe(400);
+      const listed = await call(tallyServer.base, 'GET', '/v1/webhooks', {
+        key: tallyServer.keys.test.server,
+      });
+      const endpoints = (listed.body.data as Array<Record<string, unknown>>).filter(
+        (e) => e['url'] === url,
+      );
+      expect(endpoints).toHaveLength(1);
+      expect(endpoints[0]).toMatchObject({ key: 'app', events: ['customer.created'] });
+      expect(await (await fetch(url)).json()).toMatchObject({
+        endpointId: endpoints[0]?.['id'],
+        events: 'customer.created',
+      });
     } finally {
       await app.close();
     }

@@ -16,7 +16,7 @@
  */
 import { type DBAdapter, HIDE_METADATA } from 'better-auth';
 import { APIError, createAuthEndpoint } from 'better-auth/api';
-import { type TallyClient, TallyApiError } from '../client/index.js';
+import { type ForwardingEntry, type TallyClient, TallyApiError } from '../client/index.js';
 import { verifyWebhook, WebhookVerificationError } from '../webhooks/verify.js';
 import { forward } from './endpoints.js';
 import type { TallyWebhookOptions } from './options.js';
@@ -72,6 +72,13 @@ interface ReceiverContext {
   readonly logger: { error: (message: string) => void };
 }
 
+/** What a registration sends, and whether a delivery may cause it. */
+interface Registration {
+  readonly key: string;
+  readonly events: string | readonly string[];
+  readonly autoRegister: boolean;
+}
+
 /** Finds, and registers when asked, the endpoint of one receiver URL. */
 class Registrar {
   private readonly inFlight = new Map<string, Promise<StoredEndpoint>>();
@@ -84,23 +91,62 @@ class Registrar {
   stored(adapter: DBAdapter, url: string): Promise<StoredEndpoint | null> {
     return adapter.findOne<StoredEndpoint>({
       model: ENDPOINT_MODEL,
-      where: [
-        { field: 'url', value: url },
-        { field: 'registrationKey', value: this.settings.key },
-      ],
+      where: [{ field: 'url', value: url }],
     });
   }
 
-  /** The stored endpoint, or a new registration; concurrent callers share one. */
-  async ensure(adapter: DBAdapter, url: string): Promise<StoredEndpoint> {
+  /**
+   * The stored endpoint, or a new registration (with `registration`, or what the
+   * configuration and the options say); concurrent callers share one.
+   */
+  async ensure(
+    adapter: DBAdapter,
+    url: string,
+    registration?: Registration,
+  ): Promise<StoredEndpoint> {
     const stored = await this.stored(adapter, url);
     if (stored !== null) return stored;
     let pending = this.inFlight.get(url);
     if (pending === undefined) {
-      pending = this.register(adapter, url).finally(() => this.inFlight.delete(url));
+      pending = (async () =>
+        this.register(adapter, url, registration ?? (await this.registrationFor(url))))().finally(
+        () => this.inFlight.delete(url),
+      );
       this.inFlight.set(url, pending);
     }
     return pending;
+  }
+
+  /**
+   * How to register `url`. A forwarding entry of the pushed configuration whose `path`
+   * is this receiver's (and whose `integration` is `better-auth` or unset) gives the
+   * registration key and events, and its `autoRegister: true` lets a delivery register
+   * even when the plugin's option is false: the configuration describes the deployment.
+   * Without one, the plugin's options do.
+   */
+  async registrationFor(url: string): Promise<Registration> {
+    const path = new URL(url).pathname;
+    let entry: ForwardingEntry | undefined;
+    try {
+      const { config } = await this.client.pull();
+      entry = config.webhooks?.forwarding?.find(
+        (candidate) =>
+          candidate.path === path &&
+          (candidate.integration === undefined || candidate.integration === 'better-auth'),
+      );
+    } catch (error) {
+      // No configuration pushed yet: the options alone decide.
+      if (!(error instanceof TallyApiError) || error.status !== 404) throw error;
+    }
+    if (entry === undefined) {
+      const { key, events, autoRegister } = this.settings;
+      return { key, events, autoRegister };
+    }
+    return {
+      key: entry.key,
+      events: entry.events,
+      autoRegister: this.settings.autoRegister || entry.autoRegister === true,
+    };
   }
 
   /** Forgets a stored endpoint that Tally no longer has. */
@@ -108,15 +154,16 @@ class Registrar {
     await adapter.delete({ model: ENDPOINT_MODEL, where: [{ field: 'id', value: endpoint.id }] });
   }
 
-  private async register(adapter: DBAdapter, url: string): Promise<StoredEndpoint> {
-    const endpoint = await this.client.webhooks.register({
-      url,
-      key: this.settings.key,
-      events: this.settings.events,
-    });
+  private async register(
+    adapter: DBAdapter,
+    url: string,
+    registration: Registration,
+  ): Promise<StoredEndpoint> {
+    const { key, events } = registration;
+    const endpoint = await this.client.webhooks.register({ url, key, events });
     const row = {
       url,
-      registrationKey: this.settings.key,
+      registrationKey: key,
       endpointId: endpoint.id,
       secret: endpoint.secret,
       events: typeof endpoint.events === 'string' ? endpoint.events : endpoint.events.join(','),
@@ -189,7 +236,7 @@ export function receiverEndpoints(client: TallyClient, settings: ReceiverSetting
         }
         const rawBody = await request.text();
         const url = receiverUrl(ctx.context.baseURL, settings.path);
-        const endpoint = await receivingEndpoint(ctx.context, registrar, settings, url);
+        const endpoint = await receivingEndpoint(ctx.context, registrar, url);
         let event: ReturnType<typeof verifyWebhook>;
         try {
           event = verifyWebhook(rawBody, request.headers, endpoint.secret);
@@ -246,25 +293,25 @@ export function receiverEndpoints(client: TallyClient, settings: ReceiverSetting
 }
 
 /**
- * The endpoint a delivery is verified with: the stored one, else (with `autoRegister`) a
- * registration; without either, 503 so Tally delivers again once the status endpoint has
- * been called.
+ * The endpoint a delivery is verified with: the stored one, else (with `autoRegister`, of
+ * the options or of the configuration's forwarding entry) a registration; without
+ * either, 503 so Tally delivers again once the status endpoint has been called.
  */
 async function receivingEndpoint(
   context: ReceiverContext,
   registrar: Registrar,
-  settings: ReceiverSettings,
   url: string,
 ): Promise<StoredEndpoint> {
   const stored = await registrar.stored(context.adapter, url);
   if (stored !== null) return stored;
-  if (!settings.autoRegister) {
+  const registration = await forward(context, () => registrar.registrationFor(url));
+  if (!registration.autoRegister) {
     throw new APIError('SERVICE_UNAVAILABLE', {
       message: `no Tally webhook endpoint is registered for ${url}: call GET ${url} once`,
       code: 'WEBHOOK_NOT_REGISTERED',
     });
   }
-  return forward(context, () => registrar.ensure(context.adapter, url));
+  return forward(context, () => registrar.ensure(context.adapter, url, registration));
 }
 
 /**

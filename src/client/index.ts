@@ -20,6 +20,7 @@ import type {
   Limit,
   Page,
   Product,
+  PulledConfig,
   Subscription,
   UsageInput,
   WebhookEndpoint,
@@ -140,6 +141,11 @@ export class TallyClient {
     return this.request('POST', '/v1/checkout', { body: input });
   }
 
+  /** The configuration last pushed to the key's environment; 404 `config_not_found` before. */
+  pull(): Promise<PulledConfig> {
+    return this.request('GET', '/v1/sync/pull');
+  }
+
   plans(): Promise<{ readonly data: readonly Product[] }> {
     return this.request('GET', '/v1/plans');
   }
@@ -153,8 +159,7 @@ export class TallyClient {
     /** Registers an endpoint, or answers the one already registered for (url, key). */
     register: (input: WebhookRegistration): Promise<WebhookEndpointWithSecret> =>
       this.request('POST', '/v1/webhooks', { body: input }),
-    list: (page: PageQuery = {}): Promise<Page<WebhookEndpoint>> =>
-      this.request('GET', '/v1/webhooks', { query: page }),
+    list: (): Promise<Page<WebhookEndpoint>> => this.request('GET', '/v1/webhooks'),
     get: (id: string): Promise<WebhookEndpoint> => this.request('GET', `/v1/webhooks/${seg(id)}`),
     delete: (id: string): Promise<void> => this.request('DELETE', `/v1/webhooks/${seg(id)}`),
   };

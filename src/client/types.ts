@@ -128,6 +128,29 @@ export interface WebhookEndpointWithSecret extends WebhookEndpoint {
   readonly secret: string;
 }
 
+/** A forwarding entry of the configuration's `webhooks` section: a receiver in the app. */
+export interface ForwardingEntry {
+  readonly key: string;
+  /** The receiver's path on the application's base URL, e.g. `/api/auth/tally`. */
+  readonly path: string;
+  readonly events: WebhookEvents;
+  readonly integration?: string;
+  readonly autoRegister?: boolean;
+}
+
+/** `GET /v1/sync/pull`: the pushed document as pushed, with its version. */
+export interface PulledConfig {
+  readonly config: {
+    readonly webhooks?: {
+      readonly devTunnel?: boolean;
+      readonly forwarding?: readonly ForwardingEntry[];
+    };
+    readonly [section: string]: unknown;
+  };
+  readonly version: number;
+  readonly pushedAt: string;
+}
+
 /** One page of a listing. */
 export interface Page<T> {
   readonly data: readonly T[];
