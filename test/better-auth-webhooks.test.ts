@@ -168,6 +168,45 @@ describe('registration', () => {
   });
 });
 
+/** The status endpoint asks Tally at most every 3 s per process; waits that long. */
+const statusRefreshInterval = () => new Promise((resolve) => setTimeout(resolve, 3_100));
+
+describe('a stale registration', () => {
+  it('a status call picks up a rotated secret and replaces a deleted endpoint', async () => {
+    const app = await startAuthApp({ plugins: [tally(pluginOptions())] });
+    const key = tallyServer.keys.test.server;
+    try {
+      const url = `${app.origin}/api/auth/tally`;
+      const first = (await (await fetch(url)).json()) as any;
+      const rotated = await call(
+        tallyServer.base,
+        'POST',
+        `/v1/webhooks/${first.endpointId}/rotate`,
+        {
+          key,
+        },
+      );
+      expect(rotated.status).toBe(200);
+      expect(storedEndpoints(app.dbFile)[0]?.secret).not.toBe(rotated.body.secret);
+      await statusRefreshInterval();
+      expect((await fetch(url)).status).toBe(200);
+      expect(storedEndpoints(app.dbFile)[0]?.secret).toBe(rotated.body.secret);
+
+      const deleted = await call(tallyServer.base, 'DELETE', `/v1/webhooks/${first.endpointId}`, {
+        key,
+      });
+      expect(deleted.status).toBe(204);
+      await statusRefreshInterval();
+      const again = (await (await fetch(url)).json()) as any;
+      expect(again.endpointId).not.toBe(first.endpointId);
+      expect(storedEndpoints(app.dbFile)).toMatchObject([{ endpointId: again.endpointId }]);
+      expect((await tallyEndpoints(url)).map((e) => e.id)).toEqual([again.endpointId]);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
 describe('deliveries', () => {
   const received: TallyEvent[] = [];
   let app: { origin: string; dbFile: string; close(): Promise<void> };

@@ -32,6 +32,18 @@ export { webhookSchema };
 export const WEBHOOK_PATH_DEFAULT = '/tally';
 export const WEBHOOK_KEY_DEFAULT = 'better-auth';
 
+/**
+ * The status endpoint asks Tally at most this often per process; calls in between share
+ * the last answer. It needs no session, so this bounds the calls to Tally (and the use
+ * of the server key's rate limit) that anyone on the internet can cause.
+ */
+const STATUS_REFRESH_MS = 3_000;
+
+interface CheckedRegistration {
+  readonly endpoint: StoredEndpoint;
+  readonly status: string | null;
+}
+
 /** Handled `webhook-id`s are kept this long; Tally's retries of one event end well before. */
 const DELIVERY_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
 
@@ -149,11 +161,6 @@ class Registrar {
     };
   }
 
-  /** Forgets a stored endpoint that Tally no longer has. */
-  async forget(adapter: DBAdapter, endpoint: StoredEndpoint): Promise<void> {
-    await adapter.delete({ model: ENDPOINT_MODEL, where: [{ field: 'id', value: endpoint.id }] });
-  }
-
   private async register(
     adapter: DBAdapter,
     url: string,
@@ -166,7 +173,7 @@ class Registrar {
       registrationKey: key,
       endpointId: endpoint.id,
       secret: endpoint.secret,
-      events: typeof endpoint.events === 'string' ? endpoint.events : endpoint.events.join(','),
+      events: eventsText(endpoint.events),
       createdAt: new Date(),
     };
     try {
@@ -219,6 +226,18 @@ async function claimDelivery(adapter: DBAdapter, webhookId: string, eventType: s
 /** The receiver and status endpoints, keyed by their `auth.api` names. */
 export function receiverEndpoints(client: TallyClient, settings: ReceiverSettings) {
   const registrar = new Registrar(client, settings);
+  const lastChecks = new Map<string, { atMs: number; check: Promise<CheckedRegistration> }>();
+  /** The status endpoint's check, shared by the calls of STATUS_REFRESH_MS. */
+  const checked = (adapter: DBAdapter, url: string): Promise<CheckedRegistration> => {
+    const now = Date.now();
+    const last = lastChecks.get(url);
+    if (last !== undefined && now - last.atMs < STATUS_REFRESH_MS) return last.check;
+    const check = checkedRegistration(adapter, registrar, url);
+    lastChecks.set(url, { atMs: now, check });
+    // A failed check is not kept: the next call tries again.
+    check.catch(() => lastChecks.delete(url));
+    return check;
+  };
   // Not in the client plugin (Tally posts here; operators and deploy scripts call the
   // status), but on `auth.api` and over HTTP.
   const metadata = HIDE_METADATA;
@@ -275,7 +294,7 @@ export function receiverEndpoints(client: TallyClient, settings: ReceiverSetting
       async (ctx) => {
         const url = receiverUrl(ctx.context.baseURL, settings.path);
         const { endpoint, status } = await forward(ctx.context, () =>
-          checkedRegistration(ctx.context.adapter, registrar, url),
+          checked(ctx.context.adapter, url),
         );
         const persistent = ctx.context.adapter.id !== 'memory';
         return ctx.json({
@@ -315,21 +334,43 @@ async function receivingEndpoint(
 }
 
 /**
- * The stored registration checked against Tally, with the endpoint's status there
- * (`active`, or `pending_approval` for a live endpoint not yet approved). An endpoint
- * deleted at Tally is forgotten and registered again, so the status endpoint also
- * repairs a receiver whose endpoint was removed.
+ * The registration as Tally has it now. The stored endpoint (or a new registration) is
+ * registered again, which Tally answers idempotently with the same endpoint, its current
+ * secret and its status (`active`, or `pending_approval` for a live endpoint not yet
+ * approved). A changed secret (rotated at Tally), a changed event filter or a new endpoint
+ * (the old one was deleted at Tally) is written back, so a status call also repairs a
+ * receiver whose stored registration went stale.
  */
-async function checkedRegistration(adapter: DBAdapter, registrar: Registrar, url: string) {
-  const endpoint = await registrar.ensure(adapter, url);
-  try {
-    const remote = await registrar.client.webhooks.get(endpoint.endpointId);
-    return { endpoint, status: remote.status ?? null };
-  } catch (error) {
-    if (!(error instanceof TallyApiError) || error.status !== 404) throw error;
+async function checkedRegistration(
+  adapter: DBAdapter,
+  registrar: Registrar,
+  url: string,
+): Promise<CheckedRegistration> {
+  const stored = await registrar.ensure(adapter, url);
+  const wanted = await registrar.registrationFor(url);
+  const current = await registrar.client.webhooks.register({
+    url,
+    key: stored.registrationKey,
+    events: wanted.events,
+  });
+  const events = eventsText(current.events);
+  const update = { endpointId: current.id, secret: current.secret, events };
+  if (
+    update.endpointId === stored.endpointId &&
+    update.secret === stored.secret &&
+    update.events === stored.events
+  ) {
+    return { endpoint: stored, status: current.status ?? null };
   }
-  await registrar.forget(adapter, endpoint);
-  const again = await registrar.ensure(adapter, url);
-  const remote = await registrar.client.webhooks.get(again.endpointId);
-  return { endpoint: again, status: remote.status ?? null };
+  await adapter.update({
+    model: ENDPOINT_MODEL,
+    where: [{ field: 'id', value: stored.id }],
+    update,
+  });
+  return { endpoint: { ...stored, ...update }, status: current.status ?? null };
+}
+
+/** The stored form of an event filter: `*` or comma-separated kinds. */
+function eventsText(events: string | readonly string[]): string {
+  return typeof events === 'string' ? events : events.join(',');
 }
