@@ -305,6 +305,38 @@ describe('customer id sources', () => {
     }
   });
 
+  it('team: the active team, named after it; 400 without one', async () => {
+    const app = await startAuthApp({
+      emailAndPassword: { enabled: true },
+      plugins: [
+        organization({ teams: { enabled: true } }),
+        tally({ ...pluginOptions(), customerId: 'team' }),
+      ],
+    });
+    try {
+      const { headers, userId } = await signUp(app.auth);
+      const none = await apiError(app.auth.api.tallyCustomerSync({ headers }));
+      expect(none.status).toBe(400);
+      expect(none.body['message']).toContain('no active team');
+      const org = await app.auth.api.createOrganization({
+        headers,
+        body: { name: 'Team Org', slug: `team-org-${process.pid}` },
+      });
+      const team = await app.auth.api.createTeam({
+        headers,
+        body: { name: 'Platform', organizationId: org?.id as string },
+      });
+      await app.auth.api.addTeamMember({ headers, body: { teamId: team.id, userId } });
+      await app.auth.api.setActiveTeam({ headers, body: { teamId: team.id } });
+      expect(await app.auth.api.tallyCustomerSync({ headers })).toMatchObject({
+        id: team.id,
+        name: 'Platform',
+      });
+    } finally {
+      await app.close();
+    }
+  });
+
   it('resolveCustomerId answers the final id and bypasses mapCustomerId', async () => {
     const app = await startAuthApp({
       emailAndPassword: { enabled: true },
