@@ -400,6 +400,32 @@ describe('registration through the configuration', () => {
   });
 });
 
+describe("Better Auth's rate limiter", () => {
+  it('lets a burst of deliveries from one address through to the receiver', async () => {
+    const app = await startAuthApp({
+      rateLimit: { enabled: true },
+      plugins: [tally(pluginOptions())],
+    });
+    try {
+      // Registered first, so the burst below exercises only verification.
+      expect((await fetch(`${app.origin}/api/auth/tally`)).status).toBe(200);
+      const body = JSON.stringify(event('evt_burst'));
+      const statuses: number[] = [];
+      for (let i = 0; i < 150; i++) {
+        statuses.push((await deliver(app.origin, body, { 'webhook-id': `evt_burst_${i}` })).status);
+      }
+      // Every one reached the receiver (and was refused for its missing signature).
+      expect(new Set(statuses)).toEqual(new Set([400]));
+      // Another path keeps Better Auth's default limit of 100 per 10 s.
+      const other: number[] = [];
+      for (let i = 0; i < 110; i++) other.push((await fetch(`${app.origin}/api/auth/ok`)).status);
+      expect(other).toContain(429);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
 describe('the memory adapter', () => {
   it('warns at start-up and in the status endpoint', async () => {
     const warnings: string[] = [];

@@ -27,6 +27,13 @@ export type {
   TallyWebhookOptions,
 } from './options.js';
 
+/**
+ * The receiver's request limit per sending address. Tally keeps at most 4 deliveries in
+ * flight to one endpoint, so this is never reached by Tally; it still bounds what one
+ * address can send.
+ */
+const RECEIVER_RATE_LIMIT = { windowSec: 10, max: 1000 } as const;
+
 /** The plugin's id in Better Auth's plugin list. */
 export const TALLY_PLUGIN_ID = 'tally';
 
@@ -48,6 +55,15 @@ export const tally = (options: TallyPluginOptions) => {
       ...receiverEndpoints(client, receiver),
     },
     schema: webhookSchema,
+    // Every delivery comes from Tally's one address: Better Auth's default per-address
+    // limit (100 per 10 s) would refuse a burst of events.
+    rateLimit: [
+      {
+        window: RECEIVER_RATE_LIMIT.windowSec,
+        max: RECEIVER_RATE_LIMIT.max,
+        pathMatcher: (path: string) => path === receiver.path,
+      },
+    ],
     init(ctx) {
       checkPluginOrder(options, ctx.options.plugins ?? []);
       if (ctx.adapter.id === 'memory') ctx.logger.warn(MEMORY_ADAPTER_WARNING);
