@@ -60,6 +60,7 @@ import {
 import { SideJobs } from './side-jobs.js';
 import { webhookAdminRoutes } from './api/webhook-routes.js';
 import { WebhookService, type WebhookSettings } from './webhooks/service.js';
+import { DevRelay, RELAY_PATH, relayBehavior } from './webhooks/relay.js';
 import { STORAGE_RESERVE_BYTES_DEFAULT, StorageWatch } from './storage-watch.js';
 
 /** Loopback only unless the operator says otherwise: Tally speaks plain HTTP (docs/security.md). */
@@ -244,6 +245,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const app = uWS.App();
   const obs = new Observability(options.log ?? silentLogger());
   let frontEnd: FrontEnd | null = null;
+  // The dev relay's WebSocket (test events to `tally listen`); refused until ready.
+  let relay: DevRelay | null = null;
+  app.ws(
+    RELAY_PATH,
+    relayBehavior(() => relay),
+  );
   app.any('/*', (res, req) =>
     frontEnd === null ? answerStarting(res, req, obs) : frontEnd.handle(res, req),
   );
@@ -376,6 +383,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       ...webhookDeps,
     });
     webhooks.start(workers);
+    const devRelay = await DevRelay.open(keys, control, webhooks.endpoints, (on) =>
+      webhooks.setRelay(on),
+    );
+    webhooks.onRelayEvent = (event) => devRelay.deliver(event);
+    relay = devRelay;
     const commerceDeps = { pool: started, control, audit, processor };
     front.setWebhook(webhookHandler(commerceDeps));
     const adminDeps = {
@@ -443,6 +455,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     async close() {
       uWS.us_listen_socket_close(socket);
       await ready.catch(() => undefined);
+      (relay as DevRelay | null)?.closeAll();
       if (pool !== null) await pool.stop();
       await sideJobs.destroy();
       storage.stop();

@@ -15,6 +15,8 @@ import { buildAdminRouter, type AdminDeps } from '../src/api/admin-routes.js';
 import { buildApiRouter, type ApiDeps } from '../src/api/routes.js';
 import { STRIPE_WEBHOOK_PATH } from '../src/commerce/processor.js';
 import { snapshotRoutes } from '../src/api/snapshot-routes.js';
+import { webhookAdminRoutes, type WebhookDeps } from '../src/api/webhook-routes.js';
+import { RELAY_PATH } from '../src/webhooks/relay.js';
 import { ERRORS } from '../src/errors.js';
 import type { Snapshots } from '../src/snapshots.js';
 
@@ -44,18 +46,18 @@ function serverWiredRoutes(): string[] {
 
 /**
  * The processor's webhook receiver, which src/server.ts answers before any key (the commerce routes
- * are records of the API table).
+ * are records of the API table), and the dev relay's WebSocket, which uWS routes itself.
  */
 function commerceWiredRoutes(): string[] {
-  return [`POST ${STRIPE_WEBHOOK_PATH}`];
+  return [`POST ${STRIPE_WEBHOOK_PATH}`, `GET ${RELAY_PATH}`];
 }
 
 function servedRoutes(): string[] {
   const api = buildApiRouter({} as ApiDeps).list();
-  const admin = buildAdminRouter(
-    {} as AdminDeps,
-    snapshotRoutes({} as AdminDeps, {} as Snapshots),
-  ).list();
+  const admin = buildAdminRouter({} as AdminDeps, [
+    ...snapshotRoutes({} as AdminDeps, {} as Snapshots),
+    ...webhookAdminRoutes({} as WebhookDeps),
+  ]).list();
   return [
     ...new Set([
       ...serverWiredRoutes(),

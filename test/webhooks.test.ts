@@ -175,3 +175,215 @@ describe('delivery', () => {
     }
   });
 });
+
+/** The endpoint as `GET /v1/webhooks/{id}` answers it once `status` is reached (10 s at most). */
+async function endpointWithStatus(id: string, status: string) {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const answer = await call(server.base, 'GET', `/v1/webhooks/${id}`, {
+      key: server.keys.test.server,
+    });
+    if (answer.body.status === status) return answer.body;
+    if (Date.now() > deadline) throw new Error(`endpoint ${id} stayed ${answer.body.status}`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+const upsert = (id: string, name: string) =>
+  call(server.base, 'POST', '/v1/customers', {
+    key: server.keys.test.server,
+    body: { id, name },
+  });
+
+const ofCustomer = (receiver: Receiver, id: string) =>
+  receiver.received.filter(
+    (r) => (r.event.data.customer?.id ?? r.event.data.customerId) === id && r.answered === 200,
+  );
+
+describe('endpoint status', () => {
+  it('410 Gone disables the endpoint at once; nothing more is sent to it', async () => {
+    const receiver = await startReceiver();
+    try {
+      receiver.answer = () => 410;
+      const endpoint = (await register(receiver, 'gone')).body;
+      await upsert('gone-1', 'First');
+      const disabled = await endpointWithStatus(endpoint.id, 'disabled');
+      expect(disabled.statusReason).toContain('410');
+      expect(receiver.received).toHaveLength(1);
+      await upsert('gone-2', 'Second');
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      expect(receiver.received).toHaveLength(1);
+      const audit = await call(server.base, 'GET', '/v1/audit?action=webhook.disable', {
+        key: server.keys.test.server,
+      });
+      expect(audit.body.data[0]).toMatchObject({
+        resourceId: endpoint.id,
+        actor: 'system:webhooks',
+      });
+    } finally {
+      await receiver.close();
+    }
+  });
+
+  it('after the last attempt it is failing and holds events; enabling replays them in order', async () => {
+    const receiver = await startReceiver();
+    try {
+      receiver.answer = () => 500;
+      const endpoint = (await register(receiver, 'failing')).body;
+      await upsert('fail-1', 'One');
+      const failing = await endpointWithStatus(endpoint.id, 'failing');
+      expect(failing.statusReason).toContain('500');
+      // The schedule under test has three attempts.
+      expect(receiver.received.map((r) => r.answered)).toEqual([500, 500, 500]);
+      await upsert('fail-1', 'One again');
+      await upsert('fail-2', 'Two');
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(receiver.received).toHaveLength(3);
+      const held = await attemptLog(endpoint.id, 3);
+      expect(held.body.pending).toBe(3);
+      receiver.answer = () => 200;
+      const enabled = await call(server.base, 'POST', `/v1/admin/webhooks/${endpoint.id}/enable`, {
+        key: server.keys.admin,
+      });
+      expect(enabled.status).toBe(200);
+      expect(enabled.body.status).toBe('active');
+      expect(enabled.body.secret).toBeUndefined();
+      await receiver.until((r) => r.filter((x) => x.answered === 200).length === 3);
+      expect(ofCustomer(receiver, 'fail-1').map((r) => r.event.type)).toEqual([
+        'customer.created',
+        'customer.updated',
+      ]);
+      expect(ofCustomer(receiver, 'fail-2').map((r) => r.event.type)).toEqual(['customer.created']);
+      // The replayed delivery is the one that failed: same webhook-id.
+      expect(ofCustomer(receiver, 'fail-1')[0]?.id).toBe(receiver.received[0]?.id);
+      const again = await call(server.base, 'POST', `/v1/admin/webhooks/${endpoint.id}/enable`, {
+        key: server.keys.admin,
+      });
+      expect(again.status).toBe(409);
+      expect(again.body.code).toBe('webhook_status_conflict');
+      const audit = await call(server.base, 'GET', '/v1/audit?resourceType=webhook', {
+        key: server.keys.test.server,
+      });
+      const mine = audit.body.data.filter((e: any) => e.resourceId === endpoint.id);
+      expect(mine.map((e: any) => e.action)).toEqual([
+        'webhook.enable',
+        'webhook.failing',
+        'webhook.register',
+      ]);
+      await call(server.base, 'DELETE', `/v1/webhooks/${endpoint.id}`, {
+        key: server.keys.test.server,
+      });
+    } finally {
+      await receiver.close();
+    }
+  });
+});
+
+describe('rotation', () => {
+  it('signs with the new and the previous secret for 24 hours', async () => {
+    const receiver = await startReceiver();
+    try {
+      const endpoint = (await register(receiver, 'rotate', ['customer.created'])).body;
+      const rotated = await call(server.base, 'POST', `/v1/webhooks/${endpoint.id}/rotate`, {
+        key: server.keys.test.server,
+      });
+      expect(rotated.status).toBe(200);
+      expect(rotated.body.secret).toMatch(/^whsec_/);
+      expect(rotated.body.secret).not.toBe(endpoint.secret);
+      const expires = Date.parse(rotated.body.previousSecretExpiresAt);
+      expect(Math.abs(expires - Date.now() - 24 * 3_600_000)).toBeLessThan(60_000);
+      await upsert('rotate-1', 'R');
+      await receiver.until((r) => r.length === 1);
+      const [delivery] = receiver.received;
+      expect(delivery?.signature.split(' ')).toHaveLength(2);
+      const signed = {
+        id: delivery?.id ?? '',
+        timestamp: delivery?.timestamp ?? '',
+        signature: delivery?.signature ?? '',
+      };
+      expect(specVerifies(rotated.body.secret, signed, delivery?.body ?? '')).toBe(true);
+      expect(specVerifies(endpoint.secret, signed, delivery?.body ?? '')).toBe(true);
+      const [newOnly, oldOnly] = signed.signature.split(' ');
+      expect(
+        specVerifies(
+          rotated.body.secret,
+          { ...signed, signature: newOnly ?? '' },
+          delivery?.body ?? '',
+        ),
+      ).toBe(true);
+      expect(
+        specVerifies(
+          endpoint.secret,
+          { ...signed, signature: oldOnly ?? '' },
+          delivery?.body ?? '',
+        ),
+      ).toBe(true);
+      await call(server.base, 'DELETE', `/v1/webhooks/${endpoint.id}`, {
+        key: server.keys.test.server,
+      });
+    } finally {
+      await receiver.close();
+    }
+  });
+});
+
+describe('events', () => {
+  it('usage.exhausted fires once, when the balance reaches zero, not on refused consumes', async () => {
+    const receiver = await startReceiver();
+    try {
+      const endpoint = (await register(receiver, 'usage', 'usage.exhausted,customer.created')).body;
+      const consume = (amount: number) =>
+        call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+          key: server.keys.test.server,
+          body: { customerId: 'usage-1', amount },
+        });
+      expect((await consume(4)).status).toBe(200);
+      expect((await consume(6)).status).toBe(200);
+      expect((await consume(1)).status).toBe(429);
+      expect((await consume(1)).status).toBe(429);
+      await receiver.until((r) => r.some((x) => x.event.type === 'usage.exhausted'));
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      const mine = ofCustomer(receiver, 'usage-1');
+      expect(mine.map((r) => r.event.type)).toEqual(['customer.created', 'usage.exhausted']);
+      expect(mine[1]?.event.data).toMatchObject({
+        customerId: 'usage-1',
+        key: 'api_calls',
+        balance: { balance: 0, included: 10, consumed: 10 },
+      });
+      await call(server.base, 'DELETE', `/v1/webhooks/${endpoint.id}`, {
+        key: server.keys.test.server,
+      });
+    } finally {
+      await receiver.close();
+    }
+  });
+
+  it('config.pushed carries the version; a refused push sends nothing', async () => {
+    const receiver = await startReceiver();
+    try {
+      const endpoint = (await register(receiver, 'config', ['config.pushed'])).body;
+      const refused = await call(server.base, 'POST', '/v1/sync/push', {
+        key: server.keys.test.server,
+        body: { entitlements: {}, products: { a: { default: true }, b: { default: true } } },
+      });
+      expect(refused.status).toBe(400);
+      const pushed = await call(server.base, 'POST', '/v1/sync/push', {
+        key: server.keys.test.server,
+        body: CONFIG,
+      });
+      expect(pushed.status).toBe(200);
+      await receiver.until((r) => r.length === 1);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(receiver.received.map((r) => r.event.type)).toEqual(['config.pushed']);
+      expect(receiver.received[0]?.event.data).toEqual({
+        version: pushed.body.version,
+        pushedAt: pushed.body.pushedAt,
+      });
+      await call(server.base, 'DELETE', `/v1/webhooks/${endpoint.id}`, {
+        key: server.keys.test.server,
+      });
+    } finally {
+      await receiver.close();
+    }
+  });
+});

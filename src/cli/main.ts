@@ -17,15 +17,19 @@ import fs from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { CliError, EXIT, type ExitCode } from './client.js';
 import * as keys from './commands/keys.js';
+import * as listen from './commands/listen.js';
 import * as snapshot from './commands/snapshot.js';
 import * as status from './commands/status.js';
 import * as sync from './commands/sync.js';
+import * as webhooks from './commands/webhooks.js';
 
 const COMMAND_GROUPS: ReadonlyArray<{ register(program: Command): void }> = [
   sync,
   keys,
   snapshot,
   status,
+  webhooks,
+  listen,
 ];
 
 /** The whole program, every command registered; parse with `run`. */

@@ -155,19 +155,20 @@ export class AddressPolicy {
   guardedLookup(environment: Environment) {
     return (
       hostname: string,
-      _options: unknown,
-      callback: (error: Error | null, address: string, family: number) => void,
+      options: { all?: boolean },
+      callback: (error: Error | null, address: unknown, family?: number) => void,
     ): void => {
       this.resolve(hostname).then(
         (addresses) => {
           const first = addresses[0];
-          if (first === undefined)
-            return callback(new Error(`${hostname} does not resolve`), '', 0);
+          if (first === undefined) return callback(new Error(`${hostname} does not resolve`), '');
           const refused = this.refusal(environment, hostname, first.address);
-          if (refused !== null) return callback(new Error(refused), '', 0);
+          if (refused !== null) return callback(new Error(refused), '');
+          // Node asks for every address when it may try several families (`all`).
+          if (options.all === true) return callback(null, [first]);
           callback(null, first.address, first.family);
         },
-        (error: unknown) => callback(error as Error, '', 0),
+        (error: unknown) => callback(error as Error, ''),
       );
     };
   }
