@@ -1,8 +1,8 @@
 /**
  * The package entry points an application imports: `tally/client`, `tally/better-auth`,
- * `tally/better-auth/client` and `tally/webhooks` resolve through `exports` to compiled JavaScript with
- * type declarations beside it, and the client plugin compiles to a module that imports
- * nothing, so a browser bundle of it carries no server code and no server key.
+ * `tally/better-auth/client` and `tally/webhooks` resolve through `exports` to compiled
+ * JavaScript with type declarations beside it, and the client plugin compiles to a module
+ * that imports nothing, so a browser bundle of it carries no server code and no server key.
  */
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';

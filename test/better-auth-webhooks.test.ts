@@ -114,7 +114,7 @@ describe('registration', () => {
     }
   });
 
-  it('two instances racing on one database file make one endpoint; the second reuses it', async () => {
+  it('two instances racing on one database file make one endpoint, stored once', async () => {
     const dbFile = tempDbFile();
     const first = await startAuthApp({ plugins: [tally(pluginOptions())] }, dbFile);
     // Behind one public address: both instances register the same receiver URL.
@@ -134,7 +134,7 @@ describe('registration', () => {
     }
   });
 
-  it('a second instance on the same file verifies deliveries with the stored registration', async () => {
+  it('a second instance on the same file verifies with the stored registration', async () => {
     const dbFile = tempDbFile();
     const first = await startAuthApp({ plugins: [tally(pluginOptions())] }, dbFile);
     const status = (await fetch(`${first.origin}/api/auth/tally`).then((r) => r.json())) as any;
@@ -349,7 +349,7 @@ describe('autoRegister: false', () => {
 });
 
 describe('registration through the configuration', () => {
-  it("a forwarding entry for the receiver's path gives key and events, and may autoRegister", async () => {
+  it("a forwarding entry for the receiver's path gives key, events and autoRegister", async () => {
     // Its own receiver path, so the entry concerns this test's receiver only.
     const pushed = await call(tallyServer.base, 'POST', '/v1/sync/push', {
       key: tallyServer.keys.test.server,
