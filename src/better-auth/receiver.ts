@@ -44,7 +44,7 @@ interface CheckedRegistration {
   readonly status: string | null;
 }
 
-/** Handled `webhook-id`s are kept this long; Tally's retries of one event end well before. */
+/** Handled `webhook-id`s are kept this long; Tally stops retrying one event after about 28 h. */
 const DELIVERY_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
 
 /** What the status endpoint and a start-up warning say about the memory adapter. */
