@@ -7,8 +7,8 @@
  *
  * Layout: `outbox` maps an increasing number (the store's outbox seq) → frame(OutboxEvent).
  * The delivery thread reads rows after the last one it took, copies them into its own store
- * and then removes them (`pruneOutbox`): the only write another thread makes to a shard's
- * environment, one small transaction now and then, never on a request's path.
+ * and then removes them but the newest (`pruneOutbox`): the only write another thread makes
+ * to a shard's environment, one small transaction now and then, never on a request's path.
  */
 import type { Environment } from '../shared/environment.js';
 import { decodeRecord, encodeRecord } from './codec.js';
@@ -71,10 +71,15 @@ export function readOutbox(
   return rows;
 }
 
-/** Removes the rows up to and including `uptoSeq`, in one transaction; resolves when committed. */
-export function pruneOutbox(db: BinaryDb, uptoSeq: number): Promise<unknown> {
+/**
+ * Removes the rows before `takenSeq`, the newest row taken, in one transaction; resolves
+ * when committed. That row stays: the store numbers its next event after its newest row, so
+ * an emptied outbox would start again at 1, below the taker's cursor, and its events would
+ * never be taken. The taker reads only after its cursor, so it never sees that row again.
+ */
+export function pruneOutbox(db: BinaryDb, takenSeq: number): Promise<unknown> {
   return db.transaction(() => {
-    const keys = Array.from(db.getKeys({ end: uptoSeq + 1 }));
+    const keys = Array.from(db.getKeys({ end: takenSeq }));
     for (const key of keys) db.removeSync(key);
   });
 }
