@@ -4,6 +4,9 @@
  * Tally and verified, forged, stale and duplicated deliveries, a registration reused by a
  * second instance on the same SQLite file, `autoRegister: false`, and the memory adapter.
  */
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { betterAuth } from 'better-auth';
 import { memoryAdapter } from 'better-auth/adapters/memory';
 import Database from 'better-sqlite3';
@@ -12,6 +15,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { signedHeaders } from '../src/webhooks/sign.js';
 import { startAuthApp, tempDbFile } from './support/better-auth-app.js';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
+
+const TALLY_BIN = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'bin', 'tally.js');
 
 const CONFIG = {
   entitlements: { api_calls: { type: 'meter', reset: 'month' } },
@@ -395,6 +400,60 @@ describe('registration through the configuration', () => {
         events: 'customer.created',
       });
     } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('the dev relay', () => {
+  it('tally listen forwards events the plugin verifies with the secret it stored', async () => {
+    const pushed = await call(tallyServer.base, 'POST', '/v1/sync/push', {
+      key: tallyServer.keys.test.server,
+      body: {
+        ...CONFIG,
+        webhooks: {
+          devTunnel: true,
+          forwarding: [
+            { key: 'relayed', path: '/api/auth/relayed', events: '*', integration: 'better-auth' },
+          ],
+        },
+      },
+    });
+    expect(pushed.status).toBe(200);
+    const received: TallyEvent[] = [];
+    const app = await startAuthApp({
+      plugins: [tally(pluginOptions({ path: '/relayed', onEvent: (e) => void received.push(e) }))],
+    });
+    const relay = spawn(process.execPath, [TALLY_BIN, 'listen', '--forward-to', app.origin], {
+      env: {
+        ...process.env,
+        TALLY_URL: tallyServer.base,
+        TALLY_API_KEY: tallyServer.keys.test.server,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    relay.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    relay.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    try {
+      // Registered under the entry's key: the relay signs with that endpoint's secret.
+      const status = (await (await fetch(`${app.origin}/api/auth/relayed`)).json()) as any;
+      expect(status).toMatchObject({ registered: true, status: 'active' });
+      await until(() => output.includes('Ready:'), `the relay to start:\n${output}`);
+      await call(tallyServer.base, 'POST', '/v1/customers', {
+        key: tallyServer.keys.test.server,
+        body: { id: 'cus_relay_1' },
+      });
+      await until(() => received.some((e) => customerOf(e) === 'cus_relay_1'), 'the event');
+      const eventId = received.find((e) => customerOf(e) === 'cus_relay_1')?.id as string;
+      // The relayed copy passed verification (200; a copy Tally delivered directly as well
+      // is answered as a duplicate), and onEvent ran once.
+      await until(() => output.includes(eventId), `the relay's line for ${eventId}`);
+      const line = output.split('\n').find((l) => l.includes(eventId));
+      expect(line).toMatch(/customer\.created .*→ \/api\/auth\/relayed 200$/);
+      expect(received.filter((e) => e.id === eventId)).toHaveLength(1);
+    } finally {
+      relay.kill('SIGTERM');
       await app.close();
     }
   });
