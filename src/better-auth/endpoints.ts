@@ -15,10 +15,12 @@ import { type TallyClient, TallyApiError, TallyConnectionError } from '../client
 import { customerProfile, type FindNamed, resolveCustomer } from './customer-id.js';
 import type { TallyPluginOptions, TallySession } from './options.js';
 
-/** Tally's limit on ids and keys (entitlement, product, idempotency). */
+/** Tally's limits on ids and keys (entitlement, product, idempotency), and on the keys
+ * one context call names in each of its arrays. */
 const KEY_LENGTH_MAX = 255;
+const CONTEXT_KEYS_MAX = 1000;
 const key = z.string().min(1).max(KEY_LENGTH_MAX);
-const keys = z.array(key).max(100);
+const keys = z.array(key).max(CONTEXT_KEYS_MAX);
 
 /** Headers of a Tally error that the application's caller needs to act on it. */
 const PASSED_HEADERS = ['retry-after', 'x-ratelimit-limit', 'x-ratelimit-remaining'] as const;
@@ -29,23 +31,21 @@ interface EndpointDeps {
 }
 
 /** The endpoints, keyed by their `auth.api` names. */
-export function billingEndpoints({ client, options }: EndpointDeps) {
-  const customerOf = (ctx: { context: { session: unknown } }) =>
+export function billingEndpoints(deps: EndpointDeps) {
+  return { ...customerEndpoints(deps), ...entitlementEndpoints(deps) };
+}
+
+/** The customer of the request's session (`sessionMiddleware` has put it on the context). */
+const customerOfSession =
+  (options: TallyPluginOptions) => (ctx: { context: { session: unknown } }) =>
     resolveCustomer(ctx.context.session as TallySession, options);
-  const use = [sessionMiddleware];
+
+const use = [sessionMiddleware];
+
+/** Reads of entitlements and the usage draw. */
+function entitlementEndpoints({ client, options }: EndpointDeps) {
+  const customerOf = customerOfSession(options);
   return {
-    tallyCustomerSync: createAuthEndpoint(
-      '/tally/customer/sync',
-      { method: 'POST', use, body: z.strictObject({}).optional() },
-      async (ctx) => {
-        const session = ctx.context.session as TallySession;
-        const customer = await customerOf(ctx);
-        const profile = await customerProfile(session, customer, namesFrom(ctx.context));
-        return ctx.json(
-          await forward(ctx.context, () => client.upsertCustomer({ id: customer.id, ...profile })),
-        );
-      },
-    ),
     tallyHas: createAuthEndpoint(
       '/tally/has',
       { method: 'POST', use, body: z.strictObject({ key }) },
@@ -82,6 +82,25 @@ export function billingEndpoints({ client, options }: EndpointDeps) {
           ...(idempotencyKey === undefined ? {} : { idempotencyKey }),
         };
         return ctx.json(await forward(ctx.context, () => client.consume(input)));
+      },
+    ),
+  };
+}
+
+/** The customer record itself: sync, checkout and the one-call context. */
+function customerEndpoints({ client, options }: EndpointDeps) {
+  const customerOf = customerOfSession(options);
+  return {
+    tallyCustomerSync: createAuthEndpoint(
+      '/tally/customer/sync',
+      { method: 'POST', use, body: z.strictObject({}).optional() },
+      async (ctx) => {
+        const session = ctx.context.session as TallySession;
+        const customer = await customerOf(ctx);
+        const profile = await customerProfile(session, customer, namesFrom(ctx.context));
+        return ctx.json(
+          await forward(ctx.context, () => client.upsertCustomer({ id: customer.id, ...profile })),
+        );
       },
     ),
     tallyCheckout: createAuthEndpoint(
