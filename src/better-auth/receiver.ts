@@ -17,7 +17,7 @@
 import { type DBAdapter, HIDE_METADATA } from 'better-auth';
 import { APIError, createAuthEndpoint } from 'better-auth/api';
 import { type ForwardingEntry, type TallyClient, TallyApiError } from '../client/index.js';
-import { verifyWebhook, WebhookVerificationError } from '../webhooks/verify.js';
+import { type TallyEvent, verifyWebhook, WebhookVerificationError } from '../webhooks/verify.js';
 import { forward } from './endpoints.js';
 import type { TallyWebhookOptions } from './options.js';
 import {
@@ -256,35 +256,11 @@ export function receiverEndpoints(client: TallyClient, settings: ReceiverSetting
         const rawBody = await request.text();
         const url = receiverUrl(ctx.context.baseURL, settings.path);
         const endpoint = await receivingEndpoint(ctx.context, registrar, url);
-        let event: ReturnType<typeof verifyWebhook>;
-        try {
-          event = verifyWebhook(rawBody, request.headers, endpoint.secret);
-        } catch (error) {
-          if (!(error instanceof WebhookVerificationError)) throw error;
-          throw new APIError('BAD_REQUEST', {
-            message: `webhook refused: ${error.message}`,
-            code: error.code.toUpperCase(),
-          });
-        }
+        const event = verified(rawBody, request.headers, endpoint.secret);
         // verifyWebhook refuses a delivery without webhook-id, so it is present here.
         const webhookId = request.headers.get('webhook-id') as string;
-        const adapter = ctx.context.adapter;
-        if (!(await claimDelivery(adapter, webhookId, event.type))) {
-          return ctx.json({ received: true, duplicate: true });
-        }
-        try {
-          await settings.onEvent?.(event);
-        } catch (error) {
-          await adapter.delete({
-            model: DELIVERY_MODEL,
-            where: [{ field: 'webhookId', value: webhookId }],
-          });
-          ctx.context.logger.error(`tally plugin: onEvent failed for ${event.id}: ${error}`);
-          throw new APIError('INTERNAL_SERVER_ERROR', {
-            message: 'onEvent failed; Tally will deliver the event again',
-            code: 'EVENT_HANDLER_FAILED',
-          });
-        }
+        const handled = await handleOnce(ctx.context, webhookId, event, settings.onEvent);
+        if (handled === 'duplicate') return ctx.json({ received: true, duplicate: true });
         return ctx.json({ received: true });
       },
     ),
@@ -309,6 +285,48 @@ export function receiverEndpoints(client: TallyClient, settings: ReceiverSetting
       },
     ),
   };
+}
+
+/** The delivery's event, or a 400 saying why it was refused (nothing runs then). */
+function verified(rawBody: string, headers: Headers, secret: string): TallyEvent {
+  try {
+    return verifyWebhook(rawBody, headers, secret);
+  } catch (error) {
+    if (!(error instanceof WebhookVerificationError)) throw error;
+    throw new APIError('BAD_REQUEST', {
+      message: `webhook refused: ${error.message}`,
+      code: error.code.toUpperCase(),
+    });
+  }
+}
+
+/**
+ * Runs `onEvent` once per `webhook-id`: `duplicate` when the id was handled before. When
+ * `onEvent` throws, the id is released and the answer is 500, so Tally's retry runs it
+ * again.
+ */
+async function handleOnce(
+  context: ReceiverContext,
+  webhookId: string,
+  event: TallyEvent,
+  onEvent: TallyWebhookOptions['onEvent'],
+): Promise<'handled' | 'duplicate'> {
+  const adapter = context.adapter;
+  if (!(await claimDelivery(adapter, webhookId, event.type))) return 'duplicate';
+  try {
+    await onEvent?.(event);
+  } catch (error) {
+    await adapter.delete({
+      model: DELIVERY_MODEL,
+      where: [{ field: 'webhookId', value: webhookId }],
+    });
+    context.logger.error(`tally plugin: onEvent failed for ${event.id}: ${error}`);
+    throw new APIError('INTERNAL_SERVER_ERROR', {
+      message: 'onEvent failed; Tally will deliver the event again',
+      code: 'EVENT_HANDLER_FAILED',
+    });
+  }
+  return 'handled';
 }
 
 /**
