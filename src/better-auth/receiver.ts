@@ -2,12 +2,11 @@
  * The plugin's webhook receiver (`POST /api/auth{webhook.path}`) and its status endpoint
  * (`GET` on the same path), with the lazy registration of the receiver at Tally.
  *
- * Registration is lazy and idempotent. Nothing is registered at start-up; the receiver
- * registers when a delivery arrives and no endpoint is stored (with `autoRegister`), the
- * status endpoint whenever none is stored. Tally keeps one endpoint per (environment,
- * url, key), so instances racing to register get the same endpoint and secret; within
- * one process concurrent registrations share one call. The endpoint (id, secret) is
- * stored in the plugin's table, so every instance on the same database reuses it.
+ * Registration (registration.ts) is lazy and idempotent. Nothing is registered at
+ * start-up; the receiver registers when a delivery arrives and no endpoint is stored
+ * (with `autoRegister`), the status endpoint whenever none is stored. The endpoint (id,
+ * secret) is stored in the plugin's table, so every instance on the same database
+ * reuses it.
  *
  * A delivery is verified (Standard Webhooks signature over the raw body, timestamp within
  * 5 minutes) with the stored secret: anything forged or stale is refused with 400 and
@@ -16,16 +15,17 @@
  */
 import { type DBAdapter, HIDE_METADATA } from 'better-auth';
 import { APIError, createAuthEndpoint } from 'better-auth/api';
-import { type ForwardingEntry, type TallyClient, TallyApiError } from '../client/index.js';
+import type { TallyClient } from '../client/index.js';
 import { type TallyEvent, verifyWebhook, WebhookVerificationError } from '../webhooks/verify.js';
 import { forward } from './endpoints.js';
 import type { TallyWebhookOptions } from './options.js';
 import {
-  DELIVERY_MODEL,
-  ENDPOINT_MODEL,
-  type StoredEndpoint,
-  webhookSchema,
-} from './webhook-schema.js';
+  type CheckedRegistration,
+  checkedRegistration,
+  Registrar,
+  type RegistrationDefaults,
+} from './registration.js';
+import { DELIVERY_MODEL, type StoredEndpoint, webhookSchema } from './webhook-schema.js';
 
 export { webhookSchema };
 
@@ -39,11 +39,6 @@ export const WEBHOOK_KEY_DEFAULT = 'better-auth';
  */
 const STATUS_REFRESH_MS = 3_000;
 
-interface CheckedRegistration {
-  readonly endpoint: StoredEndpoint;
-  readonly status: string | null;
-}
-
 /** Handled `webhook-id`s are kept this long; Tally stops retrying one event after about 28 h. */
 const DELIVERY_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
 
@@ -54,11 +49,8 @@ export const MEMORY_ADAPTER_WARNING =
   '(Tally answers the same endpoint) and duplicate deliveries are only caught per process. ' +
   'Use a persistent database adapter.';
 
-export interface ReceiverSettings {
+export interface ReceiverSettings extends RegistrationDefaults {
   readonly path: string;
-  readonly key: string;
-  readonly events: string | readonly string[];
-  readonly autoRegister: boolean;
   readonly onEvent: TallyWebhookOptions['onEvent'];
 }
 
@@ -82,109 +74,6 @@ interface ReceiverContext {
   readonly adapter: DBAdapter;
   readonly isTrustedOrigin: (url: string) => boolean;
   readonly logger: { error: (message: string) => void };
-}
-
-/** What a registration sends, and whether a delivery may cause it. */
-interface Registration {
-  readonly key: string;
-  readonly events: string | readonly string[];
-  readonly autoRegister: boolean;
-}
-
-/** Finds, and registers when asked, the endpoint of one receiver URL. */
-class Registrar {
-  private readonly inFlight = new Map<string, Promise<StoredEndpoint>>();
-
-  constructor(
-    readonly client: TallyClient,
-    private readonly settings: ReceiverSettings,
-  ) {}
-
-  stored(adapter: DBAdapter, url: string): Promise<StoredEndpoint | null> {
-    return adapter.findOne<StoredEndpoint>({
-      model: ENDPOINT_MODEL,
-      where: [{ field: 'url', value: url }],
-    });
-  }
-
-  /**
-   * The stored endpoint, or a new registration (with `registration`, or what the
-   * configuration and the options say); concurrent callers share one.
-   */
-  async ensure(
-    adapter: DBAdapter,
-    url: string,
-    registration?: Registration,
-  ): Promise<StoredEndpoint> {
-    const stored = await this.stored(adapter, url);
-    if (stored !== null) return stored;
-    let pending = this.inFlight.get(url);
-    if (pending === undefined) {
-      pending = (async () =>
-        this.register(adapter, url, registration ?? (await this.registrationFor(url))))().finally(
-        () => this.inFlight.delete(url),
-      );
-      this.inFlight.set(url, pending);
-    }
-    return pending;
-  }
-
-  /**
-   * How to register `url`. A forwarding entry of the pushed configuration whose `path`
-   * is this receiver's (and whose `integration` is `better-auth` or unset) gives the
-   * registration key and events, and its `autoRegister: true` lets a delivery register
-   * even when the plugin's option is false: the configuration describes the deployment.
-   * Without one, the plugin's options do.
-   */
-  async registrationFor(url: string): Promise<Registration> {
-    const path = new URL(url).pathname;
-    let entry: ForwardingEntry | undefined;
-    try {
-      const { config } = await this.client.pull();
-      entry = config.webhooks?.forwarding?.find(
-        (candidate) =>
-          candidate.path === path &&
-          (candidate.integration === undefined || candidate.integration === 'better-auth'),
-      );
-    } catch (error) {
-      // No configuration pushed yet: the options alone decide.
-      if (!(error instanceof TallyApiError) || error.status !== 404) throw error;
-    }
-    if (entry === undefined) {
-      const { key, events, autoRegister } = this.settings;
-      return { key, events, autoRegister };
-    }
-    return {
-      key: entry.key,
-      events: entry.events,
-      autoRegister: this.settings.autoRegister || entry.autoRegister === true,
-    };
-  }
-
-  private async register(
-    adapter: DBAdapter,
-    url: string,
-    registration: Registration,
-  ): Promise<StoredEndpoint> {
-    const { key, events } = registration;
-    const endpoint = await this.client.webhooks.register({ url, key, events });
-    const row = {
-      url,
-      registrationKey: key,
-      endpointId: endpoint.id,
-      secret: endpoint.secret,
-      events: eventsText(endpoint.events),
-      createdAt: new Date(),
-    };
-    try {
-      return await adapter.create<typeof row, StoredEndpoint>({ model: ENDPOINT_MODEL, data: row });
-    } catch (error) {
-      // Another instance stored the same registration first (the unique index refused ours).
-      const stored = await this.stored(adapter, url);
-      if (stored !== null) return stored;
-      throw error;
-    }
-  }
 }
 
 /** The receiver URL Tally is given: Better Auth's base URL (with its base path) + path. */
@@ -349,46 +238,4 @@ async function receivingEndpoint(
     });
   }
   return forward(context, () => registrar.ensure(context.adapter, url, registration));
-}
-
-/**
- * The registration as Tally has it now. The stored endpoint (or a new registration) is
- * registered again, which Tally answers idempotently with the same endpoint, its current
- * secret and its status (`active`, or `pending_approval` for a live endpoint not yet
- * approved). A changed secret (rotated at Tally), a changed event filter or a new endpoint
- * (the old one was deleted at Tally) is written back, so a status call also repairs a
- * receiver whose stored registration went stale.
- */
-async function checkedRegistration(
-  adapter: DBAdapter,
-  registrar: Registrar,
-  url: string,
-): Promise<CheckedRegistration> {
-  const stored = await registrar.ensure(adapter, url);
-  const wanted = await registrar.registrationFor(url);
-  const current = await registrar.client.webhooks.register({
-    url,
-    key: stored.registrationKey,
-    events: wanted.events,
-  });
-  const events = eventsText(current.events);
-  const update = { endpointId: current.id, secret: current.secret, events };
-  if (
-    update.endpointId === stored.endpointId &&
-    update.secret === stored.secret &&
-    update.events === stored.events
-  ) {
-    return { endpoint: stored, status: current.status ?? null };
-  }
-  await adapter.update({
-    model: ENDPOINT_MODEL,
-    where: [{ field: 'id', value: stored.id }],
-    update,
-  });
-  return { endpoint: { ...stored, ...update }, status: current.status ?? null };
-}
-
-/** The stored form of an event filter: `*` or comma-separated kinds. */
-function eventsText(events: string | readonly string[]): string {
-  return typeof events === 'string' ? events : events.join(',');
 }
