@@ -383,9 +383,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       ...webhookDeps,
     });
     webhooks.start(workers);
-    const devRelay = await DevRelay.open(keys, control, webhooks.endpoints, (on) =>
-      webhooks.setRelay(on),
-    );
+    const devRelay = await DevRelay.open(keys, control, webhooks.endpoints);
     webhooks.onRelayEvent = (event) => devRelay.deliver(event);
     relay = devRelay;
     const commerceDeps = { pool: started, control, audit, processor };

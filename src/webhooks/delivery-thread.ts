@@ -6,8 +6,7 @@
  * Delivery therefore never runs on the thread that answers requests, nor on a shard's.
  *
  * Messages from the front end: `endpoints` (the table changed: reread it), `resume` (an
- * operator enabled an endpoint), `relay` (whether a dev relay listener is connected),
- * `stop`. To it: the Dispatcher's reports (status changes to record, test events to relay).
+ * operator enabled an endpoint), `stop`. To it: the Dispatcher's reports (status changes to record, test events to relay).
  */
 import path from 'node:path';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
@@ -34,7 +33,6 @@ export interface DeliveryThreadData {
 export type ToDeliveryThread =
   | { readonly t: 'endpoints' }
   | { readonly t: 'resume'; readonly id: string }
-  | { readonly t: 'relay'; readonly on: boolean }
   | { readonly t: 'stop' };
 
 assert(!isMainThread && parentPort !== null, 'delivery-thread runs in a worker thread');
@@ -96,9 +94,6 @@ port.on('message', (message: ToDeliveryThread) => {
       return dispatcher.refreshEndpoints();
     case 'resume':
       return void dispatcher.resume(message.id);
-    case 'relay':
-      dispatcher.relay = message.on;
-      return;
     case 'stop':
       stopped = true;
       dispatcher.stop();

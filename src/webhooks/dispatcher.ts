@@ -45,7 +45,7 @@ export type DispatcherReport =
       readonly to: 'failing' | 'disabled';
       readonly reason: string;
     }
-  | { readonly t: 'relay'; readonly event: OutboxEvent };
+  | { readonly t: 'relay'; readonly events: readonly OutboxEvent[] };
 
 export interface DispatcherOptions {
   readonly store: DeliveryStore;
@@ -93,8 +93,6 @@ export class Dispatcher {
   #inFlight = 0;
   #timer: NodeJS.Timeout | null = null;
   #stopped = false;
-  /** Whether test events are also handed to the owner for the dev relay. */
-  relay = false;
   readonly #post: (target: PostTarget, policy: AddressPolicy) => Promise<PostResult>;
   readonly #now: () => number;
 
@@ -183,13 +181,19 @@ export class Dispatcher {
       this.refreshEndpoints();
       const now = this.#now();
       const deliveries: Array<{ endpointId: string; event: OutboxEvent; dueAtMs: number }> = [];
+      const relayed: OutboxEvent[] = [];
       for (const { event } of rows) {
         for (const state of this.#states.values()) {
           if (this.#takes(state.record, event))
             deliveries.push({ endpointId: state.record.id, event, dueAtMs: now });
         }
-        if (this.relay && event.environment === 'test') this.options.report({ t: 'relay', event });
+        if (event.environment === 'test') relayed.push(event);
       }
+      // Every test event goes to the owner for the dev relay, whether a listener is connected
+      // or not (it drops them when none is): a flag telling this thread when one connects
+      // could arrive after the event was taken, and a listener would miss an event made
+      // after it connected. One message per batch, and only for test events.
+      if (relayed.length > 0) this.options.report({ t: 'relay', events: relayed });
       const keys = await this.options.store.enqueue(source.name, last.seq, deliveries);
       keys.forEach(({ endpointId, seq }, i) => {
         const state = this.#states.get(endpointId);

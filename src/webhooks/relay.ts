@@ -13,8 +13,9 @@
  *
  * Live only: nothing is kept for a listener that is not connected (registered endpoints
  * have the outbox for that). Events reach this module from the delivery thread, which
- * hands test events over only while a listener is connected.
+ * hands over every test event; without a listener they are dropped here.
  */
+import { STATUS_CODES } from 'node:http';
 import type uWS from 'uWebSockets.js';
 import type { BillingConfig, ForwardingEntry } from '../../actors/billing-config.js';
 import type { ControlStore } from '../../storage/control-store.js';
@@ -63,7 +64,7 @@ function bearerToken(header: string): string {
 function refuse(res: uWS.HttpResponse, code: ErrorCode, params = {}): void {
   res.cork(() => {
     res
-      .writeStatus(String(ERRORS[code].status))
+      .writeStatus(`${ERRORS[code].status} ${STATUS_CODES[ERRORS[code].status] ?? ''}`)
       .writeHeader('content-type', 'application/json')
       .end(errorBody(code, params));
   });
@@ -77,7 +78,6 @@ export class DevRelay {
     private readonly keys: KeyRing,
     private readonly control: ControlStore,
     private readonly endpoints: WebhookEndpoints,
-    private readonly setRelay: (on: boolean) => void,
     secret: string,
   ) {
     this.#secret = secret;
@@ -88,14 +88,13 @@ export class DevRelay {
     keys: KeyRing,
     control: ControlStore,
     endpoints: WebhookEndpoints,
-    setRelay: (on: boolean) => void,
   ): Promise<DevRelay> {
     let secret = control.getMeta(RELAY_SECRET_META);
     if (typeof secret !== 'string') {
       secret = newWebhookSecret();
       await control.putMeta(RELAY_SECRET_META, secret);
     }
-    return new DevRelay(keys, control, endpoints, setRelay, secret as string);
+    return new DevRelay(keys, control, endpoints, secret as string);
   }
 
   #testConfig(): BillingConfig | null {
@@ -126,7 +125,6 @@ export class DevRelay {
 
   open(socket: uWS.WebSocket<Listener>): void {
     this.#sockets.add(socket);
-    if (this.#sockets.size === 1) this.setRelay(true);
     const forwarding = (this.#testConfig()?.webhooks?.forwarding ?? []).map(({ key, path }) => ({
       key,
       path,
@@ -142,7 +140,6 @@ export class DevRelay {
 
   close(socket: uWS.WebSocket<Listener>): void {
     this.#sockets.delete(socket);
-    if (this.#sockets.size === 0) this.setRelay(false);
   }
 
   /** The secrets a relayed delivery for `entry` is signed with. */

@@ -33,7 +33,7 @@ export class WebhookService {
   readonly deliveries: DeliveryLog;
   #outboxSeq: number;
   #thread: Worker | null = null;
-  /** Receives test events while a dev relay listener is connected. */
+  /** Receives every test event (the dev relay forwards them to its listeners, if any). */
   onRelayEvent: (event: OutboxEvent) => void = () => undefined;
 
   constructor(
@@ -94,17 +94,15 @@ export class WebhookService {
     this.#tell({ t: 'resume', id });
   }
 
-  /** Whether test events go to the relay (a listener is connected). */
-  setRelay(on: boolean): void {
-    this.#tell({ t: 'relay', on });
-  }
-
   #tell(message: ToDeliveryThread): void {
     this.#thread?.postMessage(message);
   }
 
   #received(report: DispatcherReport): void {
-    if (report.t === 'relay') return this.onRelayEvent(report.event);
+    if (report.t === 'relay') {
+      for (const event of report.events) this.onRelayEvent(event);
+      return;
+    }
     const change = report.to === 'failing' ? 'webhook.failing' : 'webhook.disable';
     const from = report.to === 'failing' ? (['active'] as const) : (['active', 'failing'] as const);
     this.endpoints

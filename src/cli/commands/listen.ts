@@ -86,7 +86,9 @@ function relay(client: TallyClient, key: string, options: ListenOptions): Promis
     const connect = () => {
       const ws = new WebSocket(wsUrl, { headers: { 'x-tally-key': key } });
       socket = ws;
-      ws.on('unexpected-response', (_request, response) => {
+      ws.on('unexpected-response', (request, response) => {
+        // Taken now: once the answer has ended, a keep-alive agent takes the socket back.
+        const connection = response.socket;
         let text = '';
         response.on('data', (chunk: Buffer) => (text += chunk.toString()));
         response.on('end', () => {
@@ -97,8 +99,13 @@ function relay(client: TallyClient, key: string, options: ListenOptions): Promis
             /* not JSON: show it as it came */
           }
           const status = response.statusCode ?? 0;
-          if (status === 401 || status === 403 || status === 400) {
-            stopping = true;
+          const refused = status === 401 || status === 403 || status === 400;
+          if (refused) stopping = true;
+          // Handling this event makes closing the connection ours (ws leaves it open).
+          request.destroy();
+          connection.destroy();
+          if (refused) {
+            if (pending !== null) clearTimeout(pending);
             reject(new CliError(`the service refused the relay (${status}): ${message}`));
           } else retry(`the service answered ${status}: ${message}`);
         });
