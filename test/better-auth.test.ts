@@ -308,9 +308,10 @@ describe('customer id sources', () => {
   it('team: the active team, named after it; 400 without one', async () => {
     const app = await startAuthApp({
       emailAndPassword: { enabled: true },
+      // After the organization plugin or before it: the order does not matter.
       plugins: [
-        organization({ teams: { enabled: true } }),
         tally({ ...pluginOptions(), customerId: 'team' }),
+        organization({ teams: { enabled: true } }),
       ],
     });
     try {
