@@ -9,8 +9,10 @@
  * on both sides is equal.
  *
  * Each scenario names the Tally process it runs against (see tallies.ts): the bench's
- * usual Tally, rate limiting on with a limit no run can reach, or a second one with rate
- * limiting off, which only `has-unlimited` uses to price the limiter on the `has` route.
+ * usual Tally, rate limiting on with a limit no run can reach, a second one with rate
+ * limiting off, which only `has-unlimited` uses to price the limiter on the `has` route,
+ * or a third with three webhook endpoints registered, which only `consume-webhooks` uses
+ * to price event fan-out on the durable path.
  */
 import type autocannon from 'autocannon';
 
@@ -48,7 +50,7 @@ export interface BenchKeys {
 }
 
 /** Which Tally process a scenario measures; tallies.ts says how each is started. */
-export type TallyInstance = 'rate-limited' | 'rate-limit-off';
+export type TallyInstance = 'rate-limited' | 'rate-limit-off' | 'webhooks';
 
 export type Target =
   /** The median round ratio tally/bare; judged only at `atConnections` when given. */
@@ -186,6 +188,28 @@ export const SCENARIOS: readonly Scenario[] = [
     ...CONSUME,
     targets: [{ kind: 'ratio', min: 0.55, atConnections: 256 }],
     fullOnly: false,
+  },
+  /**
+   * The same requests as `consume`, against a Tally with three test webhook endpoints (one
+   * answering at once, one slow, one down): what event fan-out costs the durable path.
+   * Every first consume of a customer creates it, so every customer's `customer.created`
+   * event is fanned out to all three while the run goes on. Run it with
+   * `--scenarios consume,consume-webhooks` (or `--full`).
+   */
+  {
+    name: 'consume-webhooks',
+    ...CONSUME,
+    tally: 'webhooks',
+    interleaveWith: 'consume',
+    targets: [
+      {
+        kind: 'vsScenario',
+        scenario: 'consume',
+        min: 0.9,
+        what: 'three webhook endpoints (one slow, one down) vs none',
+      },
+    ],
+    fullOnly: true,
   },
   {
     name: 'context',

@@ -13,6 +13,7 @@
  * built before rate limiting existed ignores the variables and starts anyway.
  */
 import type { BenchOptions } from './options.js';
+import { registerBenchEndpoints, SLOW_RECEIVER_MS } from './webhook-receivers.js';
 import type { TallyInstance } from './scenarios.js';
 import {
   makeDataDir,
@@ -44,6 +45,13 @@ export const TALLY_INSTANCES: Readonly<Record<TallyInstance, InstanceSpec>> = {
     note: `rate limit ${RATE_LIMIT_HUGE}/min per key (on, never reached)`,
   },
   'rate-limit-off': { label: 'tally-rl-off', env: rateLimitEnv(0), note: 'rate limiting off (0)' },
+  webhooks: {
+    label: 'tally-webhooks',
+    env: rateLimitEnv(RATE_LIMIT_HUGE),
+    note:
+      `as tally, with three webhook endpoints: one answering at once, one after ` +
+      `${SLOW_RECEIVER_MS / 1000} s, one down`,
+  },
 };
 
 export interface Tallies {
@@ -77,7 +85,9 @@ async function startInstance(
   const spec = TALLY_INSTANCES[instance];
   const workers: Record<string, string> =
     options.workers === undefined ? {} : { TALLY_WORKERS: String(options.workers) };
-  return startTally(mainScript, spec.label, dataDir, { ...workers, ...spec.env });
+  const server = await startTally(mainScript, spec.label, dataDir, { ...workers, ...spec.env });
+  if (instance === 'webhooks') await registerBenchEndpoints(server);
+  return server;
 }
 
 function describe(instances: readonly TallyInstance[], options: BenchOptions): string {

@@ -20,7 +20,10 @@ import { decodeRecord, encodeRecord } from './codec.js';
 import { isOutboxEvent, type OutboxEvent } from './outbox.js';
 import { durableWrite, openDurableEnv, readRecord, type DurableEnv } from './lmdb-env.js';
 
-/** Attempts kept per endpoint for the listing; older ones are dropped as new ones come. */
+/**
+ * Attempts kept per endpoint for the listing; older ones are dropped as new ones come (up to
+ * TRIM_EVERY_ATTEMPTS more between two trims).
+ */
 export const ATTEMPTS_KEPT_PER_ENDPOINT = 1000;
 
 export interface QueuedDelivery {
@@ -80,8 +83,13 @@ function decoded<T>(bytes: Buffer, is: (value: unknown) => value is T, what: str
   return result.value;
 }
 
+/** Attempts recorded per endpoint between two trims of its log (a trim scans the log's end). */
+const TRIM_EVERY_ATTEMPTS = 100;
+
 export class DeliveryStore {
   #nextSeq: number;
+  /** Attempts recorded per endpoint since its log was last trimmed. */
+  readonly #sinceTrim = new Map<string, number>();
 
   private constructor(private readonly env: DurableEnv<DbName>) {
     const stored = readRecord(env.dbs.meta, 'nextSeq', 'webhook store nextSeq');
@@ -180,7 +188,9 @@ export class DeliveryStore {
     const attemptSeq = this.#nextSeq++;
     meta.put('nextSeq', encodeRecord(this.#nextSeq)).catch(() => undefined);
     attempts.put([endpointId, attemptSeq], encodeRecord(attempt)).catch(() => undefined);
-    this.#trimAttempts(endpointId);
+    const since = (this.#sinceTrim.get(endpointId) ?? 0) + 1;
+    this.#sinceTrim.set(endpointId, since % TRIM_EVERY_ATTEMPTS);
+    if (since >= TRIM_EVERY_ATTEMPTS) this.#trimAttempts(endpointId);
     const write =
       next === null
         ? queue.remove([endpointId, seq])
@@ -222,7 +232,7 @@ export class DeliveryStore {
       end: [endpointId, 0],
       reverse: true,
       offset: ATTEMPTS_KEPT_PER_ENDPOINT,
-      limit: 100,
+      limit: TRIM_EVERY_ATTEMPTS * 2,
     };
     for (const key of Array.from(attempts.getKeys(range)))
       attempts.remove(key).catch(() => undefined);

@@ -114,7 +114,7 @@ async function until(check: () => boolean, what: () => string, timeoutMs = 20_00
 }
 
 describe('tally listen', () => {
-  it('forwards test events, signed, to each forwarding path; reconnects after a restart', async () => {
+  it('forwards test events, signed, to each forwarding path; reconnects', async () => {
     // The application registered its receiver (as the Better Auth plugin does lazily).
     const registered = await call(server.base, 'POST', '/v1/webhooks', {
       key: server.keys.test.server,

@@ -225,7 +225,7 @@ describe('endpoint status', () => {
     }
   });
 
-  it('after the last attempt it is failing and holds events; enabling replays them in order', async () => {
+  it('after the last attempt it is failing, holding events; enabling replays them', async () => {
     const receiver = await startReceiver();
     try {
       receiver.answer = () => 500;
@@ -328,7 +328,7 @@ describe('rotation', () => {
 });
 
 describe('events', () => {
-  it('usage.exhausted fires once, when the balance reaches zero, not on refused consumes', async () => {
+  it('usage.exhausted fires once, when the balance reaches zero, not when refused', async () => {
     const receiver = await startReceiver();
     try {
       const endpoint = (await register(receiver, 'usage', 'usage.exhausted,customer.created')).body;
@@ -384,6 +384,43 @@ describe('events', () => {
       });
     } finally {
       await receiver.close();
+    }
+  });
+});
+
+describe('isolation', () => {
+  it('a slow receiver does not slow another: it holds only its own attempts', async () => {
+    const slow = await startReceiver();
+    const fast = await startReceiver();
+    try {
+      let open = 0;
+      let mostOpen = 0;
+      slow.answer = () => {
+        mostOpen = Math.max(mostOpen, ++open);
+        return new Promise((resolve) =>
+          setTimeout(() => {
+            open--;
+            resolve(200);
+          }, 3000),
+        );
+      };
+      const slowEndpoint = (await register(slow, 'slow', ['customer.created'])).body;
+      const fastEndpoint = (await register(fast, 'fast', ['customer.created'])).body;
+      const started = Date.now();
+      await Promise.all(Array.from({ length: 8 }, (_, i) => upsert(`iso-${i}`, `Iso ${i}`)));
+      await fast.until((r) => r.length === 8);
+      expect(Date.now() - started).toBeLessThan(2500);
+      // Meanwhile the slow one holds its attempts, at most 4 at once, none answered yet.
+      expect(slow.received).toHaveLength(0);
+      await slow.until((r) => r.length === 8, 15_000);
+      expect(mostOpen).toBe(4);
+      for (const endpoint of [slowEndpoint, fastEndpoint])
+        await call(server.base, 'DELETE', `/v1/webhooks/${endpoint.id}`, {
+          key: server.keys.test.server,
+        });
+    } finally {
+      await slow.close();
+      await fast.close();
     }
   });
 });

@@ -6,8 +6,11 @@
  * Delivery therefore never runs on the thread that answers requests, nor on a shard's.
  *
  * Messages from the front end: `endpoints` (the table changed: reread it), `resume` (an
- * operator enabled an endpoint), `stop`. To it: the Dispatcher's reports (status changes to record, test events to relay).
+ * operator enabled an endpoint), `stop`. To it: the Dispatcher's reports (status changes
+ * to record, test events for the dev relay).
  */
+import { readlinkSync } from 'node:fs';
+import { setPriority } from 'node:os';
 import path from 'node:path';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { nameThisThread } from '../../actors/thread-name.js';
@@ -19,6 +22,9 @@ import { readEndpoints } from '../../storage/webhook-registry.js';
 import { AddressPolicy, type AddressPolicyOptions } from './address-policy.js';
 import { Dispatcher, type OutboxSource } from './dispatcher.js';
 import { OUTBOX_POLL_MS } from './schedule.js';
+
+/** The delivery thread's nice value: below the request-serving threads (0). */
+const DELIVERY_THREAD_NICE = 10;
 
 export interface DeliveryThreadData {
   readonly dataDir: string;
@@ -39,6 +45,22 @@ assert(!isMainThread && parentPort !== null, 'delivery-thread runs in a worker t
 const port = parentPort;
 const data = workerData as DeliveryThreadData;
 nameThisThread('tally-webhooks');
+lowerThisThreadPriority();
+
+/**
+ * Delivery is background work: on a machine whose cores the front end and the shards keep
+ * busy, the kernel should give them the CPU first. Linux schedules threads, and
+ * setpriority() on a thread id changes that thread alone (nice 10). Elsewhere, or if the
+ * kernel refuses, the thread keeps the process's priority.
+ */
+function lowerThisThreadPriority(): void {
+  try {
+    const tid = Number(readlinkSync('/proc/thread-self').split('/').at(-1));
+    if (Number.isInteger(tid) && tid > 0) setPriority(tid, DELIVERY_THREAD_NICE);
+  } catch {
+    // Not Linux, or not allowed: a priority is a refinement, never a requirement.
+  }
+}
 
 const control = openDurableEnv<'webhooks' | 'outbox'>(path.join(data.dataDir, 'control'), [
   'webhooks',

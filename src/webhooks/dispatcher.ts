@@ -70,6 +70,12 @@ interface EndpointState {
   /** Every queued row of the endpoint is in `window` (none waits on disk beyond it). */
   complete: boolean;
   inFlight: number;
+  /**
+   * Nothing in the window can start before this time (Infinity: not until something about
+   * the endpoint changes; 0: look). Saves scanning a window of deliveries waiting for their
+   * retry (an endpoint that is down) every time another endpoint's delivery completes.
+   */
+  idleUntilMs: number;
   agent: ReturnType<typeof endpointAgent> | null;
 }
 
@@ -93,6 +99,8 @@ export class Dispatcher {
   #inFlight = 0;
   #timer: NodeJS.Timeout | null = null;
   #stopped = false;
+  /** Endpoints that answered 410 here: never loaded again, whatever the table says meanwhile. */
+  readonly #goneIds = new Set<string>();
   readonly #post: (target: PostTarget, policy: AddressPolicy) => Promise<PostResult>;
   readonly #now: () => number;
 
@@ -124,16 +132,34 @@ export class Dispatcher {
       void this.options.store.dropQueued(id);
     }
     for (const record of records.values()) {
+      // Disabled here (410): skipped until the stored record says so too (an operator may
+      // enable it after that).
+      if (this.#goneIds.has(record.id)) {
+        if (record.status === 'disabled') this.#goneIds.delete(record.id);
+        continue;
+      }
       if (record.status === 'disabled') continue;
       const state = this.#states.get(record.id);
-      if (state !== undefined) state.record = record;
-      else this.#states.set(record.id, this.#load(record));
+      // A status set here (failing) keeps the stored record's updatedAtMs: only a change
+      // stored since (the failing status recorded, an operator's enable) replaces it.
+      if (state === undefined) this.#states.set(record.id, this.#load(record));
+      else if (state.record.updatedAtMs !== record.updatedAtMs) {
+        state.record = record;
+        state.idleUntilMs = 0;
+      }
     }
     this.#pump();
   }
 
   #load(record: WebhookEndpointRecord): EndpointState {
-    const state: EndpointState = { record, window: [], complete: false, inFlight: 0, agent: null };
+    const state: EndpointState = {
+      record,
+      window: [],
+      complete: false,
+      inFlight: 0,
+      idleUntilMs: 0,
+      agent: null,
+    };
     this.#refill(state);
     return state;
   }
@@ -145,6 +171,7 @@ export class Dispatcher {
     const rows = this.options.store.queued(state.record.id, after, room);
     for (const { seq, delivery } of rows) state.window.push({ seq, delivery, sending: false });
     state.complete = rows.length < room;
+    if (rows.length > 0) state.idleUntilMs = 0;
   }
 
   /**
@@ -158,6 +185,7 @@ export class Dispatcher {
     const held = state.window.filter((row) => row.delivery.exhausted);
     for (const row of held)
       row.delivery = { ...row.delivery, attempts: 0, exhausted: false, nextAttemptAtMs: now };
+    state.idleUntilMs = 0;
     await this.options.store.replaceQueued(
       id,
       held.map(({ seq, delivery }) => ({ seq, delivery })),
@@ -200,7 +228,8 @@ export class Dispatcher {
         const delivery = deliveries[i];
         if (state === undefined || delivery === undefined || !state.complete) return;
         if (state.window.length >= QUEUE_WINDOW_PER_ENDPOINT) state.complete = false;
-        else
+        else {
+          state.idleUntilMs = 0;
           state.window.push({
             seq,
             delivery: {
@@ -211,6 +240,7 @@ export class Dispatcher {
             },
             sending: false,
           });
+        }
       });
       void source.prune(last.seq);
       taken += rows.length;
@@ -239,22 +269,39 @@ export class Dispatcher {
     let nextDue = Number.POSITIVE_INFINITY;
     for (const state of this.#states.values()) {
       if (state.record.status !== 'active') continue;
-      const blocked = new Set<string>();
-      for (const row of state.window) {
-        if (this.#inFlight >= IN_FLIGHT_TOTAL_MAX) break;
-        if (state.inFlight >= IN_FLIGHT_PER_ENDPOINT_MAX) break;
-        const lane = laneOf(row.delivery.event);
-        if (blocked.has(lane)) continue;
-        blocked.add(lane); // this row is the lane's head: nothing after it in the lane may go
-        if (row.sending || row.delivery.exhausted) continue;
-        if (row.delivery.nextAttemptAtMs > now) {
-          nextDue = Math.min(nextDue, row.delivery.nextAttemptAtMs);
-          continue;
-        }
-        this.#send(state, row);
+      if (state.idleUntilMs > now) {
+        nextDue = Math.min(nextDue, state.idleUntilMs);
+        continue;
       }
+      nextDue = Math.min(nextDue, this.#pumpEndpoint(state, now));
     }
     this.#arm(nextDue - now);
+  }
+
+  /** Starts what may start of one endpoint's window; answers when its next row is due. */
+  #pumpEndpoint(state: EndpointState, now: number): number {
+    let nextDue = Number.POSITIVE_INFINITY;
+    let scannedAll = true;
+    const blocked = new Set<string>();
+    for (const row of state.window) {
+      if (this.#inFlight >= IN_FLIGHT_TOTAL_MAX || state.inFlight >= IN_FLIGHT_PER_ENDPOINT_MAX) {
+        scannedAll = false;
+        break;
+      }
+      const lane = laneOf(row.delivery.event);
+      if (blocked.has(lane)) continue;
+      blocked.add(lane); // this row is the lane's head: nothing after it in the lane may go
+      if (row.sending || row.delivery.exhausted) continue;
+      if (row.delivery.nextAttemptAtMs > now) {
+        nextDue = Math.min(nextDue, row.delivery.nextAttemptAtMs);
+        continue;
+      }
+      this.#send(state, row);
+      scannedAll = false;
+    }
+    // Nothing could start: nothing will before the next row is due, or something changes.
+    state.idleUntilMs = scannedAll ? nextDue : 0;
+    return nextDue;
   }
 
   #arm(delayMs: number): void {
@@ -302,8 +349,10 @@ export class Dispatcher {
       error: result.error,
     };
     const id = state.record.id;
+    // Deleted or disabled while the attempt was out: its queue is gone, keep no row for it.
+    const dropped = this.#states.get(id) !== state;
     let next: QueuedDelivery | null = null;
-    if (!ok) {
+    if (!ok && !dropped) {
       const delay = retryDelayMs(this.options.schedule, attempts);
       next = {
         ...delivery,
@@ -316,6 +365,7 @@ export class Dispatcher {
     state.inFlight--;
     this.#inFlight--;
     row.sending = false;
+    state.idleUntilMs = 0;
     if (next === null) state.window.splice(state.window.indexOf(row), 1);
     else row.delivery = next;
     if (result.status === 410) this.#gone(state);
@@ -326,6 +376,7 @@ export class Dispatcher {
 
   #gone(state: EndpointState): void {
     const { id } = state.record;
+    this.#goneIds.add(id);
     state.record = { ...state.record, status: 'disabled' };
     this.#states.delete(id);
     state.agent?.destroy();

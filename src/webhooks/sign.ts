@@ -11,6 +11,21 @@ import { Webhook } from 'standardwebhooks';
 
 const SECRET_BYTES = 24;
 
+/** Signers by secret: decoding a secret once per endpoint, not once per delivery. */
+const signers = new Map<string, Webhook>();
+/** Bound on the signers kept; past it the map starts over (secrets are few: one or two each). */
+const SIGNERS_MAX = 1000;
+
+function signer(secret: string): Webhook {
+  let found = signers.get(secret);
+  if (found === undefined) {
+    if (signers.size >= SIGNERS_MAX) signers.clear();
+    found = new Webhook(secret);
+    signers.set(secret, found);
+  }
+  return found;
+}
+
 /** A new endpoint secret, `whsec_…`. */
 export function newWebhookSecret(): string {
   return `whsec_${randomBytes(SECRET_BYTES).toString('base64')}`;
@@ -35,7 +50,7 @@ export function signedHeaders(
   secrets: readonly string[],
 ): SignedHeaders {
   const at = new Date(timestampMs);
-  const signatures = secrets.map((secret) => new Webhook(secret).sign(messageId, at, body));
+  const signatures = secrets.map((secret) => signer(secret).sign(messageId, at, body));
   return {
     'webhook-id': messageId,
     'webhook-timestamp': String(Math.floor(timestampMs / 1000)),

@@ -68,7 +68,8 @@ async function forward(target: string, message: Extract<RelayMessage, { type: 'e
 
 /** Connects, and reconnects, until stopped; rejects with a CliError for a refusal. */
 function relay(client: TallyClient, key: string, options: ListenOptions): Promise<void> {
-  const wsUrl = `${client.baseUrl.replace(/^http/, 'ws')}/v1/listen?events=${encodeURIComponent(options.events)}`;
+  const events = encodeURIComponent(options.events);
+  const wsUrl = `${client.baseUrl.replace(/^http/, 'ws')}/v1/listen?events=${events}`;
   let backoff = BACKOFF_START_MS;
   let chain: Promise<void> = Promise.resolve();
   let stopping = false;
@@ -117,7 +118,8 @@ function relay(client: TallyClient, key: string, options: ListenOptions): Promis
         const message = JSON.parse(data.toString()) as RelayMessage;
         if (message.type === 'ready') {
           console.log(
-            `Ready: forwarding test events to ${options.forwardTo} (relay secret ${message.secret})`,
+            `Ready: forwarding test events to ${options.forwardTo} ` +
+              `(relay secret ${message.secret})`,
           );
           return;
         }
