@@ -11,6 +11,10 @@
  *   shared/   the leaf: assertions, environments, shard hashing, core limits and the
  *             customer record, which every layer above may import.
  *
+ *   src/client/, src/better-auth/: the packages an application imports (`tally/client`,
+ *             `tally/better-auth`); they run in the application's process, so they import
+ *             only each other and the webhook verifier, never the service.
+ *
  * bench/ and test/ sit outside the layers and may import anything. TypeScript 7 has no
  * compiler API for dependency-cruiser to parse with, so it parses with swc, which sees
  * type-only imports too: a type import crosses a layer just as a value import does.
@@ -18,6 +22,10 @@
 const CORE =
   '^actors/(core/|customer\\.ts$|ops\\.ts$|fixed\\.ts$|periods\\.ts$|billing-config\\.ts$|' +
   'webhook-events\\.ts$)';
+/** The packages an application imports: the typed HTTP client and the Better Auth plugin. */
+const INTEGRATION = '^src/(client|better-auth)/';
+/** The Standard Webhooks verifier the Better Auth plugin's receiver uses. */
+const WEBHOOK_VERIFIER = '^src/webhooks/verify\\.ts$';
 /** The worker's IO shell: the only part of actors/ that may touch storage. */
 const WORKER_SHELL = '^actors/(shard-worker|shard-export)\\.ts$';
 
@@ -65,6 +73,24 @@ module.exports = {
       severity: 'error',
       from: { path: '^actors/', pathNot: WORKER_SHELL },
       to: { path: '^storage/' },
+    },
+    {
+      name: 'integration-packages-stay-apart',
+      comment:
+        "tally/client and tally/better-auth run inside the application's process: they import only " +
+        'each other and the webhook verifier, never the service (its modules pull in LMDB, uWS, ...).',
+      severity: 'error',
+      from: { path: INTEGRATION },
+      to: { path: '^(src|actors|shared|storage)/', pathNot: [INTEGRATION, WEBHOOK_VERIFIER] },
+    },
+    {
+      name: 'client-plugin-no-node-builtins',
+      comment:
+        'The Better Auth client plugin is bundled for the browser: no node:* module. (Its import of ' +
+        'the server plugin is a type, erased when compiled; a test checks the compiled file.)',
+      severity: 'error',
+      from: { path: '^src/better-auth/client\\.ts$' },
+      to: { dependencyTypes: ['core'] },
     },
     {
       name: 'no-circular',
