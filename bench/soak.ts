@@ -312,6 +312,8 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
   const server = await startTally(MAIN_SCRIPT, 'tally', dataDir, {
     TALLY_RATE_LIMIT_SERVER: '0',
     TALLY_RATE_LIMIT_CLIENT: '0',
+    TALLY_RATE_LIMIT_CLIENT_ADDRESS: '0',
+    TALLY_RATE_LIMIT_CLIENT_CUSTOMER: '0',
     ...(options.workers === undefined ? {} : { TALLY_WORKERS: String(options.workers) }),
   });
   const adminKey = (
