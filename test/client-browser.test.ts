@@ -8,23 +8,14 @@
  * Skipped, saying so, only when no chromium binary is installed
  * (`apt-get install chromium`; TALLY_CHROMIUM names another binary).
  */
-import fs from 'node:fs';
 import http from 'node:http';
 import type net from 'node:net';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { findChromium } from './support/chromium.js';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
 
-const CHROMIUM = [
-  process.env['TALLY_CHROMIUM'],
-  '/usr/bin/chromium',
-  '/usr/bin/chromium-browser',
-].find((p) => p !== undefined && p !== '' && fs.existsSync(p));
-if (CHROMIUM === undefined)
-  console.warn(
-    'client-browser.test.ts skipped: no chromium binary (apt-get install chromium, or ' +
-      'set TALLY_CHROMIUM)',
-  );
+const CHROMIUM = findChromium('client-browser.test.ts');
 
 const CONFIG = {
   entitlements: { reports: { type: 'feature' }, api_calls: { type: 'meter' } },
