@@ -266,6 +266,48 @@ describe('session-bound endpoints (user source)', () => {
   });
 });
 
+describe('customer tokens for pages', () => {
+  it('mints a token for the session customer only (auth.api and client plugin)', async () => {
+    const app = await startAuthApp({
+      emailAndPassword: { enabled: true },
+      plugins: [tally(pluginOptions())],
+    });
+    try {
+      const { userId, headers } = await signUp(app.auth, 'Page Reader');
+      const minted = await app.auth.api.tallyClientToken({ headers, body: { ttlSeconds: 120 } });
+      expect(minted).toMatchObject({ customerId: userId, ttlSeconds: 120 });
+      const read = (customerId: string, token: string) =>
+        fetch(`${tallyServer.base}/v1/entitlements/sso/has?customerId=${customerId}`, {
+          headers: {
+            'x-tally-key': tallyServer.keys.test.client,
+            'x-tally-customer-token': token,
+          },
+        });
+      expect((await read(userId, minted.token)).status).toBe(200);
+      expect((await read('someone-else', minted.token)).status).toBe(403);
+
+      const authClient = createAuthClient({
+        baseURL: app.origin,
+        plugins: [tallyClient()],
+        fetchOptions: { headers: { cookie: headers.get('cookie') ?? '', origin: app.origin } },
+      });
+      const viaClient = await authClient.tally.clientToken();
+      expect(viaClient.error).toBeNull();
+      expect(viaClient.data).toMatchObject({ customerId: userId, ttlSeconds: 900 });
+      expect((await read(userId, viaClient.data?.token ?? '')).status).toBe(200);
+      // The body can never name the customer.
+      const named = await apiError(
+        app.auth.api.tallyClientToken({ headers, body: { customerId: 'someone-else' } as never }),
+      );
+      expect(named.status).toBe(400);
+      const anonymous = createAuthClient({ baseURL: app.origin, plugins: [tallyClient()] });
+      expect((await anonymous.tally.clientToken()).error?.status).toBe(401);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
 describe('customer id sources', () => {
   it('organization: the active organization, mapped, named after it; 400 without one', async () => {
     const app = await startAuthApp({

@@ -1,5 +1,5 @@
 /**
- * The six session-bound billing endpoints of the Better Auth plugin. Each requires a
+ * The session-bound billing endpoints of the Better Auth plugin. Each requires a
  * signed-in session (Better Auth answers 401 without one), derives the customer from it
  * and calls Tally with the server key. Bodies are strict: a body naming `customerId` (or
  * any field not listed) is a 400, so the browser can never choose the customer.
@@ -19,6 +19,8 @@ import type { TallyPluginOptions, TallySession } from './options.js';
  * one context call names in each of its arrays. */
 const KEY_LENGTH_MAX = 255;
 const CONTEXT_KEYS_MAX = 1000;
+/** Tally's longest customer-token lifetime, in seconds. */
+const CLIENT_TOKEN_TTL_MAX = 3600;
 const key = z.string().min(1).max(KEY_LENGTH_MAX);
 const keys = z.array(key).max(CONTEXT_KEYS_MAX);
 
@@ -123,6 +125,28 @@ function customerEndpoints({ client, options }: EndpointDeps) {
           cancelUrl: trustedUrl(ctx.context, 'cancelUrl', ctx.body.cancelUrl),
         };
         return ctx.json(await forward(ctx.context, () => client.checkout(input)));
+      },
+    ),
+    /** A customer token for the session's customer: the page reads it with the client key. */
+    tallyClientToken: createAuthEndpoint(
+      '/tally/client-token',
+      {
+        method: 'POST',
+        use,
+        body: z
+          .strictObject({
+            ttlSeconds: z.number().int().min(1).max(CLIENT_TOKEN_TTL_MAX).optional(),
+          })
+          .optional(),
+      },
+      async (ctx) => {
+        const customer = await customerOf(ctx);
+        const ttlSeconds = ctx.body?.ttlSeconds;
+        const input = {
+          customerId: customer.id,
+          ...(ttlSeconds === undefined ? {} : { ttlSeconds }),
+        };
+        return ctx.json(await forward(ctx.context, () => client.createClientToken(input)));
       },
     ),
     tallyContext: createAuthEndpoint(

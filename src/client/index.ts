@@ -13,6 +13,8 @@
 import type {
   Balance,
   CheckoutInput,
+  ClientToken,
+  ClientTokenInput,
   Context,
   ContextInput,
   Customer,
@@ -29,6 +31,12 @@ import type {
 } from './types.js';
 
 export type * from './types.js';
+export {
+  customerTokenSource,
+  type MintedToken,
+  type TokenSource,
+  type TokenSourceOptions,
+} from './token-source.js';
 
 /** How long a request may take before it is abandoned, unless the options say otherwise. */
 export const REQUEST_TIMEOUT_MS_DEFAULT = 10_000;
@@ -152,6 +160,14 @@ export class TallyClient {
 
   subscriptions(customerId: string, page: PageQuery = {}): Promise<Page<Subscription>> {
     return this.request('GET', '/v1/subscriptions', { query: { customerId, ...page } });
+  }
+
+  /**
+   * Mints a short-lived token that lets a page read `customerId` (has, limit, balance)
+   * with the environment's client key; mint a new one before `expiresAt`.
+   */
+  createClientToken(input: ClientTokenInput): Promise<ClientToken> {
+    return this.request('POST', '/v1/client-tokens', { body: input });
   }
 
   /** Outbound webhook endpoints of the key's environment. */

@@ -156,3 +156,19 @@ export interface Page<T> {
   readonly data: readonly T[];
   readonly nextCursor: string | null;
 }
+
+/** `POST /v1/client-tokens`: what a page needs to read one customer with the client key. */
+export interface ClientTokenInput {
+  readonly customerId: string;
+  /** 1 to 3600; default 900. */
+  readonly ttlSeconds?: number;
+}
+
+/** A customer token: sent by the page as `x-tally-customer-token` beside the client key. */
+export interface ClientToken {
+  readonly token: string;
+  readonly customerId: string;
+  /** ISO 8601 UTC. */
+  readonly expiresAt: string;
+  readonly ttlSeconds: number;
+}
