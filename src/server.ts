@@ -488,12 +488,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       uWS.us_listen_socket_close(socket);
       await ready.catch(() => undefined);
       (relay as DevRelay | null)?.closeAll();
+      // Before the shards: the delivery thread reads their outboxes until it has stopped.
+      await webhooks.close();
       if (pool !== null) await pool.stop();
       await sideJobs.destroy();
       storage.stop();
       await processor.close();
       await (customers as CustomerIndex | null)?.close();
-      await webhooks.close();
       await control.close();
       releaseDataDir();
     },

@@ -21,6 +21,8 @@ import { RETRY_SCHEDULE_MS } from './schedule.js';
 
 /** The audit actor of status changes delivery causes (no key made them). */
 export const DELIVERY_ACTOR = 'system:webhooks';
+/** How long a stopping delivery thread may take to finish its LMDB work and exit. */
+const DELIVERY_THREAD_STOP_GRACE_MS = 5_000;
 
 export interface WebhookSettings {
   readonly policy?: AddressPolicyOptions;
@@ -143,7 +145,14 @@ export class WebhookService {
     this.#thread = null;
     if (thread !== null) {
       thread.removeAllListeners('error');
-      await thread.terminate();
+      // Asked to stop, the thread finishes its LMDB work and exits on its own: terminating
+      // it inside a native LMDB call is a fatal error of the whole process. Terminated only
+      // if it has not exited within the grace period.
+      const exited = new Promise<void>((resolve) => thread.once('exit', () => resolve()));
+      thread.postMessage({ t: 'stop' } satisfies ToDeliveryThread);
+      const timer = setTimeout(() => void thread.terminate(), DELIVERY_THREAD_STOP_GRACE_MS);
+      await exited;
+      clearTimeout(timer);
     }
     await this.deliveries.close();
   }
