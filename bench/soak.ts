@@ -331,6 +331,10 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
       const atSec = Math.round((Date.now() - started) / 1000);
       const w = await windowOf(atSec, pid, all, now, before, probe.window());
       before = now;
+      const longest = all
+        .filter((x) => x.name === 'tally_gc_pause_max_seconds')
+        .map((x) => `${x.labels['thread']} ${(x.value * 1000).toFixed(1)}`)
+        .join(', ');
       windows.push(w);
       const held =
         w.snapshotPauseMsMax === null ? '' : ` (held ${w.snapshotPauseMsMax.toFixed(1)} ms)`;
@@ -340,8 +344,8 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
           `keys ${w.windowKeys} in memory / ${w.diskKeys} on disk, ` +
           `probe p99 ${w.probeMsP99.toFixed(2)} ms max ${w.probeMsMax.toFixed(1)} ms, ` +
           `load ${(w.loadRequests / (WINDOW_MS / 1000)).toFixed(0)}/s p99 ≤${w.loadMsP99} ms, ` +
-          `GC max ≤${w.gcPauseMsMax} ms, snapshots ${w.snapshots}` +
-          `${held}\n`,
+          `GC max ≤${w.gcPauseMsMax} ms (longest since start: ${longest} ms), ` +
+          `snapshots ${w.snapshots}${held}\n`,
       );
     })();
   }, WINDOW_MS);
