@@ -62,11 +62,22 @@ interface WindowEntry {
   readonly put: IdempotencyPut | null;
   /** The shard's append that carries it (Infinity for a sweep's mark). */
   readonly append: number;
+  /** Its place in the eviction order (`order`): a key stored again gets a new place. */
+  readonly place: number;
 }
 
 export class IdempotencyKeys {
-  /** Insertion ordered: the oldest entry comes first. */
   private readonly window = new Map<string, WindowEntry>();
+  /**
+   * The window's keys oldest first, as places `head`.. (a key's older places are skipped:
+   * its entry names its newest). A queue of its own rather than the Map's order, because
+   * evicting from the front of a Map leaves deleted slots that every later walk from the
+   * front steps over again until the Map is rebuilt.
+   */
+  private order: string[] = [];
+  private head = 0;
+  /** The place of `order[0]`: places keep counting while the queue is compacted. */
+  private base = 0;
   /** Appends up to this one are committed: their keys are readable from `stored`. */
   private committedAppend = 0;
 
@@ -92,9 +103,7 @@ export class IdempotencyKeys {
 
   /** A key decided now, carried by the shard's append number `append`. */
   remember(put: IdempotencyPut, append: number): void {
-    const key = windowKey(put);
-    this.window.delete(key);
-    this.window.set(key, { put, append });
+    this.place(windowKey(put), put, append);
     this.evict();
   }
 
@@ -118,9 +127,7 @@ export class IdempotencyKeys {
    * not find the expired entry still readable there (and count it as present).
    */
   swept(address: KeyAddress): void {
-    const key = windowKey(address);
-    this.window.delete(key);
-    this.window.set(key, { put: null, append: Number.POSITIVE_INFINITY });
+    this.place(windowKey(address), null, Number.POSITIVE_INFINITY);
   }
 
   /** The removal of a swept key committed: its mark goes, unless a new use replaced it. */
@@ -158,11 +165,40 @@ export class IdempotencyKeys {
     return [...keys.values()];
   }
 
+  /** Stores `key`'s entry at the back of the eviction order. */
+  private place(key: string, put: IdempotencyPut | null, append: number): void {
+    const place = this.base + this.order.length;
+    this.order.push(key);
+    this.window.set(key, { put, append, place });
+  }
+
   /** Drops the oldest committed entries beyond the budget; stops at one not committed yet. */
   private evict(): void {
-    for (const [key, entry] of this.window) {
-      if (this.window.size <= this.windowMax || entry.append > this.committedAppend) return;
+    for (; this.head < this.order.length; this.head++) {
+      const key = this.order[this.head] as string;
+      const entry = this.window.get(key);
+      if (entry === undefined || entry.place !== this.base + this.head) continue;
+      if (this.window.size <= this.windowMax || entry.append > this.committedAppend) break;
       this.window.delete(key);
     }
+    this.compact();
+  }
+
+  /**
+   * Drops the places already passed once they are most of the queue, and rebuilds the
+   * queue from the window when stale places behind a long-lived entry outgrow it.
+   */
+  private compact(): void {
+    if (this.head >= 4096 && this.head * 2 >= this.order.length) {
+      this.order = this.order.slice(this.head);
+      this.base += this.head;
+      this.head = 0;
+    }
+    if (this.order.length - this.head <= 2 * this.window.size + 4096) return;
+    const live = [...this.window].sort((a, b) => a[1].place - b[1].place);
+    this.base += this.order.length;
+    this.order = [];
+    this.head = 0;
+    for (const [key, { put, append }] of live) this.place(key, put, append);
   }
 }

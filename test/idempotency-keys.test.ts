@@ -5,7 +5,12 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { Command, Event } from '../actors/customer.js';
-import { scopeDigest, type IdempotencyPut } from '../actors/idempotency-keys.js';
+import {
+  IdempotencyKeys,
+  NO_STORED_KEYS,
+  scopeDigest,
+  type IdempotencyPut,
+} from '../actors/idempotency-keys.js';
 import { KeySweeper } from '../actors/idempotency-upkeep.js';
 import { Shard } from '../actors/shard.js';
 import { ShardStore } from '../storage/journal.js';
@@ -190,5 +195,56 @@ describe("the shard's window in front of the table", () => {
     expect(appends()).toBe(before + 1);
     expect(JSON.parse(replies.get(10)?.[1] as string)).toMatchObject({ consumed: 4 });
     expect(s.idempotency.size).toBe(1);
+  });
+});
+
+describe('the window in front of the table', () => {
+  const address = (key: string) => put('c', key, T0);
+  const remember = (keys: IdempotencyKeys, key: string, append: number, atMs = T0) =>
+    keys.remember({ ...put('c', key, atMs) }, append);
+
+  it('lets the oldest committed keys go beyond its budget, never one in flight', () => {
+    const keys = new IdempotencyKeys(NO_STORED_KEYS, 2);
+    for (let i = 1; i <= 4; i++) remember(keys, `k${i}`, i);
+    // None committed: all four stay, whatever the budget.
+    expect(keys.size).toBe(4);
+    keys.committed(3);
+    // k1..k3 are committed; the two oldest go, k3 (committed) and k4 (in flight) stay.
+    expect(keys.size).toBe(2);
+    expect(keys.lookup(address('k1'))).toBeNull();
+    expect(keys.lookup(address('k3'))).toMatchObject({ fingerprint: '1' });
+    expect(keys.lookup(address('k4'))).toMatchObject({ fingerprint: '1' });
+  });
+
+  it('counts a key used again from its newest use', () => {
+    const keys = new IdempotencyKeys(NO_STORED_KEYS, 2);
+    remember(keys, 'a', 1, T0);
+    remember(keys, 'b', 2, T0 + 1);
+    remember(keys, 'a', 3, T0 + 2);
+    keys.committed(3);
+    expect(keys.size).toBe(2);
+    remember(keys, 'c', 4, T0 + 3);
+    keys.committed(4);
+    // b is the oldest use now: it goes, and a (used again at 3) stays.
+    expect(keys.lookup(address('b'))).toBeNull();
+    expect(keys.lookup(address('a'))).toMatchObject({ atMs: T0 + 2 });
+    expect(keys.lookup(address('c'))).toMatchObject({ atMs: T0 + 3 });
+  });
+
+  it('stays within its budget over many uses, sweeps and reuses of the same keys', () => {
+    const keys = new IdempotencyKeys(NO_STORED_KEYS, 64);
+    let append = 0;
+    for (let round = 0; round < 2000; round++) {
+      for (let i = 0; i < 50; i++) remember(keys, `k${(round * 37 + i) % 500}`, ++append);
+      keys.committed(append);
+      const swept = address(`k${round % 500}`);
+      keys.swept(swept);
+      expect(keys.lookup(swept)).toBeNull();
+      keys.sweepCommitted(swept);
+      expect(keys.size).toBeLessThanOrEqual(64);
+    }
+    // The newest 64 uses are the ones held.
+    const newest = `k${(1999 * 37 + 49) % 500}`;
+    expect(keys.lookup(address(newest))).not.toBeNull();
   });
 });
