@@ -41,7 +41,7 @@ import { Shard, type CustomerIndexEntry, type IdempotencyPut } from './shard.js'
 import { PartFile, ShardCopy } from './shard-export.js';
 import {
   encodeSnapshotChunk,
-  JOURNAL_PRUNE_IN_SNAPSHOT_MAX,
+  JOURNAL_PRUNE_SLICE,
   ShardStore,
 } from '../storage/journal.js';
 import type { OutboxEvent } from '../storage/outbox.js';
@@ -314,12 +314,12 @@ function maybeSnapshot(): void {
 
 /**
  * Removes the journal records the stored snapshot covers, a slice at a time between
- * batches (its own transaction removed only the first ones: see JOURNAL_PRUNE_IN_SNAPSHOT_MAX).
+ * batches (its own transaction removed only the first few: JOURNAL_PRUNE_IN_SNAPSHOT_MAX).
  */
 function pruneJournal(): void {
   if (stopping) return;
-  const pruned = store.pruneCovered(JOURNAL_PRUNE_IN_SNAPSHOT_MAX);
-  if (pruned.removed === JOURNAL_PRUNE_IN_SNAPSHOT_MAX)
+  const pruned = store.pruneCovered(JOURNAL_PRUNE_SLICE);
+  if (pruned.removed === JOURNAL_PRUNE_SLICE)
     void pruned.committed.then(() => setImmediate(pruneJournal));
 }
 

@@ -78,11 +78,11 @@ export const SNAPSHOT_EVERY_BATCHES = 50_000;
 /**
  * Work a shard does per slice of a snapshot copy (its own or an online one) before
  * batches get a turn, in units of one customer, meter, lot, lot draw, limit, commerce
- * record or idempotency key (actors/shard-export.ts, copyWork): 2–3 ms, so that no
+ * record or idempotency key (actors/shard-export.ts, copyWork): 1–2 ms, so that no
  * snapshot holds a shard's requests up for more than a few milliseconds at a time, however
  * large its customers (TALLY_SNAPSHOT_SLICE overrides).
  */
-export const SNAPSHOT_SLICE_WORK = 2000;
+export const SNAPSHOT_SLICE_WORK = 1000;
 
 /**
  * V8 young generation of a shard worker: V8 makes it three semi-spaces' worth, so this

@@ -77,11 +77,19 @@ const SNAPSHOT_HEADER_KEY = 0;
 
 /**
  * Covered journal records a snapshot's own transaction removes; the rest go afterwards in
- * slices (`pruneCovered`). The transaction runs on the caller's thread with LMDB's write
- * lock held, so pruning a whole interval's records in it (up to 50,000) would stall the
- * shard; a thousand removals take about a millisecond.
+ * slices of JOURNAL_PRUNE_SLICE (`pruneCovered`). The transaction runs on the caller's
+ * thread with LMDB's write lock held, so pruning a whole interval's records in it (up to
+ * 50,000) would stall the shard; a few hundred removals take well under a millisecond,
+ * which leaves the snapshot's hold of the thread to its own work.
  */
-export const JOURNAL_PRUNE_IN_SNAPSHOT_MAX = 1000;
+export const JOURNAL_PRUNE_IN_SNAPSHOT_MAX = 200;
+
+/**
+ * Covered journal records one `pruneCovered` slice removes. Its removals are issued as
+ * asynchronous writes (LMDB's write thread does them, not the shard's), so a slice can
+ * be larger than what the snapshot's own transaction takes.
+ */
+export const JOURNAL_PRUNE_SLICE = 1000;
 
 /** Meta record written by `syncRecovered`, the write whose sync is the recovery barrier. */
 const RECOVERED_META = 'recovered';

@@ -8,6 +8,7 @@ import { encodeRecord } from '../storage/codec.js';
 import {
   chunkKey,
   JOURNAL_PRUNE_IN_SNAPSHOT_MAX,
+  JOURNAL_PRUNE_SLICE,
   ShardStore,
   SNAPSHOT_CHUNK_ITEMS,
   SNAPSHOT_FORMAT_VERSION,
@@ -216,7 +217,7 @@ describe('ShardStore snapshots', () => {
   it('prunes what a snapshot covers beyond its own transaction a slice at a time', async () => {
     const dir = tempDir();
     const store = openStore(dir);
-    const total = JOURNAL_PRUNE_IN_SNAPSHOT_MAX * 2 + 500;
+    const total = JOURNAL_PRUNE_IN_SNAPSHOT_MAX + JOURNAL_PRUNE_SLICE * 2 + 500;
     let last: Promise<void> = Promise.resolve();
     for (let n = 1; n <= total; n++) last = store.append(batch(n)).durable;
     await last;
@@ -225,12 +226,12 @@ describe('ShardStore snapshots', () => {
     expect(store.stats().journalRecords).toBe(total + 1 - JOURNAL_PRUNE_IN_SNAPSHOT_MAX);
     const removed: number[] = [];
     for (;;) {
-      const slice = store.pruneCovered(JOURNAL_PRUNE_IN_SNAPSHOT_MAX);
+      const slice = store.pruneCovered(JOURNAL_PRUNE_SLICE);
       removed.push(slice.removed);
       await slice.committed;
-      if (slice.removed < JOURNAL_PRUNE_IN_SNAPSHOT_MAX) break;
+      if (slice.removed < JOURNAL_PRUNE_SLICE) break;
     }
-    expect(removed).toEqual([JOURNAL_PRUNE_IN_SNAPSHOT_MAX, 500]);
+    expect(removed).toEqual([JOURNAL_PRUNE_SLICE, JOURNAL_PRUNE_SLICE, 500]);
     // Only the record after the snapshot is left, and it is what a restart replays.
     expect(store.stats().journalRecords).toBe(1);
     expect(replayAll(store, total).batches).toEqual([[total + 1, batch(total + 1)]]);
