@@ -39,11 +39,7 @@ import {
 } from './idempotency-upkeep.js';
 import { Shard, type CustomerIndexEntry, type IdempotencyPut } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
-import {
-  encodeSnapshotChunk,
-  JOURNAL_PRUNE_SLICE,
-  ShardStore,
-} from '../storage/journal.js';
+import { encodeSnapshotChunk, JOURNAL_PRUNE_SLICE, ShardStore } from '../storage/journal.js';
 import type { OutboxEvent } from '../storage/outbox.js';
 import type { Notice } from './webhook-events.js';
 
