@@ -62,22 +62,20 @@ interface WindowEntry {
   readonly put: IdempotencyPut | null;
   /** The shard's append that carries it (Infinity for a sweep's mark). */
   readonly append: number;
-  /** Its place in the eviction order (`order`): a key stored again gets a new place. */
-  readonly place: number;
+  /** Its window key (the eviction queue holds entries). */
+  readonly key: string;
 }
 
 export class IdempotencyKeys {
   private readonly window = new Map<string, WindowEntry>();
   /**
-   * The window's keys oldest first, as places `head`.. (a key's older places are skipped:
-   * its entry names its newest). A queue of its own rather than the Map's order, because
-   * evicting from the front of a Map leaves deleted slots that every later walk from the
-   * front steps over again until the Map is rebuilt.
+   * The window's entries oldest first, from `head` on; an entry the window no longer
+   * holds (replaced by a newer use, or removed) is skipped. A queue of its own rather
+   * than the Map's order, because evicting from the front of a Map leaves deleted slots
+   * that every later walk from the front steps over again until the Map is rebuilt.
    */
-  private order: string[] = [];
+  private order: WindowEntry[] = [];
   private head = 0;
-  /** The place of `order[0]`: places keep counting while the queue is compacted. */
-  private base = 0;
   /** Appends up to this one are committed: their keys are readable from `stored`. */
   private committedAppend = 0;
 
@@ -167,38 +165,36 @@ export class IdempotencyKeys {
 
   /** Stores `key`'s entry at the back of the eviction order. */
   private place(key: string, put: IdempotencyPut | null, append: number): void {
-    const place = this.base + this.order.length;
-    this.order.push(key);
-    this.window.set(key, { put, append, place });
+    const entry: WindowEntry = { put, append, key };
+    this.order.push(entry);
+    this.window.set(key, entry);
   }
 
   /** Drops the oldest committed entries beyond the budget; stops at one not committed yet. */
   private evict(): void {
     for (; this.head < this.order.length; this.head++) {
-      const key = this.order[this.head] as string;
-      const entry = this.window.get(key);
-      if (entry === undefined || entry.place !== this.base + this.head) continue;
+      const entry = this.order[this.head] as WindowEntry;
+      if (this.window.get(entry.key) !== entry) continue;
       if (this.window.size <= this.windowMax || entry.append > this.committedAppend) break;
-      this.window.delete(key);
+      this.window.delete(entry.key);
     }
     this.compact();
   }
 
   /**
-   * Drops the places already passed once they are most of the queue, and rebuilds the
-   * queue from the window when stale places behind a long-lived entry outgrow it.
+   * Drops the entries already passed once they are most of the queue, and the skipped
+   * ones too when they outgrow the window (stale entries behind a long-lived one).
    */
   private compact(): void {
+    const queued = this.order.length - this.head;
     if (this.head >= 4096 && this.head * 2 >= this.order.length) {
       this.order = this.order.slice(this.head);
-      this.base += this.head;
       this.head = 0;
     }
-    if (this.order.length - this.head <= 2 * this.window.size + 4096) return;
-    const live = [...this.window].sort((a, b) => a[1].place - b[1].place);
-    this.base += this.order.length;
-    this.order = [];
+    if (queued <= 2 * this.window.size + 4096) return;
+    this.order = this.order
+      .slice(this.head)
+      .filter((entry) => this.window.get(entry.key) === entry);
     this.head = 0;
-    for (const [key, { put, append }] of live) this.place(key, put, append);
   }
 }
