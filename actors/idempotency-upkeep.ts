@@ -1,35 +1,45 @@
 /**
- * The upkeep of a shard's idempotency key table, done by the worker shell around the
- * shard: moving keys out of an older data dir's layout at start (the automatic
- * migration), and sweeping expired keys off the disk in small slices while it serves.
+ * The upkeep of a shard's idempotency keys, done by the worker shell around the shard:
+ * moving keys out of an older data dir's layout at start (the automatic migration),
+ * sealing the keys in memory into runs on disk, and dropping runs whose keys all expired,
+ * in small slices while it serves.
  *
  * Why a migration: data dirs written before keys had their own table hold them in the
  * customers of a format-1 snapshot and in the journal's consume and refund events. A
  * worker that finds no `idempotency-layout` meta record moves every unexpired key it meets
- * while recovering into the table; its recovery barrier makes them durable with the
- * meta record, so the next start skips the work. Snapshots written afterwards hold no keys.
+ * while recovering into the key store; its recovery barrier makes them durable with the
+ * meta record, so the next start skips the work. Snapshots written afterwards hold no
+ * keys. Data dirs of layout version 1 (one key table in key order) have that table moved
+ * into runs at start (`KeyStore.migrateTable`).
  */
-import { IDEMPOTENCY_RETENTION_MS, IDEMPOTENCY_SWEEP_SLICE_ENTRIES } from '../shared/limits.js';
-import type { CustomerSnapshot, Environment, Event } from './customer.js';
-import { scopeDigest, type IdempotencyPut, type KeyAddress } from './idempotency-keys.js';
+import {
+  IDEMPOTENCY_RETENTION_MS,
+  IDEMPOTENCY_RUN_KEYS,
+  IDEMPOTENCY_SEAL_INTERVAL_MS,
+} from '../shared/limits.js';
+import type { Environment } from '../shared/environment.js';
+import type { CustomerSnapshot, Event } from './customer.js';
+import { scopeDigest, type IdempotencyPut } from './idempotency-keys.js';
 import type { Shard } from './shard.js';
 
-/** The meta record that says a shard's keys live in the table (the layout's version). */
+/** The meta record that says how a shard's keys are laid out (the layout's version). */
 export const IDEMPOTENCY_LAYOUT_META = 'idempotency-layout';
-export const IDEMPOTENCY_LAYOUT_VERSION = 1;
+/** Version 1: one key table in key order. Version 2: sealed runs (and their logs). */
+export const IDEMPOTENCY_LAYOUT_VERSION = 2;
 
-/** The part of the key table the upkeep uses (storage/idempotency-table.ts). */
-export interface KeyTable {
+/** The part of the key store the migration uses (storage/idempotency-runs.ts). */
+export interface KeyBackfill {
   backfill(entry: IdempotencyPut): boolean;
-  sweep(
+}
+
+/** The part of the key store the upkeep uses (storage/idempotency-runs.ts). */
+export interface KeyRuns {
+  readonly unsealed: number;
+  seal(pacing: { pause: () => Promise<void>; keysDurable: () => Promise<void> }): Promise<unknown>;
+  dropExpired(
     beforeMs: number,
-    max: number,
-    newerInMemory: (address: KeyAddress, atMs: number) => boolean,
-  ): {
-    readonly scanned: number;
-    readonly removed: readonly KeyAddress[];
-    readonly committed: Promise<void>;
-  };
+    pacing: { pause: () => Promise<void> },
+  ): Promise<ReadonlyArray<Readonly<Record<Environment, number>>>>;
 }
 
 /**
@@ -42,7 +52,7 @@ export class KeyMigration {
   moved = 0;
 
   constructor(
-    private readonly table: KeyTable,
+    private readonly table: KeyBackfill,
     private readonly nowMs: number,
   ) {}
 
@@ -81,52 +91,85 @@ export class KeyMigration {
   }
 }
 
+/** Thrown out of a pause once the upkeep is stopped: the work in progress ends there. */
+class Stopped extends Error {}
+
 /**
- * Sweeps expired keys off the table, one slice of at most IDEMPOTENCY_SWEEP_SLICE_ENTRIES
- * at a time, each after the previous one's removals committed: back to back while slices
- * come back full, else once every `idleMs`. `stop` ends it (a clean stop).
+ * Seals the keys in memory into a run once IDEMPOTENCY_RUN_KEYS are waiting or
+ * IDEMPOTENCY_SEAL_INTERVAL_MS after the last seal, and drops runs whose keys all
+ * expired; checks once every `idleMs`, at once again while a full run is waiting. Every
+ * step yields to the event loop between slices. `stop` ends it at the next slice (a
+ * clean stop; what it was writing is finished by the next start). A failed write is
+ * handed to `fatal`.
  */
-export class KeySweeper {
+export class KeyUpkeep {
   private timer: ReturnType<typeof setTimeout> | null = null;
   private stopped = false;
-  /** Keys removed since start. */
-  removed = 0;
+  private running: Promise<void> = Promise.resolve();
+  private lastSealMs: number;
+  /** Runs sealed and dropped since start. */
+  sealed = 0;
+  dropped = 0;
 
   constructor(
-    private readonly table: KeyTable,
+    private readonly runs: KeyRuns,
     private readonly shard: Shard,
     private readonly clock: () => number,
+    private readonly fatal: (error: unknown) => void,
     private readonly idleMs = 1000,
-  ) {}
+  ) {
+    this.lastSealMs = clock();
+  }
 
   start(): void {
     this.schedule(0);
   }
 
-  stop(): void {
+  /** Stops; resolves once no slice is running. */
+  stop(): Promise<void> {
     this.stopped = true;
     if (this.timer !== null) clearTimeout(this.timer);
+    return this.running;
   }
 
   private schedule(delayMs: number): void {
     if (this.stopped) return;
-    this.timer = setTimeout(() => this.slice(), delayMs);
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.running = this.step().then(
+        (again) => this.schedule(again ? 0 : this.idleMs),
+        (error: unknown) => {
+          if (!(error instanceof Stopped)) this.fatal(error);
+        },
+      );
+    }, delayMs);
     this.timer.unref();
   }
 
-  /** One slice. A failed read of the table throws out of the timer: the worker dies. */
-  private slice(): void {
-    this.timer = null;
-    if (this.stopped) return;
-    const beforeMs = this.clock() - IDEMPOTENCY_RETENTION_MS + 1;
-    const slice = this.table.sweep(beforeMs, IDEMPOTENCY_SWEEP_SLICE_ENTRIES, (address, atMs) =>
-      this.shard.newerKeyThan(address, atMs),
-    );
-    this.shard.keysSwept(slice.removed);
-    this.removed += slice.removed.length;
-    void slice.committed.then(() => {
-      this.shard.keysSweepCommitted(slice.removed);
-      this.schedule(slice.scanned === IDEMPOTENCY_SWEEP_SLICE_ENTRIES ? 0 : this.idleMs);
-    });
+  /** Between slices: a later turn, unless stopped. Sealing waits for keys to be durable. */
+  private readonly pacing = {
+    pause: (): Promise<void> =>
+      new Promise((resolve, reject) =>
+        setImmediate(() => (this.stopped ? reject(new Stopped()) : resolve())),
+      ),
+    keysDurable: (): Promise<void> => new Promise((resolve) => this.shard.whenDurable(resolve)),
+  };
+
+  /** One round; true when a full run is already waiting again. */
+  private async step(): Promise<boolean> {
+    const now = this.clock();
+    const dropped = await this.runs.dropExpired(now - IDEMPOTENCY_RETENTION_MS, this.pacing);
+    for (const run of dropped) this.shard.keysDropped(run);
+    this.dropped += dropped.length;
+    const waiting = this.runs.unsealed;
+    if (
+      waiting >= IDEMPOTENCY_RUN_KEYS ||
+      (waiting > 0 && now - this.lastSealMs >= IDEMPOTENCY_SEAL_INTERVAL_MS)
+    ) {
+      this.lastSealMs = now;
+      await this.runs.seal(this.pacing);
+      this.sealed += 1;
+    }
+    return this.runs.unsealed >= IDEMPOTENCY_RUN_KEYS;
   }
 }

@@ -213,10 +213,14 @@ export interface CutResult {
 /** What a worker reports on request (status, metrics): cheap counters, nothing scanned. */
 export interface ShardLiveStats {
   readonly customers: number;
-  /** Idempotency keys in the shard's table on disk (expired ones not yet swept included). */
+  /** Idempotency keys stored: in runs on disk (expired ones not yet dropped) and in memory. */
   readonly idempotencyEntries: number;
-  /** Idempotency keys held in memory (the recent window). */
-  readonly idempotencyWindowEntries: number;
+  /** Idempotency keys held in memory, not yet sealed into a run. */
+  readonly idempotencyKeysInMemory: number;
+  /** Sealed runs of idempotency keys on disk. */
+  readonly idempotencyRuns: number;
+  /** Memory the runs' filters take, in bytes. */
+  readonly idempotencyFilterBytes: number;
   readonly lastSeq: number;
   readonly snapshotSeq: number;
   readonly journalRecords: number;

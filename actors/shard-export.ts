@@ -17,7 +17,7 @@
  * (`copyWork`), so a slice of a few large customers is as short as one of many small
  * ones. An online snapshot's copy also carries each customer's idempotency keys as of
  * the cut (`keysOf`, read before the customer changes); the shard's own snapshot does
- * not (the keys are in their table, which the snapshot does not replace).
+ * not (the keys are in their own tables, which the snapshot does not replace).
  */
 import fs from 'node:fs';
 import { fromSnapshot, toSnapshot, type CustomerSnapshot, type CustomerState } from './customer.js';
@@ -49,11 +49,16 @@ export class ShardCopy {
   private chunk: CustomerSnapshot[] = [];
   private copiedCount = 0;
 
-  /** Takes the cut now. `keysOf`, when given, answers a customer's keys as of the cut. */
+  /**
+   * Takes the cut now. `keysOf`, when given, answers a customer's keys as of the cut, at a
+   * cost of `keysReadWork` units per customer besides one per key (the key store reads
+   * one key range in each of its runs).
+   */
   constructor(
     customers: Iterable<CustomerState>,
     private readonly sink: (items: CustomerSnapshot[]) => void,
     private readonly keysOf?: (customer: CustomerState) => CustomerKey[],
+    private readonly keysReadWork = 0,
   ) {
     this.order = [...customers];
   }
@@ -94,6 +99,7 @@ export class ShardCopy {
       this.copied.add(customer);
       const item = this.withKeys(customer, toSnapshot(customer));
       work += copyWork(customer, item.keys?.length ?? 0);
+      if (this.keysOf !== undefined) work += this.keysReadWork;
       this.add(item);
     }
     this.flush();

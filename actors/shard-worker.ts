@@ -19,7 +19,11 @@ import { GcPauses } from './gc-pauses.js';
 import { Histogram, JOURNAL_BATCH_EVENTS_BOUNDS, JOURNAL_FLUSH_BOUNDS_MS } from './histogram.js';
 import type { CustomerState, Event } from './customer.js';
 import { isCustomerSnapshot, isEvent } from './core/shapes.js';
-import { SNAPSHOT_EVERY_EVENTS, SNAPSHOT_INTERVAL_MS } from '../shared/limits.js';
+import {
+  IDEMPOTENCY_RETENTION_MS,
+  SNAPSHOT_EVERY_EVENTS,
+  SNAPSHOT_INTERVAL_MS,
+} from '../shared/limits.js';
 import {
   decodeBatch,
   isPendingAudit,
@@ -35,7 +39,7 @@ import {
   IDEMPOTENCY_LAYOUT_META,
   IDEMPOTENCY_LAYOUT_VERSION,
   KeyMigration,
-  KeySweeper,
+  KeyUpkeep,
 } from './idempotency-upkeep.js';
 import { Shard, type CustomerIndexEntry, type IdempotencyPut } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
@@ -171,8 +175,8 @@ function appendTimed(
     forget,
     notices.map(outboxEventOf),
   );
-  // Issued in the same turn as the record: the keys share its transaction.
-  store.idempotency.put(keys);
+  // Issued in the same turn as the record: the keys' log entries share its transaction.
+  store.idempotency.log(keys);
   journalBatchEvents.observe(events.length);
   // A failed write is the shard's to handle (it crashes); this handler only measures.
   appended.durable.then(
@@ -202,11 +206,11 @@ const shard = new Shard({
   storedKeys: store.idempotency,
 });
 
-/** Set by a clean stop: no more upkeep writes (sweep, pruning) after it. */
+/** Set by a clean stop: no more upkeep writes (sealing, dropping, pruning) after it. */
 let stopping = false;
 
-/** Removes expired idempotency keys from the table while the shard serves. */
-const sweeper = new KeySweeper(store.idempotency, shard, Date.now);
+/** Seals idempotency keys into runs on disk and drops expired runs while the shard serves. */
+const keyUpkeep = new KeyUpkeep(store.idempotency, shard, Date.now, crash);
 
 /** When this shard's latest snapshot was stored (null: it never took one). */
 let lastSnapshotAtMs: number | null = null;
@@ -216,10 +220,8 @@ async function recover(): Promise<void> {
   // the next is read (a failure part-way kills the worker, so partial state never serves).
   // A data dir of the layout before the key table: its keys move into the table as they
   // are read (idempotency-upkeep.ts), made durable by the barrier below with the meta.
-  const migration =
-    store.getMeta(IDEMPOTENCY_LAYOUT_META) === undefined
-      ? new KeyMigration(store.idempotency, Date.now())
-      : null;
+  const layout = store.getMeta(IDEMPOTENCY_LAYOUT_META) as { version: number } | undefined;
+  const migration = layout === undefined ? new KeyMigration(store.idempotency, Date.now()) : null;
   const snapshot = store.readSnapshot((items) => {
     migration?.snapshotItems(items);
     shard.loadSnapshot(items);
@@ -229,8 +231,15 @@ async function recover(): Promise<void> {
     migration?.events(events);
     shard.replay(events);
   });
+  // Layout 1 kept keys in one table in key order: it moves into runs before serving.
+  const tableMoved =
+    layout?.version === IDEMPOTENCY_LAYOUT_VERSION
+      ? 0
+      : await store.idempotency.migrateTable(Date.now() - IDEMPOTENCY_RETENTION_MS, {
+          pause: () => new Promise((resolve) => setImmediate(resolve)),
+        });
   const layoutStored =
-    migration === null
+    layout?.version === IDEMPOTENCY_LAYOUT_VERSION
       ? Promise.resolve()
       : store.putMeta(IDEMPOTENCY_LAYOUT_META, { version: IDEMPOTENCY_LAYOUT_VERSION });
   // The recovery barrier: after kill -9 what was just read may be in the page cache only
@@ -257,7 +266,9 @@ async function recover(): Promise<void> {
       droppedTornTail: result.droppedTail,
       droppedAfterGap: result.droppedAfterGap,
       recoverySyncMs: Math.round(recoverySyncMs * 10) / 10,
-      ...(migration === null ? {} : { idempotencyKeysMigrated: migration.moved }),
+      ...(migration === null && tableMoved === 0
+        ? {}
+        : { idempotencyKeysMigrated: (migration?.moved ?? 0) + tableMoved }),
     },
   });
 }
@@ -388,7 +399,9 @@ function liveStats(): ShardLiveStats {
   return {
     customers: shard.customerCount,
     idempotencyEntries: store.idempotency.size,
-    idempotencyWindowEntries: shard.idempotencyWindowEntries,
+    idempotencyKeysInMemory: shard.idempotencyKeysInMemory,
+    idempotencyRuns: store.idempotency.runs.length,
+    idempotencyFilterBytes: store.idempotency.filterBytes,
     lastSeq: stored.lastSeq,
     snapshotSeq: stored.snapshotSeq,
     journalRecords: stored.journalRecords,
@@ -423,9 +436,9 @@ function onMessage(message: ToWorker): void {
       return;
     case 'stop':
       stopping = true;
-      sweeper.stop();
-      void store
-        .forgetAudits(auditsToForget)
+      void keyUpkeep
+        .stop()
+        .then(() => store.forgetAudits(auditsToForget))
         .then(() => store.close())
         .then(() => post({ t: 'stopped' }), crash);
       return;
@@ -457,7 +470,12 @@ function startExport(snapshotId: string, partPath: string): void {
   exporting = true;
   const position = store.lastSeq + (shard.hasPendingEvents ? 1 : 0);
   const durable = new Promise<void>((resolve) => shard.whenDurable(resolve));
-  const copy = new ShardCopy(shard.allCustomers(), (items) => part.write(items), shard.keysAtCut());
+  const copy = new ShardCopy(
+    shard.allCustomers(),
+    (items) => part.write(items),
+    shard.keysAtCut(),
+    store.idempotency.runs.length,
+  );
   let slices = 0;
   runCopy(
     copy,
@@ -482,6 +500,6 @@ function startExport(snapshotId: string, partPath: string): void {
 
 recover().then(() => {
   port.on('message', onMessage);
-  sweeper.start();
+  keyUpkeep.start();
   setInterval(() => maybeSnapshot(), SNAPSHOT_INTERVAL_MS).unref();
 }, crash);

@@ -28,7 +28,6 @@
 import { assert } from '../shared/assert.js';
 import { customerView, type CustomerView } from '../shared/customer-record.js';
 import type { Environment } from '../shared/environment.js';
-import { IDEMPOTENCY_WINDOW_ENTRIES } from '../shared/limits.js';
 import type { WorkerQuotas } from '../shared/quotas.js';
 import {
   compileConfig,
@@ -55,8 +54,7 @@ import {
   type WriteCommand,
 } from './customer.js';
 import {
-  IdempotencyKeys,
-  NO_STORED_KEYS,
+  MemoryKeys,
   scopeDigest,
   type CustomerKey,
   type IdempotencyPut,
@@ -125,10 +123,8 @@ export interface ShardOptions {
   readonly fatal: (error: unknown) => void;
   /** This worker's shares of the operator's quotas (none: unlimited). */
   readonly quotas?: WorkerQuotas;
-  /** The idempotency keys on disk (none: the in-memory window alone, for tests). */
+  /** The store of idempotency keys (none: keys in memory alone, for tests). */
   readonly storedKeys?: StoredKeys;
-  /** Committed keys kept in memory (default IDEMPOTENCY_WINDOW_ENTRIES). */
-  readonly idempotencyWindow?: number;
 }
 
 /** Whether `command`, whose record is `op`, is a read (the op table says). */
@@ -175,8 +171,6 @@ export const APPENDS_IN_FLIGHT_MAX = 4;
 interface Append {
   /** The journal seq of the record. */
   readonly seq: number;
-  /** How many appends this shard started, this one included (the window's clock). */
-  readonly number: number;
   readonly replies: Array<number | string>;
   readonly waiters: Array<() => void>;
   durable: boolean;
@@ -208,10 +202,8 @@ export class Shard {
   private pendingAudits: PendingAudit[] = [];
   /** Idempotency keys the pending events used: stored in the same record's transaction. */
   private pendingKeys: IdempotencyPut[] = [];
-  /** Recent idempotency keys in memory, in front of the table on disk. */
-  private readonly keys: IdempotencyKeys;
-  /** Appends started so far. */
-  private appendsStarted = 0;
+  /** The idempotency keys: recent ones in memory, the rest on disk. */
+  private readonly keys: StoredKeys;
   /** Webhook events of the pending events' changes, stored in the same record's transaction. */
   private pendingNotices: Notice[] = [];
   private lastNowMs = 0;
@@ -225,7 +217,7 @@ export class Shard {
   /**
    * Idempotency keys stored per environment, for the quota: set at start from the table
    * (`countStoredKeys`, only when a quota is set), then counted up by each new key and
-   * down by the sweep.
+   * down as expired runs of keys are dropped.
    */
   private readonly idempotencyByEnvironment: Record<Environment, number> = { test: 0, live: 0 };
   /**
@@ -245,19 +237,16 @@ export class Shard {
   } | null = null;
 
   constructor(private readonly options: ShardOptions) {
-    this.keys = new IdempotencyKeys(
-      options.storedKeys ?? NO_STORED_KEYS,
-      options.idempotencyWindow ?? IDEMPOTENCY_WINDOW_ENTRIES,
-    );
+    this.keys = options.storedKeys ?? new MemoryKeys();
     const quotas = options.quotas;
     if (quotas !== undefined && hasAnyQuota(quotas))
       this.admit = (command, customer, events) =>
         this.quotaRefusal(quotas, command, customer, events);
   }
 
-  /** Idempotency keys held in memory (the window). */
-  get idempotencyWindowEntries(): number {
-    return this.keys.size;
+  /** Idempotency keys held in memory (not yet sealed into a run on disk). */
+  get idempotencyKeysInMemory(): number {
+    return this.keys.inMemory;
   }
 
   /** Whether the shard keeps per-environment key counts (an idempotency-key quota is set). */
@@ -272,25 +261,10 @@ export class Shard {
     this.idempotencyByEnvironment.live = counts.live;
   }
 
-  /** Whether the window holds a newer use of `address` than the stored one at `atMs`. */
-  newerKeyThan(address: KeyAddress, atMs: number): boolean {
-    return this.keys.newerThan(address, atMs);
-  }
-
-  /**
-   * The sweep issued the removal of these expired keys from disk (not committed yet): a
-   * lookup must take them as gone, and they no longer count.
-   */
-  keysSwept(addresses: readonly KeyAddress[]): void {
-    for (const address of addresses) {
-      this.keys.swept(address);
-      this.idempotencyByEnvironment[address.environment] -= 1;
-    }
-  }
-
-  /** The removal of these swept keys committed: the disk now agrees with the window. */
-  keysSweepCommitted(addresses: readonly KeyAddress[]): void {
-    for (const address of addresses) this.keys.sweepCommitted(address);
+  /** Expired keys left the disk (whole runs of them): they no longer count. */
+  keysDropped(counts: Readonly<Record<Environment, number>>): void {
+    this.idempotencyByEnvironment.test -= counts.test;
+    this.idempotencyByEnvironment.live -= counts.live;
   }
 
   /**
@@ -404,7 +378,7 @@ export class Shard {
               customerId: command.customerId,
               scopeDigest: scopeDigest(scope),
             };
-      const seen = address === null ? null : this.keys.lookup(address);
+      const seen = address === null ? null : (this.keys.get(address) ?? null);
       const captured = captureBefore(before, command);
       const execution = execute(before, config, command, nowMs, admit, seen);
       const wrote = execution.events.length > 0;
@@ -464,7 +438,7 @@ export class Shard {
       const { fingerprint } = (event as Extract<Event, { type: 'consumed' }>).idempotency ?? {};
       assert(fingerprint !== undefined, 'a keyed event carries its fingerprint');
       const put: IdempotencyPut = { ...address, fingerprint, atMs: event.atMs };
-      this.keys.remember(put, this.appendsStarted + 1);
+      this.keys.remember(put);
       this.pendingKeys.push(put);
       if (seen === null) this.idempotencyByEnvironment[event.environment] += 1;
     }
@@ -559,8 +533,7 @@ export class Shard {
     const { seq, durable } = this.options.journal.append(events, index, audits, keys, notices);
     assert(seq > this.appendedSeq, `journal seq ${seq} after ${this.appendedSeq}`);
     this.appendedSeq = seq;
-    this.appendsStarted += 1;
-    const append: Append = { seq, number: this.appendsStarted, replies, waiters, durable: false };
+    const append: Append = { seq, replies, waiters, durable: false };
     this.inFlight.push(append);
     this.batchesSinceSnapshot++;
     this.eventsSinceSnapshot += events.length;
@@ -583,8 +556,6 @@ export class Shard {
       // Releasing in append order: every record older than this one is durable and released.
       assert(head.seq > this.releasedSeq, `append ${head.seq} released after ${this.releasedSeq}`);
       this.releasedSeq = head.seq;
-      // Durable, so committed: its keys are readable on disk and may leave the window.
-      this.keys.committed(head.number);
       this.release(head.replies);
       for (const waiter of head.waiters) waiter();
     }

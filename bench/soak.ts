@@ -290,7 +290,7 @@ async function windowOf(
       (gaugeSum(all, 'tally_process_heap_used_bytes') +
         gaugeSum(all, 'tally_shard_heap_used_bytes')) /
       (1024 * 1024),
-    windowKeys: gaugeSum(all, 'tally_shard_idempotency_window_entries'),
+    windowKeys: gaugeSum(all, 'tally_shard_idempotency_keys_in_memory'),
     diskKeys: gaugeSum(all, 'tally_shard_idempotency_entries'),
     snapshots,
     snapshotMsMax:

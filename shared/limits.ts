@@ -27,23 +27,17 @@ export const BATCH_COMMANDS_MAX = 1024;
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
 
 /**
- * Idempotency keys a shard worker keeps in memory once their journal record committed
- * (every key of an append not yet committed stays regardless). All keys of the retention
- * live in the worker's LMDB table; this window only spares a retry of a recent request
- * the disk read (microseconds). Kept small on purpose: an entry (~200 bytes: the put,
- * its window slot, a 22-character scope digest and the key string) that lives for
- * seconds survives young-generation collections, which copy every survivor, so a large
- * window lengthens GC pauses for little gain. 8,192 is ~1.6 MB per worker, a second or
- * two of keyed writes at full speed.
+ * Idempotency keys a shard worker holds in memory before it seals them into a run on
+ * disk (storage/idempotency-runs.ts): a run is sealed once this many are waiting, or
+ * IDEMPOTENCY_SEAL_INTERVAL_MS after the last one. Each key in memory costs ~250 bytes of
+ * heap; each run costs a lookup one filter probe (a memory read), so fewer, larger runs
+ * make lookups cheaper and memory dearer. 131,072 keys is ~32 MB per worker, a few
+ * seconds of keyed writes at full speed.
  */
-export const IDEMPOTENCY_WINDOW_ENTRIES = 8192;
+export const IDEMPOTENCY_RUN_KEYS = 131_072;
 
-/**
- * Expired idempotency keys one sweep slice removes from a shard's table: a few ms of
- * reads at most, so the sweep never holds up batches; slices run back to back while
- * there is more to remove (far above any sustained keyed write rate), else once a second.
- */
-export const IDEMPOTENCY_SWEEP_SLICE_ENTRIES = 500;
+/** The longest keys wait in memory before they are sealed into a run (if fewer arrive). */
+export const IDEMPOTENCY_SEAL_INTERVAL_MS = 30_000;
 
 /**
  * Payment-processor event ids a customer remembers as applied. Applying an older one

@@ -30,11 +30,7 @@
 import { assert } from '../shared/assert.js';
 import { encodeRecord, decodeRecord } from './codec.js';
 import { lastOutboxSeq, putOutboxEvent, type OutboxEvent } from './outbox.js';
-import {
-  IDEMPOTENCY_DB_NAMES,
-  IdempotencyTable,
-  type IdempotencyDbName,
-} from './idempotency-table.js';
+import { IDEMPOTENCY_DB_NAMES, KeyStore, type IdempotencyDbName } from './idempotency-runs.js';
 import {
   envInfo,
   flushedWrite,
@@ -202,10 +198,10 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   /** A write failed: lmdb-js will never settle that batch's flush (see close()). */
   #writeFailed = false;
   /**
-   * The shard's idempotency keys (idempotency-table.ts). Its puts are issued beside an
-   * `append`, in the same turn, so they share the journal record's transaction.
+   * The shard's idempotency keys (idempotency-runs.ts). Their log entries are issued
+   * beside an `append`, in the same turn, so they share the journal record's transaction.
    */
-  readonly idempotency: IdempotencyTable;
+  readonly idempotency: KeyStore;
   /**
    * How long the latest snapshot's transaction ran on this thread, in ms (lmdb-js runs a
    * child transaction's callback on the caller's thread while the write lock is held).
@@ -218,7 +214,7 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
 
   private constructor(env: DurableEnv<DbName>, shapes: RecordShapes<Ev, Item, Audit>) {
     this.#env = env;
-    this.idempotency = new IdempotencyTable(env.dbs);
+    this.idempotency = new KeyStore(env.dbs);
     this.#shapes = shapes;
     this.#snapshotSeq = readSnapshotHeader(env.dbs.snapshot)?.seq ?? 0;
     const tail = lastJournalRecord(env.dbs.journal);

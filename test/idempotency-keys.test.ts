@@ -1,26 +1,27 @@
 /**
- * Idempotency keys off the heap: the key table on a real LMDB environment (lookups, a
- * customer's keys, the sweep), and the shard's window in front of it (a key is found
- * while its record is in flight, and from disk once the window has let it go).
+ * Idempotency keys off the heap: the key store on a real LMDB environment (keys in
+ * memory, sealed runs, their filters, restarts at any step of sealing, expiry, the move of
+ * the older one-table layout), and the shard over it (a key is found while its record is
+ * in flight, once sealed, and its expiry makes it new again).
  */
 import { describe, expect, it } from 'vitest';
 import type { Command, Event } from '../actors/customer.js';
-import {
-  IdempotencyKeys,
-  NO_STORED_KEYS,
-  scopeDigest,
-  type IdempotencyPut,
-} from '../actors/idempotency-keys.js';
-import { KeySweeper } from '../actors/idempotency-upkeep.js';
+import { scopeDigest, type IdempotencyPut } from '../actors/idempotency-keys.js';
+import { KeyUpkeep } from '../actors/idempotency-upkeep.js';
 import { Shard } from '../actors/shard.js';
+import { encodeRecord } from '../storage/codec.js';
+import type { KeyStore } from '../storage/idempotency-runs.js';
+import { KEY_HASHES, KeyFilter, keyHashes } from '../storage/key-filter.js';
 import { ShardStore } from '../storage/journal.js';
+import { openDurableEnv } from '../storage/lmdb-env.js';
 import { CONFIG, T0 } from './support/core-fixtures.js';
 import { storeFixture } from './support/store-fixture.js';
 
 const fixture = storeFixture('tally-idem-', (dir) => ShardStore.open(dir));
-const openStore = (): ShardStore => fixture.openStore(fixture.tempDir());
+const openStore = (dir = fixture.tempDir()): ShardStore => fixture.openStore(dir);
 
 const tick = (): Promise<void> => new Promise((resolve) => setTimeout(resolve, 5));
+const DAY_MS = 24 * 3_600_000;
 
 function put(customerId: string, key: string, atMs: number, amount = '1'): IdempotencyPut {
   return {
@@ -32,79 +33,182 @@ function put(customerId: string, key: string, atMs: number, amount = '1'): Idemp
   };
 }
 
-/** Stores `puts` in one transaction, beside a journal record, as the worker does. */
+/** Keys decided and logged beside a journal record, as the shard and its worker do. */
 async function store(target: ShardStore, puts: readonly IdempotencyPut[]): Promise<void> {
+  for (const p of puts) target.idempotency.remember(p);
   const { durable } = target.append([]);
-  target.idempotency.put(puts);
+  target.idempotency.log(puts);
   await durable;
 }
 
-describe('the key table', () => {
-  it('answers a key, and a customer its own keys only', async () => {
+/** Pacing for a store used without a shard: every key remembered is durable already. */
+const PACING = {
+  pause: (): Promise<void> => new Promise((resolve) => setImmediate(resolve)),
+  keysDurable: (): Promise<void> => Promise.resolve(),
+};
+
+const fingerprints = (keys: KeyStore, puts: readonly IdempotencyPut[]) =>
+  puts.map((p) => keys.get(p)?.fingerprint ?? null);
+
+describe('the key filter', () => {
+  it('never forgets a key it holds, and takes few others for one', () => {
+    const filter = KeyFilter.sized(20_000);
+    for (let i = 0; i < 20_000; i++) {
+      keyHashes('live', `c-${i % 100}`, scopeDigest(`k${i}`));
+      filter.add();
+    }
+    let held = 0;
+    let taken = 0;
+    for (let i = 0; i < 20_000; i++) {
+      keyHashes('live', `c-${i % 100}`, scopeDigest(`k${i}`));
+      if (filter.mayContain()) held++;
+      keyHashes('live', `c-${i % 100}`, scopeDigest(`other${i}`));
+      if (filter.mayContain()) taken++;
+    }
+    expect(held).toBe(20_000);
+    expect(taken / 20_000).toBeLessThan(0.015);
+    // Stored and read back, it answers the same.
+    const copy = KeyFilter.fromBytes(Buffer.from(filter.bytes));
+    keyHashes('live', 'c-7', scopeDigest('k7'));
+    expect(copy.mayContain()).toBe(true);
+    expect(KEY_HASHES.length).toBe(2);
+  });
+});
+
+describe('the key store', () => {
+  it('finds a key in memory, then in its run; a customer gets its own keys only', async () => {
     const s = openStore();
-    await store(s, [put('c-1', 'a', T0), put('c-1', 'b', T0 + 1, '7'), put('c-10', 'a', T0)]);
-    expect(s.idempotency.get(put('c-1', 'b', 0))).toEqual({ fingerprint: '7', atMs: T0 + 1 });
+    const puts = [put('c-1', 'a', T0), put('c-1', 'b', T0 + 1, '7'), put('c-10', 'a', T0)];
+    await store(s, puts);
+    expect(s.idempotency.inMemory).toBe(3);
+    expect(fingerprints(s.idempotency, puts)).toEqual(['1', '7', '1']);
+    const run = await s.idempotency.seal(PACING);
+    expect(run).toMatchObject({ count: 3, test: 3, live: 0, minAtMs: T0, maxAtMs: T0 + 1 });
+    expect(s.idempotency.inMemory).toBe(0);
+    expect(fingerprints(s.idempotency, puts)).toEqual(['1', '7', '1']);
     expect(s.idempotency.get(put('c-2', 'b', 0))).toBeUndefined();
-    expect(s.idempotency.customerKeys('test', 'c-1').map(([, fp, at]) => [fp, at])).toEqual(
+    expect(s.idempotency.customerKeys('test', 'c-1', []).map(([, fp, at]) => [fp, at])).toEqual(
       expect.arrayContaining([
         ['1', T0],
         ['7', T0 + 1],
       ]),
     );
-    expect(s.idempotency.customerKeys('test', 'c-1')).toHaveLength(2);
-    expect(s.idempotency.customerKeys('live', 'c-1')).toEqual([]);
+    expect(s.idempotency.customerKeys('test', 'c-1', [])).toHaveLength(2);
+    expect(s.idempotency.customerKeys('live', 'c-1', [])).toEqual([]);
     expect([s.idempotency.countOf('test'), s.idempotency.countOf('live')]).toEqual([3, 0]);
     expect(s.idempotency.size).toBe(3);
+    expect(await s.idempotency.seal(PACING)).toBeNull(); // nothing waiting
   });
 
-  it('sweeps the keys used before a time, oldest first, a slice at a time', async () => {
+  it('answers keys across many runs, newest use first, absent ones absent', async () => {
     const s = openStore();
-    await store(
-      s,
-      Array.from({ length: 5 }, (_, i) => put('c', `k${i}`, T0 + i * 10)),
+    const all: IdempotencyPut[] = [];
+    for (let run = 0; run < 4; run++) {
+      const puts = Array.from({ length: 3000 }, (_, i) =>
+        put(`c-${i % 37}`, `r${run}-${i}`, T0 + run),
+      );
+      all.push(...puts);
+      await store(s, puts);
+      await s.idempotency.seal(PACING);
+    }
+    // A key of the first run used again later, with another amount: the newer use answers.
+    const again = put('c-1', 'r0-1', T0 + 10, '9');
+    await store(s, [again]);
+    await s.idempotency.seal(PACING);
+    expect(s.idempotency.runs).toHaveLength(5);
+    expect(s.idempotency.get(again)).toEqual({ fingerprint: '9', atMs: T0 + 10 });
+    const found = all.filter((p) => s.idempotency.get(p) !== undefined);
+    expect(found).toHaveLength(all.length);
+    // Keys never stored: a filter's false positive reads a run and still finds nothing.
+    for (let i = 0; i < 20_000; i++)
+      expect(s.idempotency.get(put(`c-${i % 37}`, `never-${i}`, 0))).toBeUndefined();
+    expect(s.idempotency.customerKeys('test', 'c-1', [])).toHaveLength(
+      all.filter((p) => p.customerId === 'c-1').length,
     );
-    const first = s.idempotency.sweep(T0 + 25, 2, () => false);
-    expect(first.scanned).toBe(2);
-    expect(first.removed.map((a) => a.scopeDigest)).toEqual([
-      put('c', 'k0', 0).scopeDigest,
-      put('c', 'k1', 0).scopeDigest,
-    ]);
-    await first.committed;
-    const second = s.idempotency.sweep(T0 + 25, 2, () => false);
-    expect(second.removed).toHaveLength(1); // k2; k3 and k4 are younger
-    await second.committed;
-    expect(s.idempotency.size).toBe(2);
-    expect(s.idempotency.get(put('c', 'k0', 0))).toBeUndefined();
-    expect(s.idempotency.get(put('c', 'k3', 0))).toEqual({ fingerprint: '1', atMs: T0 + 30 });
-    expect(s.idempotency.sweep(T0 + 25, 2, () => false).scanned).toBe(0);
   });
 
-  it('keeps a key used again since (on disk or in memory), dropping its stale expiry', async () => {
-    const s = openStore();
-    await store(s, [put('c', 'again', T0), put('c', 'pending', T0)]);
-    await store(s, [put('c', 'again', T0 + 100)]); // used again after it expired
-    const slice = s.idempotency.sweep(
-      T0 + 50,
-      10,
-      (address) => address.scopeDigest === put('c', 'pending', 0).scopeDigest,
-    );
-    expect(slice.scanned).toBe(2);
-    expect(slice.removed).toEqual([]);
-    await slice.committed;
-    expect(s.idempotency.get(put('c', 'again', 0))?.atMs).toBe(T0 + 100);
-    expect(s.idempotency.get(put('c', 'pending', 0))?.atMs).toBe(T0);
-    // Their old expiry entries are gone: a later sweep finds only the newer use.
-    expect(s.idempotency.sweep(T0 + 200, 10, () => false).removed).toHaveLength(1);
+  it('keeps every key through a restart before, during and after sealing', async () => {
+    const dir = fixture.tempDir();
+    let s = openStore(dir);
+    const first = Array.from({ length: 5000 }, (_, i) => put(`c-${i % 10}`, `a${i}`, T0));
+    await store(s, first);
+    await fixture.closeStore(s);
+    // Before: the log brings them back into memory.
+    s = openStore(dir);
+    expect(s.idempotency.inMemory).toBe(5000);
+    expect(fingerprints(s.idempotency, first).every((fp) => fp === '1')).toBe(true);
+    // During: stopped after the first slice of the run, as a crash between slices would.
+    let pauses = 0;
+    const stopped = s.idempotency.seal({
+      keysDurable: PACING.keysDurable,
+      pause: () => (++pauses > 3 ? Promise.reject(new Error('stopped')) : PACING.pause()),
+    });
+    await expect(stopped).rejects.toThrow('stopped');
+    await fixture.closeStore(s);
+    s = openStore(dir);
+    expect(s.idempotency.runs).toHaveLength(0);
+    expect(s.idempotency.inMemory).toBe(5000);
+    const more = [put('c-1', 'later', T0 + 5)];
+    await store(s, more);
+    // After: a complete seal writes over the interrupted run; the logs are cleared.
+    const run = await s.idempotency.seal(PACING);
+    expect(run?.count).toBe(5001);
+    await fixture.closeStore(s);
+    s = openStore(dir);
+    expect(s.idempotency.inMemory).toBe(0);
+    expect(s.idempotency.runs).toHaveLength(1);
+    expect(s.idempotency.size).toBe(5001);
+    expect(fingerprints(s.idempotency, [...first, ...more]).every((fp) => fp === '1')).toBe(true);
+  });
+
+  it('drops runs whose keys all expired, key by key off the disk', async () => {
+    const dir = fixture.tempDir();
+    const s = openStore(dir);
+    const old = Array.from({ length: 4500 }, (_, i) => put('c', `old${i}`, T0 + i));
+    const young = [put('c', 'young', T0 + DAY_MS)];
+    await store(s, old);
+    await s.idempotency.seal(PACING);
+    await store(s, young);
+    await s.idempotency.seal(PACING);
+    expect(await s.idempotency.dropExpired(T0 + 4499, PACING)).toEqual([]); // one key left
+    const dropped = await s.idempotency.dropExpired(T0 + 4500, PACING);
+    expect(dropped).toMatchObject([{ count: 4500, test: 4500 }]);
+    expect(s.idempotency.get(old[0] as IdempotencyPut)).toBeUndefined();
+    expect(s.idempotency.get(young[0] as IdempotencyPut)?.atMs).toBe(T0 + DAY_MS);
+    expect(s.idempotency.size).toBe(1);
+    await fixture.closeStore(s);
+    const env = openDurableEnv(dir, ['idempotency-runs']);
+    const left = Array.from(env.dbs['idempotency-runs'].getKeys({}));
+    await env.root.close();
+    expect(left).toHaveLength(1);
+  });
+
+  it('moves the key table of the layout before runs into runs, expired keys left', async () => {
+    const dir = fixture.tempDir();
+    const env = openDurableEnv(dir, ['idempotency', 'idempotency-expiry']);
+    const keys = Array.from({ length: 3000 }, (_, i) => put(`c-${i % 7}`, `k${i}`, T0 + i));
+    for (const p of keys) {
+      const key = [p.environment, p.customerId, p.scopeDigest];
+      await env.dbs.idempotency.put(key, encodeRecord([p.fingerprint, p.atMs]));
+      await env.dbs['idempotency-expiry'].put([p.atMs, ...key], Buffer.from([0]));
+    }
+    await env.root.close();
+    const s = openStore(dir);
+    expect(s.idempotency.tableSize).toBe(3000);
+    expect(await s.idempotency.migrateTable(T0 + 1000, PACING)).toBe(2000);
+    expect(s.idempotency.tableSize).toBe(0);
+    expect(s.idempotency.runs).toHaveLength(1);
+    expect(s.idempotency.get(keys[999] as IdempotencyPut)).toBeUndefined();
+    expect(s.idempotency.get(keys[1000] as IdempotencyPut)).toEqual({
+      fingerprint: '1',
+      atMs: T0 + 1000,
+    });
+    expect(keys.slice(1000).every((p) => s.idempotency.get(p) !== undefined)).toBe(true);
   });
 });
 
-describe("the shard's window in front of the table", () => {
-  function shardOver(
-    s: ShardStore,
-    replies: Map<number, [string, string]>,
-    window: number,
-    clock: () => number = () => T0,
-  ) {
+describe('the shard over the key store', () => {
+  function shardOver(s: ShardStore, replies: Map<number, [string, string]>, clock = () => T0) {
     let appends = 0;
     const shard = new Shard({
       journal: {
@@ -119,7 +223,7 @@ describe("the shard's window in front of the table", () => {
             })),
             audits,
           );
-          s.idempotency.put(keys);
+          s.idempotency.log(keys);
           return result;
         },
       },
@@ -130,7 +234,6 @@ describe("the shard's window in front of the table", () => {
         throw error;
       },
       storedKeys: s.idempotency,
-      idempotencyWindow: window,
     });
     shard.setConfig('test', 1, CONFIG);
     return { shard, appends: () => appends };
@@ -145,20 +248,25 @@ describe("the shard's window in front of the table", () => {
     idempotencyKey: key,
   });
 
-  it('finds a key in flight in memory, and one it let go on disk', async () => {
+  it('finds a key in flight in memory, and once sealed in its run', async () => {
     const s = openStore();
     const replies = new Map<number, [string, string]>();
-    const { shard, appends } = shardOver(s, replies, 2);
-    // A retry decided while the first record is still on its way: found in the window.
+    const { shard, appends } = shardOver(s, replies);
+    // A retry decided while the first record is still on its way: found in memory.
     shard.handleBatch([{ id: 1, command: consume('k0') }]);
     shard.handleBatch([{ id: 2, command: consume('k0') }]);
     expect(appends()).toBe(1);
     for (let i = 1; i < 6; i++) shard.handleBatch([{ id: 10 + i, command: consume(`k${i}`) }]);
-    while (replies.size < 7) await tick();
+    // Sealing waits for the keys decided so far to be durable, then writes them as a run.
+    const run = await s.idempotency.seal({
+      pause: PACING.pause,
+      keysDurable: () => new Promise((resolve) => shard.whenDurable(resolve)),
+    });
+    expect(run?.count).toBe(6);
+    expect(replies.size).toBe(7);
     expect(JSON.parse(replies.get(2)?.[1] as string)).toMatchObject({ consumed: 1 });
-    expect(shard.idempotencyWindowEntries).toBeLessThanOrEqual(2);
-    expect(s.idempotency.size).toBe(6);
-    // k0 left the window long ago: the retry reads it from the table.
+    expect(shard.idempotencyKeysInMemory).toBe(0);
+    // k0 left memory: the retry reads it from its run.
     const before = appends();
     shard.handleBatch([{ id: 100, command: consume('k0') }]);
     shard.handleBatch([{ id: 101, command: consume('k0', 2) }]);
@@ -174,77 +282,36 @@ describe("the shard's window in front of the table", () => {
     expect(events.filter((e) => e.type === 'consumed')).toHaveLength(6);
   });
 
-  it('sweeps expired keys while the shard serves; a swept key is new again', async () => {
+  it('seals while the shard serves, drops expired runs; a dropped key is new again', async () => {
     const s = openStore();
     const replies = new Map<number, [string, string]>();
     let now = T0;
-    const { shard, appends } = shardOver(s, replies, 8, () => now);
+    const { shard, appends } = shardOver(s, replies, () => now);
     for (let i = 0; i < 3; i++) shard.handleBatch([{ id: i, command: consume(`k${i}`) }]);
     while (replies.size < 3) await tick();
-    const sweeper = new KeySweeper(s.idempotency, shard, () => now, 5);
-    sweeper.start();
+    const failures: unknown[] = [];
+    const upkeep = new KeyUpkeep(
+      s.idempotency,
+      shard,
+      () => now,
+      (e) => failures.push(e),
+      5,
+    );
+    upkeep.start();
     await tick();
-    expect(s.idempotency.size).toBe(3); // not expired yet: nothing goes
-    now = T0 + 24 * 3_600_000 + 1;
-    while (s.idempotency.size > 0) await tick();
-    sweeper.stop();
-    expect(sweeper.removed).toBe(3);
+    expect(s.idempotency.runs).toHaveLength(0); // too few keys, too soon: nothing sealed
+    now = T0 + 30_000;
+    while (s.idempotency.runs.length === 0) await tick();
+    expect(s.idempotency.inMemory).toBe(0);
+    now = T0 + DAY_MS + 1;
+    while (s.idempotency.runs.length > 0) await tick();
+    await upkeep.stop();
+    expect([upkeep.sealed, upkeep.dropped, failures]).toEqual([1, 1, []]);
     const before = appends();
     shard.handleBatch([{ id: 10, command: consume('k0') }]);
     while (!replies.has(10)) await tick();
     expect(appends()).toBe(before + 1);
     expect(JSON.parse(replies.get(10)?.[1] as string)).toMatchObject({ consumed: 4 });
     expect(s.idempotency.size).toBe(1);
-  });
-});
-
-describe('the window in front of the table', () => {
-  const address = (key: string) => put('c', key, T0);
-  const remember = (keys: IdempotencyKeys, key: string, append: number, atMs = T0) =>
-    keys.remember({ ...put('c', key, atMs) }, append);
-
-  it('lets the oldest committed keys go beyond its budget, never one in flight', () => {
-    const keys = new IdempotencyKeys(NO_STORED_KEYS, 2);
-    for (let i = 1; i <= 4; i++) remember(keys, `k${i}`, i);
-    // None committed: all four stay, whatever the budget.
-    expect(keys.size).toBe(4);
-    keys.committed(3);
-    // k1..k3 are committed; the two oldest go, k3 (committed) and k4 (in flight) stay.
-    expect(keys.size).toBe(2);
-    expect(keys.lookup(address('k1'))).toBeNull();
-    expect(keys.lookup(address('k3'))).toMatchObject({ fingerprint: '1' });
-    expect(keys.lookup(address('k4'))).toMatchObject({ fingerprint: '1' });
-  });
-
-  it('counts a key used again from its newest use', () => {
-    const keys = new IdempotencyKeys(NO_STORED_KEYS, 2);
-    remember(keys, 'a', 1, T0);
-    remember(keys, 'b', 2, T0 + 1);
-    remember(keys, 'a', 3, T0 + 2);
-    keys.committed(3);
-    expect(keys.size).toBe(2);
-    remember(keys, 'c', 4, T0 + 3);
-    keys.committed(4);
-    // b is the oldest use now: it goes, and a (used again at 3) stays.
-    expect(keys.lookup(address('b'))).toBeNull();
-    expect(keys.lookup(address('a'))).toMatchObject({ atMs: T0 + 2 });
-    expect(keys.lookup(address('c'))).toMatchObject({ atMs: T0 + 3 });
-  });
-
-  it('stays within its budget over many uses, sweeps and reuses of the same keys', () => {
-    const keys = new IdempotencyKeys(NO_STORED_KEYS, 64);
-    let append = 0;
-    for (let round = 0; round < 2000; round++) {
-      for (let i = 0; i < 50; i++) remember(keys, `k${(round * 37 + i) % 500}`, ++append);
-      keys.committed(append);
-      const swept = address(`k${round % 500}`);
-      keys.swept(swept);
-      expect(keys.lookup(swept)).toBeNull();
-      keys.sweepCommitted(swept);
-      expect(keys.size).toBeLessThanOrEqual(64);
-    }
-    // The newest 64 uses are the ones held.
-    const newest = `k${(1999 * 37 + 49) % 500}`;
-    expect(keys.lookup(address(newest))).not.toBeNull();
   });
 });

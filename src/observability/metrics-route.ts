@@ -95,13 +95,24 @@ function renderShards(
   );
   gauge(
     'tally_shard_idempotency_entries',
-    'Idempotency keys kept by the shard worker on disk (expired ones not yet swept included).',
+    'Idempotency keys the shard worker keeps: in runs on disk (expired ones not yet ' +
+      'dropped included) and in memory.',
     (s) => s.idempotencyEntries,
   );
   gauge(
-    'tally_shard_idempotency_window_entries',
-    'Idempotency keys the shard worker holds in memory (the recent window).',
-    (s) => s.idempotencyWindowEntries,
+    'tally_shard_idempotency_keys_in_memory',
+    'Idempotency keys the shard worker holds in memory, not yet sealed into a run.',
+    (s) => s.idempotencyKeysInMemory,
+  );
+  gauge(
+    'tally_shard_idempotency_runs',
+    "Sealed runs of idempotency keys on the shard worker's disk.",
+    (s) => s.idempotencyRuns,
+  );
+  gauge(
+    'tally_shard_idempotency_filter_bytes',
+    "Memory the filters of the shard worker's runs of idempotency keys take.",
+    (s) => s.idempotencyFilterBytes,
   );
   gauge(
     'tally_shard_heap_used_bytes',

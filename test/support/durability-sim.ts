@@ -361,7 +361,7 @@ async function run(
             })),
             audits,
           );
-          store.idempotency.put(keys); // in the record's transaction, as the worker does
+          store.idempotency.log(keys); // in the record's transaction, as the worker does
           recordOp.set(result.seq, disk.lastJournalPut(result.seq));
           appended.push(result.seq);
           modelAt.set(result.seq, model.clone());
@@ -409,8 +409,6 @@ async function run(
         self.dead = true;
       },
       storedKeys: store.idempotency,
-      // A small window, so that lookups go to the simulated disk too.
-      idempotencyWindow: 4,
     });
     (self as { shard: Shard }).shard = shard;
     for (const environment of ENVIRONMENTS)

@@ -1,0 +1,571 @@
+/**
+ * A shard's idempotency keys: the recent ones in memory, every other one of the retention
+ * on disk in sealed, sorted runs, each with a filter in memory.
+ *
+ * Why runs: keyed writes (a request id on every consume) arrive in random key order. A
+ * B-tree that takes them in that order rewrites about one 4 KB page per key at every
+ * commit once it has more leaves than a commit has keys, and the disk, not the CPU, then
+ * bounds keyed writes. Here every write on the hot path is an append:
+ *
+ * - `idempotency-log-0` / `-1`: [log seq] → frame([environment, customerId, scope digest,
+ *   fingerprint, atMs]). A keyed write's log entry is issued by the caller in the same
+ *   event-loop turn as the journal record that applies it (lmdb-js puts every write of
+ *   one turn into one transaction), so a key is on disk exactly when its write is. The
+ *   key is also in memory (`remember`), where lookups find it until it is sealed.
+ * - `idempotency-runs`: [run seq, environment, customerId, scope digest] →
+ *   frame([fingerprint, atMs]). Sealing takes the keys in memory, sorts them and writes
+ *   them as the next run, in key order (dense, sequential pages), a slice at a time.
+ * - `idempotency-run-catalog`: [run seq] → frame(run): its key count per environment, its
+ *   time range and its filter (key-filter.ts). A run is found by lookups once its catalog
+ *   record is committed; then the keys it holds leave memory and their log table is
+ *   cleared.
+ *
+ * Two log tables alternate: sealing switches new keys to the other table, waits until
+ * every key decided before the switch is durable, writes the run, and clears the sealed
+ * table. A crash at any point keeps every key: a key is in a committed run, or in a log
+ * table (loaded back into memory at start), or both (a duplicate answers the same).
+ *
+ * A lookup reads memory, then the runs newest first, reading a run only where its filter
+ * says it may hold the key. Expired runs (their newest key is past the retention) are
+ * dropped whole, oldest first. Keys expire in lookups by their time, not by removal.
+ *
+ * `idempotency` and `idempotency-expiry` are the layout before runs (one B-tree in key
+ * order); `migrateTable` moves its keys into runs at start.
+ */
+import { assert } from '../shared/assert.js';
+import { decodeRecord, encodeRecord } from './codec.js';
+import { KEY_HASHES, KeyFilter, keyHashes } from './key-filter.js';
+import { durableWrite, type BinaryDb } from './lmdb-env.js';
+
+/** The names of the databases, for the environment that opens them. */
+export const IDEMPOTENCY_DB_NAMES = [
+  'idempotency',
+  'idempotency-expiry',
+  'idempotency-log-0',
+  'idempotency-log-1',
+  'idempotency-runs',
+  'idempotency-run-catalog',
+] as const;
+export type IdempotencyDbName = (typeof IDEMPOTENCY_DB_NAMES)[number];
+
+/** Keys one slice of sealing, dropping or migrating writes or removes. */
+export const KEY_SLICE = 2000;
+/** Keys sorted in one turn when a run is sealed. */
+const SORT_CHUNK = 4096;
+/** The most keys one run written by `migrateTable` holds. */
+const MIGRATION_RUN_KEYS = 1 << 20;
+
+/** A stored key: the fingerprint (the amount) of the write that used it first, and when. */
+export interface StoredKey {
+  readonly fingerprint: string;
+  readonly atMs: number;
+}
+
+/** Where a key is stored: its customer and the digest of its scope. */
+export interface KeyAddress {
+  readonly environment: 'test' | 'live';
+  readonly customerId: string;
+  readonly scopeDigest: string;
+}
+
+/** A key to store. */
+export interface KeyPut extends KeyAddress, StoredKey {}
+
+/** One key of a customer: [scope digest, fingerprint, atMs]. */
+export type CustomerKey = [string, string, number];
+
+/** What the shell awaits between slices, and what tells it a sealed batch is durable. */
+export interface Pacing {
+  /** Resolves on a later turn of the event loop (the shard serves in between). */
+  readonly pause: () => Promise<void>;
+  /** Resolves once every key remembered so far rides a durable journal record. */
+  readonly keysDurable: () => Promise<void>;
+}
+
+/** A sealed run as the catalog and the lookups know it. */
+export interface RunInfo {
+  readonly seq: number;
+  readonly count: number;
+  readonly test: number;
+  readonly live: number;
+  readonly minAtMs: number;
+  readonly maxAtMs: number;
+}
+
+interface Run extends RunInfo {
+  readonly filter: KeyFilter;
+}
+
+type RunKey = [number, string, string, string];
+
+/** The in-memory key of an address (environment, customer and digest in one string). */
+function memoryKey(address: KeyAddress): string {
+  const environment = address.environment === 'live' ? 'l' : 't';
+  return `${environment}${address.customerId}\u0000${address.scopeDigest}`;
+}
+
+function decodeStored(bytes: Uint8Array, what: string): StoredKey {
+  const decoded = decodeRecord(bytes);
+  const value = decoded.ok ? decoded.value : null;
+  if (
+    !Array.isArray(value) ||
+    value.length !== 2 ||
+    typeof value[0] !== 'string' ||
+    typeof value[1] !== 'number'
+  )
+    throw new Error(`idempotency key ${what} is corrupt; refusing to go on`);
+  return { fingerprint: value[0], atMs: value[1] };
+}
+
+function decodeLogged(bytes: Uint8Array, seq: number): KeyPut {
+  const decoded = decodeRecord(bytes);
+  const value = decoded.ok ? decoded.value : null;
+  if (
+    !Array.isArray(value) ||
+    value.length !== 5 ||
+    (value[0] !== 'test' && value[0] !== 'live') ||
+    typeof value[1] !== 'string' ||
+    typeof value[2] !== 'string' ||
+    typeof value[3] !== 'string' ||
+    typeof value[4] !== 'number'
+  )
+    throw new Error(`idempotency log entry ${seq} is corrupt; refusing to go on`);
+  const [environment, customerId, scopeDigest, fingerprint, atMs] = value as [
+    'test' | 'live',
+    string,
+    string,
+    string,
+    number,
+  ];
+  return { environment, customerId, scopeDigest, fingerprint, atMs };
+}
+
+function decodeRun(bytes: Uint8Array, seq: number): Run {
+  const decoded = decodeRecord(bytes);
+  const value = (decoded.ok ? decoded.value : null) as Record<string, unknown> | null;
+  const numbers = ['count', 'test', 'live', 'minAtMs', 'maxAtMs'] as const;
+  if (
+    value === null ||
+    typeof value !== 'object' ||
+    numbers.some((field) => typeof value[field] !== 'number') ||
+    !(value.filter instanceof Uint8Array)
+  )
+    throw new Error(`idempotency run ${seq} is corrupt; refusing to go on`);
+  return {
+    seq,
+    count: value.count as number,
+    test: value.test as number,
+    live: value.live as number,
+    minAtMs: value.minAtMs as number,
+    maxAtMs: value.maxAtMs as number,
+    filter: KeyFilter.fromBytes(value.filter),
+  };
+}
+
+/** A run being written: its keys go in in order, its filter and counts grow with them. */
+class RunWriter {
+  count = 0;
+  test = 0;
+  live = 0;
+  minAtMs = Number.POSITIVE_INFINITY;
+  maxAtMs = Number.NEGATIVE_INFINITY;
+  readonly filter: KeyFilter;
+  last: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    private readonly runs: BinaryDb,
+    readonly seq: number,
+    keys: number,
+  ) {
+    this.filter = KeyFilter.sized(keys);
+  }
+
+  put(key: KeyPut): void {
+    const { environment, customerId, scopeDigest, fingerprint, atMs } = key;
+    this.last = this.runs.put(
+      [this.seq, environment, customerId, scopeDigest],
+      encodeRecord([fingerprint, atMs]),
+    );
+    keyHashes(environment, customerId, scopeDigest);
+    this.filter.add();
+    this.count += 1;
+    this[environment] += 1;
+    if (atMs < this.minAtMs) this.minAtMs = atMs;
+    if (atMs > this.maxAtMs) this.maxAtMs = atMs;
+  }
+
+  /** Waits for the slice just issued to commit (its failure is fatal to the caller). */
+  committed(): Promise<unknown> {
+    return durableWrite(this.last, 'a slice of an idempotency run');
+  }
+
+  run(): Run {
+    const { seq, count, test, live, minAtMs, maxAtMs, filter } = this;
+    return { seq, count, test, live, minAtMs, maxAtMs, filter };
+  }
+}
+
+export class KeyStore {
+  readonly #logs: readonly [BinaryDb, BinaryDb];
+  readonly #runs: BinaryDb;
+  readonly #catalog: BinaryDb;
+  readonly #table: BinaryDb;
+  readonly #tableExpiry: BinaryDb;
+  /** Keys not yet in a committed run: new ones, and the batch being sealed. */
+  #active = new Map<string, KeyPut>();
+  #sealing: Map<string, KeyPut> | null = null;
+  /** Which log table new keys go to (0 or 1). */
+  #logTable = 0;
+  #nextLogSeq: number;
+  /** Committed runs, oldest first. */
+  readonly #runList: Run[] = [];
+  #nextRunSeq: number;
+
+  constructor(dbs: Readonly<Record<IdempotencyDbName, BinaryDb>>) {
+    this.#logs = [dbs['idempotency-log-0'], dbs['idempotency-log-1']];
+    this.#runs = dbs['idempotency-runs'];
+    this.#catalog = dbs['idempotency-run-catalog'];
+    this.#table = dbs.idempotency;
+    this.#tableExpiry = dbs['idempotency-expiry'];
+    for (const { key, value } of this.#catalog.getRange({}))
+      this.#runList.push(decodeRun(value, key as number));
+    // A run interrupted before its catalog record keeps the next number: sealing again
+    // writes over it (the keys it holds are durable keys, as good as any).
+    this.#nextRunSeq = (this.#runList.at(-1)?.seq ?? 0) + 1;
+    this.#nextLogSeq = 1;
+    this.#loadLogs();
+  }
+
+  /** Every logged key not yet sealed is in memory again, newest use last. */
+  #loadLogs(): void {
+    const logged: Array<[number, KeyPut]> = [];
+    for (const log of this.#logs)
+      for (const { key, value } of log.getRange({})) {
+        const seq = key as number;
+        logged.push([seq, decodeLogged(value, seq)]);
+        if (seq >= this.#nextLogSeq) this.#nextLogSeq = seq + 1;
+      }
+    logged.sort((a, b) => a[0] - b[0]);
+    for (const [, put] of logged) this.#active.set(memoryKey(put), put);
+  }
+
+  /**
+   * The entry at `address`, or undefined: from memory, else from the newest run whose
+   * filter may hold it (a memory-mapped B-tree read). Throws if stored bytes fail
+   * verification (stored state that fails its checksum must stop the worker).
+   */
+  get(address: KeyAddress): StoredKey | undefined {
+    const key = memoryKey(address);
+    const held = this.#active.get(key) ?? this.#sealing?.get(key);
+    if (held !== undefined) return held;
+    if (this.#runList.length === 0) return undefined;
+    const { environment, customerId, scopeDigest } = address;
+    keyHashes(environment, customerId, scopeDigest);
+    const h0 = KEY_HASHES[0] as number;
+    const h1 = KEY_HASHES[1] as number;
+    for (let i = this.#runList.length - 1; i >= 0; i--) {
+      const run = this.#runList[i] as Run;
+      KEY_HASHES[0] = h0;
+      KEY_HASHES[1] = h1;
+      if (!run.filter.mayContain()) continue;
+      const bytes = this.#runs.get([run.seq, environment, customerId, scopeDigest]);
+      if (bytes !== undefined) return decodeStored(bytes, scopeDigest);
+    }
+    return undefined;
+  }
+
+  /** A key decided now: lookups find it from now on (its log entry follows with `log`). */
+  remember(put: KeyPut): void {
+    this.#active.set(memoryKey(put), put);
+  }
+
+  /**
+   * Issues the log entries of `puts`. They join the transaction of the other writes
+   * issued in this event-loop turn; their failure fails that whole transaction, which the
+   * journal record's durable promise reports.
+   */
+  log(puts: readonly KeyPut[]): void {
+    const log = this.#logs[this.#logTable] as BinaryDb;
+    for (const put of puts) {
+      assert(put.scopeDigest.length > 0, 'an idempotency scope digest is not empty');
+      const { environment, customerId, scopeDigest, fingerprint, atMs } = put;
+      log
+        .put(
+          this.#nextLogSeq++,
+          encodeRecord([environment, customerId, scopeDigest, fingerprint, atMs]),
+        )
+        .catch(() => undefined);
+    }
+  }
+
+  /**
+   * Recovery's migration of a key found in the layout before the key table (a snapshot or
+   * journal record that carried keys in the customer's state): remembered and logged
+   * unless the same or a newer use of the digest is known.
+   */
+  backfill(put: KeyPut): boolean {
+    const stored = this.get(put);
+    if (stored !== undefined && stored.atMs >= put.atMs) return false;
+    this.remember(put);
+    this.log([put]);
+    return true;
+  }
+
+  /** Keys in memory (not yet in a committed run). */
+  get inMemory(): number {
+    return this.#active.size + (this.#sealing?.size ?? 0);
+  }
+
+  /** Keys in memory that are due to be sealed (the batch being sealed not counted). */
+  get unsealed(): number {
+    return this.#active.size;
+  }
+
+  /** Whether a run is being sealed now. */
+  get sealing(): boolean {
+    return this.#sealing !== null;
+  }
+
+  /** Keys stored: in runs (expired ones not yet dropped included) and in memory. */
+  get size(): number {
+    let count = this.inMemory;
+    for (const run of this.#runList) count += run.count;
+    return count;
+  }
+
+  /** The committed runs, oldest first. */
+  get runs(): readonly RunInfo[] {
+    return this.#runList;
+  }
+
+  /** Memory the runs' filters take, in bytes. */
+  get filterBytes(): number {
+    let bytes = 0;
+    for (const run of this.#runList) bytes += run.filter.byteLength;
+    return bytes;
+  }
+
+  /** Keys stored of one environment: the runs' counts and a pass over memory (a start's). */
+  countOf(environment: 'test' | 'live'): number {
+    let count = 0;
+    for (const run of this.#runList) count += run[environment];
+    for (const put of this.#active.values()) if (put.environment === environment) count += 1;
+    for (const put of this.#sealing?.values() ?? [])
+      if (put.environment === environment) count += 1;
+    return count;
+  }
+
+  /**
+   * Every key in memory now, by `environment \0 customerId` (an online snapshot's cut:
+   * with the runs read later, a customer's keys as of the cut). Older uses first.
+   */
+  heldKeys(): Map<string, KeyPut[]> {
+    const byCustomer = new Map<string, KeyPut[]>();
+    for (const held of [this.#sealing, this.#active]) {
+      for (const put of held?.values() ?? []) {
+        const key = `${put.environment}\u0000${put.customerId}`;
+        let list = byCustomer.get(key);
+        if (list === undefined) byCustomer.set(key, (list = []));
+        list.push(put);
+      }
+    }
+    return byCustomer;
+  }
+
+  /**
+   * Every key of one customer: the runs' (one key range in each), with `held` (from
+   * `heldKeys`) over them. Throws as `get` does.
+   */
+  customerKeys(
+    environment: 'test' | 'live',
+    customerId: string,
+    held: readonly KeyPut[],
+  ): CustomerKey[] {
+    const keys = new Map<string, CustomerKey>();
+    for (const run of this.#runList) {
+      const range = this.#runs.getRange({
+        start: [run.seq, environment, customerId],
+        end: [run.seq, environment, customerId, '\uffff'],
+      });
+      for (const { key, value } of range) {
+        const [, env, id, scopeDigest] = key as RunKey;
+        // The range is by bytes; ids with control characters could border it.
+        if (env !== environment || id !== customerId) continue;
+        const stored = decodeStored(value, scopeDigest);
+        keys.set(scopeDigest, [scopeDigest, stored.fingerprint, stored.atMs]);
+      }
+    }
+    for (const put of held) keys.set(put.scopeDigest, [put.scopeDigest, put.fingerprint, put.atMs]);
+    return [...keys.values()];
+  }
+
+  /**
+   * Seals the keys in memory into the next run: new keys go to the other log table from
+   * now on; once every key decided so far is durable (`pacing.keysDurable`), the batch is
+   * sorted and written a slice per turn, its catalog record committed, and its log table
+   * cleared. Returns the run, or null when memory held no key. One seal at a time; a
+   * failed write throws (the caller crashes: recovery from disk is the repair).
+   */
+  async seal(pacing: Pacing): Promise<RunInfo | null> {
+    assert(this.#sealing === null, 'one idempotency run is sealed at a time');
+    if (this.#active.size === 0) return null;
+    const batch = this.#active;
+    const sealedLog = this.#logs[this.#logTable] as BinaryDb;
+    this.#sealing = batch;
+    this.#active = new Map();
+    this.#logTable = 1 - this.#logTable;
+    await pacing.keysDurable();
+    const chunks: Array<Array<[string, KeyPut]>> = [];
+    const entries = batch.entries();
+    for (let chunk = takeSorted(entries); chunk.length > 0; chunk = takeSorted(entries)) {
+      chunks.push(chunk);
+      await pacing.pause();
+    }
+    const writer = new RunWriter(this.#runs, this.#nextRunSeq, batch.size);
+    const merge = new SortedMerge(chunks);
+    while (!merge.done) {
+      for (let n = 0; n < KEY_SLICE && !merge.done; n++) writer.put(merge.next());
+      await writer.committed();
+      await pacing.pause();
+    }
+    const run = await this.#commitRun(writer);
+    this.#sealing = null;
+    await durableWrite(sealedLog.clearAsync(), 'the clearing of a sealed idempotency log');
+    return run;
+  }
+
+  async #commitRun(writer: RunWriter): Promise<Run> {
+    const run = writer.run();
+    const { filter, ...counts } = run;
+    await durableWrite(
+      this.#catalog.put(run.seq, encodeRecord({ ...counts, filter: filter.bytes })),
+      'an idempotency run catalog record',
+    );
+    this.#runList.push(run);
+    this.#nextRunSeq = run.seq + 1;
+    return run;
+  }
+
+  /**
+   * Drops the runs whose newest key was used before `beforeMs`, oldest first (lookups stop
+   * reading a run when its catalog record goes), then removes their keys a slice per turn,
+   * with any a crash left behind. Returns the runs dropped.
+   */
+  async dropExpired(beforeMs: number, pacing: Pick<Pacing, 'pause'>): Promise<RunInfo[]> {
+    const dropped: RunInfo[] = [];
+    while (this.#runList.length > 0 && (this.#runList[0] as Run).maxAtMs < beforeMs) {
+      const run = this.#runList.shift() as Run;
+      dropped.push(run);
+      await durableWrite(this.#catalog.remove(run.seq), 'the removal of an idempotency run');
+    }
+    const floor = this.#runList[0]?.seq ?? this.#nextRunSeq;
+    for (;;) {
+      const keys = [...this.#runs.getKeys({ end: [floor], limit: KEY_SLICE })];
+      if (keys.length === 0) break;
+      let last: Promise<unknown> = Promise.resolve();
+      for (const key of keys) last = this.#runs.remove(key);
+      await durableWrite(last, 'a slice of a dropped idempotency run');
+      await pacing.pause();
+    }
+    return dropped;
+  }
+
+  /** Keys in the layout before runs (one B-tree), not yet moved (O(1)). */
+  get tableSize(): number {
+    return (this.#table.getStats() as { entryCount: number }).entryCount;
+  }
+
+  /**
+   * Moves the keys of the layout before runs into runs, a slice per turn, leaving behind
+   * the ones used before `expiredBeforeMs`, then clears the old tables. The old table is
+   * in key order, so its keys go into runs as they are read. A crash part-way leaves the
+   * old table in place and the runs written so far: the next start moves it again (the
+   * duplicates answer the same). Returns the keys moved.
+   */
+  async migrateTable(expiredBeforeMs: number, pacing: Pick<Pacing, 'pause'>): Promise<number> {
+    let remaining = this.tableSize;
+    let moved = 0;
+    let from: Array<string | number> | undefined;
+    let writer: RunWriter | null = null;
+    while (remaining > 0) {
+      const range = from === undefined ? {} : { start: from };
+      const slice = [...this.#table.getRange({ ...range, limit: KEY_SLICE + 1 })].filter(
+        ({ key }) => from === undefined || !sameKey(key as unknown[], from),
+      );
+      if (slice.length === 0) break;
+      for (const { key, value } of slice) {
+        const [environment, customerId, scopeDigest] = key as [string, string, string];
+        assert(environment === 'test' || environment === 'live', 'a stored key names its env');
+        const stored = decodeStored(value, scopeDigest);
+        remaining -= 1;
+        if (stored.atMs < expiredBeforeMs) continue;
+        writer ??= new RunWriter(
+          this.#runs,
+          this.#nextRunSeq,
+          Math.min(remaining + 1, MIGRATION_RUN_KEYS),
+        );
+        writer.put({ environment, customerId, scopeDigest, ...stored });
+        moved += 1;
+        if (writer.count === MIGRATION_RUN_KEYS) {
+          await writer.committed();
+          await this.#commitRun(writer);
+          writer = null;
+        }
+      }
+      from = (slice.at(-1) as { key: Array<string | number> }).key;
+      if (writer !== null) await writer.committed();
+      await pacing.pause();
+    }
+    if (writer !== null && writer.count > 0) await this.#commitRun(writer);
+    await durableWrite(this.#table.clearAsync(), 'the clearing of the old key table');
+    await durableWrite(this.#tableExpiry.clearAsync(), 'the clearing of the old expiry table');
+    return moved;
+  }
+}
+
+function sameKey(a: readonly unknown[], b: readonly unknown[]): boolean {
+  return a.length === b.length && a.every((part, i) => part === b[i]);
+}
+
+/** The next SORT_CHUNK entries of `entries`, sorted by their in-memory key. */
+function takeSorted(entries: Iterator<[string, KeyPut]>): Array<[string, KeyPut]> {
+  const chunk: Array<[string, KeyPut]> = [];
+  for (let next = entries.next(); !next.done; next = entries.next()) {
+    chunk.push(next.value);
+    if (chunk.length === SORT_CHUNK) break;
+  }
+  return chunk.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+}
+
+/** Merges sorted chunks into one order (a linear pick: there are few chunks). */
+class SortedMerge {
+  private readonly at: number[];
+  private left: number;
+
+  constructor(private readonly chunks: ReadonlyArray<ReadonlyArray<[string, KeyPut]>>) {
+    this.at = chunks.map(() => 0);
+    this.left = chunks.reduce((sum, chunk) => sum + chunk.length, 0);
+  }
+
+  get done(): boolean {
+    return this.left === 0;
+  }
+
+  next(): KeyPut {
+    let best = -1;
+    let bestKey = '';
+    for (let i = 0; i < this.chunks.length; i++) {
+      const entry = (this.chunks[i] as ReadonlyArray<[string, KeyPut]>)[this.at[i] as number];
+      if (entry !== undefined && (best < 0 || entry[0] < bestKey)) {
+        best = i;
+        bestKey = entry[0];
+      }
+    }
+    assert(best >= 0, 'a merge is read only while it is not done');
+    const chunk = this.chunks[best] as ReadonlyArray<[string, KeyPut]>;
+    const position = this.at[best] as number;
+    this.at[best] = position + 1;
+    this.left -= 1;
+    return (chunk[position] as [string, KeyPut])[1];
+  }
+}

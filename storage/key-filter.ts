@@ -1,0 +1,109 @@
+/**
+ * A blocked Bloom filter over idempotency keys: one per sealed run of keys, so a lookup
+ * reads only the runs that may hold its key.
+ *
+ * Why blocked: every bit a key sets lies in one 512-bit block (one cache line), so a probe
+ * costs one memory read, not one per bit. At FILTER_BITS_PER_KEY bits per key and
+ * FILTER_BITS_SET bits per key the false positive rate is about 0.5% (a false positive
+ * costs one B-tree read that finds nothing).
+ *
+ * A key's two hashes come from `keyHashes`: the customer and environment hashed with
+ * FNV-1a, mixed with 60 bits of the scope digest (itself 128 bits of SHA-256). The hashes
+ * are written into `KEY_HASHES` rather than returned, so a lookup allocates nothing.
+ */
+import { assert } from '../shared/assert.js';
+
+export const FILTER_BITS_PER_KEY = 12;
+const FILTER_BITS_SET = 8;
+const BLOCK_WORDS = 16;
+
+/** The two hashes of the key `keyHashes` was last called with. */
+export const KEY_HASHES = new Int32Array(2);
+
+/** The value of one base64url character (the digest's alphabet). */
+function sextet(code: number): number {
+  if (code >= 65 && code <= 90) return code - 65;
+  if (code >= 97 && code <= 122) return code - 71;
+  if (code >= 48 && code <= 57) return code + 4;
+  return code === 45 ? 62 : 63;
+}
+
+/** 30 bits of `digest` from character `from` on (5 characters). */
+function digestBits(digest: string, from: number): number {
+  let bits = 0;
+  for (let i = from; i < from + 5 && i < digest.length; i++)
+    bits = (bits << 6) | sextet(digest.charCodeAt(i));
+  return bits;
+}
+
+function mix(value: number): number {
+  let h = value;
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return h ^ (h >>> 16);
+}
+
+/** Sets KEY_HASHES to the hashes of the key [environment, customerId, scopeDigest]. */
+export function keyHashes(environment: string, customerId: string, scopeDigest: string): void {
+  let h = environment === 'live' ? 0x811c9dc5 : 0x050c5d1f;
+  for (let i = 0; i < customerId.length; i++)
+    h = Math.imul(h ^ customerId.charCodeAt(i), 0x01000193);
+  KEY_HASHES[0] = mix(h ^ digestBits(scopeDigest, 0));
+  KEY_HASHES[1] = mix(Math.imul(h, 0x9e3779b1) ^ digestBits(scopeDigest, 5));
+}
+
+export class KeyFilter {
+  private constructor(private readonly words: Int32Array) {
+    assert(words.length > 0 && words.length % BLOCK_WORDS === 0, 'a filter is whole blocks');
+  }
+
+  /** An empty filter sized for `keys` keys. */
+  static sized(keys: number): KeyFilter {
+    const blocks = Math.max(1, Math.ceil((keys * FILTER_BITS_PER_KEY) / (BLOCK_WORDS * 32)));
+    return new KeyFilter(new Int32Array(blocks * BLOCK_WORDS));
+  }
+
+  /** A filter stored by `bytes` (a copy: the bytes may be a reused read buffer). */
+  static fromBytes(bytes: Uint8Array): KeyFilter {
+    assert(bytes.byteLength % (BLOCK_WORDS * 4) === 0, 'a stored filter is whole blocks');
+    const words = new Int32Array(bytes.byteLength / 4);
+    new Uint8Array(words.buffer).set(bytes);
+    return new KeyFilter(words);
+  }
+
+  /** The filter's bytes, to store. */
+  get bytes(): Uint8Array {
+    return new Uint8Array(this.words.buffer, this.words.byteOffset, this.words.byteLength);
+  }
+
+  /** Memory the filter takes, in bytes. */
+  get byteLength(): number {
+    return this.words.byteLength;
+  }
+
+  /** Adds the key KEY_HASHES holds. */
+  add(): void {
+    const base = this.block();
+    const h = KEY_HASHES[1] as number;
+    const step = (h >>> 9) | 1;
+    for (let i = 0, bit = h & 511; i < FILTER_BITS_SET; i++, bit = (bit + step) & 511) {
+      const at = base + (bit >>> 5);
+      this.words[at] = (this.words[at] as number) | (1 << (bit & 31));
+    }
+  }
+
+  /** Whether the key KEY_HASHES holds may have been added (false: it never was). */
+  mayContain(): boolean {
+    const base = this.block();
+    const h = KEY_HASHES[1] as number;
+    const step = (h >>> 9) | 1;
+    for (let i = 0, bit = h & 511; i < FILTER_BITS_SET; i++, bit = (bit + step) & 511)
+      if (((this.words[base + (bit >>> 5)] as number) & (1 << (bit & 31))) === 0) return false;
+    return true;
+  }
+
+  private block(): number {
+    const blocks = this.words.length / BLOCK_WORDS;
+    return Math.floor(((KEY_HASHES[0] as number) >>> 0) * (blocks / 4294967296)) * BLOCK_WORDS;
+  }
+}
