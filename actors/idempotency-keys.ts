@@ -6,7 +6,7 @@
  * The pure core never sees any of this: the shard looks a command's scope up here and
  * hands `decide` the entry it found (`IdempotencySeen`).
  */
-import { createHash } from 'node:crypto';
+import crypto from 'node:crypto';
 import type { Environment } from '../shared/environment.js';
 import type { IdempotencySeen } from './customer.js';
 
@@ -85,5 +85,11 @@ function memoryKey(address: KeyAddress): string {
  * one customer collide as likely as a guess of a random 128-bit number.
  */
 export function scopeDigest(scope: string): string {
-  return createHash('sha256').update(scope).digest().subarray(0, 16).toString('base64url');
+  return sha256(scope).subarray(0, 16).toString('base64url');
 }
+
+/** SHA-256 in one call where Node has it (20.12 on), else through a Hash object. */
+const sha256: (data: string) => Buffer =
+  typeof crypto.hash === 'function'
+    ? (data) => crypto.hash('sha256', data, 'buffer')
+    : (data) => crypto.createHash('sha256').update(data).digest();

@@ -437,7 +437,13 @@ export class Shard {
       if (!addsIdempotencyKey(event)) continue;
       const { fingerprint } = (event as Extract<Event, { type: 'consumed' }>).idempotency ?? {};
       assert(fingerprint !== undefined, 'a keyed event carries its fingerprint');
-      const put: IdempotencyPut = { ...address, fingerprint, atMs: event.atMs };
+      const put: IdempotencyPut = {
+        environment: address.environment,
+        customerId: address.customerId,
+        scopeDigest: address.scopeDigest,
+        fingerprint,
+        atMs: event.atMs,
+      };
       this.keys.remember(put);
       this.pendingKeys.push(put);
       if (seen === null) this.idempotencyByEnvironment[event.environment] += 1;

@@ -42,6 +42,7 @@ import {
   type Buckets,
 } from './metrics-text.js';
 import { plotSoak, type SoakWindow } from './soak-plot.js';
+import { cpuSecondsBetween, sampleThreads } from './thread-cpu.js';
 import { makeDataDir, removeDataDir, startTally, type TallyServer } from './tally-server.js';
 import { wrkAvailable } from './wrk.js';
 
@@ -65,6 +66,8 @@ export interface SoakResult {
   readonly node: string;
   readonly options: SoakOptions;
   readonly windows: readonly SoakWindow[];
+  /** CPU µs per consume answered, by thread group (thread-cpu.ts), over the whole load. */
+  readonly cpuUsPerRequest: Readonly<Record<string, number>>;
   readonly load: {
     readonly requests: number;
     readonly errors: number;
@@ -350,18 +353,31 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
     })();
   }, WINDOW_MS);
   try {
+    const cpuBefore = sampleThreads(pid);
     const load = await runLoad(server, options);
+    const cpu = cpuSecondsBetween(cpuBefore, sampleThreads(pid));
+    const cpuUsPerRequest = Object.fromEntries(
+      [...cpu].map(([group, seconds]) => [group, (seconds * 1e6) / Math.max(1, load.requests)]),
+    );
     return {
       startedAt: new Date(started).toISOString(),
       node: process.version,
       options,
       windows,
+      cpuUsPerRequest,
       load,
     };
   } finally {
     clearInterval(timer);
     await probe.stop();
   }
+}
+
+/** CPU µs per consume by thread group, e.g. `main 20.1 µs, tally-shard-0 14.2 µs, …`. */
+function cpuLine(result: SoakResult): string {
+  return Object.entries(result.cpuUsPerRequest)
+    .map(([group, us]) => `${group} ${us.toFixed(1)} µs`)
+    .join(', ');
 }
 
 /** The issue's targets, judged over the windows after warm-up (the first third). */
@@ -418,7 +434,7 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
       `probe every ${PROBE_INTERVAL_MS} ms. ` +
       `Load: ${result.load.perSec.toFixed(0)} consumes/s, ` +
       `p99 ${result.load.msP99.toFixed(1)} ms, ${result.load.errors} socket ` +
-      `errors, ${result.load.non2xx} non-2xx.`,
+      `errors, ${result.load.non2xx} non-2xx. CPU per consume: ${cpuLine(result)}.`,
     '',
     ...verdicts(result).map((line) => `- ${line}`),
     '',
@@ -466,7 +482,10 @@ async function main(): Promise<void> {
   const dataDir = await makeDataDir();
   try {
     const result = await soak(options, dataDir);
-    process.stdout.write(`${JSON.stringify(result.load)}\n${verdicts(result).join('\n')}\n`);
+    process.stdout.write(
+      `${JSON.stringify(result.load)}\nCPU per consume: ${cpuLine(result)}\n` +
+        `${verdicts(result).join('\n')}\n`,
+    );
     if (options.reportPath !== undefined)
       await writeReport(options.reportPath, result, join(dirname(options.reportPath), 'soak.svg'));
   } finally {

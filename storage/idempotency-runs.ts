@@ -8,10 +8,10 @@
  * bounds keyed writes. Here every write on the hot path is an append:
  *
  * - `idempotency-log-0` / `-1`: [log seq] → frame([environment, customerId, scope digest,
- *   fingerprint, atMs]). A keyed write's log entry is issued by the caller in the same
- *   event-loop turn as the journal record that applies it (lmdb-js puts every write of
- *   one turn into one transaction), so a key is on disk exactly when its write is. The
- *   key is also in memory (`remember`), where lookups find it until it is sealed.
+ *   fingerprint, atMs, …]): the keys of one journal record, issued by the caller in the
+ *   same event-loop turn as that record (lmdb-js puts every write of one turn into one
+ *   transaction), so a key is on disk exactly when its write is. The key is also in
+ *   memory (`remember`), where lookups find it until it is sealed.
  * - `idempotency-runs`: [run seq, environment, customerId, scope digest] →
  *   frame([fingerprint, atMs]). Sealing takes the keys in memory, sorts them and writes
  *   them as the next run, in key order (dense, sequential pages), a slice at a time.
@@ -98,8 +98,8 @@ interface Run extends RunInfo {
 
 type RunKey = [number, string, string, string];
 
-/** The in-memory key of an address (environment, customer and digest in one string). */
-function memoryKey(address: KeyAddress): string {
+/** The order keys are sealed in: environment, customer, digest (in one string). */
+function sortKey(address: KeyAddress): string {
   const environment = address.environment === 'live' ? 'l' : 't';
   return `${environment}${address.customerId}\u0000${address.scopeDigest}`;
 }
@@ -117,27 +117,27 @@ function decodeStored(bytes: Uint8Array, what: string): StoredKey {
   return { fingerprint: value[0], atMs: value[1] };
 }
 
-function decodeLogged(bytes: Uint8Array, seq: number): KeyPut {
+/** A log entry: the keys of one journal record, five fields each, one after the other. */
+function decodeLogged(bytes: Uint8Array, seq: number): KeyPut[] {
   const decoded = decodeRecord(bytes);
   const value = decoded.ok ? decoded.value : null;
-  if (
-    !Array.isArray(value) ||
-    value.length !== 5 ||
-    (value[0] !== 'test' && value[0] !== 'live') ||
-    typeof value[1] !== 'string' ||
-    typeof value[2] !== 'string' ||
-    typeof value[3] !== 'string' ||
-    typeof value[4] !== 'number'
-  )
-    throw new Error(`idempotency log entry ${seq} is corrupt; refusing to go on`);
-  const [environment, customerId, scopeDigest, fingerprint, atMs] = value as [
-    'test' | 'live',
-    string,
-    string,
-    string,
-    number,
-  ];
-  return { environment, customerId, scopeDigest, fingerprint, atMs };
+  const corrupt = (): Error =>
+    new Error(`idempotency log entry ${seq} is corrupt; refusing to go on`);
+  if (!Array.isArray(value) || value.length === 0 || value.length % 5 !== 0) throw corrupt();
+  const puts: KeyPut[] = [];
+  for (let i = 0; i < value.length; i += 5) {
+    const [environment, customerId, scopeDigest, fingerprint, atMs] = value.slice(i, i + 5);
+    if (
+      (environment !== 'test' && environment !== 'live') ||
+      typeof customerId !== 'string' ||
+      typeof scopeDigest !== 'string' ||
+      typeof fingerprint !== 'string' ||
+      typeof atMs !== 'number'
+    )
+      throw corrupt();
+    puts.push({ environment, customerId, scopeDigest, fingerprint, atMs });
+  }
+  return puts;
 }
 
 function decodeRun(bytes: Uint8Array, seq: number): Run {
@@ -160,6 +160,51 @@ function decodeRun(bytes: Uint8Array, seq: number): Run {
     maxAtMs: value.maxAtMs as number,
     filter: KeyFilter.fromBytes(value.filter),
   };
+}
+
+function sameCustomer(a: KeyAddress, b: KeyAddress): boolean {
+  return a.customerId === b.customerId && a.environment === b.environment;
+}
+
+/**
+ * Keys in memory, by scope digest: the digest string is the request's own, so its hash is
+ * computed once for the lookup and the write that follows. A digest two customers share
+ * (the same key text) chains.
+ */
+class HeldKeys {
+  readonly #byDigest = new Map<string, KeyPut | KeyPut[]>();
+  size = 0;
+
+  get(address: KeyAddress): KeyPut | undefined {
+    const held = this.#byDigest.get(address.scopeDigest);
+    if (held === undefined) return undefined;
+    if (!Array.isArray(held)) return sameCustomer(held, address) ? held : undefined;
+    return held.find((put) => sameCustomer(put, address));
+  }
+
+  set(put: KeyPut): void {
+    const held = this.#byDigest.get(put.scopeDigest);
+    if (held === undefined || (!Array.isArray(held) && sameCustomer(held, put))) {
+      if (held === undefined) this.size += 1;
+      this.#byDigest.set(put.scopeDigest, put);
+      return;
+    }
+    const chain = Array.isArray(held) ? held : [held];
+    const at = chain.findIndex((other) => sameCustomer(other, put));
+    if (at >= 0) chain[at] = put;
+    else {
+      chain.push(put);
+      this.size += 1;
+    }
+    this.#byDigest.set(put.scopeDigest, chain);
+  }
+
+  *values(): IterableIterator<KeyPut> {
+    for (const held of this.#byDigest.values()) {
+      if (Array.isArray(held)) yield* held;
+      else yield held;
+    }
+  }
 }
 
 /** A run being written: its keys go in in order, its filter and counts grow with them. */
@@ -212,8 +257,8 @@ export class KeyStore {
   readonly #table: BinaryDb;
   readonly #tableExpiry: BinaryDb;
   /** Keys not yet in a committed run: new ones, and the batch being sealed. */
-  #active = new Map<string, KeyPut>();
-  #sealing: Map<string, KeyPut> | null = null;
+  #active = new HeldKeys();
+  #sealing: HeldKeys | null = null;
   /** Which log table new keys go to (0 or 1). */
   #logTable = 0;
   #nextLogSeq: number;
@@ -238,7 +283,7 @@ export class KeyStore {
 
   /** Every logged key not yet sealed is in memory again, newest use last. */
   #loadLogs(): void {
-    const logged: Array<[number, KeyPut]> = [];
+    const logged: Array<[number, KeyPut[]]> = [];
     for (const log of this.#logs)
       for (const { key, value } of log.getRange({})) {
         const seq = key as number;
@@ -246,7 +291,7 @@ export class KeyStore {
         if (seq >= this.#nextLogSeq) this.#nextLogSeq = seq + 1;
       }
     logged.sort((a, b) => a[0] - b[0]);
-    for (const [, put] of logged) this.#active.set(memoryKey(put), put);
+    for (const [, puts] of logged) for (const put of puts) this.#active.set(put);
   }
 
   /**
@@ -255,8 +300,7 @@ export class KeyStore {
    * verification (stored state that fails its checksum must stop the worker).
    */
   get(address: KeyAddress): StoredKey | undefined {
-    const key = memoryKey(address);
-    const held = this.#active.get(key) ?? this.#sealing?.get(key);
+    const held = this.#active.get(address) ?? this.#sealing?.get(address);
     if (held !== undefined) return held;
     if (this.#runList.length === 0) return undefined;
     const { environment, customerId, scopeDigest } = address;
@@ -276,26 +320,23 @@ export class KeyStore {
 
   /** A key decided now: lookups find it from now on (its log entry follows with `log`). */
   remember(put: KeyPut): void {
-    this.#active.set(memoryKey(put), put);
+    this.#active.set(put);
   }
 
   /**
-   * Issues the log entries of `puts`. They join the transaction of the other writes
-   * issued in this event-loop turn; their failure fails that whole transaction, which the
-   * journal record's durable promise reports.
+   * Issues the log entry of `puts` (one entry for the keys of one journal record). It joins
+   * the transaction of the other writes issued in this event-loop turn; its failure fails
+   * that whole transaction, which the journal record's durable promise reports.
    */
   log(puts: readonly KeyPut[]): void {
-    const log = this.#logs[this.#logTable] as BinaryDb;
+    if (puts.length === 0) return;
+    const fields: Array<string | number> = [];
     for (const put of puts) {
       assert(put.scopeDigest.length > 0, 'an idempotency scope digest is not empty');
-      const { environment, customerId, scopeDigest, fingerprint, atMs } = put;
-      log
-        .put(
-          this.#nextLogSeq++,
-          encodeRecord([environment, customerId, scopeDigest, fingerprint, atMs]),
-        )
-        .catch(() => undefined);
+      fields.push(put.environment, put.customerId, put.scopeDigest, put.fingerprint, put.atMs);
     }
+    const log = this.#logs[this.#logTable] as BinaryDb;
+    log.put(this.#nextLogSeq++, encodeRecord(fields)).catch(() => undefined);
   }
 
   /**
@@ -412,11 +453,11 @@ export class KeyStore {
     const batch = this.#active;
     const sealedLog = this.#logs[this.#logTable] as BinaryDb;
     this.#sealing = batch;
-    this.#active = new Map();
+    this.#active = new HeldKeys();
     this.#logTable = 1 - this.#logTable;
     await pacing.keysDurable();
     const chunks: Array<Array<[string, KeyPut]>> = [];
-    const entries = batch.entries();
+    const entries = batch.values();
     for (let chunk = takeSorted(entries); chunk.length > 0; chunk = takeSorted(entries)) {
       chunks.push(chunk);
       await pacing.pause();
@@ -527,11 +568,11 @@ function sameKey(a: readonly unknown[], b: readonly unknown[]): boolean {
   return a.length === b.length && a.every((part, i) => part === b[i]);
 }
 
-/** The next SORT_CHUNK entries of `entries`, sorted by their in-memory key. */
-function takeSorted(entries: Iterator<[string, KeyPut]>): Array<[string, KeyPut]> {
+/** The next SORT_CHUNK keys of `entries`, sorted by [environment, customer, digest]. */
+function takeSorted(entries: Iterator<KeyPut>): Array<[string, KeyPut]> {
   const chunk: Array<[string, KeyPut]> = [];
   for (let next = entries.next(); !next.done; next = entries.next()) {
-    chunk.push(next.value);
+    chunk.push([sortKey(next.value), next.value]);
     if (chunk.length === SORT_CHUNK) break;
   }
   return chunk.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
