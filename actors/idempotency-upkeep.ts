@@ -96,7 +96,7 @@ class Stopped extends Error {}
 
 /**
  * Seals the keys in memory into a run once IDEMPOTENCY_RUN_KEYS are waiting or
- * IDEMPOTENCY_SEAL_INTERVAL_MS after the last seal, and drops runs whose keys all
+ * IDEMPOTENCY_SEAL_INTERVAL_MS after the last seal, and drops groups of runs whose keys all
  * expired; checks once every `idleMs`, at once again while a full run is waiting. Every
  * step yields to the event loop between slices. `stop` ends it at the next slice (a
  * clean stop; what it was writing is finished by the next start). A failed write is

@@ -11,9 +11,12 @@ export interface SoakWindow {
   readonly rssFileMiB: number;
   /** V8 heaps in use at the end of the window, every thread's together. */
   readonly heapMiB: number;
-  /** Idempotency keys held in memory (every shard's window) and on disk. */
-  readonly windowKeys: number;
-  readonly diskKeys: number;
+  /** Idempotency keys held in memory (not yet sealed), and kept in all (runs and memory). */
+  readonly memoryKeys: number;
+  readonly keptKeys: number;
+  /** Sealed runs of keys, and the memory their filters take (MiB), every shard's together. */
+  readonly runs: number;
+  readonly filterMiB: number;
   /** Automatic shard snapshots stored in the window. */
   readonly snapshots: number;
   /** Of those: the longest (cut to stored) and the longest hold of a shard's thread, ms. */
@@ -91,6 +94,11 @@ export function plotSoak(windows: readonly SoakWindow[]): string {
       '#1f77b4',
     ),
     polyline(
+      windows.map((w) => [x(w.atSec), y(w.rssMiB - w.rssFileMiB, rssMax)]),
+      '#1f77b4',
+      '2 2',
+    ),
+    polyline(
       windows.map((w) => [x(w.atSec), y(w.probeMsP99, msMax)]),
       '#d62728',
     ),
@@ -99,9 +107,11 @@ export function plotSoak(windows: readonly SoakWindow[]): string {
       '#ff9896',
       '4 3',
     ),
-    `<text x="${PAD.left + 8}" y="${PAD.top + 14}" font-size="11" fill="#1f77b4">RSS</text>`,
-    `<text x="${PAD.left + 48}" y="${PAD.top + 14}" font-size="11" fill="#d62728">probe p99</text>`,
-    `<text x="${PAD.left + 120}" y="${PAD.top + 14}" font-size="11" fill="#ff9896">probe ` +
+    `<text x="${PAD.left + 8}" y="${PAD.top + 14}" font-size="11" fill="#1f77b4">RSS ` +
+      `(dotted: less file pages)</text>`,
+    `<text x="${PAD.left + 168}" y="${PAD.top + 14}" font-size="11" fill="#d62728">probe ` +
+      `p99</text>`,
+    `<text x="${PAD.left + 240}" y="${PAD.top + 14}" font-size="11" fill="#ff9896">probe ` +
       `max</text>`,
     '</svg>',
     '',

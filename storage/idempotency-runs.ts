@@ -16,7 +16,8 @@
  *   frame([fingerprint, atMs]). Sealing takes the keys in memory, sorts them and writes
  *   them as the next run, in key order (dense, sequential pages), a slice at a time.
  * - `idempotency-run-catalog`: [run seq] → frame(run): its key count per environment, its
- *   time range and its filter (key-filter.ts). A run is found by lookups once its catalog
+ *   time range and its filter (key-filter.ts), none once grouped; ['group', first run seq]
+ *   → frame([first, last run seq, the group's filter]). A run is found by lookups once its catalog
  *   record is committed; then the keys it holds leave memory and their log table is
  *   cleared.
  *
@@ -26,7 +27,10 @@
  * table (loaded back into memory at start), or both (a duplicate answers the same).
  *
  * A lookup reads memory, then the runs newest first, reading a run only where its filter
- * says it may hold the key. Expired runs (their newest key is past the retention) are
+ * says it may hold the key. Once 16 runs have filters of their own, the oldest 16 are
+ * grouped behind one filter (built by reading their keys, a sequential pass), so a lookup
+ * probes one filter per group of 16 runs and reads the group's runs only where that
+ * filter says maybe. Expired runs (their newest key is past the retention) are
  * dropped whole, oldest first. Keys expire in lookups by their time, not by removal.
  *
  * `idempotency` and `idempotency-expiry` are the layout before runs (one B-tree in key
@@ -34,7 +38,7 @@
  */
 import { assert } from '../shared/assert.js';
 import { decodeRecord, encodeRecord } from './codec.js';
-import { KEY_HASHES, KeyFilter, keyHashes } from './key-filter.js';
+import { KeyFilter, keyHashes } from './key-filter.js';
 import { durableWrite, type BinaryDb } from './lmdb-env.js';
 
 /** The names of the databases, for the environment that opens them. */
@@ -52,6 +56,10 @@ export type IdempotencyDbName = (typeof IDEMPOTENCY_DB_NAMES)[number];
 export const KEY_SLICE = 2000;
 /** Keys sorted in one turn when a run is sealed. */
 const SORT_CHUNK = 4096;
+/** Runs one group's filter covers. */
+export const GROUP_RUNS = 16;
+/** The fewest keys a group's filter is sized for (a few KB). */
+const MIN_GROUP_KEYS = 4096;
 /** The most keys one run written by `migrateTable` holds. */
 const MIGRATION_RUN_KEYS = 1 << 20;
 
@@ -92,9 +100,24 @@ export interface RunInfo {
   readonly maxAtMs: number;
 }
 
-interface Run extends RunInfo {
+type Run = RunInfo;
+
+/**
+ * Up to GROUP_RUNS consecutive runs behind one filter: a lookup probes one filter per
+ * group, then reads the group's runs only where it says maybe. The newest group is open:
+ * sealing adds runs (and their keys to its filter) until it is full.
+ */
+interface Group {
+  readonly first: number;
+  readonly runs: Run[];
   readonly filter: KeyFilter;
+  /** The keys its filter was sized for. */
+  readonly capacity: number;
+  count: number;
+  maxAtMs: number;
 }
+
+type GroupKey = ['group', number];
 
 type RunKey = [number, string, string, string];
 
@@ -147,8 +170,7 @@ function decodeRun(bytes: Uint8Array, seq: number): Run {
   if (
     value === null ||
     typeof value !== 'object' ||
-    numbers.some((field) => typeof value[field] !== 'number') ||
-    !(value.filter instanceof Uint8Array)
+    numbers.some((field) => typeof value[field] !== 'number')
   )
     throw new Error(`idempotency run ${seq} is corrupt; refusing to go on`);
   return {
@@ -158,8 +180,30 @@ function decodeRun(bytes: Uint8Array, seq: number): Run {
     live: value.live as number,
     minAtMs: value.minAtMs as number,
     maxAtMs: value.maxAtMs as number,
-    filter: KeyFilter.fromBytes(value.filter),
   };
+}
+
+/** A group's catalog record: [first run seq, capacity, filter]. */
+function decodeGroup(bytes: Uint8Array, first: number): [number, KeyFilter] {
+  const decoded = decodeRecord(bytes);
+  const value = decoded.ok ? decoded.value : null;
+  if (
+    !Array.isArray(value) ||
+    value[0] !== first ||
+    typeof value[1] !== 'number' ||
+    !(value[2] instanceof Uint8Array)
+  )
+    throw new Error(`idempotency run group ${first} is corrupt; refusing to go on`);
+  return [value[1], KeyFilter.fromBytes(value[2])];
+}
+
+function runRecord(run: Run): Buffer {
+  const { seq: _seq, ...counts } = run;
+  return encodeRecord(counts);
+}
+
+function groupRecord(group: Group): Buffer {
+  return encodeRecord([group.first, group.capacity, group.filter.bytes]);
 }
 
 function sameCustomer(a: KeyAddress, b: KeyAddress): boolean {
@@ -214,16 +258,14 @@ class RunWriter {
   live = 0;
   minAtMs = Number.POSITIVE_INFINITY;
   maxAtMs = Number.NEGATIVE_INFINITY;
-  readonly filter: KeyFilter;
   last: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly runs: BinaryDb,
     readonly seq: number,
-    keys: number,
-  ) {
-    this.filter = KeyFilter.sized(keys);
-  }
+    /** The filter of the group the run joins. */
+    private readonly filter: KeyFilter,
+  ) {}
 
   put(key: KeyPut): void {
     const { environment, customerId, scopeDigest, fingerprint, atMs } = key;
@@ -245,8 +287,8 @@ class RunWriter {
   }
 
   run(): Run {
-    const { seq, count, test, live, minAtMs, maxAtMs, filter } = this;
-    return { seq, count, test, live, minAtMs, maxAtMs, filter };
+    const { seq, count, test, live, minAtMs, maxAtMs } = this;
+    return { seq, count, test, live, minAtMs, maxAtMs };
   }
 }
 
@@ -264,6 +306,8 @@ export class KeyStore {
   #nextLogSeq: number;
   /** Committed runs, oldest first. */
   readonly #runList: Run[] = [];
+  /** Every run is in one group; groups oldest first. */
+  readonly #groups: Group[] = [];
   #nextRunSeq: number;
 
   constructor(dbs: Readonly<Record<IdempotencyDbName, BinaryDb>>) {
@@ -272,13 +316,36 @@ export class KeyStore {
     this.#catalog = dbs['idempotency-run-catalog'];
     this.#table = dbs.idempotency;
     this.#tableExpiry = dbs['idempotency-expiry'];
-    for (const { key, value } of this.#catalog.getRange({}))
-      this.#runList.push(decodeRun(value, key as number));
+    const groups: Array<[number, number, KeyFilter]> = [];
+    for (const { key, value } of this.#catalog.getRange({})) {
+      if (typeof key === 'number') this.#runList.push(decodeRun(value, key));
+      else {
+        const first = (key as GroupKey)[1];
+        groups.push([first, ...decodeGroup(value, first)]);
+      }
+    }
+    groups.sort((a, b) => a[0] - b[0]);
+    for (const [i, [first, capacity, filter]] of groups.entries()) {
+      const next = groups[i + 1]?.[0] ?? Number.POSITIVE_INFINITY;
+      const runs = this.#runList.filter((run) => run.seq >= first && run.seq < next);
+      const group: Group = { first, runs, filter, capacity, count: 0, maxAtMs: 0 };
+      for (const run of runs) this.#countIn(group, run);
+      this.#groups.push(group);
+    }
+    assert(
+      this.#runList.length === 0 || this.#groups[0]?.first === this.#runList[0]?.seq,
+      'every idempotency run is in a group',
+    );
     // A run interrupted before its catalog record keeps the next number: sealing again
     // writes over it (the keys it holds are durable keys, as good as any).
     this.#nextRunSeq = (this.#runList.at(-1)?.seq ?? 0) + 1;
     this.#nextLogSeq = 1;
     this.#loadLogs();
+  }
+
+  #countIn(group: Group, run: Run): void {
+    group.count += run.count;
+    group.maxAtMs = Math.max(group.maxAtMs, run.maxAtMs);
   }
 
   /** Every logged key not yet sealed is in memory again, newest use last. */
@@ -305,17 +372,21 @@ export class KeyStore {
     if (this.#runList.length === 0) return undefined;
     const { environment, customerId, scopeDigest } = address;
     keyHashes(environment, customerId, scopeDigest);
-    const h0 = KEY_HASHES[0] as number;
-    const h1 = KEY_HASHES[1] as number;
-    for (let i = this.#runList.length - 1; i >= 0; i--) {
-      const run = this.#runList[i] as Run;
-      KEY_HASHES[0] = h0;
-      KEY_HASHES[1] = h1;
-      if (!run.filter.mayContain()) continue;
-      const bytes = this.#runs.get([run.seq, environment, customerId, scopeDigest]);
-      if (bytes !== undefined) return decodeStored(bytes, scopeDigest);
+    for (let g = this.#groups.length - 1; g >= 0; g--) {
+      const group = this.#groups[g] as Group;
+      if (!group.filter.mayContain()) continue;
+      for (let i = group.runs.length - 1; i >= 0; i--) {
+        const found = this.#read(group.runs[i] as Run, address);
+        if (found !== undefined) return found;
+      }
     }
     return undefined;
+  }
+
+  #read(run: Run, address: KeyAddress): StoredKey | undefined {
+    const { environment, customerId, scopeDigest } = address;
+    const bytes = this.#runs.get([run.seq, environment, customerId, scopeDigest]);
+    return bytes === undefined ? undefined : decodeStored(bytes, scopeDigest);
   }
 
   /** A key decided now: lookups find it from now on (its log entry follows with `log`). */
@@ -379,10 +450,15 @@ export class KeyStore {
     return this.#runList;
   }
 
+  /** Groups of runs (one filter each). */
+  get groupCount(): number {
+    return this.#groups.length;
+  }
+
   /** Memory the runs' filters take, in bytes. */
   get filterBytes(): number {
     let bytes = 0;
-    for (const run of this.#runList) bytes += run.filter.byteLength;
+    for (const group of this.#groups) bytes += group.filter.byteLength;
     return bytes;
   }
 
@@ -462,26 +538,54 @@ export class KeyStore {
       chunks.push(chunk);
       await pacing.pause();
     }
-    const writer = new RunWriter(this.#runs, this.#nextRunSeq, batch.size);
+    const group = this.#groupFor(batch.size);
+    const writer = new RunWriter(this.#runs, this.#nextRunSeq, group.filter);
     const merge = new SortedMerge(chunks);
     while (!merge.done) {
       for (let n = 0; n < KEY_SLICE && !merge.done; n++) writer.put(merge.next());
       await writer.committed();
       await pacing.pause();
     }
-    const run = await this.#commitRun(writer);
+    const run = await this.#commitRun(writer, group);
     this.#sealing = null;
     await durableWrite(sealedLog.clearAsync(), 'the clearing of a sealed idempotency log');
     return run;
   }
 
-  async #commitRun(writer: RunWriter): Promise<Run> {
+  /**
+   * The group a run of `keys` keys joins: the open one, unless it is full (GROUP_RUNS runs,
+   * or no room for the keys in its filter's capacity), else a new one sized for GROUP_RUNS
+   * runs like this one (at least MIN_GROUP_KEYS keys). A new group is stored with its first
+   * run.
+   */
+  #groupFor(keys: number): Group {
+    const open = this.#groups.at(-1);
+    if (open !== undefined && open.runs.length < GROUP_RUNS && open.count + keys <= open.capacity)
+      return open;
+    const capacity = GROUP_RUNS * Math.max(keys, MIN_GROUP_KEYS / GROUP_RUNS);
+    const group: Group = {
+      first: this.#nextRunSeq,
+      runs: [],
+      filter: KeyFilter.sized(capacity),
+      capacity,
+      count: 0,
+      maxAtMs: 0,
+    };
+    return group;
+  }
+
+  /**
+   * Commits a written run: its record and its group's (the filter with its keys) in one
+   * transaction. Lookups find it from then on.
+   */
+  async #commitRun(writer: RunWriter, group: Group): Promise<Run> {
     const run = writer.run();
-    const { filter, ...counts } = run;
-    await durableWrite(
-      this.#catalog.put(run.seq, encodeRecord({ ...counts, filter: filter.bytes })),
-      'an idempotency run catalog record',
-    );
+    this.#catalog.put(run.seq, runRecord(run)).catch(() => undefined);
+    const stored = this.#catalog.put(['group', group.first], groupRecord(group));
+    await durableWrite(stored, 'an idempotency run and its group');
+    if (this.#groups.at(-1) !== group) this.#groups.push(group);
+    group.runs.push(run);
+    this.#countIn(group, run);
     this.#runList.push(run);
     this.#nextRunSeq = run.seq + 1;
     return run;
@@ -494,10 +598,16 @@ export class KeyStore {
    */
   async dropExpired(beforeMs: number, pacing: Pick<Pacing, 'pause'>): Promise<RunInfo[]> {
     const dropped: RunInfo[] = [];
-    while (this.#runList.length > 0 && (this.#runList[0] as Run).maxAtMs < beforeMs) {
-      const run = this.#runList.shift() as Run;
-      dropped.push(run);
-      await durableWrite(this.#catalog.remove(run.seq), 'the removal of an idempotency run');
+    for (;;) {
+      const group = this.#groups[0];
+      if (group === undefined || group.maxAtMs >= beforeMs || this.#sealing !== null) break;
+      // Its records go in one transaction: the group's and its runs'.
+      let last = this.#catalog.remove(['group', group.first]);
+      for (const run of group.runs) last = this.#catalog.remove(run.seq);
+      await durableWrite(last, 'the removal of an idempotency run group');
+      this.#groups.shift();
+      this.#runList.splice(0, group.runs.length);
+      dropped.push(...group.runs);
     }
     const floor = this.#runList[0]?.seq ?? this.#nextRunSeq;
     for (;;) {
@@ -528,6 +638,7 @@ export class KeyStore {
     let moved = 0;
     let from: Array<string | number> | undefined;
     let writer: RunWriter | null = null;
+    let group: Group | null = null;
     while (remaining > 0) {
       const range = from === undefined ? {} : { start: from };
       const slice = [...this.#table.getRange({ ...range, limit: KEY_SLICE + 1 })].filter(
@@ -540,16 +651,15 @@ export class KeyStore {
         const stored = decodeStored(value, scopeDigest);
         remaining -= 1;
         if (stored.atMs < expiredBeforeMs) continue;
-        writer ??= new RunWriter(
-          this.#runs,
-          this.#nextRunSeq,
-          Math.min(remaining + 1, MIGRATION_RUN_KEYS),
-        );
+        if (writer === null) {
+          group = this.#groupFor(Math.min(remaining + 1, MIGRATION_RUN_KEYS));
+          writer = new RunWriter(this.#runs, this.#nextRunSeq, group.filter);
+        }
         writer.put({ environment, customerId, scopeDigest, ...stored });
         moved += 1;
         if (writer.count === MIGRATION_RUN_KEYS) {
           await writer.committed();
-          await this.#commitRun(writer);
+          await this.#commitRun(writer, group as Group);
           writer = null;
         }
       }
@@ -557,7 +667,7 @@ export class KeyStore {
       if (writer !== null) await writer.committed();
       await pacing.pause();
     }
-    if (writer !== null && writer.count > 0) await this.#commitRun(writer);
+    if (writer !== null && writer.count > 0) await this.#commitRun(writer, group as Group);
     await durableWrite(this.#table.clearAsync(), 'the clearing of the old key table');
     await durableWrite(this.#tableExpiry.clearAsync(), 'the clearing of the old expiry table');
     return moved;

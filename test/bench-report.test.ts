@@ -228,49 +228,52 @@ describe('CPU per request and the Markdown report', () => {
 });
 
 describe('soak plot', () => {
-  it(
-    'draws RSS, probe p99 and probe max as three lines over the run, ' + 'scaled into the frame',
-    async () => {
-      const { plotSoak } = await import('../bench/soak-plot.js');
-      const windows = [15, 30, 45].map((atSec, i) => ({
-        atSec,
-        rssMiB: 200 + 50 * i,
-        rssFileMiB: 20,
-        heapMiB: 100,
-        windowKeys: 0,
-        diskKeys: 0,
-        snapshots: 0,
-        snapshotMsMax: null,
-        snapshotPauseMsMax: null,
-        probeMsP99: 1 + i,
-        probeMsP999: 2,
-        probeMsMax: 5 * (i + 1),
-        probeFailures: 0,
-        loadRequests: 0,
-        loadMsP99: 0,
-        loadNon2xx: 0,
-        gcPauseMsMax: 0,
-      }));
-      const svg = plotSoak(windows);
-      expect(svg.startsWith('<svg')).toBe(true);
-      const lines = [...svg.matchAll(/<polyline[^>]*points="([^"]+)"/g)].map((m) =>
-        (m[1] ?? '').split(' ').map((p) => p.split(',').map(Number)),
-      );
-      expect(lines).toHaveLength(3);
-      for (const line of lines) {
-        expect(line).toHaveLength(3);
-        for (const [x, y] of line) {
-          expect(x).toBeGreaterThanOrEqual(56);
-          expect(x).toBeLessThanOrEqual(720 - 56);
-          expect(y).toBeGreaterThanOrEqual(24);
-          expect(y).toBeLessThanOrEqual(300 - 36);
-        }
+  it('draws RSS (all, and less file pages), probe p99 and max over the run', async () => {
+    const { plotSoak } = await import('../bench/soak-plot.js');
+    const windows = [15, 30, 45].map((atSec, i) => ({
+      atSec,
+      rssMiB: 200 + 50 * i,
+      rssFileMiB: 20,
+      heapMiB: 100,
+      memoryKeys: 0,
+      keptKeys: 0,
+      runs: 0,
+      filterMiB: 0,
+      snapshots: 0,
+      snapshotMsMax: null,
+      snapshotPauseMsMax: null,
+      probeMsP99: 1 + i,
+      probeMsP999: 2,
+      probeMsMax: 5 * (i + 1),
+      probeFailures: 0,
+      loadRequests: 0,
+      loadMsP99: 0,
+      loadNon2xx: 0,
+      gcPauseMsMax: 0,
+    }));
+    const svg = plotSoak(windows);
+    expect(svg.startsWith('<svg')).toBe(true);
+    const lines = [...svg.matchAll(/<polyline[^>]*points="([^"]+)"/g)].map((m) =>
+      (m[1] ?? '').split(' ').map((p) => p.split(',').map(Number)),
+    );
+    expect(lines).toHaveLength(4);
+    for (const line of lines) {
+      expect(line).toHaveLength(3);
+      for (const [x, y] of line) {
+        expect(x).toBeGreaterThanOrEqual(56);
+        expect(x).toBeLessThanOrEqual(720 - 56);
+        expect(y).toBeGreaterThanOrEqual(24);
+        expect(y).toBeLessThanOrEqual(300 - 36);
       }
-      // RSS rises, so its line climbs (smaller y further right).
-      const rss = lines[0] ?? [];
-      expect((rss[2] ?? [])[1]).toBeLessThan((rss[0] ?? [])[1] ?? 0);
-    },
-  );
+    }
+    // RSS rises, so its line climbs (smaller y further right); less its file pages it
+    // is lower (larger y) at every point.
+    const rss = lines[0] ?? [];
+    const own = lines[1] ?? [];
+    expect((rss[2] ?? [])[1]).toBeLessThan((rss[0] ?? [])[1] ?? 0);
+    for (const [i, point] of own.entries())
+      expect(point[1]).toBeGreaterThan((rss[i] ?? [])[1] ?? 0);
+  });
 });
 
 describe('soak metrics reading', () => {

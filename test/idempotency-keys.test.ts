@@ -10,7 +10,7 @@ import { scopeDigest, type IdempotencyPut } from '../actors/idempotency-keys.js'
 import { KeyUpkeep } from '../actors/idempotency-upkeep.js';
 import { Shard } from '../actors/shard.js';
 import { encodeRecord } from '../storage/codec.js';
-import type { KeyStore } from '../storage/idempotency-runs.js';
+import { GROUP_RUNS, type KeyStore } from '../storage/idempotency-runs.js';
 import { KEY_HASHES, KeyFilter, keyHashes } from '../storage/key-filter.js';
 import { ShardStore } from '../storage/journal.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
@@ -161,18 +161,50 @@ describe('the key store', () => {
     expect(fingerprints(s.idempotency, [...first, ...more]).every((fp) => fp === '1')).toBe(true);
   });
 
-  it('drops runs whose keys all expired, key by key off the disk', async () => {
+  it('puts 16 runs behind one filter that answers for them all, also after a restart', async () => {
+    const dir = fixture.tempDir();
+    let s = openStore(dir);
+    const all: IdempotencyPut[] = [];
+    for (let run = 0; run < GROUP_RUNS + 1; run++) {
+      const puts = Array.from({ length: 300 }, (_, i) =>
+        put(`c-${i % 5}`, `g${run}-${i}`, T0 + run),
+      );
+      all.push(...puts);
+      await store(s, puts);
+      await s.idempotency.seal(PACING);
+    }
+    expect(s.idempotency.groupCount).toBe(2); // 16 runs, and one in a new group
+    expect(all.every((p) => s.idempotency.get(p) !== undefined)).toBe(true);
+    for (let i = 0; i < 5000; i++)
+      expect(s.idempotency.get(put(`c-${i % 5}`, `never-${i}`, 0))).toBeUndefined();
+    await fixture.closeStore(s);
+    s = openStore(dir);
+    expect([s.idempotency.runs.length, s.idempotency.groupCount]).toEqual([GROUP_RUNS + 1, 2]);
+    expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
+    expect(s.idempotency.customerKeys('test', 'c-0', [])).toHaveLength(all.length / 5);
+    // The group drops whole once its newest key expired; the newer run stays.
+    const dropped = await s.idempotency.dropExpired(T0 + GROUP_RUNS, PACING);
+    expect(dropped).toHaveLength(GROUP_RUNS);
+    expect(s.idempotency.get(all[0] as IdempotencyPut)).toBeUndefined();
+    expect(s.idempotency.get(all.at(-1) as IdempotencyPut)).toBeDefined();
+    expect(s.idempotency.size).toBe(300);
+  });
+
+  it('drops a group of runs once all its keys expired, key by key off the disk', async () => {
     const dir = fixture.tempDir();
     const s = openStore(dir);
-    const old = Array.from({ length: 4500 }, (_, i) => put('c', `old${i}`, T0 + i));
+    const old = Array.from({ length: 4800 }, (_, i) => put('c', `old${i}`, T0 + i));
+    for (let run = 0; run < GROUP_RUNS; run++) {
+      await store(s, old.slice(run * 300, run * 300 + 300));
+      await s.idempotency.seal(PACING);
+    }
     const young = [put('c', 'young', T0 + DAY_MS)];
-    await store(s, old);
-    await s.idempotency.seal(PACING);
     await store(s, young);
     await s.idempotency.seal(PACING);
-    expect(await s.idempotency.dropExpired(T0 + 4499, PACING)).toEqual([]); // one key left
-    const dropped = await s.idempotency.dropExpired(T0 + 4500, PACING);
-    expect(dropped).toMatchObject([{ count: 4500, test: 4500 }]);
+    expect(await s.idempotency.dropExpired(T0 + 4799, PACING)).toEqual([]); // one key left
+    const dropped = await s.idempotency.dropExpired(T0 + 4800, PACING);
+    expect(dropped).toHaveLength(GROUP_RUNS);
+    expect(dropped.reduce((sum, run) => sum + run.test, 0)).toBe(4800);
     expect(s.idempotency.get(old[0] as IdempotencyPut)).toBeUndefined();
     expect(s.idempotency.get(young[0] as IdempotencyPut)?.atMs).toBe(T0 + DAY_MS);
     expect(s.idempotency.size).toBe(1);
@@ -304,7 +336,8 @@ describe('the shard over the key store', () => {
     while (s.idempotency.runs.length === 0) await tick();
     expect(s.idempotency.inMemory).toBe(0);
     now = T0 + DAY_MS + 1;
-    while (s.idempotency.runs.length > 0) await tick();
+    while (upkeep.dropped === 0) await tick();
+    expect(s.idempotency.runs).toHaveLength(0);
     await upkeep.stop();
     expect([upkeep.sealed, upkeep.dropped, failures]).toEqual([1, 1, []]);
     const before = appends();
