@@ -97,7 +97,7 @@ class Stopped extends Error {}
 /**
  * Seals the keys in memory into a run once IDEMPOTENCY_RUN_KEYS are waiting or
  * IDEMPOTENCY_SEAL_INTERVAL_MS after the last seal, and drops groups of runs whose keys all
- * expired; checks once every `idleMs`, at once again while a full run is waiting. Every
+ * expired; checks once a second, at once again while a full run is waiting. Every
  * step yields to the event loop between slices. `stop` ends it at the next slice (a
  * clean stop; what it was writing is finished by the next start). A failed write is
  * handed to `fatal`.
@@ -116,7 +116,8 @@ export class KeyUpkeep {
     private readonly shard: Shard,
     private readonly clock: () => number,
     private readonly fatal: (error: unknown) => void,
-    private readonly idleMs = 1000,
+    /** Keys that make a run (IDEMPOTENCY_RUN_KEYS) and the check interval (1 s). */
+    private readonly settings: { readonly runKeys?: number; readonly idleMs?: number } = {},
   ) {
     this.lastSealMs = clock();
   }
@@ -137,7 +138,7 @@ export class KeyUpkeep {
     this.timer = setTimeout(() => {
       this.timer = null;
       this.running = this.step().then(
-        (again) => this.schedule(again ? 0 : this.idleMs),
+        (again) => this.schedule(again ? 0 : (this.settings.idleMs ?? 1000)),
         (error: unknown) => {
           if (!(error instanceof Stopped)) this.fatal(error);
         },
@@ -162,14 +163,15 @@ export class KeyUpkeep {
     for (const run of dropped) this.shard.keysDropped(run);
     this.dropped += dropped.length;
     const waiting = this.runs.unsealed;
+    const runKeys = this.settings.runKeys ?? IDEMPOTENCY_RUN_KEYS;
     if (
-      waiting >= IDEMPOTENCY_RUN_KEYS ||
+      waiting >= runKeys ||
       (waiting > 0 && now - this.lastSealMs >= IDEMPOTENCY_SEAL_INTERVAL_MS)
     ) {
       this.lastSealMs = now;
       await this.runs.seal(this.pacing);
       this.sealed += 1;
     }
-    return this.runs.unsealed >= IDEMPOTENCY_RUN_KEYS;
+    return this.runs.unsealed >= runKeys;
   }
 }

@@ -54,14 +54,22 @@ export interface ShardWorkerData {
   readonly snapshotEveryBatches: number;
   /** Work per slice of a snapshot copy (SNAPSHOT_SLICE_WORK unless overridden). */
   readonly snapshotSliceWork: number;
+  /** Idempotency keys held in memory before a run is sealed (IDEMPOTENCY_RUN_KEYS by default). */
+  readonly idempotencyRunKeys: number;
   /** This worker's shares of the operator's quotas. */
   readonly quotas: WorkerQuotas;
 }
 
 assert(!isMainThread && parentPort !== null, 'shard-worker runs in a worker thread');
 const port = parentPort;
-const { dataDir, workerIndex, snapshotEveryBatches, snapshotSliceWork, quotas } =
-  workerData as ShardWorkerData;
+const {
+  dataDir,
+  workerIndex,
+  snapshotEveryBatches,
+  snapshotSliceWork,
+  idempotencyRunKeys,
+  quotas,
+} = workerData as ShardWorkerData;
 nameThisThread(`tally-shard-${workerIndex}`);
 
 let outbox: ReplyBatch = [];
@@ -210,7 +218,9 @@ const shard = new Shard({
 let stopping = false;
 
 /** Seals idempotency keys into runs on disk and drops expired runs while the shard serves. */
-const keyUpkeep = new KeyUpkeep(store.idempotency, shard, Date.now, crash);
+const keyUpkeep = new KeyUpkeep(store.idempotency, shard, Date.now, crash, {
+  runKeys: idempotencyRunKeys,
+});
 
 /** When this shard's latest snapshot was stored (null: it never took one). */
 let lastSnapshotAtMs: number | null = null;

@@ -32,7 +32,7 @@ export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
  * IDEMPOTENCY_SEAL_INTERVAL_MS after the last one. Each key in memory costs ~250 bytes of
  * heap; each run costs a lookup one filter probe (a memory read), so fewer, larger runs
  * make lookups cheaper and memory dearer. 131,072 keys is ~32 MB per worker, a few
- * seconds of keyed writes at full speed.
+ * seconds of keyed writes at full speed. TALLY_IDEMPOTENCY_RUN_KEYS overrides.
  */
 export const IDEMPOTENCY_RUN_KEYS = 131_072;
 

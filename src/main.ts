@@ -94,6 +94,7 @@ async function main(): Promise<void> {
   const queueMax = intFromEnv('TALLY_QUEUE_MAX', undefined);
   const snapshotEveryBatches = intFromEnv('TALLY_SNAPSHOT_EVERY_BATCHES', undefined);
   const snapshotSliceWork = intFromEnv('TALLY_SNAPSHOT_SLICE', undefined);
+  const idempotencyRunKeys = intFromEnv('TALLY_IDEMPOTENCY_RUN_KEYS', undefined);
   const rateLimits = {
     server:
       intFromEnv('TALLY_RATE_LIMIT_SERVER', DEFAULT_RATE_LIMITS.server) ??
@@ -142,6 +143,7 @@ async function main(): Promise<void> {
       ? {}
       : { snapshotEveryBatches }),
     ...(snapshotSliceWork === undefined || snapshotSliceWork === 0 ? {} : { snapshotSliceWork }),
+    ...(idempotencyRunKeys === undefined || idempotencyRunKeys === 0 ? {} : { idempotencyRunKeys }),
   });
   if (server.bootstrapKeys !== null) {
     stdout.write(

@@ -104,6 +104,8 @@ export interface ServerOptions {
   readonly snapshotEveryBatches?: number;
   /** Work a shard does per slice of a snapshot copy (default SNAPSHOT_SLICE_WORK). */
   readonly snapshotSliceWork?: number;
+  /** Idempotency keys a shard holds in memory before it seals a run (IDEMPOTENCY_RUN_KEYS). */
+  readonly idempotencyRunKeys?: number;
   /** Requests per minute per key, and for client keys per address and customer. */
   readonly rateLimits?: RateLimits;
   /**
@@ -370,6 +372,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     ...(options.snapshotSliceWork === undefined
       ? {}
       : { snapshotSliceWork: options.snapshotSliceWork }),
+    ...(options.idempotencyRunKeys === undefined
+      ? {}
+      : { idempotencyRunKeys: options.idempotencyRunKeys }),
     ...(options.quotas === undefined ? {} : { quotas: options.quotas }),
   };
   let customers: CustomerIndex | null = null;

@@ -15,6 +15,7 @@ import { logicalShardOf, workerOf } from '../shared/shard-hash.js';
 import type { BillingConfig } from '../actors/billing-config.js';
 import {
   BATCH_COMMANDS_MAX,
+  IDEMPOTENCY_RUN_KEYS,
   SNAPSHOT_SLICE_WORK,
   LOGICAL_SHARDS,
   SHARD_YOUNG_GENERATION_MB,
@@ -61,6 +62,8 @@ export interface ShardPoolOptions {
   readonly snapshotEveryBatches?: number;
   /** Work a shard does per slice of a snapshot copy (default SNAPSHOT_SLICE_WORK). */
   readonly snapshotSliceWork?: number;
+  /** Idempotency keys a shard holds in memory before it seals a run (IDEMPOTENCY_RUN_KEYS). */
+  readonly idempotencyRunKeys?: number;
   /** Called if a worker dies; the default ends the process (recovery repairs it). */
   readonly onWorkerDeath?: (index: number, reason: string) => void;
   /** The operator's per-environment quotas (default: none). */
@@ -111,6 +114,7 @@ export class ShardPool {
       workerIndex: index,
       snapshotEveryBatches: this.options.snapshotEveryBatches ?? SNAPSHOT_EVERY_BATCHES,
       snapshotSliceWork: this.options.snapshotSliceWork ?? SNAPSHOT_SLICE_WORK,
+      idempotencyRunKeys: this.options.idempotencyRunKeys ?? IDEMPOTENCY_RUN_KEYS,
       quotas: workerQuotas(this.options.quotas ?? NO_QUOTAS, index, this.options.workers),
     };
     const worker = new Worker(new URL('../actors/shard-worker.js', import.meta.url), {

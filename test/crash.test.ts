@@ -3,7 +3,7 @@
  * Durability under SIGKILL, repeated and under load, is test/crash-cycles.test.ts.
  */
 import { describe, expect, it } from 'vitest';
-import { call, startServerProcess, tempDataDir } from './support/server-process.js';
+import { call, startServerProcess, tempDataDir, type Keys } from './support/server-process.js';
 
 const CONFIG = {
   entitlements: { api_calls: { type: 'meter', reset: 'never' } },
@@ -64,7 +64,7 @@ describe('crash safety', () => {
 
     const second = await startServerProcess({ dataDir, keys: first.keys });
     try {
-      // The restarted worker's window is empty: every retry is answered from the key table.
+      // Every retry is found: in memory again from the key log, or in a sealed run.
       for (const [customerId, key] of acked)
         expect((await consume(second.base, customerId, key, 1)).body).toMatchObject({
           consumed: 10,
@@ -72,6 +72,101 @@ describe('crash safety', () => {
       expect((await consume(second.base, 'k9-0', 'req-0', 2)).status).toBe(400);
     } finally {
       await second.stop();
+    }
+  });
+
+  it('keys sealed into runs under load survive kill -9, twice: each retry a replay', async () => {
+    const dataDir = tempDataDir('tally-kill9-runs');
+    // Runs of 40 keys: sealing (and grouping) goes on all through the load, so the kills
+    // land between its steps as well as between appends.
+    const env = { TALLY_WORKERS: '2', TALLY_IDEMPOTENCY_RUN_KEYS: '40' };
+    const acked = new Map<string, number>(); // key → amount, acknowledged
+    const customerOf = (key: string): string => `kr-${Number(key.split('-')[2]) % 12}`;
+    let keys: Keys | undefined;
+    let runsSeen = 0;
+    for (let cycle = 0; cycle < 2; cycle++) {
+      const server = await startServerProcess({ dataDir, env, ...(keys ? { keys } : {}) });
+      keys = server.keys;
+      const sk = server.keys.test.server;
+      if (cycle === 0) await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG });
+      let killing = false;
+      const loop = async (l: number): Promise<void> => {
+        for (let n = 0; !killing; n++) {
+          const key = `c${cycle}-${l}-${n}`;
+          const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+            key: sk,
+            body: { customerId: customerOf(key), amount: 1 + (n % 3), idempotencyKey: key },
+          }).catch(() => null);
+          if (res === null) return; // in flight at the kill
+          expect(res.status).toBe(200);
+          acked.set(key, 1 + (n % 3));
+        }
+      };
+      const loops = Array.from({ length: 12 }, (_, l) => loop(l));
+      while (runsSeen < 5 * (cycle + 1)) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        const metrics = await call(server.base, 'GET', '/v1/admin/metrics', {
+          key: server.keys.admin,
+        });
+        runsSeen = [
+          ...String(metrics.body).matchAll(/^tally_shard_idempotency_runs\{[^}]*\} (\d+)/gm),
+        ]
+          .map((m) => Number(m[1]))
+          .reduce((sum, n) => sum + n, 0);
+      }
+      killing = true;
+      await server.kill9();
+      await Promise.all(loops);
+    }
+    const server = await startServerProcess({ dataDir, env, ...(keys ? { keys } : {}) });
+    try {
+      const sk = server.keys.test.server;
+      const before = new Map<string, number>();
+      for (let c = 0; c < 12; c++) {
+        const res = await call(
+          server.base,
+          'GET',
+          `/v1/usage/api_calls/balance?customerId=kr-${c}`,
+          {
+            key: sk,
+          },
+        );
+        before.set(`kr-${c}`, res.body.consumed as number);
+      }
+      expect(acked.size).toBeGreaterThan(200);
+      const total = [...before.values()].reduce((sum, consumed) => sum + consumed, 0);
+      const ackedTotal = [...acked.values()].reduce((sum, amount) => sum + amount, 0);
+      // Every acknowledged consume is applied (some in flight at a kill may be too).
+      expect(total).toBeGreaterThanOrEqual(ackedTotal);
+      let n = 0;
+      for (const [key, amount] of acked) {
+        const retry = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+          key: sk,
+          body: { customerId: customerOf(key), amount, idempotencyKey: key },
+        });
+        expect(retry.status).toBe(200);
+        if (n++ % 25 === 0) {
+          const reused = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+            key: sk,
+            body: { customerId: customerOf(key), amount: amount + 1, idempotencyKey: key },
+          });
+          expect(reused.status).toBe(400);
+        }
+      }
+      // No retry applied anything: every acknowledged key was found.
+      for (let c = 0; c < 12; c++) {
+        const res = await call(
+          server.base,
+          'GET',
+          `/v1/usage/api_calls/balance?customerId=kr-${c}`,
+          {
+            key: sk,
+          },
+        );
+        expect(res.body.consumed).toBe(before.get(`kr-${c}`));
+      }
+    } finally {
+      await server.stop();
     }
   });
 });

@@ -327,7 +327,7 @@ describe('the shard over the key store', () => {
       shard,
       () => now,
       (e) => failures.push(e),
-      5,
+      { idleMs: 5 },
     );
     upkeep.start();
     await tick();
