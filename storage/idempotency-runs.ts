@@ -37,6 +37,7 @@
  * order); `migrateTable` moves its keys into runs at start.
  */
 import { assert } from '../shared/assert.js';
+import { IDEMPOTENCY_RUN_KEYS } from '../shared/limits.js';
 import { decodeRecord, encodeRecord } from './codec.js';
 import { KeyFilter, keyHashes } from './key-filter.js';
 import { durableWrite, type BinaryDb } from './lmdb-env.js';
@@ -555,14 +556,16 @@ export class KeyStore {
   /**
    * The group a run of `keys` keys joins: the open one, unless it is full (GROUP_RUNS runs,
    * or no room for the keys in its filter's capacity), else a new one sized for GROUP_RUNS
-   * runs like this one (at least MIN_GROUP_KEYS keys). A new group is stored with its first
-   * run.
+   * runs like this one, a run counted at most IDEMPOTENCY_RUN_KEYS (a batch far larger, as
+   * after a restore, fills a group of its own), and at least MIN_GROUP_KEYS keys. A new
+   * group is stored with its first run.
    */
   #groupFor(keys: number): Group {
     const open = this.#groups.at(-1);
     if (open !== undefined && open.runs.length < GROUP_RUNS && open.count + keys <= open.capacity)
       return open;
-    const capacity = GROUP_RUNS * Math.max(keys, MIN_GROUP_KEYS / GROUP_RUNS);
+    const perRun = Math.max(Math.min(keys, IDEMPOTENCY_RUN_KEYS), MIN_GROUP_KEYS / GROUP_RUNS);
+    const capacity = Math.max(keys, GROUP_RUNS * perRun);
     const group: Group = {
       first: this.#nextRunSeq,
       runs: [],
