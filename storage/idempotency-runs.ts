@@ -40,7 +40,8 @@ import { assert } from '../shared/assert.js';
 import { IDEMPOTENCY_RUN_KEYS } from '../shared/limits.js';
 import { decodeRecord, encodeRecord } from './codec.js';
 import { KeyFilter, keyHashes } from './key-filter.js';
-import { durableWrite, type BinaryDb } from './lmdb-env.js';
+import type { RootDatabase } from 'lmdb';
+import { flushedWrite, type BinaryDb } from './lmdb-env.js';
 
 /** The names of the databases, for the environment that opens them. */
 export const IDEMPOTENCY_DB_NAMES = [
@@ -262,6 +263,7 @@ class RunWriter {
   last: Promise<unknown> = Promise.resolve();
 
   constructor(
+    private readonly root: RootDatabase,
     private readonly runs: BinaryDb,
     readonly seq: number,
     /** The filter of the group the run joins. */
@@ -282,9 +284,9 @@ class RunWriter {
     if (atMs > this.maxAtMs) this.maxAtMs = atMs;
   }
 
-  /** Waits for the slice just issued to commit (its failure is fatal to the caller). */
+  /** Waits for the slice just issued to be on disk (its failure is fatal to the caller). */
   committed(): Promise<unknown> {
-    return durableWrite(this.last, 'a slice of an idempotency run');
+    return flushedWrite(this.root, this.last, 'a slice of an idempotency run');
   }
 
   run(): Run {
@@ -311,7 +313,11 @@ export class KeyStore {
   readonly #groups: Group[] = [];
   #nextRunSeq: number;
 
-  constructor(dbs: Readonly<Record<IdempotencyDbName, BinaryDb>>) {
+  /** Every write of the upkeep waits until it is on disk: a failed sync must stop the worker. */
+  readonly #root: RootDatabase;
+
+  constructor(dbs: Readonly<Record<IdempotencyDbName, BinaryDb>>, root: RootDatabase) {
+    this.#root = root;
     this.#logs = [dbs['idempotency-log-0'], dbs['idempotency-log-1']];
     this.#runs = dbs['idempotency-runs'];
     this.#catalog = dbs['idempotency-run-catalog'];
@@ -540,7 +546,7 @@ export class KeyStore {
       await pacing.pause();
     }
     const group = this.#groupFor(batch.size);
-    const writer = new RunWriter(this.#runs, this.#nextRunSeq, group.filter);
+    const writer = new RunWriter(this.#root, this.#runs, this.#nextRunSeq, group.filter);
     const merge = new SortedMerge(chunks);
     while (!merge.done) {
       for (let n = 0; n < KEY_SLICE && !merge.done; n++) writer.put(merge.next());
@@ -549,7 +555,11 @@ export class KeyStore {
     }
     const run = await this.#commitRun(writer, group);
     this.#sealing = null;
-    await durableWrite(sealedLog.clearAsync(), 'the clearing of a sealed idempotency log');
+    await flushedWrite(
+      this.#root,
+      sealedLog.clearAsync(),
+      'the clearing of a sealed idempotency log',
+    );
     return run;
   }
 
@@ -585,7 +595,7 @@ export class KeyStore {
     const run = writer.run();
     this.#catalog.put(run.seq, runRecord(run)).catch(() => undefined);
     const stored = this.#catalog.put(['group', group.first], groupRecord(group));
-    await durableWrite(stored, 'an idempotency run and its group');
+    await flushedWrite(this.#root, stored, 'an idempotency run and its group');
     if (this.#groups.at(-1) !== group) this.#groups.push(group);
     group.runs.push(run);
     this.#countIn(group, run);
@@ -607,7 +617,7 @@ export class KeyStore {
       // Its records go in one transaction: the group's and its runs'.
       let last = this.#catalog.remove(['group', group.first]);
       for (const run of group.runs) last = this.#catalog.remove(run.seq);
-      await durableWrite(last, 'the removal of an idempotency run group');
+      await flushedWrite(this.#root, last, 'the removal of an idempotency run group');
       this.#groups.shift();
       this.#runList.splice(0, group.runs.length);
       dropped.push(...group.runs);
@@ -618,7 +628,7 @@ export class KeyStore {
       if (keys.length === 0) break;
       let last: Promise<unknown> = Promise.resolve();
       for (const key of keys) last = this.#runs.remove(key);
-      await durableWrite(last, 'a slice of a dropped idempotency run');
+      await flushedWrite(this.#root, last, 'a slice of a dropped idempotency run');
       await pacing.pause();
     }
     return dropped;
@@ -656,7 +666,7 @@ export class KeyStore {
         if (stored.atMs < expiredBeforeMs) continue;
         if (writer === null) {
           group = this.#groupFor(Math.min(remaining + 1, MIGRATION_RUN_KEYS));
-          writer = new RunWriter(this.#runs, this.#nextRunSeq, group.filter);
+          writer = new RunWriter(this.#root, this.#runs, this.#nextRunSeq, group.filter);
         }
         writer.put({ environment, customerId, scopeDigest, ...stored });
         moved += 1;
@@ -671,8 +681,12 @@ export class KeyStore {
       await pacing.pause();
     }
     if (writer !== null && writer.count > 0) await this.#commitRun(writer, group as Group);
-    await durableWrite(this.#table.clearAsync(), 'the clearing of the old key table');
-    await durableWrite(this.#tableExpiry.clearAsync(), 'the clearing of the old expiry table');
+    await flushedWrite(this.#root, this.#table.clearAsync(), 'the clearing of the old key table');
+    await flushedWrite(
+      this.#root,
+      this.#tableExpiry.clearAsync(),
+      'the clearing of the old expiry table',
+    );
     return moved;
   }
 }

@@ -214,7 +214,7 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
 
   private constructor(env: DurableEnv<DbName>, shapes: RecordShapes<Ev, Item, Audit>) {
     this.#env = env;
-    this.idempotency = new KeyStore(env.dbs);
+    this.idempotency = new KeyStore(env.dbs, env.root);
     this.#shapes = shapes;
     this.#snapshotSeq = readSnapshotHeader(env.dbs.snapshot)?.seq ?? 0;
     const tail = lastJournalRecord(env.dbs.journal);

@@ -1,8 +1,9 @@
 /**
  * The fault simulator (support/durability-sim.ts) over a fixed set of seeds: the real
  * shard and shard store on a simulated disk with out-of-order, slow and failing syncs,
- * failing commits, kill -9 and power cuts (also during recovery), torn tails and sliced
- * snapshots taken while appends are in flight, and the recovery barrier. `SIM_SEED=<n>`
+ * failing commits, kill -9 and power cuts (also during recovery), torn tails, sliced
+ * snapshots taken while appends are in flight, idempotency keys sealed into runs a slice at
+ * a time, and the recovery barrier. `SIM_SEED=<n>`
  * replays one seed; the long random-seed run is `npm run sim -- --seconds N`. A negative
  * control recovers without the barrier and must be caught.
  */
@@ -36,6 +37,7 @@ describe('durability simulation', () => {
       'crashesDuringRecovery',
       'tornTails',
       'snapshots',
+      'sealedRuns',
       'heldBackBatches',
       'recoveryBarriers',
       'crashesAwaitingBarrier',

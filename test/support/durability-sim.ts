@@ -65,6 +65,9 @@ export interface SimStats {
   crashesDuringRecovery: number;
   tornTails: number;
   snapshots: number;
+  /** Runs of idempotency keys sealed (storage/idempotency-runs.ts), and seals begun. */
+  sealedRuns: number;
+  sealsBegun: number;
   heldBackBatches: number;
   /** Recoveries whose barrier completed, so the shard went on to serve. */
   recoveryBarriers: number;
@@ -238,13 +241,18 @@ async function run(
     crashesDuringRecovery: 0,
     tornTails: 0,
     snapshots: 0,
+    sealedRuns: 0,
+    sealsBegun: 0,
     heldBackBatches: 0,
     recoveryBarriers: 0,
     crashesAwaitingBarrier: 0,
   };
   const log: string[] = [];
   const fail = (message: string): never => {
-    throw new SimulationFailure(seed, `${message}\nlast steps:\n  ${log.slice(-25).join('\n  ')}`);
+    throw new SimulationFailure(
+      seed,
+      `${message}\nlast steps:\n  ${log.slice(-Number(process.env.SIM_LOG ?? 25)).join('\n  ')}`,
+    );
   };
   const checkViolations = (): void => {
     if (violations.length > 0) fail(violations.join('\n'));
@@ -278,6 +286,8 @@ async function run(
     readonly appended: number[];
     readonly expecting: Map<number, Expectation>;
     copy: { readonly copy: ShardCopy; readonly seq: number; readonly chunks: Buffer[] } | null;
+    /** Sealing the idempotency keys in memory into a run, as the worker's upkeep does. */
+    sealing: boolean;
   }
   let world: World | null = null;
 
@@ -343,6 +353,7 @@ async function run(
       appended,
       expecting,
       copy: null,
+      sealing: false,
     };
     const shard = new Shard({
       journal: {
@@ -627,6 +638,30 @@ async function run(
       configs[environment] = rand() < 0.5 ? CONFIG : CONFIG_B;
       w.shard.setConfig(environment, ++configVersion, configs[environment]);
       log.push(`step ${step}: config of ${environment} changed`);
+    } else if (roll < 0.93) {
+      // Seal the keys in memory into a run, as the worker's upkeep does: a slice per turn,
+      // its commits and syncs driven by the schedule like every other write; a failed write
+      // kills the process, as it kills the worker.
+      const waiting = w.store.idempotency.unsealed;
+      if (w.ready && !w.sealing && waiting > 0) {
+        w.sealing = true;
+        stats.sealsBegun++;
+        w.store.idempotency
+          .seal({
+            pause: settle,
+            keysDurable: () => new Promise((resolve) => w.shard.whenDurable(resolve)),
+          })
+          .then(
+            () => {
+              w.sealing = false;
+              stats.sealedRuns++;
+            },
+            () => {
+              w.dead = true;
+            },
+          );
+        log.push(`step ${step}: sealing ${waiting} keys`);
+      }
     } else if (roll < 0.95) {
       crashAndRecover();
     }

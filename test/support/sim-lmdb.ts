@@ -79,7 +79,7 @@ function deferred<T>(): Deferred<T> {
 
 /** One asynchronous write, as the simulator tracks it. */
 export interface WriteOp {
-  readonly kind: 'put' | 'remove' | 'child';
+  readonly kind: 'put' | 'remove' | 'child' | 'clear';
   readonly db: string;
   readonly key: Key;
   readonly value?: Buffer;
@@ -172,6 +172,11 @@ export class SimDisk {
         continue;
       }
       const table = state.get(op.db) as Table;
+      if (op.kind === 'clear') {
+        table.clear();
+        results.push({ ok: true, value: undefined });
+        continue;
+      }
       const existed = table.delete(keyString(op.key));
       if (op.kind === 'put')
         table.set(keyString(op.key), { key: op.key, value: op.value as Buffer });
@@ -333,6 +338,7 @@ export class SimDisk {
       getKeys: (options?: { start?: Key; end?: Key }) => range(name, options).map((e) => e.key),
       put: (key: Key, value: Buffer) => issue({ kind: 'put', db: name, key, value }),
       remove: (key: Key) => issue({ kind: 'remove', db: name, key }),
+      clearAsync: () => issue({ kind: 'clear', db: name, key: '' }),
       putSync: (key: Key, value: Buffer) => writeSync(name, 'put', key, value),
       removeSync: (key: Key) => writeSync(name, 'remove', key),
       childTransaction: (fn: () => unknown) => issue({ kind: 'child', db: name, key: '', fn }),
