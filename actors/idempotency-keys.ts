@@ -61,7 +61,9 @@ export class MemoryKeys implements StoredKeys {
     const byCustomer = new Map<string, IdempotencyPut[]>();
     for (const put of this.keys.values()) {
       const key = `${put.environment}\u0000${put.customerId}`;
-      byCustomer.set(key, [...(byCustomer.get(key) ?? []), put]);
+      const list = byCustomer.get(key);
+      if (list === undefined) byCustomer.set(key, [put]);
+      else list.push(put);
     }
     return byCustomer;
   }

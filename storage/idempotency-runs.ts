@@ -1,6 +1,6 @@
 /**
  * A shard's idempotency keys: the recent ones in memory, every other one of the retention
- * on disk in sealed, sorted runs, each with a filter in memory.
+ * on disk in sealed, sorted runs, behind filters in memory.
  *
  * Why runs: keyed writes (a request id on every consume) arrive in random key order. A
  * B-tree that takes them in that order rewrites about one 4 KB page per key at every
@@ -15,23 +15,23 @@
  * - `idempotency-runs`: [run seq, environment, customerId, scope digest] →
  *   frame([fingerprint, atMs]). Sealing takes the keys in memory, sorts them and writes
  *   them as the next run, in key order (dense, sequential pages), a slice at a time.
- * - `idempotency-run-catalog`: [run seq] → frame(run): its key count per environment, its
- *   time range and its filter (key-filter.ts), none once grouped; ['group', first run seq]
- *   → frame([first, last run seq, the group's filter]). A run is found by lookups once its catalog
- *   record is committed; then the keys it holds leave memory and their log table is
- *   cleared.
+ * - `idempotency-run-catalog`: [run seq] → frame(run): its key count per environment and
+ *   its time range; ['group', first run seq] → frame([first run seq, capacity, filter]).
+ *   Runs come in groups of up to GROUP_RUNS consecutive runs behind one filter
+ *   (key-filter.ts): sealing adds each key to the open group's filter, stored with the
+ *   run's record in one transaction. Lookups find a run once that transaction is on
+ *   disk; then the keys it holds leave memory and their log table is cleared.
  *
  * Two log tables alternate: sealing switches new keys to the other table, waits until
  * every key decided before the switch is durable, writes the run, and clears the sealed
  * table. A crash at any point keeps every key: a key is in a committed run, or in a log
  * table (loaded back into memory at start), or both (a duplicate answers the same).
+ * Every upkeep write waits until it is on disk, so a failed sync stops the worker.
  *
- * A lookup reads memory, then the runs newest first, reading a run only where its filter
- * says it may hold the key. Once 16 runs have filters of their own, the oldest 16 are
- * grouped behind one filter (built by reading their keys, a sequential pass), so a lookup
- * probes one filter per group of 16 runs and reads the group's runs only where that
- * filter says maybe. Expired runs (their newest key is past the retention) are
- * dropped whole, oldest first. Keys expire in lookups by their time, not by removal.
+ * A lookup reads memory, then the groups newest first, reading a group's runs (newest
+ * first) only where its filter says it may hold the key. A group is dropped whole once
+ * its newest key is past the retention, oldest first. Keys expire in lookups by their
+ * time, not by removal.
  *
  * `idempotency` and `idempotency-expiry` are the layout before runs (one B-tree in key
  * order); `migrateTable` moves its keys into runs at start.
@@ -440,11 +440,6 @@ export class KeyStore {
     return this.#active.size;
   }
 
-  /** Whether a run is being sealed now. */
-  get sealing(): boolean {
-    return this.#sealing !== null;
-  }
-
   /** Keys stored: in runs (expired ones not yet dropped included) and in memory. */
   get size(): number {
     let count = this.inMemory;
@@ -605,9 +600,9 @@ export class KeyStore {
   }
 
   /**
-   * Drops the runs whose newest key was used before `beforeMs`, oldest first (lookups stop
-   * reading a run when its catalog record goes), then removes their keys a slice per turn,
-   * with any a crash left behind. Returns the runs dropped.
+   * Drops the groups whose newest key was used before `beforeMs`, oldest first (lookups
+   * stop reading a group when its catalog records go), then removes their runs' keys a
+   * slice per turn, with any a crash left behind. Returns the runs dropped.
    */
   async dropExpired(beforeMs: number, pacing: Pick<Pacing, 'pause'>): Promise<RunInfo[]> {
     const dropped: RunInfo[] = [];
