@@ -35,7 +35,10 @@ export interface KeyBackfill {
 /** The part of the key store the upkeep uses (storage/idempotency-runs.ts). */
 export interface KeyRuns {
   readonly unsealed: number;
-  seal(pacing: { pause: () => Promise<void>; keysDurable: () => Promise<void> }): Promise<unknown>;
+  seal(
+    pacing: { pause: () => Promise<void>; keysDurable: () => Promise<void> },
+    runKeys: number,
+  ): Promise<unknown>;
   dropExpired(
     beforeMs: number,
     pacing: { pause: () => Promise<void> },
@@ -169,7 +172,7 @@ export class KeyUpkeep {
       (waiting > 0 && now - this.lastSealMs >= IDEMPOTENCY_SEAL_INTERVAL_MS)
     ) {
       this.lastSealMs = now;
-      await this.runs.seal(this.pacing);
+      await this.runs.seal(this.pacing, runKeys);
       this.sealed += 1;
     }
     return this.runs.unsealed >= runKeys;

@@ -230,7 +230,17 @@ async function recover(): Promise<void> {
   // the next is read (a failure part-way kills the worker, so partial state never serves).
   // A data dir of the layout before the key table: its keys move into the table as they
   // are read (idempotency-upkeep.ts), made durable by the barrier below with the meta.
-  const layout = store.getMeta(IDEMPOTENCY_LAYOUT_META) as { version: number } | undefined;
+  const layout = store.getMeta(IDEMPOTENCY_LAYOUT_META) as { version?: unknown } | undefined;
+  // A layout newer than this release reads (keys elsewhere, or in another form) is refused,
+  // as a newer snapshot format is: going on would miss keys and mark the dir as older.
+  if (
+    layout !== undefined &&
+    !(typeof layout.version === 'number' && layout.version <= IDEMPOTENCY_LAYOUT_VERSION)
+  )
+    throw new Error(
+      `the idempotency keys of ${dataDir} are of layout ${String(layout.version)}; this ` +
+        `release reads layouts up to ${IDEMPOTENCY_LAYOUT_VERSION}: run a newer release`,
+    );
   const migration = layout === undefined ? new KeyMigration(store.idempotency, Date.now()) : null;
   const snapshot = store.readSnapshot((items) => {
     migration?.snapshotItems(items);

@@ -522,10 +522,11 @@ export class KeyStore {
    * Seals the keys in memory into the next run: new keys go to the other log table from
    * now on; once every key decided so far is durable (`pacing.keysDurable`), the batch is
    * sorted and written a slice per turn, its catalog record committed, and its log table
-   * cleared. Returns the run, or null when memory held no key. One seal at a time; a
+   * cleared. Returns the run, or null when memory held no key. `runKeys` is the size runs
+   * are sealed at (a new group's filter is sized for 16 of them). One seal at a time; a
    * failed write throws (the caller crashes: recovery from disk is the repair).
    */
-  async seal(pacing: Pacing): Promise<RunInfo | null> {
+  async seal(pacing: Pacing, runKeys = IDEMPOTENCY_RUN_KEYS): Promise<RunInfo | null> {
     assert(this.#sealing === null, 'one idempotency run is sealed at a time');
     if (this.#active.size === 0) return null;
     const batch = this.#active;
@@ -540,7 +541,7 @@ export class KeyStore {
       chunks.push(chunk);
       await pacing.pause();
     }
-    const group = this.#groupFor(batch.size);
+    const group = this.#groupFor(batch.size, runKeys);
     const writer = new RunWriter(this.#root, this.#runs, this.#nextRunSeq, group.filter);
     const merge = new SortedMerge(chunks);
     while (!merge.done) {
@@ -561,15 +562,15 @@ export class KeyStore {
   /**
    * The group a run of `keys` keys joins: the open one, unless it is full (GROUP_RUNS runs,
    * or no room for the keys in its filter's capacity), else a new one sized for GROUP_RUNS
-   * runs like this one, a run counted at most IDEMPOTENCY_RUN_KEYS (a batch far larger, as
-   * after a restore, fills a group of its own), and at least MIN_GROUP_KEYS keys. A new
-   * group is stored with its first run.
+   * runs like this one, a run counted at most `runKeys` (a batch far larger, as after a
+   * restore, fills a group of its own), and at least MIN_GROUP_KEYS keys. A new group is
+   * stored with its first run.
    */
-  #groupFor(keys: number): Group {
+  #groupFor(keys: number, runKeys: number): Group {
     const open = this.#groups.at(-1);
     if (open !== undefined && open.runs.length < GROUP_RUNS && open.count + keys <= open.capacity)
       return open;
-    const perRun = Math.max(Math.min(keys, IDEMPOTENCY_RUN_KEYS), MIN_GROUP_KEYS / GROUP_RUNS);
+    const perRun = Math.max(Math.min(keys, runKeys), MIN_GROUP_KEYS / GROUP_RUNS);
     const capacity = Math.max(keys, GROUP_RUNS * perRun);
     const group: Group = {
       first: this.#nextRunSeq,
@@ -660,7 +661,7 @@ export class KeyStore {
         remaining -= 1;
         if (stored.atMs < expiredBeforeMs) continue;
         if (writer === null) {
-          group = this.#groupFor(Math.min(remaining + 1, MIGRATION_RUN_KEYS));
+          group = this.#groupFor(Math.min(remaining + 1, MIGRATION_RUN_KEYS), MIGRATION_RUN_KEYS);
           writer = new RunWriter(this.#root, this.#runs, this.#nextRunSeq, group.filter);
         }
         writer.put({ environment, customerId, scopeDigest, ...stored });

@@ -204,6 +204,18 @@ describe('a data dir of the layout before the key table', () => {
     }
   });
 
+  it('refuses a data dir whose keys are of a newer layout, saying so', async () => {
+    const dataDir = tempDataDir('tally-newer-keys');
+    const first = await startServerProcess({ dataDir, env: { TALLY_WORKERS: '1' } });
+    await first.stop();
+    const store = ShardStore.open(path.join(dataDir, 'shard-0'));
+    await store.putMeta('idempotency-layout', { version: 99 });
+    await store.close();
+    await expect(
+      startServerProcess({ dataDir, env: { TALLY_WORKERS: '1' }, keys: first.keys }),
+    ).rejects.toThrow(/idempotency keys .* are of layout 99; this release reads layouts up to 2/);
+  });
+
   it('refuses a data dir whose snapshot is of a newer format, saying so', async () => {
     const dir = path.join(tempDataDir('tally-newer'), 'shard-0');
     fs.mkdirSync(dir);
