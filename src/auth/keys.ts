@@ -57,14 +57,24 @@ export function issueKey(
  * No `timingSafeEqual` runs after the lookup: it would only compare the digest just found
  * with itself, and cost a Buffer per request.
  */
+/** Keys the ring remembers as verified (see `verify`); all are forgotten when it fills. */
+const VERIFIED_MAX = 4_096;
+
 export class KeyRing {
   private readonly byHash = new Map<string, KeyRecord>();
+  /**
+   * Live keys as presented, once verified: a SHA-256 per request was the largest part of a
+   * `has` answered from memory. Emptied whenever any key is added or revoked, so a revoked
+   * key is refused by the very next request, as before.
+   */
+  private readonly verified = new Map<string, KeyRecord>();
 
   constructor(private readonly store: ControlStore) {
     for (const record of store.listKeys()) this.index(record);
   }
 
   private index(record: KeyRecord): void {
+    this.verified.clear();
     this.byHash.set(Buffer.from(record.hashHex, 'hex').toString('latin1'), record);
   }
 
@@ -109,9 +119,14 @@ export class KeyRing {
    * revoked. Never throws for client input.
    */
   verify(presented: string): KeyRecord | null {
+    const known = this.verified.get(presented);
+    if (known !== undefined) return known;
     if (!KEY_PATTERN.test(presented)) return null;
     // 'binary' is Node's name for latin1 in `crypto.hash`.
     const record = this.byHash.get(hash('sha256', presented, 'binary'));
-    return record !== undefined && record.revokedAtMs === null ? record : null;
+    if (record === undefined || record.revokedAtMs !== null) return null;
+    if (this.verified.size >= VERIFIED_MAX) this.verified.clear();
+    this.verified.set(presented, record);
+    return record;
   }
 }
