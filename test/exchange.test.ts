@@ -79,6 +79,8 @@ describe('Exchange', () => {
     expect(a.written.filter((w) => w.startsWith('body'))).toEqual(['body 1']);
     const b = recorder();
     const aborted = new Exchange(b.res, 'GET', '/x', obs);
+    // Not answered inside the handler: the server arms the abort callback before returning.
+    aborted.armAbort();
     b.abort();
     aborted.send(200, '1');
     expect(b.written).toEqual([]);

@@ -79,11 +79,23 @@ export class Exchange {
     this.echoRequestId = incomingRequestId !== '';
     this.requestIdText =
       this.echoRequestId && isWellFormedRequestId(incomingRequestId) ? incomingRequestId : '';
-    res.onAborted(() => {
+  }
+
+  private armed = false;
+
+  /**
+   * Watches for the client going away: called before the route handler returns whenever the
+   * answer is not written yet (uWS needs it then). An answer written inside the handler, as
+   * a `has` held in memory is, needs none, and saves registering a callback per request.
+   */
+  armAbort(): void {
+    if (this.armed) return;
+    this.armed = true;
+    this.res.onAborted(() => {
       this.aborted = true;
       this.onAbort?.();
       // A streamed download cut short was already counted when its headers went out.
-      if (!this.done) obs.aborted(this);
+      if (!this.done) this.obs.aborted(this);
     });
   }
 
@@ -165,6 +177,7 @@ export class Exchange {
    * still pending.
    */
   failAndClose(code: ErrorCode, params: ErrorParams = {}, headers: Headers = []): void {
+    this.armAbort();
     this.res.onData(ignoreBody);
     setImmediate(() => this.fail(code, params, headers, true));
   }

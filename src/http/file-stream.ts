@@ -12,6 +12,7 @@ const CHUNK_BYTES = 256 * 1024;
 /** Sends `file` (of `size` bytes) with status 200; a read error closes the connection. */
 export function streamFile(ex: Exchange, file: string, size: number, headers: Headers): void {
   if (ex.aborted || ex.done) return;
+  ex.armAbort();
   ex.done = true;
   const res = ex.res;
   const stream = fs.createReadStream(file, { highWaterMark: CHUNK_BYTES });
