@@ -20,14 +20,31 @@ export type RouteLookup<R> =
 interface Entry<R> {
   readonly method: string;
   readonly segments: readonly string[];
+  /** Per segment: whether it is a `:name` parameter. */
+  readonly isParam: readonly boolean[];
   readonly route: R;
+  /** Its position in registration order. */
+  readonly index: number;
 }
 
 export class Router<R> {
   private readonly entries: Entry<R>[] = [];
+  /** The entries by their number of segments, each list in registration order. */
+  private readonly bySegments = new Map<number, Entry<R>[]>();
 
   add(method: string, pattern: string, route: R): this {
-    this.entries.push({ method: method.toUpperCase(), segments: pattern.split('/'), route });
+    const segments = pattern.split('/');
+    const entry: Entry<R> = {
+      method: method.toUpperCase(),
+      segments,
+      isParam: segments.map((segment) => segment.startsWith(':')),
+      route,
+      index: this.entries.length,
+    };
+    this.entries.push(entry);
+    const sameLength = this.bySegments.get(segments.length);
+    if (sameLength === undefined) this.bySegments.set(segments.length, [entry]);
+    else sameLength.push(entry);
     return this;
   }
 
@@ -42,34 +59,37 @@ export class Router<R> {
     }));
   }
 
+  /** The first route registered whose pattern matches (only patterns as long as the path). */
   lookup(method: string, path: string): RouteLookup<R> {
     const segments = path.split('/');
-    const allowed: string[] = [];
-    for (let index = 0; index < this.entries.length; index++) {
-      const entry = this.entries[index] as Entry<R>;
-      const params = matchSegments(entry.segments, segments);
-      if (params === null) continue;
+    const candidates = this.bySegments.get(segments.length) ?? [];
+    let allowed: string[] | null = null;
+    for (const entry of candidates) {
+      if (!matches(entry, segments)) continue;
       if (entry.method === method)
-        return { kind: 'match', match: { route: entry.route, params, index } };
-      allowed.push(entry.method);
+        return {
+          kind: 'match',
+          match: { route: entry.route, params: paramsOf(entry, segments), index: entry.index },
+        };
+      (allowed ??= []).push(entry.method);
     }
-    if (allowed.length > 0) return { kind: 'method_not_allowed', allow: allowed.join(', ') };
+    if (allowed !== null) return { kind: 'method_not_allowed', allow: allowed.join(', ') };
     return { kind: 'not_found' };
   }
 }
 
-function matchSegments(pattern: readonly string[], actual: readonly string[]): string[] | null {
-  if (pattern.length !== actual.length) return null;
-  const params: string[] = [];
-  for (let i = 0; i < pattern.length; i++) {
-    const p = pattern[i] as string;
+/** Whether `actual`, as long as the pattern, matches it: literals equal, parameters not empty. */
+function matches<R>(entry: Entry<R>, actual: readonly string[]): boolean {
+  for (let i = 0; i < actual.length; i++) {
     const a = actual[i] as string;
-    if (p.startsWith(':')) {
-      if (a === '') return null;
-      params.push(a);
-    } else if (p !== a) {
-      return null;
-    }
+    if (entry.isParam[i] === true ? a === '' : a !== entry.segments[i]) return false;
   }
+  return true;
+}
+
+function paramsOf<R>(entry: Entry<R>, actual: readonly string[]): string[] {
+  const params: string[] = [];
+  for (let i = 0; i < actual.length; i++)
+    if (entry.isParam[i] === true) params.push(actual[i] as string);
   return params;
 }
