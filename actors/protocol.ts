@@ -11,6 +11,7 @@
 import type { Environment } from '../shared/environment.js';
 import type { BillingConfig } from './billing-config.js';
 import type { GcPauseStats } from './gc-pauses.js';
+import type { ViewChanges } from './has-view.js';
 import type { HistogramData } from './histogram.js';
 import type { Command } from './customer.js';
 import { OPS, OPS_BY_CODE, type WireValue } from './ops.js';
@@ -266,5 +267,6 @@ export type FromWorker =
     }
   | { readonly t: 'cutDone'; readonly snapshotId: string; readonly result: CutResult }
   | { readonly t: 'cutFailed'; readonly snapshotId: string; readonly error: string }
-  | { readonly t: 'replies'; readonly replies: ReplyBatch }
+  /** `view`: changes to the front end's `has` view (has-view.ts), applied before the replies. */
+  | { readonly t: 'replies'; readonly replies: ReplyBatch; readonly view: ViewChanges }
   | { readonly t: 'stopped' };

@@ -15,6 +15,7 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { assert } from '../shared/assert.js';
 import { getHeapStatistics } from 'node:v8';
+import { PublishedViews } from './has-view.js';
 import { GcPauses } from './gc-pauses.js';
 import { Histogram, JOURNAL_BATCH_EVENTS_BOUNDS, JOURNAL_FLUSH_BOUNDS_MS } from './histogram.js';
 import type { CustomerState, Event } from './customer.js';
@@ -78,12 +79,19 @@ function post(message: FromWorker): void {
   port.postMessage(message);
 }
 
-/** Sends every buffered reply in one message (the shard calls it once per batch or group). */
+/** What the front end's `has` view needs to know; sent with the replies, in order. */
+const views = new PublishedViews();
+
+/**
+ * Sends every buffered reply in one message (the shard calls it once per batch or group),
+ * with the view changes decided since the last one.
+ */
 function flushReplies(): void {
-  if (outbox.length === 0) return;
+  const view = views.take();
+  if (outbox.length === 0 && view.length === 0) return;
   const replies = outbox;
   outbox = [];
-  post({ t: 'replies', replies });
+  post({ t: 'replies', replies, view });
 }
 
 function reply(id: number, outcome: ReplyOutcome, body: string, effect: AuditEffect): void {
@@ -212,6 +220,7 @@ const shard = new Shard({
   fatal: crash,
   quotas,
   storedKeys: store.idempotency,
+  views,
 });
 
 /** Set by a clean stop: no more upkeep writes (sealing, dropping, pruning) after it. */
@@ -444,6 +453,8 @@ function onMessage(message: ToWorker): void {
       return;
     case 'config':
       shard.setConfig(message.environment, message.version, message.config);
+      // The front end serves no `has` of the environment from its view until it hears this.
+      flushReplies();
       return;
     case 'stats':
       post({ t: 'stats', requestId: message.requestId, stats: liveStats() });

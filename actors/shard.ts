@@ -61,6 +61,7 @@ import {
   type KeyAddress,
   type StoredKeys,
 } from './idempotency-keys.js';
+import type { PublishedViews } from './has-view.js';
 import { OPS, type OpRecord } from './ops.js';
 import { captureBefore, noticesOf, type Notice } from './webhook-events.js';
 import {
@@ -125,6 +126,8 @@ export interface ShardOptions {
   readonly quotas?: WorkerQuotas;
   /** The store of idempotency keys (none: keys in memory alone, for tests). */
   readonly storedKeys?: StoredKeys;
+  /** Told of every `has` answered and every customer changed, for the front end's view. */
+  readonly views?: PublishedViews;
 }
 
 /** Whether `command`, whose record is `op`, is a read (the op table says). */
@@ -341,6 +344,7 @@ export class Shard {
 
   setConfig(environment: Environment, version: number, config: BillingConfig): void {
     const current = this.configs.get(environment);
+    this.options.views?.configured(environment);
     if (current !== undefined && current.version >= version) return;
     this.configs.set(environment, compileConfig(config, version));
   }
@@ -360,6 +364,14 @@ export class Shard {
       const config = this.configs.get(command.environment) ?? EMPTY_CONFIG;
       if (isReadOf(op, command)) {
         const outcome = query(customers.get(command.customerId), config, command, nowMs);
+        if (outcome.kind === 'has' && this.options.views !== undefined)
+          this.options.views.answered(
+            command.environment,
+            command.customerId,
+            command.key,
+            outcome.value,
+            outcome.untilMs,
+          );
         this.options.reply(id, replyOutcomeOf(outcome), replyBodyOf(op, outcome), 'none');
         continue;
       }
@@ -382,6 +394,8 @@ export class Shard {
       const captured = captureBefore(before, command);
       const execution = execute(before, config, command, nowMs, admit, seen);
       const wrote = execution.events.length > 0;
+      // Before any reply can leave: the front end forgets its answers about this customer.
+      if (wrote) this.options.views?.changed(command.environment, command.customerId);
       if (address !== null && wrote) this.rememberKeys(address, seen, execution.events);
       if (wrote && execution.customer !== undefined)
         for (const notice of noticesOf({

@@ -577,6 +577,8 @@ class FrontEnd {
       if (framing !== null) return ex.failAndClose(framing.code, { detail: framing.detail });
       this.dispatch(ex, req);
     });
+    // Still to answer (a shard's reply, a body to read): watch for the client leaving.
+    if (!ex.done) ex.armAbort();
   }
 
   private dispatch(ex: Exchange, req: uWS.HttpRequest): void {

@@ -40,6 +40,7 @@ import {
   type ToWorker,
   type WorkerStats,
 } from '../actors/protocol.js';
+import { HasView } from './has-view.js';
 import { NO_QUOTAS, workerQuotas, type Quotas } from '../shared/quotas.js';
 import type { ShardWorkerData } from '../actors/shard-worker.js';
 
@@ -94,9 +95,12 @@ export class ShardPool {
   private stopping = false;
 
   private readonly queueMax: number;
+  /** `has` answers the workers published, served without asking them (has-view.ts). */
+  private readonly view: HasView;
 
   private constructor(private readonly options: ShardPoolOptions) {
     this.queueMax = options.queueMax ?? WORKER_QUEUE_MAX;
+    this.view = new HasView(options.workers);
   }
 
   /** Starts every worker; resolves once each has recovered and reported ready. */
@@ -130,6 +134,8 @@ export class ShardPool {
           for (const audit of message.pendingAudits) this.recoveredAudits.push(audit);
           resolve();
         } else if (message.t === 'replies') {
+          // View changes first: a write's reply must never leave before its customer's drop.
+          if (message.view.length > 0) this.view.apply(index, message.view);
           this.deliver(slot, message.replies);
         } else if (message.t === 'stats') {
           this.statsArrived(index, message.requestId, message.stats);
@@ -264,11 +270,7 @@ export class ShardPool {
    * `audit`: an audited write's tag; the shard stores its entry with the change (protocol.ts).
    */
   submit(command: Command, onReply: ReplyHandler, audit: AuditTag | null = null): boolean {
-    const index = workerOf(
-      logicalShardOf(command.environment, command.customerId, LOGICAL_SHARDS),
-      this.slots.length,
-    );
-    const slot = this.slots[index];
+    const slot = this.slots[this.workerIndexOf(command.environment, command.customerId)];
     if (slot === undefined || slot.inFlight >= this.queueMax) return false;
     const id = this.nextId++;
     this.pending.set(id, onReply);
@@ -282,6 +284,23 @@ export class ShardPool {
   }
 
   /**
+   * The customer's answer to `has` of `key` as its worker published it, if the front end holds
+   * one that is still current; undefined: submit the read.
+   */
+  heldHas(environment: Environment, customerId: string, key: string): boolean | undefined {
+    return this.view.answer(environment, customerId, key);
+  }
+
+  /** `has` reads answered from the view since start, and customers it holds answers of now. */
+  viewStats(): { hits: number; customers: number } {
+    return { hits: this.view.hits, customers: this.view.customers };
+  }
+
+  private workerIndexOf(environment: Environment, customerId: string): number {
+    return workerOf(logicalShardOf(environment, customerId, LOGICAL_SHARDS), this.slots.length);
+  }
+
+  /**
    * The audit entries the shards had stored at start but the chain may lack (a crash came
    * between the change and its entry). The server appends the missing ones before serving.
    */
@@ -291,10 +310,7 @@ export class ShardPool {
 
   /** Tells the shard holding `customerId` that these audit entries are durable in the chain. */
   auditsRecorded(environment: Environment, customerId: string, refs: readonly string[]): void {
-    const slot =
-      this.slots[
-        workerOf(logicalShardOf(environment, customerId, LOGICAL_SHARDS), this.slots.length)
-      ];
+    const slot = this.slots[this.workerIndexOf(environment, customerId)];
     if (slot !== undefined && refs.length > 0) this.post(slot, { t: 'auditsRecorded', refs });
   }
 
@@ -341,6 +357,7 @@ export class ShardPool {
 
   /** Hands a configuration version to every worker; later batches see it. */
   broadcastConfig(environment: Environment, version: number, config: BillingConfig): void {
+    this.view.configSent(environment);
     for (const slot of this.slots) this.post(slot, { t: 'config', environment, version, config });
   }
 

@@ -390,15 +390,15 @@ describe('settings and /has', () => {
     const d = new Driver();
     const has = (key: string): Outcome =>
       d.run({ op: 'has', environment: env, customerId, key }, T0);
-    expect(has('sso')).toEqual({ kind: 'has', value: true });
-    expect(has('audit')).toEqual({ kind: 'has', value: false });
-    expect(has('seats')).toEqual({ kind: 'has', value: true });
-    expect(has('projects')).toEqual({ kind: 'has', value: false });
-    expect(has('exports')).toEqual({ kind: 'has', value: false });
+    expect(has('sso')).toMatchObject({ kind: 'has', value: true });
+    expect(has('audit')).toMatchObject({ kind: 'has', value: false });
+    expect(has('seats')).toMatchObject({ kind: 'has', value: true });
+    expect(has('projects')).toMatchObject({ kind: 'has', value: false });
+    expect(has('exports')).toMatchObject({ kind: 'has', value: false });
     d.run(consume('api_calls', 100), T0);
-    expect(has('api_calls')).toEqual({ kind: 'has', value: false });
+    expect(has('api_calls')).toMatchObject({ kind: 'has', value: false });
     d.run(overage('api_calls', true), T0);
-    expect(has('api_calls')).toEqual({ kind: 'has', value: true });
+    expect(has('api_calls')).toMatchObject({ kind: 'has', value: true });
     expect(rejectionOf(has('missing'))).toBe('entitlement_not_found');
   });
 
@@ -498,8 +498,8 @@ describe('contracts', () => {
       view: { limit: 50, included: 50, expansionAllowed: true },
     });
     expect(viewOf(d.run(balance('api_calls'), T0))).toMatchObject({ included: 2.5, balance: 2.5 });
-    expect(d.run(has('sso'), T0)).toEqual({ kind: 'has', value: false });
-    expect(d.run(has('audit'), T0)).toEqual({ kind: 'has', value: true });
+    expect(d.run(has('sso'), T0)).toMatchObject({ kind: 'has', value: false });
+    expect(d.run(has('audit'), T0)).toMatchObject({ kind: 'has', value: true });
     expect(rejectionOf(d.run(consume('api_calls', 3), T0))).toBe('insufficient_balance');
     expect(d.run(get(), T0)).toMatchObject({ kind: 'contract' });
   });

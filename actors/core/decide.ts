@@ -49,6 +49,7 @@ import {
   contractView,
   currentPeriodStart,
   hasEntitlement,
+  hasHorizon,
   limitView,
   meterIncludedMicros,
   NO_METER,
@@ -118,7 +119,11 @@ export function query(
   if (ent !== null && isRejection(ent)) return { kind: 'rejected', rejection: ent };
   switch (op.answer) {
     case 'has':
-      return { kind: 'has', value: hasEntitlement(customer, config, entitled(ent), nowMs) };
+      return {
+        kind: 'has',
+        value: hasEntitlement(customer, config, entitled(ent), nowMs),
+        untilMs: hasHorizon(customer, config, entitled(ent), nowMs),
+      };
     case 'limit':
       return { kind: 'limit', view: limitView(customer, config, entitled(ent).key) };
     case 'balance':

@@ -508,7 +508,8 @@ export interface ContractView {
 }
 
 export type Outcome =
-  | { readonly kind: 'has'; readonly value: boolean }
+  /** `untilMs`: the answer holds until then unless a write or a configuration changes it. */
+  | { readonly kind: 'has'; readonly value: boolean; readonly untilMs: number }
   | { readonly kind: 'limit'; readonly view: LimitView }
   | { readonly kind: 'balance'; readonly view: BalanceView }
   | { readonly kind: 'contract'; readonly view: ContractView }

@@ -206,6 +206,22 @@ export function hasEntitlement(
   }
 }
 
+/**
+ * Until when `hasEntitlement` keeps its answer if neither the customer nor the configuration
+ * changes: the only thing time alone changes is a meter's calendar period (its usage counts
+ * for nothing once the next period starts). A meter that follows a subscription's billing
+ * period moves only when the processor renews it, which is a write. Infinity: never.
+ */
+export function hasHorizon(
+  customer: CustomerState | undefined,
+  config: CompiledConfig,
+  ent: CompiledEntitlement,
+  nowMs: number,
+): number {
+  if (ent.type !== 'meter' || subscriptionPeriod(customer, config, ent) !== null) return Infinity;
+  return periodAt(ent.reset, nowMs).endMs ?? Infinity;
+}
+
 export function contextView(
   customer: CustomerState,
   config: CompiledConfig,

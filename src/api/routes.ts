@@ -220,7 +220,7 @@ function submitAudited(
   );
 }
 
-function read(op: 'has' | 'limit' | 'balance') {
+function read(op: 'limit' | 'balance') {
   return (ctx: Input<undefined, CustomerQuery>, deps: ApiDeps): void =>
     submit(deps, ctx.ex, {
       op,
@@ -228,6 +228,15 @@ function read(op: 'has' | 'limit' | 'balance') {
       customerId: ctx.query.customerId,
       key: ctx.param,
     });
+}
+
+/** `has`: from the front end's view when it holds a current answer, else from the shard. */
+function has(ctx: Input<undefined, CustomerQuery>, deps: ApiDeps): void {
+  const { environment } = ctx;
+  const { customerId } = ctx.query;
+  const held = deps.pool.heldHas(environment, customerId, ctx.param);
+  if (held !== undefined) return sendReply(ctx.ex, 'ok', held ? 'true' : 'false');
+  submit(deps, ctx.ex, { op: 'has', environment, customerId, key: ctx.param });
 }
 
 function usageAmount(op: 'consume' | 'refund') {
@@ -526,7 +535,7 @@ export const API_ROUTES: ReadonlyArray<AnyRouteRecord<ApiDeps>> = [
       ok: { description: 'Whether the customer has it.', schema: { type: 'boolean' } },
       errors: [...ENTITLEMENT_ERRORS],
     },
-    handle: read('has'),
+    handle: has,
   }),
   route<undefined, CustomerQuery>({
     method: 'GET',

@@ -18,7 +18,7 @@ import { statusLabel, type HttpMetrics } from './http-metrics.js';
 import type { Observability } from './observability.js';
 
 export interface MetricsDeps {
-  readonly pool: Pick<ShardPool, 'queueDepths' | 'liveStats'>;
+  readonly pool: Pick<ShardPool, 'queueDepths' | 'liveStats' | 'viewStats'>;
   readonly obs: Observability;
   readonly startedAtMs: number;
   readonly storage: Pick<StorageWatch, 'freeBytes' | 'full' | 'refused'>;
@@ -214,6 +214,23 @@ function renderProcess(out: Exposition, deps: MetricsDeps): void {
   out.sample('tally_storage_refused_total', {}, storage.refused);
 }
 
+/** The front end's `has` view: answers served from it, and what it holds. */
+function renderView(out: Exposition, view: { hits: number; customers: number }): void {
+  out.family(
+    'tally_has_view_hits_total',
+    'counter',
+    '`has` requests the front end answered from the answers the shards published, without ' +
+      'a round trip to a worker.',
+  );
+  out.sample('tally_has_view_hits_total', {}, view.hits);
+  out.family(
+    'tally_has_view_customers',
+    'gauge',
+    'Customers whose `has` answers the front end holds.',
+  );
+  out.sample('tally_has_view_customers', {}, view.customers);
+}
+
 /** GC pauses per thread: the front end's (`main`) and each shard worker's. */
 function renderGc(
   out: Exposition,
@@ -248,6 +265,7 @@ export function renderMetrics(
   const out = new Exposition();
   renderHttp(out, deps.obs.metrics);
   renderShards(out, depths, shards, nowMs);
+  renderView(out, deps.pool.viewStats());
   renderGc(out, deps.gc?.stats() ?? null, shards);
   renderProcess(out, deps);
   return out.text();

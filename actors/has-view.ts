@@ -1,0 +1,89 @@
+/**
+ * The `has` view: answers to `has` that the front end keeps and serves itself, without a
+ * round trip to the shard, and the shard's side that keeps them right.
+ *
+ * The shard publishes every `has` it answers (a fill: the value, and until when it holds
+ * by time alone, from the core's `hasHorizon`) and remembers which customers the front end
+ * may hold. When a write changes such a customer the shard publishes a drop for it as it
+ * decides the write, before the write's reply can leave; when a configuration reaches the
+ * shard it publishes that too, and the front end drops the environment's answers. These
+ * view changes travel in the same messages as the replies and in the order the shard
+ * decided them, and the front end applies each message's view changes before its replies.
+ * So a client that has its write's answer never reads an answer older than the write, and
+ * an answer the front end serves is one the shard would give at that moment.
+ *
+ * Bounded: a shard remembers at most HAS_VIEW_CUSTOMERS_MAX customers per environment;
+ * past that it forgets them all and tells the front end to do the same.
+ */
+import type { Environment } from '../shared/environment.js';
+
+/** View changes on the wire, flat: [kind, environment (0 test, 1 live), customerId, key, until]. */
+export type ViewChanges = Array<number | string>;
+
+export const VIEW_SLOTS = 5;
+
+/** The customer's answer to `key`: `until` > 0 for true, < 0 for false (magnitude: until when). */
+export const VIEW_FILL = 0;
+/** The customer changed: forget every answer of it. */
+export const VIEW_DROP = 1;
+/** A configuration of the environment reached the shard: answers from before it are gone. */
+export const VIEW_CONFIGURED = 2;
+/** The shard forgot which customers of the environment the front end holds: forget them. */
+export const VIEW_CLEAR = 3;
+
+/** Customers per environment a shard remembers as held by the front end. */
+export const HAS_VIEW_CUSTOMERS_MAX = 250_000;
+
+const envCode = (environment: Environment): number => (environment === 'live' ? 1 : 0);
+
+/** The shard's side: which customers the front end may hold answers of, and the changes to send. */
+export class PublishedViews {
+  private readonly held: Readonly<Record<Environment, Set<string>>> = {
+    test: new Set(),
+    live: new Set(),
+  };
+  private changes: ViewChanges = [];
+
+  constructor(private readonly customersMax = HAS_VIEW_CUSTOMERS_MAX) {}
+
+  /** The shard answered `has`: the front end will hold the answer until `untilMs`. */
+  answered(
+    environment: Environment,
+    customerId: string,
+    key: string,
+    value: boolean,
+    untilMs: number,
+  ): void {
+    const held = this.held[environment];
+    if (held.size >= this.customersMax && !held.has(customerId)) {
+      held.clear();
+      this.changes.push(VIEW_CLEAR, envCode(environment), '', '', 0);
+    }
+    held.add(customerId);
+    this.changes.push(VIEW_FILL, envCode(environment), customerId, key, value ? untilMs : -untilMs);
+  }
+
+  /** A write changed the customer (or created it). */
+  changed(environment: Environment, customerId: string): void {
+    if (this.held[environment].delete(customerId))
+      this.changes.push(VIEW_DROP, envCode(environment), customerId, '', 0);
+  }
+
+  /** A configuration of the environment arrived (applied or, if not newer, ignored). */
+  configured(environment: Environment): void {
+    this.held[environment].clear();
+    this.changes.push(VIEW_CONFIGURED, envCode(environment), '', '', 0);
+  }
+
+  /** The changes since the last call, to send with the replies of the same moment. */
+  take(): ViewChanges {
+    const changes = this.changes;
+    if (changes.length > 0) this.changes = [];
+    return changes;
+  }
+
+  /** Customers the front end may hold answers of, in both environments. */
+  get size(): number {
+    return this.held.test.size + this.held.live.size;
+  }
+}

@@ -1,0 +1,92 @@
+/**
+ * The front end's `has` view: answers the shards published (actors/has-view.ts says how they
+ * stay right). One map per environment for every worker's customers, so that a lookup needs
+ * no hash of the customer to find its worker; a worker's rare wholesale changes (a clear, a
+ * configuration) drop the environment's answers of every worker.
+ *
+ * An answer is served while the clock is before its `until`; a configuration sent to the
+ * workers drops the environment's answers at once, and answers of it are not taken again
+ * from a worker until that worker says the configuration reached it (fills it sent before
+ * were computed with the old one).
+ */
+import {
+  VIEW_CLEAR,
+  VIEW_CONFIGURED,
+  VIEW_DROP,
+  VIEW_FILL,
+  VIEW_SLOTS,
+  type ViewChanges,
+} from '../actors/has-view.js';
+import type { Environment } from '../actors/protocol.js';
+
+/** One worker's answers of one environment: customer → key → signed until (see VIEW_FILL). */
+type Answers = Map<string, Map<string, number>>;
+
+export class HasView {
+  private readonly answers: Record<Environment, Answers> = { test: new Map(), live: new Map() };
+  /** Per worker: configurations sent to it that it has not confirmed yet, per environment. */
+  private readonly configsUnconfirmed: Array<Record<Environment, number>> = [];
+  /** `has` answered from the view since start. */
+  hits = 0;
+
+  constructor(
+    workers: number,
+    private readonly clock: () => number = Date.now,
+  ) {
+    for (let i = 0; i < workers; i++) this.configsUnconfirmed.push({ test: 0, live: 0 });
+  }
+
+  /** The held answer, or undefined when the customer's worker must be asked. */
+  answer(environment: Environment, customerId: string, key: string): boolean | undefined {
+    const until = this.answers[environment].get(customerId)?.get(key);
+    if (until === undefined || this.clock() >= Math.abs(until)) return undefined;
+    this.hits++;
+    return until > 0;
+  }
+
+  /** Applies a worker's view changes, in order (before the replies of the same message). */
+  apply(worker: number, changes: ViewChanges): void {
+    const unconfirmed = this.configsUnconfirmed[worker];
+    if (unconfirmed === undefined) return;
+    for (let i = 0; i < changes.length; i += VIEW_SLOTS) {
+      const environment: Environment = changes[i + 1] === 1 ? 'live' : 'test';
+      const answers = this.answers[environment];
+      switch (changes[i]) {
+        case VIEW_FILL: {
+          if (unconfirmed[environment] > 0) break;
+          const customerId = changes[i + 2] as string;
+          let held = answers.get(customerId);
+          if (held === undefined) {
+            held = new Map();
+            answers.set(customerId, held);
+          }
+          held.set(changes[i + 3] as string, changes[i + 4] as number);
+          break;
+        }
+        case VIEW_DROP:
+          answers.delete(changes[i + 2] as string);
+          break;
+        case VIEW_CONFIGURED:
+          answers.clear();
+          if (unconfirmed[environment] > 0) unconfirmed[environment]--;
+          break;
+        case VIEW_CLEAR:
+          answers.clear();
+          break;
+        default:
+          throw new Error(`unknown view change ${String(changes[i])}`);
+      }
+    }
+  }
+
+  /** A configuration of `environment` is on its way to every worker. */
+  configSent(environment: Environment): void {
+    this.answers[environment].clear();
+    for (const unconfirmed of this.configsUnconfirmed) unconfirmed[environment]++;
+  }
+
+  /** Customers with answers held, in both environments. */
+  get customers(): number {
+    return this.answers.test.size + this.answers.live.size;
+  }
+}

@@ -1,0 +1,435 @@
+/**
+ * The front end's `has` view: answers the shards publish and the front end serves without a
+ * round trip. Three levels: the core's horizon (until when an answer holds by time alone),
+ * a seeded simulation of one shard and one front end with messages held in flight both ways
+ * (every answer the view serves is checked against a reference of the shard's state), and
+ * the real server (read-your-writes over HTTP, configuration pushes, the metric of hits).
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { compileConfig, type BillingConfig } from '../actors/billing-config.js';
+import type { Command, Outcome } from '../actors/customer.js';
+import { PublishedViews, type ViewChanges } from '../actors/has-view.js';
+import type { Envelope, ReplyOutcome } from '../actors/protocol.js';
+import { Shard } from '../actors/shard.js';
+import { HasView } from '../src/has-view.js';
+import { CONFIG, Driver, T0 } from './support/core-fixtures.js';
+import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
+
+const DAY_MS = 86_400_000;
+
+const has = (customerId: string, key: string): Command => ({
+  op: 'has',
+  environment: 'test',
+  customerId,
+  key,
+});
+
+const consume = (customerId: string, key: string, units: number): Command => ({
+  op: 'consume',
+  environment: 'test',
+  customerId,
+  key,
+  amountMicros: BigInt(units) * 1_000_000n,
+});
+
+function hasOutcome(outcome: Outcome): { value: boolean; untilMs: number } {
+  if (outcome.kind !== 'has') throw new Error(`expected a has outcome, got ${outcome.kind}`);
+  return { value: outcome.value, untilMs: outcome.untilMs };
+}
+
+describe('has horizon (core)', () => {
+  it('a used-up daily meter answers false until the next UTC midnight, then true', () => {
+    const driver = new Driver();
+    // The free plan includes 1,000 tokens a day and allows no overage.
+    expect(driver.run(consume('c', 'tokens', 1000), T0).kind).toBe('balance');
+    const before = hasOutcome(driver.run(has('c', 'tokens'), T0));
+    const midnight = Date.UTC(2026, 2, 16);
+    expect(before).toEqual({ value: false, untilMs: midnight });
+    expect(hasOutcome(driver.run(has('c', 'tokens'), midnight - 1)).value).toBe(false);
+    expect(hasOutcome(driver.run(has('c', 'tokens'), midnight))).toEqual({
+      value: true,
+      untilMs: midnight + DAY_MS,
+    });
+  });
+
+  it('features, limits and meters that never reset hold until something is written', () => {
+    const driver = new Driver();
+    for (const key of ['sso', 'audit', 'seats', 'projects', 'storage'])
+      expect(hasOutcome(driver.run(has('c', key), T0)).untilMs).toBe(Infinity);
+    expect(hasOutcome(driver.run(has('c', 'api_calls'), T0)).untilMs).toBe(Date.UTC(2026, 3, 1));
+  });
+
+  it('over random usage and times, an answer holds at every instant before its horizon', () => {
+    const random = seeded(7);
+    const keys = ['tokens', 'api_calls', 'storage', 'sso'];
+    for (let run = 0; run < 200; run++) {
+      const driver = new Driver();
+      let now = T0 + Math.floor(random() * 40 * DAY_MS);
+      for (let step = 0; step < 6; step++) {
+        const key = pick(random, keys);
+        if (key !== 'sso') driver.run(consume('c', key, 1 + Math.floor(random() * 600)), now);
+        const answer = hasOutcome(driver.run(has('c', key), now));
+        const span = Math.min(answer.untilMs, now + 60 * DAY_MS) - now;
+        for (const offset of [0, 1, Math.floor(random() * span), span - 1]) {
+          expect(hasOutcome(driver.run(has('c', key), now + offset)).value).toBe(answer.value);
+        }
+        now += Math.floor(random() * 3 * DAY_MS);
+      }
+    }
+  });
+});
+
+/** A small seeded generator (mulberry32): the same seed, the same run. */
+function seeded(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function pick<T>(random: () => number, items: readonly T[]): T {
+  return items[Math.floor(random() * items.length)] as T;
+}
+
+/** A message from the shard to the front end, with what the shard's state answered then. */
+interface ToFront {
+  readonly view: ViewChanges;
+  readonly replies: Array<[number, ReplyOutcome, string]>;
+  /** The reference's answers when the message left: what a view applying it must serve. */
+  readonly expected: Map<string, boolean>;
+  /** Sent when a configuration reached the shard. */
+  readonly confirmsConfig: boolean;
+}
+
+type ToShard =
+  | { readonly t: 'batch'; readonly envelopes: Envelope[] }
+  | { readonly t: 'config'; readonly version: number; readonly config: BillingConfig };
+
+/**
+ * One shard and one front end, messages in flight both ways and journal syncs delivered at
+ * random: the shape of a worker and the pool, without threads.
+ */
+class ViewSimulation {
+  readonly reference = new Driver();
+  private readonly views = new PublishedViews(4);
+  readonly front = new HasView(1, () => this.now);
+  now = T0;
+  private readonly toShard: ToShard[] = [];
+  private readonly toFront: ToFront[] = [];
+  private readonly syncs: Array<() => void> = [];
+  private outbox: Array<[number, ReplyOutcome, string]> = [];
+  private nextId = 1;
+  private readonly shard: Shard;
+  /** What the front end's view must serve now: the state of the last message applied. */
+  private expected = new Map<string, boolean>();
+  served = 0;
+  asked = 0;
+
+  constructor(
+    private readonly customers: readonly string[],
+    private readonly keys: readonly string[],
+  ) {
+    this.shard = new Shard({
+      journal: {
+        append: () => {
+          let resolve!: () => void;
+          const durable = new Promise<void>((r) => (resolve = r));
+          this.syncs.push(resolve);
+          return { seq: this.nextId++, durable };
+        },
+      },
+      clock: () => this.now,
+      reply: (id, outcome, body) => this.outbox.push([id, outcome, body]),
+      flush: () => this.flush(),
+      fatal: (error) => {
+        throw error;
+      },
+      views: this.views,
+    });
+    this.configure(1, USAGE_CONFIG(300));
+  }
+
+  /**
+   * The front end sends a configuration, as the pool broadcasts one. Once it is sent (the
+   * push's answer may already have reached its caller) no answer of the configuration before
+   * it may be served: until the shard's message saying it arrived, nothing may be.
+   */
+  configure(version: number, config: BillingConfig): void {
+    this.front.configSent('test');
+    this.configsInFlight++;
+    this.expected = new Map();
+    this.toShard.push({ t: 'config', version, config });
+  }
+
+  private configsInFlight = 0;
+
+  /** The reference's answers now, for every customer and key. */
+  private answersNow(): Map<string, boolean> {
+    const answers = new Map<string, boolean>();
+    for (const customer of this.customers)
+      for (const key of this.keys)
+        answers.set(
+          `${customer} ${key}`,
+          hasOutcome(this.reference.run(has(customer, key), this.now)).value,
+        );
+    return answers;
+  }
+
+  private flush(confirmsConfig = false): void {
+    const view = this.views.take();
+    if (view.length === 0 && this.outbox.length === 0) return;
+    const expected = this.answersNow();
+    this.toFront.push({ view: [...view], replies: this.outbox, expected, confirmsConfig });
+    this.outbox = [];
+  }
+
+  /** Moves the clock; only when nothing is in flight, so the state is the shard's now. */
+  async advance(ms: number): Promise<void> {
+    await this.drain();
+    this.now += ms;
+    this.expected = this.answersNow();
+  }
+
+  /** The front end's `has`: from the view when it holds an answer, else sent to the shard. */
+  ask(customer: string, key: string): void {
+    const held = this.front.answer('test', customer, key);
+    if (held === undefined) {
+      this.asked++;
+      this.toShard.push({
+        t: 'batch',
+        envelopes: [{ id: this.nextId++, command: has(customer, key) }],
+      });
+      return;
+    }
+    this.served++;
+    expect(held, `${customer} ${key} served from the view`).toBe(
+      this.expected.get(`${customer} ${key}`),
+    );
+  }
+
+  write(command: Command): void {
+    this.toShard.push({ t: 'batch', envelopes: [{ id: this.nextId++, command }] });
+  }
+
+  /** Delivers one message to the shard: it decides at once, as a worker does. */
+  shardStep(): boolean {
+    const message = this.toShard.shift();
+    if (message === undefined) return false;
+    if (message.t === 'config') {
+      this.shard.setConfig('test', message.version, message.config);
+      this.reference.config = compileConfig(message.config, message.version);
+      this.flush(true);
+      return true;
+    }
+    for (const { command } of message.envelopes)
+      if (command.op !== 'has') this.reference.run(command, this.now);
+    this.shard.handleBatch(message.envelopes);
+    return true;
+  }
+
+  /** Delivers one message to the front end: view changes first, then its replies. */
+  frontStep(): boolean {
+    const message = this.toFront.shift();
+    if (message === undefined) return false;
+    this.front.apply(0, message.view);
+    if (message.confirmsConfig) this.configsInFlight--;
+    // While a configuration is on its way, answers of the one before must not be served.
+    this.expected = this.configsInFlight > 0 ? new Map() : message.expected;
+    return true;
+  }
+
+  async syncStep(): Promise<boolean> {
+    const sync = this.syncs.shift();
+    if (sync === undefined) return false;
+    sync();
+    await new Promise((resolve) => setImmediate(resolve));
+    return true;
+  }
+
+  async drain(): Promise<void> {
+    for (;;) {
+      const moved = this.shardStep() || this.frontStep() || (await this.syncStep());
+      if (!moved) return;
+    }
+  }
+}
+
+const USAGE_CONFIG = (included: number): BillingConfig => ({
+  ...CONFIG,
+  products: {
+    ...CONFIG.products,
+    free: {
+      ...CONFIG.products['free'],
+      entitlements: { ...CONFIG.products['free']?.entitlements, tokens: { included } },
+    },
+  },
+});
+
+describe('has view (shard and front end, messages in flight)', () => {
+  it(
+    'every answer served from the view is the shard state of the last message applied, through ' +
+      'writes, configuration pushes, clears and day boundaries',
+    async () => {
+      let served = 0;
+      let asked = 0;
+      for (let seed = 1; seed <= 60; seed++) {
+        const random = seeded(seed);
+        const customers = ['a', 'b', 'c', 'd', 'e'];
+        const keys = ['tokens', 'sso', 'storage', 'api_calls'];
+        const sim = new ViewSimulation(customers, keys);
+        let version = 1;
+        for (let step = 0; step < 400; step++) {
+          const roll = random();
+          if (roll < 0.35) sim.ask(pick(random, customers), pick(random, keys));
+          else if (roll < 0.42)
+            sim.write(
+              consume(
+                pick(random, customers),
+                pick(random, ['tokens', 'storage']),
+                1 + Math.floor(random() * 400),
+              ),
+            );
+          else if (roll < 0.43)
+            sim.configure(++version, USAGE_CONFIG(100 + Math.floor(random() * 600)));
+          else if (roll < 0.65) sim.shardStep();
+          else if (roll < 0.85) sim.frontStep();
+          else if (roll < 0.95) await sim.syncStep();
+          else {
+            // Time moves only when nothing is in flight; often across a day boundary.
+            await sim.advance(Math.floor(random() * DAY_MS));
+          }
+        }
+        served += sim.served;
+        asked += sim.asked;
+      }
+      // The view must actually serve, or the checks above prove nothing.
+      expect(served).toBeGreaterThan(1_000);
+      expect(asked).toBeGreaterThan(1_000);
+    },
+  );
+
+  it('a fill sent before a configuration reached the shard is not taken after it was sent', () => {
+    const front = new HasView(2, () => T0);
+    const views = new PublishedViews();
+    views.answered('test', 'a', 'sso', true, Infinity);
+    const stale = [...views.take()];
+    front.configSent('test');
+    front.apply(1, stale);
+    expect(front.answer('test', 'a', 'sso')).toBeUndefined();
+    // Worker 1 confirms the configuration; its later fills are taken, worker 0's not yet.
+    views.configured('test');
+    views.answered('test', 'a', 'sso', false, Infinity);
+    front.apply(1, [...views.take()]);
+    expect(front.answer('test', 'a', 'sso')).toBe(false);
+    front.apply(0, stale);
+    views.answered('test', 'b', 'sso', true, Infinity);
+    front.apply(0, [...views.take()]);
+    expect(front.answer('test', 'b', 'sso')).toBeUndefined();
+  });
+
+  it('an answer is served until its horizon and not at it', () => {
+    let now = T0;
+    const front = new HasView(1, () => now);
+    const views = new PublishedViews();
+    views.answered('live', 'a', 'tokens', false, T0 + 1000);
+    front.apply(0, [...views.take()]);
+    expect(front.answer('live', 'a', 'tokens')).toBe(false);
+    expect(front.answer('test', 'a', 'tokens')).toBeUndefined();
+    now = T0 + 999;
+    expect(front.answer('live', 'a', 'tokens')).toBe(false);
+    now = T0 + 1000;
+    expect(front.answer('live', 'a', 'tokens')).toBeUndefined();
+  });
+
+  it('past its bound the shard forgets every customer and the front end drops them too', () => {
+    const front = new HasView(1, () => T0);
+    const views = new PublishedViews(2);
+    views.answered('test', 'a', 'sso', true, Infinity);
+    views.answered('test', 'b', 'sso', true, Infinity);
+    views.answered('test', 'c', 'sso', true, Infinity);
+    front.apply(0, [...views.take()]);
+    expect(front.answer('test', 'a', 'sso')).toBeUndefined();
+    expect(front.answer('test', 'c', 'sso')).toBe(true);
+    expect(views.size).toBe(1);
+    // A write to a forgotten customer sends nothing; to a held one, a drop.
+    views.changed('test', 'a');
+    expect(views.take()).toEqual([]);
+    views.changed('test', 'c');
+    front.apply(0, [...views.take()]);
+    expect(front.answer('test', 'c', 'sso')).toBeUndefined();
+  });
+});
+
+describe('has view (server)', () => {
+  const started: ServerProcess[] = [];
+  afterAll(async () => {
+    for (const server of started) await server.stop();
+  });
+  const METER_CONFIG = (included: number) => ({
+    entitlements: { api_calls: { type: 'meter', reset: 'month' }, sso: { type: 'feature' } },
+    products: { free: { default: true, entitlements: { api_calls: { included }, sso: true } } },
+  });
+
+  it(
+    'two workers: a write answered is seen by the next has, a pushed configuration by the ' +
+      'next has, and repeated reads are served from the view',
+    async () => {
+      const server = await startServerProcess({
+        config: METER_CONFIG(3),
+        env: { TALLY_WORKERS: '2' },
+      });
+      started.push(server);
+      const key = server.keys.test.server;
+      const hasNow = async (customerId: string, entitlement = 'api_calls') => {
+        const reply = await call(
+          server.base,
+          'GET',
+          `/v1/entitlements/${entitlement}/has?customerId=${customerId}`,
+          { key },
+        );
+        expect(reply.status).toBe(200);
+        return reply.body as boolean;
+      };
+      const hits = async () => {
+        const metrics = await fetch(`${server.base}/v1/admin/metrics`, {
+          headers: { 'x-tally-key': server.keys.admin },
+        });
+        const match = /^tally_has_view_hits_total (\d+)$/m.exec(await metrics.text());
+        return Number(match?.[1]);
+      };
+      const customers = Array.from({ length: 8 }, (_, i) => `view-${i}`);
+      for (const customerId of customers) {
+        for (let used = 0; used < 3; used++) {
+          expect(await hasNow(customerId)).toBe(true);
+          expect(await hasNow(customerId)).toBe(true);
+          const consumed = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+            key,
+            body: { customerId, amount: 1 },
+          });
+          expect(consumed.status).toBe(200);
+        }
+        expect(await hasNow(customerId)).toBe(false);
+        expect(await hasNow(customerId)).toBe(false);
+      }
+      const servedBefore = await hits();
+      expect(servedBefore).toBeGreaterThanOrEqual(customers.length * 4);
+      const pushed = await call(server.base, 'POST', '/v1/sync/push', {
+        key,
+        body: METER_CONFIG(5),
+      });
+      expect(pushed.status).toBe(200);
+      for (const customerId of customers) expect(await hasNow(customerId)).toBe(true);
+      for (const customerId of customers) expect(await hasNow(customerId)).toBe(true);
+      expect(await hits()).toBe(servedBefore + customers.length);
+      // Unknown entitlements still answer 404 from the shard, never from the view.
+      const unknown = await call(server.base, 'GET', '/v1/entitlements/nope/has?customerId=x', {
+        key,
+      });
+      expect(unknown.status).toBe(404);
+    },
+  );
+});
