@@ -43,6 +43,11 @@ describe('API keys', () => {
     expect(keys.verify('')).toBeNull();
     await keys.add({ ...a.record, revokedAtMs: 2 });
     expect(keys.verify(a.secret)).toBeNull();
+    // A key verified (and so remembered) is refused by the first verify after its revocation.
+    expect(keys.verify(b.secret)?.id).toBe(b.record.id);
+    await keys.revoke(b.record.id, 3);
+    expect(keys.verify(b.secret)).toBeNull();
+    await keys.add({ ...b.record, revokedAtMs: null });
     // Persisted: a new ring over the same store sees the revocation and the other key.
     await closeStore(store);
     const reopened = ring(dir).ring;
