@@ -3,10 +3,12 @@
  * round trip to the shard, and the shard's side that keeps them right.
  *
  * The shard publishes every `has` it answers (a fill: the value, and until when it holds
- * by time alone, from the core's `hasHorizon`) and remembers which customers the front end
- * may hold. When a write changes such a customer the shard publishes a drop for it as it
- * decides the write, before the write's reply can leave; when a configuration reaches the
- * shard it publishes that too, and the front end drops the environment's answers. These
+ * by time alone, from the core's `hasHorizon`) and remembers which answers the front end
+ * may hold. When a write changes such a customer the shard answers those keys again and
+ * publishes the new answers as it decides the write, before the write's reply can leave (so
+ * a `has` after a `consume` is still served by the front end); when a configuration
+ * reaches the shard it publishes that too, and the front end drops the environment's
+ * answers. These
  * view changes travel in the same messages as the replies and in the order the shard
  * decided them, and the front end applies each message's view changes before its replies.
  * So a client that has its write's answer never reads an answer older than the write, and
@@ -24,7 +26,7 @@ export const VIEW_SLOTS = 5;
 
 /** The customer's answer to `key`: `until` > 0 for true, < 0 for false (magnitude: until when). */
 export const VIEW_FILL = 0;
-/** The customer changed: forget every answer of it. */
+/** Forget every answer of the customer. */
 export const VIEW_DROP = 1;
 /** A configuration of the environment reached the shard: answers from before it are gone. */
 export const VIEW_CONFIGURED = 2;
@@ -36,11 +38,17 @@ export const HAS_VIEW_CUSTOMERS_MAX = 250_000;
 
 const envCode = (environment: Environment): number => (environment === 'live' ? 1 : 0);
 
-/** The shard's side: which customers the front end may hold answers of, and the changes to send. */
+/** The customer's answer to `has` of `key` now, or null when it has none (an unknown key). */
+export type Reanswer = (
+  key: string,
+) => { readonly value: boolean; readonly untilMs: number } | null;
+
+/** The shard's side: which answers the front end may hold, and the changes to send. */
 export class PublishedViews {
-  private readonly held: Readonly<Record<Environment, Set<string>>> = {
-    test: new Set(),
-    live: new Set(),
+  /** Per environment: customer → the keys the front end may hold answers of. */
+  private readonly held: Readonly<Record<Environment, Map<string, Set<string>>>> = {
+    test: new Map(),
+    live: new Map(),
   };
   private changes: ViewChanges = [];
 
@@ -55,18 +63,46 @@ export class PublishedViews {
     untilMs: number,
   ): void {
     const held = this.held[environment];
-    if (held.size >= this.customersMax && !held.has(customerId)) {
-      held.clear();
-      this.changes.push(VIEW_CLEAR, envCode(environment), '', '', 0);
+    let keys = held.get(customerId);
+    if (keys === undefined) {
+      if (held.size >= this.customersMax) {
+        held.clear();
+        this.changes.push(VIEW_CLEAR, envCode(environment), '', '', 0);
+      }
+      keys = new Set();
+      held.set(customerId, keys);
     }
-    held.add(customerId);
+    keys.add(key);
+    this.fill(environment, customerId, key, value, untilMs);
+  }
+
+  private fill(
+    environment: Environment,
+    customerId: string,
+    key: string,
+    value: boolean,
+    untilMs: number,
+  ): void {
     this.changes.push(VIEW_FILL, envCode(environment), customerId, key, value ? untilMs : -untilMs);
   }
 
-  /** A write changed the customer (or created it). */
-  changed(environment: Environment, customerId: string): void {
-    if (this.held[environment].delete(customerId))
-      this.changes.push(VIEW_DROP, envCode(environment), customerId, '', 0);
+  /**
+   * A write changed the customer (or created it), whose state `reanswer` now reads: every
+   * answer the front end may hold of it is sent again. Nothing to do for a customer it holds
+   * none of, which is almost every write of a busy shard that nobody asked `has` about.
+   */
+  changed(environment: Environment, customerId: string, reanswer: Reanswer): void {
+    const keys = this.held[environment].get(customerId);
+    if (keys === undefined) return;
+    for (const key of keys) {
+      const answer = reanswer(key);
+      if (answer === null) {
+        this.held[environment].delete(customerId);
+        this.changes.push(VIEW_DROP, envCode(environment), customerId, '', 0);
+        return;
+      }
+      this.fill(environment, customerId, key, answer.value, answer.untilMs);
+    }
   }
 
   /** A configuration of the environment arrived (applied or, if not newer, ignored). */

@@ -394,8 +394,6 @@ export class Shard {
       const captured = captureBefore(before, command);
       const execution = execute(before, config, command, nowMs, admit, seen);
       const wrote = execution.events.length > 0;
-      // Before any reply can leave: the front end forgets its answers about this customer.
-      if (wrote) this.options.views?.changed(command.environment, command.customerId);
       if (address !== null && wrote) this.rememberKeys(address, seen, execution.events);
       if (wrote && execution.customer !== undefined)
         for (const notice of noticesOf({
@@ -415,6 +413,9 @@ export class Shard {
         if (before === undefined || (wrote && op.changesIndex))
           this.pendingIndex.add(execution.customer);
       }
+      // Before any reply can leave: the front end's answers of this customer are sent again.
+      if (wrote && this.options.views !== undefined)
+        this.reanswerHas(command.environment, command.customerId, config, nowMs);
       for (const event of execution.events) this.pendingEvents.push(event);
       // An audited write that changed something stores its entry with the change.
       if (audit !== undefined && wrote && op.audit !== null) {
@@ -436,6 +437,20 @@ export class Shard {
     }
     this.commitIfRoom();
     this.options.flush();
+  }
+
+  /** Publishes the customer's held `has` answers again, as its state now reads. */
+  private reanswerHas(
+    environment: Environment,
+    customerId: string,
+    config: CompiledConfig,
+    nowMs: number,
+  ): void {
+    const customer = this.customers[environment].get(customerId);
+    this.options.views?.changed(environment, customerId, (key) => {
+      const outcome = query(customer, config, { op: 'has', environment, customerId, key }, nowMs);
+      return outcome.kind === 'has' ? outcome : null;
+    });
   }
 
   /**
