@@ -348,33 +348,37 @@ describe('has view (shard and front end, messages in flight)', () => {
     expect(front.answer('live', 'a', 'tokens')).toBeUndefined();
   });
 
-  it('past its bound the shard forgets every customer and the front end drops them too; a write sends its held answers again', () => {
-    const front = new HasView(1, () => T0);
-    const views = new PublishedViews(2);
-    views.answered('test', 'a', 'sso', true, Infinity);
-    views.answered('test', 'b', 'sso', true, Infinity);
-    views.answered('test', 'c', 'sso', true, Infinity);
-    front.apply(0, [...views.take()]);
-    expect(front.answer('test', 'a', 'sso')).toBeUndefined();
-    expect(front.answer('test', 'c', 'sso')).toBe(true);
-    expect(views.size).toBe(1);
-    // A write to a forgotten customer sends nothing; to a held one, its answers again.
-    const reanswered: string[] = [];
-    views.changed('test', 'a', (key) => {
-      reanswered.push(key);
-      return { value: false, untilMs: Infinity };
-    });
-    expect(views.take()).toEqual([]);
-    expect(reanswered).toEqual([]);
-    views.changed('test', 'c', () => ({ value: false, untilMs: Infinity }));
-    front.apply(0, [...views.take()]);
-    expect(front.answer('test', 'c', 'sso')).toBe(false);
-    // A key it cannot answer any more: the customer is dropped, on both sides.
-    views.changed('test', 'c', () => null);
-    front.apply(0, [...views.take()]);
-    expect(front.answer('test', 'c', 'sso')).toBeUndefined();
-    expect(views.size).toBe(0);
-  });
+  it(
+    'past its bound the shard forgets every customer, and the front end too; a write sends ' +
+      'its held answers again',
+    () => {
+      const front = new HasView(1, () => T0);
+      const views = new PublishedViews(2);
+      views.answered('test', 'a', 'sso', true, Infinity);
+      views.answered('test', 'b', 'sso', true, Infinity);
+      views.answered('test', 'c', 'sso', true, Infinity);
+      front.apply(0, [...views.take()]);
+      expect(front.answer('test', 'a', 'sso')).toBeUndefined();
+      expect(front.answer('test', 'c', 'sso')).toBe(true);
+      expect(views.size).toBe(1);
+      // A write to a forgotten customer sends nothing; to a held one, its answers again.
+      const reanswered: string[] = [];
+      views.changed('test', 'a', (key) => {
+        reanswered.push(key);
+        return { value: false, untilMs: Infinity };
+      });
+      expect(views.take()).toEqual([]);
+      expect(reanswered).toEqual([]);
+      views.changed('test', 'c', () => ({ value: false, untilMs: Infinity }));
+      front.apply(0, [...views.take()]);
+      expect(front.answer('test', 'c', 'sso')).toBe(false);
+      // A key it cannot answer any more: the customer is dropped, on both sides.
+      views.changed('test', 'c', () => null);
+      front.apply(0, [...views.take()]);
+      expect(front.answer('test', 'c', 'sso')).toBeUndefined();
+      expect(views.size).toBe(0);
+    },
+  );
 });
 
 describe('has view (server)', () => {
