@@ -13,6 +13,7 @@ import type { Envelope, ReplyOutcome } from '../actors/protocol.js';
 import { Shard } from '../actors/shard.js';
 import { HasView } from '../src/has-view.js';
 import { CONFIG, Driver, T0 } from './support/core-fixtures.js';
+import { rng } from './support/durability-sim.js';
 import { call, startServerProcess, type ServerProcess } from './support/server-process.js';
 
 const DAY_MS = 86_400_000;
@@ -60,7 +61,7 @@ describe('has horizon (core)', () => {
   });
 
   it('over random usage and times, an answer holds at every instant before its horizon', () => {
-    const random = seeded(7);
+    const random = rng(7);
     const keys = ['tokens', 'api_calls', 'storage', 'sso'];
     for (let run = 0; run < 200; run++) {
       const driver = new Driver();
@@ -78,18 +79,6 @@ describe('has horizon (core)', () => {
     }
   });
 });
-
-/** A small seeded generator (mulberry32): the same seed, the same run. */
-function seeded(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function pick<T>(random: () => number, items: readonly T[]): T {
   return items[Math.floor(random() * items.length)] as T;
@@ -280,7 +269,7 @@ describe('has view (shard and front end, messages in flight)', () => {
       let served = 0;
       let asked = 0;
       for (let seed = 1; seed <= 60; seed++) {
-        const random = seeded(seed);
+        const random = rng(seed);
         const customers = ['a', 'b', 'c', 'd', 'e'];
         const keys = ['tokens', 'sso', 'storage', 'api_calls'];
         const sim = new ViewSimulation(customers, keys, seed % 4 === 0 ? 3 : 100);
