@@ -19,7 +19,7 @@ import {
 } from '../actors/has-view.js';
 import type { Environment } from '../actors/protocol.js';
 
-/** One worker's answers of one environment: customer → key → signed until (see VIEW_FILL). */
+/** One environment's answers, of every worker: customer → key → signed until (see VIEW_FILL). */
 type Answers = Map<string, Map<string, number>>;
 
 export class HasView {
