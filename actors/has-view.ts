@@ -14,15 +14,40 @@
  * So a client that has its write's answer never reads an answer older than the write, and
  * an answer the front end serves is one the shard would give at that moment.
  *
+ * A write that reaches the shard through another front end (a second front-end thread) has
+ * its reply sent on that front end's channel, which may overtake the view changes on this
+ * one. So every change of a customer's answers also bumps a stamp in memory shared with the
+ * front ends (one of VIEW_STAMP_BUCKETS counters, by a hash of the customer) before any
+ * reply can leave, and each answer carries the stamp it was made under: the front end
+ * serves an answer only while the stamp it came with is still the current one.
+ *
  * Bounded: a shard remembers at most HAS_VIEW_CUSTOMERS_MAX customers per environment;
  * past that it forgets them all and tells the front end to do the same.
  */
 import type { Environment } from '../shared/environment.js';
+import { logicalShardOf } from '../shared/shard-hash.js';
 
-/** View changes on the wire, flat: [kind, environment (0 test, 1 live), customerId, key, until]. */
+/**
+ * View changes on the wire, flat: [kind, environment (0 test, 1 live), customerId, key, until,
+ * stamp bucket, stamp].
+ */
 export type ViewChanges = Array<number | string>;
 
-export const VIEW_SLOTS = 5;
+export const VIEW_SLOTS = 7;
+
+/** Stamp counters per shard worker (a power of two; 16 KiB of shared memory). */
+export const VIEW_STAMP_BUCKETS = 4096;
+
+/** The stamp counters of one worker: shared with every front end when given shared memory. */
+export function viewStamps(shared = true): Int32Array {
+  const bytes = VIEW_STAMP_BUCKETS * Int32Array.BYTES_PER_ELEMENT;
+  return new Int32Array(shared ? new SharedArrayBuffer(bytes) : new ArrayBuffer(bytes));
+}
+
+/** The stamp counter of a customer. */
+export function stampBucketOf(environment: Environment, customerId: string): number {
+  return logicalShardOf(environment, customerId, VIEW_STAMP_BUCKETS);
+}
 
 /** The customer's answer to `key`: `until` > 0 for true, < 0 for false (magnitude: until when). */
 export const VIEW_FILL = 0;
@@ -52,7 +77,10 @@ export class PublishedViews {
   };
   private changes: ViewChanges = [];
 
-  constructor(private readonly customersMax = HAS_VIEW_CUSTOMERS_MAX) {}
+  constructor(
+    private readonly customersMax = HAS_VIEW_CUSTOMERS_MAX,
+    private readonly stamps: Int32Array = viewStamps(false),
+  ) {}
 
   /** The shard answered `has`: the front end will hold the answer until `untilMs`. */
   answered(
@@ -67,13 +95,15 @@ export class PublishedViews {
     if (keys === undefined) {
       if (held.size >= this.customersMax) {
         held.clear();
-        this.changes.push(VIEW_CLEAR, envCode(environment), '', '', 0);
+        this.changes.push(VIEW_CLEAR, envCode(environment), '', '', 0, 0, 0);
       }
       keys = new Set();
       held.set(customerId, keys);
     }
     keys.add(key);
-    this.fill(environment, customerId, key, value, untilMs);
+    const bucket = stampBucketOf(environment, customerId);
+    const stamp = Atomics.load(this.stamps, bucket);
+    this.fill(environment, customerId, key, value, untilMs, bucket, stamp);
   }
 
   private fill(
@@ -82,8 +112,11 @@ export class PublishedViews {
     key: string,
     value: boolean,
     untilMs: number,
+    bucket: number,
+    stamp: number,
   ): void {
-    this.changes.push(VIEW_FILL, envCode(environment), customerId, key, value ? untilMs : -untilMs);
+    const until = value ? untilMs : -untilMs;
+    this.changes.push(VIEW_FILL, envCode(environment), customerId, key, until, bucket, stamp);
   }
 
   /**
@@ -94,21 +127,24 @@ export class PublishedViews {
   changed(environment: Environment, customerId: string, reanswer: Reanswer): void {
     const keys = this.held[environment].get(customerId);
     if (keys === undefined) return;
+    // Before anything of this write can leave: answers of the old stamp are no longer served.
+    const bucket = stampBucketOf(environment, customerId);
+    const stamp = Atomics.add(this.stamps, bucket, 1) + 1;
     for (const key of keys) {
       const answer = reanswer(key);
       if (answer === null) {
         this.held[environment].delete(customerId);
-        this.changes.push(VIEW_DROP, envCode(environment), customerId, '', 0);
+        this.changes.push(VIEW_DROP, envCode(environment), customerId, '', 0, 0, 0);
         return;
       }
-      this.fill(environment, customerId, key, answer.value, answer.untilMs);
+      this.fill(environment, customerId, key, answer.value, answer.untilMs, bucket, stamp);
     }
   }
 
   /** A configuration of the environment arrived (applied or, if not newer, ignored). */
   configured(environment: Environment): void {
     this.held[environment].clear();
-    this.changes.push(VIEW_CONFIGURED, envCode(environment), '', '', 0);
+    this.changes.push(VIEW_CONFIGURED, envCode(environment), '', '', 0, 0, 0);
   }
 
   /** The changes since the last call, to send with the replies of the same moment. */

@@ -47,6 +47,15 @@ export class Histogram {
     this.count++;
   }
 
+  /** Adds another histogram's observations (same bounds: a programming error otherwise). */
+  absorb(other: HistogramData): void {
+    if (other.counts.length !== this.counts.length)
+      throw new Error('histograms of different bounds cannot be added');
+    other.counts.forEach((count, i) => (this.counts[i] = (this.counts[i] as number) + count));
+    this.sum += other.sum;
+    this.count += other.count;
+  }
+
   data(): HistogramData {
     return {
       bounds: this.bounds,

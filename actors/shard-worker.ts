@@ -10,7 +10,13 @@
  */
 import type { WorkerQuotas } from '../shared/quotas.js';
 import { nameThisThread } from './thread-name.js';
-import { isMainThread, parentPort, workerData } from 'node:worker_threads';
+import {
+  isMainThread,
+  parentPort,
+  receiveMessageOnPort,
+  workerData,
+  type MessagePort,
+} from 'node:worker_threads';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { assert } from '../shared/assert.js';
@@ -21,6 +27,7 @@ import { Histogram, JOURNAL_BATCH_EVENTS_BOUNDS, JOURNAL_FLUSH_BOUNDS_MS } from 
 import type { CustomerState, Event } from './customer.js';
 import { isCustomerSnapshot, isEvent } from './core/shapes.js';
 import {
+  FRONT_ENDS_MAX,
   IDEMPOTENCY_RETENTION_MS,
   SNAPSHOT_EVERY_EVENTS,
   SNAPSHOT_INTERVAL_MS,
@@ -59,6 +66,13 @@ export interface ShardWorkerData {
   readonly idempotencyRunKeys: number;
   /** This worker's shares of the operator's quotas. */
   readonly quotas: WorkerQuotas;
+  /** The stamp counters of the `has` view (shared with the front ends: has-view.ts). */
+  readonly viewStamps: Int32Array;
+  /**
+   * Channels of the front-end threads after the first (TALLY_FRONTENDS), the second front end's
+   * first: they send batches only, and get their replies here.
+   */
+  readonly frontEnds: readonly MessagePort[];
 }
 
 assert(!isMainThread && parentPort !== null, 'shard-worker runs in a worker thread');
@@ -70,31 +84,47 @@ const {
   snapshotSliceWork,
   idempotencyRunKeys,
   quotas,
+  viewStamps,
+  frontEnds,
 } = workerData as ShardWorkerData;
 nameThisThread(`tally-shard-${workerIndex}`);
 
-let outbox: ReplyBatch = [];
+/** Each front end's channel: the first front end's is the parent port. */
+const channels: ReadonlyArray<{ postMessage(message: FromWorker): void }> = [port, ...frontEnds];
+/** Replies buffered per front end (a request id's remainder by FRONT_ENDS_MAX names it). */
+const outboxes: ReplyBatch[] = channels.map(() => []);
 
 function post(message: FromWorker): void {
   port.postMessage(message);
 }
 
-/** What the front end's `has` view needs to know; sent with the replies, in order. */
-const views = new PublishedViews();
+/**
+ * What the first front end's `has` view needs to know; sent with its replies, in order.
+ * (Only the first front end keeps the view; the others ask the shard.)
+ */
+const views = new PublishedViews(undefined, viewStamps);
 
 /**
- * Sends every buffered reply in one message (the shard calls it once per batch or group),
- * with the view changes decided since the last one.
+ * Sends every buffered reply in one message per front end (the shard calls it once per
+ * batch or group), the first one's with the view changes decided since the last one.
  */
 function flushReplies(): void {
   const view = views.take();
-  if (outbox.length === 0 && view.length === 0) return;
-  const replies = outbox;
-  outbox = [];
-  post({ t: 'replies', replies, view });
+  for (let index = 0; index < channels.length; index++) {
+    const replies = outboxes[index] as ReplyBatch;
+    if (replies.length === 0 && (index > 0 || view.length === 0)) continue;
+    outboxes[index] = [];
+    (channels[index] as (typeof channels)[number]).postMessage({
+      t: 'replies',
+      replies,
+      view: index === 0 ? view : [],
+    });
+  }
 }
 
 function reply(id: number, outcome: ReplyOutcome, body: string, effect: AuditEffect): void {
+  const outbox = outboxes[id % FRONT_ENDS_MAX];
+  assert(outbox !== undefined, `request ${id} names no front end of this worker`);
   outbox.push(id, outcome, body, effect);
 }
 
@@ -466,6 +496,12 @@ function onMessage(message: ToWorker): void {
       for (const ref of message.refs) auditsToForget.push(ref);
       return;
     case 'stop':
+      // Batches the other front ends sent before they stopped (they stop first) are served.
+      for (const frontEnd of frontEnds)
+        for (let queued = receiveMessageOnPort(frontEnd); queued !== undefined; ) {
+          onFrontEndMessage(queued.message as ToWorker);
+          queued = receiveMessageOnPort(frontEnd);
+        }
       stopping = true;
       void keyUpkeep
         .stop()
@@ -529,8 +565,15 @@ function startExport(snapshotId: string, partPath: string): void {
   );
 }
 
+/** A front end after the first sends batches only; anything else from it is a broken invariant. */
+function onFrontEndMessage(message: ToWorker): void {
+  assert(message.t === 'batch', `a second front end sent ${message.t}`);
+  shard.handleBatch(decodeBatch(message.wire));
+}
+
 recover().then(() => {
   port.on('message', onMessage);
+  for (const frontEnd of frontEnds) frontEnd.on('message', onFrontEndMessage);
   keyUpkeep.start();
   setInterval(() => maybeSnapshot(), SNAPSHOT_INTERVAL_MS).unref();
 }, crash);

@@ -20,6 +20,13 @@ export const LOGICAL_SHARDS = 256;
  */
 export const WORKER_QUEUE_MAX = 16_384;
 
+/**
+ * Front-end threads at most (TALLY_FRONTENDS). A command's request id says which front end
+ * sent it: its remainder modulo this number, so a worker replies on the right channel without
+ * keeping anything per command.
+ */
+export const FRONT_ENDS_MAX = 16;
+
 /** Commands handed to a worker in one message; bounds one postMessage and one decide loop. */
 export const BATCH_COMMANDS_MAX = 1024;
 

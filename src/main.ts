@@ -11,11 +11,12 @@
  * bound before anything is created in the data dir, so a failed first start leaves no
  * data dir behind. SIGINT/SIGTERM stop it cleanly.
  */
+import os from 'node:os';
 import { nameThisThread } from '../actors/thread-name.js';
 import { parsePerEnvironment, type PerEnvironment } from '../shared/quotas.js';
 import { DEFAULT_RATE_LIMITS } from './auth/rate-limit.js';
 import { createLogger, isLogLevel, LOG_LEVELS, stdoutDestination } from './observability/log.js';
-import { DEFAULT_HOST, startServer } from './server.js';
+import { DEFAULT_HOST, defaultFrontEnds, startServer } from './server.js';
 import { policyOptionsFromEnv } from './webhooks/address-policy.js';
 import { parseSchedule } from './webhooks/schedule.js';
 import type { WebhookSettings } from './webhooks/service.js';
@@ -91,6 +92,8 @@ async function main(): Promise<void> {
   const host = process.env['TALLY_HOST'] || DEFAULT_HOST;
   const dataDir = process.env['TALLY_DATA_DIR'] || './.tally';
   const workers = intFromEnv('TALLY_WORKERS', undefined);
+  const frontEnds =
+    intFromEnv('TALLY_FRONTENDS', undefined) || defaultFrontEnds(os.availableParallelism());
   const queueMax = intFromEnv('TALLY_QUEUE_MAX', undefined);
   const snapshotEveryBatches = intFromEnv('TALLY_SNAPSHOT_EVERY_BATCHES', undefined);
   const snapshotSliceWork = intFromEnv('TALLY_SNAPSHOT_SLICE', undefined);
@@ -138,6 +141,7 @@ async function main(): Promise<void> {
     processor,
     webhooks: webhookSettingsFromEnv(),
     ...(workers === undefined || workers === 0 ? {} : { workers }),
+    frontEnds,
     ...(queueMax === undefined || queueMax === 0 ? {} : { queueMax }),
     ...(snapshotEveryBatches === undefined || snapshotEveryBatches === 0
       ? {}

@@ -62,6 +62,9 @@ import { metricsRoute } from './observability/metrics-route.js';
 import { Observability } from './observability/observability.js';
 import { UNLIMITED, type Quotas } from '../shared/quotas.js';
 import { ShardPool } from './shard-pool.js';
+import { SharedBudgets } from './auth/shared-budgets.js';
+import { FrontEndThreads, type FrontEndThreadsOptions } from './front-ends/threads.js';
+import { FRONT_ENDS_MAX } from '../shared/limits.js';
 import { webhookHandler } from './api/commerce-routes.js';
 import { syncCatalog, type CatalogAction } from './commerce/catalog-sync.js';
 import {
@@ -98,6 +101,11 @@ export interface ServerOptions {
    * least 1).
    */
   readonly workers?: number;
+  /**
+   * Front-end threads on the port (default 1): the first is this thread, the others serve the
+   * metering hot path themselves and relay the rest to it (src/front-ends).
+   */
+  readonly frontEnds?: number;
   /** Per-worker queue bound before 503 (default WORKER_QUEUE_MAX). */
   readonly queueMax?: number;
   /** Journal batches between automatic shard snapshots (default SNAPSHOT_EVERY_BATCHES). */
@@ -171,6 +179,15 @@ export function defaultWorkers(cores: number): number {
   return Math.max(1, cores - 1);
 }
 
+/**
+ * The default front-end thread count: one on two cores or fewer, where a second front end only
+ * takes CPU from the shard workers; one per four cores beyond (docs/performance.md, "More
+ * cores").
+ */
+export function defaultFrontEnds(cores: number): number {
+  return cores <= 2 ? 1 : Math.max(1, Math.floor(cores / 4));
+}
+
 /** The worker count is part of the data dir's layout: the first start fixes it. */
 async function resolveWorkers(
   control: ControlStore,
@@ -191,8 +208,31 @@ const LISTEN_EXCLUSIVE_PORT = (
   uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT?: uWS.ListenOptions }
 ).LIBUS_LISTEN_EXCLUSIVE_PORT;
 
-function listen(app: uWS.TemplatedApp, host: string, port: number): Promise<uWS.us_listen_socket> {
-  if (LISTEN_EXCLUSIVE_PORT === undefined)
+/**
+ * Binds the port. `shared`: other front-end threads of this process will bind it too, so the
+ * socket takes SO_REUSEPORT; to still refuse a port another process serves, it is first bound
+ * exclusively for a moment (a port taken between the two binds is not noticed).
+ */
+async function listen(
+  app: uWS.TemplatedApp,
+  host: string,
+  port: number,
+  shared = false,
+): Promise<uWS.us_listen_socket> {
+  if (!shared) return listenOnce(app, host, port, LISTEN_EXCLUSIVE_PORT);
+  const probe = await listenOnce(uWS.App(), host, port, LISTEN_EXCLUSIVE_PORT);
+  const bound = uWS.us_socket_local_port(probe);
+  uWS.us_listen_socket_close(probe);
+  return listenOnce(app, host, bound, 0 as uWS.ListenOptions);
+}
+
+function listenOnce(
+  app: uWS.TemplatedApp,
+  host: string,
+  port: number,
+  flags: uWS.ListenOptions | undefined,
+): Promise<uWS.us_listen_socket> {
+  if (flags === undefined || LISTEN_EXCLUSIVE_PORT === undefined)
     throw new Error('uWebSockets.js lacks LIBUS_LISTEN_EXCLUSIVE_PORT');
   // The typings leave out the (host, port, options, callback) form the native module has.
   const listenOn = app.listen as unknown as (
@@ -202,7 +242,7 @@ function listen(app: uWS.TemplatedApp, host: string, port: number): Promise<uWS.
     cb: (socket: uWS.us_listen_socket | false) => void,
   ) => void;
   return new Promise((resolve, reject) => {
-    listenOn.call(app, host, port, LISTEN_EXCLUSIVE_PORT, (socket) => {
+    listenOn.call(app, host, port, flags, (socket) => {
       if (socket === false)
         reject(
           new Error(
@@ -271,14 +311,16 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   let frontEnd: FrontEnd | null = null;
   // The dev relay's WebSocket (test events to `tally listen`); refused until ready.
   let relay: DevRelay | null = null;
-  app.ws(
-    RELAY_PATH,
-    relayBehavior(() => relay),
-  );
+  const relaySockets = relayBehavior(() => relay);
+  app.ws(RELAY_PATH, relaySockets);
   app.any('/*', (res, req) =>
     frontEnd === null ? answerStarting(res, req, obs) : frontEnd.handle(res, req),
   );
-  const socket = await listen(app, options.host ?? DEFAULT_HOST, options.port);
+  const frontEnds = options.frontEnds ?? 1;
+  if (!Number.isInteger(frontEnds) || frontEnds < 1 || frontEnds > FRONT_ENDS_MAX)
+    throw new Error(`TALLY_FRONTENDS must be 1 to ${FRONT_ENDS_MAX}, got ${frontEnds}`);
+  const host = options.host ?? DEFAULT_HOST;
+  const socket = await listen(app, host, options.port, frontEnds > 1);
   const port = uWS.us_socket_local_port(socket);
   let opened: OpenedDataDir;
   try {
@@ -348,9 +390,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     obs.log,
   );
   await storage.start();
+  const rateLimits = options.rateLimits ?? DEFAULT_RATE_LIMITS;
+  // Several front ends count a key's requests in one shared window (shared-budgets.ts).
+  const budgets = frontEnds > 1 ? new SharedBudgets() : null;
   const front = new FrontEnd(
     keys,
-    new RateLimiter(options.rateLimits ?? DEFAULT_RATE_LIMITS),
+    new RateLimiter(rateLimits, budgets),
     () => pool !== null,
     obs,
     storage,
@@ -361,6 +406,18 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     },
   );
   frontEnd = front;
+  const threads =
+    budgets === null
+      ? null
+      : new FrontEndThreads({
+          host,
+          port,
+          budgets,
+          rateLimits,
+          logLevel: options.log?.level ?? 'silent',
+          handle: (res, req) => front.handle(res, req),
+          relay: relaySockets as FrontEndThreadsOptions['relay'],
+        });
 
   const poolOptions = {
     dataDir: options.dataDir,
@@ -376,6 +433,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       ? {}
       : { idempotencyRunKeys: options.idempotencyRunKeys }),
     ...(options.quotas === undefined ? {} : { quotas: options.quotas }),
+    frontEnds,
   };
   let customers: CustomerIndex | null = null;
   const startedAtMs = Date.now();
@@ -477,9 +535,28 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const adminRouter = buildAdminRouter(adminDeps, [
       ...snapshotRoutes(adminDeps, snapshots),
       ...webhookAdminRoutes(webhookDeps),
-      ['GET', '/v1/admin/metrics', metricsRoute({ pool: started, obs, startedAtMs, storage })],
+      [
+        'GET',
+        '/v1/admin/metrics',
+        metricsRoute({
+          pool: started,
+          obs,
+          startedAtMs,
+          storage,
+          ...(threads === null ? {} : { frontEnds: threads }),
+        }),
+      ],
     ]);
     front.setRouters(apiRouter, adminRouter);
+    // Every front end listens and serves before /healthz says ready.
+    if (threads !== null) {
+      for (let index = 1; index < frontEnds; index++)
+        await threads.start(started.channelsOf(index), keys.list());
+      keys.afterChange = (records) => threads.syncKeys(records);
+      storage.onPoll = (full, freeBytes) => threads.storage(full, freeBytes);
+      threads.storage(storage.full, storage.freeBytes);
+      await threads.ready();
+    }
     pool = started;
   });
 
@@ -492,6 +569,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     async close() {
       uWS.us_listen_socket_close(socket);
       await ready.catch(() => undefined);
+      // Before the shards: their commands must all have reached the workers.
+      await threads?.stop();
       (relay as DevRelay | null)?.closeAll();
       // Before the shards: the delivery thread reads their outboxes until it has stopped.
       await webhooks.close();

@@ -9,12 +9,13 @@
  * with it — its unacknowledged commands are lost by design and everything
  * acknowledged is on disk for recovery.
  */
-import { Worker } from 'node:worker_threads';
+import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import { assert } from '../shared/assert.js';
 import { logicalShardOf, workerOf } from '../shared/shard-hash.js';
 import type { BillingConfig } from '../actors/billing-config.js';
 import {
   BATCH_COMMANDS_MAX,
+  FRONT_ENDS_MAX,
   IDEMPOTENCY_RUN_KEYS,
   SNAPSHOT_SLICE_WORK,
   LOGICAL_SHARDS,
@@ -41,14 +42,21 @@ import {
   type WorkerStats,
 } from '../actors/protocol.js';
 import { HasView } from './has-view.js';
+import { viewStamps } from '../actors/has-view.js';
 import { NO_QUOTAS, workerQuotas, type Quotas } from '../shared/quotas.js';
 import type { ShardWorkerData } from '../actors/shard-worker.js';
 
 /** Receives a command's reply (protocol.ts, ShardReply). */
 export type ReplyHandler = (...reply: ShardReply) => void;
 
+/** A worker's channel: the worker itself, or a port to it (a front end after the first). */
+interface WorkerChannel {
+  postMessage(message: ToWorker): void;
+  on(event: 'message', listener: (message: FromWorker) => void): unknown;
+}
+
 interface Slot {
-  readonly worker: Worker;
+  readonly worker: WorkerChannel;
   outbox: WireBatch;
   inFlight: number;
   stats: WorkerStats | null;
@@ -69,13 +77,27 @@ export interface ShardPoolOptions {
   readonly onWorkerDeath?: (index: number, reason: string) => void;
   /** The operator's per-environment quotas (default: none). */
   readonly quotas?: Quotas;
+  /** Front-end threads (TALLY_FRONTENDS, default 1): each gets its own channel to each worker. */
+  readonly frontEnds?: number;
+}
+
+/** What a front end after the first needs to reach every worker (`ShardPool.connect`). */
+export interface FrontEndChannels {
+  /** This front end's number, 1 for the second. */
+  readonly frontEnd: number;
+  /** Its channel to each worker, in worker order. */
+  readonly ports: readonly MessagePort[];
+  readonly queueMax: number;
 }
 
 export class ShardPool {
   private readonly slots: Slot[] = [];
   private readonly pending = new Map<number, ReplyHandler>();
   private readonly recoveredAudits: PendingAudit[] = [];
-  private nextId = 1;
+  /** Request ids step by FRONT_ENDS_MAX from this front end's number (see FRONT_ENDS_MAX). */
+  private nextId: number;
+  /** Per worker, the other front ends' channels to it: index `frontEnd - 1`. */
+  private readonly frontEndPorts: MessagePort[][] = [];
   /** Outstanding stats requests: request id → one result slot per worker. */
   private readonly statsRequests = new Map<
     number,
@@ -98,13 +120,23 @@ export class ShardPool {
   /** `has` answers the workers published, served without asking them (has-view.ts). */
   private readonly view: HasView;
 
-  private constructor(private readonly options: ShardPoolOptions) {
+  /** Each worker's stamp counters of the `has` view, shared with it. */
+  private readonly stamps: Int32Array[];
+
+  private constructor(
+    private readonly options: ShardPoolOptions,
+    frontEnd = 0,
+  ) {
     this.queueMax = options.queueMax ?? WORKER_QUEUE_MAX;
-    this.view = new HasView(options.workers);
+    this.nextId = FRONT_ENDS_MAX + frontEnd;
+    this.stamps = Array.from({ length: options.workers }, () => viewStamps());
+    this.view = new HasView(options.workers, Date.now, this.stamps);
   }
 
   /** Starts every worker; resolves once each has recovered and reported ready. */
   static async start(options: ShardPoolOptions): Promise<ShardPool> {
+    const frontEnds = options.frontEnds ?? 1;
+    assert(frontEnds >= 1 && frontEnds <= FRONT_ENDS_MAX, `${frontEnds} front ends`);
     const pool = new ShardPool(options);
     const ready: Promise<void>[] = [];
     for (let index = 0; index < options.workers; index++) ready.push(pool.spawn(index));
@@ -112,8 +144,44 @@ export class ShardPool {
     return pool;
   }
 
+  /**
+   * The pool of a front end after the first: the workers' channels it was given, no workers of
+   * its own; it submits commands and gets their replies (no `has` view, no control messages).
+   */
+  static connect(channels: FrontEndChannels): ShardPool {
+    const pool = new ShardPool(
+      { dataDir: '', workers: channels.ports.length, queueMax: channels.queueMax },
+      channels.frontEnd,
+    );
+    channels.ports.forEach((port, index) => {
+      const slot: Slot = { worker: port, outbox: [], inFlight: 0, stats: null };
+      pool.slots.push(slot);
+      port.on('message', (message: FromWorker) => {
+        if (message.t === 'replies') pool.deliver(slot, message.replies);
+        else assert(false, `worker ${index} sent ${message.t} to a second front end`);
+      });
+    });
+    return pool;
+  }
+
+  /** The channels of front end `frontEnd` (1 for the second) to every worker, to hand over. */
+  channelsOf(frontEnd: number): FrontEndChannels {
+    return {
+      frontEnd,
+      ports: this.frontEndPorts.map((ports) => ports[frontEnd - 1] as MessagePort),
+      queueMax: this.queueMax,
+    };
+  }
+
   private spawn(index: number): Promise<void> {
+    const ends = Array.from(
+      { length: (this.options.frontEnds ?? 1) - 1 },
+      () => new MessageChannel(),
+    );
+    this.frontEndPorts.push(ends.map((channel) => channel.port2));
     const workerData: ShardWorkerData = {
+      viewStamps: this.stamps[index] as Int32Array,
+      frontEnds: ends.map((channel) => channel.port1),
       dataDir: this.options.dataDir,
       workerIndex: index,
       snapshotEveryBatches: this.options.snapshotEveryBatches ?? SNAPSHOT_EVERY_BATCHES,
@@ -123,6 +191,7 @@ export class ShardPool {
     };
     const worker = new Worker(new URL('../actors/shard-worker.js', import.meta.url), {
       workerData,
+      transferList: [...workerData.frontEnds],
       resourceLimits: { maxYoungGenerationSizeMb: SHARD_YOUNG_GENERATION_MB },
     });
     const slot: Slot = { worker, outbox: [], inFlight: 0, stats: null };
@@ -272,7 +341,8 @@ export class ShardPool {
   submit(command: Command, onReply: ReplyHandler, audit: AuditTag | null = null): boolean {
     const slot = this.slots[this.workerIndexOf(command.environment, command.customerId)];
     if (slot === undefined || slot.inFlight >= this.queueMax) return false;
-    const id = this.nextId++;
+    const id = this.nextId;
+    this.nextId += FRONT_ENDS_MAX;
     this.pending.set(id, onReply);
     slot.inFlight++;
     pushCommand(slot.outbox, id, command, audit);
@@ -312,6 +382,11 @@ export class ShardPool {
   auditsRecorded(environment: Environment, customerId: string, refs: readonly string[]): void {
     const slot = this.slots[this.workerIndexOf(environment, customerId)];
     if (slot !== undefined && refs.length > 0) this.post(slot, { t: 'auditsRecorded', refs });
+  }
+
+  /** Sends the commands queued this turn now (a front end that is stopping). */
+  flushNow(): void {
+    this.flush();
   }
 
   private flush(): void {
@@ -370,7 +445,8 @@ export class ShardPool {
         (slot) =>
           new Promise<void>((resolve) => {
             slot.worker.on('message', (message: FromWorker) => {
-              if (message.t === 'stopped') void slot.worker.terminate().then(() => resolve());
+              if (message.t === 'stopped')
+                void (slot.worker as Worker).terminate().then(() => resolve());
             });
             this.post(slot, { t: 'stop' });
           }),

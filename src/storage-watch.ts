@@ -32,6 +32,8 @@ export class StorageWatch {
   full = false;
   /** Requests refused because the storage was full. */
   refused = 0;
+  /** Called after each poll (the other front-end threads are told the state). */
+  onPoll: ((full: boolean, freeBytes: number | null) => void) | null = null;
   private timer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -67,6 +69,7 @@ export class StorageWatch {
     this.freeBytes = stats.bavail * stats.bsize;
     this.totalBytes = stats.blocks * stats.bsize;
     const full = this.freeBytes < this.reserveBytes;
+    this.onPoll?.(full, this.freeBytes);
     if (full === this.full) return;
     this.full = full;
     const fields = {

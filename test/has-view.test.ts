@@ -8,7 +8,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { compileConfig, type BillingConfig } from '../actors/billing-config.js';
 import type { Command, Outcome } from '../actors/customer.js';
-import { PublishedViews, type ViewChanges } from '../actors/has-view.js';
+import { PublishedViews, viewStamps, type ViewChanges } from '../actors/has-view.js';
 import type { Envelope, ReplyOutcome } from '../actors/protocol.js';
 import { Shard } from '../actors/shard.js';
 import { HasView } from '../src/has-view.js';
@@ -86,6 +86,8 @@ function pick<T>(random: () => number, items: readonly T[]): T {
 
 /** A message from the shard to the front end, with what the shard's state answered then. */
 interface ToFront {
+  /** The shard's flush it belongs to, counted from 1. */
+  readonly flush: number;
   readonly view: ViewChanges;
   readonly replies: Array<[number, ReplyOutcome, string]>;
   /** The reference's answers when the message left: what a view applying it must serve. */
@@ -99,15 +101,29 @@ type ToShard =
   | { readonly t: 'config'; readonly version: number; readonly config: BillingConfig };
 
 /**
- * One shard and one front end, messages in flight both ways and journal syncs delivered at
- * random: the shape of a worker and the pool, without threads.
+ * One shard and two front ends, messages in flight every way and journal syncs delivered at
+ * random: the shape of a worker and the pools, without threads. The first front end keeps the
+ * view; the second only writes, on its own channel, so a write's reply can reach its client
+ * before the first front end has the view changes of the same write (its client then asks the
+ * first: the stamps must keep the older answer from being served).
  */
 class ViewSimulation {
   readonly reference = new Driver();
-  readonly front = new HasView(1, () => this.now);
+  /** The stamps the shard bumps and the first front end reads (shared memory in the service). */
+  private readonly stamps = viewStamps(false);
+  readonly front = new HasView(1, () => this.now, [this.stamps]);
   now = T0;
   private readonly toShard: ToShard[] = [];
   private readonly toFront: ToFront[] = [];
+  /** Replies to the second front end's writes. */
+  private readonly toSecond: ToFront[] = [];
+  /** Request ids the second front end sent. */
+  private readonly fromSecond = new Set<number>();
+  private flushes = 0;
+  /** The newest flush the first front end applied, and whose reply the second delivered. */
+  private firstApplied = 0;
+  private secondSeen = 0;
+  private secondExpected = new Map<string, boolean>();
   private readonly syncs: Array<() => void> = [];
   private outbox: Array<[number, ReplyOutcome, string]> = [];
   private nextId = 1;
@@ -124,7 +140,7 @@ class ViewSimulation {
     private readonly keys: readonly string[],
     customersMax: number,
   ) {
-    this.views = new PublishedViews(customersMax);
+    this.views = new PublishedViews(customersMax, this.stamps);
     this.shard = new Shard({
       journal: {
         append: () => {
@@ -175,7 +191,13 @@ class ViewSimulation {
     const view = this.views.take();
     if (view.length === 0 && this.outbox.length === 0) return;
     const expected = this.answersNow();
-    this.toFront.push({ view: [...view], replies: this.outbox, expected, confirmsConfig });
+    const flush = ++this.flushes;
+    const second = this.outbox.filter(([id]) => this.fromSecond.has(id));
+    const first = this.outbox.filter(([id]) => !this.fromSecond.has(id));
+    if (view.length > 0 || first.length > 0 || confirmsConfig)
+      this.toFront.push({ flush, view: [...view], replies: first, expected, confirmsConfig });
+    if (second.length > 0)
+      this.toSecond.push({ flush, view: [], replies: second, expected, confirmsConfig: false });
     this.outbox = [];
   }
 
@@ -198,13 +220,33 @@ class ViewSimulation {
       return;
     }
     this.served++;
+    // A client that has the reply of a newer write (through the second front end) must not
+    // read an answer from before it.
+    const expected =
+      this.configsInFlight === 0 && this.secondSeen > this.firstApplied
+        ? this.secondExpected
+        : this.expected;
     expect(held, `${customer} ${key} served from the view`).toBe(
-      this.expected.get(`${customer} ${key}`),
+      expected.get(`${customer} ${key}`),
     );
   }
 
-  write(command: Command): void {
-    this.toShard.push({ t: 'batch', envelopes: [{ id: this.nextId++, command }] });
+  /** A write, through the first front end or (`second`) the second. */
+  write(command: Command, second = false): void {
+    const id = this.nextId++;
+    if (second) this.fromSecond.add(id);
+    this.toShard.push({ t: 'batch', envelopes: [{ id, command }] });
+  }
+
+  /** Delivers one reply message to the second front end: its client knows the write now. */
+  secondStep(): boolean {
+    const message = this.toSecond.shift();
+    if (message === undefined) return false;
+    if (message.flush > this.secondSeen) {
+      this.secondSeen = message.flush;
+      this.secondExpected = message.expected;
+    }
+    return true;
   }
 
   /** Delivers one message to the shard: it decides at once, as a worker does. */
@@ -228,6 +270,7 @@ class ViewSimulation {
     const message = this.toFront.shift();
     if (message === undefined) return false;
     this.front.apply(0, message.view);
+    this.firstApplied = message.flush;
     if (message.confirmsConfig) this.configsInFlight--;
     // While a configuration is on its way, answers of the one before must not be served.
     this.expected = this.configsInFlight > 0 ? new Map() : message.expected;
@@ -244,7 +287,8 @@ class ViewSimulation {
 
   async drain(): Promise<void> {
     for (;;) {
-      const moved = this.shardStep() || this.frontStep() || (await this.syncStep());
+      const moved =
+        this.shardStep() || this.frontStep() || this.secondStep() || (await this.syncStep());
       if (!moved) return;
     }
   }
@@ -282,13 +326,18 @@ describe('has view (shard and front end, messages in flight)', () => {
               consume(
                 pick(random, customers),
                 pick(random, ['tokens', 'storage']),
-                1 + Math.floor(random() * 400),
+                // Amounts that use a balance up exactly, so answers flip often.
+                pick(random, [25, 50, 100, 300]),
               ),
+              random() < 0.5,
             );
           else if (roll < 0.43)
-            sim.configure(++version, USAGE_CONFIG(100 + Math.floor(random() * 600)));
+            sim.configure(++version, USAGE_CONFIG(100 + 25 * Math.floor(random() * 24)));
           else if (roll < 0.65) sim.shardStep();
-          else if (roll < 0.85) sim.frontStep();
+          // Every third seed the first front end is slow to read its channel: the second
+          // front end's clients then hold replies of writes whose changes it lacks.
+          else if (roll < (seed % 3 === 0 ? 0.67 : 0.77)) sim.frontStep();
+          else if (roll < 0.85) sim.secondStep();
           else if (roll < 0.95) await sim.syncStep();
           else {
             // Time moves only when nothing is in flight; often across a day boundary.
@@ -304,9 +353,34 @@ describe('has view (shard and front end, messages in flight)', () => {
     },
   );
 
+  it(
+    'a write answered through the second front end is seen by the next has on the first, ' +
+      'before the first has its view changes',
+    async () => {
+      const sim = new ViewSimulation(['a'], ['tokens'], 100);
+      await sim.drain();
+      sim.ask('a', 'tokens');
+      await sim.drain();
+      sim.ask('a', 'tokens');
+      expect(sim.served).toBe(1);
+      // Uses the balance up, through the second front end; its reply reaches the client
+      // while the first front end's channel still holds the change.
+      sim.write(consume('a', 'tokens', 300), true);
+      expect(sim.shardStep()).toBe(true);
+      expect(await sim.syncStep()).toBe(true);
+      expect(sim.secondStep()).toBe(true);
+      sim.ask('a', 'tokens');
+      expect(sim.served).toBe(1);
+      await sim.drain();
+      sim.ask('a', 'tokens');
+      expect(sim.served).toBe(2);
+    },
+  );
+
   it('a fill sent before a configuration reached the shard is not taken after it was sent', () => {
-    const front = new HasView(2, () => T0);
-    const views = new PublishedViews();
+    const stamps = viewStamps(false);
+    const front = new HasView(2, () => T0, [stamps, stamps]);
+    const views = new PublishedViews(undefined, stamps);
     views.answered('test', 'a', 'sso', true, Infinity);
     const stale = [...views.take()];
     front.configSent('test');
@@ -325,8 +399,9 @@ describe('has view (shard and front end, messages in flight)', () => {
 
   it('an answer is served until its horizon and not at it', () => {
     let now = T0;
-    const front = new HasView(1, () => now);
-    const views = new PublishedViews();
+    const stamps = viewStamps(false);
+    const front = new HasView(1, () => now, [stamps]);
+    const views = new PublishedViews(undefined, stamps);
     views.answered('live', 'a', 'tokens', false, T0 + 1000);
     front.apply(0, [...views.take()]);
     expect(front.answer('live', 'a', 'tokens')).toBe(false);
@@ -341,8 +416,9 @@ describe('has view (shard and front end, messages in flight)', () => {
     'past its bound the shard forgets every customer, and the front end too; a write sends ' +
       'its held answers again',
     () => {
-      const front = new HasView(1, () => T0);
-      const views = new PublishedViews(2);
+      const stamps = viewStamps(false);
+      const front = new HasView(1, () => T0, [stamps]);
+      const views = new PublishedViews(2, stamps);
       views.answered('test', 'a', 'sso', true, Infinity);
       views.answered('test', 'b', 'sso', true, Infinity);
       views.answered('test', 'c', 'sso', true, Infinity);

@@ -925,3 +925,26 @@ export function buildApiRouter(deps: ApiDeps): Router<Route> {
   }
   return routerOf(API_ROUTES, deps);
 }
+
+/**
+ * The routes a front-end thread after the first serves itself (TALLY_FRONTENDS): the metering
+ * hot path, whose handlers use nothing but the shards. Every other request it relays to the
+ * first front end.
+ */
+export const FRONT_END_THREAD_ROUTES: ReadonlyArray<readonly [string, string]> = [
+  ['GET', '/v1/entitlements/:key/has'],
+  ['GET', '/v1/entitlements/:key/limit'],
+  ['GET', '/v1/usage/:key/balance'],
+  ['POST', '/v1/usage/:key/consume'],
+];
+
+/** The router of a later front end: FRONT_END_THREAD_ROUTES, handing commands to `pool`. */
+export function buildFrontEndThreadRouter(pool: ShardPool): Router<Route> {
+  const records = API_ROUTES.filter(({ method, path }) =>
+    FRONT_END_THREAD_ROUTES.some(([m, p]) => m === method && p === path),
+  );
+  if (records.length !== FRONT_END_THREAD_ROUTES.length)
+    throw new Error('a front-end thread route is missing from the route table');
+  // These handlers read `deps.pool` alone (has, limit, balance, consume above).
+  return routerOf(records, { pool } as unknown as ApiDeps);
+}

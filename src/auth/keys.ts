@@ -69,8 +69,22 @@ export class KeyRing {
    */
   private readonly verified = new Map<string, KeyRecord>();
 
-  constructor(private readonly store: ControlStore) {
+  /**
+   * Called with every key after each add or revoke, before it resolves: the first front end
+   * hands the keys to the others here, so a key revoked is refused by all of them once the
+   * revocation is answered.
+   */
+  afterChange: ((records: KeyRecord[]) => Promise<void>) | null = null;
+
+  constructor(private readonly store: Pick<ControlStore, 'listKeys' | 'putKey'>) {
     for (const record of store.listKeys()) this.index(record);
+  }
+
+  /** Replaces every key with `records` (a front end after the first, told by the first). */
+  replaceAll(records: readonly KeyRecord[]): void {
+    this.byHash.clear();
+    this.verified.clear();
+    for (const record of records) this.index(record);
   }
 
   private index(record: KeyRecord): void {
@@ -86,6 +100,7 @@ export class KeyRing {
   async add(record: KeyRecord): Promise<void> {
     await this.store.putKey(record);
     this.index(record);
+    await this.afterChange?.(this.list());
   }
 
   /** Every key (live and revoked), oldest first. */
@@ -111,6 +126,7 @@ export class KeyRing {
     const revoked: KeyRecord = { ...current, revokedAtMs: nowMs };
     await this.store.putKey(revoked);
     this.index(revoked);
+    await this.afterChange?.(this.list());
     return revoked;
   }
 

@@ -21,10 +21,15 @@
  * (its requests still count against the key's budget): a flood of addresses cannot
  * make the front end run out of memory, nor lock out visitors it has not seen yet.
  * 0 turns a budget off; all three at 0, client keys are unlimited and get no headers.
+ *
+ * With several front-end threads (TALLY_FRONTENDS), a server or operator key's window is kept
+ * in memory they share (shared-budgets.ts): one budget per key, whichever thread counts it.
+ * Client keys are served by the first front end alone, so their tables stay its own.
  */
 import type { KeyRecord } from '../../storage/control-store.js';
 import type { AddressKey } from '../http/client-address.js';
 import { rateLimitLines, type RateLimitLines } from '../http/rate-limit-header.js';
+import type { SharedBudgets } from './shared-budgets.js';
 
 export const WINDOW_MS = 60_000;
 export const DEFAULT_RATE_LIMITS: Required<RateLimits> = {
@@ -115,7 +120,11 @@ export class RateLimiter {
   private lastClientId = '';
   private lastClientWindows: ClientWindows | null = null;
 
-  constructor(private readonly limits: RateLimits) {
+  /** `shared`: the per-key windows of server and operator keys, when several threads count. */
+  constructor(
+    private readonly limits: RateLimits,
+    private readonly shared: SharedBudgets | null = null,
+  ) {
     this.addressLimit = limits.clientAddress ?? DEFAULT_RATE_LIMITS.clientAddress;
     this.customerLimit = limits.clientCustomer ?? DEFAULT_RATE_LIMITS.clientCustomer;
   }
@@ -139,6 +148,11 @@ export class RateLimiter {
     const limit = client ? this.limits.client : this.limits.server;
     if (limit === 0) return null;
     const startMs = nowMs - (nowMs % WINDOW_MS);
+    const slot = this.shared === null || client ? -1 : this.shared.slotOf(key.id);
+    if (slot >= 0) {
+      const count = (this.shared as SharedBudgets).count(slot, startMs / WINDOW_MS);
+      return this.decision(count <= limit, limit, 'for this key', limit - count, startMs, nowMs);
+    }
     let window = this.windows.get(key.id);
     if (window === undefined) {
       if (this.windows.size >= SWEEP_AT_ENTRIES) this.sweep(startMs);

@@ -10,7 +10,7 @@
  * matched (401, 404, 429, …) is counted under `unmatched`, so no client can create a
  * series. The method label is one of a fixed list for the same reason.
  */
-import { Histogram } from '../../actors/histogram.js';
+import { Histogram, type HistogramData } from '../../actors/histogram.js';
 
 /** Latency buckets (milliseconds): `has` answers in ~0.1–1 ms, a durable write in a few. */
 export const HTTP_LATENCY_BOUNDS_MS: readonly number[] = [
@@ -67,6 +67,17 @@ export interface HttpSeries {
   readonly statuses: Float64Array;
 }
 
+/** A front end's counts as they cross to another thread (the used series only). */
+export interface HttpMetricsData {
+  readonly series: ReadonlyArray<{
+    readonly route: string;
+    readonly method: string;
+    readonly latencyMs: HistogramData;
+    readonly statuses: readonly number[];
+  }>;
+  readonly aborted: number;
+}
+
 export class HttpMetrics {
   readonly series: HttpSeries[] = [];
   /** Requests whose client went away before the answer (no status, no latency). */
@@ -101,6 +112,38 @@ export class HttpMetrics {
     const base = this.series.length;
     for (const { method, pattern } of routes) this.add(pattern, method);
     return base;
+  }
+
+  /** The used series and the aborted count, to send to another thread or add up. */
+  data(): HttpMetricsData {
+    return {
+      series: this.series
+        .filter((series) => series.latencyMs.count > 0)
+        .map(({ route, method, latencyMs, statuses }) => ({
+          route,
+          method,
+          latencyMs: latencyMs.data(),
+          statuses: Array.from(statuses),
+        })),
+      aborted: this.aborted,
+    };
+  }
+
+  /** Adds another front end's counts, series by series (route and method). */
+  absorb(other: HttpMetricsData): void {
+    for (const theirs of other.series) {
+      let ours = this.series.find((s) => s.route === theirs.route && s.method === theirs.method);
+      if (ours === undefined) {
+        this.add(theirs.route, theirs.method);
+        ours = this.series.at(-1) as HttpSeries;
+      }
+      ours.latencyMs.absorb(theirs.latencyMs);
+      const statuses = ours.statuses;
+      theirs.statuses.forEach(
+        (count, slot) => (statuses[slot] = (statuses[slot] as number) + count),
+      );
+    }
+    this.aborted += other.aborted;
   }
 
   /** Records one answer. `slot` must come from `fixedSlot` or `register` (else it throws). */

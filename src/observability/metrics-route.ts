@@ -14,7 +14,7 @@ import type { ShardLiveStats } from '../../actors/protocol.js';
 import type { AdminRouteEntry } from '../api/admin-routes.js';
 import type { ShardPool } from '../shard-pool.js';
 import { Exposition, PROMETHEUS_CONTENT_TYPE } from './exposition.js';
-import { statusLabel, type HttpMetrics } from './http-metrics.js';
+import { HttpMetrics, statusLabel, type HttpMetricsData } from './http-metrics.js';
 import type { Observability } from './observability.js';
 
 export interface MetricsDeps {
@@ -24,6 +24,8 @@ export interface MetricsDeps {
   readonly storage: Pick<StorageWatch, 'freeBytes' | 'full' | 'refused'>;
   /** The front end's own GC pauses (each shard worker ships its own). */
   readonly gc?: Pick<GcPauses, 'stats'>;
+  /** The other front-end threads' HTTP counts (TALLY_FRONTENDS), second front end first. */
+  readonly frontEnds?: { collect(): Promise<HttpMetricsData[]> };
 }
 
 const MS = 0.001;
@@ -255,15 +257,42 @@ function renderGc(
     out.sample('tally_gc_pause_max_seconds', { thread }, gc.pauseMsMax / 1000);
 }
 
-/** The whole exposition, from numbers already gathered. */
+/**
+ * Requests each front end answered: the first's include those the others relayed to it.
+ * `others`: the other front ends' counts, second first.
+ */
+function renderFrontEnds(out: Exposition, first: HttpMetricsData, others: HttpMetricsData[]): void {
+  out.family(
+    'tally_front_end_requests_total',
+    'counter',
+    'HTTP requests answered per front-end thread (0: the first, which also answers what the ' +
+      'others relay to it).',
+  );
+  [first, ...others].forEach((data, frontEnd) => {
+    let total = 0;
+    for (const series of data.series) total += series.latencyMs.count;
+    out.sample('tally_front_end_requests_total', { front_end: String(frontEnd) }, total);
+  });
+}
+
+/** The whole exposition, from numbers already gathered (`others`: other front ends' counts). */
 export function renderMetrics(
   deps: MetricsDeps,
   depths: readonly number[],
   shards: readonly ShardLiveStats[],
   nowMs: number,
+  others: HttpMetricsData[] = [],
 ): string {
   const out = new Exposition();
-  renderHttp(out, deps.obs.metrics);
+  const first = deps.obs.metrics.data();
+  if (others.length === 0) renderHttp(out, deps.obs.metrics);
+  else {
+    const all = new HttpMetrics();
+    all.absorb(first);
+    for (const data of others) all.absorb(data);
+    renderHttp(out, all);
+  }
+  renderFrontEnds(out, first, others);
   renderShards(out, depths, shards, nowMs);
   renderView(out, deps.pool.viewStats());
   renderGc(out, deps.gc?.stats() ?? null, shards);
@@ -278,12 +307,13 @@ export function metricsRoute(deps: MetricsDeps): AdminRouteEntry[2] {
     audited: false,
     handle(ctx) {
       const depths = deps.pool.queueDepths();
-      deps.pool.liveStats().then(
-        (shards) =>
+      const others = deps.frontEnds?.collect() ?? Promise.resolve([]);
+      Promise.all([deps.pool.liveStats(), others]).then(
+        ([shards, frontEnds]) =>
           ctx.ex.sendText(
             200,
             PROMETHEUS_CONTENT_TYPE,
-            renderMetrics(withGc, depths, shards, Date.now()),
+            renderMetrics(withGc, depths, shards, Date.now(), frontEnds),
           ),
         (error: unknown) => ctx.ex.failInternal(error),
       );

@@ -32,7 +32,7 @@ export const RELAY_PATH = '/v1/listen';
 const RELAY_SECRET_META = 'relaySecret';
 
 /** Bytes a listener may have unsent before it is dropped: a stuck listener costs no more. */
-const LISTENER_BACKPRESSURE_MAX = 16 * 1024 * 1024;
+export const LISTENER_BACKPRESSURE_MAX = 16 * 1024 * 1024;
 
 interface Listener {
   /** Event kinds it asked for (`?events=`), `['*']` by default. */

@@ -5,6 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -170,6 +171,52 @@ async function waitFor<T>(
   throw new Error(`server did not become ready:\n${output()}`);
 }
 
+/** Servers whose every `call` opens a connection of its own (see `freshConnections`). */
+const freshBases = new Set<string>();
+
+/**
+ * Makes every later `call` to `base` open a new connection and close it after the answer,
+ * instead of reusing one: with several front-end threads on the port, the kernel spreads
+ * connections, not requests, so this is what makes a suite reach all of them.
+ */
+export function freshConnections(base: string): void {
+  freshBases.add(base);
+}
+
+/** One request on a connection of its own (`Connection: close`). */
+function callFresh(
+  base: string,
+  method: string,
+  pathAndQuery: string,
+  headers: Record<string, string>,
+  body: string | undefined,
+): Promise<{ status: number; bytes: Buffer; headers: Headers }> {
+  return new Promise((resolve, reject) => {
+    const request = http.request(
+      base + pathAndQuery,
+      { method, headers: { ...headers, connection: 'close' }, agent: false },
+      (response) => {
+        const chunks: Buffer[] = [];
+        response.on('data', (chunk: Buffer) => chunks.push(chunk));
+        response.on('end', () => {
+          const received = new Headers();
+          for (const [name, value] of Object.entries(response.headers))
+            for (const one of Array.isArray(value) ? value : [value ?? ''])
+              received.append(name, one);
+          resolve({
+            status: response.statusCode ?? 0,
+            bytes: Buffer.concat(chunks),
+            headers: received,
+          });
+        });
+        response.on('error', reject);
+      },
+    );
+    request.on('error', reject);
+    request.end(body);
+  });
+}
+
 /** A small fetch wrapper: JSON in, status + parsed JSON (or text) out. */
 export async function call(
   base: string,
@@ -180,6 +227,8 @@ export async function call(
     body?: unknown;
     rawBody?: string;
     headers?: Record<string, string>;
+    /** The answer's body as a Buffer, unparsed. */
+    binary?: boolean;
   } = {},
 ): Promise<{ status: number; body: any; headers: Headers }> {
   const headers: Record<string, string> = { ...options.headers };
@@ -190,17 +239,32 @@ export async function call(
     body = JSON.stringify(options.body);
     headers['content-type'] ??= 'application/json';
   }
-  const response = await fetch(base + pathAndQuery, {
-    method,
-    headers,
-    ...(body === undefined ? {} : { body }),
-  });
-  const text = await response.text();
+  let status: number;
+  let bytes: Buffer;
+  let received: Headers;
+  if (freshBases.has(base)) {
+    ({
+      status,
+      bytes,
+      headers: received,
+    } = await callFresh(base, method, pathAndQuery, headers, body));
+  } else {
+    const response = await fetch(base + pathAndQuery, {
+      method,
+      headers,
+      ...(body === undefined ? {} : { body }),
+    });
+    status = response.status;
+    received = response.headers;
+    bytes = Buffer.from(await response.arrayBuffer());
+  }
+  if (options.binary === true) return { status, body: bytes, headers: received };
+  const text = bytes.toString('utf8');
   let parsed: unknown = text;
   try {
     parsed = JSON.parse(text);
   } catch {
     /* not JSON: keep the text so the assertion shows it */
   }
-  return { status: response.status, body: parsed, headers: response.headers };
+  return { status, body: parsed, headers: received };
 }
