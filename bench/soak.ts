@@ -77,11 +77,23 @@ export interface SoakResult {
   };
 }
 
-function parse(argv: readonly string[]): SoakOptions {
+const USAGE = `usage: npm run bench:soak -- [options]
+  --minutes <n>         how long the load runs (default 30)
+  --rate <r>            consumes per second to aim at (default: as fast as the machine goes)
+  --connections <n>     wrk connections (default 128)
+  --workers <n>         TALLY_WORKERS for the Tally process (default: Tally's own)
+  --keys unique|none    a new idempotency key on every consume (default), or none
+  --report <path>       write the table and the plot into that Markdown file's soak section
+  --help
+`;
+
+/** The options, or null when the usage was asked for (printed). */
+function parse(argv: readonly string[]): SoakOptions | null {
   const { values } = parseArgs({
     args: [...argv],
     strict: true,
     options: {
+      help: { type: 'boolean' },
       minutes: { type: 'string' },
       rate: { type: 'string' },
       connections: { type: 'string' },
@@ -90,6 +102,10 @@ function parse(argv: readonly string[]): SoakOptions {
       report: { type: 'string' },
     },
   });
+  if (values.help === true) {
+    process.stdout.write(USAGE);
+    return null;
+  }
   const positive = (name: string, raw: string | undefined, fallback: number): number => {
     const value = raw === undefined ? fallback : Number(raw);
     if (!Number.isFinite(value) || value <= 0)
@@ -487,6 +503,7 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
 
 async function main(): Promise<void> {
   const options = parse(process.argv.slice(2));
+  if (options === null) return;
   if (!(await wrkAvailable()))
     throw new Error('wrk is not installed: `apt-get install wrk` (Debian, Ubuntu)');
   const dataDir = await makeDataDir();

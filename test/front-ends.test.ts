@@ -57,10 +57,9 @@ afterAll(async () => {
 async function answeredPerFrontEnd(): Promise<[number, number]> {
   const metrics = await call(server.base, 'GET', '/v1/admin/metrics', { key: server.keys.admin });
   const families = parsePrometheusText(metrics.body as string);
-  return [0, 1].map(
-    (frontEnd) =>
-      sampleValue(families, 'tally_front_end_requests_total', { front_end: String(frontEnd) }) ?? 0,
-  );
+  const of = (frontEnd: string) =>
+    sampleValue(families, 'tally_front_end_requests_total', { front_end: frontEnd }) ?? 0;
+  return [of('0'), of('1')];
 }
 
 /** A fresh server key of the test environment (its own rate budget). */
