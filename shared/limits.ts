@@ -87,13 +87,14 @@ export const SNAPSHOT_SLICE_WORK = 1000;
 
 /**
  * V8 young generation of a shard worker: V8 makes it three semi-spaces' worth, so this
- * means 64 MB semi-spaces instead of V8's default 16 MB. Loading a snapshot allocates
- * objects that all survive, and with the default V8 spent a quarter to a third of
- * recovery in scavenges; with this, recovery from a 1M-customer snapshot plus a 1M-event
- * tail took ~20% less time (`npm run bench:recovery`), for ~100 MB more resident memory,
- * with no change measured for journal-only replay or for `npm run bench` throughput.
+ * means 16 MB semi-spaces. Under keyed load every idempotency key lives in the young
+ * generation until it is sealed (seconds), so a scavenge copies all the keys of its last
+ * semi-space: with 64 MB semi-spaces a shard paused up to 54 ms (30–50 ms in most 15-second
+ * windows of a keyed soak); with 16 MB, 15–20 ms on the same machine and day, at the same
+ * throughput. The larger size made recovery from a snapshot ~10% faster (every object a
+ * snapshot loads survives) for ~16% more peak memory; pauses under load weigh more.
  */
-export const SHARD_YOUNG_GENERATION_MB = 192;
+export const SHARD_YOUNG_GENERATION_MB = 48;
 
 /**
  * Also snapshot a shard once this many events were journaled since its last snapshot:
