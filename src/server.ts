@@ -29,7 +29,7 @@ import { runRoute } from './api/route-record.js';
 import { snapshotRoutes } from './api/snapshot-routes.js';
 import { Snapshots } from './snapshots.js';
 import { buildApiRouter, type Route } from './api/routes.js';
-import { issueKey, KeyRing } from './auth/keys.js';
+import { bearerToken, issueKey, KeyRing } from './auth/keys.js';
 import {
   replaceBootstrapAdmin,
   writeBootstrapFile,
@@ -79,7 +79,7 @@ import { SideJobs } from './side-jobs.js';
 import { webhookAdminRoutes } from './api/webhook-routes.js';
 import { WebhookService, type WebhookSettings } from './webhooks/service.js';
 import { DevRelay, RELAY_PATH, relayBehavior } from './webhooks/relay.js';
-import { STORAGE_RESERVE_BYTES_DEFAULT, StorageWatch } from './storage-watch.js';
+import { failStorageFull, STORAGE_RESERVE_BYTES_DEFAULT, StorageWatch } from './storage-watch.js';
 
 /** Loopback only unless the operator says otherwise: Tally speaks plain HTTP (docs/security.md). */
 export const DEFAULT_HOST = '127.0.0.1';
@@ -619,16 +619,7 @@ class FrontEnd {
   private refusedForStorage(ex: Exchange): boolean {
     if (!this.storage.full || ex.method === 'GET') return false;
     this.storage.refused++;
-    const free = this.storage.freeBytes ?? 0;
-    ex.fail(
-      'storage_full',
-      {
-        detail:
-          `${free} bytes free on the data directory's filesystem, below the reserve; ` +
-          `reads are still served`,
-      },
-      [['retry-after', '5']],
-    );
+    failStorageFull(ex, this.storage.freeBytes);
     return true;
   }
 
@@ -894,16 +885,6 @@ function clientSettingsOf(config: unknown): ClientSettings | undefined {
 
 /** The query of a public route: none is read. */
 const NO_QUERY: Readonly<Record<string, string>> = Object.freeze({});
-
-/**
- * The token of `Authorization: Bearer <token>`; the scheme name is case-insensitive (RFC 9110
- * §11.1).
- */
-function bearerToken(header: string): string {
-  return header.length > 7 && header.slice(0, 7).toLowerCase() === 'bearer '
-    ? header.slice(7).trim()
-    : '';
-}
 
 /**
  * The embedded sandbox starts empty at every start: it is given the catalog of the stored

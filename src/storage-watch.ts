@@ -10,6 +10,7 @@
  * while reads go on being answered from memory. When space returns, writes resume on the
  * next poll; no restart is needed. Entering and leaving the full state is logged at warn.
  */
+import type { Exchange } from './http/exchange.js';
 import { statfs } from 'node:fs/promises';
 import type { Logger } from './observability/log.js';
 
@@ -80,4 +81,17 @@ export class StorageWatch {
     if (full) this.log.warn(fields, 'storage full: refusing writes until space is freed');
     else this.log.warn(fields, 'storage has room again: accepting writes');
   }
+}
+
+/** Answers 503 `storage_full` (Retry-After 5) to a request that may write. */
+export function failStorageFull(ex: Exchange, freeBytes: number | null): void {
+  ex.fail(
+    'storage_full',
+    {
+      detail:
+        `${freeBytes ?? 0} bytes free on the data directory's filesystem, below the reserve; ` +
+        `reads are still served`,
+    },
+    [['retry-after', '5']],
+  );
 }

@@ -146,3 +146,13 @@ export class KeyRing {
     return record;
   }
 }
+
+/**
+ * The token of `Authorization: Bearer <token>`; the scheme name is case-insensitive (RFC 9110
+ * §11.1). '' when the header is absent or another scheme.
+ */
+export function bearerToken(header: string): string {
+  return header.length > 7 && header.slice(0, 7).toLowerCase() === 'bearer '
+    ? header.slice(7).trim()
+    : '';
+}

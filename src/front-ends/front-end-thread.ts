@@ -19,7 +19,7 @@ import { nameThisThread } from '../../actors/thread-name.js';
 import { assert } from '../../shared/assert.js';
 import { runRoute } from '../api/route-record.js';
 import { buildFrontEndThreadRouter, type Route } from '../api/routes.js';
-import { KeyRing } from '../auth/keys.js';
+import { bearerToken, KeyRing } from '../auth/keys.js';
 import { RateLimiter } from '../auth/rate-limit.js';
 import { SharedBudgets } from '../auth/shared-budgets.js';
 import { checkBodyHeaders, readJsonBody } from '../http/body.js';
@@ -31,6 +31,7 @@ import type { Router } from '../http/router.js';
 import { createLogger, isLogLevel, silentLogger, stdoutDestination } from '../observability/log.js';
 import { Observability } from '../observability/observability.js';
 import { ShardPool } from '../shard-pool.js';
+import { failStorageFull } from '../storage-watch.js';
 import { LISTENER_BACKPRESSURE_MAX, RELAY_PATH } from '../webhooks/relay.js';
 import type { FromFrontEnd, FrontEndThreadData, ToFrontEnd } from './protocol.js';
 
@@ -107,16 +108,7 @@ function serve(ex: Exchange, req: uWS.HttpRequest): void {
   }
   const { route, params } = found.match;
   ex.slot = slotBase + found.match.index;
-  if (storage.full && method !== 'GET')
-    return ex.fail(
-      'storage_full',
-      {
-        detail:
-          `${storage.freeBytes ?? 0} bytes free on the data directory's filesystem, below the ` +
-          `reserve; reads are still served`,
-      },
-      [['retry-after', '5']],
-    );
+  if (storage.full && method !== 'GET') return failStorageFull(ex, storage.freeBytes);
   const query = routeQuery(req.getQuery() ?? '', route.takesQuery);
   if (!query.ok) return ex.fail('invalid_query', { detail: query.message });
   const environment = key.environment;
@@ -233,12 +225,6 @@ function drain(id: number, entry: Relayed): void {
     }
     entry.queue.shift();
   }
-}
-
-function bearerToken(header: string): string {
-  return header.length > 7 && header.slice(0, 7).toLowerCase() === 'bearer '
-    ? header.slice(7).trim()
-    : '';
 }
 
 /** A relay WebSocket's upgrade, waiting for the first front end's checks. */

@@ -21,7 +21,7 @@ import type uWS from 'uWebSockets.js';
 import type { BillingConfig, ForwardingEntry } from '../../actors/billing-config.js';
 import type { ControlStore } from '../../storage/control-store.js';
 import type { OutboxEvent } from '../../storage/outbox.js';
-import type { KeyRing } from '../auth/keys.js';
+import { bearerToken, type KeyRing } from '../auth/keys.js';
 import { errorBody, ERRORS, type ErrorCode } from '../errors.js';
 import { eventBody } from './dispatcher.js';
 import { normalizeEvents, signingSecrets, wants, type WebhookEndpoints } from './endpoints.js';
@@ -55,12 +55,6 @@ export type RelayMessage =
       readonly headers: Readonly<Record<string, string>>;
       readonly body: string;
     };
-
-function bearerToken(header: string): string {
-  return header.length > 7 && header.slice(0, 7).toLowerCase() === 'bearer '
-    ? header.slice(7).trim()
-    : '';
-}
 
 function refuse(res: uWS.HttpResponse, code: ErrorCode, params = {}): void {
   res.cork(() => {
