@@ -22,10 +22,6 @@ export class RelayedRequest {
     return this.message.method;
   }
 
-  getMethod(): string {
-    return this.message.method.toLowerCase();
-  }
-
   getUrl(): string {
     return this.message.url;
   }
