@@ -48,9 +48,20 @@ export class CustomerIndex {
     return env.dbs.customers;
   }
 
+  /**
+   * A fresh read snapshot of the shard's environment. lmdb-js keeps a thread's snapshot until
+   * a timer resets it, and under load that timer waits: a shard's commit acknowledged since
+   * (a customer just created) would not be seen yet.
+   */
+  private fresh(index: number): BinaryDb {
+    const db = this.db(index);
+    db.resetReadTxn();
+    return db;
+  }
+
   /** The customer's JSON, or null when the environment has no such customer. */
   get(environment: string, id: string): string | null {
-    const bytes = this.db(this.shardOf(environment, id)).get([environment, id]);
+    const bytes = this.fresh(this.shardOf(environment, id)).get([environment, id]);
     return bytes === undefined ? null : bytes.toString('utf8');
   }
 
@@ -59,7 +70,8 @@ export class CustomerIndex {
     const candidates: Array<{ id: string; key: Buffer; json: string }> = [];
     for (let i = 0; i < this.envs.length; i++) {
       let taken = 0;
-      for (const { key, value } of this.db(i).getRange({ start: [environment, after ?? ''] })) {
+      const rows = this.fresh(i).getRange({ start: [environment, after ?? ''] });
+      for (const { key, value } of rows) {
         const [env, id] = key as [string, string];
         if (env !== environment) break;
         if (id === after) continue;

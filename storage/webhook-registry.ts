@@ -63,8 +63,14 @@ export function isWebhookEndpointRecord(value: unknown): value is WebhookEndpoin
   );
 }
 
-/** Every endpoint in the table, ordered by id. Throws if a stored record is corrupt. */
+/**
+ * Every endpoint in the table, ordered by id. Throws if a stored record is corrupt. Reads a
+ * fresh snapshot: the delivery thread reads what the front end's thread wrote, and lmdb-js
+ * keeps a thread's read snapshot until a timer resets it, so an enable read in the same turn
+ * as an earlier read would otherwise still see the endpoint failing.
+ */
 export function readEndpoints(db: BinaryDb): WebhookEndpointRecord[] {
+  db.resetReadTxn();
   const endpoints: WebhookEndpointRecord[] = [];
   for (const { key, value } of db.getRange({})) {
     const decoded = decodeRecord(value);
