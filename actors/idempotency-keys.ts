@@ -85,13 +85,20 @@ function memoryKey(address: KeyAddress): string {
  * The digest that names an idempotency scope within its customer: 128 bits of SHA-256
  * over the scope, in base64url (22 characters) whatever the key's length. Two scopes of
  * one customer collide as likely as a guess of a random 128-bit number.
+ *
+ * Node renders a digest as base64url in one call several times faster than it returns it
+ * as a Buffer, so the digest is the first 22 characters of the whole hash's base64url with
+ * the last character's low four bits cleared: exactly the base64url of its first 16 bytes.
  */
 export function scopeDigest(scope: string): string {
-  return sha256(scope).subarray(0, 16).toString('base64url');
+  const whole = sha256Base64url(scope);
+  return whole.slice(0, 21) + BASE64URL[BASE64URL.indexOf(whole.charAt(21)) & 0b110000];
 }
 
-/** SHA-256 in one call where Node has it (20.12 on), else through a Hash object. */
-const sha256: (data: string) => Buffer =
+const BASE64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+
+/** SHA-256 in base64url, in one call where Node has it (20.12 on), else through a Hash. */
+const sha256Base64url: (data: string) => string =
   typeof crypto.hash === 'function'
-    ? (data) => crypto.hash('sha256', data, 'buffer')
-    : (data) => crypto.createHash('sha256').update(data).digest();
+    ? (data) => crypto.hash('sha256', data, 'base64url')
+    : (data) => crypto.createHash('sha256').update(data).digest('base64url');

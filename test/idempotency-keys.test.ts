@@ -4,6 +4,7 @@
  * the older one-table layout), and the shard over it (a key is found while its record is
  * in flight, once sealed, and its expiry makes it new again).
  */
+import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { Command, Event } from '../actors/customer.js';
 import { scopeDigest, type IdempotencyPut } from '../actors/idempotency-keys.js';
@@ -49,6 +50,16 @@ const PACING = {
 
 const fingerprints = (keys: KeyStore, puts: readonly IdempotencyPut[]) =>
   puts.map((p) => keys.get(p)?.fingerprint ?? null);
+
+describe('the scope digest', () => {
+  it('is the base64url of the first 16 bytes of the scope’s SHA-256, as stored', () => {
+    for (let i = 0; i < 5000; i++) {
+      const scope = `consume\u0000api_calls\u0000req-${i}-é${i * 31}`;
+      const expected = createHash('sha256').update(scope).digest().subarray(0, 16);
+      expect(scopeDigest(scope)).toBe(expected.toString('base64url'));
+    }
+  });
+});
 
 describe('the key filter', () => {
   it('never forgets a key it holds, and takes few others for one', () => {
