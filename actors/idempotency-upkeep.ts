@@ -10,7 +10,7 @@
  * while recovering into the key store; its recovery barrier makes them durable with the
  * meta record, so the next start skips the work. Snapshots written afterwards hold no
  * keys. Data dirs of layout version 1 (one key table in key order) have that table moved
- * into runs at start (`KeyStore.migrateTable`).
+ * into runs at start (`KeyStore.migrateTable`); version 2's runs are read as they are.
  */
 import {
   IDEMPOTENCY_RETENTION_MS,
@@ -24,8 +24,14 @@ import type { Shard } from './shard.js';
 
 /** The meta record that says how a shard's keys are laid out (the layout's version). */
 export const IDEMPOTENCY_LAYOUT_META = 'idempotency-layout';
-/** Version 1: one key table in key order. Version 2: sealed runs (and their logs). */
-export const IDEMPOTENCY_LAYOUT_VERSION = 2;
+/**
+ * Version 1: one key table in key order. Version 2: sealed runs (and their logs), a key per
+ * entry. Version 3: runs sealed from now on store blocks of a customer's keys; the runs of
+ * version 2 are read as they are until they expire (each run's record names its layout).
+ */
+export const IDEMPOTENCY_LAYOUT_VERSION = 3;
+/** The first version whose keys are in runs (older ones have the one table to move). */
+export const IDEMPOTENCY_RUNS_LAYOUT = 2;
 
 /** The part of the key store the migration uses (storage/idempotency-runs.ts). */
 export interface KeyBackfill {

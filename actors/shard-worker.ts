@@ -46,6 +46,7 @@ import {
 import {
   IDEMPOTENCY_LAYOUT_META,
   IDEMPOTENCY_LAYOUT_VERSION,
+  IDEMPOTENCY_RUNS_LAYOUT,
   KeyMigration,
   KeyUpkeep,
 } from './idempotency-upkeep.js';
@@ -292,7 +293,7 @@ async function recover(): Promise<void> {
   });
   // Layout 1 kept keys in one table in key order: it moves into runs before serving.
   const tableMoved =
-    layout?.version === IDEMPOTENCY_LAYOUT_VERSION
+    ((layout?.version as number | undefined) ?? 0) >= IDEMPOTENCY_RUNS_LAYOUT
       ? 0
       : await store.idempotency.migrateTable(Date.now() - IDEMPOTENCY_RETENTION_MS, {
           pause: () => new Promise((resolve) => setImmediate(resolve)),

@@ -12,9 +12,18 @@
  *   same event-loop turn as that record (lmdb-js puts every write of one turn into one
  *   transaction), so a key is on disk exactly when its write is. The key is also in
  *   memory (`remember`), where lookups find it until it is sealed.
- * - `idempotency-runs`: [run seq, environment, customerId, scope digest] →
- *   frame([fingerprint, atMs]). Sealing takes the keys in memory, sorts them and writes
- *   them as the next run, in key order (dense, sequential pages), a slice at a time.
+ * - `idempotency-runs`: [run seq, environment, customerId, first scope digest] →
+ *   frame([customerId, scope digest, fingerprint, atMs, …]): a block of up to BLOCK_KEYS
+ *   keys of one customer, in digest order (the id is repeated in the value because a key
+ *   does not always decode to it: an id of 64 characters or more is stored unescaped, and
+ *   a NUL in it reads back as a separator). Sealing takes the keys in memory, sorts them and writes
+ *   them as the next run, in key order (dense, sequential pages), a slice at a time: one
+ *   write per block rather than per key, so a customer with many keys in a run costs a
+ *   fraction of a write each. A lookup seeks the customer's last block whose first digest
+ *   is at most its own (a backward range read that stops at the customer's first block).
+ *   Runs sealed before blocks hold one key per entry ([…, scope digest] →
+ *   frame([fingerprint, atMs])); their catalog record says which layout a run has, and
+ *   both are read until they expire.
  * - `idempotency-run-catalog`: [run seq] → frame(run): its key count per environment and
  *   its time range; ['group', first run seq] → frame([first run seq, capacity, filter]).
  *   Runs come in groups of up to GROUP_RUNS consecutive runs behind one filter
@@ -56,6 +65,8 @@ export type IdempotencyDbName = (typeof IDEMPOTENCY_DB_NAMES)[number];
 
 /** Keys one slice of sealing, dropping or migrating writes or removes. */
 export const KEY_SLICE = 2000;
+/** The most keys of one customer one stored block of a run holds. */
+export const BLOCK_KEYS = 32;
 /** Keys sorted in one turn when a run is sealed. */
 const SORT_CHUNK = 4096;
 /** Runs one group's filter covers. */
@@ -100,6 +111,8 @@ export interface RunInfo {
   readonly live: number;
   readonly minAtMs: number;
   readonly maxAtMs: number;
+  /** Its keys are stored in blocks (else one per entry, as sealed before blocks). */
+  readonly blocks: boolean;
 }
 
 type Run = RunInfo;
@@ -142,6 +155,30 @@ function decodeStored(bytes: Uint8Array, what: string): StoredKey {
   return { fingerprint: value[0], atMs: value[1] };
 }
 
+/**
+ * A stored block: its customer's id, then [scope digest, fingerprint, atMs] for each key, in
+ * digest order.
+ */
+function decodeBlock(bytes: Uint8Array, what: string): Array<string | number> {
+  const decoded = decodeRecord(bytes);
+  const value = decoded.ok ? decoded.value : null;
+  if (
+    !Array.isArray(value) ||
+    value.length < 4 ||
+    value.length % 3 !== 1 ||
+    typeof value[0] !== 'string'
+  )
+    throw new Error(`idempotency key block ${what} is corrupt; refusing to go on`);
+  for (let i = 1; i < value.length; i += 3)
+    if (
+      typeof value[i] !== 'string' ||
+      typeof value[i + 1] !== 'string' ||
+      typeof value[i + 2] !== 'number'
+    )
+      throw new Error(`idempotency key block ${what} is corrupt; refusing to go on`);
+  return value as Array<string | number>;
+}
+
 /** A log entry: the keys of one journal record, five fields each, one after the other. */
 function decodeLogged(bytes: Uint8Array, seq: number): KeyPut[] {
   const decoded = decodeRecord(bytes);
@@ -172,7 +209,8 @@ function decodeRun(bytes: Uint8Array, seq: number): Run {
   if (
     value === null ||
     typeof value !== 'object' ||
-    numbers.some((field) => typeof value[field] !== 'number')
+    numbers.some((field) => typeof value[field] !== 'number') ||
+    (value.blocks !== undefined && value.blocks !== true)
   )
     throw new Error(`idempotency run ${seq} is corrupt; refusing to go on`);
   return {
@@ -182,6 +220,7 @@ function decodeRun(bytes: Uint8Array, seq: number): Run {
     live: value.live as number,
     minAtMs: value.minAtMs as number,
     maxAtMs: value.maxAtMs as number,
+    blocks: value.blocks === true,
   };
 }
 
@@ -199,9 +238,11 @@ function decodeGroup(bytes: Uint8Array, first: number): [number, KeyFilter] {
   return [value[1], KeyFilter.fromBytes(value[2])];
 }
 
+/** A run's catalog record: its counts and time range, and `blocks: true` (its layout). */
 function runRecord(run: Run): Buffer {
-  const { seq: _seq, ...counts } = run;
-  return encodeRecord(counts);
+  const { seq: _seq, blocks, ...counts } = run;
+  assert(blocks, 'runs are sealed in blocks');
+  return encodeRecord({ ...counts, blocks });
 }
 
 function groupRecord(group: Group): Buffer {
@@ -253,7 +294,10 @@ class HeldKeys {
   }
 }
 
-/** A run being written: its keys go in in order, its filter and counts grow with them. */
+/**
+ * A run being written: its keys go in in order, a block of one customer's keys at a time;
+ * its filter and counts grow with them.
+ */
 class RunWriter {
   count = 0;
   test = 0;
@@ -261,6 +305,9 @@ class RunWriter {
   minAtMs = Number.POSITIVE_INFINITY;
   maxAtMs = Number.NEGATIVE_INFINITY;
   last: Promise<unknown> = Promise.resolve();
+  /** The block being filled: its first key, and [digest, fingerprint, atMs] of each key. */
+  #first: KeyPut | null = null;
+  #block: Array<string | number> = [];
 
   constructor(
     private readonly root: RootDatabase,
@@ -272,10 +319,13 @@ class RunWriter {
 
   put(key: KeyPut): void {
     const { environment, customerId, scopeDigest, fingerprint, atMs } = key;
-    this.last = this.runs.put(
-      [this.seq, environment, customerId, scopeDigest],
-      encodeRecord([fingerprint, atMs]),
-    );
+    const first = this.#first;
+    if (first === null || !sameCustomer(first, key) || this.#block.length > 3 * BLOCK_KEYS) {
+      this.#flush();
+      this.#first = key;
+      this.#block.push(customerId);
+    }
+    this.#block.push(scopeDigest, fingerprint, atMs);
     keyHashes(environment, customerId, scopeDigest);
     this.filter.add();
     this.count += 1;
@@ -284,14 +334,29 @@ class RunWriter {
     if (atMs > this.maxAtMs) this.maxAtMs = atMs;
   }
 
-  /** Waits for the slice just issued to be on disk (its failure is fatal to the caller). */
+  /** Writes the block being filled (a customer's later keys start another). */
+  #flush(): void {
+    const first = this.#first;
+    if (first === null) return;
+    const { environment, customerId, scopeDigest } = first;
+    this.last = this.runs.put(
+      [this.seq, environment, customerId, scopeDigest],
+      encodeRecord(this.#block),
+    );
+    this.#first = null;
+    this.#block = [];
+  }
+
+  /** Writes what is put so far and waits until it is on disk (a failure is fatal). */
   committed(): Promise<unknown> {
+    this.#flush();
     return flushedWrite(this.root, this.last, 'a slice of an idempotency run');
   }
 
   run(): Run {
+    assert(this.#first === null, 'a run is whole once its last block is committed');
     const { seq, count, test, live, minAtMs, maxAtMs } = this;
-    return { seq, count, test, live, minAtMs, maxAtMs };
+    return { seq, count, test, live, minAtMs, maxAtMs, blocks: true };
   }
 }
 
@@ -392,8 +457,28 @@ export class KeyStore {
 
   #read(run: Run, address: KeyAddress): StoredKey | undefined {
     const { environment, customerId, scopeDigest } = address;
-    const bytes = this.#runs.get([run.seq, environment, customerId, scopeDigest]);
-    return bytes === undefined ? undefined : decodeStored(bytes, scopeDigest);
+    if (!run.blocks) {
+      const bytes = this.#runs.get([run.seq, environment, customerId, scopeDigest]);
+      return bytes === undefined ? undefined : decodeStored(bytes, scopeDigest);
+    }
+    // The customer's last block starting at or before the digest: backwards from the digest,
+    // down to the customer's first block. Another customer's block found on the way (an id
+    // of 64 characters or more with a NUL in it is stored unescaped and can sort among
+    // another's keys) is passed over.
+    const blocks = this.#runs.getRange({
+      start: [run.seq, environment, customerId, scopeDigest],
+      end: [run.seq, environment, customerId],
+      reverse: true,
+    });
+    for (const { key, value } of blocks) {
+      const block = decodeBlock(value, scopeDigest);
+      if ((key as RunKey)[1] !== environment || block[0] !== customerId) continue;
+      for (let i = 1; i < block.length; i += 3)
+        if (block[i] === scopeDigest)
+          return { fingerprint: block[i + 1] as string, atMs: block[i + 2] as number };
+      return undefined;
+    }
+    return undefined;
   }
 
   /** A key decided now: lookups find it from now on (its log entry follows with `log`). */
@@ -509,9 +594,18 @@ export class KeyStore {
       for (const { key, value } of range) {
         const [, env, id, scopeDigest] = key as RunKey;
         // The range is by bytes; ids with control characters could border it.
-        if (env !== environment || id !== customerId) continue;
-        const stored = decodeStored(value, scopeDigest);
-        keys.set(scopeDigest, [scopeDigest, stored.fingerprint, stored.atMs]);
+        if (!run.blocks) {
+          if (env !== environment || id !== customerId) continue;
+          const stored = decodeStored(value, scopeDigest);
+          keys.set(scopeDigest, [scopeDigest, stored.fingerprint, stored.atMs]);
+          continue;
+        }
+        const block = decodeBlock(value, scopeDigest);
+        if (env !== environment || block[0] !== customerId) continue;
+        for (let i = 1; i < block.length; i += 3) {
+          const digest = block[i] as string;
+          keys.set(digest, [digest, block[i + 1] as string, block[i + 2] as number]);
+        }
       }
     }
     for (const put of held) keys.set(put.scopeDigest, [put.scopeDigest, put.fingerprint, put.atMs]);

@@ -21,7 +21,7 @@ import { KeyMigration } from '../actors/idempotency-upkeep.js';
 import { isPendingAudit } from '../actors/protocol.js';
 import { issueKey } from '../src/auth/keys.js';
 import { ControlStore } from '../storage/control-store.js';
-import { encodeRecord } from '../storage/codec.js';
+import { decodeRecord, encodeRecord } from '../storage/codec.js';
 import { ShardStore } from '../storage/journal.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
 import { call, startServerProcess, tempDataDir, type Keys } from './support/server-process.js';
@@ -204,6 +204,95 @@ describe('a data dir of the layout before the key table', () => {
     }
   });
 
+  it('reads keys of a data dir whose runs hold a key per entry, then seals blocks', async () => {
+    const dataDir = tempDataDir('tally-layout-2');
+    const env = { TALLY_WORKERS: '1', TALLY_IDEMPOTENCY_RUN_KEYS: '4' };
+    const config = {
+      entitlements: { api_calls: { type: 'meter', reset: 'never' } },
+      products: { free: { default: true, entitlements: { api_calls: { included: 1000 } } } },
+    };
+    const first = await startServerProcess({ dataDir, env, config });
+    const consume = (base: string, idempotencyKey: string, amount: number) =>
+      call(base, 'POST', '/v1/usage/api_calls/consume', {
+        key: first.keys.test.server,
+        body: { customerId: 'cust-0', amount, idempotencyKey },
+      });
+    try {
+      for (let i = 0; i < 8; i++)
+        expect((await consume(first.base, `old-${i}`, 1)).status).toBe(200);
+      // The upkeep seals a run of four keys within a second or so.
+      await new Promise((resolve) => setTimeout(resolve, 2500));
+    } finally {
+      await first.stop();
+    }
+    // Rewrite its runs as the layout before blocks stored them: one entry per key, catalog
+    // records without `blocks`, and the layout version 2.
+    const shardDir = path.join(dataDir, 'shard-0');
+    const raw = openDurableEnv(shardDir, ['idempotency-runs', 'idempotency-run-catalog']);
+    const runs = raw.dbs['idempotency-runs'];
+    const catalog = raw.dbs['idempotency-run-catalog'];
+    let rewritten = 0;
+    for (const { key, value } of [...runs.getRange({})]) {
+      const [seq, environment] = key as [number, string];
+      const block = (decodeRecord(value) as { ok: true; value: unknown[] }).value;
+      const [customerId, ...keys] = block;
+      // The block's own key is its first key's entry key: it goes first.
+      await runs.remove(key);
+      for (let i = 0; i < keys.length; i += 3) {
+        const entry = [seq, environment, customerId, keys[i]] as [number, string, string, string];
+        await runs.put(entry, encodeRecord([keys[i + 1], keys[i + 2]]));
+        rewritten += 1;
+      }
+    }
+    for (const { key, value } of [...catalog.getRange({})]) {
+      if (typeof key !== 'number') continue;
+      const { blocks: _blocks, ...counts } = (decodeRecord(value) as { ok: true; value: any })
+        .value;
+      await catalog.put(key, encodeRecord(counts));
+    }
+    await raw.root.close();
+    expect(rewritten).toBeGreaterThanOrEqual(4);
+    const store = ShardStore.open(shardDir);
+    await store.putMeta('idempotency-layout', { version: 2 });
+    expect(store.idempotency.runs.every((run) => !run.blocks)).toBe(true);
+    await store.close();
+
+    const second = await startServerProcess({ dataDir, env, keys: first.keys });
+    try {
+      // Every key is still known: a retry replays (nothing is applied again), another
+      // amount is refused.
+      for (let i = 0; i < 8; i++)
+        expect((await consume(second.base, `old-${i}`, 1)).status).toBe(200);
+      const balance = await call(
+        second.base,
+        'GET',
+        '/v1/usage/api_calls/balance?customerId=cust-0',
+        {
+          key: first.keys.test.server,
+        },
+      );
+      expect(balance.body.consumed).toBe(8);
+      expect(await consume(second.base, 'old-0', 2)).toMatchObject({
+        status: 400,
+        body: { code: 'idempotency_key_reused' },
+      });
+      for (let i = 0; i < 8; i++)
+        expect((await consume(second.base, `new-${i}`, 1)).status).toBe(200);
+      await new Promise((resolve) => setTimeout(resolve, 2500));
+    } finally {
+      await second.stop();
+    }
+    const after = ShardStore.open(shardDir);
+    try {
+      expect(after.getMeta('idempotency-layout')).toEqual({ version: 3 });
+      const layouts = after.idempotency.runs.map((run) => run.blocks);
+      expect(layouts).toContain(false);
+      expect(layouts).toContain(true);
+    } finally {
+      await after.close();
+    }
+  });
+
   it('refuses a data dir whose keys are of a newer layout, saying so', async () => {
     const dataDir = tempDataDir('tally-newer-keys');
     const first = await startServerProcess({ dataDir, env: { TALLY_WORKERS: '1' } });
@@ -213,7 +302,7 @@ describe('a data dir of the layout before the key table', () => {
     await store.close();
     await expect(
       startServerProcess({ dataDir, env: { TALLY_WORKERS: '1' }, keys: first.keys }),
-    ).rejects.toThrow(/idempotency keys .* are of layout 99; this release reads layouts up to 2/);
+    ).rejects.toThrow(/idempotency keys .* are of layout 99; this release reads layouts up to 3/);
   });
 
   it('refuses a data dir whose snapshot is of a newer format, saying so', async () => {

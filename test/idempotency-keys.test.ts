@@ -226,6 +226,62 @@ describe('the key store', () => {
     expect(left).toHaveLength(1);
   });
 
+  it('stores a customer’s keys in blocks, telling apart ids that share a long prefix', async () => {
+    const s = openStore();
+    // Ids of 64 characters or more are stored unescaped: one with a NUL after another's
+    // whole id sorts among that one's blocks.
+    const long = 'x'.repeat(70);
+    const ids = [long, `${long}\u0000A`, `${long}\u0000z`, 'c-short'];
+    const puts = Array.from({ length: 800 }, (_, i) => put(ids[i % 4] as string, `k${i}`, T0 + i));
+    await store(s, puts);
+    await s.idempotency.seal(PACING);
+    for (const p of puts) {
+      expect(s.idempotency.get(p)).toEqual({ fingerprint: '1', atMs: p.atMs });
+      // The same key text under each other id: not that customer's.
+      for (const other of ids)
+        if (other !== p.customerId)
+          expect(s.idempotency.get({ ...p, customerId: other })).toBeUndefined();
+    }
+    for (const id of ids) expect(s.idempotency.customerKeys('test', id, [])).toHaveLength(200);
+  });
+
+  it('reads runs sealed a key per entry (the layout before blocks) beside block runs', async () => {
+    const dir = fixture.tempDir();
+    // A run as the layout before blocks sealed it: catalog, group filter, one entry per key.
+    const env = openDurableEnv(dir, ['idempotency-runs', 'idempotency-run-catalog']);
+    const before = Array.from({ length: 500 }, (_, i) => put(`c-${i % 5}`, `b${i}`, T0 + i));
+    const filter = KeyFilter.sized(500);
+    for (const p of before) {
+      await env.dbs['idempotency-runs'].put(
+        [1, p.environment, p.customerId, p.scopeDigest],
+        encodeRecord([p.fingerprint, p.atMs]),
+      );
+      keyHashes(p.environment, p.customerId, p.scopeDigest);
+      filter.add();
+    }
+    const counts = { count: 500, test: 500, live: 0, minAtMs: T0, maxAtMs: T0 + 499 };
+    await env.dbs['idempotency-run-catalog'].put(1, encodeRecord(counts));
+    await env.dbs['idempotency-run-catalog'].put(
+      ['group', 1],
+      encodeRecord([1, 500, filter.bytes]), // full: the next run starts a group
+    );
+    await env.root.close();
+    const s = openStore(dir);
+    expect(s.idempotency.runs).toEqual([{ seq: 1, ...counts, blocks: false }]);
+    const after = Array.from({ length: 500 }, (_, i) => put(`c-${i % 5}`, `a${i}`, T0 + DAY_MS));
+    await store(s, after);
+    await s.idempotency.seal(PACING);
+    expect(s.idempotency.runs.map((run) => run.blocks)).toEqual([false, true]);
+    for (const p of [...before, ...after])
+      expect(s.idempotency.get(p)).toEqual({ fingerprint: '1', atMs: p.atMs });
+    expect(s.idempotency.get(put('c-0', 'b1', 0))).toBeUndefined(); // b1 is c-1's
+    expect(s.idempotency.customerKeys('test', 'c-0', [])).toHaveLength(200);
+    // Expired, the older run goes like any other.
+    expect(await s.idempotency.dropExpired(T0 + 500, PACING)).toHaveLength(1);
+    expect(before.every((p) => s.idempotency.get(p) === undefined)).toBe(true);
+    expect(after.every((p) => s.idempotency.get(p) !== undefined)).toBe(true);
+  });
+
   it('moves the key table of the layout before runs into runs, expired keys left', async () => {
     const dir = fixture.tempDir();
     const env = openDurableEnv(dir, ['idempotency', 'idempotency-expiry']);
