@@ -795,35 +795,76 @@ function takeSorted(entries: Iterator<KeyPut>): Array<[string, KeyPut]> {
   return chunk.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
 }
 
-/** Merges sorted chunks into one order (a linear pick: there are few chunks). */
+/**
+ * Merges sorted chunks into one order: a binary heap of the chunks by their next key, so each
+ * key costs a few comparisons however many chunks a batch was sorted in.
+ */
 class SortedMerge {
   private readonly at: number[];
-  private left: number;
+  /** Chunk indices with keys left, as a heap on their next key (smallest first). */
+  private readonly heap: number[] = [];
 
   constructor(private readonly chunks: ReadonlyArray<ReadonlyArray<[string, KeyPut]>>) {
     this.at = chunks.map(() => 0);
-    this.left = chunks.reduce((sum, chunk) => sum + chunk.length, 0);
+    for (let i = 0; i < chunks.length; i++) if ((chunks[i]?.length ?? 0) > 0) this.push(i);
   }
 
   get done(): boolean {
-    return this.left === 0;
+    return this.heap.length === 0;
   }
 
   next(): KeyPut {
-    let best = -1;
-    let bestKey = '';
-    for (let i = 0; i < this.chunks.length; i++) {
-      const entry = (this.chunks[i] as ReadonlyArray<[string, KeyPut]>)[this.at[i] as number];
-      if (entry !== undefined && (best < 0 || entry[0] < bestKey)) {
-        best = i;
-        bestKey = entry[0];
-      }
-    }
-    assert(best >= 0, 'a merge is read only while it is not done');
+    const best = this.heap[0];
+    assert(best !== undefined, 'a merge is read only while it is not done');
     const chunk = this.chunks[best] as ReadonlyArray<[string, KeyPut]>;
     const position = this.at[best] as number;
     this.at[best] = position + 1;
-    this.left -= 1;
+    if (position + 1 < chunk.length) this.siftDown(0);
+    else {
+      const last = this.heap.pop() as number;
+      if (this.heap.length > 0) {
+        this.heap[0] = last;
+        this.siftDown(0);
+      }
+    }
     return (chunk[position] as [string, KeyPut])[1];
+  }
+
+  /** The next key of chunk `i`. */
+  private key(i: number): string {
+    const chunk = this.chunks[i] as ReadonlyArray<[string, KeyPut]>;
+    return (chunk[this.at[i] as number] as [string, KeyPut])[0];
+  }
+
+  private push(i: number): void {
+    const heap = this.heap;
+    heap.push(i);
+    let at = heap.length - 1;
+    while (at > 0) {
+      const parent = (at - 1) >> 1;
+      if (this.key(heap[parent] as number) <= this.key(i)) break;
+      heap[at] = heap[parent] as number;
+      at = parent;
+    }
+    heap[at] = i;
+  }
+
+  private siftDown(from: number): void {
+    const heap = this.heap;
+    const moving = heap[from] as number;
+    const key = this.key(moving);
+    let at = from;
+    for (;;) {
+      const left = 2 * at + 1;
+      if (left >= heap.length) break;
+      const right = left + 1;
+      let child = left;
+      if (right < heap.length && this.key(heap[right] as number) < this.key(heap[left] as number))
+        child = right;
+      if (key <= this.key(heap[child] as number)) break;
+      heap[at] = heap[child] as number;
+      at = child;
+    }
+    heap[at] = moving;
   }
 }
