@@ -129,8 +129,10 @@ export class ShardPool {
   ) {
     this.queueMax = options.queueMax ?? WORKER_QUEUE_MAX;
     this.nextId = FRONT_ENDS_MAX + frontEnd;
-    this.stamps = Array.from({ length: options.workers }, () => viewStamps());
-    this.view = new HasView(options.workers, Date.now, this.stamps);
+    // Only the first front end holds the view (a later one asks the workers): no stamp
+    // counters for the others.
+    this.stamps = frontEnd === 0 ? Array.from({ length: options.workers }, () => viewStamps()) : [];
+    this.view = new HasView(this.stamps.length, Date.now, this.stamps);
   }
 
   /** Starts every worker; resolves once each has recovered and reported ready. */

@@ -124,23 +124,36 @@ function serve(ex: Exchange, req: uWS.HttpRequest): void {
  * Hands the request to the first front end: its head now, its body as it arrives (at most one
  * byte past the largest the first front end accepts, which then answers 413).
  */
+/** A relayed request's message without its body: read while the request is on the stack. */
+function requestHead(
+  id: number,
+  res: uWS.HttpResponse,
+  req: uWS.HttpRequest,
+  method: string,
+  url: string,
+  upgrade: boolean,
+) {
+  const headers: string[] = [];
+  req.forEach((name, value) => headers.push(name, value));
+  const address = res.getRemoteAddress().slice(0);
+  return {
+    t: 'request' as const,
+    id,
+    method,
+    url,
+    query: req.getQuery() ?? '',
+    headers,
+    address,
+    upgrade,
+  };
+}
+
 function relay(ex: Exchange, req: uWS.HttpRequest): void {
   const { res } = ex;
   // The answer is written from the first front end's message, not through this exchange.
   ex.done = true;
   const id = nextRelayId++;
-  const headers: string[] = [];
-  req.forEach((name, value) => headers.push(name, value));
-  const head = {
-    t: 'request' as const,
-    id,
-    method: ex.method,
-    url: ex.path,
-    query: req.getQuery() ?? '',
-    headers,
-    address: res.getRemoteAddress().slice(0),
-    upgrade: false,
-  };
+  const head = requestHead(id, res, req, ex.method, ex.path, false);
   const entry: Relayed = { res, aborted: false, queue: [], total: 0 };
   relayed.set(id, entry);
   res.onAborted(() => {
@@ -245,8 +258,7 @@ const relaySockets: uWS.WebSocketBehavior<{ id: number }> = {
   maxPayloadLength: 4096,
   upgrade: (res, req, context) => {
     const id = nextRelayId++;
-    const headers: string[] = [];
-    req.forEach((name, value) => headers.push(name, value));
+    const head = requestHead(id, res, req, req.getCaseSensitiveMethod(), req.getUrl(), true);
     upgrades.set(id, {
       secKey: req.getHeader('sec-websocket-key'),
       secProtocol: req.getHeader('sec-websocket-protocol'),
@@ -261,17 +273,7 @@ const relaySockets: uWS.WebSocketBehavior<{ id: number }> = {
       upgrades.delete(id);
       post({ t: 'aborted', id });
     });
-    post({
-      t: 'request',
-      id,
-      method: req.getCaseSensitiveMethod(),
-      url: req.getUrl(),
-      query: req.getQuery() ?? '',
-      headers,
-      address: res.getRemoteAddress().slice(0),
-      body: null,
-      upgrade: true,
-    });
+    post({ ...head, body: null });
   },
   open: (socket) => {
     const { id } = socket.getUserData();
