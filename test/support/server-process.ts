@@ -192,10 +192,12 @@ function callFresh(
   body: string | undefined,
 ): Promise<{ status: number; bytes: Buffer; headers: Headers }> {
   return new Promise((resolve, reject) => {
+    let responded = false;
     const request = http.request(
       base + pathAndQuery,
       { method, headers: { ...headers, connection: 'close' }, agent: false },
       (response) => {
+        responded = true;
         const chunks: Buffer[] = [];
         response.on('data', (chunk: Buffer) => chunks.push(chunk));
         response.on('end', () => {
@@ -212,7 +214,12 @@ function callFresh(
         response.on('error', reject);
       },
     );
-    request.on('error', reject);
+    // A server may answer before the body is all sent (a 400 or 413 judged from the head)
+    // and close: the rest of the body then fails to write (EPIPE) after the answer came.
+    // That answer is what the caller asked for; an error before any answer is a failure.
+    request.on('error', (error) => {
+      if (!responded) reject(error);
+    });
     request.end(body);
   });
 }
