@@ -16,10 +16,10 @@
  *   frame([customerId, scope digest, fingerprint, atMs, …]): a block of up to BLOCK_KEYS
  *   keys of one customer, in digest order (the id is repeated in the value because a key
  *   does not always decode to it: an id of 64 characters or more is stored unescaped, and
- *   a NUL in it reads back as a separator). Sealing takes the keys in memory, sorts them and writes
- *   them as the next run, in key order (dense, sequential pages), a slice at a time: one
- *   write per block rather than per key, so a customer with many keys in a run costs a
- *   fraction of a write each. A lookup seeks the customer's last block whose first digest
+ *   a NUL in it reads back as a separator). Sealing takes the keys in memory, sorts them
+ *   and writes them as the next run, in key order (dense, sequential pages), a slice at a
+ *   time: one write per block rather than per key, so a customer with many keys in a run
+ *   costs a fraction of a write each. A lookup seeks the customer's last block whose first digest
  *   is at most its own (a backward range read that stops at the customer's first block).
  *   Runs sealed before blocks hold one key per entry ([…, scope digest] →
  *   frame([fingerprint, atMs])); their catalog record says which layout a run has, and
@@ -635,6 +635,7 @@ export class KeyStore {
       chunks.push(chunk);
       await pacing.pause();
     }
+    await this.#clearRun(this.#nextRunSeq, pacing);
     const group = this.#groupFor(batch.size, runKeys);
     const writer = new RunWriter(this.#root, this.#runs, this.#nextRunSeq, group.filter);
     const merge = new SortedMerge(chunks);
@@ -651,6 +652,23 @@ export class KeyStore {
       'the clearing of a sealed idempotency log',
     );
     return run;
+  }
+
+  /**
+   * Removes what an interrupted seal left under run `seq` (blocks written before a crash,
+   * its catalog record never), a slice per turn. Its keys are all in the batch sealed now,
+   * but in blocks that start elsewhere: left beside the new ones, a lookup could land in an
+   * old block that lacks a key the new blocks hold.
+   */
+  async #clearRun(seq: number, pacing: Pick<Pacing, 'pause'>): Promise<void> {
+    for (;;) {
+      const keys = [...this.#runs.getKeys({ start: [seq], end: [seq + 1], limit: KEY_SLICE })];
+      if (keys.length === 0) return;
+      let last: Promise<unknown> = Promise.resolve();
+      for (const key of keys) last = this.#runs.remove(key);
+      await flushedWrite(this.#root, last, 'the removal of an interrupted idempotency run');
+      await pacing.pause();
+    }
   }
 
   /**
@@ -738,6 +756,7 @@ export class KeyStore {
    */
   async migrateTable(expiredBeforeMs: number, pacing: Pick<Pacing, 'pause'>): Promise<number> {
     let remaining = this.tableSize;
+    if (remaining > 0) await this.#clearRun(this.#nextRunSeq, pacing);
     let moved = 0;
     let from: Array<string | number> | undefined;
     let writer: RunWriter | null = null;

@@ -172,6 +172,29 @@ describe('the key store', () => {
     expect(fingerprints(s.idempotency, [...first, ...more]).every((fp) => fp === '1')).toBe(true);
   });
 
+  it('a seal after an interrupted one finds every key, its blocks starting elsewhere', async () => {
+    const dir = fixture.tempDir();
+    let s = openStore(dir);
+    const first = Array.from({ length: 3000 }, (_, i) => put(`c-${i % 2}`, `a${i}`, T0));
+    await store(s, first);
+    // Stopped after the first slice of blocks was written (its catalog record never was).
+    let pauses = 0;
+    const stopped = s.idempotency.seal({
+      keysDurable: PACING.keysDurable,
+      pause: () => (++pauses > 1 ? Promise.reject(new Error('stopped')) : PACING.pause()),
+    });
+    await expect(stopped).rejects.toThrow('stopped');
+    await fixture.closeStore(s);
+    s = openStore(dir);
+    // New keys of the same customers shift where the next seal's blocks start.
+    const more = Array.from({ length: 400 }, (_, i) => put(`c-${i % 2}`, `b${i}`, T0 + 1));
+    await store(s, more);
+    await s.idempotency.seal(PACING);
+    const all = [...first, ...more];
+    expect(all.filter((p) => s.idempotency.get(p) === undefined)).toEqual([]);
+    expect(s.idempotency.customerKeys('test', 'c-0', [])).toHaveLength(1700);
+  });
+
   it('puts 16 runs behind one filter that answers for them all, also after a restart', async () => {
     const dir = fixture.tempDir();
     let s = openStore(dir);

@@ -120,10 +120,6 @@ function serve(ex: Exchange, req: uWS.HttpRequest): void {
   );
 }
 
-/**
- * Hands the request to the first front end: its head now, its body as it arrives (at most one
- * byte past the largest the first front end accepts, which then answers 413).
- */
 /** A relayed request's message without its body: read while the request is on the stack. */
 function requestHead(
   id: number,
@@ -148,6 +144,10 @@ function requestHead(
   };
 }
 
+/**
+ * Hands the request to the first front end: its head now, its body as it arrives (at most one
+ * byte past the largest the first front end accepts, which then answers 413).
+ */
 function relay(ex: Exchange, req: uWS.HttpRequest): void {
   const { res } = ex;
   // The answer is written from the first front end's message, not through this exchange.
