@@ -408,8 +408,8 @@ export class KeyStore {
       this.#runList.length === 0 || this.#groups[0]?.first === this.#runList[0]?.seq,
       'every idempotency run is in a group',
     );
-    // A run interrupted before its catalog record keeps the next number: sealing again
-    // writes over it (the keys it holds are durable keys, as good as any).
+    // A run interrupted before its catalog record keeps the next number: the next seal
+    // removes what it left, then writes the run again (its keys are in the logs still).
     this.#nextRunSeq = (this.#runList.at(-1)?.seq ?? 0) + 1;
     this.#nextLogSeq = 1;
     this.#loadLogs();
