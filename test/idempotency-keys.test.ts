@@ -48,6 +48,16 @@ const PACING = {
   keysDurable: (): Promise<void> => Promise.resolve(),
 };
 
+/** A seal stopped at its pause after `turns` of them, as a crash between slices would. */
+async function sealStoppedAfter(s: ShardStore, turns: number): Promise<void> {
+  let pauses = 0;
+  const stopped = s.idempotency.seal({
+    keysDurable: PACING.keysDurable,
+    pause: () => (++pauses > turns ? Promise.reject(new Error('stopped')) : PACING.pause()),
+  });
+  await expect(stopped).rejects.toThrow('stopped');
+}
+
 const fingerprints = (keys: KeyStore, puts: readonly IdempotencyPut[]) =>
   puts.map((p) => keys.get(p)?.fingerprint ?? null);
 
@@ -149,12 +159,7 @@ describe('the key store', () => {
     expect(s.idempotency.inMemory).toBe(5000);
     expect(fingerprints(s.idempotency, first).every((fp) => fp === '1')).toBe(true);
     // During: stopped after the first slice of the run, as a crash between slices would.
-    let pauses = 0;
-    const stopped = s.idempotency.seal({
-      keysDurable: PACING.keysDurable,
-      pause: () => (++pauses > 3 ? Promise.reject(new Error('stopped')) : PACING.pause()),
-    });
-    await expect(stopped).rejects.toThrow('stopped');
+    await sealStoppedAfter(s, 3);
     await fixture.closeStore(s);
     s = openStore(dir);
     expect(s.idempotency.runs).toHaveLength(0);
@@ -178,12 +183,7 @@ describe('the key store', () => {
     const first = Array.from({ length: 3000 }, (_, i) => put(`c-${i % 2}`, `a${i}`, T0));
     await store(s, first);
     // Stopped after the first slice of blocks was written (its catalog record never was).
-    let pauses = 0;
-    const stopped = s.idempotency.seal({
-      keysDurable: PACING.keysDurable,
-      pause: () => (++pauses > 1 ? Promise.reject(new Error('stopped')) : PACING.pause()),
-    });
-    await expect(stopped).rejects.toThrow('stopped');
+    await sealStoppedAfter(s, 1);
     await fixture.closeStore(s);
     s = openStore(dir);
     // New keys of the same customers shift where the next seal's blocks start.
