@@ -7,7 +7,7 @@
 import { join } from 'node:path';
 import { AuditLog, type AuditVerification } from './audit-log.js';
 import type { RootDatabase } from 'lmdb';
-import { openDurableEnv } from './lmdb-env.js';
+import { freshSnapshot, openDurableEnv } from './lmdb-env.js';
 
 export interface AuditVerifyTask {
   readonly dataDir: string;
@@ -28,9 +28,8 @@ export default function verifyAuditChain(task: AuditVerifyTask): AuditVerificati
     open = { root: env.root, log: new AuditLog(env.dbs.audit) };
     logs.set(task.dataDir, open);
   }
-  // lmdb-js keeps a thread's read snapshot until a timer resets it, and piscina waits for
-  // the next task with Atomics.wait, so timers never run here: without this reset every
-  // later verify would read the chain as it was at the first one.
-  open.root.resetReadTxn();
+  // Piscina waits for the next task with Atomics.wait, so timers never run here: without a
+  // fresh snapshot every later verify would read the chain as it was at the first one.
+  freshSnapshot(open.root);
   return open.log.verify(task.environment);
 }

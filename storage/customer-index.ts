@@ -11,7 +11,13 @@
  * inserted meanwhile.
  */
 import path from 'node:path';
-import { openDurableEnv, SHARD_ENV_OPTIONS, type BinaryDb, type DurableEnv } from './lmdb-env.js';
+import {
+  freshSnapshot,
+  openDurableEnv,
+  SHARD_ENV_OPTIONS,
+  type BinaryDb,
+  type DurableEnv,
+} from './lmdb-env.js';
 
 export interface CustomerPage {
   /** Each customer's JSON, as stored. */
@@ -48,15 +54,9 @@ export class CustomerIndex {
     return env.dbs.customers;
   }
 
-  /**
-   * A fresh read snapshot of the shard's environment. lmdb-js keeps a thread's snapshot until
-   * a timer resets it, and under load that timer waits: a shard's commit acknowledged since
-   * (a customer just created) would not be seen yet.
-   */
+  /** The shard's table on a fresh snapshot: a customer just created is seen (lmdb-env.ts). */
   private fresh(index: number): BinaryDb {
-    const db = this.db(index);
-    db.resetReadTxn();
-    return db;
+    return freshSnapshot(this.db(index));
   }
 
   /** The customer's JSON, or null when the environment has no such customer. */

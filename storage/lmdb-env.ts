@@ -118,6 +118,18 @@ export function openDurableEnv<Name extends string>(
 }
 
 /**
+ * `db` (or an environment's root), its thread's read snapshot renewed: reads from it see every
+ * commit made so far, by any thread. lmdb-js keeps a thread's snapshot until a timer resets it,
+ * so a thread that reads a table another thread writes would otherwise miss a commit made
+ * since its last read in the same turn, or, on a thread whose timers do not run (a piscina
+ * worker waiting for its next task), every commit since its first read.
+ */
+export function freshSnapshot<Db extends { resetReadTxn(): void }>(db: Db): Db {
+  db.resetReadTxn();
+  return db;
+}
+
+/**
  * Reads and decodes one framed record. Returns undefined when the key is absent; throws
  * when the stored bytes fail their checksum or do not decode (`what` names the record in
  * the message), because stored state that fails verification must stop the process.

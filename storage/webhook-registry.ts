@@ -11,7 +11,7 @@
 import { assert } from '../shared/assert.js';
 import type { Environment } from '../shared/environment.js';
 import { decodeRecord, encodeRecord } from './codec.js';
-import { durableVoid, type BinaryDb } from './lmdb-env.js';
+import { durableVoid, freshSnapshot, type BinaryDb } from './lmdb-env.js';
 
 /**
  * `active`: receives events. `pending_approval`: a live endpoint an operator has not approved
@@ -65,14 +65,12 @@ export function isWebhookEndpointRecord(value: unknown): value is WebhookEndpoin
 
 /**
  * Every endpoint in the table, ordered by id. Throws if a stored record is corrupt. Reads a
- * fresh snapshot: the delivery thread reads what the front end's thread wrote, and lmdb-js
- * keeps a thread's read snapshot until a timer resets it, so an enable read in the same turn
- * as an earlier read would otherwise still see the endpoint failing.
+ * fresh snapshot: the delivery thread reads what the front end's thread wrote (an enable
+ * read stale would leave the endpoint failing).
  */
 export function readEndpoints(db: BinaryDb): WebhookEndpointRecord[] {
-  db.resetReadTxn();
   const endpoints: WebhookEndpointRecord[] = [];
-  for (const { key, value } of db.getRange({})) {
+  for (const { key, value } of freshSnapshot(db).getRange({})) {
     const decoded = decodeRecord(value);
     if (!decoded.ok || !isWebhookEndpointRecord(decoded.value) || decoded.value.id !== key)
       throw new Error(`control store: webhook endpoint ${String(key)} is corrupt`);
