@@ -13,7 +13,7 @@ import {
   SNAPSHOT_CHUNK_ITEMS,
   SNAPSHOT_FORMAT_VERSION,
 } from '../storage/journal.js';
-import { openDurableEnv } from '../storage/lmdb-env.js';
+import { openDurableEnv, SHARD_ENV_OPTIONS, SHARD_PAGE_BYTES } from '../storage/lmdb-env.js';
 import { storeFixture } from './support/store-fixture.js';
 
 const { tempDir, openStore, closeStore } = storeFixture('tally-journal-', (dir) =>
@@ -167,6 +167,43 @@ describe('ShardStore journal', () => {
       createdAtMs: 1_700_000_000_000,
       counter: 5n,
     });
+  });
+});
+
+describe('ShardStore pages', () => {
+  /** The journal's page size and overflow pages, read with the store closed. */
+  async function journalPages(dir: string): Promise<{ pageSize: number; overflow: number }> {
+    const env = openDurableEnv(dir, ['journal'], SHARD_ENV_OPTIONS);
+    const pageSize = (env.root.getStats() as { pageSize: number }).pageSize;
+    const overflow = (env.dbs.journal.getStats() as { overflowPages: number }).overflowPages;
+    await env.root.close();
+    return { pageSize, overflow };
+  }
+
+  // A batch record of ~12 KB, as a busy shard writes.
+  const big = [{ type: 'usage', note: 'x'.repeat(12_000) }];
+
+  it('creates 16 KiB pages, so a batch record of 12 KB takes a single page', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    await store.append(big).durable;
+    await closeStore(store);
+    expect(await journalPages(dir)).toEqual({ pageSize: SHARD_PAGE_BYTES, overflow: 1 });
+  });
+
+  it('keeps the 4 KiB pages of an environment created with them, and its records', async () => {
+    const dir = tempDir();
+    const old = openDurableEnv(dir, ['journal'], { ...SHARD_ENV_OPTIONS, pageSize: 4096 });
+    await old.dbs.journal.put(1, encodeRecord(big));
+    await old.root.close();
+    const store = openStore(dir);
+    await store.append(big).durable;
+    expect(replayAll(store).batches).toEqual([
+      [1, big],
+      [2, big],
+    ]);
+    await closeStore(store);
+    expect(await journalPages(dir)).toEqual({ pageSize: 4096, overflow: 6 });
   });
 });
 
