@@ -70,18 +70,19 @@ export const SHARD_PAGE_BYTES = 16_384;
 
 /**
  * Options for a shard worker's environment (its journal, snapshot and customer index),
- * which takes every durable write of the hot path. It differs in one respect, and only
- * because measurement asked for it: `overlappingSync: true` syncs each transaction after
- * LMDB's write lock is released, so the next transaction is written while the previous
- * one syncs; a shard keeps several appends in flight to use that (actors/shard.ts; ~+15%
- * durable consume at 50 connections). In this mode a write's promise resolves when its
- * transaction is committed, not when it is on disk, so `separateFlushed` gives each
- * write a `flushed` promise that resolves once the OS reports the sync done: the only
- * promise this module lets a shard act on (`flushedWrite`). The front end opens the same
- * environments (customer index reads) with the same options: lmdb-js shares one native
- * environment per path within a process. A crash of the process (not the machine)
- * leaves committed-but-unsynced transactions in the page cache, where lmdb-js finds them
- * again (same boot id); none of them was acknowledged.
+ * which takes every durable write of the hot path. It differs in two respects, both
+ * because measurement asked for them: its page size (below), and `overlappingSync: true`,
+ * which syncs each transaction after LMDB's write lock is released, so the next
+ * transaction is written while the previous one syncs; a shard keeps several appends in
+ * flight to use that (actors/shard.ts; ~+15% durable consume at 50 connections). In this
+ * mode a write's promise resolves when its transaction is committed, not when it is on
+ * disk, so `separateFlushed` gives each write a `flushed` promise that resolves once the
+ * OS reports the sync done: the only promise this module lets a shard act on
+ * (`flushedWrite`). The front end opens the same environments (customer index reads)
+ * with the same options: lmdb-js shares one native environment per path within a
+ * process. A crash of the process (not the machine) leaves committed-but-unsynced
+ * transactions in the page cache, where lmdb-js finds them again (same boot id); none of
+ * them was acknowledged.
  */
 export const SHARD_ENV_OPTIONS = {
   ...DURABLE_ENV_OPTIONS,
