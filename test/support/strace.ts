@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'vitest';
 import { listeningPort, MAIN_JS, type Keys } from './server-process.js';
+import { SHARD_PAGE_BYTES } from '../../storage/lmdb-env.js';
 
 /** Startup under strace takes about 2 s here; the limit only stops a hung test. */
 const SERVER_READY_MS_MAX = 15_000;
@@ -37,9 +38,9 @@ export const TRACED_SYSCALLS = [
   'msync',
   'sync_file_range',
 ];
-/** Large enough to print a whole 4 KiB LMDB page, so the journal write shows the customerId,
- *  and every request up to its body. */
-export const STRACE_STRING_CHARS = 8192;
+/** Large enough to print a whole LMDB page of a shard (16 KiB), so the journal write shows
+ *  the customerId, and every request up to its body. */
+export const STRACE_STRING_CHARS = 2 * SHARD_PAGE_BYTES;
 
 // ---------------------------------------------------------------------------------------
 // Trace parsing (pure)
