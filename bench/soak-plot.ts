@@ -1,6 +1,6 @@
 /**
  * An SVG line chart of a soak run: RSS (MiB, left axis) and the probe's p99 and max
- * latency (ms, right axis) against time, because a curve shows "flat" or "climbing"
+ * latency, and the bare server's probe p99 (ms, right axis) against time, because a curve shows "flat" or "climbing"
  * faster than a table. Plain SVG text, no dependencies.
  */
 /** One 15-second window of a soak run (figures from bucket counts are bucket bounds). */
@@ -26,6 +26,9 @@ export interface SoakWindow {
   readonly probeMsP999: number;
   readonly probeMsMax: number;
   readonly probeFailures: number;
+  /** The same probe of an idle bare uWebSockets.js server at the same time (probe.ts). */
+  readonly bareProbeMsP99: number;
+  readonly bareProbeMsMax: number;
   /** Consumes answered in the window, their p99 (server side, ms) and non-2xx answers. */
   readonly loadRequests: number;
   readonly loadMsP99: number;
@@ -107,12 +110,19 @@ export function plotSoak(windows: readonly SoakWindow[]): string {
       '#ff9896',
       '4 3',
     ),
+    polyline(
+      windows.map((w) => [x(w.atSec), y(w.bareProbeMsP99, msMax)]),
+      '#7f7f7f',
+      '1 3',
+    ),
     `<text x="${PAD.left + 8}" y="${PAD.top + 14}" font-size="11" fill="#1f77b4">RSS ` +
       `(dotted: less file pages)</text>`,
     `<text x="${PAD.left + 168}" y="${PAD.top + 14}" font-size="11" fill="#d62728">probe ` +
       `p99</text>`,
     `<text x="${PAD.left + 240}" y="${PAD.top + 14}" font-size="11" fill="#ff9896">probe ` +
       `max</text>`,
+    `<text x="${PAD.left + 310}" y="${PAD.top + 14}" font-size="11" fill="#7f7f7f">bare ` +
+      `server's probe p99</text>`,
     '</svg>',
     '',
   ].join('\n');

@@ -2,7 +2,9 @@
  * The soak benchmark (`npm run bench:soak -- --minutes N [--rate R]`): sustained durable
  * consumes, each with a unique idempotency key (as AI and API products send a request id
  * with every call), against one Tally for N minutes, while a probe sends one `has` every
- * 20 ms and measures its latency.
+ * 20 ms and measures its latency (probe.ts: a lean kept-alive client in a thread of its
+ * own, which probes an idle bare uWebSockets.js server the same way, 10 ms apart, as the
+ * machine's share of the tail).
  *
  * It answers what a 5-second bench cannot: does memory stay flat as keys accumulate, do
  * snapshots or garbage collection stall reads, does the error count stay at zero. Every
@@ -28,8 +30,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { stopAll } from './children.js';
-import { LatencyHistogram } from './latency-histogram.js';
+import { startChild, stopAll } from './children.js';
 import {
   buckets,
   gaugeMax,
@@ -41,13 +42,15 @@ import {
   total,
   type Buckets,
 } from './metrics-text.js';
+import { PROBE_INTERVAL_MS, startProbes, type ProbeWindow } from './probe.js';
 import { plotSoak, type SoakWindow } from './soak-plot.js';
 import { cpuSecondsBetween, sampleThreads } from './thread-cpu.js';
 import { makeDataDir, removeDataDir, startTally, type TallyServer } from './tally-server.js';
 import { wrkAvailable } from './wrk.js';
 
-const MAIN_SCRIPT = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'main.js');
-const PROBE_INTERVAL_MS = 20;
+const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
+const MAIN_SCRIPT = join(BENCH_DIR, '..', 'src', 'main.js');
+const BARE_SCRIPT = join(BENCH_DIR, 'bare-server.js');
 const WINDOW_MS = 15_000;
 const CUSTOMERS = 10_000;
 
@@ -220,47 +223,6 @@ async function rssMiB(pid: number): Promise<{ readonly rss: number; readonly fil
   return { rss: kb('VmRSS') / 1024, file: kb('RssFile') / 1024 };
 }
 
-/** Probes `has` every 20 ms until `stop`; the caller reads and resets `window` every 15 s. */
-function startProbe(server: TallyServer): {
-  window: () => { histogram: LatencyHistogram; failures: number };
-  stop: () => Promise<void>;
-} {
-  let histogram = new LatencyHistogram();
-  let failures = 0;
-  let running = true;
-  const loop = (async () => {
-    for (let n = 0; running; n++) {
-      const started = performance.now();
-      try {
-        const response = await fetch(
-          `${server.baseUrl}/v1/entitlements/sso/has?customerId=probe-${n % 100}`,
-          { headers: { 'x-tally-key': server.keys.client } },
-        );
-        await response.arrayBuffer();
-        if (response.ok) histogram.record(performance.now() - started);
-        else failures++;
-      } catch {
-        failures++;
-      }
-      await new Promise((resolve) =>
-        setTimeout(resolve, Math.max(0, PROBE_INTERVAL_MS - (performance.now() - started))),
-      );
-    }
-  })();
-  return {
-    window: () => {
-      const taken = { histogram, failures };
-      histogram = new LatencyHistogram();
-      failures = 0;
-      return taken;
-    },
-    stop: async () => {
-      running = false;
-      await loop;
-    },
-  };
-}
-
 /** What one scrape of the metrics says, for the difference to the next one. */
 interface Scrape {
   readonly load: Buckets;
@@ -295,7 +257,7 @@ async function windowOf(
   all: ReturnType<typeof samples>,
   now: Scrape,
   before: Scrape,
-  probe: { histogram: LatencyHistogram; failures: number },
+  [probe, bare]: readonly ProbeWindow[],
 ): Promise<SoakWindow> {
   const load = since(now.load, before.load);
   const snapshots = now.snapshots - before.snapshots;
@@ -318,10 +280,12 @@ async function windowOf(
       snapshots > 0 ? ms(gaugeMax(all, 'tally_shard_snapshot_duration_seconds')) : null,
     snapshotPauseMsMax:
       snapshots > 0 ? ms(gaugeMax(all, 'tally_shard_snapshot_pause_max_seconds')) : null,
-    probeMsP99: probe.histogram.quantileMs(0.99),
-    probeMsP999: probe.histogram.quantileMs(0.999),
-    probeMsMax: probe.histogram.max,
-    probeFailures: probe.failures,
+    probeMsP99: probe?.msP99 ?? Number.NaN,
+    probeMsP999: probe?.msP999 ?? Number.NaN,
+    probeMsMax: probe?.msMax ?? Number.NaN,
+    probeFailures: probe?.failures ?? 0,
+    bareProbeMsP99: bare?.msP99 ?? Number.NaN,
+    bareProbeMsMax: bare?.msMax ?? Number.NaN,
     loadRequests: total(load),
     loadMsP99: quantileBound(load, 0.99) * 1000,
     loadNon2xx: now.non2xx - before.non2xx,
@@ -342,7 +306,15 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
   ).admin;
   const pid = server.child.process.pid ?? 0;
   let before = readScrape(samples(await scrape(server, adminKey)));
-  const probe = startProbe(server);
+  const bare = await startChild('bare', BARE_SCRIPT, { PORT: '0' });
+  const probe = startProbes([
+    {
+      port: server.child.port,
+      path: '/v1/entitlements/sso/has?customerId=probe-{n}',
+      headers: { 'x-tally-key': server.keys.client },
+    },
+    { port: bare.port, path: '/has?customerId=probe-{n}', headers: {} },
+  ]);
   const started = Date.now();
   const windows: SoakWindow[] = [];
   const timer = setInterval(() => {
@@ -350,7 +322,7 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
       const all = samples(await scrape(server, adminKey));
       const now = readScrape(all);
       const atSec = Math.round((Date.now() - started) / 1000);
-      const w = await windowOf(atSec, pid, all, now, before, probe.window());
+      const w = await windowOf(atSec, pid, all, now, before, await probe.window());
       before = now;
       const longest = all
         .filter((x) => x.name === 'tally_gc_pause_max_seconds')
@@ -364,7 +336,8 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
           `(files ${w.rssFileMiB.toFixed(0)}), heap ${w.heapMiB.toFixed(0)} MiB, ` +
           `keys ${w.memoryKeys} in memory / ${w.keptKeys} kept, ${w.runs} runs ` +
           `(filters ${w.filterMiB.toFixed(1)} MiB), ` +
-          `probe p99 ${w.probeMsP99.toFixed(2)} ms max ${w.probeMsMax.toFixed(1)} ms, ` +
+          `probe p99 ${w.probeMsP99.toFixed(2)} ms max ${w.probeMsMax.toFixed(1)} ms ` +
+          `(bare ${w.bareProbeMsP99.toFixed(2)} / ${w.bareProbeMsMax.toFixed(1)}), ` +
           `load ${(w.loadRequests / (WINDOW_MS / 1000)).toFixed(0)}/s p99 ≤${w.loadMsP99} ms, ` +
           `GC max ≤${w.gcPauseMsMax} ms (longest since start: ${longest} ms), ` +
           `snapshots ${w.snapshots}${held}\n`,
@@ -412,6 +385,8 @@ function verdicts(result: SoakResult): string[] {
   const ownSpread = spread(after.map((w) => w.rssMiB - w.rssFileMiB));
   const probeP99 = Math.max(...after.map((w) => w.probeMsP99));
   const probeMax = Math.max(...result.windows.map((w) => w.probeMsMax));
+  const bareP99 = Math.max(...after.map((w) => w.bareProbeMsP99));
+  const bareMax = Math.max(...result.windows.map((w) => w.bareProbeMsMax));
   const gcMax = Math.max(...result.windows.map((w) => w.gcPauseMsMax));
   const pauses = result.windows.flatMap((w) =>
     w.snapshotPauseMsMax === null ? [] : [w.snapshotPauseMsMax],
@@ -427,7 +402,9 @@ function verdicts(result: SoakResult): string[] {
       `${(ownSpread * 100).toFixed(1)}% (target 10%): ${mark(ownSpread <= 0.1)}; all of RSS ` +
       `within ${(rssSpread * 100).toFixed(1)}% (file-backed pages: LMDB's page cache).`,
     `Probe p99 at most ${probeP99.toFixed(2)} ms (target 5 ms) and max ` +
-      `${probeMax.toFixed(1)} ms (target 50 ms): ${mark(probeP99 <= 5 && probeMax <= 50)}.`,
+      `${probeMax.toFixed(1)} ms (target 50 ms): ${mark(probeP99 <= 5 && probeMax <= 50)}; ` +
+      `an idle bare uWebSockets.js server probed the same way at the same time: p99 at most ` +
+      `${bareP99.toFixed(2)} ms, max ${bareMax.toFixed(1)} ms (the machine's share).`,
     `Longest GC pause at most ${gcMax} ms (bucket bound; target 20 ms): ${mark(gcMax <= 20)}.`,
     pauses.length === 0
       ? 'No automatic snapshot was stored during the run (TALLY_SNAPSHOT_EVERY_BATCHES ' +
@@ -470,8 +447,8 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
     '',
     '| at | RSS MiB | of it files MiB | heap MiB | keys in memory | keys kept | runs | ' +
       'filters MiB | snapshots | snapshot ms | held ms | probe p99 ms | p999 ms | max ms | ' +
-      'load/s | load p99 ms | non-2xx | GC max ms |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+      'bare p99 / max ms | load/s | load p99 ms | non-2xx | GC max ms |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...result.windows.map(
       (w) =>
         `| ${w.atSec} s | ${w.rssMiB.toFixed(0)} | ${w.rssFileMiB.toFixed(0)} ` +
@@ -480,6 +457,7 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
         `| ${w.snapshots} | ${fixed(w.snapshotMsMax, 0)} ` +
         `| ${fixed(w.snapshotPauseMsMax, 1)} | ${w.probeMsP99.toFixed(2)} ` +
         `| ${w.probeMsP999.toFixed(2)} | ${w.probeMsMax.toFixed(1)} ` +
+        `| ${w.bareProbeMsP99.toFixed(2)} / ${w.bareProbeMsMax.toFixed(1)} ` +
         `| ${(w.loadRequests / (WINDOW_MS / 1000)).toFixed(0)} | ${w.loadMsP99} ` +
         `| ${w.loadNon2xx} | ${w.gcPauseMsMax} |`,
     ),

@@ -228,7 +228,7 @@ describe('CPU per request and the Markdown report', () => {
 });
 
 describe('soak plot', () => {
-  it('draws RSS (all, and less file pages), probe p99 and max over the run', async () => {
+  it('draws RSS (all, less file pages), probe p99 and max, bare p99 over the run', async () => {
     const { plotSoak } = await import('../bench/soak-plot.js');
     const windows = [15, 30, 45].map((atSec, i) => ({
       atSec,
@@ -246,6 +246,8 @@ describe('soak plot', () => {
       probeMsP999: 2,
       probeMsMax: 5 * (i + 1),
       probeFailures: 0,
+      bareProbeMsP99: 0.5 + i,
+      bareProbeMsMax: 1,
       loadRequests: 0,
       loadMsP99: 0,
       loadNon2xx: 0,
@@ -256,7 +258,7 @@ describe('soak plot', () => {
     const lines = [...svg.matchAll(/<polyline[^>]*points="([^"]+)"/g)].map((m) =>
       (m[1] ?? '').split(' ').map((p) => p.split(',').map(Number)),
     );
-    expect(lines).toHaveLength(4);
+    expect(lines).toHaveLength(5);
     for (const line of lines) {
       expect(line).toHaveLength(3);
       for (const [x, y] of line) {
@@ -273,6 +275,10 @@ describe('soak plot', () => {
     expect((rss[2] ?? [])[1]).toBeLessThan((rss[0] ?? [])[1] ?? 0);
     for (const [i, point] of own.entries())
       expect(point[1]).toBeGreaterThan((rss[i] ?? [])[1] ?? 0);
+    // The bare server's p99 is below Tally's at every point, so lower on the chart.
+    const [, , p99, , bareP99] = lines;
+    for (const [i, point] of (bareP99 ?? []).entries())
+      expect(point[1]).toBeGreaterThan(((p99 ?? [])[i] ?? [])[1] ?? 0);
   });
 });
 
