@@ -67,6 +67,8 @@ export type IdempotencyDbName = (typeof IDEMPOTENCY_DB_NAMES)[number];
 export const KEY_SLICE = 2000;
 /** The most keys of one customer one stored block of a run holds. */
 export const BLOCK_KEYS = 32;
+/** The slots a batch of keys in memory starts with (it doubles as it fills). */
+const HELD_SLOTS_FIRST = 1024;
 /** Keys sorted in one turn when a run is sealed. */
 const SORT_CHUNK = 4096;
 /** Runs one group's filter covers. */
@@ -254,43 +256,97 @@ function sameCustomer(a: KeyAddress, b: KeyAddress): boolean {
 }
 
 /**
- * Keys in memory, by scope digest: the digest string is the request's own, so its hash is
- * computed once for the lookup and the write that follows. A digest two customers share
- * (the same key text) chains.
+ * Keys in memory, in columns rather than an object each. A shard holds up to two batches of
+ * IDEMPOTENCY_RUN_KEYS keys here, long enough for them to reach the old generation, and each
+ * object among them is one more for every major GC to mark and, once its batch is sealed,
+ * garbage the next one must clear. So a key is its digest (the map's key; the request's
+ * own string, whose hash is computed once for the lookup and the write that follows), a
+ * slot, and the slot's entry in each column; a customer's keys share one id string.
+ * `get` and `values` build the objects they return. A digest two customers share (the same
+ * key text) chains: the map holds its first slot, `#more` the others.
  */
 class HeldKeys {
-  readonly #byDigest = new Map<string, KeyPut | KeyPut[]>();
+  readonly #slotOf = new Map<string, number>();
+  readonly #more = new Map<string, number[]>();
+  /** Each customer's id as this batch first saw it, so its keys share the string. */
+  readonly #ids = new Map<string, string>();
+  readonly #digests: string[] = [];
+  readonly #customerIds: string[] = [];
+  readonly #fingerprints: string[] = [];
+  #atMs = new Float64Array(HELD_SLOTS_FIRST);
+  /** 1 for live, 0 for test. */
+  #live = new Uint8Array(HELD_SLOTS_FIRST);
   size = 0;
 
   get(address: KeyAddress): KeyPut | undefined {
-    const held = this.#byDigest.get(address.scopeDigest);
-    if (held === undefined) return undefined;
-    if (!Array.isArray(held)) return sameCustomer(held, address) ? held : undefined;
-    return held.find((put) => sameCustomer(put, address));
+    const slot = this.#find(address);
+    return slot === undefined ? undefined : this.#put(slot);
   }
 
   set(put: KeyPut): void {
-    const held = this.#byDigest.get(put.scopeDigest);
-    if (held === undefined || (!Array.isArray(held) && sameCustomer(held, put))) {
-      if (held === undefined) this.size += 1;
-      this.#byDigest.set(put.scopeDigest, put);
+    const slot = this.#find(put);
+    if (slot !== undefined) {
+      this.#fingerprints[slot] = put.fingerprint;
+      this.#atMs[slot] = put.atMs;
       return;
     }
-    const chain = Array.isArray(held) ? held : [held];
-    const at = chain.findIndex((other) => sameCustomer(other, put));
-    if (at >= 0) chain[at] = put;
+    const added = this.#append(put);
+    const first = this.#slotOf.get(put.scopeDigest);
+    if (first === undefined) this.#slotOf.set(put.scopeDigest, added);
     else {
-      chain.push(put);
-      this.size += 1;
+      const more = this.#more.get(put.scopeDigest);
+      if (more === undefined) this.#more.set(put.scopeDigest, [added]);
+      else more.push(added);
     }
-    this.#byDigest.set(put.scopeDigest, chain);
   }
 
+  /** Every key, in the order each was first set. */
   *values(): IterableIterator<KeyPut> {
-    for (const held of this.#byDigest.values()) {
-      if (Array.isArray(held)) yield* held;
-      else yield held;
+    for (let slot = 0; slot < this.size; slot++) yield this.#put(slot);
+  }
+
+  #find(address: KeyAddress): number | undefined {
+    const first = this.#slotOf.get(address.scopeDigest);
+    if (first === undefined) return undefined;
+    if (this.#holds(first, address)) return first;
+    return this.#more.get(address.scopeDigest)?.find((slot) => this.#holds(slot, address));
+  }
+
+  #holds(slot: number, address: KeyAddress): boolean {
+    return (
+      this.#customerIds[slot] === address.customerId &&
+      this.#live[slot] === (address.environment === 'live' ? 1 : 0)
+    );
+  }
+
+  #append(put: KeyPut): number {
+    const slot = this.size++;
+    if (slot === this.#atMs.length) {
+      const atMs = new Float64Array(2 * slot);
+      atMs.set(this.#atMs);
+      this.#atMs = atMs;
+      const live = new Uint8Array(2 * slot);
+      live.set(this.#live);
+      this.#live = live;
     }
+    let customerId = this.#ids.get(put.customerId);
+    if (customerId === undefined) this.#ids.set(put.customerId, (customerId = put.customerId));
+    this.#digests.push(put.scopeDigest);
+    this.#customerIds.push(customerId);
+    this.#fingerprints.push(put.fingerprint);
+    this.#atMs[slot] = put.atMs;
+    this.#live[slot] = put.environment === 'live' ? 1 : 0;
+    return slot;
+  }
+
+  #put(slot: number): KeyPut {
+    return {
+      environment: this.#live[slot] === 1 ? 'live' : 'test',
+      customerId: this.#customerIds[slot] as string,
+      scopeDigest: this.#digests[slot] as string,
+      fingerprint: this.#fingerprints[slot] as string,
+      atMs: this.#atMs[slot] as number,
+    };
   }
 }
 

@@ -121,6 +121,50 @@ describe('the key store', () => {
     expect(await s.idempotency.seal(PACING)).toBeNull(); // nothing waiting
   });
 
+  it('holds keys in memory apart by customer and environment, a newer use over an older', async () => {
+    const s = openStore();
+    const live = (p: IdempotencyPut): IdempotencyPut => ({ ...p, environment: 'live' });
+    // Past the first 1,024 slots the columns grow; every key stays where it was put.
+    const many = Array.from({ length: 3000 }, (_, i) => put(`c-${i % 7}`, `k-${i}`, T0 + i));
+    const shared = [
+      put('c-1', 'same', T0),
+      put('c-2', 'same', T0, '2'),
+      live(put('c-1', 'same', T0, '3')),
+    ];
+    await store(s, [...many, ...shared]);
+    expect(s.idempotency.inMemory).toBe(3003);
+    expect(fingerprints(s.idempotency, shared)).toEqual(['1', '2', '3']);
+    expect(s.idempotency.get(put('c-3', 'same', 0))).toBeUndefined();
+    expect(s.idempotency.get(live(put('c-2', 'same', 0)))).toBeUndefined();
+    for (const p of [many[0], many[1500], many[2999]])
+      expect(s.idempotency.get(p as IdempotencyPut)).toMatchObject({
+        atMs: (p as IdempotencyPut).atMs,
+      });
+    // A newer use of a key a customer holds replaces it (no second entry).
+    await store(s, [put('c-2', 'same', T0 + 5, '9')]);
+    expect(s.idempotency.inMemory).toBe(3003);
+    expect(s.idempotency.get(put('c-2', 'same', 0))).toEqual({
+      environment: 'test',
+      customerId: 'c-2',
+      scopeDigest: scopeDigest('consume\u0000storage\u0000same'),
+      fingerprint: '9',
+      atMs: T0 + 5,
+    });
+    // A snapshot's cut: each customer's keys, older uses first.
+    const held = s.idempotency.heldKeys();
+    expect(held.get('live\u0000c-1')?.map((p) => p.fingerprint)).toEqual(['3']);
+    expect(held.get('test\u0000c-2')?.at(-1)).toMatchObject({ fingerprint: '9', atMs: T0 + 5 });
+    expect(
+      held
+        .get('test\u0000c-0')
+        ?.map((p) => p.atMs)
+        .slice(0, 3),
+    ).toEqual([T0, T0 + 7, T0 + 14]);
+    const run = await s.idempotency.seal(PACING);
+    expect(run).toMatchObject({ count: 3003, test: 3002, live: 1 });
+    expect(fingerprints(s.idempotency, shared)).toEqual(['1', '9', '3']);
+  });
+
   it('answers keys across many runs, newest use first, absent ones absent', async () => {
     const s = openStore();
     const all: IdempotencyPut[] = [];
