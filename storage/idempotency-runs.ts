@@ -138,12 +138,6 @@ type GroupKey = ['group', number];
 
 type RunKey = [number, string, string, string];
 
-/** The order keys are sealed in: environment, customer, digest (in one string). */
-function sortKey(address: KeyAddress): string {
-  const environment = address.environment === 'live' ? 'l' : 't';
-  return `${environment}${address.customerId}\u0000${address.scopeDigest}`;
-}
-
 function decodeStored(bytes: Uint8Array, what: string): StoredKey {
   const decoded = decodeRecord(bytes);
   const value = decoded.ok ? decoded.value : null;
@@ -280,7 +274,7 @@ class HeldKeys {
 
   get(address: KeyAddress): KeyPut | undefined {
     const slot = this.#find(address);
-    return slot === undefined ? undefined : this.#put(slot);
+    return slot === undefined ? undefined : this.keyAt(slot);
   }
 
   set(put: KeyPut): void {
@@ -302,8 +296,32 @@ class HeldKeys {
 
   /** Every key, in the order each was first set. */
   *values(): IterableIterator<KeyPut> {
-    for (let slot = 0; slot < this.size; slot++) yield this.#put(slot);
+    for (let slot = 0; slot < this.size; slot++) yield this.keyAt(slot);
   }
+
+  /**
+   * Up to `count` slots from `from` on, in the order a run is written in: live before
+   * test, then by customer, then by digest (a customer's keys together, in digest order).
+   * Sorting slots by the columns allocates nothing per key, where a sort key string and a
+   * pair for each would make a batch's worth of objects that outlive the seal's turns.
+   */
+  sortedSlots(from: number, count: number): Int32Array {
+    const slots = new Int32Array(Math.max(0, Math.min(count, this.size - from)));
+    for (let i = 0; i < slots.length; i++) slots[i] = from + i;
+    return slots.sort(this.compare);
+  }
+
+  /** The order of `sortedSlots`. */
+  readonly compare = (a: number, b: number): number => {
+    const live = (this.#live[b] as number) - (this.#live[a] as number);
+    if (live !== 0) return live;
+    const idA = this.#customerIds[a] as string;
+    const idB = this.#customerIds[b] as string;
+    if (idA !== idB) return idA < idB ? -1 : 1;
+    const digestA = this.#digests[a] as string;
+    const digestB = this.#digests[b] as string;
+    return digestA < digestB ? -1 : digestA > digestB ? 1 : 0;
+  };
 
   #find(address: KeyAddress): number | undefined {
     const first = this.#slotOf.get(address.scopeDigest);
@@ -339,7 +357,8 @@ class HeldKeys {
     return slot;
   }
 
-  #put(slot: number): KeyPut {
+  /** The key in `slot`, as an object of its own. */
+  keyAt(slot: number): KeyPut {
     return {
       environment: this.#live[slot] === 1 ? 'live' : 'test',
       customerId: this.#customerIds[slot] as string,
@@ -685,18 +704,17 @@ export class KeyStore {
     this.#active = new HeldKeys();
     this.#logTable = 1 - this.#logTable;
     await pacing.keysDurable();
-    const chunks: Array<Array<[string, KeyPut]>> = [];
-    const entries = batch.values();
-    for (let chunk = takeSorted(entries); chunk.length > 0; chunk = takeSorted(entries)) {
-      chunks.push(chunk);
+    const chunks: Int32Array[] = [];
+    for (let from = 0; from < batch.size; from += SORT_CHUNK) {
+      chunks.push(batch.sortedSlots(from, SORT_CHUNK));
       await pacing.pause();
     }
     await this.#clearRun(this.#nextRunSeq, pacing);
     const group = this.#groupFor(batch.size, runKeys);
     const writer = new RunWriter(this.#root, this.#runs, this.#nextRunSeq, group.filter);
-    const merge = new SortedMerge(chunks);
+    const merge = new SortedMerge(chunks, batch.compare);
     while (!merge.done) {
-      for (let n = 0; n < KEY_SLICE && !merge.done; n++) writer.put(merge.next());
+      for (let n = 0; n < KEY_SLICE && !merge.done; n++) writer.put(batch.keyAt(merge.next()));
       await writer.committed();
       await pacing.pause();
     }
@@ -860,26 +878,19 @@ function sameKey(a: readonly unknown[], b: readonly unknown[]): boolean {
   return a.length === b.length && a.every((part, i) => part === b[i]);
 }
 
-/** The next SORT_CHUNK keys of `entries`, sorted by [environment, customer, digest]. */
-function takeSorted(entries: Iterator<KeyPut>): Array<[string, KeyPut]> {
-  const chunk: Array<[string, KeyPut]> = [];
-  for (let next = entries.next(); !next.done; next = entries.next()) {
-    chunk.push([sortKey(next.value), next.value]);
-    if (chunk.length === SORT_CHUNK) break;
-  }
-  return chunk.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
-}
-
 /**
- * Merges sorted chunks into one order: a binary heap of the chunks by their next key, so each
- * key costs a few comparisons however many chunks a batch was sorted in.
+ * Merges sorted chunks of slots into one order: a binary heap of the chunks by their next
+ * slot, so each key costs a few comparisons however many chunks a batch was sorted in.
  */
 class SortedMerge {
   private readonly at: number[];
-  /** Chunk indices with keys left, as a heap on their next key (smallest first). */
+  /** Chunk indices with slots left, as a heap on their next slot (first in order on top). */
   private readonly heap: number[] = [];
 
-  constructor(private readonly chunks: ReadonlyArray<ReadonlyArray<[string, KeyPut]>>) {
+  constructor(
+    private readonly chunks: readonly Int32Array[],
+    private readonly compare: (a: number, b: number) => number,
+  ) {
     this.at = chunks.map(() => 0);
     for (let i = 0; i < chunks.length; i++) if ((chunks[i]?.length ?? 0) > 0) this.push(i);
   }
@@ -888,10 +899,11 @@ class SortedMerge {
     return this.heap.length === 0;
   }
 
-  next(): KeyPut {
+  /** The next slot in order. */
+  next(): number {
     const best = this.heap[0];
     assert(best !== undefined, 'a merge is read only while it is not done');
-    const chunk = this.chunks[best] as ReadonlyArray<[string, KeyPut]>;
+    const chunk = this.chunks[best] as Int32Array;
     const position = this.at[best] as number;
     this.at[best] = position + 1;
     if (position + 1 < chunk.length) this.siftDown(0);
@@ -902,13 +914,12 @@ class SortedMerge {
         this.siftDown(0);
       }
     }
-    return (chunk[position] as [string, KeyPut])[1];
+    return chunk[position] as number;
   }
 
-  /** The next key of chunk `i`. */
-  private key(i: number): string {
-    const chunk = this.chunks[i] as ReadonlyArray<[string, KeyPut]>;
-    return (chunk[this.at[i] as number] as [string, KeyPut])[0];
+  /** The next slot of chunk `i`. */
+  private slot(i: number): number {
+    return (this.chunks[i] as Int32Array)[this.at[i] as number] as number;
   }
 
   private push(i: number): void {
@@ -917,7 +928,7 @@ class SortedMerge {
     let at = heap.length - 1;
     while (at > 0) {
       const parent = (at - 1) >> 1;
-      if (this.key(heap[parent] as number) <= this.key(i)) break;
+      if (this.compare(this.slot(heap[parent] as number), this.slot(i)) <= 0) break;
       heap[at] = heap[parent] as number;
       at = parent;
     }
@@ -927,16 +938,19 @@ class SortedMerge {
   private siftDown(from: number): void {
     const heap = this.heap;
     const moving = heap[from] as number;
-    const key = this.key(moving);
+    const slot = this.slot(moving);
     let at = from;
     for (;;) {
       const left = 2 * at + 1;
       if (left >= heap.length) break;
       const right = left + 1;
       let child = left;
-      if (right < heap.length && this.key(heap[right] as number) < this.key(heap[left] as number))
+      if (
+        right < heap.length &&
+        this.compare(this.slot(heap[right] as number), this.slot(heap[left] as number)) < 0
+      )
         child = right;
-      if (key <= this.key(heap[child] as number)) break;
+      if (this.compare(slot, this.slot(heap[child] as number)) <= 0) break;
       heap[at] = heap[child] as number;
       at = child;
     }
