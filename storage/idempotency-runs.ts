@@ -278,20 +278,18 @@ class HeldKeys {
   }
 
   set(put: KeyPut): void {
-    const slot = this.#find(put);
+    const first = this.#slotOf.get(put.scopeDigest);
+    if (first === undefined) {
+      this.#slotOf.set(put.scopeDigest, this.#append(put));
+      return;
+    }
+    const more = this.#more.get(put.scopeDigest);
+    const slot = this.#holds(first, put) ? first : more?.find((s) => this.#holds(s, put));
     if (slot !== undefined) {
       this.#fingerprints[slot] = put.fingerprint;
       this.#atMs[slot] = put.atMs;
-      return;
-    }
-    const added = this.#append(put);
-    const first = this.#slotOf.get(put.scopeDigest);
-    if (first === undefined) this.#slotOf.set(put.scopeDigest, added);
-    else {
-      const more = this.#more.get(put.scopeDigest);
-      if (more === undefined) this.#more.set(put.scopeDigest, [added]);
-      else more.push(added);
-    }
+    } else if (more === undefined) this.#more.set(put.scopeDigest, [this.#append(put)]);
+    else more.push(this.#append(put));
   }
 
   /** Every key, in the order each was first set. */
