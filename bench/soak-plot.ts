@@ -1,7 +1,7 @@
 /**
- * An SVG line chart of a soak run: RSS (MiB, left axis) and the probe's p99 and max
- * latency, and the bare server's probe p99 (ms, right axis) against time, because a curve shows "flat" or "climbing"
- * faster than a table. Plain SVG text, no dependencies.
+ * An SVG line chart of a soak run: RSS (MiB, left axis), the probe's p99 and max latency
+ * and the bare server's probe p99 (ms, right axis) against time, because a curve shows
+ * "flat" or "climbing" faster than a table. Plain SVG text, no dependencies.
  */
 /** One 15-second window of a soak run (figures from bucket counts are bucket bounds). */
 export interface SoakWindow {

@@ -121,7 +121,7 @@ describe('the key store', () => {
     expect(await s.idempotency.seal(PACING)).toBeNull(); // nothing waiting
   });
 
-  it('holds keys in memory apart by customer and environment, a newer use over an older', async () => {
+  it('holds keys in memory apart by customer and environment, newer uses over older', async () => {
     const s = openStore();
     const live = (p: IdempotencyPut): IdempotencyPut => ({ ...p, environment: 'live' });
     // Past the first 1,024 slots the columns grow; every key stays where it was put.
