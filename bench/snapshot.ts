@@ -26,7 +26,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { stopAll } from './children.js';
 import { buildDataDir, customerIdOf, removeDataDir, RECOVERY_METERS } from './recovery-data.js';
-import { startAndMeasure, stopServer } from './recovery-start.js';
+import { processMemory, startAndMeasure, stopServer } from './recovery-start.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const MAIN_SCRIPT = join(ROOT, 'dist', 'src', 'main.js');
@@ -38,6 +38,11 @@ interface Ran {
   readonly stderr: string;
   readonly ms: number;
   readonly peakRssBytes: number;
+  /**
+   * The highest RssAnon seen (sampled every 10 ms): the CLI's own memory, without the pages
+   * of the data files it maps, which VmHWM and maxRSS count as well.
+   */
+  readonly peakRssAnonBytes: number;
 }
 
 /** Runs the CLI; peak RSS from the child's own resource usage (GNU time is not assumed). */
@@ -56,10 +61,19 @@ await import(${JSON.stringify(`file://${CLI}`)});`;
     });
     let stdout = '';
     let stderr = '';
+    let peakRssAnonBytes = 0;
+    const sampler = setInterval(() => {
+      if (child.pid === undefined) return;
+      processMemory(child.pid).then(
+        (memory) => (peakRssAnonBytes = Math.max(peakRssAnonBytes, memory.rssAnonBytes)),
+        () => undefined, // gone between the check and the read
+      );
+    }, 10);
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
     child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
     child.once('error', reject);
     child.once('close', (code) => {
+      clearInterval(sampler);
       const kb = Number(/MAXRSS_KB=(\d+)/.exec(stderr)?.[1] ?? 0);
       resolve({
         code,
@@ -67,6 +81,7 @@ await import(${JSON.stringify(`file://${CLI}`)});`;
         stderr: stderr.replace(/\n?MAXRSS_KB=\d+\n/, ''),
         ms: performance.now() - started,
         peakRssBytes: kb * 1024,
+        peakRssAnonBytes,
       });
     });
   });
@@ -233,7 +248,11 @@ async function main(): Promise<void> {
         `${during.count}, slowest ${during.maxMs.toFixed(1)} ms, failed ${during.failures}` +
           (during.failures > 0 ? ` (status ${during.statuses.join(', ')})` : ''),
       ],
-      ['tally snapshot restore', `${sec(restored.ms)}, peak RSS ${mib(restored.peakRssBytes)}`],
+      [
+        'tally snapshot restore',
+        `${sec(restored.ms)}, peak RSS ${mib(restored.peakRssBytes)} ` +
+          `(anonymous ${mib(restored.peakRssAnonBytes)})`,
+      ],
       [
         'restored server: spawn → /healthz 200',
         `${sec(started.measurement.msToHealthz)}, peak ` +
