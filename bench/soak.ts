@@ -331,9 +331,11 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
       windows.push(w);
       const held =
         w.snapshotPauseMsMax === null ? '' : ` (held ${w.snapshotPauseMsMax.toFixed(1)} ms)`;
+      const frontMiB = gaugeSum(all, 'tally_process_heap_used_bytes') / 2 ** 20;
       process.stderr.write(
         `soak ${w.atSec}s: RSS ${w.rssMiB.toFixed(0)} MiB ` +
-          `(files ${w.rssFileMiB.toFixed(0)}), heap ${w.heapMiB.toFixed(0)} MiB, ` +
+          `(files ${w.rssFileMiB.toFixed(0)}), heap ${w.heapMiB.toFixed(0)} MiB ` +
+          `(front end ${frontMiB.toFixed(0)}), ` +
           `keys ${w.memoryKeys} in memory / ${w.keptKeys} kept, ${w.runs} runs ` +
           `(filters ${w.filterMiB.toFixed(1)} MiB), ` +
           `probe p99 ${w.probeMsP99.toFixed(2)} ms max ${w.probeMsMax.toFixed(1)} ms ` +
