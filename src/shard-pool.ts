@@ -42,6 +42,7 @@ import {
   type WorkerStats,
 } from '../actors/protocol.js';
 import { HasView } from './has-view.js';
+import { PendingReplies } from './pending-replies.js';
 import { viewStamps } from '../actors/has-view.js';
 import { NO_QUOTAS, workerQuotas, type Quotas } from '../shared/quotas.js';
 import type { ShardWorkerData } from '../actors/shard-worker.js';
@@ -92,10 +93,9 @@ export interface FrontEndChannels {
 
 export class ShardPool {
   private readonly slots: Slot[] = [];
-  private readonly pending = new Map<number, ReplyHandler>();
+  /** Requests waiting for a reply; their ids name this front end (see FRONT_ENDS_MAX). */
+  private readonly pending: PendingReplies<ReplyHandler>;
   private readonly recoveredAudits: PendingAudit[] = [];
-  /** Request ids step by FRONT_ENDS_MAX from this front end's number (see FRONT_ENDS_MAX). */
-  private nextId: number;
   /** Per worker, the other front ends' channels to it: index `frontEnd - 1`. */
   private readonly frontEndPorts: MessagePort[][] = [];
   /** Outstanding stats requests: request id → one result slot per worker. */
@@ -128,7 +128,7 @@ export class ShardPool {
     frontEnd = 0,
   ) {
     this.queueMax = options.queueMax ?? WORKER_QUEUE_MAX;
-    this.nextId = FRONT_ENDS_MAX + frontEnd;
+    this.pending = new PendingReplies(frontEnd);
     // Only the first front end holds the view (a later one asks the workers): no stamp
     // counters for the others.
     this.stamps = frontEnd === 0 ? Array.from({ length: options.workers }, () => viewStamps()) : [];
@@ -343,9 +343,7 @@ export class ShardPool {
   submit(command: Command, onReply: ReplyHandler, audit: AuditTag | null = null): boolean {
     const slot = this.slots[this.workerIndexOf(command.environment, command.customerId)];
     if (slot === undefined || slot.inFlight >= this.queueMax) return false;
-    const id = this.nextId;
-    this.nextId += FRONT_ENDS_MAX;
-    this.pending.set(id, onReply);
+    const id = this.pending.add(onReply);
     slot.inFlight++;
     pushCommand(slot.outbox, id, command, audit);
     if (!this.flushScheduled) {
@@ -419,10 +417,9 @@ export class ShardPool {
     assert(replies.length % REPLY_SLOTS === 0, `a reply batch of ${replies.length} slots`);
     for (let i = 0; i < replies.length; i += REPLY_SLOTS) {
       const id = replies[i] as number;
-      const handler = this.pending.get(id);
+      const handler = this.pending.take(id);
       assert(handler !== undefined, `reply for request ${id}, which is not pending`);
       assert(slot.inFlight > 0, `reply for request ${id} from a worker with nothing in flight`);
-      this.pending.delete(id);
       slot.inFlight--;
       handler(
         replies[i + 1] as ReplyOutcome,
