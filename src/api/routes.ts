@@ -243,9 +243,9 @@ function has(ctx: Input<undefined, CustomerQuery>, deps: ApiDeps): void {
  * A consume's or refund's command. Written as two literals, never as the keyless command
  * spread into a keyed one: Node 20's V8 gives every object made by a spread plus a property
  * a hidden class of its own. Each keyed consume left a class and its descriptors in the
- * old generation, and with them its request's objects were promoted (1.3 MB a scavenge
- * at 11k keyed consumes/s, against 3 KB now), so the front end's heap swung between 16 and
- * 68 MB. test/hidden-classes.test.ts holds every command to one class.
+ * old generation, and the front end's young collections promoted ~500 KB each at 11k
+ * keyed consumes/s (3 KB as literals). test/hidden-classes.test.ts holds every command to
+ * one class.
  */
 export function usageCommand(
   op: 'consume' | 'refund',
