@@ -4,11 +4,11 @@
  * Not a Map from request id to handler. Ids only grow and each entry leaves soon after it
  * came, so V8 keeps rebuilding such a Map's table; a table it has outgrown still points at
  * the entries it held and at the table that replaced it. Once one of those tables has
- * reached the old generation (a pause with many requests waiting is enough), each later
+ * reached the old generation (a stall with many requests waiting can put one there), each later
  * table and every request it held survive the young collections until the next full one,
  * and so on for good: in keyed soaks the front end's young collections went from
  * promoting ~3 KB to ~1 MB each, doubling in steps as the table grew, and the thread ran a
- * full collection every 4–12 s. Slots of an array are written in place and keep nothing
+ * full collection every few seconds. Slots of an array are written in place and keep nothing
  * once cleared.
  *
  * An id is `(generation × SLOTS_MAX + slot) × FRONT_ENDS_MAX + frontEnd`: its remainder by

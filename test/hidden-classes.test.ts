@@ -27,7 +27,8 @@ for (const [kind, make] of Object.entries(kinds)) {
   differ[kind] = 0;
   for (let i = 1; i < ${count}; i++) if (!%HaveSameMap(first, make(i))) differ[kind]++;
 }
-const keyed = usageCommand('consume', 'test', 'k', { customerId: 'c', amount: 1, idempotencyKey: 'x' }, 1n);
+const keyed = usageCommand('consume', 'test', 'k',
+  { customerId: 'c', amount: 1, idempotencyKey: 'x' }, 1n);
 console.log(JSON.stringify({ differ, keyed }, (_k, v) => (typeof v === 'bigint' ? String(v) : v)));
 `;
 }
