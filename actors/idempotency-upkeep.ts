@@ -28,6 +28,9 @@ export const IDEMPOTENCY_LAYOUT_META = 'idempotency-layout';
  * Version 1: one key table in key order. Version 2: sealed runs (and their logs), a key per
  * entry. Version 3: runs sealed from now on store blocks of a customer's keys; the runs of
  * version 2 are read as they are until they expire (each run's record names its layout).
+ * Within version 3, a run's record also carries the run's own filter from this release on;
+ * runs without one are read wherever their group's filter says maybe, and a release that
+ * predates the field reads the record as before, ignoring it (no new version is needed).
  */
 export const IDEMPOTENCY_LAYOUT_VERSION = 3;
 /** The first version whose keys are in runs (older ones have the one table to move). */

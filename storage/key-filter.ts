@@ -1,11 +1,11 @@
 /**
- * A blocked Bloom filter over idempotency keys: one per sealed run of keys, so a lookup
- * reads only the runs that may hold its key.
+ * A blocked Bloom filter over idempotency keys: one per group of sealed runs, and a smaller
+ * one per run, so a lookup reads only the runs that may hold its key.
  *
  * Why blocked: every bit a key sets lies in one 512-bit block (one cache line), so a probe
- * costs one memory read, not one per bit. At FILTER_BITS_PER_KEY bits per key and
- * FILTER_BITS_SET bits per key the false positive rate is about 0.5% (a false positive
- * costs one B-tree read that finds nothing).
+ * costs one memory read, not one per bit. With FILTER_BITS_SET bits set per key, a filter
+ * of FILTER_BITS_PER_KEY bits per key answers "maybe" for about 0.6% of the keys it never
+ * held, one of RUN_FILTER_BITS_PER_KEY for about 3%.
  *
  * A key's two hashes come from `keyHashes`: the customer and environment hashed with
  * FNV-1a, mixed with 60 bits of the scope digest (itself 128 bits of SHA-256). The hashes
@@ -13,7 +13,10 @@
  */
 import { assert } from '../shared/assert.js';
 
+/** Bits per key of a group's filter (every lookup that misses memory probes each group's). */
 export const FILTER_BITS_PER_KEY = 12;
+/** Bits per key of a run's filter (probed only where its group's filter says maybe). */
+export const RUN_FILTER_BITS_PER_KEY = 8;
 const FILTER_BITS_SET = 8;
 const BLOCK_WORDS = 16;
 
@@ -57,9 +60,9 @@ export class KeyFilter {
     assert(words.length > 0 && words.length % BLOCK_WORDS === 0, 'a filter is whole blocks');
   }
 
-  /** An empty filter sized for `keys` keys. */
-  static sized(keys: number): KeyFilter {
-    const blocks = Math.max(1, Math.ceil((keys * FILTER_BITS_PER_KEY) / (BLOCK_WORDS * 32)));
+  /** An empty filter sized for `keys` keys at `bitsPerKey` bits each. */
+  static sized(keys: number, bitsPerKey = FILTER_BITS_PER_KEY): KeyFilter {
+    const blocks = Math.max(1, Math.ceil((keys * bitsPerKey) / (BLOCK_WORDS * 32)));
     return new KeyFilter(new Int32Array(blocks * BLOCK_WORDS));
   }
 

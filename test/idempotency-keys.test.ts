@@ -13,8 +13,8 @@ import { Shard } from '../actors/shard.js';
 import { decodeRecord, encodeRecord } from '../storage/codec.js';
 import { GROUP_RUNS, type KeyStore } from '../storage/idempotency-runs.js';
 import { KEY_HASHES, KeyFilter, keyHashes } from '../storage/key-filter.js';
-import { ShardStore } from '../storage/journal.js';
-import { openDurableEnv } from '../storage/lmdb-env.js';
+import { SHARD_DB_NAMES, ShardStore } from '../storage/journal.js';
+import { openDurableEnv, SHARD_ENV_OPTIONS } from '../storage/lmdb-env.js';
 import { CONFIG, T0 } from './support/core-fixtures.js';
 import { storeFixture } from './support/store-fixture.js';
 
@@ -268,6 +268,60 @@ describe('the key store', () => {
     expect(s.idempotency.size).toBe(300);
   });
 
+  it('reads only the runs whose own filter may hold a key; runs without one always', async () => {
+    const dir = fixture.tempDir();
+    // Reads of the runs' table counted: every read of a run is one range read.
+    const counted = (): { store: ShardStore; reads: () => number } => {
+      const env = openDurableEnv(dir, SHARD_DB_NAMES, SHARD_ENV_OPTIONS);
+      const runs = env.dbs['idempotency-runs'];
+      const getRange = runs.getRange.bind(runs);
+      let reads = 0;
+      runs.getRange = ((options: Parameters<typeof getRange>[0]) => {
+        reads += 1;
+        return getRange(options);
+      }) as typeof runs.getRange;
+      return { store: fixture.adopt(ShardStore.overEnv(env)), reads: () => reads };
+    };
+    let { store: s, reads } = counted();
+    const all: IdempotencyPut[] = [];
+    for (let run = 0; run < GROUP_RUNS; run++) {
+      const puts = Array.from({ length: 1000 }, (_, i) => put(`c-${i % 7}`, `r${run}-${i}`, T0));
+      all.push(...puts);
+      await store(s, puts);
+      await s.idempotency.seal(PACING, 1000);
+    }
+    expect(s.idempotency.groupCount).toBe(1);
+    const absent = Array.from({ length: 20_000 }, (_, i) => put(`c-${i % 7}`, `no-${i}`, 0));
+    const missReads = (target: ShardStore): number => {
+      const before = reads();
+      for (const p of absent) expect(target.idempotency.get(p)).toBeUndefined();
+      return reads() - before;
+    };
+    // The group's filter says maybe for ~0.6% of them; of its 16 runs, each run's filter
+    // then says maybe for a few percent: tens of reads, not the ~1,900 of reading all 16.
+    const withFilters = missReads(s);
+    expect(withFilters).toBeLessThan(300);
+    expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
+    // Runs stored before runs had filters of their own: their records without one.
+    await fixture.closeStore(s);
+    const env = openDurableEnv(dir, ['idempotency-run-catalog']);
+    const catalog = env.dbs['idempotency-run-catalog'];
+    for (const { key, value } of [...catalog.getRange({})]) {
+      if (typeof key !== 'number') continue;
+      const decoded = decodeRecord(value);
+      const { filter, ...rest } = (decoded.ok ? decoded.value : {}) as Record<string, unknown>;
+      expect(filter).toBeInstanceOf(Uint8Array);
+      await catalog.put(key, encodeRecord(rest));
+    }
+    await env.root.close();
+    ({ store: s, reads } = counted());
+    expect(s.idempotency.runs.map((run) => Reflect.get(run, 'filter'))).toEqual(
+      Array(GROUP_RUNS).fill(null),
+    );
+    expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
+    expect(missReads(s)).toBeGreaterThan(5 * withFilters + 500);
+  });
+
   it('drops a group of runs once all its keys expired, key by key off the disk', async () => {
     const dir = fixture.tempDir();
     const s = openStore(dir);
@@ -356,7 +410,7 @@ describe('the key store', () => {
     );
     await env.root.close();
     const s = openStore(dir);
-    expect(s.idempotency.runs).toEqual([{ seq: 1, ...counts, blocks: false }]);
+    expect(s.idempotency.runs).toEqual([{ seq: 1, ...counts, blocks: false, filter: null }]);
     const after = Array.from({ length: 500 }, (_, i) => put(`c-${i % 5}`, `a${i}`, T0 + DAY_MS));
     await store(s, after);
     await s.idempotency.seal(PACING);

@@ -25,7 +25,10 @@ export function storeFixture<S extends Closable>(prefix: string, openStore: (dir
       return dir;
     },
     openStore(dir: string): S {
-      const store = openStore(dir);
+      return this.adopt(openStore(dir));
+    },
+    /** A store opened some other way, closed after the test like the others. */
+    adopt<T extends S>(store: T): T {
       open.push(store);
       return store;
     },
