@@ -33,8 +33,10 @@ export interface SoakWindow {
   readonly loadRequests: number;
   readonly loadMsP99: number;
   readonly loadNon2xx: number;
-  /** The longest garbage-collection pause of any thread in the window (ms). */
+  /** The longest garbage-collection pause of any thread in the window (ms, bucket bound). */
   readonly gcPauseMsMax: number;
+  /** The longest pause of any thread since start, by the threads' own gauges (ms). */
+  readonly gcLongestMs: number;
 }
 
 const WIDTH = 720;

@@ -252,6 +252,7 @@ describe('soak plot', () => {
       loadMsP99: 0,
       loadNon2xx: 0,
       gcPauseMsMax: 0,
+      gcLongestMs: 0,
     }));
     const svg = plotSoak(windows);
     expect(svg.startsWith('<svg')).toBe(true);
