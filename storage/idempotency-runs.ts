@@ -44,7 +44,7 @@
  * the runs whose filter says maybe. One filter per group keeps the probes of a lookup that
  * misses to one per group; a group's filter answering maybe for ~0.6% of absent keys would,
  * alone, cost every miss 16 × 0.6% ≈ 0.1 B-tree reads (~10 µs each) per group, so the runs'
- * own filters (~3% each) take that to ~0.003. A group is dropped whole once
+ * own filters (~3% each) take that to ~0.004. A group is dropped whole once
  * its newest key is past the retention, oldest first. Keys expire in lookups by their
  * time, not by removal.
  *
