@@ -18,19 +18,20 @@ export function storeFixture<S extends Closable>(prefix: string, openStore: (dir
     await Promise.all(open.splice(0).map((store) => store.close()));
     for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
   });
+  /** A store opened some other way, closed after the test like the others. */
+  const adopt = <T extends S>(store: T): T => {
+    open.push(store);
+    return store;
+  };
   return {
+    adopt,
     tempDir(): string {
       const dir = mkdtempSync(join(tmpdir(), prefix));
       dirs.push(dir);
       return dir;
     },
     openStore(dir: string): S {
-      return this.adopt(openStore(dir));
-    },
-    /** A store opened some other way, closed after the test like the others. */
-    adopt<T extends S>(store: T): T {
-      open.push(store);
-      return store;
+      return adopt(openStore(dir));
     },
     async closeStore(store: S): Promise<void> {
       open.splice(open.indexOf(store), 1);
