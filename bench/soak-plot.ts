@@ -35,8 +35,8 @@ export interface SoakWindow {
   readonly loadNon2xx: number;
   /** The longest garbage-collection pause of any thread in the window (ms, bucket bound). */
   readonly gcPauseMsMax: number;
-  /** The longest pause of any thread since start, by the threads' own gauges (ms). */
-  readonly gcLongestMs: number;
+  /** The longest pause of any thread since start, by the threads' own gauges (ms; null: none). */
+  readonly gcLongestMs: number | null;
 }
 
 const WIDTH = 720;
