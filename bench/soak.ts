@@ -44,6 +44,7 @@ import {
 } from './metrics-text.js';
 import { PROBE_INTERVAL_MS, startProbes, type ProbeWindow } from './probe.js';
 import { plotSoak, type SoakWindow } from './soak-plot.js';
+import { verdicts } from './soak-verdicts.js';
 import { cpuSecondsBetween, sampleThreads } from './thread-cpu.js';
 import { makeDataDir, removeDataDir, startTally, type TallyServer } from './tally-server.js';
 import { wrkAvailable } from './wrk.js';
@@ -375,56 +376,6 @@ function cpuLine(result: SoakResult): string {
     .join(', ');
 }
 
-/** The issue's targets, judged over the windows after warm-up (the first third). */
-function verdicts(result: SoakResult): string[] {
-  const after = result.windows.slice(Math.floor(result.windows.length / 3));
-  if (after.length === 0) return ['Too short to judge the targets.'];
-  const spread = (values: readonly number[]): number =>
-    (Math.max(...values) - Math.min(...values)) / Math.min(...values);
-  const rssSpread = spread(after.map((w) => w.rssMiB));
-  // The process's own memory: resident pages not backed by a file (heaps, buffers). Pages
-  // of LMDB's mapped data files are the kernel's page cache, shared and dropped under
-  // pressure; they grow with the data read and written, so they are reported beside it.
-  const ownSpread = spread(after.map((w) => w.rssMiB - w.rssFileMiB));
-  const probeP99 = Math.max(...after.map((w) => w.probeMsP99));
-  const probeMax = Math.max(...result.windows.map((w) => w.probeMsMax));
-  const bareP99 = Math.max(...after.map((w) => w.bareProbeMsP99));
-  const bareMax = Math.max(...result.windows.map((w) => w.bareProbeMsMax));
-  const gcMax = Math.max(...result.windows.map((w) => w.gcPauseMsMax));
-  // Each thread's gauge is its longest pause since start: the last scrape has the run's.
-  // Without the gauges (none scraped), the histograms' bucket bound is all there is.
-  const gauges = result.windows.flatMap((w) => (w.gcLongestMs === null ? [] : [w.gcLongestMs]));
-  const gcLongest = gauges.length === 0 ? gcMax : Math.max(...gauges);
-  const gcSource =
-    gauges.length === 0 ? 'the bucket bound (no gauge scraped)' : "the threads' own gauges";
-  const pauses = result.windows.flatMap((w) =>
-    w.snapshotPauseMsMax === null ? [] : [w.snapshotPauseMsMax],
-  );
-  const pauseMax = Math.max(0, ...pauses);
-  const errors =
-    result.load.errors +
-    result.load.non2xx +
-    result.windows.reduce((sum, w) => sum + w.probeFailures, 0);
-  const mark = (ok: boolean): string => (ok ? 'held' : 'missed');
-  return [
-    `Memory of its own (RSS less file-backed pages) after warm-up within ` +
-      `${(ownSpread * 100).toFixed(1)}% (target 10%): ${mark(ownSpread <= 0.1)}; all of RSS ` +
-      `within ${(rssSpread * 100).toFixed(1)}% (file-backed pages: LMDB's page cache).`,
-    `Probe p99 at most ${probeP99.toFixed(2)} ms (target 5 ms) and max ` +
-      `${probeMax.toFixed(1)} ms (target 50 ms): ${mark(probeP99 <= 5 && probeMax <= 50)}; ` +
-      `an idle bare uWebSockets.js server probed the same way at the same time: p99 at most ` +
-      `${bareP99.toFixed(2)} ms, max ${bareMax.toFixed(1)} ms (the machine's share).`,
-    `Longest GC pause of any thread ${gcLongest.toFixed(1)} ms by ${gcSource} ` +
-      `(target 20 ms): ${mark(gcLongest <= 20)}; the histograms' bucket bound: ${gcMax} ms.`,
-    pauses.length === 0
-      ? 'No automatic snapshot was stored during the run (TALLY_SNAPSHOT_EVERY_BATCHES ' +
-        'makes them more frequent).'
-      : `Longest hold of a shard's thread by a snapshot ${pauseMax.toFixed(1)} ms ` +
-        `(target about 5 ms): ${mark(pauseMax <= 5)}.`,
-    `Errors (socket, non-2xx, probe failures): ${errors} (target 0): ${mark(errors === 0)}.`,
-  ];
-}
-
 /** The soak table and plot, between the document's soak markers (added at its end when missing). */
 async function writeReport(path: string, result: SoakResult, svgPath: string): Promise<void> {
   const begin =
@@ -448,7 +399,7 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
       `p99 ${result.load.msP99.toFixed(1)} ms, ${result.load.errors} socket ` +
       `errors, ${result.load.non2xx} non-2xx. CPU per consume: ${cpuLine(result)}.`,
     '',
-    ...verdicts(result).map((line) => `- ${line}`),
+    ...verdicts(result.windows, result.load).map((line) => `- ${line}`),
     '',
     `![RSS and probe latency over the soak](${svgPath.split('/').pop() ?? svgPath})`,
     '',
@@ -499,7 +450,7 @@ async function main(): Promise<void> {
     const result = await soak(options, dataDir);
     process.stdout.write(
       `${JSON.stringify(result.load)}\nCPU per consume: ${cpuLine(result)}\n` +
-        `${verdicts(result).join('\n')}\n`,
+        `${verdicts(result.windows, result.load).join('\n')}\n`,
     );
     if (options.reportPath !== undefined)
       await writeReport(options.reportPath, result, join(dirname(options.reportPath), 'soak.svg'));

@@ -283,6 +283,57 @@ describe('soak plot', () => {
   });
 });
 
+describe('soak verdicts', () => {
+  const window = (i: number, gcLongestMs: number | null) => ({
+    atSec: 15 * (i + 1),
+    rssMiB: 300 + (i % 2) * 20,
+    rssFileMiB: 100 + (i % 2) * 20, // own memory 200 MiB in every window
+    heapMiB: 100,
+    memoryKeys: 0,
+    keptKeys: 0,
+    runs: 0,
+    filterMiB: 0,
+    snapshots: i === 4 ? 1 : 0,
+    snapshotMsMax: i === 4 ? 120 : null,
+    snapshotPauseMsMax: i === 4 ? 4.5 : null,
+    probeMsP99: i === 0 ? 40 : 4, // the first window is warm-up
+    probeMsP999: 5,
+    probeMsMax: 12,
+    probeFailures: 0,
+    bareProbeMsP99: 3,
+    bareProbeMsMax: 9,
+    loadRequests: 1000,
+    loadMsP99: 25,
+    loadNon2xx: 0,
+    gcPauseMsMax: i === 2 ? 30 : 10,
+    gcLongestMs,
+  });
+
+  it('judges GC by the threads’ own longest pause, the bucket bound only without one', async () => {
+    const { verdicts } = await import('../bench/soak-verdicts.js');
+    const gauged = [0, 1, 2, 3, 4, 5].map((i) => window(i, i < 2 ? 8 : 19.4));
+    const lines = verdicts(gauged, { errors: 0, non2xx: 0 });
+    expect(lines).toHaveLength(5);
+    expect(lines[0]).toMatch(/within 0\.0% \(target 10%\): held/);
+    expect(lines[1]).toMatch(/^Probe p99 at most 4\.00 ms .*max 12\.0 ms .*: held;/);
+    expect(lines[2]).toBe(
+      "Longest GC pause of any thread 19.4 ms by the threads' own gauges (target 20 ms): " +
+        "held; the histograms' bucket bound: 30 ms.",
+    );
+    expect(lines[3]).toMatch(/snapshot 4\.5 ms \(target about 5 ms\): held/);
+    expect(lines[4]).toMatch(/: 0 \(target 0\): held/);
+    const bare = [0, 1, 2, 3, 4, 5].map((i) => window(i, null));
+    expect(verdicts(bare, { errors: 0, non2xx: 2 })).toEqual([
+      expect.anything(),
+      expect.anything(),
+      'Longest GC pause of any thread 30.0 ms by the bucket bound (no gauge scraped) ' +
+        "(target 20 ms): missed; the histograms' bucket bound: 30 ms.",
+      expect.anything(),
+      expect.stringMatching(/: 2 \(target 0\): missed/),
+    ]);
+  });
+});
+
 describe('soak metrics reading', () => {
   const consumeBucket = 'tally_http_request_duration_seconds_bucket{route="/v1/usage/:key/consume"';
   const text = (fast: number, slow: number): string =>

@@ -1,0 +1,58 @@
+/**
+ * What the soak benchmark judges at its end (soak.ts): whether its targets held over the
+ * windows it recorded, one line per target for the console and the report.
+ */
+import type { SoakWindow } from './soak-plot.js';
+
+/**
+ * The soak's targets, one line each, judged over the windows after warm-up (the first third)
+ * or, for maxima, over all of them.
+ */
+export function verdicts(
+  windows: readonly SoakWindow[],
+  load: { readonly errors: number; readonly non2xx: number },
+): string[] {
+  const after = windows.slice(Math.floor(windows.length / 3));
+  if (after.length === 0) return ['Too short to judge the targets.'];
+  const spread = (values: readonly number[]): number =>
+    (Math.max(...values) - Math.min(...values)) / Math.min(...values);
+  const rssSpread = spread(after.map((w) => w.rssMiB));
+  // The process's own memory: resident pages not backed by a file (heaps, buffers). Pages
+  // of LMDB's mapped data files are the kernel's page cache, shared and dropped under
+  // pressure; they grow with the data read and written, so they are reported beside it.
+  const ownSpread = spread(after.map((w) => w.rssMiB - w.rssFileMiB));
+  const probeP99 = Math.max(...after.map((w) => w.probeMsP99));
+  const probeMax = Math.max(...windows.map((w) => w.probeMsMax));
+  const bareP99 = Math.max(...after.map((w) => w.bareProbeMsP99));
+  const bareMax = Math.max(...windows.map((w) => w.bareProbeMsMax));
+  const gcMax = Math.max(...windows.map((w) => w.gcPauseMsMax));
+  // Each thread's gauge is its longest pause since start: the last scrape has the run's.
+  // Without the gauges (none scraped), the histograms' bucket bound is all there is.
+  const gauges = windows.flatMap((w) => (w.gcLongestMs === null ? [] : [w.gcLongestMs]));
+  const gcLongest = gauges.length === 0 ? gcMax : Math.max(...gauges);
+  const gcSource =
+    gauges.length === 0 ? 'the bucket bound (no gauge scraped)' : "the threads' own gauges";
+  const pauses = windows.flatMap((w) =>
+    w.snapshotPauseMsMax === null ? [] : [w.snapshotPauseMsMax],
+  );
+  const pauseMax = Math.max(0, ...pauses);
+  const errors = load.errors + load.non2xx + windows.reduce((sum, w) => sum + w.probeFailures, 0);
+  const mark = (ok: boolean): string => (ok ? 'held' : 'missed');
+  return [
+    `Memory of its own (RSS less file-backed pages) after warm-up within ` +
+      `${(ownSpread * 100).toFixed(1)}% (target 10%): ${mark(ownSpread <= 0.1)}; all of RSS ` +
+      `within ${(rssSpread * 100).toFixed(1)}% (file-backed pages: LMDB's page cache).`,
+    `Probe p99 at most ${probeP99.toFixed(2)} ms (target 5 ms) and max ` +
+      `${probeMax.toFixed(1)} ms (target 50 ms): ${mark(probeP99 <= 5 && probeMax <= 50)}; ` +
+      `an idle bare uWebSockets.js server probed the same way at the same time: p99 at most ` +
+      `${bareP99.toFixed(2)} ms, max ${bareMax.toFixed(1)} ms (the machine's share).`,
+    `Longest GC pause of any thread ${gcLongest.toFixed(1)} ms by ${gcSource} ` +
+      `(target 20 ms): ${mark(gcLongest <= 20)}; the histograms' bucket bound: ${gcMax} ms.`,
+    pauses.length === 0
+      ? 'No automatic snapshot was stored during the run (TALLY_SNAPSHOT_EVERY_BATCHES ' +
+        'makes them more frequent).'
+      : `Longest hold of a shard's thread by a snapshot ${pauseMax.toFixed(1)} ms ` +
+        `(target about 5 ms): ${mark(pauseMax <= 5)}.`,
+    `Errors (socket, non-2xx, probe failures): ${errors} (target 0): ${mark(errors === 0)}.`,
+  ];
+}
