@@ -32,6 +32,7 @@
  *   transaction is on disk; then the keys it holds leave memory and their log table is
  *   cleared. (Runs sealed before runs had filters of their own have none and are read
  *   wherever their group's filter says maybe.)
+ * - `idempotency-run-eras`: the filters of eras of up to 16 groups (idempotency-eras.ts).
  *
  * Two log tables alternate: sealing switches new keys to the other table, waits until
  * every key decided before the switch is durable, writes the run, and clears the sealed
@@ -44,9 +45,11 @@
  * the runs whose filter says maybe. One filter per group keeps the probes of a lookup that
  * misses to one per group; a group's filter answering maybe for ~0.6% of absent keys would,
  * alone, cost every miss 16 × 0.6% ≈ 0.1 B-tree reads (~10 µs each) per group, so the runs'
- * own filters (~3% each) take that to ~0.004. A group is dropped whole once
- * its newest key is past the retention, oldest first. Keys expire in lookups by their
- * time, not by removal.
+ * own filters (~3% each) take that to ~0.004. Groups come in eras behind one more filter
+ * (idempotency-eras.ts): where an era's filter says no, the lookup skips all its groups,
+ * and a group closed inside an era probes its runs' filters only. A group is dropped whole
+ * once its newest key is past the retention, oldest first. Keys expire in lookups by
+ * their time, not by removal.
  *
  * `idempotency` and `idempotency-expiry` are the layout before runs (one B-tree in key
  * order); `migrateTable` moves its keys into runs at start.
@@ -54,6 +57,15 @@
 import { assert } from '../shared/assert.js';
 import { IDEMPOTENCY_RUN_KEYS } from '../shared/limits.js';
 import { decodeRecord, encodeRecord } from './codec.js';
+import {
+  hasRoom,
+  loadEras,
+  openEra,
+  removeEra,
+  removeOrphan,
+  storeEra,
+  type Era,
+} from './idempotency-eras.js';
 import { KeyFilter, keyHashes, RUN_FILTER_BITS_PER_KEY } from './key-filter.js';
 import type { RootDatabase } from 'lmdb';
 import { flushedWrite, type BinaryDb } from './lmdb-env.js';
@@ -66,6 +78,7 @@ export const IDEMPOTENCY_DB_NAMES = [
   'idempotency-log-1',
   'idempotency-runs',
   'idempotency-run-catalog',
+  'idempotency-run-eras',
 ] as const;
 export type IdempotencyDbName = (typeof IDEMPOTENCY_DB_NAMES)[number];
 
@@ -136,11 +149,18 @@ interface Run extends RunInfo {
 interface Group {
   readonly first: number;
   readonly runs: Run[];
-  readonly filter: KeyFilter;
+  /**
+   * Its filter; null in memory once it is closed inside an era (whose filter holds its
+   * keys), never on disk.
+   */
+  filter: KeyFilter | null;
   /** The keys its filter was sized for. */
   readonly capacity: number;
   count: number;
   maxAtMs: number;
+  /** The era it is in (idempotency-eras.ts), and how many of the era's groups precede it. */
+  readonly era: Era | null;
+  readonly eraIndex: number;
 }
 
 type GroupKey = ['group', number];
@@ -256,6 +276,7 @@ function runRecord(run: Run): Buffer {
 }
 
 function groupRecord(group: Group): Buffer {
+  assert(group.filter !== null, 'an open group keeps its filter');
   return encodeRecord([group.first, group.capacity, group.filter.bytes]);
 }
 
@@ -397,16 +418,20 @@ class RunWriter {
   #block: Array<string | number> = [];
   readonly #filter: KeyFilter;
 
+  /** The filters of the group the run joins, and of its era. */
+  readonly #upper: readonly KeyFilter[];
+
   constructor(
     private readonly root: RootDatabase,
     private readonly runs: BinaryDb,
     readonly seq: number,
-    /** The filter of the group the run joins. */
-    private readonly groupFilter: KeyFilter,
+    group: Group,
     /** The keys the run will hold at most (its own filter is sized for them). */
     keys: number,
   ) {
     this.#filter = KeyFilter.sized(keys, RUN_FILTER_BITS_PER_KEY);
+    assert(group.filter !== null, 'a run joins an open group');
+    this.#upper = group.era === null ? [group.filter] : [group.filter, group.era.filter];
   }
 
   put(key: KeyPut): void {
@@ -419,7 +444,7 @@ class RunWriter {
     }
     this.#block.push(scopeDigest, fingerprint, atMs);
     keyHashes(environment, customerId, scopeDigest);
-    this.groupFilter.add();
+    for (const filter of this.#upper) filter.add();
     this.#filter.add();
     this.count += 1;
     this[environment] += 1;
@@ -470,6 +495,14 @@ export class KeyStore {
   /** Every run is in one group; groups oldest first. */
   readonly #groups: Group[] = [];
   #nextRunSeq: number;
+  readonly #eraTable: BinaryDb;
+  /** Eras with groups in memory, oldest first; the open one (new groups join it) last. */
+  readonly #eras: Era[] = [];
+  #openEra: Era | null = null;
+  /** Closed eras whose filters are not yet stored (the end of a seal stores them). */
+  readonly #erasToStore: Era[] = [];
+  /** First run seqs of era chunks stored without a head: removed by the next drop. */
+  #orphanEras: number[];
 
   /** Every write of the upkeep waits until it is on disk: a failed sync must stop the worker. */
   readonly #root: RootDatabase;
@@ -481,6 +514,9 @@ export class KeyStore {
     this.#catalog = dbs['idempotency-run-catalog'];
     this.#table = dbs.idempotency;
     this.#tableExpiry = dbs['idempotency-expiry'];
+    this.#eraTable = dbs['idempotency-run-eras'];
+    const { eras, orphans } = loadEras(this.#eraTable);
+    this.#orphanEras = orphans;
     const groups: Array<[number, number, KeyFilter]> = [];
     for (const { key, value } of this.#catalog.getRange({})) {
       if (typeof key === 'number') this.#runList.push(decodeRun(value, key));
@@ -490,13 +526,39 @@ export class KeyStore {
       }
     }
     groups.sort((a, b) => a[0] - b[0]);
-    for (const [i, [first, capacity, filter]] of groups.entries()) {
+    const runsOf = groups.map(([first], i) => {
       const next = groups[i + 1]?.[0] ?? Number.POSITIVE_INFINITY;
-      const runs = this.#runList.filter((run) => run.seq >= first && run.seq < next);
-      const group: Group = { first, runs, filter, capacity, count: 0, maxAtMs: 0 };
+      return this.#runList.filter((run) => run.seq >= first && run.seq < next);
+    });
+    const eraOf = (first: number): Era | undefined =>
+      eras.find((era) => era.first <= first && first <= era.last);
+    // An era whose filter misses a run of its groups (one a release before eras added) is
+    // left out, like one whose groups all expired: its groups' own filters answer.
+    for (const [i, [first]] of groups.entries()) {
+      const era = eraOf(first);
+      if (era !== undefined && runsOf[i]?.some((run) => run.seq > era.lastRun)) era.groups = -1;
+    }
+    for (const [i, [first, capacity, filter]] of groups.entries()) {
+      const found = eraOf(first);
+      const era = found !== undefined && found.groups >= 0 ? found : null;
+      const eraIndex = era === null ? 0 : era.groups++;
+      const runs = runsOf[i] as Run[];
+      const group: Group = {
+        first,
+        runs,
+        filter: era === null ? filter : null,
+        capacity,
+        count: 0,
+        maxAtMs: 0,
+        era,
+        eraIndex,
+      };
       for (const run of runs) this.#countIn(group, run);
       this.#groups.push(group);
     }
+    for (const era of eras)
+      if (era.groups > 0) this.#eras.push(era);
+      else this.#orphanEras.push(era.first);
     assert(
       this.#runList.length === 0 || this.#groups[0]?.first === this.#runList[0]?.seq,
       'every idempotency run is in a group',
@@ -537,9 +599,19 @@ export class KeyStore {
     if (this.#runList.length === 0) return undefined;
     const { environment, customerId, scopeDigest } = address;
     keyHashes(environment, customerId, scopeDigest);
+    let maybe: Era | null = null;
     for (let g = this.#groups.length - 1; g >= 0; g--) {
       const group = this.#groups[g] as Group;
-      if (!group.filter.mayContain()) continue;
+      const era = group.era;
+      if (era !== null && era !== maybe) {
+        // The era's groups are consecutive: where its filter says no, skip them all.
+        if (!era.filter.mayContain()) {
+          g -= group.eraIndex;
+          continue;
+        }
+        maybe = era;
+      }
+      if (group.filter !== null && !group.filter.mayContain()) continue;
       for (let i = group.runs.length - 1; i >= 0; i--) {
         const run = group.runs[i] as Run;
         if (run.filter !== null && !run.filter.mayContain()) continue;
@@ -632,15 +704,21 @@ export class KeyStore {
     return this.#runList;
   }
 
-  /** Groups of runs (one filter each). */
+  /** Groups of runs. */
   get groupCount(): number {
     return this.#groups.length;
   }
 
-  /** Memory the filters of the groups and runs take, in bytes. */
+  /** Eras of groups (one filter each), the open one included. */
+  get eraCount(): number {
+    return this.#eras.length;
+  }
+
+  /** Memory the filters of the eras, groups and runs take, in bytes. */
   get filterBytes(): number {
     let bytes = 0;
-    for (const group of this.#groups) bytes += group.filter.byteLength;
+    for (const era of this.#eras) bytes += era.filter.byteLength;
+    for (const group of this.#groups) bytes += group.filter?.byteLength ?? 0;
     for (const run of this.#runList) bytes += run.filter?.byteLength ?? 0;
     return bytes;
   }
@@ -733,7 +811,7 @@ export class KeyStore {
     await this.#clearRun(this.#nextRunSeq, pacing);
     const group = this.#groupFor(batch.size, runKeys);
     const seq = this.#nextRunSeq;
-    const writer = new RunWriter(this.#root, this.#runs, seq, group.filter, batch.size);
+    const writer = new RunWriter(this.#root, this.#runs, seq, group, batch.size);
     const merge = new SortedMerge(chunks, batch.compare);
     while (!merge.done) {
       for (let n = 0; n < KEY_SLICE && !merge.done; n++) writer.put(batch.keyAt(merge.next()));
@@ -747,7 +825,16 @@ export class KeyStore {
       sealedLog.clearAsync(),
       'the clearing of a sealed idempotency log',
     );
+    await this.#storeEras(pacing);
     return run;
+  }
+
+  /** Stores the filters of the eras closed since the last call. */
+  async #storeEras(pacing: Pick<Pacing, 'pause'>): Promise<void> {
+    for (let era = this.#erasToStore[0]; era !== undefined; era = this.#erasToStore[0]) {
+      await storeEra(this.#root, this.#eraTable, era, pacing.pause);
+      this.#erasToStore.shift();
+    }
   }
 
   /**
@@ -772,23 +859,33 @@ export class KeyStore {
    * or no room for the keys in its filter's capacity), else a new one sized for GROUP_RUNS
    * runs like this one, a run counted at most `runKeys` (a batch far larger, as after a
    * restore, fills a group of its own), and at least MIN_GROUP_KEYS keys. A new group is
-   * stored with its first run.
+   * stored with its first run. It joins the open era if it has room, else that era closes
+   * (its filter is stored at the end of the seal) and the group opens a new one.
    */
   #groupFor(keys: number, runKeys: number): Group {
     const open = this.#groups.at(-1);
-    if (open !== undefined && open.runs.length < GROUP_RUNS && open.count + keys <= open.capacity)
+    if (
+      open !== undefined &&
+      open.filter !== null &&
+      open.runs.length < GROUP_RUNS &&
+      open.count + keys <= open.capacity
+    )
       return open;
     const perRun = Math.max(Math.min(keys, runKeys), MIN_GROUP_KEYS / GROUP_RUNS);
     const capacity = Math.max(keys, GROUP_RUNS * perRun);
-    const group: Group = {
-      first: this.#nextRunSeq,
-      runs: [],
-      filter: KeyFilter.sized(capacity),
-      capacity,
-      count: 0,
-      maxAtMs: 0,
-    };
-    return group;
+    const first = this.#nextRunSeq;
+    let era = this.#openEra;
+    if (era === null || !hasRoom(era, capacity)) {
+      if (era !== null) {
+        era.lastRun = first - 1;
+        this.#erasToStore.push(era);
+      }
+      era = this.#openEra = openEra(first, capacity);
+      if (era !== null) this.#eras.push(era);
+    }
+    const eraIndex = era === null ? 0 : era.groups;
+    const filter = KeyFilter.sized(capacity);
+    return { first, runs: [], filter, capacity, count: 0, maxAtMs: 0, era, eraIndex };
   }
 
   /**
@@ -800,7 +897,7 @@ export class KeyStore {
     this.#catalog.put(run.seq, runRecord(run)).catch(() => undefined);
     const stored = this.#catalog.put(['group', group.first], groupRecord(group));
     await flushedWrite(this.#root, stored, 'an idempotency run and its group');
-    if (this.#groups.at(-1) !== group) this.#groups.push(group);
+    if (this.#groups.at(-1) !== group) this.#joined(group);
     group.runs.push(run);
     this.#countIn(group, run);
     this.#runList.push(run);
@@ -809,19 +906,48 @@ export class KeyStore {
   }
 
   /**
+   * A new group's first run is committed: it is the open group from now on. The group it
+   * follows is closed; inside an era, the era's filter answers for its keys and its own
+   * filter leaves memory (its stored record keeps it for a restart).
+   */
+  #joined(group: Group): void {
+    const closed = this.#groups.at(-1);
+    if (closed !== undefined && closed.era !== null) closed.filter = null;
+    const era = group.era;
+    if (era !== null) {
+      era.groups += 1;
+      era.reserved += group.capacity;
+      era.last = group.first;
+    }
+    this.#groups.push(group);
+  }
+
+  /**
    * Drops the groups whose newest key was used before `beforeMs`, oldest first (lookups
    * stop reading a group when its catalog records go), then removes their runs' keys a
    * slice per turn, with any a crash left behind. Returns the runs dropped.
    */
   async dropExpired(beforeMs: number, pacing: Pick<Pacing, 'pause'>): Promise<RunInfo[]> {
+    if (this.#orphanEras.length > 0) {
+      let last: Promise<unknown> = Promise.resolve();
+      for (const first of this.#orphanEras) last = removeOrphan(this.#eraTable, first);
+      await flushedWrite(this.#root, last, 'the removal of an unfinished idempotency era');
+      this.#orphanEras = [];
+    }
     const dropped: RunInfo[] = [];
     for (;;) {
       const group = this.#groups[0];
       if (group === undefined || group.maxAtMs >= beforeMs || this.#sealing !== null) break;
-      // Its records go in one transaction: the group's and its runs'.
-      let last = this.#catalog.remove(['group', group.first]);
+      // Its records go in one transaction: the group's and its runs', and its era's if it
+      // was the era's last group held (groups of an era are consecutive; a release before
+      // eras may have dropped some of them).
+      let last: Promise<unknown> = this.#catalog.remove(['group', group.first]);
       for (const run of group.runs) last = this.#catalog.remove(run.seq);
+      const era = group.era;
+      const eraEnds = era !== null && this.#groups[1]?.era !== era;
+      if (eraEnds && era.chunks !== null) last = removeEra(this.#eraTable, era);
       await flushedWrite(this.#root, last, 'the removal of an idempotency run group');
+      if (eraEnds) this.#dropEra(era);
       this.#groups.shift();
       this.#runList.splice(0, group.runs.length);
       dropped.push(...group.runs);
@@ -836,6 +962,13 @@ export class KeyStore {
       await pacing.pause();
     }
     return dropped;
+  }
+
+  #dropEra(era: Era): void {
+    this.#eras.splice(this.#eras.indexOf(era), 1);
+    const unstored = this.#erasToStore.indexOf(era);
+    if (unstored >= 0) this.#erasToStore.splice(unstored, 1);
+    if (this.#openEra === era) this.#openEra = null;
   }
 
   /** Keys in the layout before runs (one B-tree), not yet moved (O(1)). */
@@ -872,7 +1005,7 @@ export class KeyStore {
         if (writer === null) {
           const keys = Math.min(remaining + 1, MIGRATION_RUN_KEYS);
           group = this.#groupFor(keys, MIGRATION_RUN_KEYS);
-          writer = new RunWriter(this.#root, this.#runs, this.#nextRunSeq, group.filter, keys);
+          writer = new RunWriter(this.#root, this.#runs, this.#nextRunSeq, group, keys);
         }
         writer.put({ environment, customerId, scopeDigest, ...stored });
         moved += 1;
@@ -887,6 +1020,7 @@ export class KeyStore {
       await pacing.pause();
     }
     if (writer !== null && writer.count > 0) await this.#commitRun(writer, group as Group);
+    await this.#storeEras(pacing);
     await flushedWrite(this.#root, this.#table.clearAsync(), 'the clearing of the old key table');
     await flushedWrite(
       this.#root,

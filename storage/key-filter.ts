@@ -1,11 +1,12 @@
 /**
- * A blocked Bloom filter over idempotency keys: one per group of sealed runs, and a smaller
- * one per run, so a lookup reads only the runs that may hold its key.
+ * A blocked Bloom filter over idempotency keys: one per era of groups of sealed runs, one per
+ * group and a smaller one per run, so a lookup reads only the runs that may hold its key.
  *
  * Why blocked: every bit a key sets lies in one 512-bit block (one cache line), so a probe
  * costs one memory read, not one per bit. With FILTER_BITS_SET bits set per key, a filter
  * of FILTER_BITS_PER_KEY bits per key answers "maybe" for about 0.6% of the keys it never
- * held, one of RUN_FILTER_BITS_PER_KEY for about 3%.
+ * held, one of RUN_FILTER_BITS_PER_KEY for about 3%, one of ERA_FILTER_BITS_PER_KEY for
+ * about 0.2%.
  *
  * A key's two hashes come from `keyHashes`: the customer and environment hashed with
  * FNV-1a, mixed with 60 bits of the scope digest (itself 128 bits of SHA-256). The hashes
@@ -17,6 +18,8 @@ import { assert } from '../shared/assert.js';
 export const FILTER_BITS_PER_KEY = 12;
 /** Bits per key of a run's filter (probed only where its group's filter says maybe). */
 export const RUN_FILTER_BITS_PER_KEY = 8;
+/** Bits per key of an era's filter (many groups' keys: ~0.2% maybe for an absent key). */
+export const ERA_FILTER_BITS_PER_KEY = 16;
 const FILTER_BITS_SET = 8;
 const BLOCK_WORDS = 16;
 
@@ -71,6 +74,20 @@ export class KeyFilter {
     assert(bytes.byteLength % (BLOCK_WORDS * 4) === 0, 'a stored filter is whole blocks');
     const words = new Int32Array(bytes.byteLength / 4);
     new Uint8Array(words.buffer).set(bytes);
+    return new KeyFilter(words);
+  }
+
+  /** A filter stored in `chunks`, in order (copied). */
+  static fromChunks(chunks: readonly Uint8Array[]): KeyFilter {
+    const total = chunks.reduce((sum, chunk) => sum + chunk.byteLength, 0);
+    assert(total % (BLOCK_WORDS * 4) === 0, 'a stored filter is whole blocks');
+    const words = new Int32Array(total / 4);
+    const view = new Uint8Array(words.buffer);
+    let at = 0;
+    for (const chunk of chunks) {
+      view.set(chunk, at);
+      at += chunk.byteLength;
+    }
     return new KeyFilter(words);
   }
 

@@ -60,7 +60,7 @@ export const DURABLE_ENV_OPTIONS = {
   // pages (mdb.c mdb_page_alloc, "lmdb-js addition"), so this is a starting point, not a
   // cap. The file grows with the data (no writable map, so it is never preallocated).
   mapSize: 256 * 1024 * 1024,
-  // A shard environment uses twelve named databases (journal.ts, SHARD_DB_NAMES); a
+  // A shard environment uses thirteen named databases (journal.ts, SHARD_DB_NAMES); a
   // little headroom, no more, because LMDB scans this table linearly.
   maxDbs: 16,
 } as const satisfies RootDatabaseOptions;

@@ -5,12 +5,13 @@
  * in flight, once sealed, and its expiry makes it new again).
  */
 import { createHash } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { Command, Event } from '../actors/customer.js';
 import { scopeDigest, type IdempotencyPut } from '../actors/idempotency-keys.js';
 import { KeyUpkeep } from '../actors/idempotency-upkeep.js';
 import { Shard } from '../actors/shard.js';
 import { decodeRecord, encodeRecord } from '../storage/codec.js';
+import { ERA_GROUPS } from '../storage/idempotency-eras.js';
 import { GROUP_RUNS, type KeyStore } from '../storage/idempotency-runs.js';
 import { KEY_HASHES, KeyFilter, keyHashes } from '../storage/key-filter.js';
 import { SHARD_DB_NAMES, ShardStore } from '../storage/journal.js';
@@ -56,6 +57,22 @@ async function sealStoppedAfter(s: ShardStore, turns: number): Promise<void> {
     pause: () => (++pauses > turns ? Promise.reject(new Error('stopped')) : PACING.pause()),
   });
   await expect(stopped).rejects.toThrow('stopped');
+}
+
+/** The eras stored whole in `dir`'s shard (their heads' first run seqs). */
+function storedEras(dir: string): number[] {
+  return storedEraKeys(dir)
+    .filter(([, index]) => index === 0)
+    .map(([first]) => first);
+}
+
+function storedEraKeys(dir: string): Array<[number, number]> {
+  const env = openDurableEnv(dir, ['idempotency-run-eras']);
+  try {
+    return [...env.dbs['idempotency-run-eras'].getKeys({})] as Array<[number, number]>;
+  } finally {
+    void env.root.close();
+  }
 }
 
 const fingerprints = (keys: KeyStore, puts: readonly IdempotencyPut[]) =>
@@ -320,6 +337,96 @@ describe('the key store', () => {
     );
     expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
     expect(missReads(s)).toBeGreaterThan(5 * withFilters + 500);
+  });
+
+  it('puts 16 groups behind one era filter, stored when the era closes', async () => {
+    const dir = fixture.tempDir();
+    let s = openStore(dir);
+    const eraRuns = ERA_GROUPS * GROUP_RUNS;
+    const all: IdempotencyPut[] = [];
+    // Runs of 50 keys make groups of 16 runs, eras of 16 groups: 256 runs, then one more.
+    for (let run = 0; run <= eraRuns; run++) {
+      const puts = Array.from({ length: 50 }, (_, i) =>
+        put(`c-${i % 3}`, `e${run}-${i}`, T0 + run),
+      );
+      all.push(...puts);
+      await store(s, puts);
+      await s.idempotency.seal(PACING);
+      if (run === eraRuns - 1) expect(storedEras(dir)).toEqual([]);
+    }
+    expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([ERA_GROUPS + 1, 2]);
+    expect(storedEras(dir)).toEqual([1]);
+    const absent = Array.from({ length: 5000 }, (_, i) => put(`c-${i % 3}`, `no-${i}`, 0));
+    // Filters probed per absent key: about one per era (17 with a filter per group).
+    const probesPerMiss = (target: ShardStore): number => {
+      const probes = vi.spyOn(KeyFilter.prototype, 'mayContain');
+      try {
+        for (const p of absent) expect(target.idempotency.get(p)).toBeUndefined();
+        return probes.mock.calls.length / absent.length;
+      } finally {
+        probes.mockRestore();
+      }
+    };
+    expect(probesPerMiss(s)).toBeLessThan(3);
+    expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
+    // After a restart: the stored era answers for its groups; the open era was not stored,
+    // so its one group is probed by its own filter.
+    await fixture.closeStore(s);
+    s = openStore(dir);
+    expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([ERA_GROUPS + 1, 1]);
+    expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
+    expect(probesPerMiss(s)).toBeLessThan(3);
+    // Without the era (a crash before it was stored, or a release before eras): every
+    // group by its own filter, each probed. Here the era's head says its filter saw runs up
+    // to the second-last only (as if a release before eras had added the last one): the
+    // start leaves the era out. A chunk without a head, as a crash part-way through storing
+    // an era leaves it, is never read.
+    await fixture.closeStore(s);
+    const env = openDurableEnv(dir, ['idempotency-run-eras']);
+    const eraTable = env.dbs['idempotency-run-eras'];
+    const head = decodeRecord(eraTable.get([1, 0]) as Buffer);
+    const [first, last, lastRun, ...rest] = (head.ok ? head.value : []) as number[];
+    expect([first, last, lastRun]).toEqual([1, eraRuns - GROUP_RUNS + 1, eraRuns]);
+    await eraTable.put([1, 0], encodeRecord([first, last, eraRuns - 1, ...rest]));
+    await eraTable.put([eraRuns + 1, 1], encodeRecord(new Uint8Array(64)));
+    await env.root.close();
+    s = openStore(dir);
+    expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([ERA_GROUPS + 1, 0]);
+    expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
+    expect(probesPerMiss(s)).toBeGreaterThan(ERA_GROUPS);
+    expect(await s.idempotency.dropExpired(T0, PACING)).toEqual([]);
+    expect(storedEraKeys(dir)).toEqual([]); // both removed by the first drop
+  });
+
+  it('drops an era with its last group; reads one part of whose groups expired', async () => {
+    const dir = fixture.tempDir();
+    let s = openStore(dir);
+    const eraRuns = ERA_GROUPS * GROUP_RUNS;
+    const all: IdempotencyPut[] = [];
+    for (let run = 0; run <= eraRuns; run++) {
+      const puts = Array.from({ length: 20 }, (_, i) =>
+        put(`c-${i % 2}`, `d${run}-${i}`, T0 + run),
+      );
+      all.push(...puts);
+      await store(s, puts);
+      await s.idempotency.seal(PACING);
+    }
+    expect(storedEras(dir)).toEqual([1]);
+    // Half the era's groups expire: the era stays on disk, and answers after a restart.
+    const half = (ERA_GROUPS / 2) * GROUP_RUNS;
+    expect(await s.idempotency.dropExpired(T0 + half, PACING)).toHaveLength(half);
+    expect(storedEras(dir)).toEqual([1]);
+    await fixture.closeStore(s);
+    s = openStore(dir);
+    expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([ERA_GROUPS / 2 + 1, 1]);
+    const kept = all.slice(half * 20);
+    expect(kept.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
+    expect(all.slice(0, half * 20).some((p) => s.idempotency.get(p) !== undefined)).toBe(false);
+    // Its last group expires: the era leaves memory and disk with it.
+    expect(await s.idempotency.dropExpired(T0 + eraRuns, PACING)).toHaveLength(half);
+    expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([1, 0]);
+    expect(storedEraKeys(dir)).toEqual([]);
+    expect(s.idempotency.get(all.at(-1) as IdempotencyPut)?.fingerprint).toBe('1');
   });
 
   it('drops a group of runs once all its keys expired, key by key off the disk', async () => {
