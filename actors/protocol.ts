@@ -220,7 +220,9 @@ export interface ShardLiveStats {
   readonly idempotencyKeysInMemory: number;
   /** Sealed runs of idempotency keys on disk. */
   readonly idempotencyRuns: number;
-  /** Memory the runs' filters take, in bytes. */
+  /** Eras of groups of runs (one filter each), the open one included. */
+  readonly idempotencyEras: number;
+  /** Memory the filters of the eras, groups and runs take, in bytes. */
   readonly idempotencyFilterBytes: number;
   readonly lastSeq: number;
   readonly snapshotSeq: number;

@@ -461,6 +461,7 @@ function liveStats(): ShardLiveStats {
     idempotencyEntries: store.idempotency.size,
     idempotencyKeysInMemory: shard.idempotencyKeysInMemory,
     idempotencyRuns: store.idempotency.runs.length,
+    idempotencyEras: store.idempotency.eraCount,
     idempotencyFilterBytes: store.idempotency.filterBytes,
     lastSeq: stored.lastSeq,
     snapshotSeq: stored.snapshotSeq,

@@ -76,85 +76,131 @@ describe('crash safety', () => {
   });
 
   it('keys sealed into runs under load survive kill -9, twice: each retry a replay', async () => {
-    const dataDir = tempDataDir('tally-kill9-runs');
     // Runs of 40 keys: sealing (and grouping) goes on all through the load, so the kills
     // land between its steps as well as between appends.
     const env = { TALLY_WORKERS: '2', TALLY_IDEMPOTENCY_RUN_KEYS: '40' };
-    const acked = new Map<string, number>(); // key → amount, acknowledged
-    const customerOf = (key: string): string => `kr-${Number(key.split('-')[2]) % 12}`;
-    let keys: Keys | undefined;
-    let runsSeen = 0;
-    for (let cycle = 0; cycle < 2; cycle++) {
-      const server = await startServerProcess({ dataDir, env, ...(keys ? { keys } : {}) });
-      keys = server.keys;
-      const sk = server.keys.test.server;
-      if (cycle === 0) await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG });
-      let killing = false;
-      const loop = async (l: number): Promise<void> => {
-        for (let n = 0; !killing; n++) {
-          const key = `c${cycle}-${l}-${n}`;
-          const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
-            key: sk,
-            body: { customerId: customerOf(key), amount: 1 + (n % 3), idempotencyKey: key },
-          }).catch(() => null);
-          if (res === null) return; // in flight at the kill
-          expect(res.status).toBe(200);
-          acked.set(key, 1 + (n % 3));
-        }
-      };
-      const loops = Array.from({ length: 12 }, (_, l) => loop(l));
-      while (runsSeen < 5 * (cycle + 1)) {
-        await new Promise((resolve) => setTimeout(resolve, 100));
-        const metrics = await call(server.base, 'GET', '/v1/admin/metrics', {
-          key: server.keys.admin,
-        });
-        runsSeen = [
-          ...String(metrics.body).matchAll(/^tally_shard_idempotency_runs\{[^}]*\} (\d+)/gm),
-        ]
-          .map((m) => Number(m[1]))
-          .reduce((sum, n) => sum + n, 0);
-      }
-      killing = true;
-      await server.kill9();
-      await Promise.all(loops);
-    }
+    const killAt = (cycle: number, gauges: RunGauges): boolean => gauges.runs >= 5 * (cycle + 1);
+    await killUnderLoad('tally-kill9-runs', env, { cycles: 2, loops: 12, killAt });
+  });
+
+  it('keys in runs behind an era survive kill -9 once the era closed', async () => {
+    // Runs of 4 keys or more (whatever waits when a seal starts): sealing never stops, and
+    // an era (16 groups of up to 16 runs) closes when a run opens its 17th group, after
+    // 200–260 runs (~50 s here: each seal waits for three syncs); the seal that closes it
+    // stores its filter. The kill comes three runs later, among the slices of sealing.
+    const env = { TALLY_WORKERS: '1', TALLY_IDEMPOTENCY_RUN_KEYS: '4' };
+    let closedAt = Number.POSITIVE_INFINITY;
+    const killAt = (_: number, gauges: RunGauges): boolean => {
+      if (gauges.eras >= 2) closedAt = Math.min(closedAt, gauges.runs);
+      return gauges.runs >= closedAt + 3;
+    };
+    const eras = await killUnderLoad('tally-kill9-eras', env, { cycles: 1, loops: 12, killAt });
+    // The restart loaded the stored era (the open one is never stored), and every key
+    // answered above through it.
+    expect(eras).toBe(1);
+  }, 240_000);
+});
+
+/** The shard gauges a kill waits for, summed over shards. */
+interface RunGauges {
+  readonly runs: number;
+  readonly eras: number;
+}
+
+async function runGauges(base: string, adminKey: string): Promise<RunGauges> {
+  const metrics = String((await call(base, 'GET', '/v1/admin/metrics', { key: adminKey })).body);
+  const sum = (name: string): number =>
+    [...metrics.matchAll(new RegExp(`^${name}\\{[^}]*\\} (\\d+)`, 'gm'))]
+      .map((m) => Number(m[1]))
+      .reduce((total, n) => total + n, 0);
+  return { runs: sum('tally_shard_idempotency_runs'), eras: sum('tally_shard_idempotency_eras') };
+}
+
+/**
+ * Keyed consumes from 12 loops, killed with SIGKILL twice (each once `killAt` holds), then a
+ * restart: every acknowledged consume is applied, each retry is a replay that applies
+ * nothing, and a retry with another amount is a 400. Returns the eras the last start held.
+ */
+async function killUnderLoad(
+  prefix: string,
+  env: Record<string, string>,
+  load: {
+    readonly cycles: number;
+    readonly loops: number;
+    readonly killAt: (cycle: number, gauges: RunGauges) => boolean;
+  },
+): Promise<number> {
+  const dataDir = tempDataDir(prefix);
+  const acked = new Map<string, number>(); // key → amount, acknowledged
+  const customerOf = (key: string): string => `kr-${Number(key.split('-')[2]) % 12}`;
+  let keys: Keys | undefined;
+  for (let cycle = 0; cycle < load.cycles; cycle++) {
     const server = await startServerProcess({ dataDir, env, ...(keys ? { keys } : {}) });
-    try {
-      const sk = server.keys.test.server;
-      /** Each customer's consumed total, as the server answers it now. */
-      const consumed = async (): Promise<number[]> => {
-        const totals: number[] = [];
-        for (let c = 0; c < 12; c++) {
-          const path = `/v1/usage/api_calls/balance?customerId=kr-${c}`;
-          totals.push((await call(server.base, 'GET', path, { key: sk })).body.consumed as number);
-        }
-        return totals;
-      };
-      const before = await consumed();
-      expect(acked.size).toBeGreaterThan(200);
-      const total = before.reduce((sum, value) => sum + value, 0);
-      const ackedTotal = [...acked.values()].reduce((sum, amount) => sum + amount, 0);
-      // Every acknowledged consume is applied (some in flight at a kill may be too).
-      expect(total).toBeGreaterThanOrEqual(ackedTotal);
-      let n = 0;
-      for (const [key, amount] of acked) {
+    keys = server.keys;
+    const sk = server.keys.test.server;
+    if (cycle === 0) await call(server.base, 'POST', '/v1/sync/push', { key: sk, body: CONFIG });
+    let killing = false;
+    const loop = async (l: number): Promise<void> => {
+      for (let n = 0; !killing; n++) {
+        const key = `c${cycle}-${l}-${n}`;
+        const res = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+          key: sk,
+          body: { customerId: customerOf(key), amount: 1 + (n % 3), idempotencyKey: key },
+        }).catch(() => null);
+        if (res === null) return; // in flight at the kill
+        expect(res.status).toBe(200);
+        acked.set(key, 1 + (n % 3));
+      }
+    };
+    const loops = Array.from({ length: load.loops }, (_, l) => loop(l));
+    while (!load.killAt(cycle, await runGauges(server.base, server.keys.admin)))
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    killing = true;
+    await server.kill9();
+    await Promise.all(loops);
+  }
+  const server = await startServerProcess({ dataDir, env, ...(keys ? { keys } : {}) });
+  try {
+    const { eras } = await runGauges(server.base, server.keys.admin);
+    const sk = server.keys.test.server;
+    /** Each customer's consumed total, as the server answers it now. */
+    const consumed = async (): Promise<number[]> => {
+      const totals: number[] = [];
+      for (let c = 0; c < 12; c++) {
+        const path = `/v1/usage/api_calls/balance?customerId=kr-${c}`;
+        totals.push((await call(server.base, 'GET', path, { key: sk })).body.consumed as number);
+      }
+      return totals;
+    };
+    const before = await consumed();
+    expect(acked.size).toBeGreaterThan(200);
+    const total = before.reduce((sum, value) => sum + value, 0);
+    const ackedTotal = [...acked.values()].reduce((sum, amount) => sum + amount, 0);
+    // Every acknowledged consume is applied (some in flight at a kill may be too).
+    expect(total).toBeGreaterThanOrEqual(ackedTotal);
+    // Retried from 12 clients at once, each key once; every 25th also with another amount.
+    const retries = [...acked];
+    const retrier = async (from: number): Promise<void> => {
+      for (let n = from; n < retries.length; n += 12) {
+        const [key, amount] = retries[n] as [string, number];
         const retry = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
           key: sk,
           body: { customerId: customerOf(key), amount, idempotencyKey: key },
         });
         expect(retry.status).toBe(200);
-        if (n++ % 25 === 0) {
-          const reused = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
-            key: sk,
-            body: { customerId: customerOf(key), amount: amount + 1, idempotencyKey: key },
-          });
-          expect(reused.status).toBe(400);
-        }
+        if (n % 25 !== 0) continue;
+        const reused = await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+          key: sk,
+          body: { customerId: customerOf(key), amount: amount + 1, idempotencyKey: key },
+        });
+        expect(reused.status).toBe(400);
       }
-      // No retry applied anything: every acknowledged key was found.
-      expect(await consumed()).toEqual(before);
-    } finally {
-      await server.stop();
-    }
-  });
-});
+    };
+    await Promise.all(Array.from({ length: 12 }, (_, from) => retrier(from)));
+    // No retry applied anything: every acknowledged key was found.
+    expect(await consumed()).toEqual(before);
+    return eras;
+  } finally {
+    await server.stop();
+  }
+}

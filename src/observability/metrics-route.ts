@@ -112,8 +112,14 @@ function renderShards(
     (s) => s.idempotencyRuns,
   );
   gauge(
+    'tally_shard_idempotency_eras',
+    "Eras of groups of runs of idempotency keys (one filter each) on the shard worker's disk " +
+      'and in memory, the open one included.',
+    (s) => s.idempotencyEras,
+  );
+  gauge(
     'tally_shard_idempotency_filter_bytes',
-    "Memory the filters of the shard worker's runs of idempotency keys take.",
+    "Memory the filters of the shard worker's eras, groups and runs of idempotency keys take.",
     (s) => s.idempotencyFilterBytes,
   );
   gauge(
