@@ -59,6 +59,28 @@ async function sealStoppedAfter(s: ShardStore, turns: number): Promise<void> {
   await expect(stopped).rejects.toThrow('stopped');
 }
 
+/**
+ * Seals `runs` runs of `keys` keys each (three customers'), run n's keys used at T0 + n,
+ * counting from run `from`; returns the keys.
+ */
+async function sealRuns(
+  s: ShardStore,
+  runs: number,
+  keys: number,
+  from = 0,
+): Promise<IdempotencyPut[]> {
+  const all: IdempotencyPut[] = [];
+  for (let run = from; run < from + runs; run++) {
+    const puts = Array.from({ length: keys }, (_, i) =>
+      put(`c-${i % 3}`, `e${run}-${i}`, T0 + run),
+    );
+    all.push(...puts);
+    await store(s, puts);
+    await s.idempotency.seal(PACING);
+  }
+  return all;
+}
+
 /** The eras stored whole in `dir`'s shard (their heads' first run seqs). */
 function storedEras(dir: string): number[] {
   return storedEraKeys(dir)
@@ -343,17 +365,10 @@ describe('the key store', () => {
     const dir = fixture.tempDir();
     let s = openStore(dir);
     const eraRuns = ERA_GROUPS * GROUP_RUNS;
-    const all: IdempotencyPut[] = [];
     // Runs of 50 keys make groups of 16 runs, eras of 16 groups: 256 runs, then one more.
-    for (let run = 0; run <= eraRuns; run++) {
-      const puts = Array.from({ length: 50 }, (_, i) =>
-        put(`c-${i % 3}`, `e${run}-${i}`, T0 + run),
-      );
-      all.push(...puts);
-      await store(s, puts);
-      await s.idempotency.seal(PACING);
-      if (run === eraRuns - 1) expect(storedEras(dir)).toEqual([]);
-    }
+    const all = await sealRuns(s, eraRuns, 50);
+    expect(storedEras(dir)).toEqual([]);
+    all.push(...(await sealRuns(s, 1, 50, eraRuns)));
     expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([ERA_GROUPS + 1, 2]);
     expect(storedEras(dir)).toEqual([1]);
     const absent = Array.from({ length: 5000 }, (_, i) => put(`c-${i % 3}`, `no-${i}`, 0));
@@ -402,15 +417,7 @@ describe('the key store', () => {
     const dir = fixture.tempDir();
     let s = openStore(dir);
     const eraRuns = ERA_GROUPS * GROUP_RUNS;
-    const all: IdempotencyPut[] = [];
-    for (let run = 0; run <= eraRuns; run++) {
-      const puts = Array.from({ length: 20 }, (_, i) =>
-        put(`c-${i % 2}`, `d${run}-${i}`, T0 + run),
-      );
-      all.push(...puts);
-      await store(s, puts);
-      await s.idempotency.seal(PACING);
-    }
+    const all = await sealRuns(s, eraRuns + 1, 20);
     expect(storedEras(dir)).toEqual([1]);
     // Half the era's groups expire: the era stays on disk, and answers after a restart.
     const half = (ERA_GROUPS / 2) * GROUP_RUNS;
