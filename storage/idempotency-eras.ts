@@ -152,7 +152,7 @@ export function loadEras(table: BinaryDb): { eras: Era[]; orphans: number[] } {
   return { eras, orphans: [...orphans] };
 }
 
-/** Issues the removal of every entry of the era that starts at `first` (chunks left alone). */
+/** Issues the removal of every entry stored for the era that starts at `first`. */
 export function removeOrphan(table: BinaryDb, first: number): Promise<unknown> {
   let last: Promise<unknown> = Promise.resolve();
   for (const key of table.getKeys({ start: [first], end: [first + 1] })) last = table.remove(key);
