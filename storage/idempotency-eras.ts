@@ -16,8 +16,7 @@
  * closes when a new group cannot join it; its filter is then stored in
  * `idempotency-run-eras`, a chunk per turn, and last its head, which makes it whole:
  *
- *   [first run seq, 0] → frame([first run seq, its last group's first run seq, its last
- *                                run seq, capacity, chunks])
+ *   [first run seq, 0] → frame([first run seq, last run seq, capacity, chunks])
  *   [first run seq, i] → frame(bytes i-1 of the filter, ERA_CHUNK_BYTES each)
  *
  * An era without a stored head (the open one at a stop, or one a crash interrupted) is not
@@ -47,9 +46,10 @@ const ERA_CHUNK_BYTES = 1 << 20;
 export interface Era {
   /** The first run seq of its first group (its key in the table). */
   readonly first: number;
-  /** The first run seq of its last group so far. */
-  last: number;
-  /** The last run seq its filter holds the keys of, once it is closed. */
+  /**
+   * The last run seq its filter holds the keys of, once it is closed (its groups are the
+   * ones that start between `first` and it).
+   */
   lastRun: number;
   /** The keys its filter is sized for; each group that joins reserves its own capacity. */
   readonly capacity: number;
@@ -67,7 +67,6 @@ export function openEra(first: number, groupCapacity: number): Era | null {
   const filter = KeyFilter.sized(capacity, ERA_FILTER_BITS_PER_KEY);
   return {
     first,
-    last: first,
     lastRun: Number.POSITIVE_INFINITY,
     capacity,
     reserved: 0,
@@ -97,8 +96,8 @@ export async function storeEra(
     await flushedWrite(root, stored, 'a chunk of an idempotency era');
     await pause();
   }
-  const { first, last, lastRun, capacity } = era;
-  const head = table.put([first, 0], encodeRecord([first, last, lastRun, capacity, chunks]));
+  const { first, lastRun, capacity } = era;
+  const head = table.put([first, 0], encodeRecord([first, lastRun, capacity, chunks]));
   await flushedWrite(root, head, 'an idempotency era');
   era.chunks = chunks;
 }
@@ -114,15 +113,15 @@ export function removeEra(table: BinaryDb, era: Era): Promise<unknown> {
 export function loadEras(table: BinaryDb): { eras: Era[]; orphans: number[] } {
   const eras: Era[] = [];
   const orphans = new Set<number>();
-  let head: [number, number, number, number, number] | null = null;
+  let head: [number, number, number, number] | null = null;
   let parts: Uint8Array[] = [];
   const finish = (): void => {
     if (head === null) return;
-    const [first, last, lastRun, capacity, chunks] = head;
+    const [first, lastRun, capacity, chunks] = head;
     if (parts.length !== chunks)
       throw new Error(`idempotency era ${first} is missing chunks; refusing to go on`);
     const filter = KeyFilter.fromChunks(parts);
-    eras.push({ first, last, lastRun, capacity, reserved: capacity, groups: 0, filter, chunks });
+    eras.push({ first, lastRun, capacity, reserved: capacity, groups: 0, filter, chunks });
     head = null;
     parts = [];
   };
@@ -137,12 +136,12 @@ export function loadEras(table: BinaryDb): { eras: Era[]; orphans: number[] } {
       const v = decoded.value;
       if (
         !Array.isArray(v) ||
-        v.length !== 5 ||
+        v.length !== 4 ||
         v[0] !== first ||
         !v.every((n) => Number.isInteger(n))
       )
         throw corrupt();
-      head = v as [number, number, number, number, number];
+      head = v as [number, number, number, number];
     } else if (head !== null && head[0] === first) {
       if (!(decoded.value instanceof Uint8Array) || index !== parts.length + 1) throw corrupt();
       parts.push(decoded.value);

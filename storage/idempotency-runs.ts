@@ -531,7 +531,7 @@ export class KeyStore {
       return this.#runList.filter((run) => run.seq >= first && run.seq < next);
     });
     const eraOf = (first: number): Era | undefined =>
-      eras.find((era) => era.first <= first && first <= era.last);
+      eras.find((era) => era.first <= first && first <= era.lastRun);
     // An era whose filter misses a run of its groups (one a release before eras added) is
     // left out, like one whose groups all expired: its groups' own filters answer.
     for (const [i, [first]] of groups.entries()) {
@@ -917,7 +917,6 @@ export class KeyStore {
     if (era !== null) {
       era.groups += 1;
       era.reserved += group.capacity;
-      era.last = group.first;
     }
     this.#groups.push(group);
   }
