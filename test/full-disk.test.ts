@@ -263,7 +263,14 @@ describe.skipIf(!canMount)('a full disk', () => {
     fs.rmSync(filler);
     const restarted = await startServerProcess({ dataDir, env, keys: server.keys });
     servers.push(restarted);
-    for (const [customerId, count] of acked)
-      expect(await consumed(restarted, customerId), customerId).toBe(count);
+    // Every acknowledged write survives; a write durable when the process died may have
+    // lost only its reply: at most one per writer (8) is applied beyond the acknowledged.
+    let beyond = 0;
+    for (const [customerId, count] of acked) {
+      const applied = await consumed(restarted, customerId);
+      expect(applied, customerId).toBeGreaterThanOrEqual(count);
+      beyond += applied - count;
+    }
+    expect(beyond).toBeLessThanOrEqual(8);
   }, 60_000);
 });
