@@ -89,12 +89,12 @@ export const SNAPSHOT_SLICE_WORK = 500;
 
 /**
  * V8 young generation of a shard worker: V8 makes it three semi-spaces' worth, so this
- * means 16 MB semi-spaces. Under keyed load every idempotency key lives in the young
- * generation until it is sealed (seconds), so a scavenge copies all the keys of its last
- * semi-space: with 64 MB semi-spaces most 15-second windows of a keyed soak held a
- * 20–50 ms pause (up to 54 ms in three minutes); with 16 MB, 100 of 120 windows of a
- * 30-minute soak stayed under 20 ms, at the same throughput. The larger size made recovery
- * from a snapshot ~10% faster (every object a snapshot loads survives) for ~16% more peak
+ * means 16 MB semi-spaces. A scavenge copies whatever survives its semi-space: in a keyed
+ * soak whose waiting idempotency keys were heap objects (they are in typed arrays since:
+ * storage/held-keys.ts), 64 MB semi-spaces held a 20–50 ms pause in most 15-second
+ * windows (up to 54 ms in three minutes); 16 MB ones kept 100 of 120 windows of a
+ * 30-minute soak under 20 ms, at the same throughput. The larger size made recovery from
+ * a snapshot ~10% faster (every object a snapshot loads survives) for ~16% more peak
  * memory; pauses under load weigh more.
  */
 export const SHARD_YOUNG_GENERATION_MB = 48;

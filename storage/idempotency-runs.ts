@@ -66,9 +66,12 @@ import {
   storeEra,
   type Era,
 } from './idempotency-eras.js';
+import { HeldKeys, type KeyAddress, type KeyPut, type StoredKey } from './held-keys.js';
 import { KeyFilter, keyHashes, RUN_FILTER_BITS_PER_KEY } from './key-filter.js';
 import type { RootDatabase } from 'lmdb';
 import { flushedWrite, type BinaryDb } from './lmdb-env.js';
+
+export type { KeyAddress, KeyPut, StoredKey };
 
 /** The names of the databases, for the environment that opens them. */
 export const IDEMPOTENCY_DB_NAMES = [
@@ -86,8 +89,6 @@ export type IdempotencyDbName = (typeof IDEMPOTENCY_DB_NAMES)[number];
 export const KEY_SLICE = 2000;
 /** The most keys of one customer one stored block of a run holds. */
 export const BLOCK_KEYS = 32;
-/** The slots a batch of keys in memory starts with (it doubles as it fills). */
-const HELD_SLOTS_FIRST = 1024;
 /** Keys sorted in one turn when a run is sealed. */
 const SORT_CHUNK = 4096;
 /** Runs one group's filter covers. */
@@ -96,22 +97,6 @@ export const GROUP_RUNS = 16;
 const MIN_GROUP_KEYS = 4096;
 /** The most keys one run written by `migrateTable` holds. */
 const MIGRATION_RUN_KEYS = 1 << 20;
-
-/** A stored key: the fingerprint (the amount) of the write that used it first, and when. */
-export interface StoredKey {
-  readonly fingerprint: string;
-  readonly atMs: number;
-}
-
-/** Where a key is stored: its customer and the digest of its scope. */
-export interface KeyAddress {
-  readonly environment: 'test' | 'live';
-  readonly customerId: string;
-  readonly scopeDigest: string;
-}
-
-/** A key to store. */
-export interface KeyPut extends KeyAddress, StoredKey {}
 
 /** One key of a customer: [scope digest, fingerprint, atMs]. */
 export type CustomerKey = [string, string, number];
@@ -285,124 +270,6 @@ function sameCustomer(a: KeyAddress, b: KeyAddress): boolean {
 }
 
 /**
- * Keys in memory, in columns rather than an object each. A shard holds up to two batches of
- * IDEMPOTENCY_RUN_KEYS keys here, long enough for them to reach the old generation, and each
- * object among them is one more for every major GC to mark and, once its batch is sealed,
- * garbage the next one must clear. So a key is its digest (the map's key; the request's
- * own string, whose hash is computed once for the lookup and the write that follows), a
- * slot, and the slot's entry in each column; a customer's keys share one id string.
- * `get` and `values` build the objects they return. A digest two customers share (the same
- * key text) chains: the map holds its first slot, `#more` the others.
- */
-class HeldKeys {
-  readonly #slotOf = new Map<string, number>();
-  readonly #more = new Map<string, number[]>();
-  /** Each customer's id as this batch first saw it, so its keys share the string. */
-  readonly #ids = new Map<string, string>();
-  readonly #digests: string[] = [];
-  readonly #customerIds: string[] = [];
-  readonly #fingerprints: string[] = [];
-  #atMs = new Float64Array(HELD_SLOTS_FIRST);
-  /** 1 for live, 0 for test. */
-  #live = new Uint8Array(HELD_SLOTS_FIRST);
-  size = 0;
-
-  get(address: KeyAddress): KeyPut | undefined {
-    const slot = this.#find(address);
-    return slot === undefined ? undefined : this.keyAt(slot);
-  }
-
-  set(put: KeyPut): void {
-    const first = this.#slotOf.get(put.scopeDigest);
-    if (first === undefined) {
-      this.#slotOf.set(put.scopeDigest, this.#append(put));
-      return;
-    }
-    const more = this.#more.get(put.scopeDigest);
-    const slot = this.#holds(first, put) ? first : more?.find((s) => this.#holds(s, put));
-    if (slot !== undefined) {
-      this.#fingerprints[slot] = put.fingerprint;
-      this.#atMs[slot] = put.atMs;
-    } else if (more === undefined) this.#more.set(put.scopeDigest, [this.#append(put)]);
-    else more.push(this.#append(put));
-  }
-
-  /** Every key, in the order each was first set. */
-  *values(): IterableIterator<KeyPut> {
-    for (let slot = 0; slot < this.size; slot++) yield this.keyAt(slot);
-  }
-
-  /**
-   * Up to `count` slots from `from` on, in the order a run is written in: live before
-   * test, then by customer, then by digest (a customer's keys together, in digest order).
-   * Sorting slots by the columns allocates nothing per key, where a sort key string and a
-   * pair for each would make a batch's worth of objects that outlive the seal's turns.
-   */
-  sortedSlots(from: number, count: number): Int32Array {
-    const slots = new Int32Array(Math.max(0, Math.min(count, this.size - from)));
-    for (let i = 0; i < slots.length; i++) slots[i] = from + i;
-    return slots.sort(this.compare);
-  }
-
-  /** The order of `sortedSlots`. */
-  readonly compare = (a: number, b: number): number => {
-    const live = (this.#live[b] as number) - (this.#live[a] as number);
-    if (live !== 0) return live;
-    const idA = this.#customerIds[a] as string;
-    const idB = this.#customerIds[b] as string;
-    if (idA !== idB) return idA < idB ? -1 : 1;
-    const digestA = this.#digests[a] as string;
-    const digestB = this.#digests[b] as string;
-    return digestA < digestB ? -1 : digestA > digestB ? 1 : 0;
-  };
-
-  #find(address: KeyAddress): number | undefined {
-    const first = this.#slotOf.get(address.scopeDigest);
-    if (first === undefined) return undefined;
-    if (this.#holds(first, address)) return first;
-    return this.#more.get(address.scopeDigest)?.find((slot) => this.#holds(slot, address));
-  }
-
-  #holds(slot: number, address: KeyAddress): boolean {
-    return (
-      this.#customerIds[slot] === address.customerId &&
-      this.#live[slot] === (address.environment === 'live' ? 1 : 0)
-    );
-  }
-
-  #append(put: KeyPut): number {
-    const slot = this.size++;
-    if (slot === this.#atMs.length) {
-      const atMs = new Float64Array(2 * slot);
-      atMs.set(this.#atMs);
-      this.#atMs = atMs;
-      const live = new Uint8Array(2 * slot);
-      live.set(this.#live);
-      this.#live = live;
-    }
-    let customerId = this.#ids.get(put.customerId);
-    if (customerId === undefined) this.#ids.set(put.customerId, (customerId = put.customerId));
-    this.#digests.push(put.scopeDigest);
-    this.#customerIds.push(customerId);
-    this.#fingerprints.push(put.fingerprint);
-    this.#atMs[slot] = put.atMs;
-    this.#live[slot] = put.environment === 'live' ? 1 : 0;
-    return slot;
-  }
-
-  /** The key in `slot`, as an object of its own. */
-  keyAt(slot: number): KeyPut {
-    return {
-      environment: this.#live[slot] === 1 ? 'live' : 'test',
-      customerId: this.#customerIds[slot] as string,
-      scopeDigest: this.#digests[slot] as string,
-      fingerprint: this.#fingerprints[slot] as string,
-      atMs: this.#atMs[slot] as number,
-    };
-  }
-}
-
-/**
  * A run being written: its keys go in in order, a block of one customer's keys at a time;
  * its filter, its group's and its counts grow with them.
  */
@@ -487,6 +354,8 @@ export class KeyStore {
   /** Keys not yet in a committed run: new ones, and the batch being sealed. */
   #active = new HeldKeys();
   #sealing: HeldKeys | null = null;
+  /** The last sealed batch, emptied: the next seal's new batch reuses its arrays. */
+  #spare: HeldKeys | null = null;
   /** Which log table new keys go to (0 or 1). */
   #logTable = 0;
   #nextLogSeq: number;
@@ -800,7 +669,8 @@ export class KeyStore {
     const batch = this.#active;
     const sealedLog = this.#logs[this.#logTable] as BinaryDb;
     this.#sealing = batch;
-    this.#active = new HeldKeys();
+    this.#active = this.#spare ?? new HeldKeys();
+    this.#spare = null;
     this.#logTable = 1 - this.#logTable;
     await pacing.keysDurable();
     const chunks: Int32Array[] = [];
@@ -820,6 +690,8 @@ export class KeyStore {
     }
     const run = await this.#commitRun(writer, group);
     this.#sealing = null;
+    batch.clear();
+    this.#spare = batch;
     await flushedWrite(
       this.#root,
       sealedLog.clearAsync(),

@@ -1,0 +1,289 @@
+/**
+ * Idempotency keys in memory, off the JavaScript heap: the keys a shard decided since its
+ * last sealed run, until the next run that holds them is on disk (idempotency-runs.ts).
+ *
+ * A shard holds up to two batches of IDEMPOTENCY_RUN_KEYS keys here, long enough for
+ * them to reach the old generation. Held as an object, a string and a map entry each,
+ * every one of them is more for each major GC to mark, and once its batch is sealed
+ * garbage the next collection must clear: the heap and the resident memory rise and fall
+ * with every batch. So a key lives in typed arrays instead:
+ *
+ * - its digest's and its fingerprint's characters in one pool of UTF-16 code units, where
+ *   the slot's columns say where each starts and how long it is;
+ * - its customer as an index into the batch's customers (an id string and a map entry per
+ *   customer, not per key), its environment, its time;
+ * - an open-addressing table of slots, hashed over customer, environment and digest, so a
+ *   digest many customers share (the same key text) spreads like any other.
+ *
+ * `clear` empties a batch but keeps its arrays, so the store reuses a sealed batch's
+ * arrays for the next one and memory stays where the largest batch took it. `get` and
+ * `keyAt` build the objects they return; a lookup that misses builds nothing.
+ */
+/** A stored key: the fingerprint (the amount) of the write that used it first, and when. */
+export interface StoredKey {
+  readonly fingerprint: string;
+  readonly atMs: number;
+}
+
+/** Where a key is stored: its customer and the digest of its scope. */
+export interface KeyAddress {
+  readonly environment: 'test' | 'live';
+  readonly customerId: string;
+  readonly scopeDigest: string;
+}
+
+/** A key to store. */
+export interface KeyPut extends KeyAddress, StoredKey {}
+
+/** The slots a batch of keys starts with (every column doubles as it fills). */
+const FIRST_SLOTS = 1024;
+/** Code units the pool starts with (a digest and a fingerprint take ~30). */
+const FIRST_UNITS = 32 * FIRST_SLOTS;
+
+export class HeldKeys {
+  /** Each customer's index in `#customers` (ids of both environments share one). */
+  #customerIndex = new Map<string, number>();
+  #customers: string[] = [];
+  #customer = new Int32Array(FIRST_SLOTS);
+  /** 1 for live, 0 for test. */
+  #live = new Uint8Array(FIRST_SLOTS);
+  #atMs = new Float64Array(FIRST_SLOTS);
+  /** Where the slot's digest starts in the pool, and its length. */
+  #digestStart = new Int32Array(FIRST_SLOTS);
+  #digestLength = new Int32Array(FIRST_SLOTS);
+  /** Where the slot's fingerprint starts in the pool, and its length. */
+  #fingerprintStart = new Int32Array(FIRST_SLOTS);
+  #fingerprintLength = new Int32Array(FIRST_SLOTS);
+  #pool = new Uint16Array(FIRST_UNITS);
+  #poolEnd = 0;
+  /** Slot + 1 at each hash position, 0 where empty; at least twice the slots. */
+  #table = new Int32Array(2 * FIRST_SLOTS);
+  size = 0;
+
+  get(address: KeyAddress): KeyPut | undefined {
+    const slot = this.#find(address);
+    return slot < 0 ? undefined : this.keyAt(slot);
+  }
+
+  set(put: KeyPut): void {
+    const found = this.#find(put);
+    if (found >= 0) {
+      this.#setFingerprint(found, put.fingerprint);
+      this.#atMs[found] = put.atMs;
+      return;
+    }
+    if (this.size === this.#atMs.length) this.#grow();
+    const slot = this.size++;
+    let customer = this.#customerIndex.get(put.customerId);
+    if (customer === undefined) {
+      customer = this.#customers.length;
+      this.#customers.push(put.customerId);
+      this.#customerIndex.set(put.customerId, customer);
+    }
+    this.#customer[slot] = customer;
+    this.#live[slot] = put.environment === 'live' ? 1 : 0;
+    this.#atMs[slot] = put.atMs;
+    this.#digestStart[slot] = this.#store(put.scopeDigest);
+    this.#digestLength[slot] = put.scopeDigest.length;
+    this.#fingerprintStart[slot] = this.#store(put.fingerprint);
+    this.#fingerprintLength[slot] = put.fingerprint.length;
+    this.#place(slot);
+  }
+
+  /** Empties the batch, keeping its arrays for the next one. */
+  clear(): void {
+    this.#customerIndex = new Map();
+    this.#customers = [];
+    this.#table.fill(0);
+    this.#poolEnd = 0;
+    this.size = 0;
+  }
+
+  /** Every key, in the order each was first set. */
+  *values(): IterableIterator<KeyPut> {
+    for (let slot = 0; slot < this.size; slot++) yield this.keyAt(slot);
+  }
+
+  /**
+   * Up to `count` slots from `from` on, in the order a run is written in: live before
+   * test, then by customer, then by digest (a customer's keys together, in digest order).
+   * Sorting slots by the columns allocates nothing per key.
+   */
+  sortedSlots(from: number, count: number): Int32Array {
+    const slots = new Int32Array(Math.max(0, Math.min(count, this.size - from)));
+    for (let i = 0; i < slots.length; i++) slots[i] = from + i;
+    return slots.sort(this.compare);
+  }
+
+  /** The order of `sortedSlots`: code unit by code unit, as strings compare. */
+  readonly compare = (a: number, b: number): number => {
+    const live = (this.#live[b] as number) - (this.#live[a] as number);
+    if (live !== 0) return live;
+    const customerA = this.#customer[a] as number;
+    const customerB = this.#customer[b] as number;
+    if (customerA !== customerB) {
+      const idA = this.#customers[customerA] as string;
+      const idB = this.#customers[customerB] as string;
+      return idA < idB ? -1 : 1;
+    }
+    const pool = this.#pool;
+    const startA = this.#digestStart[a] as number;
+    const startB = this.#digestStart[b] as number;
+    const lengthA = this.#digestLength[a] as number;
+    const lengthB = this.#digestLength[b] as number;
+    const common = Math.min(lengthA, lengthB);
+    for (let i = 0; i < common; i++) {
+      const unit = (pool[startA + i] as number) - (pool[startB + i] as number);
+      if (unit !== 0) return unit;
+    }
+    return lengthA - lengthB;
+  };
+
+  /** The key in `slot`, as an object of its own. */
+  keyAt(slot: number): KeyPut {
+    return {
+      environment: this.#live[slot] === 1 ? 'live' : 'test',
+      customerId: this.#customers[this.#customer[slot] as number] as string,
+      scopeDigest: this.#text(
+        this.#digestStart[slot] as number,
+        this.#digestLength[slot] as number,
+      ),
+      fingerprint: this.#text(
+        this.#fingerprintStart[slot] as number,
+        this.#fingerprintLength[slot] as number,
+      ),
+      atMs: this.#atMs[slot] as number,
+    };
+  }
+
+  /** The longest run of occupied table positions: the most a lookup can walk. */
+  longestCluster(): number {
+    let longest = 0;
+    let run = 0;
+    // Twice over the table, so a cluster that wraps around its end counts whole.
+    for (let i = 0; i < 2 * this.#table.length; i++) {
+      run = this.#table[i & (this.#table.length - 1)] === 0 ? 0 : run + 1;
+      longest = Math.max(longest, run);
+    }
+    return Math.min(longest, this.size);
+  }
+
+  /** The slot holding `address`, or -1. */
+  #find(address: KeyAddress): number {
+    const customer = this.#customerIndex.get(address.customerId);
+    if (customer === undefined) return -1;
+    const live = address.environment === 'live' ? 1 : 0;
+    const digest = address.scopeDigest;
+    const table = this.#table;
+    const mask = table.length - 1;
+    for (let at = hashOf(customer, live, digest) & mask; ; at = (at + 1) & mask) {
+      const entry = table[at] as number;
+      if (entry === 0) return -1;
+      const slot = entry - 1;
+      if (this.#customer[slot] === customer && this.#live[slot] === live && this.#is(slot, digest))
+        return slot;
+    }
+  }
+
+  #is(slot: number, digest: string): boolean {
+    if (this.#digestLength[slot] !== digest.length) return false;
+    const start = this.#digestStart[slot] as number;
+    for (let i = 0; i < digest.length; i++)
+      if (this.#pool[start + i] !== digest.charCodeAt(i)) return false;
+    return true;
+  }
+
+  /** Puts `slot` in the table (known absent). */
+  #place(slot: number): void {
+    const table = this.#table;
+    const mask = table.length - 1;
+    const start = this.#digestStart[slot] as number;
+    const end = start + (this.#digestLength[slot] as number);
+    let at = hashOfUnits(
+      this.#customer[slot] as number,
+      this.#live[slot] as number,
+      this.#pool,
+      start,
+      end,
+    );
+    for (at &= mask; table[at] !== 0; at = (at + 1) & mask);
+    table[at] = slot + 1;
+  }
+
+  /** A key set again (its retention passed) keeps its place, with the new fingerprint. */
+  #setFingerprint(slot: number, fingerprint: string): void {
+    if ((this.#fingerprintLength[slot] as number) >= fingerprint.length) {
+      const start = this.#fingerprintStart[slot] as number;
+      for (let i = 0; i < fingerprint.length; i++)
+        this.#pool[start + i] = fingerprint.charCodeAt(i);
+    } else this.#fingerprintStart[slot] = this.#store(fingerprint);
+    this.#fingerprintLength[slot] = fingerprint.length;
+  }
+
+  /** Appends `text`'s code units to the pool; returns where they start. */
+  #store(text: string): number {
+    const start = this.#poolEnd;
+    if (start + text.length > this.#pool.length) {
+      const pool = new Uint16Array(Math.max(2 * this.#pool.length, start + text.length));
+      pool.set(this.#pool.subarray(0, start));
+      this.#pool = pool;
+    }
+    for (let i = 0; i < text.length; i++) this.#pool[start + i] = text.charCodeAt(i);
+    this.#poolEnd = start + text.length;
+    return start;
+  }
+
+  #text(start: number, length: number): string {
+    const units = this.#pool.subarray(start, start + length);
+    return String.fromCharCode.apply(null, units as unknown as number[]);
+  }
+
+  /** Doubles every column and rebuilds the table at twice the slots. */
+  #grow(): void {
+    const slots = 2 * this.#atMs.length;
+    this.#customer = grown(this.#customer, new Int32Array(slots));
+    this.#live = grown(this.#live, new Uint8Array(slots));
+    this.#atMs = grown(this.#atMs, new Float64Array(slots));
+    this.#digestStart = grown(this.#digestStart, new Int32Array(slots));
+    this.#digestLength = grown(this.#digestLength, new Int32Array(slots));
+    this.#fingerprintStart = grown(this.#fingerprintStart, new Int32Array(slots));
+    this.#fingerprintLength = grown(this.#fingerprintLength, new Int32Array(slots));
+    this.#table = new Int32Array(2 * slots);
+    for (let slot = 0; slot < this.size; slot++) this.#place(slot);
+  }
+}
+
+function grown<T extends Int32Array | Uint8Array | Float64Array>(from: T, to: T): T {
+  to.set(from);
+  return to;
+}
+
+/** FNV-1a over the customer, the environment and the digest's code units, then mixed. */
+function hashOf(customer: number, live: number, digest: string): number {
+  let hash = seed(customer, live);
+  for (let i = 0; i < digest.length; i++) hash = Math.imul(hash ^ digest.charCodeAt(i), 0x01000193);
+  return mix(hash);
+}
+
+/** `hashOf` over code units already in the pool. */
+function hashOfUnits(
+  customer: number,
+  live: number,
+  pool: Uint16Array,
+  start: number,
+  end: number,
+): number {
+  let hash = seed(customer, live);
+  for (let i = start; i < end; i++) hash = Math.imul(hash ^ (pool[i] as number), 0x01000193);
+  return mix(hash);
+}
+
+function seed(customer: number, live: number): number {
+  return Math.imul(0x811c9dc5 ^ (2 * customer + live), 0x01000193);
+}
+
+function mix(hash: number): number {
+  let h = hash ^ (hash >>> 16);
+  h = Math.imul(h, 0x85ebca6b);
+  return (h ^ (h >>> 13)) >>> 0;
+}

@@ -1,0 +1,140 @@
+/**
+ * The idempotency keys a shard holds in memory (storage/held-keys.ts): typed arrays and an
+ * open-addressing table, checked against a plain Map of the same keys.
+ */
+import { describe, expect, it } from 'vitest';
+import { HeldKeys, type KeyPut } from '../storage/held-keys.js';
+
+function put(
+  customerId: string,
+  scopeDigest: string,
+  fingerprint = '1000000',
+  atMs = 1,
+  environment: 'test' | 'live' = 'test',
+): KeyPut {
+  return { environment, customerId, scopeDigest, fingerprint, atMs };
+}
+
+const idOf = (key: KeyPut): string =>
+  `${key.environment}\u0000${key.customerId}\u0000${key.scopeDigest}`;
+
+/** A deterministic stream of pseudo-random numbers below `n`. */
+function randoms(seed: number): (n: number) => number {
+  let state = seed;
+  return (n) => {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    return state % n;
+  };
+}
+
+describe('held idempotency keys', () => {
+  it('finds each key by customer, environment and digest, and nothing else', () => {
+    const held = new HeldKeys();
+    held.set(put('c1', 'digest-a', '5', 10));
+    held.set(put('c2', 'digest-a', '6', 11));
+    held.set(put('c1', 'digest-a', '7', 12, 'live'));
+    expect(held.size).toBe(3);
+    expect(held.get(put('c1', 'digest-a'))).toEqual(put('c1', 'digest-a', '5', 10));
+    expect(held.get(put('c2', 'digest-a'))).toEqual(put('c2', 'digest-a', '6', 11));
+    expect(held.get(put('c1', 'digest-a', '', 0, 'live'))).toEqual(
+      put('c1', 'digest-a', '7', 12, 'live'),
+    );
+    expect(held.get(put('c2', 'digest-a', '', 0, 'live'))).toBeUndefined();
+    expect(held.get(put('c1', 'digest-b'))).toBeUndefined();
+    expect(held.get(put('c3', 'digest-a'))).toBeUndefined();
+    expect(held.get(put('c1', 'digest-'))).toBeUndefined();
+  });
+
+  it('keeps a key set again in its place, with the new fingerprint and time', () => {
+    const held = new HeldKeys();
+    held.set(put('c1', 'k', '123456', 1));
+    held.set(put('c1', 'other', '9', 2));
+    held.set(put('c1', 'k', '7', 3));
+    expect(held.get(put('c1', 'k'))).toEqual(put('c1', 'k', '7', 3));
+    held.set(put('c1', 'k', '12345678901234567890', 4));
+    expect(held.get(put('c1', 'k'))).toEqual(put('c1', 'k', '12345678901234567890', 4));
+    expect(held.get(put('c1', 'other'))).toEqual(put('c1', 'other', '9', 2));
+    expect(held.size).toBe(2);
+    expect([...held.values()].map((key) => key.scopeDigest)).toEqual(['k', 'other']);
+  });
+
+  it('agrees with a Map over many keys, growing, and after clear', () => {
+    const held = new HeldKeys();
+    const random = randoms(7);
+    for (let round = 0; round < 2; round++) {
+      const model = new Map<string, KeyPut>();
+      const order: string[] = [];
+      for (let i = 0; i < 20_000; i++) {
+        const key = put(
+          `cust-${random(300)}`,
+          `d${random(2_000).toString(36)}\u00e9${'x'.repeat(random(3))}`,
+          String(random(10 ** (1 + random(12)))),
+          round * 100_000 + i,
+          random(4) === 0 ? 'live' : 'test',
+        );
+        held.set(key);
+        if (!model.has(idOf(key))) order.push(idOf(key));
+        model.set(idOf(key), key);
+      }
+      expect(held.size).toBe(model.size);
+      for (const key of model.values()) expect(held.get(key)).toEqual(key);
+      expect([...held.values()].map(idOf)).toEqual(order);
+      for (let i = 0; i < 2_000; i++) {
+        const absent = put(`cust-${random(300)}`, `absent-${i}`);
+        expect(held.get(absent)).toBeUndefined();
+      }
+      held.clear();
+      expect(held.size).toBe(0);
+      expect([...model.values()].some((key) => held.get(key) !== undefined)).toBe(false);
+    }
+  });
+
+  it('sorts live before test, then by customer id, then by digest as strings compare', () => {
+    const held = new HeldKeys();
+    const keys = [
+      put('b', 'zz'),
+      put('a', 'z'),
+      put('a', 'Z'),
+      put('a', 'z\u0000'),
+      put('a', '\uffff'),
+      put('a', 'é'),
+      put('b', 'a', '1', 1, 'live'),
+      put('a', 'y', '1', 1, 'live'),
+      put('ab', ''),
+      put('A', 'q'),
+    ];
+    for (const key of keys) held.set(key);
+    const expected = [...keys].sort((x, y) => {
+      if (x.environment !== y.environment) return x.environment === 'live' ? -1 : 1;
+      if (x.customerId !== y.customerId) return x.customerId < y.customerId ? -1 : 1;
+      return x.scopeDigest < y.scopeDigest ? -1 : x.scopeDigest > y.scopeDigest ? 1 : 0;
+    });
+    const sorted = [...held.sortedSlots(0, keys.length)].map((slot) => held.keyAt(slot));
+    expect(sorted).toEqual(expected);
+    expect([...held.sortedSlots(8, 5)].map((slot) => held.keyAt(slot).customerId)).toEqual(
+      ['A', 'ab'].sort(),
+    );
+  });
+
+  it('spreads one digest shared by many customers (the same key text)', () => {
+    const held = new HeldKeys();
+    const customers = 20_000;
+    for (let i = 0; i < customers; i++) held.set(put(`customer-${i}`, 'request-1', String(i), i));
+    let found = 0;
+    for (let i = 0; i < customers; i++)
+      if (held.get(put(`customer-${i}`, 'request-1'))?.fingerprint === String(i)) found += 1;
+    expect(found).toBe(customers);
+    // Hashed without the customer, all of them would be one cluster a lookup walks.
+    expect(held.longestCluster()).toBeLessThan(100);
+  });
+
+  it('does not let a cleared batch leak an old fingerprint into a reused slot', () => {
+    const held = new HeldKeys();
+    held.set(put('c1', 'k1', '123456789'));
+    held.clear();
+    held.set(put('c2', 'k2', '5'));
+    held.set(put('c2', 'k2', '66'));
+    expect(held.get(put('c2', 'k2'))?.fingerprint).toBe('66');
+    expect(held.get(put('c1', 'k1'))).toBeUndefined();
+  });
+});
