@@ -91,10 +91,9 @@ function memoryKey(address: KeyAddress): string {
  * the last character's low four bits cleared: exactly the base64url of its first 16 bytes.
  *
  * The digest is built from character codes rather than as `slice + character`: V8 keeps
- * that sum as a pair of strings over the whole hash (four heap objects, ~180 bytes as a
- * map key), and a shard holds a digest for each of up to two batches of keys in memory;
- * built in one piece it is one flat string (~90 bytes), fewer objects for each major GC to
- * mark, and no slower.
+ * that sum as a pair of strings over the whole hash (four heap objects, ~180 bytes), where
+ * one piece is one flat string (~90 bytes), and no slower. (The keys held in memory copy
+ * the digest's characters into typed arrays: storage/held-keys.ts.)
  */
 export function scopeDigest(scope: string): string {
   const whole = sha256Base64url(scope);

@@ -35,30 +35,73 @@ export interface KeyAddress {
 /** A key to store. */
 export interface KeyPut extends KeyAddress, StoredKey {}
 
-/** The slots a batch of keys starts with (every column doubles as it fills). */
+/** The slots a batch of keys starts with unless told otherwise. */
 const FIRST_SLOTS = 1024;
-/** Code units the pool starts with (a digest and a fingerprint take ~30). */
-const FIRST_UNITS = 32 * FIRST_SLOTS;
+/** Code units of the pool per slot (a digest takes 22 and an amount's fingerprint ~2–10). */
+const UNITS_PER_SLOT = 30;
+/** How much an array grows when it is full. */
+const GROWTH = 1.5;
+
+/** The table's size for `slots` keys: a power of two, at least twice as many. */
+function tableSizeFor(slots: number): number {
+  return 2 ** Math.ceil(Math.log2(2 * Math.max(1, slots)));
+}
 
 export class HeldKeys {
   /** Each customer's index in `#customers` (ids of both environments share one). */
   #customerIndex = new Map<string, number>();
   #customers: string[] = [];
-  #customer = new Int32Array(FIRST_SLOTS);
+  #customer: Int32Array;
   /** 1 for live, 0 for test. */
-  #live = new Uint8Array(FIRST_SLOTS);
-  #atMs = new Float64Array(FIRST_SLOTS);
+  #live: Uint8Array;
+  #atMs: Float64Array;
   /** Where the slot's digest starts in the pool, and its length. */
-  #digestStart = new Int32Array(FIRST_SLOTS);
-  #digestLength = new Int32Array(FIRST_SLOTS);
+  #digestStart: Int32Array;
+  #digestLength: Int32Array;
   /** Where the slot's fingerprint starts in the pool, and its length. */
-  #fingerprintStart = new Int32Array(FIRST_SLOTS);
-  #fingerprintLength = new Int32Array(FIRST_SLOTS);
-  #pool = new Uint16Array(FIRST_UNITS);
+  #fingerprintStart: Int32Array;
+  #fingerprintLength: Int32Array;
+  #pool: Uint16Array;
   #poolEnd = 0;
-  /** Slot + 1 at each hash position, 0 where empty; at least twice the slots. */
-  #table = new Int32Array(2 * FIRST_SLOTS);
+  /** Slot + 1 at each hash position, 0 where empty; a power of two, at least twice the slots. */
+  #table: Int32Array;
   size = 0;
+
+  /**
+   * Room for `slots` keys before any array grows (the store sizes a batch for the keys
+   * a run is sealed at, and a little over: keys keep coming while the previous run seals).
+   */
+  constructor(slots = FIRST_SLOTS) {
+    this.#customer = new Int32Array(slots);
+    this.#live = new Uint8Array(slots);
+    this.#atMs = new Float64Array(slots);
+    this.#digestStart = new Int32Array(slots);
+    this.#digestLength = new Int32Array(slots);
+    this.#fingerprintStart = new Int32Array(slots);
+    this.#fingerprintLength = new Int32Array(slots);
+    this.#pool = new Uint16Array(UNITS_PER_SLOT * slots);
+    this.#table = new Int32Array(tableSizeFor(slots));
+  }
+
+  /** Keys it holds before its arrays grow. */
+  get capacity(): number {
+    return this.#atMs.length;
+  }
+
+  /** Bytes its arrays take (what the batch costs, whatever it holds now). */
+  get byteLength(): number {
+    return (
+      this.#customer.byteLength +
+      this.#live.byteLength +
+      this.#atMs.byteLength +
+      this.#digestStart.byteLength +
+      this.#digestLength.byteLength +
+      this.#fingerprintStart.byteLength +
+      this.#fingerprintLength.byteLength +
+      this.#pool.byteLength +
+      this.#table.byteLength
+    );
+  }
 
   get(address: KeyAddress): KeyPut | undefined {
     const slot = this.#find(address);
@@ -224,7 +267,9 @@ export class HeldKeys {
   #store(text: string): number {
     const start = this.#poolEnd;
     if (start + text.length > this.#pool.length) {
-      const pool = new Uint16Array(Math.max(2 * this.#pool.length, start + text.length));
+      const pool = new Uint16Array(
+        Math.max(Math.ceil(GROWTH * this.#pool.length), start + text.length),
+      );
       pool.set(this.#pool.subarray(0, start));
       this.#pool = pool;
     }
@@ -238,9 +283,9 @@ export class HeldKeys {
     return String.fromCharCode.apply(null, units as unknown as number[]);
   }
 
-  /** Doubles every column and rebuilds the table at twice the slots. */
+  /** Grows every column by GROWTH and rebuilds the table to fit. */
   #grow(): void {
-    const slots = 2 * this.#atMs.length;
+    const slots = Math.ceil(GROWTH * this.#atMs.length);
     this.#customer = grown(this.#customer, new Int32Array(slots));
     this.#live = grown(this.#live, new Uint8Array(slots));
     this.#atMs = grown(this.#atMs, new Float64Array(slots));
@@ -248,8 +293,10 @@ export class HeldKeys {
     this.#digestLength = grown(this.#digestLength, new Int32Array(slots));
     this.#fingerprintStart = grown(this.#fingerprintStart, new Int32Array(slots));
     this.#fingerprintLength = grown(this.#fingerprintLength, new Int32Array(slots));
-    this.#table = new Int32Array(2 * slots);
-    for (let slot = 0; slot < this.size; slot++) this.#place(slot);
+    if (this.#table.length < tableSizeFor(slots)) {
+      this.#table = new Int32Array(tableSizeFor(slots));
+      for (let slot = 0; slot < this.size; slot++) this.#place(slot);
+    }
   }
 }
 

@@ -89,6 +89,13 @@ export type IdempotencyDbName = (typeof IDEMPOTENCY_DB_NAMES)[number];
 export const KEY_SLICE = 2000;
 /** The most keys of one customer one stored block of a run holds. */
 export const BLOCK_KEYS = 32;
+/**
+ * The keys a batch in memory has room for when runs are sealed at `runKeys`: a quarter
+ * more, for the keys that come while the previous run is still being written.
+ */
+function batchSlots(runKeys: number): number {
+  return Math.ceil(1.25 * runKeys);
+}
 /** Keys sorted in one turn when a run is sealed. */
 const SORT_CHUNK = 4096;
 /** Runs one group's filter covers. */
@@ -669,7 +676,7 @@ export class KeyStore {
     const batch = this.#active;
     const sealedLog = this.#logs[this.#logTable] as BinaryDb;
     this.#sealing = batch;
-    this.#active = this.#spare ?? new HeldKeys();
+    this.#active = this.#spare ?? new HeldKeys(batchSlots(runKeys));
     this.#spare = null;
     this.#logTable = 1 - this.#logTable;
     await pacing.keysDurable();
@@ -691,7 +698,8 @@ export class KeyStore {
     const run = await this.#commitRun(writer, group);
     this.#sealing = null;
     batch.clear();
-    this.#spare = batch;
+    // A batch smaller than a seal's (the first one, grown from a few slots) is let go.
+    this.#spare = batch.capacity >= batchSlots(runKeys) ? batch : null;
     await flushedWrite(
       this.#root,
       sealedLog.clearAsync(),

@@ -128,6 +128,26 @@ describe('held idempotency keys', () => {
     expect(held.longestCluster()).toBeLessThan(100);
   });
 
+  it('keeps its arrays through clear, grows by half when full, and says what it costs', () => {
+    const held = new HeldKeys(100);
+    expect(held.capacity).toBe(100);
+    const bytes = held.byteLength;
+    // Columns (29 bytes a slot), the pool (30 code units) and a table of 256 entries.
+    expect(bytes).toBe(100 * 29 + 100 * 30 * 2 + 256 * 4);
+    for (let i = 0; i < 100; i++) held.set(put('c', `k${i}`));
+    expect(held.capacity).toBe(100);
+    held.set(put('c', 'one more'));
+    expect(held.capacity).toBe(150);
+    expect(held.byteLength).toBeGreaterThan(bytes);
+    const grownBytes = held.byteLength;
+    held.clear();
+    expect(held.capacity).toBe(150);
+    expect(held.byteLength).toBe(grownBytes);
+    for (let i = 0; i < 150; i++) held.set(put('d', `k${i}`));
+    expect(held.capacity).toBe(150);
+    for (let i = 0; i < 150; i++) expect(held.get(put('d', `k${i}`))?.scopeDigest).toBe(`k${i}`);
+  });
+
   it('does not let a cleared batch leak an old fingerprint into a reused slot', () => {
     const held = new HeldKeys();
     held.set(put('c1', 'k1', '123456789'));
