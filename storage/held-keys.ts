@@ -16,7 +16,7 @@
  *   digest many customers share (the same key text) spreads like any other.
  *
  * `clear` empties a batch but keeps its arrays, so the store reuses a sealed batch's
- * arrays for the next one and memory stays where the largest batch took it. `get` and
+ * arrays for the next one and this memory does not rise and fall with each run. `get` and
  * `keyAt` build the objects they return; a lookup that misses builds nothing.
  */
 /** A stored key: the fingerprint (the amount) of the write that used it first, and when. */
@@ -39,8 +39,9 @@ export interface KeyPut extends KeyAddress, StoredKey {}
 const FIRST_SLOTS = 1024;
 /** Code units of the pool per slot (a digest takes 22 and an amount's fingerprint ~2–10). */
 const UNITS_PER_SLOT = 30;
-/** How much an array grows when it is full. */
+/** How much an array grows when it is full, and the fewest slots it grows to. */
 const GROWTH = 1.5;
+const FEWEST_GROWN_SLOTS = 16;
 
 /** The table's size for `slots` keys: a power of two, at least twice as many. */
 function tableSizeFor(slots: number): number {
@@ -285,7 +286,7 @@ export class HeldKeys {
 
   /** Grows every column by GROWTH and rebuilds the table to fit. */
   #grow(): void {
-    const slots = Math.ceil(GROWTH * this.#atMs.length);
+    const slots = Math.max(FEWEST_GROWN_SLOTS, Math.ceil(GROWTH * this.#atMs.length));
     this.#customer = grown(this.#customer, new Int32Array(slots));
     this.#live = grown(this.#live, new Uint8Array(slots));
     this.#atMs = grown(this.#atMs, new Float64Array(slots));

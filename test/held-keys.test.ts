@@ -148,6 +148,12 @@ describe('held idempotency keys', () => {
     for (let i = 0; i < 150; i++) expect(held.get(put('d', `k${i}`))?.scopeDigest).toBe(`k${i}`);
   });
 
+  it('starts from no room at all', () => {
+    const held = new HeldKeys(0);
+    held.set(put('c', 'k'));
+    expect(held.get(put('c', 'k'))?.scopeDigest).toBe('k');
+  });
+
   it('does not let a cleared batch leak an old fingerprint into a reused slot', () => {
     const held = new HeldKeys();
     held.set(put('c1', 'k1', '123456789'));
