@@ -42,6 +42,10 @@ const UNITS_PER_SLOT = 30;
 /** How much an array grows when it is full, and the fewest slots it grows to. */
 const GROWTH = 1.5;
 const FEWEST_GROWN_SLOTS = 16;
+/** The longest text built through an array kept for its length (`#text`). */
+const REUSED_TEXT_UNITS = 64;
+/** Those arrays by length, shared by every batch (one thread uses them, one call at a time). */
+const textUnits: number[][] = [];
 
 /** The table's size for `slots` keys: a power of two, at least twice as many. */
 function tableSizeFor(slots: number): number {
@@ -279,9 +283,20 @@ export class HeldKeys {
     return start;
   }
 
+  /**
+   * The text of `length` code units from `start`. They are copied into a plain array kept
+   * for that length: `String.fromCharCode` over a typed array's view took three times as
+   * long (the view is an object of its own), and sealing builds two texts a key.
+   */
   #text(start: number, length: number): string {
-    const units = this.#pool.subarray(start, start + length);
-    return String.fromCharCode.apply(null, units as unknown as number[]);
+    if (length > REUSED_TEXT_UNITS) {
+      const view = this.#pool.subarray(start, start + length);
+      return String.fromCharCode.apply(null, view as unknown as number[]);
+    }
+    let units = textUnits[length];
+    if (units === undefined) units = textUnits[length] = new Array<number>(length).fill(0);
+    for (let i = 0; i < length; i++) units[i] = this.#pool[start + i] as number;
+    return String.fromCharCode.apply(null, units);
   }
 
   /** Grows every column by GROWTH and rebuilds the table to fit. */

@@ -163,4 +163,14 @@ describe('held idempotency keys', () => {
     expect(held.get(put('c2', 'k2'))?.fingerprint).toBe('66');
     expect(held.get(put('c1', 'k1'))).toBeUndefined();
   });
+
+  it('gives back texts of every length, short and long, one after another', () => {
+    const held = new HeldKeys(4);
+    const texts = ['', 'a', 'é€', 'x'.repeat(64), 'y'.repeat(65), '\u{1F600}'.repeat(200), 'zz'];
+    texts.forEach((text, i) => held.set(put(`c${i}`, `d${text}`, text, i)));
+    const back = texts.map((text, i) => held.get(put(`c${i}`, `d${text}`)));
+    expect(back.map((key) => key?.fingerprint)).toEqual(texts);
+    expect(back.map((key) => key?.scopeDigest)).toEqual(texts.map((text) => `d${text}`));
+    expect([...held.values()].map((key) => key.fingerprint)).toEqual(texts);
+  });
 });
