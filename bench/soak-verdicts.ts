@@ -4,13 +4,25 @@
  */
 import type { SoakWindow } from './soak-plot.js';
 
+/** What wrk reports of a run, as far as the targets go. */
+interface LoadFigures {
+  readonly errors: number;
+  readonly non2xx: number;
+  readonly msP99: number;
+}
+
+/** The load's p99 may be at most this many times its p99 in the 5-second run before it. */
+const LOAD_P99_FACTOR = 3;
+
 /**
  * The soak's targets, one line each, judged over the windows after warm-up (the first third)
- * or, for maxima, over all of them.
+ * or, for maxima, over all of them; the load's p99 against `baseline`'s, the same load run
+ * for five seconds before the soak (as the 5-second bench runs it).
  */
 export function verdicts(
   windows: readonly SoakWindow[],
-  load: { readonly errors: number; readonly non2xx: number },
+  load: LoadFigures,
+  baseline: LoadFigures,
 ): string[] {
   const after = windows.slice(Math.floor(windows.length / 3));
   if (after.length === 0) return ['Too short to judge the targets.'];
@@ -36,7 +48,13 @@ export function verdicts(
     w.snapshotPauseMsMax === null ? [] : [w.snapshotPauseMsMax],
   );
   const pauseMax = Math.max(0, ...pauses);
-  const errors = load.errors + load.non2xx + windows.reduce((sum, w) => sum + w.probeFailures, 0);
+  const errors =
+    load.errors +
+    load.non2xx +
+    baseline.errors +
+    baseline.non2xx +
+    windows.reduce((sum, w) => sum + w.probeFailures, 0);
+  const loadFactor = load.msP99 / baseline.msP99;
   const mark = (ok: boolean): string => (ok ? 'held' : 'missed');
   return [
     `Memory of its own (RSS less file-backed pages) after warm-up within ` +
@@ -46,6 +64,9 @@ export function verdicts(
       `${probeMax.toFixed(1)} ms (target 50 ms): ${mark(probeP99 <= 5 && probeMax <= 50)}; ` +
       `an idle bare uWebSockets.js server probed the same way at the same time: p99 at most ` +
       `${bareP99.toFixed(2)} ms, max ${bareMax.toFixed(1)} ms (the machine's share).`,
+    `Load p99 ${load.msP99.toFixed(1)} ms against ${baseline.msP99.toFixed(1)} ms in a ` +
+      `5-second run of the same load before the soak: ${loadFactor.toFixed(2)}× (target ` +
+      `${LOAD_P99_FACTOR}×): ${mark(loadFactor <= LOAD_P99_FACTOR)}.`,
     `Longest GC pause of any thread ${gcLongest.toFixed(1)} ms by ${gcSource} ` +
       `(target 20 ms): ${mark(gcLongest <= 20)}; the histograms' bucket bound: ${gcMax} ms.`,
     pauses.length === 0
@@ -53,6 +74,7 @@ export function verdicts(
         'makes them more frequent).'
       : `Longest hold of a shard's thread by a snapshot ${pauseMax.toFixed(1)} ms ` +
         `(target about 5 ms): ${mark(pauseMax <= 5)}.`,
-    `Errors (socket, non-2xx, probe failures): ${errors} (target 0): ${mark(errors === 0)}.`,
+    `Errors (socket, non-2xx, probe failures; the 5-second run's included): ${errors} ` +
+      `(target 0): ${mark(errors === 0)}.`,
   ];
 }

@@ -312,24 +312,32 @@ describe('soak verdicts', () => {
   it('judges GC by the threads’ own longest pause, the bucket bound only without one', async () => {
     const { verdicts } = await import('../bench/soak-verdicts.js');
     const gauged = [0, 1, 2, 3, 4, 5].map((i) => window(i, i < 2 ? 8 : 19.4));
-    const lines = verdicts(gauged, { errors: 0, non2xx: 0 });
-    expect(lines).toHaveLength(5);
+    const clean = { errors: 0, non2xx: 0 };
+    const lines = verdicts(gauged, { ...clean, msP99: 30 }, { ...clean, msP99: 10 });
+    expect(lines).toHaveLength(6);
     expect(lines[0]).toMatch(/within 0\.0% \(target 10%\): held/);
     expect(lines[1]).toMatch(/^Probe p99 at most 4\.00 ms .*max 12\.0 ms .*: held;/);
     expect(lines[2]).toBe(
+      'Load p99 30.0 ms against 10.0 ms in a 5-second run of the same load before the soak: ' +
+        '3.00× (target 3×): held.',
+    );
+    expect(lines[3]).toBe(
       "Longest GC pause of any thread 19.4 ms by the threads' own gauges (target 20 ms): " +
         "held; the histograms' bucket bound: 30 ms.",
     );
-    expect(lines[3]).toMatch(/snapshot 4\.5 ms \(target about 5 ms\): held/);
-    expect(lines[4]).toMatch(/: 0 \(target 0\): held/);
+    expect(lines[4]).toMatch(/snapshot 4\.5 ms \(target about 5 ms\): held/);
+    expect(lines[5]).toMatch(/: 0 \(target 0\): held/);
     const bare = [0, 1, 2, 3, 4, 5].map((i) => window(i, null));
-    expect(verdicts(bare, { errors: 0, non2xx: 2 })).toEqual([
+    expect(
+      verdicts(bare, { errors: 0, non2xx: 2, msP99: 31 }, { errors: 1, non2xx: 0, msP99: 10 }),
+    ).toEqual([
       expect.anything(),
       expect.anything(),
+      expect.stringMatching(/: 3\.10× \(target 3×\): missed\.$/),
       'Longest GC pause of any thread 30.0 ms by the bucket bound (no gauge scraped) ' +
         "(target 20 ms): missed; the histograms' bucket bound: 30 ms.",
       expect.anything(),
-      expect.stringMatching(/: 2 \(target 0\): missed/),
+      expect.stringMatching(/: 3 \(target 0\): missed/),
     ]);
   });
 });
