@@ -26,11 +26,16 @@ function mountTmpfs(mib: number): string | null {
   const ran = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${mib}m,mode=0700`, 'tmpfs', dir], {
     encoding: 'utf8',
   });
-  return ran.status === 0 ? dir : null;
+  if (ran.status === 0) return dir;
+  fs.rmdirSync(dir);
+  return null;
 }
 const mounts: string[] = [];
 const probe = mountTmpfs(1);
-if (probe !== null) spawnSync('umount', [probe]);
+if (probe !== null) {
+  spawnSync('umount', [probe]);
+  fs.rmdirSync(probe);
+}
 const canMount = probe !== null;
 if (!canMount)
   process.stderr.write(
@@ -40,7 +45,10 @@ if (!canMount)
 const servers: ServerProcess[] = [];
 afterAll(async () => {
   for (const server of servers) if (server.child.exitCode === null) await server.stop();
-  for (const dir of mounts) spawnSync('umount', ['-l', dir]);
+  for (const dir of mounts) {
+    spawnSync('umount', ['-l', dir]);
+    fs.rmSync(dir, { recursive: true, force: true }); // the empty mount point left behind
+  }
 });
 
 /**

@@ -9,6 +9,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { afterAll } from 'vitest';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const MAIN_JS = path.join(ROOT, 'dist', 'src', 'main.js');
@@ -30,8 +31,19 @@ export interface ServerProcess {
   kill9(): Promise<void>;
 }
 
+/** The data dirs `tempDataDir` made for this test file, removed once its tests are done. */
+const madeDirs: string[] = [];
+
+// Registered as the file imports this module, so it runs after the file's own hooks (which
+// stop its servers): each `npm test` would otherwise leave dozens of data dirs behind.
+afterAll(() => {
+  for (const dir of madeDirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
+});
+
 export function tempDataDir(label = 'tally'): string {
-  return fs.mkdtempSync(path.join(os.tmpdir(), `${label}-`));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `${label}-`));
+  madeDirs.push(dir);
+  return dir;
 }
 
 /**
