@@ -33,9 +33,12 @@ export interface SoakWindow {
   readonly loadRequests: number;
   readonly loadMsP99: number;
   readonly loadNon2xx: number;
-  /** The longest garbage-collection pause of any thread in the window (ms, bucket bound). */
+  /**
+   * The longest garbage-collection pause in the window of a thread answering requests (the
+   * front end, the shards; not the webhook delivery thread) (ms, bucket bound).
+   */
   readonly gcPauseMsMax: number;
-  /** The longest pause of any thread since start, by the threads' own gauges (ms; null: none). */
+  /** The longest pause since start of those threads, by their own gauges (ms; null: none). */
   readonly gcLongestMs: number | null;
 }
 

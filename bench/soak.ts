@@ -11,8 +11,8 @@
  * 15 s it records RSS, the V8 heaps of every thread, idempotency keys in memory and on
  * disk, the snapshots stored and how long they took and held a shard's thread, the
  * probe's p99/p999/max, the consumes' server-side p99 and non-2xx answers, and the
- * longest GC pause of any thread (each thread's `perf_hooks` GC observer, read from the
- * metrics); at the end wrk's own latency and socket errors, and whether the targets held
+ * longest GC pause of the threads answering requests (each thread's `perf_hooks` GC
+ * observer, read from the metrics); at the end wrk's own latency and socket errors, and whether the targets held
  * (the load's p99 against the same load's in a 5-second run before the soak starts).
  * With `--report docs/performance.md` the table and an SVG plot of RSS and probe latency
  * over time go into the document's soak section (between its `soak:` markers).
@@ -251,6 +251,14 @@ interface Scrape {
 const isConsume = (labels: Readonly<Record<string, string>>): boolean =>
   labels['route'] === '/v1/usage/:key/consume';
 
+/**
+ * GC pauses judged are those of the threads answering requests (the front end, the shards).
+ * The webhook delivery thread runs at a lower priority and answers none: its pauses, wall
+ * time, wait for a core while the others are busy; the progress line shows its longest.
+ */
+const answersRequests = (labels: Readonly<Record<string, string>>): boolean =>
+  labels['thread'] !== 'webhooks';
+
 function readScrape(all: ReturnType<typeof samples>): Scrape {
   return {
     load: buckets(all, 'tally_http_request_duration_seconds', isConsume),
@@ -262,7 +270,7 @@ function readScrape(all: ReturnType<typeof samples>): Scrape {
           !(s.labels['status'] ?? '').startsWith('2'),
       )
       .reduce((sum, s) => sum + s.value, 0),
-    gc: buckets(all, 'tally_gc_pause_seconds'),
+    gc: buckets(all, 'tally_gc_pause_seconds', answersRequests),
     snapshots: gaugeSum(all, 'tally_shard_snapshots_taken'),
   };
 }
@@ -307,7 +315,12 @@ async function windowOf(
     loadMsP99: quantileBound(load, 0.99) * 1000,
     loadNon2xx: now.non2xx - before.non2xx,
     gcPauseMsMax: maxBound(since(now.gc, before.gc)) * 1000,
-    gcLongestMs: ms(gaugeMax(all, 'tally_gc_pause_max_seconds')),
+    gcLongestMs: ms(
+      gaugeMax(
+        all.filter((s) => answersRequests(s.labels)),
+        'tally_gc_pause_max_seconds',
+      ),
+    ),
   };
 }
 

@@ -543,6 +543,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           obs,
           startedAtMs,
           storage,
+          webhooksGc: () => webhooks.gcPauses,
           ...(threads === null ? {} : { frontEnds: threads }),
         }),
       ],

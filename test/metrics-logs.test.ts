@@ -5,7 +5,7 @@
  * ids echoed by the documented rule; JSON log lines carrying request ids; and no key
  * secret anywhere in the output but the one bootstrap block the first start prints.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
   call,
   startServerProcess,
@@ -219,15 +219,22 @@ describe('GET /v1/admin/metrics', () => {
         consumes,
       );
       expect(sampleSum(families, 'tally_shard_customers')).toBeGreaterThanOrEqual(consumes);
-      // Every thread's heap and GC pauses: the front end's (main) and each worker's.
+      // Every thread's heap and GC pauses: the front end's (main), each worker's, the webhooks'.
       for (const shardId of shards)
         expect(
           sampleValue(families, 'tally_shard_heap_used_bytes', { shard: shardId ?? '' }),
         ).toBeGreaterThan(0);
-      const gcThreads = families
-        .get('tally_gc_pause_max_seconds')
-        ?.samples.map((s) => s.labels['thread']);
-      expect(gcThreads?.sort()).toEqual(['main', ...shards.map((s) => `shard-${s}`)].sort());
+      // The delivery thread sends its own once it started: scrape until it has.
+      const gcThreads = async (): Promise<Array<string | undefined>> => {
+        const samples = (await scrape()).get('tally_gc_pause_max_seconds')?.samples;
+        return (samples ?? []).map((s) => s.labels['thread']).sort();
+      };
+      await vi.waitFor(async () => expect(await gcThreads()).toContain('webhooks'), {
+        timeout: 10_000,
+      });
+      expect(await gcThreads()).toEqual(
+        ['main', ...shards.map((s) => `shard-${s}`), 'webhooks'].sort(),
+      );
       for (const name of [
         'tally_process_start_time_seconds',
         'tally_process_resident_memory_bytes',

@@ -24,6 +24,8 @@ export interface MetricsDeps {
   readonly storage: Pick<StorageWatch, 'freeBytes' | 'full' | 'refused'>;
   /** The front end's own GC pauses (each shard worker ships its own). */
   readonly gc?: Pick<GcPauses, 'stats'>;
+  /** The webhook delivery thread's GC pauses as it last sent them (null: none yet). */
+  readonly webhooksGc?: () => GcPauseStats | null;
   /** The other front-end threads' HTTP counts (TALLY_FRONTENDS), second front end first. */
   readonly frontEnds?: { collect(): Promise<HttpMetricsData[]> };
 }
@@ -239,18 +241,21 @@ function renderView(out: Exposition, view: { hits: number; customers: number }):
   out.sample('tally_has_view_customers', {}, view.customers);
 }
 
-/** GC pauses per thread: the front end's (`main`) and each shard worker's. */
+/** GC pauses per thread: the front end's (`main`), each shard worker's, the webhooks'. */
 function renderGc(
   out: Exposition,
   main: GcPauseStats | null,
   shards: readonly ShardLiveStats[],
+  webhooks: GcPauseStats | null,
 ): void {
   const threads: Array<[string, GcPauseStats]> = shards.map((s, shard) => [`shard-${shard}`, s.gc]);
   if (main !== null) threads.unshift(['main', main]);
+  if (webhooks !== null) threads.push(['webhooks', webhooks]);
   out.family(
     'tally_gc_pause_seconds',
     'histogram',
-    'Garbage-collection pauses since start, per thread (main: the front end; shard-n: a worker).',
+    'Garbage-collection pauses since start, per thread (main: the front end; shard-n: a ' +
+      'worker; webhooks: the delivery thread, as it last reported, within a second).',
   );
   for (const [thread, gc] of threads)
     out.histogram('tally_gc_pause_seconds', { thread }, gc.pausesMs, MS);
@@ -301,7 +306,7 @@ export function renderMetrics(
   renderFrontEnds(out, first, others);
   renderShards(out, depths, shards, nowMs);
   renderView(out, deps.pool.viewStats());
-  renderGc(out, deps.gc?.stats() ?? null, shards);
+  renderGc(out, deps.gc?.stats() ?? null, shards, deps.webhooksGc?.() ?? null);
   renderProcess(out, deps);
   return out.text();
 }

@@ -7,12 +7,14 @@
  *
  * Messages from the front end: `endpoints` (the table changed: reread it), `resume` (an
  * operator enabled an endpoint), `stop`. To it: the Dispatcher's reports (status changes
- * to record, test events for the dev relay).
+ * to record, test events for the dev relay) and this thread's GC pauses, at start and then
+ * within a second of each collection (the metrics route exports them as thread `webhooks`).
  */
 import { readlinkSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import path from 'node:path';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
+import { GcPauses, type GcPauseStats } from '../../actors/gc-pauses.js';
 import { nameThisThread } from '../../actors/thread-name.js';
 import { assert } from '../../shared/assert.js';
 import { DeliveryStore } from '../../storage/delivery-store.js';
@@ -25,6 +27,12 @@ import { OUTBOX_POLL_MS } from './schedule.js';
 
 /** The delivery thread's nice value: below the request-serving threads (0). */
 const DELIVERY_THREAD_NICE = 10;
+
+/** How often the thread sends its GC pauses to the front end, when it collected since. */
+const GC_REPORT_MS = 1000;
+
+/** What the thread sends the front end: the Dispatcher's reports and its GC pauses. */
+export type FromDeliveryThread = DispatcherReport | { readonly t: 'gc'; readonly gc: GcPauseStats };
 
 export interface DeliveryThreadData {
   readonly dataDir: string;
@@ -111,6 +119,19 @@ async function poll(): Promise<void> {
 }
 void poll();
 
+const gcPauses = new GcPauses();
+let gcReported = -1;
+/** Sends this thread's GC pauses if it collected since it last sent them (at start: always). */
+function reportGc(): void {
+  const gc = gcPauses.stats();
+  if (gc.pausesMs.count === gcReported) return;
+  gcReported = gc.pausesMs.count;
+  port.postMessage({ t: 'gc', gc } satisfies FromDeliveryThread);
+}
+reportGc();
+const gcReports = setInterval(reportGc, GC_REPORT_MS);
+gcReports.unref();
+
 port.on('message', (message: ToDeliveryThread) => {
   switch (message.t) {
     case 'endpoints':
@@ -122,6 +143,7 @@ port.on('message', (message: ToDeliveryThread) => {
       return port.postMessage({ t: 'relayAck', ack: message.ack } satisfies DispatcherReport);
     case 'stop':
       stopped = true;
+      clearInterval(gcReports);
       dispatcher.stop();
       port.close();
       return;

@@ -7,6 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { Worker } from 'node:worker_threads';
+import type { GcPauseStats } from '../../actors/gc-pauses.js';
 import type { Environment } from '../../shared/environment.js';
 import type { AuditLog } from '../../storage/audit-log.js';
 import type { ControlStore } from '../../storage/control-store.js';
@@ -14,7 +15,11 @@ import { DeliveryLog } from '../../storage/delivery-store.js';
 import { lastOutboxSeq, putOutboxEvent, type OutboxEvent } from '../../storage/outbox.js';
 import type { Logger } from '../observability/log.js';
 import { AddressPolicy, type AddressPolicyOptions, OPEN_POLICY_OPTIONS } from './address-policy.js';
-import type { DeliveryThreadData, ToDeliveryThread } from './delivery-thread.js';
+import type {
+  DeliveryThreadData,
+  FromDeliveryThread,
+  ToDeliveryThread,
+} from './delivery-thread.js';
 import type { DispatcherReport } from './dispatcher.js';
 import { WebhookEndpoints } from './endpoints.js';
 import { RETRY_SCHEDULE_MS } from './schedule.js';
@@ -35,6 +40,7 @@ export class WebhookService {
   readonly deliveries: DeliveryLog;
   #outboxSeq: number;
   #thread: Worker | null = null;
+  #gcPauses: GcPauseStats | null = null;
   #relayAcks = 0;
   readonly #relayWaiters = new Map<number, () => void>();
   /** Receives test events while a relay listener is connected (see setRelayListening). */
@@ -84,7 +90,10 @@ export class WebhookService {
     const thread = new Worker(new URL('./delivery-thread.js', import.meta.url), {
       workerData: data,
     });
-    thread.on('message', (report: DispatcherReport) => this.#received(report));
+    thread.on('message', (message: FromDeliveryThread) => {
+      if (message.t === 'gc') this.#gcPauses = message.gc;
+      else this.#received(message);
+    });
     thread.on('error', (error) => {
       // The thread cannot keep its promises (its store failed): stop, as a shard would.
       this.log?.fatal({ err: error }, 'webhook delivery thread failed');
@@ -109,6 +118,11 @@ export class WebhookService {
   /** An operator enabled an endpoint: the thread retries what it held. */
   resume(id: string): void {
     this.#tell({ t: 'resume', id });
+  }
+
+  /** The delivery thread's GC pauses as it last sent them (null: none yet). */
+  get gcPauses(): GcPauseStats | null {
+    return this.#gcPauses;
   }
 
   #tell(message: ToDeliveryThread): void {
