@@ -12,8 +12,9 @@
  * disk, the snapshots stored and how long they took and held a shard's thread, the
  * probe's p99/p999/max, the consumes' server-side p99 and non-2xx answers, and the
  * longest GC pause of the threads answering requests (each thread's `perf_hooks` GC
- * observer, read from the metrics); at the end wrk's own latency and socket errors, and whether the targets held
- * (the load's p99 against the same load's in a 5-second run before the soak starts).
+ * observer, read from the metrics); at the end wrk's own latency and socket errors, and
+ * whether the targets held (the load's p99 against the same load's in a 5-second run
+ * before the soak starts).
  * With `--report docs/performance.md` the table and an SVG plot of RSS and probe latency
  * over time go into the document's soak section (between its `soak:` markers).
  *

@@ -232,6 +232,20 @@ describe('two front ends, two shard workers', () => {
     }
   });
 
+  it('metrics carry GC pauses of every thread: both front ends, workers, webhooks', async () => {
+    const threads = async (): Promise<string[]> => {
+      const metrics = await call(server.base, 'GET', '/v1/admin/metrics', {
+        key: server.keys.admin,
+      });
+      const families = parsePrometheusText(metrics.body as string);
+      const samples = families.get('tally_gc_pause_max_seconds')?.samples ?? [];
+      return samples.map((s) => s.labels['thread'] ?? '').sort();
+    };
+    // The delivery thread sends its pauses once it has started.
+    await until(async () => (await threads()).includes('webhooks'));
+    expect(await threads()).toEqual(['front-1', 'main', 'shard-0', 'shard-1', 'webhooks']);
+  });
+
   it('stops cleanly (exit code 0) with both front ends serving', async () => {
     const other = await startServerProcess({
       config: CONFIG,

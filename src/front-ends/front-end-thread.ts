@@ -15,6 +15,7 @@
  */
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import uWS from 'uWebSockets.js';
+import { GcPauses } from '../../actors/gc-pauses.js';
 import { nameThisThread } from '../../actors/thread-name.js';
 import { assert } from '../../shared/assert.js';
 import { runRoute } from '../api/route-record.js';
@@ -38,6 +39,7 @@ import type { FromFrontEnd, FrontEndThreadData, ToFrontEnd } from './protocol.js
 assert(!isMainThread && parentPort !== null, 'front-end-thread runs in a worker thread');
 const data = workerData as FrontEndThreadData;
 nameThisThread(`tally-front-${data.frontEnd}`);
+const gcPauses = new GcPauses();
 const control = data.control;
 
 function post(message: FromFrontEnd): void {
@@ -357,7 +359,12 @@ control.on('message', (message: ToFrontEnd) => {
       sockets.get(message.id)?.end(message.code, message.reason);
       return;
     case 'metrics':
-      post({ t: 'metrics', requestId: message.requestId, data: obs.metrics.data() });
+      post({
+        t: 'metrics',
+        requestId: message.requestId,
+        data: obs.metrics.data(),
+        gc: gcPauses.stats(),
+      });
       return;
     case 'stop':
       if (socket !== null) uWS.us_listen_socket_close(socket);

@@ -6,6 +6,7 @@
  */
 import type { MessagePort } from 'node:worker_threads';
 import type { KeyRecord } from '../../storage/control-store.js';
+import type { GcPauseStats } from '../../actors/gc-pauses.js';
 import type { HttpMetricsData } from '../observability/http-metrics.js';
 
 /** A front end's settings, as it is started. */
@@ -57,7 +58,7 @@ export type ToFrontEnd =
   /** A message for, or the end of, a relayed WebSocket. */
   | { readonly t: 'wsSend'; readonly id: number; readonly text: string }
   | { readonly t: 'wsEnd'; readonly id: number; readonly code: number; readonly reason: string }
-  /** Send your HTTP counts (the metrics route). */
+  /** Send your HTTP counts and GC pauses (the metrics route). */
   | { readonly t: 'metrics'; readonly requestId: number }
   | { readonly t: 'stop' };
 
@@ -85,5 +86,10 @@ export type FromFrontEnd =
   | { readonly t: 'aborted'; readonly id: number }
   /** Bytes of a streamed answer now written to the client's socket. */
   | { readonly t: 'drained'; readonly id: number; readonly bytes: number }
-  | { readonly t: 'metrics'; readonly requestId: number; readonly data: HttpMetricsData }
+  | {
+      readonly t: 'metrics';
+      readonly requestId: number;
+      readonly data: HttpMetricsData;
+      readonly gc: GcPauseStats;
+    }
   | { readonly t: 'stopped' };

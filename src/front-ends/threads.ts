@@ -6,11 +6,18 @@
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import type uWS from 'uWebSockets.js';
 import type { KeyRecord } from '../../storage/control-store.js';
+import type { GcPauseStats } from '../../actors/gc-pauses.js';
 import type { HttpMetricsData } from '../observability/http-metrics.js';
 import type { SharedBudgets } from '../auth/shared-budgets.js';
 import type { FrontEndChannels } from '../shard-pool.js';
 import type { FromFrontEnd, FrontEndThreadData, ToFrontEnd } from './protocol.js';
 import { RelayedRequest, RelayedResponse, RelayedSocket } from './relayed.js';
+
+/** What a later front end reports to the metrics route: its HTTP counts and GC pauses. */
+export interface FrontEndCounts {
+  readonly http: HttpMetricsData;
+  readonly gc: GcPauseStats;
+}
 
 export interface FrontEndThreadsOptions {
   readonly host: string;
@@ -44,7 +51,7 @@ export class FrontEndThreads {
   /** Metrics requests: one result slot per thread. */
   private readonly collecting = new Map<
     number,
-    { results: HttpMetricsData[]; left: number; done: (all: HttpMetricsData[]) => void }
+    { results: FrontEndCounts[]; left: number; done: (all: FrontEndCounts[]) => void }
   >();
   private nextCollect = 1;
 
@@ -135,7 +142,7 @@ export class FrontEndThreads {
       case 'metrics': {
         const request = this.collecting.get(message.requestId);
         if (request === undefined) return;
-        request.results[this.threads.indexOf(thread)] = message.data;
+        request.results[this.threads.indexOf(thread)] = { http: message.data, gc: message.gc };
         if (--request.left > 0) return;
         this.collecting.delete(message.requestId);
         request.done(request.results);
@@ -169,8 +176,8 @@ export class FrontEndThreads {
     });
   }
 
-  /** Every thread's HTTP counts, second front end first. */
-  collect(): Promise<HttpMetricsData[]> {
+  /** Every thread's HTTP counts and GC pauses, second front end first. */
+  collect(): Promise<FrontEndCounts[]> {
     if (this.threads.length === 0) return Promise.resolve([]);
     const requestId = this.nextCollect++;
     return new Promise((resolve) => {

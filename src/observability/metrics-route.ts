@@ -13,6 +13,7 @@ import { GcPauses, type GcPauseStats } from '../../actors/gc-pauses.js';
 import type { ShardLiveStats } from '../../actors/protocol.js';
 import type { AdminRouteEntry } from '../api/admin-routes.js';
 import type { ShardPool } from '../shard-pool.js';
+import type { FrontEndCounts } from '../front-ends/threads.js';
 import { Exposition, PROMETHEUS_CONTENT_TYPE } from './exposition.js';
 import { HttpMetrics, statusLabel, type HttpMetricsData } from './http-metrics.js';
 import type { Observability } from './observability.js';
@@ -26,8 +27,11 @@ export interface MetricsDeps {
   readonly gc?: Pick<GcPauses, 'stats'>;
   /** The webhook delivery thread's GC pauses as it last sent them (null: none yet). */
   readonly webhooksGc?: () => GcPauseStats | null;
-  /** The other front-end threads' HTTP counts (TALLY_FRONTENDS), second front end first. */
-  readonly frontEnds?: { collect(): Promise<HttpMetricsData[]> };
+  /**
+   * The other front-end threads' HTTP counts and GC pauses (TALLY_FRONTENDS), second front
+   * end first.
+   */
+  readonly frontEnds?: { collect(): Promise<FrontEndCounts[]> };
 }
 
 const MS = 0.001;
@@ -241,21 +245,29 @@ function renderView(out: Exposition, view: { hits: number; customers: number }):
   out.sample('tally_has_view_customers', {}, view.customers);
 }
 
-/** GC pauses per thread: the front end's (`main`), each shard worker's, the webhooks'. */
+/**
+ * GC pauses per thread: the first front end's (`main`), the later ones' (`front-n`), each
+ * shard worker's, the webhook delivery thread's.
+ */
 function renderGc(
   out: Exposition,
   main: GcPauseStats | null,
+  others: readonly FrontEndCounts[],
   shards: readonly ShardLiveStats[],
   webhooks: GcPauseStats | null,
 ): void {
-  const threads: Array<[string, GcPauseStats]> = shards.map((s, shard) => [`shard-${shard}`, s.gc]);
-  if (main !== null) threads.unshift(['main', main]);
-  if (webhooks !== null) threads.push(['webhooks', webhooks]);
+  const threads: Array<[string, GcPauseStats]> = [
+    ...(main === null ? [] : [['main', main] as [string, GcPauseStats]]),
+    ...others.map((o, i): [string, GcPauseStats] => [`front-${i + 1}`, o.gc]),
+    ...shards.map((s, shard): [string, GcPauseStats] => [`shard-${shard}`, s.gc]),
+    ...(webhooks === null ? [] : [['webhooks', webhooks] as [string, GcPauseStats]]),
+  ];
   out.family(
     'tally_gc_pause_seconds',
     'histogram',
-    'Garbage-collection pauses since start, per thread (main: the front end; shard-n: a ' +
-      'worker; webhooks: the delivery thread, as it last reported, within a second).',
+    'Garbage-collection pauses since start, per thread (main: the first front end; front-n: ' +
+      'a later one; shard-n: a worker; webhooks: the delivery thread, as it last reported, ' +
+      'within a second).',
   );
   for (const [thread, gc] of threads)
     out.histogram('tally_gc_pause_seconds', { thread }, gc.pausesMs, MS);
@@ -292,21 +304,22 @@ export function renderMetrics(
   depths: readonly number[],
   shards: readonly ShardLiveStats[],
   nowMs: number,
-  others: HttpMetricsData[] = [],
+  others: readonly FrontEndCounts[] = [],
 ): string {
   const out = new Exposition();
   const first = deps.obs.metrics.data();
+  const othersHttp = others.map((o) => o.http);
   if (others.length === 0) renderHttp(out, deps.obs.metrics);
   else {
     const all = new HttpMetrics();
     all.absorb(first);
-    for (const data of others) all.absorb(data);
+    for (const data of othersHttp) all.absorb(data);
     renderHttp(out, all);
   }
-  renderFrontEnds(out, first, others);
+  renderFrontEnds(out, first, othersHttp);
   renderShards(out, depths, shards, nowMs);
   renderView(out, deps.pool.viewStats());
-  renderGc(out, deps.gc?.stats() ?? null, shards, deps.webhooksGc?.() ?? null);
+  renderGc(out, deps.gc?.stats() ?? null, others, shards, deps.webhooksGc?.() ?? null);
   renderProcess(out, deps);
   return out.text();
 }
