@@ -256,12 +256,11 @@ function renderGc(
   shards: readonly ShardLiveStats[],
   webhooks: GcPauseStats | null,
 ): void {
-  const threads: Array<[string, GcPauseStats]> = [
-    ...(main === null ? [] : [['main', main] as [string, GcPauseStats]]),
-    ...others.map((o, i): [string, GcPauseStats] => [`front-${i + 1}`, o.gc]),
-    ...shards.map((s, shard): [string, GcPauseStats] => [`shard-${shard}`, s.gc]),
-    ...(webhooks === null ? [] : [['webhooks', webhooks] as [string, GcPauseStats]]),
-  ];
+  const threads: Array<[string, GcPauseStats]> = [];
+  if (main !== null) threads.push(['main', main]);
+  others.forEach((other, i) => threads.push([`front-${i + 1}`, other.gc]));
+  shards.forEach((s, shard) => threads.push([`shard-${shard}`, s.gc]));
+  if (webhooks !== null) threads.push(['webhooks', webhooks]);
   out.family(
     'tally_gc_pause_seconds',
     'histogram',
