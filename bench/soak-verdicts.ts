@@ -67,8 +67,9 @@ export function verdicts(
     `Load p99 ${load.msP99.toFixed(1)} ms against ${baseline.msP99.toFixed(1)} ms in a ` +
       `5-second run of the same load before the soak: ${loadFactor.toFixed(2)}× (target ` +
       `${LOAD_P99_FACTOR}×): ${mark(loadFactor <= LOAD_P99_FACTOR)}.`,
-    `Longest GC pause of a thread answering requests ${gcLongest.toFixed(1)} ms by ${gcSource} ` +
-      `(target 20 ms): ${mark(gcLongest <= 20)}; the histograms' bucket bound: ${gcMax} ms.`,
+    `Longest GC pause of a thread answering requests ${gcLongest.toFixed(1)} ms by ` +
+      `${gcSource} (target 20 ms): ${mark(gcLongest <= 20)}; the histograms' bucket bound: ` +
+      `${gcMax} ms.`,
     pauses.length === 0
       ? 'No automatic snapshot was stored during the run (TALLY_SNAPSHOT_EVERY_BATCHES ' +
         'makes them more frequent).'

@@ -322,8 +322,8 @@ describe('soak verdicts', () => {
         '3.00× (target 3×): held.',
     );
     expect(lines[3]).toBe(
-      "Longest GC pause of a thread answering requests 19.4 ms by the threads' own gauges (target 20 ms): " +
-        "held; the histograms' bucket bound: 30 ms.",
+      'Longest GC pause of a thread answering requests 19.4 ms by ' +
+        "the threads' own gauges (target 20 ms): held; the histograms' bucket bound: 30 ms.",
     );
     expect(lines[4]).toMatch(/snapshot 4\.5 ms \(target about 5 ms\): held/);
     expect(lines[5]).toMatch(/: 0 \(target 0\): held/);
@@ -334,8 +334,8 @@ describe('soak verdicts', () => {
       expect.anything(),
       expect.anything(),
       expect.stringMatching(/: 3\.10× \(target 3×\): missed\.$/),
-      'Longest GC pause of a thread answering requests 30.0 ms by the bucket bound (no gauge scraped) ' +
-        "(target 20 ms): missed; the histograms' bucket bound: 30 ms.",
+      'Longest GC pause of a thread answering requests 30.0 ms by the bucket bound ' +
+        "(no gauge scraped) (target 20 ms): missed; the histograms' bucket bound: 30 ms.",
       expect.anything(),
       expect.stringMatching(/: 3 \(target 0\): missed/),
     ]);
