@@ -35,7 +35,7 @@ export interface SoakWindow {
   readonly loadNon2xx: number;
   /**
    * The longest garbage-collection pause in the window of a thread answering requests (the
-   * front end, the shards; not the webhook delivery thread) (ms, bucket bound).
+   * front ends, the shards; not the webhook delivery thread) (ms, bucket bound).
    */
   readonly gcPauseMsMax: number;
   /** The longest pause since start of those threads, by their own gauges (ms; null: none). */

@@ -253,7 +253,7 @@ const isConsume = (labels: Readonly<Record<string, string>>): boolean =>
   labels['route'] === '/v1/usage/:key/consume';
 
 /**
- * GC pauses judged are those of the threads answering requests (the front end, the shards).
+ * GC pauses judged are those of the threads answering requests (front ends, shards).
  * The webhook delivery thread runs at a lower priority and answers none: its pauses, wall
  * time, wait for a core while the others are busy; the progress line shows its longest.
  */
