@@ -31,6 +31,9 @@ export const IDEMPOTENCY_LAYOUT_META = 'idempotency-layout';
  * Within version 3, a run's record also carries the run's own filter from this release on;
  * runs without one are read wherever their group's filter says maybe, and a release that
  * predates the field reads the record as before, ignoring it (no new version is needed).
+ * Eras stored as images (storage/idempotency-eras.ts) need none either: such a release
+ * takes an image's entries for an unfinished era's and removes them, and its groups' own
+ * filters answer.
  */
 export const IDEMPOTENCY_LAYOUT_VERSION = 3;
 /** The first version whose keys are in runs (older ones have the one table to move). */

@@ -9,27 +9,48 @@
  * the day's end. An era's filter holds every key of its groups at ERA_FILTER_BITS_PER_KEY
  * bits a key (~0.2% of absent keys answered maybe), so a day's lookups probe ~30 filters.
  * Where an era says maybe, the lookup probes its runs' own filters. A group closed inside
- * an era drops its own filter from memory (it stays on disk in the group's record), so
- * memory keeps 3 bytes a key: 2 in the eras' filters, 1 in the runs'.
+ * an era drops its own filter from memory (it stays on disk in the group's record).
  *
- * Sealing adds each key to the open era's filter with its group's and its run's. An era
- * closes when a new group cannot join it; its filter is then stored in
- * `idempotency-run-eras`, a chunk per turn, and last its head, which makes it whole:
+ * An era's memory is one buffer, allocated when it opens: [lead | the era's filter | its
+ * runs' filters], each run's filter carved from it as the run is sealed. When the era
+ * closes, the buffer is stored whole as the era's **image**, one value, and the era's
+ * filter and its runs' are read from then on where the image lies in LMDB's memory map:
+ * file pages the kernel keeps in its page cache, not the worker's own memory. So the
+ * worker's own memory holds the open era's buffer, whatever the number of keys kept.
+ * lmdb-js answers a read of a value this large with a view of the memory map itself (it
+ * copies smaller ones), which is why an image of MAP_FROM_BYTES or more is stored padded
+ * to MAPPED_IMAGE_BYTES; a smaller one (a shard keying a few hundred writes a second or
+ * fewer) is kept in memory. The lead puts the filter on a cache-line boundary in the map.
+ * Once stored and mapped, the closed era's buffer is zeroed and reused by the next era.
+ *
+ * Table `idempotency-run-eras`:
+ *
+ *   [first run seq, -2] → the image's bytes (raw; its checksums are in its head)
+ *   [first run seq, -1] → frame([first run seq, last run seq, capacity, layout])
+ *
+ * where layout = [image bytes, the filter's bytes, [[run seq, offset, bytes], …], [CRC-32
+ * of each IMAGE_CHECK_BYTES of the image, …]]. The image is written and synced first, its
+ * head last, which makes it whole. A release before images stored the filter in chunks:
  *
  *   [first run seq, 0] → frame([first run seq, last run seq, capacity, chunks])
- *   [first run seq, i] → frame(bytes i-1 of the filter, ERA_CHUNK_BYTES each)
+ *   [first run seq, i] → frame(bytes i-1 of the filter, 1 MiB each)
+ *
+ * which this release reads into memory (its runs' filters are in their own records). Such a
+ * release takes an image's entries for an unfinished era's and removes them; its groups'
+ * own filters answer for their keys meanwhile.
  *
  * An era without a stored head (the open one at a stop, or one a crash interrupted) is not
  * needed after a restart: its groups' records hold their own filters, so they are probed
- * one by one until they expire, and new groups start a new era. Chunks left without a head
- * are removed by the next drop of expired groups. A release that predates eras never
+ * one by one until they expire, and new groups start a new era. Entries left without a
+ * head are removed by the next drop of expired groups. A release that predates eras never
  * opens the table and reads every group by its own filter; should it add a run to a group
  * of a stored era (its batches differ in size), the era no longer answers for that group,
  * and the next start leaves the era out (its groups' own filters hold every key).
  */
+import { crc32 } from 'node:zlib';
 import type { RootDatabase } from 'lmdb';
 import { decodeRecord, encodeRecord } from './codec.js';
-import { ERA_FILTER_BITS_PER_KEY, KeyFilter } from './key-filter.js';
+import { ERA_FILTER_BITS_PER_KEY, KeyFilter, RUN_FILTER_BITS_PER_KEY } from './key-filter.js';
 import { flushedWrite, type BinaryDb } from './lmdb-env.js';
 
 /** Groups one era holds at most. */
@@ -39,8 +60,24 @@ export const ERA_GROUPS = 16;
  * of sixteen runs of 131,072 keys. A group too large for two in an era stands alone.
  */
 export const ERA_MAX_KEYS = 1 << 25;
-/** Bytes of one stored chunk of an era's filter (a checksum of 1 MiB takes well under 1 ms). */
-const ERA_CHUNK_BYTES = 1 << 20;
+/**
+ * The smallest image read from the memory map: smaller eras (under ~2.8 million keys, 256
+ * runs of under 11,000) stay in memory, so a store keeps at most ~100 MiB of them a day.
+ */
+export const MAP_FROM_BYTES = 8 << 20;
+/**
+ * The size an image read from the map is padded to at least. lmdb-js copies a value that
+ * fits its read buffer, which grows to twice the largest value it copied, and copies every
+ * value under 16 MiB: a value of 32 MiB or more is always answered from the map.
+ */
+export const MAPPED_IMAGE_BYTES = 32 << 20;
+/** Bytes before the filter: LMDB puts a large value 24 bytes past a 64-byte boundary. */
+const IMAGE_LEAD = 40;
+/** Bytes per checksum of an image (a CRC-32 of 1 MiB takes well under 1 ms). */
+const IMAGE_CHECK_BYTES = 1 << 20;
+
+/** A run's filter carved from an era's memory: [filter, run seq, offset]. */
+type Carved = [KeyFilter, number, number];
 
 /** An era as lookups and sealing know it. */
 export interface Era {
@@ -56,99 +93,275 @@ export interface Era {
   reserved: number;
   groups: number;
   readonly filter: KeyFilter;
-  /** Its head and chunks are on disk (an era is stored once, when it closes). */
-  chunks: number | null;
+  /** Its head is on disk (an era is stored once, when it closes). */
+  stored: boolean;
+  /** Its buffer while its filters live in the worker's memory (null once on the map). */
+  memory: Uint8Array | null;
+  /** The image's size once it is stored (padded if it is to be read from the map). */
+  readonly imageBytes: number;
+  /** Where the next run's filter is carved from `memory`, and the filters carved so far. */
+  carveAt: number;
+  readonly carved: Carved[];
+  /** Bytes of its image read from the memory map (0 while in memory). */
+  mappedBytes: number;
+  /** Run filters of a loaded era, by run seq (from its image); empty otherwise. */
+  readonly runFilters: Map<number, KeyFilter>;
+  /** Its memory is new: its pages are not yet in the worker's memory (`makeResident`). */
+  untouched: boolean;
 }
 
-/** A new, open era for groups of `groupCapacity` keys, or null if they should stand alone. */
-export function openEra(first: number, groupCapacity: number): Era | null {
+/**
+ * A new, open era for groups of `groupCapacity` keys and their runs (at most `maxRuns`), or
+ * null if they should stand alone. Its memory is `spare` where that is large enough (the
+ * buffer of an era closed before, zeroed), else new. Its image will be read from the
+ * memory map if it takes `mapFrom` bytes or more.
+ */
+export function openEra(
+  first: number,
+  groupCapacity: number,
+  maxRuns: number,
+  spare: Uint8Array | null,
+  mapFrom = MAP_FROM_BYTES,
+): Era | null {
   if (2 * groupCapacity > ERA_MAX_KEYS) return null;
   const capacity = Math.min(ERA_GROUPS * groupCapacity, ERA_MAX_KEYS);
-  const filter = KeyFilter.sized(capacity, ERA_FILTER_BITS_PER_KEY);
+  const filterBytes = KeyFilter.bytesFor(capacity, ERA_FILTER_BITS_PER_KEY);
+  // Each run's filter is whole blocks: one more block per run than its keys need, at most.
+  const runBytes = KeyFilter.bytesFor(capacity, RUN_FILTER_BITS_PER_KEY) + 64 * maxRuns;
+  const needed = IMAGE_LEAD + filterBytes + runBytes;
+  const imageBytes = needed >= mapFrom ? Math.max(needed, MAPPED_IMAGE_BYTES) : needed;
+  const memory =
+    spare !== null && spare.byteLength >= imageBytes ? spare : new Uint8Array(imageBytes);
   return {
     first,
     lastRun: Number.POSITIVE_INFINITY,
     capacity,
     reserved: 0,
     groups: 0,
-    filter,
-    chunks: null,
+    filter: KeyFilter.over(memory.buffer, memory.byteOffset + IMAGE_LEAD, filterBytes),
+    stored: false,
+    memory,
+    imageBytes,
+    carveAt: IMAGE_LEAD + filterBytes,
+    carved: [],
+    mappedBytes: 0,
+    runFilters: new Map(),
+    untouched: memory !== spare,
   };
 }
 
-/** Whether a group of `capacity` keys can join `era`. */
-export function hasRoom(era: Era, capacity: number): boolean {
-  return era.chunks === null && era.groups < ERA_GROUPS && era.reserved + capacity <= era.capacity;
+/**
+ * Touches every page of a new era's memory, a slice per turn, so the worker's memory takes
+ * the whole buffer now rather than as its runs fill it (a flat curve, not a saw). Writing
+ * each page's first byte back unchanged leaves the bits the era holds as they are.
+ */
+export async function makeResident(era: Era, pause: () => Promise<void>): Promise<void> {
+  const memory = era.memory;
+  era.untouched = false;
+  if (memory === null) return;
+  for (let at = 0; at < memory.byteLength; at += RESIDENT_SLICE_BYTES) {
+    const end = Math.min(at + RESIDENT_SLICE_BYTES, memory.byteLength);
+    for (let page = at; page < end; page += 4096) memory[page] = memory[page] as number;
+    await pause();
+  }
 }
 
-/** Stores a closed era's filter, a chunk per turn, then its head; each write waits for disk. */
+/** Bytes made resident per turn (1,024 pages: well under 1 ms). */
+const RESIDENT_SLICE_BYTES = 4 << 20;
+
+/** Whether a group of `capacity` keys can join `era`. */
+export function hasRoom(era: Era, capacity: number): boolean {
+  return !era.stored && era.groups < ERA_GROUPS && era.reserved + capacity <= era.capacity;
+}
+
+/**
+ * A filter for run `seq` of `keys` keys, carved from the open era's memory, or null where
+ * it has no room (a run larger than its group's share): the run then has one of its own.
+ */
+export function carveRunFilter(era: Era, seq: number, keys: number): KeyFilter | null {
+  const memory = era.memory;
+  const bytes = KeyFilter.bytesFor(keys, RUN_FILTER_BITS_PER_KEY);
+  if (memory === null || era.stored || era.carveAt + bytes > era.imageBytes) return null;
+  const filter = KeyFilter.over(memory.buffer, memory.byteOffset + era.carveAt, bytes);
+  era.carved.push([filter, seq, era.carveAt]);
+  era.carveAt += bytes;
+  return filter;
+}
+
+/** Whether `bytes`, read back, lie in the memory map (lmdb-js's view, not a copy). */
+function onTheMap(bytes: Uint8Array | undefined, size: number): bytes is Uint8Array {
+  return (
+    bytes !== undefined &&
+    bytes.byteLength === size &&
+    size >= MAPPED_IMAGE_BYTES &&
+    (bytes as { isGlobal?: boolean }).isGlobal !== true &&
+    bytes.byteOffset % 4 === 0
+  );
+}
+
+/**
+ * Stores a closed era: its image (checksummed a slice per turn), then its head; each write
+ * waits for disk. Then reads the image back from the memory map where it lies there, moves
+ * the era's filters onto it and returns the era's memory, zeroed a slice per turn, for the
+ * next era; null where the era stays in memory.
+ */
 export async function storeEra(
   root: RootDatabase,
   table: BinaryDb,
   era: Era,
   pause: () => Promise<void>,
-): Promise<void> {
-  const bytes = era.filter.bytes;
-  const chunks = Math.ceil(bytes.byteLength / ERA_CHUNK_BYTES);
-  for (let i = 0; i < chunks; i++) {
-    const chunk = bytes.subarray(i * ERA_CHUNK_BYTES, (i + 1) * ERA_CHUNK_BYTES);
-    const stored = table.put([era.first, i + 1], encodeRecord(chunk));
-    await flushedWrite(root, stored, 'a chunk of an idempotency era');
+): Promise<Uint8Array | null> {
+  const memory = era.memory;
+  if (memory === null) throw new Error('an era is stored from its memory');
+  const image = Buffer.from(memory.buffer, memory.byteOffset, era.imageBytes);
+  const checks: number[] = [];
+  for (let at = 0; at < image.byteLength; at += IMAGE_CHECK_BYTES) {
+    checks.push(crc32(image.subarray(at, at + IMAGE_CHECK_BYTES)));
     await pause();
   }
+  await flushedWrite(root, table.put([era.first, IMAGE], image), 'an idempotency era image');
+  const runs = era.carved.map(([filter, seq, offset]) => [seq, offset, filter.byteLength]);
+  const layout = [era.imageBytes, era.filter.byteLength, runs, checks];
   const { first, lastRun, capacity } = era;
-  const head = table.put([first, 0], encodeRecord([first, lastRun, capacity, chunks]));
+  const head = table.put([first, IMAGE_HEAD], encodeRecord([first, lastRun, capacity, layout]));
   await flushedWrite(root, head, 'an idempotency era');
-  era.chunks = chunks;
-}
-
-/** Issues the removal of a stored era's head and chunks (in the caller's transaction). */
-export function removeEra(table: BinaryDb, era: Era): Promise<unknown> {
-  let last: Promise<unknown> = Promise.resolve();
-  for (let i = 0; i <= (era.chunks ?? -1); i++) last = table.remove([era.first, i]);
-  return last;
-}
-
-/** The stored eras, oldest first, and the first run seqs of chunks left without a head. */
-export function loadEras(table: BinaryDb): { eras: Era[]; orphans: number[] } {
-  const eras: Era[] = [];
-  const orphans = new Set<number>();
-  let head: [number, number, number, number] | null = null;
-  let parts: Uint8Array[] = [];
-  const finish = (): void => {
-    if (head === null) return;
-    const [first, lastRun, capacity, chunks] = head;
-    if (parts.length !== chunks)
-      throw new Error(`idempotency era ${first} is missing chunks; refusing to go on`);
-    const filter = KeyFilter.fromChunks(parts);
-    eras.push({ first, lastRun, capacity, reserved: capacity, groups: 0, filter, chunks });
-    head = null;
-    parts = [];
-  };
-  for (const { key, value } of table.getRange({})) {
-    const [first, index] = key as [number, number];
-    const decoded = decodeRecord(value);
-    const corrupt = (): Error =>
-      new Error(`idempotency era ${first} is corrupt; refusing to go on`);
-    if (!decoded.ok) throw corrupt();
-    if (index === 0) {
-      finish();
-      const v = decoded.value;
-      if (
-        !Array.isArray(v) ||
-        v.length !== 4 ||
-        v[0] !== first ||
-        !v.every((n) => Number.isInteger(n))
-      )
-        throw corrupt();
-      head = v as [number, number, number, number];
-    } else if (head !== null && head[0] === first) {
-      if (!(decoded.value instanceof Uint8Array) || index !== parts.length + 1) throw corrupt();
-      parts.push(decoded.value);
-    } else orphans.add(first);
+  era.stored = true;
+  const mapped = table.getBinaryFast([first, IMAGE]);
+  if (!onTheMap(mapped, era.imageBytes)) return null;
+  era.filter.moveTo(mapped.buffer, mapped.byteOffset + IMAGE_LEAD);
+  for (const [filter, , offset] of era.carved)
+    filter.moveTo(mapped.buffer, mapped.byteOffset + offset);
+  era.memory = null;
+  era.mappedBytes = era.imageBytes;
+  era.carved.length = 0;
+  for (let at = 0; at < memory.byteLength; at += IMAGE_CHECK_BYTES) {
+    memory.fill(0, at, at + IMAGE_CHECK_BYTES);
+    await pause();
   }
-  finish();
-  return { eras, orphans: [...orphans] };
+  return memory;
+}
+
+/** Issues the removal of a stored era's entries (in the caller's transaction). */
+export function removeEra(table: BinaryDb, era: Era): Promise<unknown> {
+  return removeOrphan(table, era.first);
+}
+
+/** Keys of an era's image and of its head (an earlier release's heads are at 0). */
+const IMAGE = -2;
+const IMAGE_HEAD = -1;
+
+/** The stored eras, oldest first, and the first run seqs of entries left without a head. */
+export function loadEras(table: BinaryDb): { eras: Era[]; orphans: number[] } {
+  const indices = new Map<number, number[]>();
+  for (const [first, index] of table.getKeys({}) as Iterable<[number, number]>) {
+    const known = indices.get(first);
+    if (known === undefined) indices.set(first, [index]);
+    else known.push(index);
+  }
+  const eras: Era[] = [];
+  const orphans: number[] = [];
+  for (const [first, found] of indices) {
+    if (found.includes(IMAGE_HEAD)) eras.push(loadImage(table, first));
+    else if (found.includes(0)) eras.push(loadChunks(table, first, found));
+    else orphans.push(first);
+  }
+  return { eras, orphans };
+}
+
+function corruptEra(first: number): Error {
+  return new Error(`idempotency era ${first} is corrupt; refusing to go on`);
+}
+
+/** The framed value at [first, index], decoded, or a thrown corrupt era. */
+function readFramed(table: BinaryDb, first: number, index: number): unknown {
+  const bytes = table.getBinary([first, index]);
+  const decoded = bytes === undefined ? null : decodeRecord(bytes);
+  if (decoded === null || !decoded.ok) throw corruptEra(first);
+  return decoded.value;
+}
+
+/** An era an earlier release stored in chunks: its filter read into memory. */
+function loadChunks(table: BinaryDb, first: number, found: readonly number[]): Era {
+  const v = readFramed(table, first, 0);
+  if (!Array.isArray(v) || v.length !== 4 || v[0] !== first || !v.every(Number.isInteger))
+    throw corruptEra(first);
+  const [, lastRun, capacity, chunks] = v as [number, number, number, number];
+  const parts: Uint8Array[] = [];
+  for (let i = 1; i <= chunks; i++) {
+    if (!found.includes(i))
+      throw new Error(`idempotency era ${first} is missing chunks; refusing to go on`);
+    const part = readFramed(table, first, i);
+    if (!(part instanceof Uint8Array)) throw corruptEra(first);
+    parts.push(part);
+  }
+  return {
+    first,
+    lastRun,
+    capacity,
+    reserved: capacity,
+    groups: 0,
+    filter: KeyFilter.fromChunks(parts),
+    stored: true,
+    memory: null,
+    imageBytes: 0,
+    carveAt: 0,
+    carved: [],
+    mappedBytes: 0,
+    runFilters: new Map(),
+    untouched: false,
+  };
+}
+
+/** An era stored as an image: its filters read from the memory map (or a copy of it). */
+function loadImage(table: BinaryDb, first: number): Era {
+  const corrupt = (): Error => corruptEra(first);
+  const head = readFramed(table, first, IMAGE_HEAD);
+  if (!Array.isArray(head) || head.length !== 4 || head[0] !== first) throw corrupt();
+  const [, lastRun, capacity, layout] = head as [number, unknown, unknown, unknown];
+  if (!Number.isInteger(lastRun) || !Number.isInteger(capacity)) throw corrupt();
+  if (!Array.isArray(layout) || layout.length !== 4) throw corrupt();
+  const [imageBytes, filterBytes, runs, checks] = layout as [unknown, unknown, unknown, unknown];
+  if (
+    typeof imageBytes !== 'number' ||
+    typeof filterBytes !== 'number' ||
+    !Array.isArray(runs) ||
+    !Array.isArray(checks)
+  )
+    throw corrupt();
+  // lmdb-js's read buffer is reused and longer than the value: its `length` is the value's.
+  const fast = table.getBinaryFast([first, IMAGE]);
+  if (fast === undefined || fast.length !== imageBytes) throw corrupt();
+  const read = fast.subarray(0, imageBytes);
+  for (let i = 0, at = 0; at < imageBytes; i++, at += IMAGE_CHECK_BYTES)
+    if (crc32(read.subarray(at, at + IMAGE_CHECK_BYTES)) !== checks[i]) throw corrupt();
+  // Where lmdb-js copied the image into its read buffer, it is copied again, to keep.
+  const mapped = onTheMap(fast, imageBytes);
+  const image = mapped ? read : new Uint8Array(read);
+  const at = (offset: number): number => image.byteOffset + offset;
+  if (filterBytes <= 0 || IMAGE_LEAD + filterBytes > imageBytes) throw corrupt();
+  const runFilters = new Map<number, KeyFilter>();
+  for (const run of runs as unknown[]) {
+    if (!Array.isArray(run) || !run.every((n) => Number.isInteger(n))) throw corrupt();
+    const [seq, offset, bytes] = run as [number, number, number];
+    if (offset < IMAGE_LEAD + filterBytes || offset + bytes > imageBytes) throw corrupt();
+    runFilters.set(seq, KeyFilter.over(image.buffer, at(offset), bytes));
+  }
+  return {
+    first,
+    lastRun: lastRun as number,
+    capacity: capacity as number,
+    reserved: capacity as number,
+    groups: 0,
+    filter: KeyFilter.over(image.buffer, at(IMAGE_LEAD), filterBytes),
+    stored: true,
+    memory: mapped ? null : image,
+    imageBytes,
+    carveAt: imageBytes,
+    carved: [],
+    mappedBytes: mapped ? imageBytes : 0,
+    runFilters,
+    untouched: false,
+  };
 }
 
 /** Issues the removal of every entry stored for the era that starts at `first`. */

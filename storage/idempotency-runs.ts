@@ -58,8 +58,12 @@ import { assert } from '../shared/assert.js';
 import { IDEMPOTENCY_RUN_KEYS } from '../shared/limits.js';
 import { decodeRecord, encodeRecord } from './codec.js';
 import {
+  carveRunFilter,
+  ERA_GROUPS,
   hasRoom,
   loadEras,
+  makeResident,
+  MAP_FROM_BYTES,
   openEra,
   removeEra,
   removeOrphan,
@@ -129,8 +133,11 @@ export interface RunInfo {
 }
 
 interface Run extends RunInfo {
-  /** Its own filter (null for a run sealed before runs had one: read whenever probed). */
-  readonly filter: KeyFilter | null;
+  /**
+   * Its own filter (null for a run sealed before runs had one: read whenever probed); in
+   * its era's memory or image where it has one (idempotency-eras.ts).
+   */
+  filter: KeyFilter | null;
 }
 
 /**
@@ -156,6 +163,16 @@ interface Group {
 }
 
 type GroupKey = ['group', number];
+
+/**
+ * The capacity of a new group for a run of `keys` keys: GROUP_RUNS runs like it, a run
+ * counted at most `runKeys` (a batch far larger, as after a restore, fills a group of its
+ * own), and at least MIN_GROUP_KEYS keys.
+ */
+function groupCapacity(keys: number, runKeys: number): number {
+  const perRun = Math.max(Math.min(keys, runKeys), MIN_GROUP_KEYS / GROUP_RUNS);
+  return Math.max(keys, GROUP_RUNS * perRun);
+}
 
 type RunKey = [number, string, string, string];
 
@@ -303,7 +320,8 @@ class RunWriter {
     /** The keys the run will hold at most (its own filter is sized for them). */
     keys: number,
   ) {
-    this.#filter = KeyFilter.sized(keys, RUN_FILTER_BITS_PER_KEY);
+    const carved = group.era === null ? null : carveRunFilter(group.era, seq, keys);
+    this.#filter = carved ?? KeyFilter.sized(keys, RUN_FILTER_BITS_PER_KEY);
     assert(group.filter !== null, 'a run joins an open group');
     this.#upper = group.era === null ? [group.filter] : [group.filter, group.era.filter];
   }
@@ -377,7 +395,14 @@ export class KeyStore {
   #openEra: Era | null = null;
   /** Closed eras whose filters are not yet stored (the end of a seal stores them). */
   readonly #erasToStore: Era[] = [];
-  /** First run seqs of era chunks stored without a head: removed by the next drop. */
+  /** The memory of the last era stored onto the memory map, zeroed: the next era's. */
+  #spareEra: Uint8Array | null = null;
+  /**
+   * The smallest era image read from the memory map (idempotency-eras.ts); a test lowers
+   * it to have small eras read from there.
+   */
+  mapErasFrom = MAP_FROM_BYTES;
+  /** First run seqs of era entries stored without a head: removed by the next drop. */
   #orphanEras: number[];
 
   /** Every write of the upkeep waits until it is on disk: a failed sync must stop the worker. */
@@ -419,6 +444,9 @@ export class KeyStore {
       const era = found !== undefined && found.groups >= 0 ? found : null;
       const eraIndex = era === null ? 0 : era.groups++;
       const runs = runsOf[i] as Run[];
+      // The era's image holds its runs' filters: read there, not from the runs' records.
+      if (era !== null)
+        for (const run of runs) run.filter = era.runFilters.get(run.seq) ?? run.filter;
       const group: Group = {
         first,
         runs,
@@ -432,9 +460,11 @@ export class KeyStore {
       for (const run of runs) this.#countIn(group, run);
       this.#groups.push(group);
     }
-    for (const era of eras)
+    for (const era of eras) {
+      era.runFilters.clear();
       if (era.groups > 0) this.#eras.push(era);
       else this.#orphanEras.push(era.first);
+    }
     assert(
       this.#runList.length === 0 || this.#groups[0]?.first === this.#runList[0]?.seq,
       'every idempotency run is in a group',
@@ -590,12 +620,23 @@ export class KeyStore {
     return this.#eras.length;
   }
 
-  /** Memory the filters of the eras, groups and runs take, in bytes. */
+  /** Eras' images read from the memory map (file pages, not the worker's memory), in bytes. */
+  get mappedFilterBytes(): number {
+    let bytes = 0;
+    for (const era of this.#eras) bytes += era.mappedBytes;
+    return bytes;
+  }
+
+  /**
+   * The worker's memory the filters of the eras, groups and runs take, in bytes (the open
+   * era's buffer whole, a spare one included; not the images on the memory map).
+   */
   get filterBytes(): number {
     let bytes = 0;
-    for (const era of this.#eras) bytes += era.filter.byteLength;
-    for (const group of this.#groups) bytes += group.filter?.byteLength ?? 0;
-    for (const run of this.#runList) bytes += run.filter?.byteLength ?? 0;
+    for (const era of this.#eras) bytes += era.memory?.byteLength ?? era.filter.ownedBytes;
+    for (const group of this.#groups) bytes += group.filter?.ownedBytes ?? 0;
+    for (const run of this.#runList) bytes += run.filter?.ownedBytes ?? 0;
+    bytes += this.#spareEra?.byteLength ?? 0;
     return bytes;
   }
 
@@ -686,7 +727,16 @@ export class KeyStore {
       await pacing.pause();
     }
     await this.#clearRun(this.#nextRunSeq, pacing);
+    // An era the run's group cannot join is stored first: the next era reuses its memory.
+    const full = this.#eraClosedBy(batch.size, runKeys);
+    if (full !== null) {
+      full.lastRun = this.#nextRunSeq - 1;
+      this.#openEra = null;
+      this.#erasToStore.push(full);
+      await this.#storeEras(pacing);
+    }
     const group = this.#groupFor(batch.size, runKeys);
+    if (group.era?.untouched === true) await makeResident(group.era, pacing.pause);
     const seq = this.#nextRunSeq;
     const writer = new RunWriter(this.#root, this.#runs, seq, group, batch.size);
     const merge = new SortedMerge(chunks, batch.compare);
@@ -712,7 +762,8 @@ export class KeyStore {
   /** Stores the filters of the eras closed since the last call. */
   async #storeEras(pacing: Pick<Pacing, 'pause'>): Promise<void> {
     for (let era = this.#erasToStore[0]; era !== undefined; era = this.#erasToStore[0]) {
-      await storeEra(this.#root, this.#eraTable, era, pacing.pause);
+      this.#spareEra =
+        (await storeEra(this.#root, this.#eraTable, era, pacing.pause)) ?? this.#spareEra;
       this.#erasToStore.shift();
     }
   }
@@ -743,16 +794,9 @@ export class KeyStore {
    * (its filter is stored at the end of the seal) and the group opens a new one.
    */
   #groupFor(keys: number, runKeys: number): Group {
-    const open = this.#groups.at(-1);
-    if (
-      open !== undefined &&
-      open.filter !== null &&
-      open.runs.length < GROUP_RUNS &&
-      open.count + keys <= open.capacity
-    )
-      return open;
-    const perRun = Math.max(Math.min(keys, runKeys), MIN_GROUP_KEYS / GROUP_RUNS);
-    const capacity = Math.max(keys, GROUP_RUNS * perRun);
+    const open = this.#openGroupFor(keys);
+    if (open !== null) return open;
+    const capacity = groupCapacity(keys, runKeys);
     const first = this.#nextRunSeq;
     let era = this.#openEra;
     if (era === null || !hasRoom(era, capacity)) {
@@ -760,12 +804,39 @@ export class KeyStore {
         era.lastRun = first - 1;
         this.#erasToStore.push(era);
       }
-      era = this.#openEra = openEra(first, capacity);
-      if (era !== null) this.#eras.push(era);
+      era = this.#openEra = openEra(
+        first,
+        capacity,
+        ERA_GROUPS * GROUP_RUNS,
+        this.#spareEra,
+        this.mapErasFrom,
+      );
+      if (era !== null) {
+        if (era.memory === this.#spareEra) this.#spareEra = null;
+        this.#eras.push(era);
+      }
     }
     const eraIndex = era === null ? 0 : era.groups;
     const filter = KeyFilter.sized(capacity);
     return { first, runs: [], filter, capacity, count: 0, maxAtMs: 0, era, eraIndex };
+  }
+
+  /** The open group, if a run of `keys` keys can join it. */
+  #openGroupFor(keys: number): Group | null {
+    const open = this.#groups.at(-1);
+    return open !== undefined &&
+      open.filter !== null &&
+      open.runs.length < GROUP_RUNS &&
+      open.count + keys <= open.capacity
+      ? open
+      : null;
+  }
+
+  /** The open era, if a run of `keys` keys would close it (its new group has no room). */
+  #eraClosedBy(keys: number, runKeys: number): Era | null {
+    const era = this.#openEra;
+    if (era === null || this.#openGroupFor(keys) !== null) return null;
+    return hasRoom(era, groupCapacity(keys, runKeys)) ? null : era;
   }
 
   /**
@@ -824,7 +895,7 @@ export class KeyStore {
       for (const run of group.runs) last = this.#catalog.remove(run.seq);
       const era = group.era;
       const eraEnds = era !== null && this.#groups[1]?.era !== era;
-      if (eraEnds && era.chunks !== null) last = removeEra(this.#eraTable, era);
+      if (eraEnds && era.stored) last = removeEra(this.#eraTable, era);
       await flushedWrite(this.#root, last, 'the removal of an idempotency run group');
       if (eraEnds) this.#dropEra(era);
       this.#groups.shift();

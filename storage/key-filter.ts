@@ -59,14 +59,36 @@ export function keyHashes(environment: string, customerId: string, scopeDigest: 
 }
 
 export class KeyFilter {
-  private constructor(private readonly words: Int32Array) {
+  private constructor(
+    private words: Int32Array,
+    /** Whether its words are its own memory (else a part of an era's: idempotency-eras.ts). */
+    private owned = true,
+  ) {
     assert(words.length > 0 && words.length % BLOCK_WORDS === 0, 'a filter is whole blocks');
+  }
+
+  /** Bytes of a filter sized for `keys` keys at `bitsPerKey` bits each (whole blocks). */
+  static bytesFor(keys: number, bitsPerKey: number): number {
+    return Math.max(1, Math.ceil((keys * bitsPerKey) / (BLOCK_WORDS * 32))) * BLOCK_WORDS * 4;
   }
 
   /** An empty filter sized for `keys` keys at `bitsPerKey` bits each. */
   static sized(keys: number, bitsPerKey = FILTER_BITS_PER_KEY): KeyFilter {
-    const blocks = Math.max(1, Math.ceil((keys * bitsPerKey) / (BLOCK_WORDS * 32)));
-    return new KeyFilter(new Int32Array(blocks * BLOCK_WORDS));
+    return new KeyFilter(new Int32Array(KeyFilter.bytesFor(keys, bitsPerKey) / 4));
+  }
+
+  /** A filter over `bytes` of `buffer` from `offset` (not copied: zero for an empty one). */
+  static over(buffer: ArrayBufferLike, offset: number, bytes: number): KeyFilter {
+    return new KeyFilter(new Int32Array(buffer, offset, bytes / 4), false);
+  }
+
+  /**
+   * Moves the filter onto the same bytes elsewhere (its era's image on the memory map): the
+   * words at `offset` of `buffer` must equal its own.
+   */
+  moveTo(buffer: ArrayBufferLike, offset: number): void {
+    this.words = new Int32Array(buffer, offset, this.words.length);
+    this.owned = false;
   }
 
   /** A filter stored by `bytes` (a copy: the bytes may be a reused read buffer). */
@@ -96,9 +118,14 @@ export class KeyFilter {
     return new Uint8Array(this.words.buffer, this.words.byteOffset, this.words.byteLength);
   }
 
-  /** Memory the filter takes, in bytes. */
+  /** The filter's size in bytes. */
   get byteLength(): number {
     return this.words.byteLength;
+  }
+
+  /** Bytes of its own memory (0 for a part of an era's memory or of the memory map). */
+  get ownedBytes(): number {
+    return this.owned ? this.words.byteLength : 0;
   }
 
   /** Adds the key KEY_HASHES holds. */

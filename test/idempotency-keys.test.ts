@@ -11,7 +11,7 @@ import { scopeDigest, type IdempotencyPut } from '../actors/idempotency-keys.js'
 import { KeyUpkeep } from '../actors/idempotency-upkeep.js';
 import { Shard } from '../actors/shard.js';
 import { decodeRecord, encodeRecord } from '../storage/codec.js';
-import { ERA_GROUPS } from '../storage/idempotency-eras.js';
+import { ERA_GROUPS, MAPPED_IMAGE_BYTES as MAPPED } from '../storage/idempotency-eras.js';
 import { GROUP_RUNS, type KeyStore } from '../storage/idempotency-runs.js';
 import { KEY_HASHES, KeyFilter, keyHashes } from '../storage/key-filter.js';
 import { SHARD_DB_NAMES, ShardStore } from '../storage/journal.js';
@@ -84,9 +84,12 @@ async function sealRuns(
 /** The eras stored whole in `dir`'s shard (their heads' first run seqs). */
 function storedEras(dir: string): number[] {
   return storedEraKeys(dir)
-    .filter(([, index]) => index === 0)
+    .filter(([, index]) => index === ERA_HEAD)
     .map(([first]) => first);
 }
+
+/** Where an era's head is stored (its image at -2; an earlier release's heads at 0). */
+const ERA_HEAD = -1;
 
 function storedEraKeys(dir: string): Array<[number, number]> {
   const env = openDurableEnv(dir, ['idempotency-run-eras']);
@@ -399,10 +402,10 @@ describe('the key store', () => {
     await fixture.closeStore(s);
     const env = openDurableEnv(dir, ['idempotency-run-eras']);
     const eraTable = env.dbs['idempotency-run-eras'];
-    const head = decodeRecord(eraTable.get([1, 0]) as Buffer);
+    const head = decodeRecord(eraTable.get([1, ERA_HEAD]) as Buffer);
     const [first, lastRun, ...rest] = (head.ok ? head.value : []) as number[];
     expect([first, lastRun]).toEqual([1, eraRuns]);
-    await eraTable.put([1, 0], encodeRecord([first, eraRuns - 1, ...rest]));
+    await eraTable.put([1, ERA_HEAD], encodeRecord([first, eraRuns - 1, ...rest]));
     await eraTable.put([eraRuns + 1, 1], encodeRecord(new Uint8Array(64)));
     await env.root.close();
     s = openStore(dir);
@@ -434,6 +437,78 @@ describe('the key store', () => {
     expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([1, 0]);
     expect(storedEraKeys(dir)).toEqual([]);
     expect(s.idempotency.get(all.at(-1) as IdempotencyPut)?.fingerprint).toBe('1');
+  });
+
+  it('reads closed eras from the memory map; the next era reuses their memory', async () => {
+    const dir = fixture.tempDir();
+    let s = openStore(dir);
+    s.idempotency.mapErasFrom = 0; // eras this small are otherwise kept in memory
+    const eraRuns = ERA_GROUPS * GROUP_RUNS;
+    const all = await sealRuns(s, eraRuns + 1, 20);
+    // The first era is on the map (an image padded to MAPPED_IMAGE_BYTES), the second open.
+    expect([s.idempotency.eraCount, s.idempotency.mappedFilterBytes]).toEqual([2, MAPPED]);
+    const ownWithOne = s.idempotency.filterBytes;
+    all.push(...(await sealRuns(s, eraRuns, 20, eraRuns + 1)));
+    expect([s.idempotency.eraCount, s.idempotency.mappedFilterBytes]).toEqual([3, 2 * MAPPED]);
+    // Two eras on the map, the worker's own memory as with one: the third era took the
+    // second's buffer (the second took the first's).
+    expect(s.idempotency.filterBytes).toBe(ownWithOne);
+    const absent = Array.from({ length: 2000 }, (_, i) => put(`c-${i % 3}`, `no-${i}`, 0));
+    const answers = (keys: KeyStore, kept = all): void => {
+      expect(kept.every((p) => keys.get(p)?.fingerprint === '1')).toBe(true);
+      expect(absent.some((p) => keys.get(p) !== undefined)).toBe(false);
+    };
+    answers(s.idempotency);
+    // After a restart both are read from the map again, their runs' filters with them.
+    await fixture.closeStore(s);
+    s = openStore(dir);
+    expect([s.idempotency.eraCount, s.idempotency.mappedFilterBytes]).toEqual([2, 2 * MAPPED]);
+    answers(s.idempotency);
+    // The groups of the stored eras and the open era's one (by its own filter) only.
+    expect(s.idempotency.filterBytes).toBeLessThan(ownWithOne);
+    // Its last group expired, the first era leaves the map and the disk.
+    expect(await s.idempotency.dropExpired(T0 + eraRuns, PACING)).toHaveLength(eraRuns);
+    expect([s.idempotency.eraCount, s.idempotency.mappedFilterBytes]).toEqual([1, MAPPED]);
+    expect(storedEras(dir)).toEqual([eraRuns + 1]);
+    answers(s.idempotency, all.slice(eraRuns * 20));
+    expect(all.slice(0, eraRuns * 20).some((p) => s.idempotency.get(p) !== undefined)).toBe(false);
+  });
+
+  it('reads an era an earlier release stored in chunks, into memory', async () => {
+    const dir = fixture.tempDir();
+    let s = openStore(dir);
+    const eraRuns = ERA_GROUPS * GROUP_RUNS;
+    const all = await sealRuns(s, eraRuns + 1, 20);
+    await fixture.closeStore(s);
+    // The stored image rewritten as such a release stored the era: head at 0, then chunks.
+    const env = openDurableEnv(dir, ['idempotency-run-eras']);
+    const eraTable = env.dbs['idempotency-run-eras'];
+    const head = decodeRecord(eraTable.get([1, ERA_HEAD]) as Buffer);
+    const [first, lastRun, capacity, layout] = (head.ok ? head.value : []) as [
+      number,
+      number,
+      number,
+      [number, number],
+    ];
+    const image = eraTable.getBinary([1, ERA_HEAD - 1]) as Buffer;
+    const filter = image.subarray(40, 40 + layout[1]);
+    const half = filter.byteLength / 2;
+    await eraTable.put([1, 0], encodeRecord([first, lastRun, capacity, 2]));
+    await eraTable.put([1, 1], encodeRecord(filter.subarray(0, half)));
+    await eraTable.put([1, 2], encodeRecord(filter.subarray(half)));
+    await eraTable.remove([1, ERA_HEAD]);
+    await eraTable.remove([1, ERA_HEAD - 1]);
+    await env.root.close();
+    s = openStore(dir);
+    expect([s.idempotency.eraCount, s.idempotency.mappedFilterBytes]).toEqual([1, 0]);
+    expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
+    const probes = vi.spyOn(KeyFilter.prototype, 'mayContain');
+    try {
+      expect(s.idempotency.get(put('c-0', 'absent', 0))).toBeUndefined();
+      expect(probes.mock.calls.length).toBeLessThan(3); // the era's filter answers
+    } finally {
+      probes.mockRestore();
+    }
   });
 
   it('drops a group of runs once all its keys expired, key by key off the disk', async () => {
