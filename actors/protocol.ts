@@ -222,8 +222,10 @@ export interface ShardLiveStats {
   readonly idempotencyRuns: number;
   /** Eras of groups of runs (one filter each), the open one included. */
   readonly idempotencyEras: number;
-  /** Memory the filters of the eras, groups and runs take, in bytes. */
+  /** The worker's memory the filters of the eras, groups and runs take, in bytes. */
   readonly idempotencyFilterBytes: number;
+  /** Closed eras' filters read from the memory map (file pages), in bytes. */
+  readonly idempotencyFilterMappedBytes: number;
   readonly lastSeq: number;
   readonly snapshotSeq: number;
   readonly journalRecords: number;

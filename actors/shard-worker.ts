@@ -463,6 +463,7 @@ function liveStats(): ShardLiveStats {
     idempotencyRuns: store.idempotency.runs.length,
     idempotencyEras: store.idempotency.eraCount,
     idempotencyFilterBytes: store.idempotency.filterBytes,
+    idempotencyFilterMappedBytes: store.idempotency.mappedFilterBytes,
     lastSeq: stored.lastSeq,
     snapshotSeq: stored.snapshotSeq,
     journalRecords: stored.journalRecords,

@@ -112,9 +112,10 @@ export interface Era {
 
 /**
  * A new, open era for groups of `groupCapacity` keys and their runs (at most `maxRuns`), or
- * null if they should stand alone. Its memory is `spare` where that is large enough (the
- * buffer of an era closed before, zeroed), else new. Its image will be read from the
- * memory map if it takes `mapFrom` bytes or more.
+ * null if they should stand alone. Its image will be read from the memory map if it takes
+ * `mapFrom` bytes or more; such an era's memory is `spare` where that is large enough (the
+ * buffer of an era closed before, zeroed), else new (as a smaller era's always is: it
+ * keeps its memory).
  */
 export function openEra(
   first: number,
@@ -130,8 +131,9 @@ export function openEra(
   const runBytes = KeyFilter.bytesFor(capacity, RUN_FILTER_BITS_PER_KEY) + 64 * maxRuns;
   const needed = IMAGE_LEAD + filterBytes + runBytes;
   const imageBytes = needed >= mapFrom ? Math.max(needed, MAPPED_IMAGE_BYTES) : needed;
-  const memory =
-    spare !== null && spare.byteLength >= imageBytes ? spare : new Uint8Array(imageBytes);
+  const reuse =
+    spare !== null && imageBytes >= MAPPED_IMAGE_BYTES && spare.byteLength >= imageBytes;
+  const memory = reuse ? spare : new Uint8Array(imageBytes);
   return {
     first,
     lastRun: Number.POSITIVE_INFINITY,

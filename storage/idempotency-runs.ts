@@ -811,10 +811,9 @@ export class KeyStore {
         this.#spareEra,
         this.mapErasFrom,
       );
-      if (era !== null) {
-        if (era.memory === this.#spareEra) this.#spareEra = null;
-        this.#eras.push(era);
-      }
+      // The spare goes with the era that takes it, or is let go (the keys' rate changed).
+      this.#spareEra = null;
+      if (era !== null) this.#eras.push(era);
     }
     const eraIndex = era === null ? 0 : era.groups;
     const filter = KeyFilter.sized(capacity);

@@ -219,6 +219,11 @@ describe('GET /v1/admin/metrics', () => {
         consumes,
       );
       expect(sampleSum(families, 'tally_shard_customers')).toBeGreaterThanOrEqual(consumes);
+      // No era closed yet: every filter is in the workers' memory, none on the memory map.
+      for (const shardId of shards) {
+        const shard = { shard: shardId ?? '' };
+        expect(sampleValue(families, 'tally_shard_idempotency_filter_mapped_bytes', shard)).toBe(0);
+      }
       // Every thread's heap and GC pauses: the front end's (main), each worker's, the webhooks'.
       for (const shardId of shards)
         expect(

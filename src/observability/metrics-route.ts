@@ -125,8 +125,14 @@ function renderShards(
   );
   gauge(
     'tally_shard_idempotency_filter_bytes',
-    "Memory the filters of the shard worker's eras, groups and runs of idempotency keys take.",
+    "The shard worker's memory the filters of its eras, groups and runs of idempotency keys " +
+      'take (closed eras read from the memory map not counted).',
     (s) => s.idempotencyFilterBytes,
+  );
+  gauge(
+    'tally_shard_idempotency_filter_mapped_bytes',
+    "Closed eras' filters the shard worker reads from LMDB's memory map (file pages).",
+    (s) => s.idempotencyFilterMappedBytes,
   );
   gauge(
     'tally_shard_heap_used_bytes',
