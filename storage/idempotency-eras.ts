@@ -243,11 +243,6 @@ export async function storeEra(
   return memory;
 }
 
-/** Issues the removal of a stored era's entries (in the caller's transaction). */
-export function removeEra(table: BinaryDb, era: Era): Promise<unknown> {
-  return removeOrphan(table, era.first);
-}
-
 /** Keys of an era's image and of its head (an earlier release's heads are at 0). */
 const IMAGE = -2;
 const IMAGE_HEAD = -1;
@@ -296,20 +291,36 @@ function loadChunks(table: BinaryDb, first: number, found: readonly number[]): E
     if (!(part instanceof Uint8Array)) throw corruptEra(first);
     parts.push(part);
   }
+  return loadedEra(first, lastRun, capacity, KeyFilter.fromChunks(parts));
+}
+
+/**
+ * An era read back at a start: closed and stored, its filter `filter`, its memory (where its
+ * filters are copies, not the map's) and its runs' filters as its image gave them.
+ */
+function loadedEra(
+  first: number,
+  lastRun: number,
+  capacity: number,
+  filter: KeyFilter,
+  image: { memory: Uint8Array | null; bytes: number; mapped: boolean } | null = null,
+  runFilters = new Map<number, KeyFilter>(),
+): Era {
+  const imageBytes = image?.bytes ?? 0;
   return {
     first,
     lastRun,
     capacity,
     reserved: capacity,
     groups: 0,
-    filter: KeyFilter.fromChunks(parts),
+    filter,
     stored: true,
-    memory: null,
-    imageBytes: 0,
-    carveAt: 0,
+    memory: image?.memory ?? null,
+    imageBytes,
+    carveAt: imageBytes,
     carved: [],
-    mappedBytes: 0,
-    runFilters: new Map(),
+    mappedBytes: image?.mapped === true ? imageBytes : 0,
+    runFilters,
     untouched: false,
   };
 }
@@ -340,34 +351,26 @@ function loadImage(table: BinaryDb, first: number): Era {
   const mapped = onTheMap(fast, imageBytes);
   const image = mapped ? read : new Uint8Array(read);
   const at = (offset: number): number => image.byteOffset + offset;
-  if (filterBytes <= 0 || IMAGE_LEAD + filterBytes > imageBytes) throw corrupt();
+  const blocks = (bytes: number): boolean => bytes > 0 && bytes % 64 === 0;
+  if (!blocks(filterBytes) || IMAGE_LEAD + filterBytes > imageBytes) throw corrupt();
   const runFilters = new Map<number, KeyFilter>();
   for (const run of runs as unknown[]) {
     if (!Array.isArray(run) || !run.every((n) => Number.isInteger(n))) throw corrupt();
     const [seq, offset, bytes] = run as [number, number, number];
-    if (offset < IMAGE_LEAD + filterBytes || offset + bytes > imageBytes) throw corrupt();
+    const inImage = offset >= IMAGE_LEAD + filterBytes && offset + bytes <= imageBytes;
+    if (!inImage || offset % 4 !== 0 || !blocks(bytes)) throw corrupt();
     runFilters.set(seq, KeyFilter.over(image.buffer, at(offset), bytes));
   }
-  return {
-    first,
-    lastRun: lastRun as number,
-    capacity: capacity as number,
-    reserved: capacity as number,
-    groups: 0,
-    filter: KeyFilter.over(image.buffer, at(IMAGE_LEAD), filterBytes),
-    stored: true,
-    memory: mapped ? null : image,
-    imageBytes,
-    carveAt: imageBytes,
-    carved: [],
-    mappedBytes: mapped ? imageBytes : 0,
-    runFilters,
-    untouched: false,
-  };
+  const filter = KeyFilter.over(image.buffer, at(IMAGE_LEAD), filterBytes);
+  const kept = { memory: mapped ? null : image, bytes: imageBytes, mapped };
+  return loadedEra(first, lastRun as number, capacity as number, filter, kept, runFilters);
 }
 
-/** Issues the removal of every entry stored for the era that starts at `first`. */
-export function removeOrphan(table: BinaryDb, first: number): Promise<unknown> {
+/**
+ * Issues the removal of every entry stored for the era that starts at `first` (a stored
+ * era's, or what a crash left without a head), in the caller's transaction.
+ */
+export function removeEra(table: BinaryDb, first: number): Promise<unknown> {
   let last: Promise<unknown> = Promise.resolve();
   for (const key of table.getKeys({ start: [first], end: [first + 1] })) last = table.remove(key);
   return last;

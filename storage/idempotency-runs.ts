@@ -66,7 +66,6 @@ import {
   MAP_FROM_BYTES,
   openEra,
   removeEra,
-  removeOrphan,
   storeEra,
   type Era,
 } from './idempotency-eras.js';
@@ -879,7 +878,7 @@ export class KeyStore {
   async dropExpired(beforeMs: number, pacing: Pick<Pacing, 'pause'>): Promise<RunInfo[]> {
     if (this.#orphanEras.length > 0) {
       let last: Promise<unknown> = Promise.resolve();
-      for (const first of this.#orphanEras) last = removeOrphan(this.#eraTable, first);
+      for (const first of this.#orphanEras) last = removeEra(this.#eraTable, first);
       await flushedWrite(this.#root, last, 'the removal of an unfinished idempotency era');
       this.#orphanEras = [];
     }
@@ -894,7 +893,7 @@ export class KeyStore {
       for (const run of group.runs) last = this.#catalog.remove(run.seq);
       const era = group.era;
       const eraEnds = era !== null && this.#groups[1]?.era !== era;
-      if (eraEnds && era.stored) last = removeEra(this.#eraTable, era);
+      if (eraEnds && era.stored) last = removeEra(this.#eraTable, era.first);
       await flushedWrite(this.#root, last, 'the removal of an idempotency run group');
       if (eraEnds) this.#dropEra(era);
       this.#groups.shift();
