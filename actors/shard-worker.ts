@@ -142,6 +142,21 @@ const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`), {
   isSnapshotItem: isCustomerSnapshot,
   isAudit: isPendingAudit,
 });
+/**
+ * TEST ONLY, never set in production: TALLY_TEST_MAP_ERAS_FROM=<bytes> stores closed
+ * idempotency eras from that size on in the memory map (storage/idempotency-eras.ts), so a
+ * kill -9 test whose eras are tiny exercises the mapped path a busy shard takes.
+ */
+const MAP_ERAS_FROM_FOR_TESTS = process.env['TALLY_TEST_MAP_ERAS_FROM'];
+if (MAP_ERAS_FROM_FOR_TESTS !== undefined) {
+  const bytes = Number(MAP_ERAS_FROM_FOR_TESTS);
+  assert(Number.isSafeInteger(bytes) && bytes >= 0, 'TALLY_TEST_MAP_ERAS_FROM is a byte count');
+  store.idempotency.mapErasFrom = bytes;
+  process.stderr.write(
+    `shard ${workerIndex}: TALLY_TEST_MAP_ERAS_FROM=${bytes}: eras that small go to the ` +
+      `memory map (test only)\n`,
+  );
+}
 /** Metrics of this worker's journal, shipped with every stats reply. */
 const journalFlushMs = new Histogram(JOURNAL_FLUSH_BOUNDS_MS);
 const journalBatchEvents = new Histogram(JOURNAL_BATCH_EVENTS_BOUNDS);

@@ -85,40 +85,55 @@ describe('crash safety', () => {
     await killUnderLoad('tally-kill9-runs', env, { cycles: 2, loops: 12, killAt });
   });
 
-  it('keys in runs behind an era survive kill -9 once the era closed', async () => {
-    // Runs of 4 keys or more (whatever waits when a seal starts): sealing never stops, and
-    // an era (16 groups of up to 16 runs) closes when a run opens its 17th group, after
-    // 200–260 runs (~50 s here: each seal waits for three syncs); the seal that closes it
-    // stores its filter. The kill comes three runs later, among the slices of sealing.
-    const env = { TALLY_WORKERS: '1', TALLY_IDEMPOTENCY_RUN_KEYS: '4' };
-    let closedAt = Number.POSITIVE_INFINITY;
-    const killAt = (_: number, gauges: RunGauges): boolean => {
-      if (gauges.eras >= 2) closedAt = Math.min(closedAt, gauges.runs);
-      return gauges.runs >= closedAt + 3;
-    };
-    const { eras, dataDir } = await killUnderLoad('tally-kill9-eras', env, {
-      cycles: 1,
-      loops: 12,
-      killAt,
-    });
-    // The closed era was stored before the kill (the open one never is) and the restart
-    // held it: every key answered above through it (a seal at the restart may have opened
-    // a new era too).
-    expect(eras).toBeGreaterThanOrEqual(1);
-    const shard = openDurableEnv(join(dataDir, 'shard-0'), ['idempotency-run-eras']);
-    try {
-      const keys = [...shard.dbs['idempotency-run-eras'].getKeys({})] as Array<[number, number]>;
-      expect(keys.filter(([, index]) => index === -1)).toHaveLength(1); // its head
-    } finally {
-      await shard.root.close();
-    }
-  }, 240_000);
+  // Eras this small stay in the worker's memory; the second case stores them as a busy
+  // shard does, as images read back from the memory map (padded to 32 MiB).
+  it.each([
+    ['in memory', {}],
+    ['on the memory map', { TALLY_TEST_MAP_ERAS_FROM: '0' }],
+  ] as const)(
+    'keys in runs behind an era (%s) survive kill -9 once the era closed',
+    async (_, mapping) => {
+      // Runs of 4 keys or more (whatever waits when a seal starts): sealing never stops, and
+      // an era (16 groups of up to 16 runs) closes when a run opens its 17th group, after
+      // 200–260 runs (~50 s here: each seal waits for three syncs); the seal that closes it
+      // stores its filter. The kill comes three runs later, among the slices of sealing.
+      const env = { TALLY_WORKERS: '1', TALLY_IDEMPOTENCY_RUN_KEYS: '4', ...mapping };
+      let closedAt = Number.POSITIVE_INFINITY;
+      const killAt = (_: number, gauges: RunGauges): boolean => {
+        if (gauges.eras >= 2) closedAt = Math.min(closedAt, gauges.runs);
+        return gauges.runs >= closedAt + 3;
+      };
+      const { eras, mappedBytes, dataDir } = await killUnderLoad('tally-kill9-eras', env, {
+        cycles: 1,
+        loops: 12,
+        killAt,
+      });
+      // The closed era was stored before the kill (the open one never is) and the restart
+      // held it: every key answered above through it (a seal at the restart may have opened
+      // a new era too).
+      expect(eras).toBeGreaterThanOrEqual(1);
+      // Read back from the map at the restart, checksums verified: 32 MiB an image.
+      if ('TALLY_TEST_MAP_ERAS_FROM' in mapping)
+        expect(mappedBytes).toBeGreaterThanOrEqual(32 << 20);
+      else expect(mappedBytes).toBe(0);
+      const shard = openDurableEnv(join(dataDir, 'shard-0'), ['idempotency-run-eras']);
+      try {
+        const keys = [...shard.dbs['idempotency-run-eras'].getKeys({})] as Array<[number, number]>;
+        expect(keys.filter(([, index]) => index === -1)).toHaveLength(1); // its head
+      } finally {
+        await shard.root.close();
+      }
+    },
+    240_000,
+  );
 });
 
 /** The shard gauges a kill waits for, summed over shards. */
 interface RunGauges {
   readonly runs: number;
   readonly eras: number;
+  /** Bytes of closed eras' images read from the memory map. */
+  readonly mappedBytes: number;
 }
 
 async function runGauges(base: string, adminKey: string): Promise<RunGauges> {
@@ -127,14 +142,19 @@ async function runGauges(base: string, adminKey: string): Promise<RunGauges> {
     [...metrics.matchAll(new RegExp(`^${name}\\{[^}]*\\} (\\d+)`, 'gm'))]
       .map((m) => Number(m[1]))
       .reduce((total, n) => total + n, 0);
-  return { runs: sum('tally_shard_idempotency_runs'), eras: sum('tally_shard_idempotency_eras') };
+  return {
+    runs: sum('tally_shard_idempotency_runs'),
+    eras: sum('tally_shard_idempotency_eras'),
+    mappedBytes: sum('tally_shard_idempotency_filter_mapped_bytes'),
+  };
 }
 
 /**
  * Keyed consumes from `loops` loops, killed with SIGKILL `cycles` times (each once `killAt`
  * holds), then a restart: every acknowledged consume is applied, each retry is a replay
  * that applies nothing, and a retry with another amount is a 400. Returns the eras the
- * last start held and the data dir (stopped).
+ * last start held, the bytes of their images it read from the memory map and the data dir
+ * (stopped).
  */
 async function killUnderLoad(
   prefix: string,
@@ -144,7 +164,7 @@ async function killUnderLoad(
     readonly loops: number;
     readonly killAt: (cycle: number, gauges: RunGauges) => boolean;
   },
-): Promise<{ eras: number; dataDir: string }> {
+): Promise<{ eras: number; mappedBytes: number; dataDir: string }> {
   const dataDir = tempDataDir(prefix);
   const acked = new Map<string, number>(); // key → amount, acknowledged
   const customerOf = (key: string): string => `kr-${Number(key.split('-')[2]) % 12}`;
@@ -176,7 +196,7 @@ async function killUnderLoad(
   }
   const server = await startServerProcess({ dataDir, env, ...(keys ? { keys } : {}) });
   try {
-    const { eras } = await runGauges(server.base, server.keys.admin);
+    const { eras, mappedBytes } = await runGauges(server.base, server.keys.admin);
     const sk = server.keys.test.server;
     /** Each customer's consumed total, as the server answers it now. */
     const consumed = async (): Promise<number[]> => {
@@ -214,7 +234,7 @@ async function killUnderLoad(
     await Promise.all(Array.from({ length: 12 }, (_, from) => retrier(from)));
     // No retry applied anything: every acknowledged key was found.
     expect(await consumed()).toEqual(before);
-    return { eras, dataDir };
+    return { eras, mappedBytes, dataDir };
   } finally {
     await server.stop();
   }
