@@ -100,6 +100,22 @@ export const SNAPSHOT_SLICE_WORK = 500;
 export const SHARD_YOUNG_GENERATION_MB = 48;
 
 /**
+ * V8 old generation limit of a shard worker: 10 GiB, where Node's default is ~4 GiB on a
+ * machine of 16 GiB or more. The limit is a cap, not a target: V8 collects as often
+ * either way while the heap is far below it. It is set for what V8 does with half of it. A closed
+ * idempotency era's image is read from LMDB's memory map (storage/idempotency-eras.ts), and
+ * the first read in a part of the map the thread has no view of makes one, of up to 4 GiB
+ * (the map, or a 4 GiB window of a larger one). V8 counts that view as memory the heap
+ * holds until lmdb-js takes it back a moment later, and where it grows the heap's outside
+ * memory by more than half this limit since the last full collection, V8 collects all
+ * garbage at once, compacting, before the read returns: measured with a 3 GiB view on a
+ * 44 MiB heap, a 37–49 ms pause inside the read with the default limit, where with this
+ * one the read took 5 ms and only started an incremental collection. Half of 10 GiB
+ * covers a 4 GiB view and 1 GiB of other outside memory.
+ */
+export const SHARD_OLD_GENERATION_MB = 10_240;
+
+/**
  * Also snapshot a shard once this many events were journaled since its last snapshot:
  * replay time is per event, not per record (group commit packs 1–1,000 events into a
  * record). Replay runs at ~2.5–3 µs an event for a million customers here, so this bounds

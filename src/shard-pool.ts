@@ -19,6 +19,7 @@ import {
   IDEMPOTENCY_RUN_KEYS,
   SNAPSHOT_SLICE_WORK,
   LOGICAL_SHARDS,
+  SHARD_OLD_GENERATION_MB,
   SHARD_YOUNG_GENERATION_MB,
   SNAPSHOT_EVERY_BATCHES,
   WORKER_QUEUE_MAX,
@@ -194,7 +195,10 @@ export class ShardPool {
     const worker = new Worker(new URL('../actors/shard-worker.js', import.meta.url), {
       workerData,
       transferList: [...workerData.frontEnds],
-      resourceLimits: { maxYoungGenerationSizeMb: SHARD_YOUNG_GENERATION_MB },
+      resourceLimits: {
+        maxYoungGenerationSizeMb: SHARD_YOUNG_GENERATION_MB,
+        maxOldGenerationSizeMb: SHARD_OLD_GENERATION_MB,
+      },
     });
     const slot: Slot = { worker, outbox: [], inFlight: 0, stats: null };
     this.slots.push(slot);
