@@ -101,17 +101,17 @@ export const SHARD_YOUNG_GENERATION_MB = 48;
 
 /**
  * V8 old generation limit of a shard worker: 10 GiB, where Node's default is ~4 GiB on a
- * machine of 16 GiB or more. The limit is a cap, not a target: V8 collects as often
- * either way while the heap is far below it. It is set for what V8 does with half of it. A closed
- * idempotency era's image is read from LMDB's memory map (storage/idempotency-eras.ts), and
- * the first read in a part of the map the thread has no view of makes one, of up to 4 GiB
- * (the map, or a 4 GiB window of a larger one). V8 counts that view as memory the heap
- * holds until lmdb-js takes it back a moment later, and where it grows the heap's outside
- * memory by more than half this limit since the last full collection, V8 collects all
- * garbage at once, compacting, before the read returns: measured with a 3 GiB view on a
- * 44 MiB heap, a 37–49 ms pause inside the read with the default limit, where with this
- * one the read took 5 ms and only started an incremental collection. Half of 10 GiB
- * covers a 4 GiB view and 1 GiB of other outside memory.
+ * machine of 16 GiB or more. It is a cap, not a target: V8 collects as often either way
+ * while the heap is far below it. What it is set for is what V8 does with half of it. A
+ * closed idempotency era's image is read from LMDB's memory map
+ * (storage/idempotency-eras.ts), and the first read in a part of the map the thread has
+ * no view of makes one, of up to 4 GiB (the map, or a 4 GiB window of a larger one). V8
+ * counts the view as memory outside the heap until lmdb-js takes it back a moment later,
+ * and where that memory grew by more than half this limit since the last full
+ * collection, V8 collects all garbage, compacting, before the read returns. Measured with
+ * a 3 GiB view and a 44 MiB heap: a 37–49 ms collection inside the read with the default
+ * limit; with this one the read took 5 ms and started an incremental collection. Half of
+ * 10 GiB covers a 4 GiB view and 1 GiB of other memory outside the heap.
  */
 export const SHARD_OLD_GENERATION_MB = 10_240;
 
