@@ -88,7 +88,7 @@ export const IDEMPOTENCY_DB_NAMES = [
 ] as const;
 export type IdempotencyDbName = (typeof IDEMPOTENCY_DB_NAMES)[number];
 
-/** Keys one slice of dropping or migrating writes or removes. */
+/** Keys one slice of dropping, clearing (an interrupted run) or migrating writes or removes. */
 export const KEY_SLICE = 2000;
 /**
  * Keys one turn of sealing writes: about half a millisecond of the shard's thread (building
