@@ -12,6 +12,7 @@
  */
 import { crc32 } from 'node:zlib';
 import { Packr } from 'msgpackr';
+import { assert } from '../shared/assert.js';
 
 /**
  * The one encoder for stored state. Options are chosen for durability first:
@@ -68,6 +69,46 @@ export function encodeRecord(value: unknown): Buffer {
   const frame = Buffer.allocUnsafe(HEADER_BYTES + payload.length);
   frame.writeUInt32BE(crc32(payload), 0);
   frame.set(payload, HEADER_BYTES);
+  return frame;
+}
+
+/** Bytes `encodeRecordSliced` copies and checksums per turn (~0.1–0.3 ms). */
+export const SLICED_RECORD_BYTES = 256 << 10;
+
+/**
+ * Frames `[...head, bytes]` exactly as `encodeRecord` does, but copies and checksums
+ * `bytes` a slice per turn (`pause` between slices): a group's key filter (3 MiB at the
+ * default run size) encoded at once held the thread for 3.5–8 ms, in slices 0.1–0.3 ms
+ * each. `head` holds up to 14 small values; `bytes` must not change until it resolves.
+ */
+export async function encodeRecordSliced(
+  head: readonly unknown[],
+  bytes: Uint8Array,
+  pause: () => Promise<void>,
+): Promise<Buffer> {
+  const packed = packr.pack(head);
+  assert(head.length < 15 && packed[0] === 0x90 + head.length, 'a sliced record is a short array');
+  const n = bytes.byteLength;
+  // MessagePack's bin header, the smallest that holds the length (as the packr writes it).
+  const bin =
+    n < 0x100
+      ? [0xc4, n]
+      : n < 0x10000
+        ? [0xc5, n >>> 8, n & 0xff]
+        : [0xc6, n >>> 24, (n >>> 16) & 0xff, (n >>> 8) & 0xff, n & 0xff];
+  const start = HEADER_BYTES + packed.length + bin.length;
+  const frame = Buffer.allocUnsafe(start + n);
+  frame.set(packed, HEADER_BYTES);
+  frame[HEADER_BYTES] = 0x90 + head.length + 1;
+  frame.set(bin, HEADER_BYTES + packed.length);
+  let crc = crc32(frame.subarray(HEADER_BYTES, start));
+  for (let at = 0; at < n; at += SLICED_RECORD_BYTES) {
+    const slice = bytes.subarray(at, Math.min(n, at + SLICED_RECORD_BYTES));
+    frame.set(slice, start + at);
+    crc = crc32(slice, crc);
+    await pause();
+  }
+  frame.writeUInt32BE(crc >>> 0, 0);
   return frame;
 }
 

@@ -56,7 +56,7 @@
  */
 import { assert } from '../shared/assert.js';
 import { IDEMPOTENCY_RUN_KEYS } from '../shared/limits.js';
-import { decodeRecord, encodeRecord } from './codec.js';
+import { decodeRecord, encodeRecord, encodeRecordSliced } from './codec.js';
 import {
   carveRunFilter,
   ERA_GROUPS,
@@ -290,9 +290,10 @@ function runRecord(run: Run): Buffer {
   return encodeRecord({ ...counts, blocks, filter: filter.bytes });
 }
 
-function groupRecord(group: Group): Buffer {
+/** A group's catalog record, its filter (MBs) copied a slice per turn. */
+function groupRecord(group: Group, pause: () => Promise<void>): Promise<Buffer> {
   assert(group.filter !== null, 'an open group keeps its filter');
-  return encodeRecord([group.first, group.capacity, group.filter.bytes]);
+  return encodeRecordSliced([group.first, group.capacity], group.filter.bytes, pause);
 }
 
 function sameCustomer(a: KeyAddress, b: KeyAddress): boolean {
@@ -771,7 +772,7 @@ export class KeyStore {
       await pacing.pause();
     }
     await writer.committed();
-    const run = await this.#commitRun(writer, group);
+    const run = await this.#commitRun(writer, group, pacing.pause);
     this.#sealing = null;
     batch.clear();
     // A batch smaller than a seal's (the first one, grown from a few slots) is let go.
@@ -868,10 +869,11 @@ export class KeyStore {
    * Commits a written run: its record and its group's (the filter with its keys) in one
    * transaction. Lookups find it from then on.
    */
-  async #commitRun(writer: RunWriter, group: Group): Promise<Run> {
+  async #commitRun(writer: RunWriter, group: Group, pause: Pacing['pause']): Promise<Run> {
     const run = writer.run();
+    const groupBytes = await groupRecord(group, pause);
     this.#catalog.put(run.seq, runRecord(run)).catch(() => undefined);
-    const stored = this.#catalog.put(['group', group.first], groupRecord(group));
+    const stored = this.#catalog.put(['group', group.first], groupBytes);
     await flushedWrite(this.#root, stored, 'an idempotency run and its group');
     if (this.#groups.at(-1) !== group) this.#joined(group);
     group.runs.push(run);
@@ -986,7 +988,7 @@ export class KeyStore {
         moved += 1;
         if (writer.count === MIGRATION_RUN_KEYS) {
           await writer.committed();
-          await this.#commitRun(writer, group as Group);
+          await this.#commitRun(writer, group as Group, pacing.pause);
           writer = null;
         }
       }
@@ -994,7 +996,8 @@ export class KeyStore {
       if (writer !== null) await writer.committed();
       await pacing.pause();
     }
-    if (writer !== null && writer.count > 0) await this.#commitRun(writer, group as Group);
+    if (writer !== null && writer.count > 0)
+      await this.#commitRun(writer, group as Group, pacing.pause);
     await this.#storeEras(pacing);
     await flushedWrite(this.#root, this.#table.clearAsync(), 'the clearing of the old key table');
     await flushedWrite(

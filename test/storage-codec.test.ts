@@ -7,7 +7,13 @@ import { crc32 } from 'node:zlib';
 import fc from 'fast-check';
 import { Packr } from 'msgpackr';
 import { describe, it, expect } from 'vitest';
-import { decodeRecord, encodeRecord, packr } from '../storage/codec.js';
+import {
+  decodeRecord,
+  encodeRecord,
+  encodeRecordSliced,
+  packr,
+  SLICED_RECORD_BYTES,
+} from '../storage/codec.js';
 
 /** How frames were encoded before msgpackr records (codec.ts): plain MessagePack maps. */
 const mapsPackr = new Packr({
@@ -170,6 +176,22 @@ describe('codec', () => {
       }),
       { numRuns: 500 },
     );
+  });
+
+  it('frames many bytes a slice per turn, byte for byte as encodeRecord does', async () => {
+    // Every bin header size (8, 16 and 32-bit lengths), an empty value, and several slices.
+    for (const length of [0, 200, 70_000, 3 * SLICED_RECORD_BYTES + 5]) {
+      const bytes = new Uint8Array(length);
+      for (let i = 0; i < length; i++) bytes[i] = (i * 131 + 7) & 0xff;
+      let pauses = 0;
+      const sliced = await encodeRecordSliced([17, 2_097_152], bytes, async () => {
+        pauses += 1;
+      });
+      expect(sliced.equals(encodeRecord([17, 2_097_152, bytes]))).toBe(true);
+      expect(pauses).toBe(Math.ceil(length / SLICED_RECORD_BYTES));
+      const decoded = decodeRecord(sliced);
+      expect(decoded.ok && (decoded.value as unknown[])[2]).toEqual(Buffer.from(bytes));
+    }
   });
 
   it('frames as [u32 BE crc32][msgpack]', () => {
