@@ -42,6 +42,8 @@ export interface ProbeWindow {
   readonly msP99: number;
   readonly msP999: number;
   readonly msMax: number;
+  /** Every answered probe's latency (ms), for a quantile over many windows. */
+  readonly latenciesMs: readonly number[];
 }
 
 /**
@@ -71,6 +73,7 @@ export class ReplyReader {
 /** Probes one target in this thread, a request at a time; `window()` reads and resets. */
 export class Probe {
   #histogram = new LatencyHistogram();
+  #latencies: number[] = [];
   #failures = 0;
   #socket: net.Socket | null = null;
   #reader = new ReplyReader();
@@ -93,9 +96,11 @@ export class Probe {
       socket.write(request);
     });
     this.#waiting = null;
-    if (status !== null && status >= 200 && status < 300)
-      this.#histogram.record(performance.now() - started);
-    else {
+    if (status !== null && status >= 200 && status < 300) {
+      const ms = performance.now() - started;
+      this.#histogram.record(ms);
+      this.#latencies.push(ms);
+    } else {
       this.#failures++;
       this.#drop();
     }
@@ -109,8 +114,10 @@ export class Probe {
       msP99: h.quantileMs(0.99),
       msP999: h.quantileMs(0.999),
       msMax: h.max,
+      latenciesMs: this.#latencies,
     };
     this.#histogram = new LatencyHistogram();
+    this.#latencies = [];
     this.#failures = 0;
     return taken;
   }

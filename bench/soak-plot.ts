@@ -25,6 +25,8 @@ export interface SoakWindow {
   readonly probeMsP99: number;
   readonly probeMsP999: number;
   readonly probeMsMax: number;
+  /** Every answered probe's latency in the window (ms): the soak's p99 is over all of them. */
+  readonly probeLatenciesMs: readonly number[];
   readonly probeFailures: number;
   /** The same probe of an idle bare uWebSockets.js server at the same time (probe.ts). */
   readonly bareProbeMsP99: number;

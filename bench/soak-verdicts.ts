@@ -33,7 +33,12 @@ export function verdicts(
   // of LMDB's mapped data files are the kernel's page cache, shared and dropped under
   // pressure; they grow with the data read and written, so they are reported beside it.
   const ownSpread = spread(after.map((w) => w.rssMiB - w.rssFileMiB));
-  const probeP99 = Math.max(...after.map((w) => w.probeMsP99));
+  // The target is the p99 of the soak's probes after warm-up; the worst window's beside it.
+  const probeP99 = quantile(
+    after.flatMap((w) => w.probeLatenciesMs),
+    0.99,
+  );
+  const windowP99 = Math.max(...after.map((w) => w.probeMsP99));
   const probeMax = Math.max(...windows.map((w) => w.probeMsMax));
   const bareP99 = Math.max(...after.map((w) => w.bareProbeMsP99));
   const bareMax = Math.max(...windows.map((w) => w.bareProbeMsMax));
@@ -60,8 +65,9 @@ export function verdicts(
     `Memory of its own (RSS less file-backed pages) after warm-up within ` +
       `${(ownSpread * 100).toFixed(1)}% (target 10%): ${mark(ownSpread <= 0.1)}; all of RSS ` +
       `within ${(rssSpread * 100).toFixed(1)}% (file-backed pages: LMDB's page cache).`,
-    `Probe p99 at most ${probeP99.toFixed(2)} ms (target 5 ms) and max ` +
-      `${probeMax.toFixed(1)} ms (target 50 ms): ${mark(probeP99 <= 5 && probeMax <= 50)}; ` +
+    `Probe p99 ${probeP99.toFixed(2)} ms after warm-up (target 5 ms; at most ` +
+      `${windowP99.toFixed(2)} ms in a 15-second window) and max ${probeMax.toFixed(1)} ms ` +
+      `(target 50 ms): ${mark(probeP99 <= 5 && probeMax <= 50)}; ` +
       `an idle bare uWebSockets.js server probed the same way at the same time: p99 at most ` +
       `${bareP99.toFixed(2)} ms, max ${bareMax.toFixed(1)} ms (the machine's share).`,
     `Load p99 ${load.msP99.toFixed(1)} ms against ${baseline.msP99.toFixed(1)} ms in a ` +
@@ -78,4 +84,11 @@ export function verdicts(
     `Errors (socket, non-2xx, probe failures; the 5-second run's included): ${errors} ` +
       `(target 0): ${mark(errors === 0)}.`,
   ];
+}
+
+/** The value at quantile `q` of `values` (the smallest with at least q of them at or below). */
+function quantile(values: readonly number[], q: number): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = Float64Array.from(values).sort();
+  return sorted[Math.max(0, Math.ceil(q * sorted.length) - 1)] as number;
 }

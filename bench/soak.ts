@@ -309,6 +309,7 @@ async function windowOf(
     probeMsP99: probe?.msP99 ?? Number.NaN,
     probeMsP999: probe?.msP999 ?? Number.NaN,
     probeMsMax: probe?.msMax ?? Number.NaN,
+    probeLatenciesMs: probe?.latenciesMs ?? [],
     probeFailures: probe?.failures ?? 0,
     bareProbeMsP99: bare?.msP99 ?? Number.NaN,
     bareProbeMsMax: bare?.msMax ?? Number.NaN,

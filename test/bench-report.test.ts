@@ -245,6 +245,7 @@ describe('soak plot', () => {
       probeMsP99: 1 + i,
       probeMsP999: 2,
       probeMsMax: 5 * (i + 1),
+      probeLatenciesMs: [],
       probeFailures: 0,
       bareProbeMsP99: 0.5 + i,
       bareProbeMsMax: 1,
@@ -284,7 +285,10 @@ describe('soak plot', () => {
 });
 
 describe('soak verdicts', () => {
-  const window = (i: number, gcLongestMs: number | null) => ({
+  /** 100 probes of 2 ms, `slow` of them 8 ms instead (the first window: 40 ms). */
+  const probes = (i: number, slow: number): number[] =>
+    Array.from({ length: 100 }, (_, n) => (i === 0 ? 40 : n < slow ? 8 : 2));
+  const window = (i: number, gcLongestMs: number | null, slow = i === 3 ? 4 : 0) => ({
     atSec: 15 * (i + 1),
     rssMiB: 300 + (i % 2) * 20,
     rssFileMiB: 100 + (i % 2) * 20, // own memory 200 MiB in every window
@@ -296,9 +300,10 @@ describe('soak verdicts', () => {
     snapshots: i === 4 ? 1 : 0,
     snapshotMsMax: i === 4 ? 120 : null,
     snapshotPauseMsMax: i === 4 ? 4.5 : null,
-    probeMsP99: i === 0 ? 40 : 4, // the first window is warm-up
+    probeMsP99: i === 0 ? 40 : slow > 0 ? 8 : 2, // the first window is warm-up
     probeMsP999: 5,
     probeMsMax: 12,
+    probeLatenciesMs: probes(i, slow),
     probeFailures: 0,
     bareProbeMsP99: 3,
     bareProbeMsMax: 9,
@@ -316,7 +321,13 @@ describe('soak verdicts', () => {
     const lines = verdicts(gauged, { ...clean, msP99: 30 }, { ...clean, msP99: 10 });
     expect(lines).toHaveLength(6);
     expect(lines[0]).toMatch(/within 0\.0% \(target 10%\): held/);
-    expect(lines[1]).toMatch(/^Probe p99 at most 4\.00 ms .*max 12\.0 ms .*: held;/);
+    // One window's p99 is 8 ms, but 4 slow probes of 400 after warm-up leave the p99 at 2.
+    expect(lines[1]).toMatch(/^Probe p99 2\.00 ms after warm-up \(target 5 ms; at most 8\.00 ms /);
+    expect(lines[1]).toMatch(/in a 15-second window\) and max 12\.0 ms .*: held;/);
+    const slower = [0, 1, 2, 3, 4, 5].map((i) => window(i, 8, i === 3 ? 10 : 0));
+    expect(verdicts(slower, { ...clean, msP99: 30 }, { ...clean, msP99: 10 })[1]).toMatch(
+      /^Probe p99 8\.00 ms after warm-up .*: missed;/,
+    );
     expect(lines[2]).toBe(
       'Load p99 30.0 ms against 10.0 ms in a 5-second run of the same load before the soak: ' +
         '3.00× (target 3×): held.',
