@@ -20,7 +20,6 @@
  */
 import net from 'node:net';
 import { Worker } from 'node:worker_threads';
-import { LatencyHistogram } from './latency-histogram.js';
 
 export const PROBE_INTERVAL_MS = 20;
 /** A reply slower than this counts as a failure (and the connection is opened anew). */
@@ -70,9 +69,18 @@ export class ReplyReader {
   }
 }
 
+/**
+ * The value at quantile `q` (in [0, 1]) of `values`: the smallest with at least that share
+ * of them at or below it; NaN for none.
+ */
+export function quantileOf(values: readonly number[], q: number): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = Float64Array.from(values).sort();
+  return sorted[Math.max(0, Math.ceil(q * sorted.length) - 1)] as number;
+}
+
 /** Probes one target in this thread, a request at a time; `window()` reads and resets. */
 export class Probe {
-  #histogram = new LatencyHistogram();
   #latencies: number[] = [];
   #failures = 0;
   #socket: net.Socket | null = null;
@@ -96,27 +104,24 @@ export class Probe {
       socket.write(request);
     });
     this.#waiting = null;
-    if (status !== null && status >= 200 && status < 300) {
-      const ms = performance.now() - started;
-      this.#histogram.record(ms);
-      this.#latencies.push(ms);
-    } else {
+    if (status !== null && status >= 200 && status < 300)
+      this.#latencies.push(performance.now() - started);
+    else {
       this.#failures++;
       this.#drop();
     }
   }
 
   window(): ProbeWindow {
-    const h = this.#histogram;
+    const latencies = this.#latencies;
     const taken = {
-      count: h.count,
+      count: latencies.length,
       failures: this.#failures,
-      msP99: h.quantileMs(0.99),
-      msP999: h.quantileMs(0.999),
-      msMax: h.max,
-      latenciesMs: this.#latencies,
+      msP99: quantileOf(latencies, 0.99),
+      msP999: quantileOf(latencies, 0.999),
+      msMax: latencies.reduce((max, ms) => Math.max(max, ms), 0),
+      latenciesMs: latencies,
     };
-    this.#histogram = new LatencyHistogram();
     this.#latencies = [];
     this.#failures = 0;
     return taken;

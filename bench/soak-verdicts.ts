@@ -2,6 +2,7 @@
  * What the soak benchmark judges at its end (soak.ts): whether its targets held over the
  * windows it recorded, one line per target for the console and the report.
  */
+import { quantileOf } from './probe.js';
 import type { SoakWindow } from './soak-plot.js';
 
 /** What wrk reports of a run, as far as the targets go. */
@@ -34,7 +35,7 @@ export function verdicts(
   // pressure; they grow with the data read and written, so they are reported beside it.
   const ownSpread = spread(after.map((w) => w.rssMiB - w.rssFileMiB));
   // The target is the p99 of the soak's probes after warm-up; the worst window's beside it.
-  const probeP99 = quantile(
+  const probeP99 = quantileOf(
     after.flatMap((w) => w.probeLatenciesMs),
     0.99,
   );
@@ -84,11 +85,4 @@ export function verdicts(
     `Errors (socket, non-2xx, probe failures; the 5-second run's included): ${errors} ` +
       `(target 0): ${mark(errors === 0)}.`,
   ];
-}
-
-/** The value at quantile `q` of `values` (the smallest with at least q of them at or below). */
-function quantile(values: readonly number[], q: number): number {
-  if (values.length === 0) return Number.NaN;
-  const sorted = Float64Array.from(values).sort();
-  return sorted[Math.max(0, Math.ceil(q * sorted.length) - 1)] as number;
 }
