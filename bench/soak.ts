@@ -21,7 +21,10 @@
  * Load: wrk (one thread, `--connections`, default 128) with a Lua script that cycles over
  * 10,000 customers and numbers its keys (`--keys none` sends none, to compare keyed with
  * unkeyed throughput); `--rate R` spaces each connection's requests so the total
- * approaches R per second (wrk's `delay`), otherwise it runs flat out.
+ * approaches R per second (wrk's `delay`), otherwise it runs flat out. wrk runs at a lower
+ * priority (`--load-nice`, default 10): the clients of a real deployment run on machines
+ * of their own, and a load generator sharing the server's cores at the same priority takes
+ * a core from the thread a probe is waiting for.
  *
  * What it does not measure: the client side of the load beyond wrk's summary, or a disk
  * other than the one the data dir is on; numbers from a shared machine are noise.
@@ -62,6 +65,8 @@ const CUSTOMERS = 10_000;
  */
 const BASELINE_WARMUP_SEC = 2;
 const BASELINE_SEC = 5;
+/** wrk's niceness unless `--load-nice` says otherwise. */
+const DEFAULT_LOAD_NICE = 10;
 
 interface SoakOptions {
   readonly minutes: number;
@@ -70,6 +75,8 @@ interface SoakOptions {
   readonly workers: number | undefined;
   /** `unique`: every consume carries a new idempotency key; `none`: no key. */
   readonly keys: 'unique' | 'none';
+  /** The niceness wrk runs at (0: the soak's own). */
+  readonly loadNice: number;
   readonly reportPath: string | undefined;
 }
 
@@ -100,6 +107,7 @@ const USAGE = `usage: npm run bench:soak -- [options]
   --connections <n>     wrk connections (default 128)
   --workers <n>         TALLY_WORKERS for the Tally process (default: Tally's own)
   --keys unique|none    a new idempotency key on every consume (default), or none
+  --load-nice <n>       run wrk at this niceness, 0-19 (default 10; 0: as the soak runs)
   --report <path>       write the table and the plot into that Markdown file's soak section
   --help
 `;
@@ -116,6 +124,7 @@ function parse(argv: readonly string[]): SoakOptions | null {
       connections: { type: 'string' },
       workers: { type: 'string' },
       keys: { type: 'string' },
+      'load-nice': { type: 'string' },
       report: { type: 'string' },
     },
   });
@@ -136,6 +145,7 @@ function parse(argv: readonly string[]): SoakOptions | null {
     workers:
       values.workers === undefined ? undefined : Math.round(positive('workers', values.workers, 1)),
     keys: keysOption(values.keys),
+    loadNice: niceOption(values['load-nice']),
     reportPath: values.report,
   };
 }
@@ -143,6 +153,14 @@ function parse(argv: readonly string[]): SoakOptions | null {
 function keysOption(raw: string | undefined): SoakOptions['keys'] {
   if (raw === undefined || raw === 'unique' || raw === 'none') return raw ?? 'unique';
   throw new Error(`--keys must be unique or none, got ${JSON.stringify(raw)}`);
+}
+
+function niceOption(raw: string | undefined): number {
+  if (raw === undefined) return DEFAULT_LOAD_NICE;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 0 || value > 19)
+    throw new Error(`--load-nice must be an integer from 0 to 19, got ${JSON.stringify(raw)}`);
+  return value;
 }
 
 /**
@@ -196,8 +214,12 @@ async function runLoad(
       file,
       server.baseUrl,
     ];
+    const [command, commandArgs] =
+      options.loadNice === 0
+        ? ['wrk', args]
+        : ['nice', ['-n', String(options.loadNice), 'wrk', ...args]];
     const stdout = await new Promise<string>((resolve, reject) =>
-      execFile('wrk', args, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) =>
+      execFile(command, commandArgs, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) =>
         error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out),
       ),
     );
@@ -427,7 +449,8 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
     `${result.startedAt.slice(0, 10)}, Node ${result.node}: ${o.minutes} min of durable ` +
       `consumes${o.keys === 'unique' ? ' with a unique idempotency key each' : ' without keys'}, ` +
       `wrk ${o.connections} ` +
-      `connections${o.rate === null ? ' flat out' : ` at about ${o.rate}/s`}, a \`has\` ` +
+      `connections${o.rate === null ? ' flat out' : ` at about ${o.rate}/s`}` +
+      `${o.loadNice === 0 ? '' : ` at nice ${o.loadNice}`}, a \`has\` ` +
       `probe every ${PROBE_INTERVAL_MS} ms. ` +
       `Load: ${result.load.perSec.toFixed(0)} consumes/s, ` +
       `p99 ${result.load.msP99.toFixed(1)} ms, ${result.load.errors} socket ` +
