@@ -246,6 +246,12 @@ export interface ShardLiveStats {
    * transaction that stores it.
    */
   readonly lastSnapshotPauseMsMax: number | null;
+  /**
+   * Of the longest such stretch, by the time the thread ran on a core: a stretch timed by
+   * the clock also counts waits for a core while other threads ran (null: none yet, or
+   * unknown on this system).
+   */
+  readonly lastSnapshotRunMsMax: number | null;
   /** Journal appends since start: milliseconds from append issued to durable (metrics). */
   readonly journalFlushMs: HistogramData;
   /** Events per journal record since start, i.e. the size of each group commit (metrics). */

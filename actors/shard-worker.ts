@@ -54,6 +54,7 @@ import { Shard, type CustomerIndexEntry, type IdempotencyPut } from './shard.js'
 import { PartFile, ShardCopy } from './shard-export.js';
 import { encodeSnapshotChunk, JOURNAL_PRUNE_SLICE, ShardStore } from '../storage/journal.js';
 import type { OutboxEvent } from '../storage/outbox.js';
+import { threadRunMs, threadRunMsSince } from '../storage/thread-time.js';
 import type { Notice } from './webhook-events.js';
 
 export interface ShardWorkerData {
@@ -166,6 +167,7 @@ const gcPauses = new GcPauses();
 let snapshotsTaken = 0;
 let lastSnapshotMs: number | null = null;
 let lastSnapshotPauseMsMax: number | null = null;
+let lastSnapshotRunMsMax: number | null = null;
 
 /**
  * Audit entries the chain now holds, whose stored copies this shard may drop. They go
@@ -380,13 +382,18 @@ function maybeSnapshot(): void {
   intervalStartMs = Date.now();
   runCopy(
     copy,
-    (sliceMsMax) => {
+    (sliceMsMax, sliceRunMsMax) => {
       writer.commit(copy.done).then(() => {
         snapshotting = false;
         lastSnapshotAtMs = Date.now();
         snapshotsTaken += 1;
         lastSnapshotMs = performance.now() - startedMs;
         lastSnapshotPauseMsMax = Math.max(sliceMsMax, store.lastSnapshotWriteMs);
+        const writeRunMs = store.lastSnapshotWriteRunMs;
+        lastSnapshotRunMsMax =
+          sliceRunMsMax === null || writeRunMs === null
+            ? null
+            : Math.max(sliceRunMsMax, writeRunMs);
         pruneJournal();
       }, crash);
     },
@@ -428,13 +435,13 @@ const observeWrites = {
 
 /**
  * Runs `copy` to the end in slices of `snapshotSliceWork` units, one per event-loop turn,
- * calling `onSlice` after each unfinished one; then `done` with the longest slice (ms),
- * or `failed` with the error its sink threw (in a slice, or while capturing a pre-image
+ * calling `onSlice` after each unfinished one; then `done` with the longest slice (ms) by
+ * the clock and by the thread's time on a core (null where unknown), or `failed` with the error its sink threw (in a slice, or while capturing a pre-image
  * during a batch).
  */
 function runCopy(
   copy: ShardCopy,
-  done: (sliceMsMax: number) => void,
+  done: (sliceMsMax: number, sliceRunMsMax: number | null) => void,
   failed: (error: unknown) => void,
   onSlice: () => void = () => undefined,
 ): void {
@@ -446,13 +453,18 @@ function runCopy(
     if (running.size === 0) shard.writeObserver = null;
   };
   let sliceMsMax = 0;
+  let sliceRunMsMax: number | null = 0;
   const step = (): void => {
     let finished = false;
     try {
       if (run.failure !== null) throw run.failure;
       const startedMs = performance.now();
+      const startedRunMs = sliceRunMsMax === null ? null : threadRunMs();
       finished = copy.step(snapshotSliceWork);
       sliceMsMax = Math.max(sliceMsMax, performance.now() - startedMs);
+      const runMs = threadRunMsSince(startedRunMs);
+      sliceRunMsMax =
+        runMs === null || sliceRunMsMax === null ? null : Math.max(sliceRunMsMax, runMs);
     } catch (error) {
       finish();
       failed(error);
@@ -464,7 +476,7 @@ function runCopy(
       return;
     }
     finish();
-    done(sliceMsMax);
+    done(sliceMsMax, sliceRunMsMax);
   };
   setImmediate(step);
 }
@@ -489,6 +501,7 @@ function liveStats(): ShardLiveStats {
     snapshotsTaken,
     lastSnapshotMs,
     lastSnapshotPauseMsMax,
+    lastSnapshotRunMsMax,
     journalFlushMs: journalFlushMs.data(),
     journalBatchEvents: journalBatchEvents.data(),
   };

@@ -54,6 +54,12 @@ export function verdicts(
     w.snapshotPauseMsMax === null ? [] : [w.snapshotPauseMsMax],
   );
   const pauseMax = Math.max(0, ...pauses);
+  const overFive = pauses.filter((ms) => ms > 5).length;
+  // Judged on the time the thread ran, when every window with snapshots knows it: a slice
+  // timed by the clock also counts the waits for a core any work would have had.
+  const runs = windows.flatMap((w) => (w.snapshotPauseMsMax === null ? [] : [w.snapshotRunMsMax]));
+  const runMax =
+    runs.length > 0 && runs.every((ms) => ms !== null) ? Math.max(0, ...(runs as number[])) : null;
   const errors =
     load.errors +
     load.non2xx +
@@ -80,8 +86,13 @@ export function verdicts(
     pauses.length === 0
       ? 'No automatic snapshot was stored during the run (TALLY_SNAPSHOT_EVERY_BATCHES ' +
         'makes them more frequent).'
-      : `Longest hold of a shard's thread by a snapshot ${pauseMax.toFixed(1)} ms ` +
-        `(target about 5 ms): ${mark(pauseMax <= 5)}.`,
+      : runMax === null
+        ? `Longest hold of a shard's thread by a snapshot ${pauseMax.toFixed(1)} ms ` +
+          `(target about 5 ms): ${mark(pauseMax <= 5)}.`
+        : `Longest hold of a shard's thread by a snapshot's work ${runMax.toFixed(1)} ms ` +
+          `on a core (target about 5 ms): ${mark(runMax <= 5)}; by the clock, which also ` +
+          `counts the thread's waits for a core, ${pauseMax.toFixed(1)} ms ` +
+          `(${overFive} of ${pauses.length} snapshot windows over 5 ms).`,
     `Errors (socket, non-2xx, probe failures; the 5-second run's included): ${errors} ` +
       `(target 0): ${mark(errors === 0)}.`,
   ];

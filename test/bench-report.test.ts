@@ -242,6 +242,7 @@ describe('soak plot', () => {
       snapshots: 0,
       snapshotMsMax: null,
       snapshotPauseMsMax: null,
+      snapshotRunMsMax: null,
       probeMsP99: 1 + i,
       probeMsP999: 2,
       probeMsMax: 5 * (i + 1),
@@ -288,7 +289,15 @@ describe('soak verdicts', () => {
   /** 100 probes of 2 ms, `slow` of them 8 ms instead (the first window: 40 ms). */
   const probes = (i: number, slow: number): number[] =>
     Array.from({ length: 100 }, (_, n) => (i === 0 ? 40 : n < slow ? 8 : 2));
-  const window = (i: number, gcLongestMs: number | null, slow = i === 3 ? 4 : 0) => ({
+  const window = (
+    i: number,
+    gcLongestMs: number | null,
+    slow = i === 3 ? 4 : 0,
+    hold: { readonly clockMs: number; readonly runMs: number | null } = {
+      clockMs: 4.5,
+      runMs: null,
+    },
+  ) => ({
     atSec: 15 * (i + 1),
     rssMiB: 300 + (i % 2) * 20,
     rssFileMiB: 100 + (i % 2) * 20, // own memory 200 MiB in every window
@@ -299,7 +308,8 @@ describe('soak verdicts', () => {
     filterMiB: 0,
     snapshots: i === 4 ? 1 : 0,
     snapshotMsMax: i === 4 ? 120 : null,
-    snapshotPauseMsMax: i === 4 ? 4.5 : null,
+    snapshotPauseMsMax: i === 4 ? hold.clockMs : null,
+    snapshotRunMsMax: i === 4 ? hold.runMs : null,
     probeMsP99: i === 0 ? 40 : slow > 0 ? 8 : 2, // the first window is warm-up
     probeMsP999: 5,
     probeMsMax: 12,
@@ -350,6 +360,67 @@ describe('soak verdicts', () => {
       expect.anything(),
       expect.stringMatching(/: 3 \(target 0\): missed/),
     ]);
+  });
+});
+
+describe('soak verdict on snapshot holds', () => {
+  const clean = { errors: 0, non2xx: 0, msP99: 10 };
+  const holds = (
+    held: ReadonlyArray<{ readonly clockMs: number; readonly runMs: number | null } | null>,
+  ) =>
+    held.map((hold, i) => ({
+      atSec: 15 * (i + 1),
+      rssMiB: 300,
+      rssFileMiB: 100,
+      heapMiB: 100,
+      memoryKeys: 0,
+      keptKeys: 0,
+      runs: 0,
+      filterMiB: 0,
+      snapshots: hold === null ? 0 : 1,
+      snapshotMsMax: hold === null ? null : 100,
+      snapshotPauseMsMax: hold?.clockMs ?? null,
+      snapshotRunMsMax: hold?.runMs ?? null,
+      probeMsP99: 2,
+      probeMsP999: 3,
+      probeMsMax: 4,
+      probeLatenciesMs: [2],
+      probeFailures: 0,
+      bareProbeMsP99: 2,
+      bareProbeMsMax: 3,
+      loadRequests: 1000,
+      loadMsP99: 10,
+      loadNon2xx: 0,
+      gcPauseMsMax: 5,
+      gcLongestMs: 5,
+    }));
+  const line = async (windows: ReturnType<typeof holds>): Promise<string> => {
+    const { verdicts } = await import('../bench/soak-verdicts.js');
+    return verdicts(windows, clean, clean)[4] as string;
+  };
+
+  it('judges the time on a core when every snapshot window knows it, the clock beside it', async () => {
+    const slowClock = holds([null, { clockMs: 7.2, runMs: 3.1 }, null, { clockMs: 4, runMs: 2 }]);
+    expect(await line(slowClock)).toBe(
+      "Longest hold of a shard's thread by a snapshot's work 3.1 ms on a core (target about " +
+        "5 ms): held; by the clock, which also counts the thread's waits for a core, 7.2 ms " +
+        '(1 of 2 snapshot windows over 5 ms).',
+    );
+    const longWork = holds([
+      { clockMs: 6.1, runMs: 5.6 },
+      { clockMs: 2, runMs: 1.5 },
+    ]);
+    expect(await line(longWork)).toMatch(/work 5\.6 ms on a core \(target about 5 ms\): missed;/);
+  });
+
+  it('judges the clock when any snapshot window lacks the time on a core', async () => {
+    const unknown = holds([
+      { clockMs: 4.8, runMs: 2 },
+      { clockMs: 5.4, runMs: null },
+    ]);
+    expect(await line(unknown)).toBe(
+      "Longest hold of a shard's thread by a snapshot 5.4 ms (target about 5 ms): missed.",
+    );
   });
 });
 

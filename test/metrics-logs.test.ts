@@ -204,6 +204,13 @@ describe('GET /v1/admin/metrics', () => {
         const age = sampleValue(families, 'tally_shard_snapshot_age_seconds', shard);
         expect(age).toBeGreaterThanOrEqual(0);
         expect(age).toBeLessThan(60);
+        // The snapshot's longest hold of the thread, and of it the time on a core (Linux):
+        // never more than the clock's, a schedstat read apart.
+        const held = sampleValue(families, 'tally_shard_snapshot_pause_max_seconds', shard);
+        const ran = sampleValue(families, 'tally_shard_snapshot_pause_run_max_seconds', shard);
+        expect(held).toBeGreaterThanOrEqual(0);
+        expect(ran).toBeGreaterThanOrEqual(0);
+        expect(ran).toBeLessThanOrEqual((held ?? 0) + 0.001);
       }
       expect(
         sampleSum(families, 'tally_journal_flush_duration_seconds_count'),
