@@ -247,11 +247,11 @@ export interface ShardLiveStats {
    */
   readonly lastSnapshotPauseMsMax: number | null;
   /**
-   * Of the longest such stretch, by the time the thread ran on a core: a stretch timed by
-   * the clock also counts waits for a core while other threads ran (null: none yet, or
+   * The longest such stretch less the thread's waits for a core in it: a stretch timed by
+   * the clock also counts the time other threads had the cores (null: none yet, or
    * unknown on this system).
    */
-  readonly lastSnapshotRunMsMax: number | null;
+  readonly lastSnapshotWorkMsMax: number | null;
   /** Journal appends since start: milliseconds from append issued to durable (metrics). */
   readonly journalFlushMs: HistogramData;
   /** Events per journal record since start, i.e. the size of each group commit (metrics). */

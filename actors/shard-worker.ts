@@ -54,7 +54,7 @@ import { Shard, type CustomerIndexEntry, type IdempotencyPut } from './shard.js'
 import { PartFile, ShardCopy } from './shard-export.js';
 import { encodeSnapshotChunk, JOURNAL_PRUNE_SLICE, ShardStore } from '../storage/journal.js';
 import type { OutboxEvent } from '../storage/outbox.js';
-import { threadRunMs, threadRunMsSince } from '../storage/thread-time.js';
+import { lessWaits, threadWaitMs, threadWaitMsSince } from '../storage/thread-time.js';
 import type { Notice } from './webhook-events.js';
 
 export interface ShardWorkerData {
@@ -167,7 +167,7 @@ const gcPauses = new GcPauses();
 let snapshotsTaken = 0;
 let lastSnapshotMs: number | null = null;
 let lastSnapshotPauseMsMax: number | null = null;
-let lastSnapshotRunMsMax: number | null = null;
+let lastSnapshotWorkMsMax: number | null = null;
 
 /**
  * Audit entries the chain now holds, whose stored copies this shard may drop. They go
@@ -382,18 +382,18 @@ function maybeSnapshot(): void {
   intervalStartMs = Date.now();
   runCopy(
     copy,
-    (sliceMsMax, sliceRunMsMax) => {
+    (sliceMsMax, sliceWorkMsMax) => {
       writer.commit(copy.done).then(() => {
         snapshotting = false;
         lastSnapshotAtMs = Date.now();
         snapshotsTaken += 1;
         lastSnapshotMs = performance.now() - startedMs;
         lastSnapshotPauseMsMax = Math.max(sliceMsMax, store.lastSnapshotWriteMs);
-        const writeRunMs = store.lastSnapshotWriteRunMs;
-        lastSnapshotRunMsMax =
-          sliceRunMsMax === null || writeRunMs === null
+        const writeWorkMs = store.lastSnapshotWriteWorkMs;
+        lastSnapshotWorkMsMax =
+          sliceWorkMsMax === null || writeWorkMs === null
             ? null
-            : Math.max(sliceRunMsMax, writeRunMs);
+            : Math.max(sliceWorkMsMax, writeWorkMs);
         pruneJournal();
       }, crash);
     },
@@ -436,12 +436,12 @@ const observeWrites = {
 /**
  * Runs `copy` to the end in slices of `snapshotSliceWork` units, one per event-loop turn,
  * calling `onSlice` after each unfinished one; then `done` with the longest slice (ms) by
- * the clock and by the thread's time on a core (null where unknown), or `failed` with the error its sink threw (in a slice, or while capturing a pre-image
+ * the clock, and less the thread's waits for a core (null where unknown), or `failed` with the error its sink threw (in a slice, or while capturing a pre-image
  * during a batch).
  */
 function runCopy(
   copy: ShardCopy,
-  done: (sliceMsMax: number, sliceRunMsMax: number | null) => void,
+  done: (sliceMsMax: number, sliceWorkMsMax: number | null) => void,
   failed: (error: unknown) => void,
   onSlice: () => void = () => undefined,
 ): void {
@@ -453,18 +453,19 @@ function runCopy(
     if (running.size === 0) shard.writeObserver = null;
   };
   let sliceMsMax = 0;
-  let sliceRunMsMax: number | null = 0;
+  let sliceWorkMsMax: number | null = 0;
   const step = (): void => {
     let finished = false;
     try {
       if (run.failure !== null) throw run.failure;
       const startedMs = performance.now();
-      const startedRunMs = sliceRunMsMax === null ? null : threadRunMs();
+      const startedWaitMs = sliceWorkMsMax === null ? null : threadWaitMs();
       finished = copy.step(snapshotSliceWork);
-      sliceMsMax = Math.max(sliceMsMax, performance.now() - startedMs);
-      const runMs = threadRunMsSince(startedRunMs);
-      sliceRunMsMax =
-        runMs === null || sliceRunMsMax === null ? null : Math.max(sliceRunMsMax, runMs);
+      const sliceMs = performance.now() - startedMs;
+      sliceMsMax = Math.max(sliceMsMax, sliceMs);
+      const workMs = lessWaits(sliceMs, threadWaitMsSince(startedWaitMs));
+      sliceWorkMsMax =
+        workMs === null || sliceWorkMsMax === null ? null : Math.max(sliceWorkMsMax, workMs);
     } catch (error) {
       finish();
       failed(error);
@@ -476,7 +477,7 @@ function runCopy(
       return;
     }
     finish();
-    done(sliceMsMax, sliceRunMsMax);
+    done(sliceMsMax, sliceWorkMsMax);
   };
   setImmediate(step);
 }
@@ -501,7 +502,7 @@ function liveStats(): ShardLiveStats {
     snapshotsTaken,
     lastSnapshotMs,
     lastSnapshotPauseMsMax,
-    lastSnapshotRunMsMax,
+    lastSnapshotWorkMsMax,
     journalFlushMs: journalFlushMs.data(),
     journalBatchEvents: journalBatchEvents.data(),
   };

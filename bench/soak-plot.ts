@@ -22,8 +22,8 @@ export interface SoakWindow {
   /** Of those: the longest (cut to stored) and the longest hold of a shard's thread, ms. */
   readonly snapshotMsMax: number | null;
   readonly snapshotPauseMsMax: number | null;
-  /** The longest hold counted by the thread's time on a core (null: none, or unknown). */
-  readonly snapshotRunMsMax: number | null;
+  /** The longest hold less the thread's waits for a core (null: none, or unknown). */
+  readonly snapshotWorkMsMax: number | null;
   readonly probeMsP99: number;
   readonly probeMsP999: number;
   readonly probeMsMax: number;

@@ -328,8 +328,8 @@ async function windowOf(
       snapshots > 0 ? ms(gaugeMax(all, 'tally_shard_snapshot_duration_seconds')) : null,
     snapshotPauseMsMax:
       snapshots > 0 ? ms(gaugeMax(all, 'tally_shard_snapshot_pause_max_seconds')) : null,
-    snapshotRunMsMax:
-      snapshots > 0 ? ms(gaugeMax(all, 'tally_shard_snapshot_pause_run_max_seconds')) : null,
+    snapshotWorkMsMax:
+      snapshots > 0 ? ms(gaugeMax(all, 'tally_shard_snapshot_work_max_seconds')) : null,
     probeMsP99: probe?.msP99 ?? Number.NaN,
     probeMsP999: probe?.msP999 ?? Number.NaN,
     probeMsMax: probe?.msMax ?? Number.NaN,
@@ -388,12 +388,14 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
         .map((x) => `${x.labels['thread']} ${(x.value * 1000).toFixed(1)}`)
         .join(', ');
       windows.push(w);
-      const onCore =
-        w.snapshotRunMsMax === null ? '' : `, ${w.snapshotRunMsMax.toFixed(1)} on a core`;
+      const working =
+        w.snapshotWorkMsMax === null
+          ? ''
+          : `, ${w.snapshotWorkMsMax.toFixed(1)} less waits for a core`;
       const held =
         w.snapshotPauseMsMax === null
           ? ''
-          : ` (held ${w.snapshotPauseMsMax.toFixed(1)} ms${onCore})`;
+          : ` (held ${w.snapshotPauseMsMax.toFixed(1)} ms${working})`;
       const frontMiB = gaugeSum(all, 'tally_process_heap_used_bytes') / 2 ** 20;
       process.stderr.write(
         `soak ${w.atSec}s: RSS ${w.rssMiB.toFixed(0)} MiB ` +
@@ -468,10 +470,10 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
     '',
     "Load p99 and GC pauses are bucket bounds from the server's histograms; snapshot " +
       'figures are the longest of the window (cut to stored; the longest hold of the ' +
-      "thread by the clock / counting only the thread's time on a core).",
+      "thread by the clock / less the thread's waits for a core).",
     '',
     '| at | RSS MiB | of it files MiB | heap MiB | keys in memory | keys kept | runs | ' +
-      'filters MiB | snapshots | snapshot ms | held / on a core ms | probe p99 ms | p999 ms | max ms | ' +
+      'filters MiB | snapshots | snapshot ms | held / less waits ms | probe p99 ms | p999 ms | max ms | ' +
       'bare p99 / max ms | load/s | load p99 ms | non-2xx | GC max ms |',
     '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...result.windows.map(
@@ -480,7 +482,7 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
         `| ${w.heapMiB.toFixed(0)} | ${w.memoryKeys} ` +
         `| ${w.keptKeys} | ${w.runs} | ${w.filterMiB.toFixed(1)} ` +
         `| ${w.snapshots} | ${fixed(w.snapshotMsMax, 0)} ` +
-        `| ${fixed(w.snapshotPauseMsMax, 1)} / ${fixed(w.snapshotRunMsMax, 1)} ` +
+        `| ${fixed(w.snapshotPauseMsMax, 1)} / ${fixed(w.snapshotWorkMsMax, 1)} ` +
         `| ${w.probeMsP99.toFixed(2)} ` +
         `| ${w.probeMsP999.toFixed(2)} | ${w.probeMsMax.toFixed(1)} ` +
         `| ${w.bareProbeMsP99.toFixed(2)} / ${w.bareProbeMsMax.toFixed(1)} ` +

@@ -41,7 +41,7 @@ import {
   type DurableEnv,
   type EnvInfo,
 } from './lmdb-env.js';
-import { threadRunMs, threadRunMsSince } from './thread-time.js';
+import { lessWaits, threadWaitMs, threadWaitMsSince } from './thread-time.js';
 
 /**
  * Largest journal record. A batch holds at most BATCH_COMMANDS_MAX (1,024) commands whose
@@ -208,8 +208,8 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * child transaction's callback on the caller's thread while the write lock is held).
    */
   lastSnapshotWriteMs = 0;
-  /** Of it, the time the thread ran on a core (null: unknown on this system). */
-  lastSnapshotWriteRunMs: number | null = null;
+  /** The same less the thread's waits for a core (null: unknown on this system). */
+  lastSnapshotWriteWorkMs: number | null = null;
   /** The generation the next snapshot's chunks are written under: above any on disk. */
   #nextGeneration: number;
   /** The last outbox seq used, read from disk on the first event stored. */
@@ -474,12 +474,15 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
         };
         const replaced = snapshot.childTransaction(() => {
           const startedMs = performance.now();
-          const startedRunMs = threadRunMs();
+          const startedWaitMs = threadWaitMs();
           try {
             replaceSnapshot(journal, snapshot, header);
           } finally {
             this.lastSnapshotWriteMs = performance.now() - startedMs;
-            this.lastSnapshotWriteRunMs = threadRunMsSince(startedRunMs);
+            this.lastSnapshotWriteWorkMs = lessWaits(
+              this.lastSnapshotWriteMs,
+              threadWaitMsSince(startedWaitMs),
+            );
           }
         });
         return this.#flushed(replaced, `snapshot at seq ${seq}`).then(() => {

@@ -242,7 +242,7 @@ describe('soak plot', () => {
       snapshots: 0,
       snapshotMsMax: null,
       snapshotPauseMsMax: null,
-      snapshotRunMsMax: null,
+      snapshotWorkMsMax: null,
       probeMsP99: 1 + i,
       probeMsP999: 2,
       probeMsMax: 5 * (i + 1),
@@ -293,9 +293,9 @@ describe('soak verdicts', () => {
     i: number,
     gcLongestMs: number | null,
     slow = i === 3 ? 4 : 0,
-    hold: { readonly clockMs: number; readonly runMs: number | null } = {
+    hold: { readonly clockMs: number; readonly workMs: number | null } = {
       clockMs: 4.5,
-      runMs: null,
+      workMs: null,
     },
   ) => ({
     atSec: 15 * (i + 1),
@@ -309,7 +309,7 @@ describe('soak verdicts', () => {
     snapshots: i === 4 ? 1 : 0,
     snapshotMsMax: i === 4 ? 120 : null,
     snapshotPauseMsMax: i === 4 ? hold.clockMs : null,
-    snapshotRunMsMax: i === 4 ? hold.runMs : null,
+    snapshotWorkMsMax: i === 4 ? hold.workMs : null,
     probeMsP99: i === 0 ? 40 : slow > 0 ? 8 : 2, // the first window is warm-up
     probeMsP999: 5,
     probeMsMax: 12,
@@ -366,7 +366,7 @@ describe('soak verdicts', () => {
 describe('soak verdict on snapshot holds', () => {
   const clean = { errors: 0, non2xx: 0, msP99: 10 };
   const holds = (
-    held: ReadonlyArray<{ readonly clockMs: number; readonly runMs: number | null } | null>,
+    held: ReadonlyArray<{ readonly clockMs: number; readonly workMs: number | null } | null>,
   ) =>
     held.map((hold, i) => ({
       atSec: 15 * (i + 1),
@@ -380,7 +380,7 @@ describe('soak verdict on snapshot holds', () => {
       snapshots: hold === null ? 0 : 1,
       snapshotMsMax: hold === null ? null : 100,
       snapshotPauseMsMax: hold?.clockMs ?? null,
-      snapshotRunMsMax: hold?.runMs ?? null,
+      snapshotWorkMsMax: hold?.workMs ?? null,
       probeMsP99: 2,
       probeMsP999: 3,
       probeMsMax: 4,
@@ -399,24 +399,26 @@ describe('soak verdict on snapshot holds', () => {
     return verdicts(windows, clean, clean)[4] as string;
   };
 
-  it('judges the time on a core when every snapshot window knows it, the clock beside it', async () => {
-    const slowClock = holds([null, { clockMs: 7.2, runMs: 3.1 }, null, { clockMs: 4, runMs: 2 }]);
+  it('judges a hold less its waits for a core when every window knows them, the clock beside', async () => {
+    const slowClock = holds([null, { clockMs: 7.2, workMs: 3.1 }, null, { clockMs: 4, workMs: 2 }]);
     expect(await line(slowClock)).toBe(
-      "Longest hold of a shard's thread by a snapshot's work 3.1 ms on a core (target about " +
-        "5 ms): held; by the clock, which also counts the thread's waits for a core, 7.2 ms " +
-        '(1 of 2 snapshot windows over 5 ms).',
+      "Longest hold of a shard's thread by a snapshot 3.1 ms less its waits for a core " +
+        '(target about 5 ms): held; by the clock, waits included, 7.2 ms (1 of 2 snapshot ' +
+        'windows over 5 ms).',
     );
     const longWork = holds([
-      { clockMs: 6.1, runMs: 5.6 },
-      { clockMs: 2, runMs: 1.5 },
+      { clockMs: 6.1, workMs: 5.6 },
+      { clockMs: 2, workMs: 1.5 },
     ]);
-    expect(await line(longWork)).toMatch(/work 5\.6 ms on a core \(target about 5 ms\): missed;/);
+    expect(await line(longWork)).toMatch(
+      /snapshot 5\.6 ms less its waits for a core \(target about 5 ms\): missed;/,
+    );
   });
 
-  it('judges the clock when any snapshot window lacks the time on a core', async () => {
+  it('judges the clock when any snapshot window lacks the waits', async () => {
     const unknown = holds([
-      { clockMs: 4.8, runMs: 2 },
-      { clockMs: 5.4, runMs: null },
+      { clockMs: 4.8, workMs: 2 },
+      { clockMs: 5.4, workMs: null },
     ]);
     expect(await line(unknown)).toBe(
       "Longest hold of a shard's thread by a snapshot 5.4 ms (target about 5 ms): missed.",

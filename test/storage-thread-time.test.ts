@@ -1,29 +1,55 @@
 import { existsSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
-import { threadRunMs, threadRunMsSince } from '../storage/thread-time.js';
+import { lessWaits, threadWaitMs, threadWaitMsSince } from '../storage/thread-time.js';
 
 const linux = existsSync('/proc/thread-self/schedstat');
 
-describe('a thread’s time on a core', () => {
-  it.runIf(linux)('grows while the thread works and not while it waits', async () => {
-    const start = threadRunMs();
-    expect(start).not.toBeNull();
-    // Work until the thread has run 20 ms more (a clock budget ends a reading that never moves).
-    const deadline = performance.now() + 5_000;
-    let ran = 0;
-    while (ran < 20 && performance.now() < deadline) ran = threadRunMsSince(start) ?? 0;
-    expect(ran).toBeGreaterThanOrEqual(20);
+/** Works on this thread for `ms` of the clock. */
+function spin(ms: number): void {
+  const end = performance.now() + ms;
+  while (performance.now() < end);
+}
 
-    const idle = threadRunMs();
-    const clockStart = performance.now();
+describe('a thread’s waits for a core', () => {
+  it.runIf(linux)('count while other threads have the cores, not while it sleeps', async () => {
+    const idle = threadWaitMs();
+    expect(idle).not.toBeNull();
     await sleep(100);
-    const clock = performance.now() - clockStart;
-    expect(clock).toBeGreaterThanOrEqual(99);
-    expect(threadRunMsSince(idle)).toBeLessThan(clock / 2);
+    expect(threadWaitMsSince(idle)).toBeLessThan(20);
+
+    // Twice as many spinning threads as cores: this one waits about half the time it spins.
+    const stop = new Int32Array(new SharedArrayBuffer(4));
+    const spinners = Array.from(
+      { length: 2 * availableParallelism() },
+      () =>
+        new Worker(
+          'const { workerData } = require("node:worker_threads");' +
+            'while (Atomics.load(workerData, 0) === 0);',
+          { eval: true, workerData: stop },
+        ),
+    );
+    try {
+      await Promise.all(spinners.map((w) => new Promise((resolve) => w.once('online', resolve))));
+      const started = threadWaitMs();
+      const clockStart = performance.now();
+      spin(300);
+      const clock = performance.now() - clockStart;
+      const waited = threadWaitMsSince(started);
+      expect(waited).toBeGreaterThan(30);
+      expect(waited).toBeLessThan(clock);
+      expect(lessWaits(clock, waited)).toBeCloseTo(clock - (waited ?? 0), 6);
+    } finally {
+      Atomics.store(stop, 0, 1);
+      await Promise.all(spinners.map((w) => w.terminate()));
+    }
   });
 
-  it('is null where there is nothing to subtract from', () => {
-    expect(threadRunMsSince(null)).toBeNull();
+  it('are unknown where there is nothing to subtract from', () => {
+    expect(threadWaitMsSince(null)).toBeNull();
+    expect(lessWaits(4, null)).toBeNull();
+    expect(lessWaits(4, 1.5)).toBe(2.5);
   });
 });

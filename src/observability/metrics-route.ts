@@ -156,11 +156,11 @@ function renderShards(
     (s) => (s.lastSnapshotPauseMsMax === null ? null : s.lastSnapshotPauseMsMax / 1000),
   );
   gauge(
-    'tally_shard_snapshot_pause_run_max_seconds',
-    "The longest the latest snapshot held the shard's thread at once, counting only the " +
-      'time the thread ran on a core, not its waits for one (absent: not known on this ' +
-      'system, Linux only).',
-    (s) => (s.lastSnapshotRunMsMax === null ? null : s.lastSnapshotRunMsMax / 1000),
+    'tally_shard_snapshot_work_max_seconds',
+    "The longest the latest snapshot held the shard's thread at once, less the thread's " +
+      'waits for a core while other threads ran (absent: not known on this system; Linux ' +
+      'only).',
+    (s) => (s.lastSnapshotWorkMsMax === null ? null : s.lastSnapshotWorkMsMax / 1000),
   );
   gauge(
     'tally_shard_journal_records',
