@@ -93,7 +93,7 @@ export function verdicts(
       : workMax === null
         ? `Longest hold of a shard's thread by a snapshot ${pauseMax.toFixed(1)} ms ` +
           `(target about 5 ms): ${mark(pauseMax <= 5)}.`
-        : `Longest hold of a shard's thread by a snapshot ${workMax.toFixed(1)} ms less its ` +
+        : `Longest hold of a shard's thread by a snapshot ${workMax.toFixed(2)} ms less its ` +
           `waits for a core (target about 5 ms): ${mark(workMax <= 5)}; by the clock, ` +
           `waits included, ${pauseMax.toFixed(1)} ms ` +
           `(${overFive} of ${pauses.length} snapshot windows over 5 ms).`,

@@ -402,7 +402,7 @@ describe('soak verdict on snapshot holds', () => {
   it('judges a hold less its waits for a core when every window knows them, the clock beside', async () => {
     const slowClock = holds([null, { clockMs: 7.2, workMs: 3.1 }, null, { clockMs: 4, workMs: 2 }]);
     expect(await line(slowClock)).toBe(
-      "Longest hold of a shard's thread by a snapshot 3.1 ms less its waits for a core " +
+      "Longest hold of a shard's thread by a snapshot 3.10 ms less its waits for a core " +
         '(target about 5 ms): held; by the clock, waits included, 7.2 ms (1 of 2 snapshot ' +
         'windows over 5 ms).',
     );
@@ -411,7 +411,7 @@ describe('soak verdict on snapshot holds', () => {
       { clockMs: 2, workMs: 1.5 },
     ]);
     expect(await line(longWork)).toMatch(
-      /snapshot 5\.6 ms less its waits for a core \(target about 5 ms\): missed;/,
+      /snapshot 5\.60 ms less its waits for a core \(target about 5 ms\): missed;/,
     );
   });
 
