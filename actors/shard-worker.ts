@@ -436,8 +436,9 @@ const observeWrites = {
 /**
  * Runs `copy` to the end in slices of `snapshotSliceWork` units, one per event-loop turn,
  * calling `onSlice` after each unfinished one; then `done` with the longest slice (ms) by
- * the clock, and less the thread's waits for a core (null where unknown), or `failed` with the error its sink threw (in a slice, or while capturing a pre-image
- * during a batch).
+ * the clock, and less the thread's waits for a core (null where unknown), or `failed`
+ * with the error its sink threw (in a slice, or while capturing a pre-image during a
+ * batch).
  */
 function runCopy(
   copy: ShardCopy,

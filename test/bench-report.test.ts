@@ -399,7 +399,7 @@ describe('soak verdict on snapshot holds', () => {
     return verdicts(windows, clean, clean)[4] as string;
   };
 
-  it('judges a hold less its waits for a core when every window knows them, the clock beside', async () => {
+  it('judges a hold less its waits for a core when every window knows them', async () => {
     const slowClock = holds([null, { clockMs: 7.2, workMs: 3.1 }, null, { clockMs: 4, workMs: 2 }]);
     expect(await line(slowClock)).toBe(
       "Longest hold of a shard's thread by a snapshot 3.10 ms less its waits for a core " +
