@@ -29,9 +29,7 @@
  * What it does not measure: the client side of the load beyond wrk's summary, or a disk
  * other than the one the data dir is on; numbers from a shared machine are noise.
  */
-import { execFile } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -48,6 +46,13 @@ import {
   type Buckets,
 } from './metrics-text.js';
 import { PROBE_INTERVAL_MS, startProbes, type ProbeWindow } from './probe.js';
+import {
+  keysOption,
+  niceOption,
+  runLoad,
+  type LoadOptions,
+  type LoadSummary,
+} from './soak-load.js';
 import { plotSoak, type SoakWindow } from './soak-plot.js';
 import { verdicts } from './soak-verdicts.js';
 import { cpuSecondsBetween, sampleThreads } from './thread-cpu.js';
@@ -58,35 +63,17 @@ const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
 const MAIN_SCRIPT = join(BENCH_DIR, '..', 'src', 'main.js');
 const BARE_SCRIPT = join(BENCH_DIR, 'bare-server.js');
 const WINDOW_MS = 15_000;
-const CUSTOMERS = 10_000;
 /**
  * Before the soak, the same load runs as the 5-second bench runs it (`npm run bench`: an
  * unmeasured warm-up, then five measured seconds): its p99 is what the soak's is judged by.
  */
 const BASELINE_WARMUP_SEC = 2;
 const BASELINE_SEC = 5;
-/** wrk's niceness unless `--load-nice` says otherwise. */
-const DEFAULT_LOAD_NICE = 10;
 
-interface SoakOptions {
+interface SoakOptions extends LoadOptions {
   readonly minutes: number;
-  readonly rate: number | null;
-  readonly connections: number;
   readonly workers: number | undefined;
-  /** `unique`: every consume carries a new idempotency key; `none`: no key. */
-  readonly keys: 'unique' | 'none';
-  /** The niceness wrk runs at (0: the soak's own). */
-  readonly loadNice: number;
   readonly reportPath: string | undefined;
-}
-
-/** What wrk reports of one run of the load. */
-export interface LoadSummary {
-  readonly requests: number;
-  readonly errors: number;
-  readonly non2xx: number;
-  readonly msP99: number;
-  readonly perSec: number;
 }
 
 export interface SoakResult {
@@ -148,100 +135,6 @@ function parse(argv: readonly string[]): SoakOptions | null {
     loadNice: niceOption(values['load-nice']),
     reportPath: values.report,
   };
-}
-
-function keysOption(raw: string | undefined): SoakOptions['keys'] {
-  if (raw === undefined || raw === 'unique' || raw === 'none') return raw ?? 'unique';
-  throw new Error(`--keys must be unique or none, got ${JSON.stringify(raw)}`);
-}
-
-function niceOption(raw: string | undefined): number {
-  if (raw === undefined) return DEFAULT_LOAD_NICE;
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < 0 || value > 19)
-    throw new Error(`--load-nice must be an integer from 0 to 19, got ${JSON.stringify(raw)}`);
-  return value;
-}
-
-/**
- * wrk's Lua: unique keys, customers in turn, optional spacing; prints a JSON summary at the end.
- */
-function loadScript(key: string, delayMs: number, keyed: boolean): string {
-  const idempotency = keyed ? `,"idempotencyKey":"' .. run .. '-' .. i .. '"` : '';
-  return (
-    `local run = "${Date.now().toString(36)}"
-local i = 0
-local headers = { ["x-tally-key"] = "${key}", ["content-type"] = "application/json" }
-request = function()
-  i = i + 1
-  local body = '{"customerId":"soak-' .. (i % ${CUSTOMERS}) .. ` +
-    `'","amount":1${idempotency}}'
-  return wrk.format("POST", "/v1/usage/api_calls/consume", headers, body)
-end
-${delayMs > 0 ? `delay = function() return ${delayMs} end` : ''}
-done = function(summary, latency, requests)
-  io.write("WRK_JSON{\\"requests\\":" .. summary.requests .. ",\\"durationUs\\":" .. ` +
-    `summary.duration ..
-    ",\\"status\\":" .. summary.errors.status .. ",\\"errors\\":" .. ` +
-    `(summary.errors.connect + summary.errors.read + summary.errors.write + ` +
-    `summary.errors.timeout) ..
-    ",\\"p99Us\\":" .. latency:percentile(99) .. "}\\n")
-end
-`
-  );
-}
-
-async function runLoad(
-  server: TallyServer,
-  options: SoakOptions,
-  seconds: number,
-): Promise<LoadSummary> {
-  const dir = await mkdtemp(join(tmpdir(), 'tally-soak-'));
-  try {
-    const delayMs =
-      options.rate === null
-        ? 0
-        : Math.max(1, Math.round((1000 * options.connections) / options.rate));
-    const file = join(dir, 'soak.lua');
-    await writeFile(file, loadScript(server.keys.server, delayMs, options.keys === 'unique'));
-    const args = [
-      '-t1',
-      `-c${options.connections}`,
-      `-d${Math.round(seconds)}s`,
-      '--timeout',
-      '10s',
-      '-s',
-      file,
-      server.baseUrl,
-    ];
-    const [command, commandArgs] =
-      options.loadNice === 0
-        ? ['wrk', args]
-        : ['nice', ['-n', String(options.loadNice), 'wrk', ...args]];
-    const stdout = await new Promise<string>((resolve, reject) =>
-      execFile(command, commandArgs, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) =>
-        error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out),
-      ),
-    );
-    const line = stdout.split('\n').find((l) => l.startsWith('WRK_JSON'));
-    if (line === undefined) throw new Error(`wrk printed no summary:\n${stdout}`);
-    const s = JSON.parse(line.slice('WRK_JSON'.length)) as {
-      requests: number;
-      durationUs: number;
-      status: number;
-      errors: number;
-      p99Us: number;
-    };
-    return {
-      requests: s.requests,
-      errors: s.errors,
-      non2xx: s.status,
-      msP99: s.p99Us / 1000,
-      perSec: s.requests / (s.durationUs / 1e6),
-    };
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
 }
 
 async function scrape(server: TallyServer, adminKey: string): Promise<string> {

@@ -1,0 +1,122 @@
+/**
+ * Keyed against unkeyed consumes (`npm run bench:keyed -- [--pairs N] [--seconds S]`): the
+ * soak's load (soak-load.ts) without keys and with a new idempotency key on every consume,
+ * alternated pair by pair, each run against a fresh Tally on a fresh data dir (the keys a
+ * run finds from an earlier one are partly replays, which cost less and flatter the
+ * ratio). Each run warms up for WARMUP_SEC with keys of its own, then measures S seconds:
+ * consumes/s and the CPU per consume of each thread group. Prints each pair's ratio (keyed
+ * ÷ unkeyed) and their median: single runs on a shared machine move by tens of percent, a
+ * median of alternated pairs far less.
+ */
+import { parseArgs } from 'node:util';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { stopAll } from './children.js';
+import { pairRatios, type KeyedRun } from './keyed-ratios.js';
+import { DEFAULT_LOAD_NICE, niceOption, runLoad, type LoadOptions } from './soak-load.js';
+import { cpuSecondsBetween, sampleThreads } from './thread-cpu.js';
+import { makeDataDir, removeDataDir, startTally } from './tally-server.js';
+import { wrkAvailable } from './wrk.js';
+
+const MAIN_SCRIPT = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'main.js');
+const WARMUP_SEC = 5;
+
+const USAGE = `usage: npm run bench:keyed -- [options]
+  --pairs <n>           alternated pairs of runs, unkeyed first (default 6)
+  --seconds <n>         measured seconds of each run, after ${WARMUP_SEC} s of warm-up (default 20)
+  --connections <n>     wrk connections (default 128)
+  --load-nice <n>       run wrk at this niceness, 0-19 (default ${DEFAULT_LOAD_NICE})
+  --help
+`;
+
+async function measure(load: LoadOptions, seconds: number): Promise<KeyedRun> {
+  const dataDir = await makeDataDir();
+  try {
+    const server = await startTally(MAIN_SCRIPT, 'tally', dataDir, {
+      TALLY_RATE_LIMIT_SERVER: '0',
+      TALLY_RATE_LIMIT_CLIENT: '0',
+      TALLY_RATE_LIMIT_CLIENT_ADDRESS: '0',
+      TALLY_RATE_LIMIT_CLIENT_CUSTOMER: '0',
+    });
+    const pid = server.child.process.pid ?? 0;
+    await runLoad(server, load, WARMUP_SEC);
+    const before = sampleThreads(pid);
+    const summary = await runLoad(server, load, seconds);
+    const cpu = cpuSecondsBetween(before, sampleThreads(pid));
+    if (summary.errors > 0 || summary.non2xx > 0)
+      throw new Error(`${summary.errors} socket errors and ${summary.non2xx} non-2xx answers`);
+    return {
+      perSec: summary.perSec,
+      cpuUsPerRequest: Object.fromEntries(
+        [...cpu].map(([group, s]) => [group, (s * 1e6) / Math.max(1, summary.requests)]),
+      ),
+    };
+  } finally {
+    await stopAll();
+    await removeDataDir(dataDir);
+  }
+}
+
+function describe(keys: LoadOptions['keys'], run: KeyedRun): string {
+  const cpu = Object.entries(run.cpuUsPerRequest)
+    .map(([group, us]) => `${group} ${us.toFixed(1)}`)
+    .join(', ');
+  return `${keys === 'unique' ? 'keyed  ' : 'unkeyed'} ${run.perSec.toFixed(0)} consumes/s (CPU µs per consume: ${cpu})`;
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    args: process.argv.slice(2),
+    strict: true,
+    options: {
+      help: { type: 'boolean' },
+      pairs: { type: 'string' },
+      seconds: { type: 'string' },
+      connections: { type: 'string' },
+      'load-nice': { type: 'string' },
+    },
+  });
+  if (values.help === true) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const whole = (name: string, raw: string | undefined, fallback: number): number => {
+    const value = raw === undefined ? fallback : Number(raw);
+    if (!Number.isInteger(value) || value <= 0)
+      throw new Error(`--${name} must be a positive whole number, got ${JSON.stringify(raw)}`);
+    return value;
+  };
+  const pairs = whole('pairs', values.pairs, 6);
+  const seconds = whole('seconds', values.seconds, 20);
+  const base = {
+    connections: whole('connections', values.connections, 128),
+    rate: null,
+    loadNice: niceOption(values['load-nice']),
+  };
+  if (!(await wrkAvailable()))
+    throw new Error('wrk is not installed: `apt-get install wrk` (Debian, Ubuntu)');
+  const unkeyed: KeyedRun[] = [];
+  const keyed: KeyedRun[] = [];
+  for (let pair = 1; pair <= pairs; pair++) {
+    for (const keys of ['none', 'unique'] as const) {
+      const run = await measure({ ...base, keys }, seconds);
+      (keys === 'none' ? unkeyed : keyed).push(run);
+      process.stdout.write(`pair ${pair}: ${describe(keys, run)}\n`);
+    }
+  }
+  const { ratios, median } = pairRatios(unkeyed, keyed);
+  process.stdout.write(
+    `keyed ÷ unkeyed by pair: ${ratios.map((r) => r.toFixed(2)).join(', ')}; ` +
+      `median ${median.toFixed(2)}×\n`,
+  );
+}
+
+main().then(
+  () => process.exit(0),
+  (error: unknown) => {
+    process.stderr.write(
+      `bench:keyed failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
+    process.exit(1);
+  },
+);

@@ -1,0 +1,133 @@
+/**
+ * The soak's load: wrk (one thread) sending durable consumes over CUSTOMERS customers in
+ * turn from a generated Lua script, each with a new idempotency key or none, flat out or
+ * spaced towards a rate, at a lower priority than the server (see DEFAULT_LOAD_NICE).
+ * Shared by `bench:soak` and `bench:keyed`.
+ */
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TallyServer } from './tally-server.js';
+
+export const CUSTOMERS = 10_000;
+/**
+ * wrk's niceness unless `--load-nice` says otherwise. The clients of a real deployment run
+ * on machines of their own; a load generator sharing the server's cores at the same
+ * priority takes a core from the thread a request is waiting for.
+ */
+export const DEFAULT_LOAD_NICE = 10;
+
+export interface LoadOptions {
+  readonly connections: number;
+  /** Consumes per second to aim at (null: flat out). */
+  readonly rate: number | null;
+  /** `unique`: every consume carries a new idempotency key; `none`: no key. */
+  readonly keys: 'unique' | 'none';
+  /** The niceness wrk runs at (0: the caller's own). */
+  readonly loadNice: number;
+}
+
+/** What wrk reports of one run of the load. */
+export interface LoadSummary {
+  readonly requests: number;
+  readonly errors: number;
+  readonly non2xx: number;
+  readonly msP99: number;
+  readonly perSec: number;
+}
+
+export function keysOption(raw: string | undefined): LoadOptions['keys'] {
+  if (raw === undefined || raw === 'unique' || raw === 'none') return raw ?? 'unique';
+  throw new Error(`--keys must be unique or none, got ${JSON.stringify(raw)}`);
+}
+
+export function niceOption(raw: string | undefined): number {
+  if (raw === undefined) return DEFAULT_LOAD_NICE;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 0 || value > 19)
+    throw new Error(`--load-nice must be an integer from 0 to 19, got ${JSON.stringify(raw)}`);
+  return value;
+}
+
+/**
+ * wrk's Lua: unique keys, customers in turn, optional spacing; prints a JSON summary at the end.
+ */
+function loadScript(key: string, delayMs: number, keyed: boolean): string {
+  const idempotency = keyed ? `,"idempotencyKey":"' .. run .. '-' .. i .. '"` : '';
+  return (
+    `local run = "${Date.now().toString(36)}"
+local i = 0
+local headers = { ["x-tally-key"] = "${key}", ["content-type"] = "application/json" }
+request = function()
+  i = i + 1
+  local body = '{"customerId":"soak-' .. (i % ${CUSTOMERS}) .. ` +
+    `'","amount":1${idempotency}}'
+  return wrk.format("POST", "/v1/usage/api_calls/consume", headers, body)
+end
+${delayMs > 0 ? `delay = function() return ${delayMs} end` : ''}
+done = function(summary, latency, requests)
+  io.write("WRK_JSON{\\"requests\\":" .. summary.requests .. ",\\"durationUs\\":" .. ` +
+    `summary.duration ..
+    ",\\"status\\":" .. summary.errors.status .. ",\\"errors\\":" .. ` +
+    `(summary.errors.connect + summary.errors.read + summary.errors.write + ` +
+    `summary.errors.timeout) ..
+    ",\\"p99Us\\":" .. latency:percentile(99) .. "}\\n")
+end
+`
+  );
+}
+
+/** Runs the load against `server` for `seconds`: wrk's own summary. */
+export async function runLoad(
+  server: TallyServer,
+  options: LoadOptions,
+  seconds: number,
+): Promise<LoadSummary> {
+  const dir = await mkdtemp(join(tmpdir(), 'tally-soak-'));
+  try {
+    const delayMs =
+      options.rate === null
+        ? 0
+        : Math.max(1, Math.round((1000 * options.connections) / options.rate));
+    const file = join(dir, 'soak.lua');
+    await writeFile(file, loadScript(server.keys.server, delayMs, options.keys === 'unique'));
+    const args = [
+      '-t1',
+      `-c${options.connections}`,
+      `-d${Math.round(seconds)}s`,
+      '--timeout',
+      '10s',
+      '-s',
+      file,
+      server.baseUrl,
+    ];
+    const [command, commandArgs] =
+      options.loadNice === 0
+        ? ['wrk', args]
+        : ['nice', ['-n', String(options.loadNice), 'wrk', ...args]];
+    const stdout = await new Promise<string>((resolve, reject) =>
+      execFile(command, commandArgs, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) =>
+        error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out),
+      ),
+    );
+    const line = stdout.split('\n').find((l) => l.startsWith('WRK_JSON'));
+    if (line === undefined) throw new Error(`wrk printed no summary:\n${stdout}`);
+    const s = JSON.parse(line.slice('WRK_JSON'.length)) as {
+      requests: number;
+      durationUs: number;
+      status: number;
+      errors: number;
+      p99Us: number;
+    };
+    return {
+      requests: s.requests,
+      errors: s.errors,
+      non2xx: s.status,
+      msP99: s.p99Us / 1000,
+      perSec: s.requests / (s.durationUs / 1e6),
+    };
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
