@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TallyServer } from './tally-server.js';
 
-export const CUSTOMERS = 10_000;
+const CUSTOMERS = 10_000;
 /**
  * wrk's niceness unless `--load-nice` says otherwise. The clients of a real deployment run
  * on machines of their own; a load generator sharing the server's cores at the same
