@@ -61,7 +61,8 @@ function describe(keys: LoadOptions['keys'], run: KeyedRun): string {
   const cpu = Object.entries(run.cpuUsPerRequest)
     .map(([group, us]) => `${group} ${us.toFixed(1)}`)
     .join(', ');
-  return `${keys === 'unique' ? 'keyed  ' : 'unkeyed'} ${run.perSec.toFixed(0)} consumes/s (CPU µs per consume: ${cpu})`;
+  const label = keys === 'unique' ? 'keyed  ' : 'unkeyed';
+  return `${label} ${run.perSec.toFixed(0)} consumes/s (CPU µs per consume: ${cpu})`;
 }
 
 async function main(): Promise<void> {
@@ -115,7 +116,9 @@ main().then(
   () => process.exit(0),
   (error: unknown) => {
     process.stderr.write(
-      `bench:keyed failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+      `bench:keyed failed: ${
+        error instanceof Error ? (error.stack ?? error.message) : String(error)
+      }\n`,
     );
     process.exit(1);
   },
