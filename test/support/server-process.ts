@@ -236,6 +236,9 @@ function callFresh(
   });
 }
 
+/** Bodies longer than this go on a connection of their own (see `call`). */
+const LARGE_BODY_CHARS = 64 * 1024;
+
 /** A small fetch wrapper: JSON in, status + parsed JSON (or text) out. */
 export async function call(
   base: string,
@@ -261,7 +264,10 @@ export async function call(
   let status: number;
   let bytes: Buffer;
   let received: Headers;
-  if (freshBases.has(base)) {
+  // A body past what the server accepts may be answered (413) and the connection closed
+  // before fetch has written all of it, which fetch reports as EPIPE instead of the answer;
+  // a connection of its own reads the answer that came.
+  if (freshBases.has(base) || (body !== undefined && body.length > LARGE_BODY_CHARS)) {
     ({
       status,
       bytes,
