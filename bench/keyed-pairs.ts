@@ -13,7 +13,13 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stopAll } from './children.js';
 import { pairRatios, type KeyedRun } from './keyed-ratios.js';
-import { DEFAULT_LOAD_NICE, niceOption, runLoad, type LoadOptions } from './soak-load.js';
+import {
+  DEFAULT_LOAD_NICE,
+  LOAD_TALLY_ENV,
+  niceOption,
+  runLoad,
+  type LoadOptions,
+} from './soak-load.js';
 import { cpuSecondsBetween, sampleThreads } from './thread-cpu.js';
 import { makeDataDir, removeDataDir, startTally } from './tally-server.js';
 import { wrkAvailable } from './wrk.js';
@@ -32,12 +38,7 @@ const USAGE = `usage: npm run bench:keyed -- [options]
 async function measure(load: LoadOptions, seconds: number): Promise<KeyedRun> {
   const dataDir = await makeDataDir();
   try {
-    const server = await startTally(MAIN_SCRIPT, 'tally', dataDir, {
-      TALLY_RATE_LIMIT_SERVER: '0',
-      TALLY_RATE_LIMIT_CLIENT: '0',
-      TALLY_RATE_LIMIT_CLIENT_ADDRESS: '0',
-      TALLY_RATE_LIMIT_CLIENT_CUSTOMER: '0',
-    });
+    const server = await startTally(MAIN_SCRIPT, 'tally', dataDir, LOAD_TALLY_ENV);
     const pid = server.child.process.pid ?? 0;
     await runLoad(server, load, WARMUP_SEC);
     const before = sampleThreads(pid);

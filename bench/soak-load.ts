@@ -18,6 +18,14 @@ const CUSTOMERS = 10_000;
  */
 export const DEFAULT_LOAD_NICE = 10;
 
+/** The Tally this load runs against has no rate limits: the load is one client. */
+export const LOAD_TALLY_ENV: Readonly<Record<string, string>> = {
+  TALLY_RATE_LIMIT_SERVER: '0',
+  TALLY_RATE_LIMIT_CLIENT: '0',
+  TALLY_RATE_LIMIT_CLIENT_ADDRESS: '0',
+  TALLY_RATE_LIMIT_CLIENT_CUSTOMER: '0',
+};
+
 export interface LoadOptions {
   readonly connections: number;
   /** Consumes per second to aim at (null: flat out). */

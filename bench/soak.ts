@@ -21,10 +21,8 @@
  * Load: wrk (one thread, `--connections`, default 128) with a Lua script that cycles over
  * 10,000 customers and numbers its keys (`--keys none` sends none, to compare keyed with
  * unkeyed throughput); `--rate R` spaces each connection's requests so the total
- * approaches R per second (wrk's `delay`), otherwise it runs flat out. wrk runs at a lower
- * priority (`--load-nice`, default 10): the clients of a real deployment run on machines
- * of their own, and a load generator sharing the server's cores at the same priority takes
- * a core from the thread a probe is waiting for.
+ * approaches R per second (wrk's `delay`), otherwise it runs flat out, at a lower priority
+ * than the server (`--load-nice`, default 10; soak-load.ts says why).
  *
  * What it does not measure: the client side of the load beyond wrk's summary, or a disk
  * other than the one the data dir is on; numbers from a shared machine are noise.
@@ -48,6 +46,7 @@ import {
 import { PROBE_INTERVAL_MS, startProbes, type ProbeWindow } from './probe.js';
 import {
   keysOption,
+  LOAD_TALLY_ENV,
   niceOption,
   runLoad,
   type LoadOptions,
@@ -245,10 +244,7 @@ async function windowOf(
 
 async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> {
   const server = await startTally(MAIN_SCRIPT, 'tally', dataDir, {
-    TALLY_RATE_LIMIT_SERVER: '0',
-    TALLY_RATE_LIMIT_CLIENT: '0',
-    TALLY_RATE_LIMIT_CLIENT_ADDRESS: '0',
-    TALLY_RATE_LIMIT_CLIENT_CUSTOMER: '0',
+    ...LOAD_TALLY_ENV,
     ...(options.workers === undefined ? {} : { TALLY_WORKERS: String(options.workers) }),
   });
   const adminKey = (
