@@ -195,6 +195,9 @@ export function freshConnections(base: string): void {
   freshBases.add(base);
 }
 
+/** Bodies longer than this go on a connection of their own (see `call`). */
+const LARGE_BODY_CHARS = 64 * 1024;
+
 /** One request on a connection of its own (`Connection: close`). */
 function callFresh(
   base: string,
@@ -226,18 +229,32 @@ function callFresh(
         response.on('error', reject);
       },
     );
-    // A server may answer before the body is all sent (a 400 or 413 judged from the head)
-    // and close: the rest of the body then fails to write (EPIPE) after the answer came.
-    // That answer is what the caller asked for; an error before any answer is a failure.
+    // A server may answer from the head alone (a 400 or 413) and close: a body still being
+    // written then fails (EPIPE), and that error can come before the answer is read. So a
+    // large body waits for such an answer first and is not sent if one comes; an error
+    // after the answer is ignored, an error before it is a failure.
     request.on('error', (error) => {
       if (!responded) reject(error);
     });
-    request.end(body);
+    if (body === undefined || body.length <= LARGE_BODY_CHARS) {
+      request.end(body);
+      return;
+    }
+    request.setHeader('content-length', Buffer.byteLength(body));
+    request.flushHeaders();
+    const send = setTimeout(() => request.end(body), HEAD_ANSWER_WAIT_MS);
+    request.once('response', (response) => {
+      clearTimeout(send);
+      // Answered without the body: the request can never be completed, so it is dropped.
+      response.once('end', () => {
+        if (!request.writableEnded) request.destroy();
+      });
+    });
   });
 }
 
-/** Bodies longer than this go on a connection of their own (see `call`). */
-const LARGE_BODY_CHARS = 64 * 1024;
+/** How long a large body waits for an answer judged from the head alone. */
+const HEAD_ANSWER_WAIT_MS = 300;
 
 /** A small fetch wrapper: JSON in, status + parsed JSON (or text) out. */
 export async function call(
