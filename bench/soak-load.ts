@@ -5,7 +5,7 @@
  * Shared by `bench:soak` and `bench:keyed`.
  */
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TallyServer } from './tally-server.js';
@@ -43,6 +43,20 @@ export interface LoadSummary {
   readonly non2xx: number;
   readonly msP99: number;
   readonly perSec: number;
+}
+
+/** The admin key a fresh data dir's bootstrap wrote (it reads the metrics). */
+export async function adminKeyOf(server: TallyServer): Promise<string> {
+  const raw = await readFile(join(server.dataDir, 'bootstrap-keys.json'), 'utf8');
+  return (JSON.parse(raw) as { admin: string }).admin;
+}
+
+/** The server's metrics, as text. */
+export async function scrape(server: TallyServer, adminKey: string): Promise<string> {
+  const response = await fetch(`${server.baseUrl}/v1/admin/metrics`, {
+    headers: { 'x-tally-key': adminKey },
+  });
+  return response.text();
 }
 
 export function keysOption(raw: string | undefined): LoadOptions['keys'] {

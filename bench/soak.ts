@@ -45,17 +45,19 @@ import {
 } from './metrics-text.js';
 import { PROBE_INTERVAL_MS, startProbes, type ProbeWindow } from './probe.js';
 import {
+  adminKeyOf,
   keysOption,
   LOAD_TALLY_ENV,
   niceOption,
   runLoad,
+  scrape,
   type LoadOptions,
   type LoadSummary,
 } from './soak-load.js';
 import { plotSoak, type SoakWindow } from './soak-plot.js';
 import { verdicts } from './soak-verdicts.js';
 import { cpuSecondsBetween, sampleThreads } from './thread-cpu.js';
-import { makeDataDir, removeDataDir, startTally, type TallyServer } from './tally-server.js';
+import { makeDataDir, removeDataDir, startTally } from './tally-server.js';
 import { wrkAvailable } from './wrk.js';
 
 const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
@@ -134,13 +136,6 @@ function parse(argv: readonly string[]): SoakOptions | null {
     loadNice: niceOption(values['load-nice']),
     reportPath: values.report,
   };
-}
-
-async function scrape(server: TallyServer, adminKey: string): Promise<string> {
-  const response = await fetch(`${server.baseUrl}/v1/admin/metrics`, {
-    headers: { 'x-tally-key': adminKey },
-  });
-  return response.text();
 }
 
 /**
@@ -247,9 +242,7 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
     ...LOAD_TALLY_ENV,
     ...(options.workers === undefined ? {} : { TALLY_WORKERS: String(options.workers) }),
   });
-  const adminKey = (
-    JSON.parse(await readFile(join(dataDir, 'bootstrap-keys.json'), 'utf8')) as { admin: string }
-  ).admin;
+  const adminKey = await adminKeyOf(server);
   const pid = server.child.process.pid ?? 0;
   await runLoad(server, options, BASELINE_WARMUP_SEC);
   const baseline = await runLoad(server, options, BASELINE_SEC);
