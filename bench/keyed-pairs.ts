@@ -5,9 +5,9 @@
  * run finds from an earlier one are partly replays, which cost less and flatter the
  * ratio). Each run warms up for WARMUP_SEC with keys of its own (a keyed run until its first
  * run of keys is sealed: see `warmUp`), then measures S seconds: consumes/s and the CPU per
- * consume of each thread group. Prints each pair's ratio (keyed
- * ÷ unkeyed) and their median: single runs on a shared machine move by tens of percent, a
- * median of alternated pairs far less.
+ * consume of each thread group. Prints each pair's ratio (keyed ÷ unkeyed) and their
+ * median: single runs on a shared machine move by tens of percent, a median of alternated
+ * pairs far less.
  */
 import { parseArgs } from 'node:util';
 import { dirname, join } from 'node:path';
