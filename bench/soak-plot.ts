@@ -42,8 +42,16 @@ export interface SoakWindow {
    * front ends, the shards; not the webhook delivery thread) (ms, bucket bound).
    */
   readonly gcPauseMsMax: number;
-  /** The longest pause since start of those threads, by their own gauges (ms; null: none). */
+  /**
+   * The longest pause since start of those threads, by their own gauges (ms; null: none):
+   * the process's start, the warm-up and the 5-second run included.
+   */
   readonly gcLongestMs: number | null;
+  /**
+   * The longest pause of those threads that came after the soak's first scrape, from the
+   * threads whose own longest changed since then (ms, exact; null: none did).
+   */
+  readonly gcLongestInSoakMs: number | null;
 }
 
 const WIDTH = 720;

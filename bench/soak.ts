@@ -192,6 +192,7 @@ async function windowOf(
   all: ReturnType<typeof samples>,
   now: Scrape,
   before: Scrape,
+  gcAtStart: ReadonlyMap<string, number>,
   [probe, bare]: readonly ProbeWindow[],
 ): Promise<SoakWindow> {
   const load = since(now.load, before.load);
@@ -234,7 +235,31 @@ async function windowOf(
         'tally_gc_pause_max_seconds',
       ),
     ),
+    gcLongestInSoakMs: ms(longestSince(gcLongestByThread(all), gcAtStart)),
   };
+}
+
+/** Each thread's longest GC pause since start (s), of the threads answering requests. */
+function gcLongestByThread(all: ReturnType<typeof samples>): Map<string, number> {
+  return new Map(
+    all
+      .filter((s) => s.name === 'tally_gc_pause_max_seconds' && answersRequests(s.labels))
+      .map((s) => [s.labels['thread'] ?? '', s.value]),
+  );
+}
+
+/**
+ * The longest of the pauses that became a thread's longest after `atStart` was read: each
+ * is a pause of the soak itself, known exactly. Null when no thread's longest changed.
+ */
+function longestSince(
+  now: ReadonlyMap<string, number>,
+  atStart: ReadonlyMap<string, number>,
+): number | null {
+  let longest: number | null = null;
+  for (const [thread, seconds] of now)
+    if (seconds > (atStart.get(thread) ?? 0)) longest = Math.max(longest ?? 0, seconds);
+  return longest;
 }
 
 async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> {
@@ -246,7 +271,9 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
   const pid = server.child.process.pid ?? 0;
   await runLoad(server, options, BASELINE_WARMUP_SEC);
   const baseline = await runLoad(server, options, BASELINE_SEC);
-  let before = readScrape(samples(await scrape(server, adminKey)));
+  const atStart = samples(await scrape(server, adminKey));
+  let before = readScrape(atStart);
+  const gcAtStart = gcLongestByThread(atStart);
   const bare = await startChild('bare', BARE_SCRIPT, { PORT: '0' });
   const probe = startProbes([
     {
@@ -263,7 +290,7 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
       const all = samples(await scrape(server, adminKey));
       const now = readScrape(all);
       const atSec = Math.round((Date.now() - started) / 1000);
-      const w = await windowOf(atSec, pid, all, now, before, await probe.window());
+      const w = await windowOf(atSec, pid, all, now, before, gcAtStart, await probe.window());
       before = now;
       const longest = all
         .filter((x) => x.name === 'tally_gc_pause_max_seconds')
