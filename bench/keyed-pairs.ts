@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { stopAll } from './children.js';
 import { pairRatios, type KeyedRun } from './keyed-ratios.js';
 import { gaugeSum, samples } from './metrics-text.js';
+import { positiveNumber } from './options.js';
 import {
   adminKeyOf,
   DEFAULT_LOAD_NICE,
@@ -108,16 +109,10 @@ async function main(): Promise<void> {
     process.stdout.write(USAGE);
     return;
   }
-  const whole = (name: string, raw: string | undefined, fallback: number): number => {
-    const value = raw === undefined ? fallback : Number(raw);
-    if (!Number.isInteger(value) || value <= 0)
-      throw new Error(`--${name} must be a positive whole number, got ${JSON.stringify(raw)}`);
-    return value;
-  };
-  const pairs = whole('pairs', values.pairs, 6);
-  const seconds = whole('seconds', values.seconds, 20);
+  const pairs = positiveNumber('pairs', values.pairs, 6, true);
+  const seconds = positiveNumber('seconds', values.seconds, 20, true);
   const base = {
-    connections: whole('connections', values.connections, 128),
+    connections: positiveNumber('connections', values.connections, 128, true),
     rate: null,
     loadNice: niceOption(values['load-nice']),
   };

@@ -53,7 +53,8 @@ export const USAGE = `usage: node dist/bench/run.js [options]
                         (docs/performance.md) with this run's figures
   --help`;
 
-function positiveNumber(
+/** `--name`'s value, `fallback` when absent; throws a usage error unless it is positive. */
+export function positiveNumber(
   name: string,
   raw: string | undefined,
   fallback: number,

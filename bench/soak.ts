@@ -43,6 +43,7 @@ import {
   total,
   type Buckets,
 } from './metrics-text.js';
+import { positiveNumber } from './options.js';
 import { PROBE_INTERVAL_MS, startProbes, type ProbeWindow } from './probe.js';
 import {
   adminKeyOf,
@@ -120,18 +121,14 @@ function parse(argv: readonly string[]): SoakOptions | null {
     process.stdout.write(USAGE);
     return null;
   }
-  const positive = (name: string, raw: string | undefined, fallback: number): number => {
-    const value = raw === undefined ? fallback : Number(raw);
-    if (!Number.isFinite(value) || value <= 0)
-      throw new Error(`--${name} must be a positive number, got ${JSON.stringify(raw)}`);
-    return value;
-  };
   return {
-    minutes: positive('minutes', values.minutes, 30),
-    rate: values.rate === undefined ? null : positive('rate', values.rate, 1),
-    connections: Math.round(positive('connections', values.connections, 128)),
+    minutes: positiveNumber('minutes', values.minutes, 30, false),
+    rate: values.rate === undefined ? null : positiveNumber('rate', values.rate, 1, false),
+    connections: Math.round(positiveNumber('connections', values.connections, 128, false)),
     workers:
-      values.workers === undefined ? undefined : Math.round(positive('workers', values.workers, 1)),
+      values.workers === undefined
+        ? undefined
+        : Math.round(positiveNumber('workers', values.workers, 1, false)),
     keys: keysOption(values.keys),
     loadNice: niceOption(values['load-nice']),
     reportPath: values.report,
