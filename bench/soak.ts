@@ -20,9 +20,9 @@
  *
  * Load: wrk (one thread, `--connections`, default 128) with a Lua script that cycles over
  * 10,000 customers and numbers its keys (`--keys none` sends none, to compare keyed with
- * unkeyed throughput); `--rate R` spaces each connection's requests so the total
- * approaches R per second (wrk's `delay`), otherwise it runs flat out, at a lower priority
- * than the server (`--load-nice`, default 10; soak-load.ts says why).
+ * unkeyed throughput); `--rate R` paces the requests of all connections at R per second
+ * (one schedule; soak-load.ts), otherwise it runs flat out, at a lower priority than the
+ * server (`--load-nice`, default 10; soak-load.ts says why).
  *
  * What it does not measure: the client side of the load beyond wrk's summary, or a disk
  * other than the one the data dir is on; numbers from a shared machine are noise.

@@ -1,0 +1,78 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runLoad } from '../bench/soak-load.js';
+
+/** A stand-in for Tally that answers every consume after `answerMs` and keeps what it was sent. */
+let answerMs = 0;
+const bodies: string[] = [];
+const keysSent: string[] = [];
+const server = createServer((request: IncomingMessage, response: ServerResponse) => {
+  let body = '';
+  request.on('data', (chunk: Buffer) => {
+    body += chunk.toString('utf8');
+  });
+  request.on('end', () => {
+    bodies.push(body);
+    keysSent.push(String(request.headers['x-tally-key']));
+    const answer = () =>
+      response.writeHead(200, { 'content-type': 'application/json' }).end('{"allowed":true}');
+    if (answerMs === 0) answer();
+    else setTimeout(answer, answerMs);
+  });
+});
+let baseUrl = '';
+
+beforeAll(async () => {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+const target = () => ({ baseUrl, keys: { server: 'tk_test_soak' } });
+
+describe('the soak load (wrk)', () => {
+  it('holds the rate it is paced at, whatever the connections’ latency', async () => {
+    bodies.length = 0;
+    // Answers take 40 ms: a fixed wait of connections / rate (80 ms) before each request
+    // would send 32 / 0.12 s ≈ 270 a second.
+    answerMs = 40;
+    const paced = await runLoad(
+      target(),
+      { connections: 32, rate: 400, keys: 'unique', loadNice: 0 },
+      3,
+    ).finally(() => {
+      answerMs = 0;
+    });
+    expect(paced.errors).toBe(0);
+    expect(paced.non2xx).toBe(0);
+    expect(paced.perSec).toBeGreaterThan(400 * 0.9);
+    expect(paced.perSec).toBeLessThan(400 * 1.1);
+    expect(Math.abs(bodies.length - paced.requests)).toBeLessThanOrEqual(32);
+  });
+
+  it('sends consumes over the customers in turn, each with a key of its own', async () => {
+    bodies.length = 0;
+    keysSent.length = 0;
+    await runLoad(target(), { connections: 4, rate: 1000, keys: 'unique', loadNice: 0 }, 2);
+    const parsed = bodies.map(
+      (b) => JSON.parse(b) as { customerId: string; amount: number; idempotencyKey: string },
+    );
+    expect(parsed.length).toBeGreaterThan(1500);
+    expect(new Set(parsed.map((p) => p.idempotencyKey)).size).toBe(parsed.length);
+    expect(new Set(parsed.map((p) => p.customerId)).size).toBe(parsed.length);
+    expect(parsed.every((p) => p.amount === 1)).toBe(true);
+    expect(new Set(keysSent)).toEqual(new Set(['tk_test_soak']));
+  });
+
+  it('sends no key with --keys none, and flat out outruns a paced load', async () => {
+    bodies.length = 0;
+    const flat = await runLoad(
+      target(),
+      { connections: 4, rate: null, keys: 'none', loadNice: 0 },
+      2,
+    );
+    expect(flat.perSec).toBeGreaterThan(1500);
+    expect(bodies.every((b) => !b.includes('idempotencyKey'))).toBe(true);
+  });
+});
