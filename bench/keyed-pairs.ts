@@ -8,12 +8,25 @@
  * consume of each thread group. Prints each pair's ratio (keyed ÷ unkeyed) and their
  * median: single runs on a shared machine move by tens of percent, a median of alternated
  * pairs far less.
+ *
+ * Two measures of a run's throughput. Flat out (the default), wrk's connections send
+ * back to back, in bursts as answers come back in batches. `--paced` measures the highest
+ * rate the server sustains: a ladder of paced steps (`--from`, then `--step` higher each,
+ * S seconds each, on the same server) that goes on while a step gets at least HELD_SHARE of
+ * its rate through; the run's figure is the most any step got through.
  */
 import { parseArgs } from 'node:util';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stopAll } from './children.js';
-import { pairRatios, type KeyedRun } from './keyed-ratios.js';
+import {
+  held,
+  HELD_SHARE,
+  ladderPeak,
+  pairRatios,
+  type KeyedRun,
+  type LadderStep,
+} from './keyed-ratios.js';
 import { gaugeSum, samples } from './metrics-text.js';
 import { positiveNumber } from './options.js';
 import {
@@ -33,36 +46,78 @@ const MAIN_SCRIPT = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', '
 const WARMUP_SEC = 5;
 /** The longest a keyed run warms up: a shard seals its keys at least every 30 s. */
 const KEYED_WARMUP_MAX_SEC = 45;
+/** The most steps of a paced ladder (a guard: a ladder stops where the server falls behind). */
+const MAX_STEPS = 40;
+
+const HELD_SHARE_PERCENT = Math.round(HELD_SHARE * 100);
 
 const USAGE = `usage: npm run bench:keyed -- [options]
   --pairs <n>           alternated pairs of runs, unkeyed first (default 6)
-  --seconds <n>         measured seconds of each run, after ${WARMUP_SEC} s of warm-up (default 20)
+  --seconds <n>         measured seconds of each run, after ${WARMUP_SEC} s of warm-up (default 20;
+                        of each step with --paced, default 10)
+  --paced               measure the highest rate sustained: paced steps from --from, --step
+                        higher each, while a step gets ${HELD_SHARE_PERCENT}% of its rate through
+  --from <r>            consumes/s of a paced ladder's first step (default 16000)
+  --step <r>            consumes/s each step adds (default 1000)
   --connections <n>     wrk connections (default 128)
   --load-nice <n>       run wrk at this niceness, 0-19 (default ${DEFAULT_LOAD_NICE})
   --help
 `;
 
-async function measure(load: LoadOptions, seconds: number): Promise<KeyedRun> {
+/** A paced ladder: the first step's rate and what each step adds. */
+interface Ladder {
+  readonly from: number;
+  readonly step: number;
+}
+
+type PacedStep = LadderStep & KeyedRun;
+
+/** Runs `load` on a fresh Tally after its warm-up: flat out, or up a paced ladder. */
+async function measure(
+  load: LoadOptions,
+  seconds: number,
+  ladder: Ladder | null,
+): Promise<KeyedRun> {
   const dataDir = await makeDataDir();
   try {
     const server = await startTally(MAIN_SCRIPT, 'tally', dataDir, LOAD_TALLY_ENV);
-    const pid = server.child.process.pid ?? 0;
     await warmUp(server, load);
-    const before = sampleThreads(pid);
-    const summary = await runLoad(server, load, seconds);
-    const cpu = cpuSecondsBetween(before, sampleThreads(pid));
-    if (summary.errors > 0 || summary.non2xx > 0)
-      throw new Error(`${summary.errors} socket errors and ${summary.non2xx} non-2xx answers`);
-    return {
-      perSec: summary.perSec,
-      cpuUsPerRequest: Object.fromEntries(
-        [...cpu].map(([group, s]) => [group, (s * 1e6) / Math.max(1, summary.requests)]),
-      ),
-    };
+    if (ladder === null) return await measured(server, load, seconds);
+    const steps: PacedStep[] = [];
+    for (let rate = ladder.from; steps.length < MAX_STEPS; rate += ladder.step) {
+      const step = { askedPerSec: rate, ...(await measured(server, { ...load, rate }, seconds)) };
+      steps.push(step);
+      process.stdout.write(
+        `  ${rate}/s asked: ${step.perSec.toFixed(0)} got through` +
+          `${held(step) ? '' : ' (fell behind)'}\n`,
+      );
+      if (!held(step)) break;
+    }
+    return ladderPeak(steps) as PacedStep;
   } finally {
     await stopAll();
     await removeDataDir(dataDir);
   }
+}
+
+/** One measured run of `load`: consumes/s and the CPU per consume of each thread group. */
+async function measured(
+  server: TallyServer,
+  load: LoadOptions,
+  seconds: number,
+): Promise<KeyedRun> {
+  const pid = server.child.process.pid ?? 0;
+  const before = sampleThreads(pid);
+  const summary = await runLoad(server, load, seconds);
+  const cpu = cpuSecondsBetween(before, sampleThreads(pid));
+  if (summary.errors > 0 || summary.non2xx > 0)
+    throw new Error(`${summary.errors} socket errors and ${summary.non2xx} non-2xx answers`);
+  return {
+    perSec: summary.perSec,
+    cpuUsPerRequest: Object.fromEntries(
+      [...cpu].map(([group, s]) => [group, (s * 1e6) / Math.max(1, summary.requests)]),
+    ),
+  };
 }
 
 /**
@@ -85,12 +140,16 @@ async function warmUp(server: TallyServer, load: LoadOptions): Promise<void> {
   }
 }
 
-function describe(keys: LoadOptions['keys'], run: KeyedRun): string {
+function describe(keys: LoadOptions['keys'], run: KeyedRun | PacedStep): string {
   const cpu = Object.entries(run.cpuUsPerRequest)
     .map(([group, us]) => `${group} ${us.toFixed(1)}`)
     .join(', ');
-  const label = keys === 'unique' ? 'keyed  ' : 'unkeyed';
-  return `${label} ${run.perSec.toFixed(0)} consumes/s (CPU µs per consume: ${cpu})`;
+  const at = 'askedPerSec' in run ? ` at most (at ${run.askedPerSec}/s asked)` : '';
+  return `${label(keys)} ${run.perSec.toFixed(0)} consumes/s${at} (CPU µs per consume: ${cpu})`;
+}
+
+function label(keys: LoadOptions['keys']): string {
+  return keys === 'unique' ? 'keyed  ' : 'unkeyed';
 }
 
 async function main(): Promise<void> {
@@ -101,6 +160,9 @@ async function main(): Promise<void> {
       help: { type: 'boolean' },
       pairs: { type: 'string' },
       seconds: { type: 'string' },
+      paced: { type: 'boolean' },
+      from: { type: 'string' },
+      step: { type: 'string' },
       connections: { type: 'string' },
       'load-nice': { type: 'string' },
     },
@@ -110,7 +172,16 @@ async function main(): Promise<void> {
     return;
   }
   const pairs = positiveNumber('pairs', values.pairs, 6, true);
-  const seconds = positiveNumber('seconds', values.seconds, 20, true);
+  const paced = values.paced === true;
+  const seconds = positiveNumber('seconds', values.seconds, paced ? 10 : 20, true);
+  const ladder = paced
+    ? {
+        from: positiveNumber('from', values.from, 16_000, false),
+        step: positiveNumber('step', values.step, 1000, false),
+      }
+    : null;
+  if (!paced && (values.from !== undefined || values.step !== undefined))
+    throw new Error('--from and --step set a paced ladder: add --paced');
   const base = {
     connections: positiveNumber('connections', values.connections, 128, true),
     rate: null,
@@ -122,15 +193,16 @@ async function main(): Promise<void> {
   const keyed: KeyedRun[] = [];
   for (let pair = 1; pair <= pairs; pair++) {
     for (const keys of ['none', 'unique'] as const) {
-      const run = await measure({ ...base, keys }, seconds);
+      if (paced) process.stdout.write(`pair ${pair}, ${label(keys).trim()}, paced steps:\n`);
+      const run = await measure({ ...base, keys }, seconds, ladder);
       (keys === 'none' ? unkeyed : keyed).push(run);
       process.stdout.write(`pair ${pair}: ${describe(keys, run)}\n`);
     }
   }
   const { ratios, median } = pairRatios(unkeyed, keyed);
   process.stdout.write(
-    `keyed ÷ unkeyed by pair: ${ratios.map((r) => r.toFixed(2)).join(', ')}; ` +
-      `median ${median.toFixed(2)}×\n`,
+    `keyed ÷ unkeyed${paced ? ' (highest rates sustained)' : ''} by pair: ` +
+      `${ratios.map((r) => r.toFixed(2)).join(', ')}; median ${median.toFixed(2)}×\n`,
   );
 }
 

@@ -25,3 +25,28 @@ export function pairRatios(
       : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2;
   return { ratios, median };
 }
+
+/** One step of a paced ladder: the rate asked for and what got through. */
+export interface LadderStep {
+  readonly askedPerSec: number;
+  readonly perSec: number;
+}
+
+/** The share of the rate asked for a step must get through for the ladder to go on. */
+export const HELD_SHARE = 0.97;
+
+/** Whether a step's rate held: at least HELD_SHARE of it got through. */
+export function held(step: LadderStep): boolean {
+  return step.perSec >= HELD_SHARE * step.askedPerSec;
+}
+
+/**
+ * The most a paced ladder got through: the highest rate of any step (a server keeps up
+ * until the rate asked for passes what it can sustain; past that, a step gets less
+ * through and the ladder stops). Null for no step.
+ */
+export function ladderPeak<Step extends LadderStep>(steps: readonly Step[]): Step | null {
+  let peak: Step | null = null;
+  for (const step of steps) if (peak === null || step.perSec > peak.perSec) peak = step;
+  return peak;
+}

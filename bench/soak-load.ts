@@ -76,12 +76,16 @@ export function niceOption(raw: string | undefined): number {
  * wrk's pacing at `rate` requests a second: one schedule for all of the thread's
  * connections, a slot every 1/rate s. Each request takes the next free slot and waits for
  * it (wrk's `delay`, in whole ms, called before a connection sends its next request).
- * A slot is never earlier than now, so a server that falls behind is not sent a burst to
- * catch up: the rate is a ceiling the load holds while the server keeps up. The clock is
+ * Slots that passed while every connection waited for an answer are sent at once, up to
+ * CATCH_UP_MS of them: a moment's slower answers do not lower the rate, and a server that
+ * falls further behind is not sent a long burst (it is sent what it keeps up with). The clock is
  * the monotonic one, read through LuaJIT's FFI (wrk's Lua has no clock finer than 1 s).
  * A fixed wait per connection instead (connections / rate) adds each answer's latency to
  * the spacing: asked for 20,000/s over 128 connections, it sent ~13,000.
  */
+/** How far behind its schedule the paced load catches up, in ms of slots. */
+const CATCH_UP_MS = 100;
+
 function pacingScript(rate: number): string {
   return `local ffi = require("ffi")
 ffi.cdef[[
@@ -97,9 +101,10 @@ local slotMs = 0
 local intervalMs = ${1000 / rate}
 delay = function()
   local at = nowMs()
-  if slotMs < at then slotMs = at end
+  if slotMs < at - ${CATCH_UP_MS} then slotMs = at - ${CATCH_UP_MS} end
   local wait = slotMs - at
   slotMs = slotMs + intervalMs
+  if wait <= 0 then return 0 end
   return math.floor(wait + 0.5)
 end
 `;

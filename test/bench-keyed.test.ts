@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { pairRatios, type KeyedRun } from '../bench/keyed-ratios.js';
+import {
+  held,
+  ladderPeak,
+  pairRatios,
+  type KeyedRun,
+  type LadderStep,
+} from '../bench/keyed-ratios.js';
 
 const run = (perSec: number): KeyedRun => ({ perSec, cpuUsPerRequest: {} });
 
@@ -15,5 +21,23 @@ describe('keyed against unkeyed pairs', () => {
   it('pairs only complete pairs, and refuses none', () => {
     expect(pairRatios([run(100), run(100)], [run(90)]).ratios).toEqual([0.9]);
     expect(() => pairRatios([run(100)], [])).toThrow(/no complete pair/);
+  });
+});
+
+describe('a paced ladder', () => {
+  const step = (askedPerSec: number, perSec: number): LadderStep => ({ askedPerSec, perSec });
+
+  it('holds a step that gets at least 97% of its rate through', () => {
+    expect(held(step(20_000, 19_400))).toBe(true);
+    expect(held(step(20_000, 19_399))).toBe(false);
+    expect(held(step(20_000, 20_050))).toBe(true);
+  });
+
+  it('peaks at the step that got the most through, held or not', () => {
+    const steps = [step(16_000, 15_990), step(17_000, 16_980), step(18_000, 17_100)];
+    expect(ladderPeak(steps)).toBe(steps[2]);
+    const fell = [step(20_000, 19_900), step(21_000, 19_700)];
+    expect(ladderPeak(fell)).toBe(fell[0]);
+    expect(ladderPeak([])).toBeNull();
   });
 });
