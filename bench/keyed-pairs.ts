@@ -93,7 +93,9 @@ async function measure(
       );
       if (!held(step)) break;
     }
-    return ladderPeak(steps) as PacedStep;
+    const peak = ladderPeak(steps);
+    if (peak === null) throw new Error('a paced ladder ran no step');
+    return peak;
   } finally {
     await stopAll();
     await removeDataDir(dataDir);
