@@ -72,20 +72,21 @@ export function niceOption(raw: string | undefined): number {
   return value;
 }
 
+/** How far behind its schedule the paced load catches up, in ms of slots. */
+const CATCH_UP_MS = 100;
+
 /**
  * wrk's pacing at `rate` requests a second: one schedule for all of the thread's
  * connections, a slot every 1/rate s. Each request takes the next free slot and waits for
  * it (wrk's `delay`, in whole ms, called before a connection sends its next request).
  * Slots that passed while every connection waited for an answer are sent at once, up to
  * CATCH_UP_MS of them: a moment's slower answers do not lower the rate, and a server that
- * falls further behind is not sent a long burst (it is sent what it keeps up with). The clock is
- * the monotonic one, read through LuaJIT's FFI (wrk's Lua has no clock finer than 1 s).
+ * falls further behind is not sent a long burst (it is sent what it keeps up with). The
+ * clock is the monotonic one, read through LuaJIT's FFI (wrk's Lua has no clock finer
+ * than 1 s).
  * A fixed wait per connection instead (connections / rate) adds each answer's latency to
  * the spacing: asked for 20,000/s over 128 connections, it sent ~13,000.
  */
-/** How far behind its schedule the paced load catches up, in ms of slots. */
-const CATCH_UP_MS = 100;
-
 function pacingScript(rate: number): string {
   return `local ffi = require("ffi")
 ffi.cdef[[
@@ -113,7 +114,7 @@ end
 /**
  * wrk's Lua: unique keys, customers in turn, optional pacing; prints a JSON summary at the end.
  */
-export function loadScript(key: string, rate: number | null, keyed: boolean): string {
+function loadScript(key: string, rate: number | null, keyed: boolean): string {
   const idempotency = keyed ? `,"idempotencyKey":"' .. run .. '-' .. i .. '"` : '';
   return (
     `local run = "${Date.now().toString(36)}"
