@@ -193,6 +193,7 @@ async function windowOf(
   [probe, bare]: readonly ProbeWindow[],
 ): Promise<SoakWindow> {
   const load = since(now.load, before.load);
+  const gcByThread = gcLongestByThread(all);
   const snapshots = now.snapshots - before.snapshots;
   const ms = (seconds: number | null): number | null => (seconds === null ? null : seconds * 1000);
   const memory = await rssMiB(pid);
@@ -226,13 +227,8 @@ async function windowOf(
     loadMsP99: quantileBound(load, 0.99) * 1000,
     loadNon2xx: now.non2xx - before.non2xx,
     gcPauseMsMax: maxBound(since(now.gc, before.gc)) * 1000,
-    gcLongestMs: ms(
-      gaugeMax(
-        all.filter((s) => answersRequests(s.labels)),
-        'tally_gc_pause_max_seconds',
-      ),
-    ),
-    gcLongestInSoakMs: ms(longestSince(gcLongestByThread(all), gcAtStart)),
+    gcLongestMs: ms(gcByThread.size === 0 ? null : Math.max(...gcByThread.values())),
+    gcLongestInSoakMs: ms(longestSince(gcByThread, gcAtStart)),
   };
 }
 
