@@ -38,7 +38,7 @@ import {
   scrape,
   type LoadOptions,
 } from './soak-load.js';
-import { cpuSecondsBetween, sampleThreads } from './thread-cpu.js';
+import { cpuSecondsBetween, cpuUsPerRequest, sampleThreads } from './thread-cpu.js';
 import { makeDataDir, removeDataDir, startTally, type TallyServer } from './tally-server.js';
 import { wrkAvailable } from './wrk.js';
 
@@ -116,9 +116,7 @@ async function measured(
     throw new Error(`${summary.errors} socket errors and ${summary.non2xx} non-2xx answers`);
   return {
     perSec: summary.perSec,
-    cpuUsPerRequest: Object.fromEntries(
-      [...cpu].map(([group, s]) => [group, (s * 1e6) / Math.max(1, summary.requests)]),
-    ),
+    cpuUsPerRequest: cpuUsPerRequest(cpu, summary.requests),
   };
 }
 

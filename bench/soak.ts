@@ -57,7 +57,7 @@ import {
 } from './soak-load.js';
 import { plotSoak, type SoakWindow } from './soak-plot.js';
 import { verdicts } from './soak-verdicts.js';
-import { cpuSecondsBetween, sampleThreads } from './thread-cpu.js';
+import { cpuSecondsBetween, cpuUsPerRequest, sampleThreads } from './thread-cpu.js';
 import { makeDataDir, removeDataDir, startTally } from './tally-server.js';
 import { wrkAvailable } from './wrk.js';
 
@@ -317,15 +317,13 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
     const cpuBefore = sampleThreads(pid);
     const load = await runLoad(server, options, options.minutes * 60);
     const cpu = cpuSecondsBetween(cpuBefore, sampleThreads(pid));
-    const cpuUsPerRequest = Object.fromEntries(
-      [...cpu].map(([group, seconds]) => [group, (seconds * 1e6) / Math.max(1, load.requests)]),
-    );
+
     return {
       startedAt: new Date(started).toISOString(),
       node: process.version,
       options,
       windows,
-      cpuUsPerRequest,
+      cpuUsPerRequest: cpuUsPerRequest(cpu, load.requests),
       baseline,
       load,
     };

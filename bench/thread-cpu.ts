@@ -69,3 +69,13 @@ export function cpuSecondsBetween(before: ThreadTicks, after: ThreadTicks): Map<
 export function addCpu(total: Map<string, number>, more: ReadonlyMap<string, number>): void {
   for (const [group, value] of more) total.set(group, (total.get(group) ?? 0) + value);
 }
+
+/** CPU µs per request of each thread group, from its CPU seconds over `requests` requests. */
+export function cpuUsPerRequest(
+  cpu: ReadonlyMap<string, number>,
+  requests: number,
+): Record<string, number> {
+  return Object.fromEntries(
+    [...cpu].map(([group, seconds]) => [group, (seconds * 1e6) / Math.max(1, requests)]),
+  );
+}
