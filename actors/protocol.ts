@@ -252,6 +252,13 @@ export interface ShardLiveStats {
    * unknown on this system).
    */
   readonly lastSnapshotWorkMsMax: number | null;
+  /**
+   * Of those stretches, the transaction that stored the latest snapshot, by the clock and
+   * less the thread's waits for a core (null: none yet; the second also when unknown): a
+   * hold longer than this was a slice of the copy.
+   */
+  readonly lastSnapshotStoreMs: number | null;
+  readonly lastSnapshotStoreWorkMs: number | null;
   /** Journal appends since start: milliseconds from append issued to durable (metrics). */
   readonly journalFlushMs: HistogramData;
   /** Events per journal record since start, i.e. the size of each group commit (metrics). */

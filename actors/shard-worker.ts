@@ -168,6 +168,8 @@ let snapshotsTaken = 0;
 let lastSnapshotMs: number | null = null;
 let lastSnapshotPauseMsMax: number | null = null;
 let lastSnapshotWorkMsMax: number | null = null;
+let lastSnapshotStoreMs: number | null = null;
+let lastSnapshotStoreWorkMs: number | null = null;
 
 /**
  * Audit entries the chain now holds, whose stored copies this shard may drop. They go
@@ -388,8 +390,10 @@ function maybeSnapshot(): void {
         lastSnapshotAtMs = Date.now();
         snapshotsTaken += 1;
         lastSnapshotMs = performance.now() - startedMs;
-        lastSnapshotPauseMsMax = Math.max(sliceMsMax, store.lastSnapshotWriteMs);
+        lastSnapshotStoreMs = store.lastSnapshotWriteMs;
+        lastSnapshotPauseMsMax = Math.max(sliceMsMax, lastSnapshotStoreMs);
         const writeWorkMs = store.lastSnapshotWriteWorkMs;
+        lastSnapshotStoreWorkMs = writeWorkMs;
         lastSnapshotWorkMsMax =
           sliceWorkMsMax === null || writeWorkMs === null
             ? null
@@ -504,6 +508,8 @@ function liveStats(): ShardLiveStats {
     lastSnapshotMs,
     lastSnapshotPauseMsMax,
     lastSnapshotWorkMsMax,
+    lastSnapshotStoreMs,
+    lastSnapshotStoreWorkMs,
     journalFlushMs: journalFlushMs.data(),
     journalBatchEvents: journalBatchEvents.data(),
   };

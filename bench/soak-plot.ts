@@ -24,6 +24,12 @@ export interface SoakWindow {
   readonly snapshotPauseMsMax: number | null;
   /** The longest hold less the thread's waits for a core (null: none, or unknown). */
   readonly snapshotWorkMsMax: number | null;
+  /**
+   * The latest snapshot's storing transaction, by the clock and less the waits (null: no
+   * snapshot, or unknown): a longer hold was a slice of the copy.
+   */
+  readonly snapshotStoreMs: number | null;
+  readonly snapshotStoreWorkMs: number | null;
   readonly probeMsP99: number;
   readonly probeMsP999: number;
   readonly probeMsMax: number;

@@ -101,14 +101,32 @@ export function verdicts(
         'makes them more frequent).'
       : workMax === null
         ? `Longest hold of a shard's thread by a snapshot ${pauseMax.toFixed(1)} ms ` +
-          `(target about 5 ms): ${mark(pauseMax <= 5)}.`
+          `(target about 5 ms): ${mark(pauseMax <= 5)}${holdSource(windows, 'clock')}.`
         : `Longest hold of a shard's thread by a snapshot ${workMax.toFixed(2)} ms less its ` +
-          `waits for a core (target about 5 ms): ${mark(workMax <= 5)}; by the clock, ` +
-          `waits included, ${pauseMax.toFixed(1)} ms ` +
-          `(${overFive} of ${pauses.length} snapshot windows over 5 ms).`,
+          `waits for a core (target about 5 ms): ${mark(workMax <= 5)}` +
+          `${holdSource(windows, 'work')}; by the clock, waits included, ` +
+          `${pauseMax.toFixed(1)} ms (${overFive} of ${pauses.length} snapshot windows over 5 ms).`,
     `Errors (socket, non-2xx, probe failures; the 5-second run's included): ${errors} ` +
       `(target 0): ${mark(errors === 0)}.`,
   ];
+}
+
+/**
+ * Which part of a snapshot the longest hold was, judged by the clock or less the waits: the
+ * transaction that stored it (its window's storing figure is the hold), else a slice of
+ * the copy. Empty where the window does not say.
+ */
+function holdSource(windows: readonly SoakWindow[], by: 'clock' | 'work'): string {
+  let longest: { readonly held: number; readonly stored: number | null } | null = null;
+  for (const w of windows) {
+    const held = by === 'clock' ? w.snapshotPauseMsMax : w.snapshotWorkMsMax;
+    const stored = by === 'clock' ? w.snapshotStoreMs : w.snapshotStoreWorkMs;
+    if (held !== null && (longest === null || held > longest.held)) longest = { held, stored };
+  }
+  if (longest === null || longest.stored === null) return '';
+  return longest.stored >= longest.held
+    ? ' (the transaction that stored it)'
+    : ' (a slice of the copy)';
 }
 
 /** The largest of `values`, to a tenth. */

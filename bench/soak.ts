@@ -216,6 +216,9 @@ async function windowOf(
       snapshots > 0 ? ms(gaugeMax(all, 'tally_shard_snapshot_pause_max_seconds')) : null,
     snapshotWorkMsMax:
       snapshots > 0 ? ms(gaugeMax(all, 'tally_shard_snapshot_work_max_seconds')) : null,
+    snapshotStoreMs: snapshots > 0 ? ms(gaugeMax(all, 'tally_shard_snapshot_store_seconds')) : null,
+    snapshotStoreWorkMs:
+      snapshots > 0 ? ms(gaugeMax(all, 'tally_shard_snapshot_store_work_seconds')) : null,
     probeMsP99: probe?.msP99 ?? Number.NaN,
     probeMsP999: probe?.msP999 ?? Number.NaN,
     probeMsMax: probe?.msMax ?? Number.NaN,
@@ -294,10 +297,15 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
         w.snapshotWorkMsMax === null
           ? ''
           : `, ${w.snapshotWorkMsMax.toFixed(1)} less waits for a core`;
+      const storing =
+        w.snapshotStoreMs === null
+          ? ''
+          : `; storing ${w.snapshotStoreMs.toFixed(1)}` +
+            (w.snapshotStoreWorkMs === null ? '' : `, ${w.snapshotStoreWorkMs.toFixed(1)}`);
       const held =
         w.snapshotPauseMsMax === null
           ? ''
-          : ` (held ${w.snapshotPauseMsMax.toFixed(1)} ms${working})`;
+          : ` (held ${w.snapshotPauseMsMax.toFixed(1)} ms${working}${storing})`;
       const frontMiB = gaugeSum(all, 'tally_process_heap_used_bytes') / 2 ** 20;
       process.stderr.write(
         `soak ${w.atSec}s: RSS ${w.rssMiB.toFixed(0)} MiB ` +
@@ -370,12 +378,14 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
     '',
     "Load p99 and GC pauses are bucket bounds from the server's histograms; snapshot " +
       'figures are the longest of the window (cut to stored; the longest hold of the ' +
-      "thread by the clock / less the thread's waits for a core).",
+      "thread by the clock / less the thread's waits for a core; the transaction that " +
+      'stored the latest snapshot, the same two ways: a longer hold was a slice of the copy).',
     '',
     '| at | RSS MiB | of it files MiB | heap MiB | keys in memory | keys kept | runs | ' +
-      'filters MiB | snapshots | snapshot ms | held / less waits ms | probe p99 ms | ' +
+      'filters MiB | snapshots | snapshot ms | held / less waits ms | of it storing ms | ' +
+      'probe p99 ms | ' +
       'p999 ms | max ms | bare p99 / max ms | load/s | load p99 ms | non-2xx | GC max ms |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...result.windows.map(
       (w) =>
         `| ${w.atSec} s | ${w.rssMiB.toFixed(0)} | ${w.rssFileMiB.toFixed(0)} ` +
@@ -383,6 +393,7 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
         `| ${w.keptKeys} | ${w.runs} | ${w.filterMiB.toFixed(1)} ` +
         `| ${w.snapshots} | ${fixed(w.snapshotMsMax, 0)} ` +
         `| ${fixed(w.snapshotPauseMsMax, 1)} / ${fixed(w.snapshotWorkMsMax, 1)} ` +
+        `| ${fixed(w.snapshotStoreMs, 1)} / ${fixed(w.snapshotStoreWorkMs, 1)} ` +
         `| ${w.probeMsP99.toFixed(2)} ` +
         `| ${w.probeMsP999.toFixed(2)} | ${w.probeMsMax.toFixed(1)} ` +
         `| ${w.bareProbeMsP99.toFixed(2)} / ${w.bareProbeMsMax.toFixed(1)} ` +

@@ -211,6 +211,13 @@ describe('GET /v1/admin/metrics', () => {
         expect(held).toBeGreaterThanOrEqual(0);
         expect(work).toBeGreaterThanOrEqual(0);
         expect(work).toBeLessThanOrEqual(held ?? 0);
+        // The transaction that stored it is one of those stretches: never longer.
+        const stored = sampleValue(families, 'tally_shard_snapshot_store_seconds', shard);
+        const storedWork = sampleValue(families, 'tally_shard_snapshot_store_work_seconds', shard);
+        expect(stored).toBeGreaterThan(0);
+        expect(stored).toBeLessThanOrEqual(held ?? 0);
+        expect(storedWork).toBeGreaterThanOrEqual(0);
+        expect(storedWork).toBeLessThanOrEqual(Math.min(stored ?? 0, work ?? 0));
       }
       expect(
         sampleSum(families, 'tally_journal_flush_duration_seconds_count'),

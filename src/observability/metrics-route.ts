@@ -163,6 +163,18 @@ function renderShards(
     (s) => (s.lastSnapshotWorkMsMax === null ? null : s.lastSnapshotWorkMsMax / 1000),
   );
   gauge(
+    'tally_shard_snapshot_store_seconds',
+    "How long the transaction that stored the latest snapshot held the shard's thread " +
+      '(a longer pause_max was a slice of the copy).',
+    (s) => (s.lastSnapshotStoreMs === null ? null : s.lastSnapshotStoreMs / 1000),
+  );
+  gauge(
+    'tally_shard_snapshot_store_work_seconds',
+    "The same less the thread's waits for a core (absent: not known on this system; " +
+      'Linux only).',
+    (s) => (s.lastSnapshotStoreWorkMs === null ? null : s.lastSnapshotStoreWorkMs / 1000),
+  );
+  gauge(
     'tally_shard_journal_records',
     'Journal records not yet covered by a snapshot.',
     (s) => s.journalRecords,
