@@ -12,8 +12,9 @@
  * Two measures of a run's throughput. Flat out (the default), wrk's connections send
  * back to back, in bursts as answers come back in batches. `--paced` measures the highest
  * rate the server sustains: a ladder of paced steps (`--from`, then `--step` higher each,
- * S seconds each, on the same server) that goes on while a step gets at least HELD_SHARE of
- * its rate through; the run's figure is the most any step got through.
+ * S seconds each, on the same server) that goes on until MISSES_TO_STOP steps in a row get
+ * less than HELD_SHARE of their rate through; the run's figure is the most any step got
+ * through.
  */
 import { parseArgs } from 'node:util';
 import { dirname, join } from 'node:path';
@@ -22,7 +23,9 @@ import { stopAll } from './children.js';
 import {
   held,
   HELD_SHARE,
+  ladderGoesOn,
   ladderPeak,
+  MISSES_TO_STOP,
   pairRatios,
   type KeyedRun,
   type LadderStep,
@@ -56,7 +59,8 @@ const USAGE = `usage: npm run bench:keyed -- [options]
   --seconds <n>         measured seconds of each run, after ${WARMUP_SEC} s of warm-up (default 20;
                         of each step with --paced, default 10)
   --paced               measure the highest rate sustained: paced steps from --from, --step
-                        higher each, while a step gets ${HELD_SHARE_PERCENT}% of its rate through
+                        higher each, until ${MISSES_TO_STOP} steps in a row get less than
+                        ${HELD_SHARE_PERCENT}% of their rate through
   --from <r>            consumes/s of a paced ladder's first step (default 16000)
   --step <r>            consumes/s each step adds (default 1000)
   --connections <n>     wrk connections (default 128)
@@ -91,7 +95,7 @@ async function measure(
         `  ${rate}/s asked: ${step.perSec.toFixed(0)} got through` +
           `${held(step) ? '' : ' (fell behind)'}\n`,
       );
-      if (!held(step)) break;
+      if (!ladderGoesOn(steps)) break;
     }
     const peak = ladderPeak(steps);
     if (peak === null) throw new Error('a paced ladder ran no step');

@@ -40,9 +40,18 @@ export function held(step: LadderStep): boolean {
   return step.perSec >= HELD_SHARE * step.askedPerSec;
 }
 
+/** Steps in a row that must fall behind to end a ladder: one slow moment does not. */
+export const MISSES_TO_STOP = 2;
+
+/** Whether a paced ladder goes on after `steps`: not its last MISSES_TO_STOP all behind. */
+export function ladderGoesOn(steps: readonly LadderStep[]): boolean {
+  const last = steps.slice(-MISSES_TO_STOP);
+  return last.length < MISSES_TO_STOP || last.some(held);
+}
+
 /**
  * The most a paced ladder got through: the highest rate of any step (a server keeps up
- * until the rate asked for passes what it can sustain; past that, a step gets less
+ * until the rate asked for passes what it can sustain; past that, steps get less
  * through and the ladder stops). Null for no step.
  */
 export function ladderPeak<Step extends LadderStep>(steps: readonly Step[]): Step | null {

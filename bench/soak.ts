@@ -365,7 +365,7 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
     `${result.startedAt.slice(0, 10)}, Node ${result.node}: ${o.minutes} min of durable ` +
       `consumes${o.keys === 'unique' ? ' with a unique idempotency key each' : ' without keys'}, ` +
       `wrk ${o.connections} ` +
-      `connections${o.rate === null ? ' flat out' : ` at about ${o.rate}/s`}` +
+      `connections${o.rate === null ? ' flat out' : ` paced at ${o.rate}/s`}` +
       `${o.loadNice === 0 ? '' : ` at nice ${o.loadNice}`}, a \`has\` ` +
       `probe every ${PROBE_INTERVAL_MS} ms. ` +
       `Load: ${result.load.perSec.toFixed(0)} consumes/s, ` +

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   held,
+  ladderGoesOn,
   ladderPeak,
   pairRatios,
   type KeyedRun,
@@ -31,6 +32,18 @@ describe('a paced ladder', () => {
     expect(held(step(20_000, 19_400))).toBe(true);
     expect(held(step(20_000, 19_399))).toBe(false);
     expect(held(step(20_000, 20_050))).toBe(true);
+  });
+
+  it('goes on until two steps in a row fall behind', () => {
+    const fine = step(16_000, 16_000);
+    const behind = step(17_000, 15_000);
+    expect(ladderGoesOn([])).toBe(true);
+    expect(ladderGoesOn([fine])).toBe(true);
+    expect(ladderGoesOn([behind])).toBe(true);
+    expect(ladderGoesOn([fine, behind])).toBe(true);
+    expect(ladderGoesOn([fine, behind, fine])).toBe(true);
+    expect(ladderGoesOn([fine, behind, behind])).toBe(false);
+    expect(ladderGoesOn([behind, behind])).toBe(false);
   });
 
   it('peaks at the step that got the most through, held or not', () => {
