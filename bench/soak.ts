@@ -383,8 +383,8 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
     '',
     '| at | RSS MiB | of it files MiB | heap MiB | keys in memory | keys kept | runs | ' +
       'filters MiB | snapshots | snapshot ms | held / less waits ms | of it storing ms | ' +
-      'probe p99 ms | ' +
-      'p999 ms | max ms | bare p99 / max ms | load/s | load p99 ms | non-2xx | GC max ms |',
+      'probe p99 ms | p999 ms | max ms | bare p99 / max ms | load/s | load p99 ms | ' +
+      'non-2xx | GC max ms |',
     '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...result.windows.map(
       (w) =>
