@@ -392,12 +392,11 @@ function maybeSnapshot(): void {
         lastSnapshotMs = performance.now() - startedMs;
         lastSnapshotStoreMs = store.lastSnapshotWriteMs;
         lastSnapshotPauseMsMax = Math.max(sliceMsMax, lastSnapshotStoreMs);
-        const writeWorkMs = store.lastSnapshotWriteWorkMs;
-        lastSnapshotStoreWorkMs = writeWorkMs;
+        lastSnapshotStoreWorkMs = store.lastSnapshotWriteWorkMs;
         lastSnapshotWorkMsMax =
-          sliceWorkMsMax === null || writeWorkMs === null
+          sliceWorkMsMax === null || lastSnapshotStoreWorkMs === null
             ? null
-            : Math.max(sliceWorkMsMax, writeWorkMs);
+            : Math.max(sliceWorkMsMax, lastSnapshotStoreWorkMs);
         pruneJournal();
       }, crash);
     },
