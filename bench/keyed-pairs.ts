@@ -14,7 +14,8 @@
  * rate the server sustains: a ladder of paced steps (`--from`, then `--step` higher each,
  * S seconds each, on the same server) that goes on until MISSES_TO_STOP steps in a row get
  * less than HELD_SHARE of their rate through; the run's figure is the most any step got
- * through.
+ * through. It also prints the highest rate each run held, and the keyed runs' median of
+ * those: a rate the server sustains, to pace the soak at (a peak may be a step behind).
  */
 import { parseArgs } from 'node:util';
 import { dirname, join } from 'node:path';
@@ -24,7 +25,9 @@ import {
   held,
   HELD_SHARE,
   ladderGoesOn,
+  highestHeld,
   ladderPeak,
+  median as medianOf,
   MISSES_TO_STOP,
   pairRatios,
   type KeyedRun,
@@ -76,12 +79,15 @@ interface Ladder {
 
 type PacedStep = LadderStep & KeyedRun;
 
+/** A paced run: its peak step, and the highest rate it held (null: no step held). */
+type PacedRun = PacedStep & { readonly heldUpTo: number | null };
+
 /** Runs `load` on a fresh Tally after its warm-up: flat out, or up a paced ladder. */
 async function measure(
   load: LoadOptions,
   seconds: number,
   ladder: Ladder | null,
-): Promise<KeyedRun> {
+): Promise<KeyedRun | PacedRun> {
   const dataDir = await makeDataDir();
   try {
     const server = await startTally(MAIN_SCRIPT, 'tally', dataDir, LOAD_TALLY_ENV);
@@ -99,7 +105,7 @@ async function measure(
     }
     const peak = ladderPeak(steps);
     if (peak === null) throw new Error('a paced ladder ran no step');
-    return peak;
+    return { ...peak, heldUpTo: highestHeld(steps) };
   } finally {
     await stopAll();
     await removeDataDir(dataDir);
@@ -144,11 +150,15 @@ async function warmUp(server: TallyServer, load: LoadOptions): Promise<void> {
   }
 }
 
-function describe(keys: LoadOptions['keys'], run: KeyedRun | PacedStep): string {
+function describe(keys: LoadOptions['keys'], run: KeyedRun | PacedRun): string {
   const cpu = Object.entries(run.cpuUsPerRequest)
     .map(([group, us]) => `${group} ${us.toFixed(1)}`)
     .join(', ');
-  const at = 'askedPerSec' in run ? ` at most (at ${run.askedPerSec}/s asked)` : '';
+  const at =
+    'askedPerSec' in run
+      ? ` at most (at ${run.askedPerSec}/s asked; held ${run.heldUpTo ?? 'no step'}` +
+        `${run.heldUpTo === null ? '' : '/s'})`
+      : '';
   return `${label(keys)} ${run.perSec.toFixed(0)} consumes/s${at} (CPU µs per consume: ${cpu})`;
 }
 
@@ -195,11 +205,14 @@ async function main(): Promise<void> {
     throw new Error('wrk is not installed: `apt-get install wrk` (Debian, Ubuntu)');
   const unkeyed: KeyedRun[] = [];
   const keyed: KeyedRun[] = [];
+  const keyedHeld: number[] = [];
   for (let pair = 1; pair <= pairs; pair++) {
     for (const keys of ['none', 'unique'] as const) {
       if (paced) process.stdout.write(`pair ${pair}, ${label(keys).trim()}, paced steps:\n`);
       const run = await measure({ ...base, keys }, seconds, ladder);
       (keys === 'none' ? unkeyed : keyed).push(run);
+      if (keys === 'unique' && 'heldUpTo' in run && run.heldUpTo !== null)
+        keyedHeld.push(run.heldUpTo);
       process.stdout.write(`pair ${pair}: ${describe(keys, run)}\n`);
     }
   }
@@ -208,6 +221,11 @@ async function main(): Promise<void> {
     `keyed ÷ unkeyed${paced ? ' (highest rates sustained)' : ''} by pair: ` +
       `${ratios.map((r) => r.toFixed(2)).join(', ')}; median ${median.toFixed(2)}×\n`,
   );
+  if (keyedHeld.length > 0)
+    process.stdout.write(
+      `keyed runs held up to ${keyedHeld.join(', ')}/s; median ${medianOf(keyedHeld)}/s ` +
+        '(a rate to pace the soak at: one the server sustains)\n',
+    );
 }
 
 main().then(

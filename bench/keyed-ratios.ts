@@ -17,13 +17,17 @@ export function pairRatios(
     { length: pairs },
     (_, i) => (keyed[i] as KeyedRun).perSec / (unkeyed[i] as KeyedRun).perSec,
   );
-  const sorted = [...ratios].sort((a, b) => a - b);
-  const middle = Math.floor(pairs / 2);
-  const median =
-    pairs % 2 === 1
-      ? (sorted[middle] as number)
-      : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2;
-  return { ratios, median };
+  return { ratios, median: median(ratios) };
+}
+
+/** The median of `values` (the mean of the middle two for an even count); NaN for none. */
+export function median(values: readonly number[]): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1
+    ? (sorted[middle] as number)
+    : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2;
 }
 
 /** One step of a paced ladder: the rate asked for and what got through. */
@@ -47,6 +51,17 @@ export const MISSES_TO_STOP = 2;
 export function ladderGoesOn(steps: readonly LadderStep[]): boolean {
   const last = steps.slice(-MISSES_TO_STOP);
   return last.length < MISSES_TO_STOP || last.some(held);
+}
+
+/**
+ * The highest rate a paced ladder held (a step that got HELD_SHARE of it through), or null
+ * if none held: the rate to pace a soak at, where the peak may be a step that fell behind.
+ */
+export function highestHeld(steps: readonly LadderStep[]): number | null {
+  let highest: number | null = null;
+  for (const step of steps)
+    if (held(step) && (highest === null || step.askedPerSec > highest)) highest = step.askedPerSec;
+  return highest;
 }
 
 /**

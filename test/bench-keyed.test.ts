@@ -1,8 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import {
   held,
+  highestHeld,
   ladderGoesOn,
   ladderPeak,
+  median,
   pairRatios,
   type KeyedRun,
   type LadderStep,
@@ -17,6 +19,12 @@ describe('keyed against unkeyed pairs', () => {
     expect(odd.median).toBe(0.8);
     const even = pairRatios([run(100), run(100), run(100), run(100)], [70, 90, 60, 80].map(run));
     expect(even.median).toBeCloseTo(0.75, 10);
+  });
+
+  it('takes the median of odd and even counts, and NaN of none', () => {
+    expect(median([3, 1, 2])).toBe(2);
+    expect(median([20_000, 23_000, 20_000, 21_000])).toBe(20_500);
+    expect(median([])).toBeNaN();
   });
 
   it('pairs only complete pairs, and refuses none', () => {
@@ -44,6 +52,14 @@ describe('a paced ladder', () => {
     expect(ladderGoesOn([fine, behind, fine])).toBe(true);
     expect(ladderGoesOn([fine, behind, behind])).toBe(false);
     expect(ladderGoesOn([behind, behind])).toBe(false);
+  });
+
+  it('names the highest rate held, which may lie below the peak', () => {
+    // The peak (20,724 through) was asked 22,000/s and fell behind; 20,000/s held.
+    const steps = [step(20_000, 19_657), step(21_000, 20_350), step(22_000, 20_724)];
+    expect(highestHeld(steps)).toBe(20_000);
+    expect(highestHeld([step(20_000, 19_000)])).toBeNull();
+    expect(highestHeld([])).toBeNull();
   });
 
   it('peaks at the step that got the most through, held or not', () => {
