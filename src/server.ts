@@ -173,7 +173,7 @@ async function bootstrapKeys(keys: KeyRing, dataDir: string): Promise<BootstrapK
  * own CPU leaves the server short of a core), but with wrk, which leaves the server
  * nearer saturation, one worker serves more of every route: `has` and `context` ~6%,
  * durable `consume` ~40% (each worker journals to its own environment with its own
- * syncs). docs/performance.md, "Worker count".
+ * syncs).
  */
 export function defaultWorkers(cores: number): number {
   return Math.max(1, cores - 1);
