@@ -31,6 +31,7 @@ import {
   IDEMPOTENCY_RETENTION_MS,
   SNAPSHOT_EVERY_EVENTS,
   SNAPSHOT_INTERVAL_MS,
+  SNAPSHOT_SLICE_MS,
 } from '../shared/limits.js';
 import {
   decodeBatch,
@@ -437,7 +438,8 @@ const observeWrites = {
 };
 
 /**
- * Runs `copy` to the end in slices of `snapshotSliceWork` units, one per event-loop turn,
+ * Runs `copy` to the end in slices of `snapshotSliceWork` units or SNAPSHOT_SLICE_MS of
+ * copying, whichever ends first, one per event-loop turn,
  * calling `onSlice` after each unfinished one; then `done` with the longest slice (ms) by
  * the clock, and less the thread's waits for a core (null where unknown), or `failed`
  * with the error its sink threw (in a slice, or while capturing a pre-image during a
@@ -464,7 +466,7 @@ function runCopy(
       if (run.failure !== null) throw run.failure;
       const startedMs = performance.now();
       const startedWaitMs = sliceWorkMsMax === null ? null : threadWaitMs();
-      finished = copy.step(snapshotSliceWork);
+      finished = copy.step(snapshotSliceWork, startedMs + SNAPSHOT_SLICE_MS);
       const sliceMs = performance.now() - startedMs;
       sliceMsMax = Math.max(sliceMsMax, sliceMs);
       const workMs = lessWaits(sliceMs, threadWaitMsSince(startedWaitMs));
