@@ -5,8 +5,10 @@
  * load generator. This module starts one, waits for its `{"msg":"listening","port":n}`
  * line, keeps the tail of its output for error reports (and keeps draining the pipes, so
  * a chatty child can never block on a full pipe), and stops it: SIGTERM, then SIGKILL
- * after a grace period. Every child started here is registered so that `stopAll()` (and,
- * as a last resort, the synchronous `exit` hook) can kill whatever is still running.
+ * after a grace period. Every child started here, and the load generators it is told of
+ * (`trackChild`), is registered so that `stopAll()`, the signal handlers of
+ * `stopOnSignals` and, as a last resort, the synchronous `exit` hook can kill whatever is
+ * still running.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 
@@ -120,7 +122,63 @@ export async function stopChild(child: ChildProcess): Promise<void> {
   clearTimeout(timer);
 }
 
-/** Stops every child this module started that is still running. */
+/** Stops every child this module started or tracks that is still running. */
 export async function stopAll(): Promise<void> {
   await Promise.all([...running].map(stopChild));
+}
+
+/**
+ * Counts a child started elsewhere (the load generator) among this module's, so that
+ * `stopAll`, the signal handlers and the `exit` hook stop it too.
+ */
+export function trackChild<T extends ChildProcess>(child: T): T {
+  if (child.exitCode === null && child.signalCode === null) {
+    running.add(child);
+    child.once('exit', () => running.delete(child));
+  }
+  return child;
+}
+
+/**
+ * On SIGINT or SIGTERM, stops every child and runs `cleanup` (removing data dirs), then
+ * exits with 128 + the signal's number. Node runs no `exit` hook when a signal ends the
+ * process, so without this a benchmark stopped by a signal leaves its servers and its
+ * load generator running.
+ */
+export function stopOnSignals(
+  name: string,
+  cleanup: () => Promise<void> = () => Promise.resolve(),
+): void {
+  const stop = (signal: NodeJS.Signals, code: number): void => {
+    stoppingOnSignal = true;
+    process.stderr.write(`${name}: ${signal}, stopping\n`);
+    void stopAll()
+      .then(cleanup)
+      .finally(() => process.exit(code));
+  };
+  process.once('SIGINT', () => stop('SIGINT', 130));
+  process.once('SIGTERM', () => stop('SIGTERM', 143));
+}
+
+/** Set once a signal's handler is stopping this process: it, not `runMain`, exits. */
+let stoppingOnSignal = false;
+
+/**
+ * Runs a benchmark's `main`: exits 0 when it resolves, or 1 with its error when it fails;
+ * but while a signal's handler is stopping the process (the children it stops fail the
+ * run in progress) that handler exits, with the signal's code.
+ */
+export function runMain(name: string, main: () => Promise<void>): void {
+  main().then(
+    () => {
+      if (!stoppingOnSignal) process.exit(0);
+    },
+    (error: unknown) => {
+      if (stoppingOnSignal) return;
+      process.stderr.write(
+        `${name} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+      );
+      process.exit(1);
+    },
+  );
 }

@@ -20,7 +20,7 @@
 import { parseArgs } from 'node:util';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { stopAll } from './children.js';
+import { stopAll, stopOnSignals, runMain } from './children.js';
 import {
   held,
   HELD_SHARE,
@@ -82,6 +82,9 @@ type PacedStep = LadderStep & KeyedRun;
 /** A paced run: its peak step, and the highest rate it held (null: no step held). */
 type PacedRun = PacedStep & { readonly heldUpTo: number | null };
 
+/** The data dir of the run in progress, for a signal's cleanup. */
+let liveDataDir: string | null = null;
+
 /** Runs `load` on a fresh Tally after its warm-up: flat out, or up a paced ladder. */
 async function measure(
   load: LoadOptions,
@@ -89,6 +92,7 @@ async function measure(
   ladder: Ladder | null,
 ): Promise<KeyedRun | PacedRun> {
   const dataDir = await makeDataDir();
+  liveDataDir = dataDir;
   try {
     const server = await startTally(MAIN_SCRIPT, 'tally', dataDir, LOAD_TALLY_ENV);
     await warmUp(server, load);
@@ -109,6 +113,7 @@ async function measure(
   } finally {
     await stopAll();
     await removeDataDir(dataDir);
+    liveDataDir = null;
   }
 }
 
@@ -203,6 +208,9 @@ async function main(): Promise<void> {
   };
   if (!(await wrkAvailable()))
     throw new Error('wrk is not installed: `apt-get install wrk` (Debian, Ubuntu)');
+  stopOnSignals('bench:keyed', () =>
+    liveDataDir === null ? Promise.resolve() : removeDataDir(liveDataDir),
+  );
   const unkeyed: KeyedRun[] = [];
   const keyed: KeyedRun[] = [];
   const keyedHeld: number[] = [];
@@ -228,14 +236,4 @@ async function main(): Promise<void> {
     );
 }
 
-main().then(
-  () => process.exit(0),
-  (error: unknown) => {
-    process.stderr.write(
-      `bench:keyed failed: ${
-        error instanceof Error ? (error.stack ?? error.message) : String(error)
-      }\n`,
-    );
-    process.exit(1);
-  },
-);
+runMain('bench:keyed', main);

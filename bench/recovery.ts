@@ -27,7 +27,7 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { stopAll } from './children.js';
+import { stopAll, stopOnSignals, runMain } from './children.js';
 import { buildDataDir, removeDataDir, type BuiltDataDir, type Workload } from './recovery-data.js';
 import {
   diskUsageBytes,
@@ -316,15 +316,9 @@ async function main(): Promise<void> {
     return;
   }
   const options = parsed;
-  const onSignal = (signal: NodeJS.Signals, code: number): void => {
-    process.stderr.write(`recovery bench: ${signal}, stopping\n`);
-    const dirs = options.keep ? [] : [...liveDataDirs];
-    void stopAll()
-      .then(() => Promise.all(dirs.map(removeDataDir)))
-      .finally(() => process.exit(code));
-  };
-  process.once('SIGINT', () => onSignal('SIGINT', 130));
-  process.once('SIGTERM', () => onSignal('SIGTERM', 143));
+  stopOnSignals('recovery bench', async () => {
+    if (!options.keep) await Promise.all([...liveDataDirs].map(removeDataDir));
+  });
   const results: RecoveryResult[] = [];
   try {
     for (const workers of options.workers) {
@@ -346,13 +340,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (error: unknown) => {
-    process.stderr.write(
-      `recovery bench ` +
-        `failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-    );
-    process.exit(1);
-  },
-);
+runMain('recovery bench', main);

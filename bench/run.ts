@@ -49,7 +49,7 @@ import { availableParallelism, cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type autocannon from 'autocannon';
-import { startChild, stopAll, type Child } from './children.js';
+import { startChild, stopAll, stopOnSignals, type Child, runMain } from './children.js';
 import { runSegment as runAutocannonSegment, type LoadShape, type SegmentResult } from './load.js';
 import { runWrkSegment, wrkAvailable } from './wrk.js';
 import { parseOptions, USAGE, type BenchOptions } from './options.js';
@@ -395,12 +395,7 @@ async function main(): Promise<void> {
     return;
   }
   const dataDirs: string[] = [];
-  const onSignal = (signal: NodeJS.Signals, code: number) => {
-    process.stderr.write(`bench: ${signal}, stopping servers\n`);
-    void cleanup(dataDirs).finally(() => process.exit(code));
-  };
-  process.once('SIGINT', () => onSignal('SIGINT', 130));
-  process.once('SIGTERM', () => onSignal('SIGTERM', 143));
+  stopOnSignals('bench', () => cleanup(dataDirs));
   try {
     await bench(parsed, dataDirs);
   } finally {
@@ -408,12 +403,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (error: unknown) => {
-    process.stderr.write(
-      `bench failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-    );
-    process.exit(1);
-  },
-);
+runMain('bench', main);

@@ -24,7 +24,7 @@ import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { stopAll } from './children.js';
+import { stopAll, stopOnSignals, runMain } from './children.js';
 import { buildDataDir, customerIdOf, removeDataDir, RECOVERY_METERS } from './recovery-data.js';
 import { processMemory, startAndMeasure, stopServer } from './recovery-start.js';
 
@@ -172,6 +172,7 @@ async function main(): Promise<void> {
   const restoredDir = join(parent, 'restored');
   const file = join(parent, 'bench.tsnap');
   const log = (line: string): void => void process.stderr.write(`bench:snapshot: ${line}\n`);
+  stopOnSignals('bench:snapshot', () => removeDataDir(parent));
   try {
     log(`building ${customers} customers x 3 meters (${workers} worker(s)) ...`);
     const built = await buildDataDir({
@@ -272,13 +273,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (error: unknown) => {
-    process.stderr.write(
-      `bench:snapshot ` +
-        `failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-    );
-    process.exit(1);
-  },
-);
+runMain('bench:snapshot', main);

@@ -8,6 +8,7 @@ import { execFile } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { trackChild } from './children.js';
 import type { TallyServer } from './tally-server.js';
 
 const CUSTOMERS = 10_000;
@@ -168,8 +169,10 @@ export async function runLoad(
         ? ['wrk', args]
         : ['nice', ['-n', String(options.loadNice), 'wrk', ...args]];
     const stdout = await new Promise<string>((resolve, reject) =>
-      execFile(command, commandArgs, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) =>
-        error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out),
+      trackChild(
+        execFile(command, commandArgs, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) =>
+          error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out),
+        ),
       ),
     );
     const line = stdout.split('\n').find((l) => l.startsWith('WRK_JSON'));

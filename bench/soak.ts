@@ -31,7 +31,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { startChild, stopAll } from './children.js';
+import { startChild, stopAll, stopOnSignals, runMain } from './children.js';
 import {
   buckets,
   gaugeMax,
@@ -424,6 +424,7 @@ async function main(): Promise<void> {
   if (!(await wrkAvailable()))
     throw new Error('wrk is not installed: `apt-get install wrk` (Debian, Ubuntu)');
   const dataDir = await makeDataDir();
+  stopOnSignals('soak', () => removeDataDir(dataDir));
   try {
     const result = await soak(options, dataDir);
     process.stdout.write(
@@ -438,12 +439,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (error: unknown) => {
-    process.stderr.write(
-      `soak failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-    );
-    process.exit(1);
-  },
-);
+runMain('soak', main);

@@ -20,6 +20,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type autocannon from 'autocannon';
+import { trackChild } from './children.js';
 import { LatencyHistogram } from './latency-histogram.js';
 import type { LoadShape, SegmentResult } from './load.js';
 
@@ -130,8 +131,10 @@ export async function runWrkSegment(
       baseUrl,
     ];
     const stdout = await new Promise<string>((resolve, reject) =>
-      execFile('wrk', args, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) =>
-        error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out),
+      trackChild(
+        execFile('wrk', args, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) =>
+          error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out),
+        ),
       ),
     );
     const line = stdout.split('\n').find((l) => l.startsWith('WRK_JSON'));
