@@ -87,6 +87,53 @@ function documents(): Array<{ readonly name: string; readonly text: string }> {
   ];
 }
 
+/**
+ * The anchors of a Markdown document's headings as GitHub makes them: lower case, every
+ * character but letters, digits, spaces, hyphens and underscores dropped, spaces made
+ * hyphens, and `-1`, `-2`, … after a repeated one. Headings inside code fences are not.
+ */
+function headingAnchors(text: string): Set<string> {
+  const anchors = new Set<string>();
+  let fenced = false;
+  for (const line of text.split('\n')) {
+    if (line.startsWith('```')) fenced = !fenced;
+    const heading = fenced ? null : /^#{1,6} (.*)$/.exec(line);
+    if (heading === null) continue;
+    const base = (heading[1] as string)
+      .trim()
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N} _-]/gu, '')
+      .replace(/ /g, '-');
+    let anchor = base;
+    for (let n = 1; anchors.has(anchor); n++) anchor = `${base}-${n}`;
+    anchors.add(anchor);
+  }
+  return anchors;
+}
+
+describe('links between the documents', () => {
+  it('every relative link names a file that exists, and a heading of it that exists', () => {
+    const broken: string[] = [];
+    for (const { name, text } of documents()) {
+      const dir = name.includes('/') ? name.slice(0, name.lastIndexOf('/') + 1) : '';
+      for (const match of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+        const target = match[1] as string;
+        if (/^[a-z]+:/i.test(target)) continue; // https:, mailto:
+        const [file = '', anchor] = target.split('#');
+        const path = file === '' ? name : new URL(file, `file:///${dir}`).pathname.slice(1);
+        if (!fs.existsSync(new URL(`../${path}`, import.meta.url))) {
+          broken.push(`${name}: ${target} (no file ${path})`);
+          continue;
+        }
+        if (anchor === undefined || !path.endsWith('.md')) continue;
+        if (!headingAnchors(read(path)).has(anchor))
+          broken.push(`${name}: ${target} (no heading #${anchor} in ${path})`);
+      }
+    }
+    expect(broken).toEqual([]);
+  });
+});
+
 describe('docs/api.md', () => {
   it('finds the routes src/server.ts wires by hand', () => {
     // If these are no longer found, the patterns above need updating, not the docs.
