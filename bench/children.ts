@@ -175,9 +175,8 @@ export function runMain(name: string, main: () => Promise<void>): void {
     },
     (error: unknown) => {
       if (stoppingOnSignal) return;
-      process.stderr.write(
-        `${name} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-      );
+      const why = error instanceof Error ? (error.stack ?? error.message) : String(error);
+      process.stderr.write(`${name} failed: ${why}\n`);
       process.exit(1);
     },
   );
