@@ -439,11 +439,10 @@ const observeWrites = {
 
 /**
  * Runs `copy` to the end in slices of `snapshotSliceWork` units or SNAPSHOT_SLICE_MS of
- * copying, whichever ends first, one per event-loop turn,
- * calling `onSlice` after each unfinished one; then `done` with the longest slice (ms) by
- * the clock, and less the thread's waits for a core (null where unknown), or `failed`
- * with the error its sink threw (in a slice, or while capturing a pre-image during a
- * batch).
+ * copying, whichever ends first, one per event-loop turn, calling `onSlice` after each
+ * unfinished one; then `done` with the longest slice (ms) by the clock, and less the
+ * thread's waits for a core (null where unknown), or `failed` with the error its sink
+ * threw (in a slice, or while capturing a pre-image during a batch).
  */
 function runCopy(
   copy: ShardCopy,

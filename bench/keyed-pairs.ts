@@ -20,7 +20,7 @@
 import { parseArgs } from 'node:util';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { stopAll, stopOnSignals, runMain } from './children.js';
+import { runMain, stopAll, stopOnSignals } from './children.js';
 import {
   held,
   HELD_SHARE,

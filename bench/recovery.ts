@@ -27,7 +27,7 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { stopAll, stopOnSignals, runMain } from './children.js';
+import { runMain, stopAll, stopOnSignals } from './children.js';
 import { buildDataDir, removeDataDir, type BuiltDataDir, type Workload } from './recovery-data.js';
 import {
   diskUsageBytes,

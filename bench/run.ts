@@ -49,7 +49,7 @@ import { availableParallelism, cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type autocannon from 'autocannon';
-import { startChild, stopAll, stopOnSignals, type Child, runMain } from './children.js';
+import { runMain, startChild, stopAll, stopOnSignals, type Child } from './children.js';
 import { runSegment as runAutocannonSegment, type LoadShape, type SegmentResult } from './load.js';
 import { runWrkSegment, wrkAvailable } from './wrk.js';
 import { parseOptions, USAGE, type BenchOptions } from './options.js';

@@ -24,7 +24,7 @@ import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { stopAll, stopOnSignals, runMain } from './children.js';
+import { runMain, stopAll, stopOnSignals } from './children.js';
 import { buildDataDir, customerIdOf, removeDataDir, RECOVERY_METERS } from './recovery-data.js';
 import { processMemory, startAndMeasure, stopServer } from './recovery-start.js';
 

@@ -31,7 +31,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { startChild, stopAll, stopOnSignals, runMain } from './children.js';
+import { runMain, startChild, stopAll, stopOnSignals } from './children.js';
 import {
   buckets,
   gaugeMax,
