@@ -36,6 +36,9 @@ export interface MetricsDeps {
 
 const MS = 0.001;
 
+/** Milliseconds as seconds, or null (a gauge left out) where unknown. */
+const seconds = (ms: number | null): number | null => (ms === null ? null : ms / 1000);
+
 function renderHttp(out: Exposition, metrics: HttpMetrics): void {
   const used = metrics.series.filter((series) => series.latencyMs.count > 0);
   out.family(
@@ -147,32 +150,32 @@ function renderShards(
   gauge(
     'tally_shard_snapshot_duration_seconds',
     "The shard's latest automatic snapshot, from its cut to stored (absent: none yet).",
-    (s) => (s.lastSnapshotMs === null ? null : s.lastSnapshotMs / 1000),
+    (s) => seconds(s.lastSnapshotMs),
   );
   gauge(
     'tally_shard_snapshot_pause_max_seconds',
     "The longest the latest snapshot held the shard's thread at once (a slice of the copy, " +
       'or the transaction that stored it).',
-    (s) => (s.lastSnapshotPauseMsMax === null ? null : s.lastSnapshotPauseMsMax / 1000),
+    (s) => seconds(s.lastSnapshotPauseMsMax),
   );
   gauge(
     'tally_shard_snapshot_work_max_seconds',
     "The longest the latest snapshot held the shard's thread at once, less the thread's " +
       'waits for a core while other threads ran (absent: not known on this system; Linux ' +
       'only).',
-    (s) => (s.lastSnapshotWorkMsMax === null ? null : s.lastSnapshotWorkMsMax / 1000),
+    (s) => seconds(s.lastSnapshotWorkMsMax),
   );
   gauge(
     'tally_shard_snapshot_store_seconds',
     "How long the transaction that stored the latest snapshot held the shard's thread " +
       '(a longer pause_max was a slice of the copy).',
-    (s) => (s.lastSnapshotStoreMs === null ? null : s.lastSnapshotStoreMs / 1000),
+    (s) => seconds(s.lastSnapshotStoreMs),
   );
   gauge(
     'tally_shard_snapshot_store_work_seconds',
     "The same less the thread's waits for a core (absent: not known on this system; " +
       'Linux only).',
-    (s) => (s.lastSnapshotStoreWorkMs === null ? null : s.lastSnapshotStoreWorkMs / 1000),
+    (s) => seconds(s.lastSnapshotStoreWorkMs),
   );
   gauge(
     'tally_shard_journal_records',
