@@ -19,6 +19,8 @@
  * arrays for the next one and this memory does not rise and fall with each run. `get` and
  * `keyAt` build the objects they return; a lookup that misses builds nothing.
  */
+import { assert } from '../shared/assert.js';
+
 /** A stored key: the fingerprint (the amount) of the write that used it first, and when. */
 export interface StoredKey {
   readonly fingerprint: string;
@@ -56,6 +58,9 @@ export class HeldKeys {
   /** Each customer's index in `#customers` (ids of both environments share one). */
   #customerIndex = new Map<string, number>();
   #customers: string[] = [];
+  /** Each customer's place in id order, once `rankCustomer` has given every one its own. */
+  #rank = new Int32Array(0);
+  #ranked = 0;
   #customer: Int32Array;
   /** 1 for live, 0 for test. */
   #live: Uint8Array;
@@ -142,6 +147,7 @@ export class HeldKeys {
   clear(): void {
     this.#customerIndex = new Map();
     this.#customers = [];
+    this.#ranked = 0;
     this.#table.fill(0);
     this.#poolEnd = 0;
     this.size = 0;
@@ -152,28 +158,62 @@ export class HeldKeys {
     for (let slot = 0; slot < this.size; slot++) yield this.keyAt(slot);
   }
 
-  /**
-   * Up to `count` slots from `from` on, in the order a run is written in: live before
-   * test, then by customer, then by digest (a customer's keys together, in digest order).
-   * Sorting slots by the columns allocates nothing per key.
-   */
-  sortedSlots(from: number, count: number): Int32Array {
-    const slots = new Int32Array(Math.max(0, Math.min(count, this.size - from)));
-    for (let i = 0; i < slots.length; i++) slots[i] = from + i;
-    return slots.sort(this.compare);
+  /** Customers the batch holds keys of (the ids of both environments count once). */
+  get customerCount(): number {
+    return this.#customers.length;
   }
 
-  /** The order of `sortedSlots`: code unit by code unit, as strings compare. */
+  /** Up to `count` customers from `from` on, in the order of their ids. */
+  sortedCustomers(from: number, count: number): Int32Array {
+    const customers = new Int32Array(Math.max(0, Math.min(count, this.#customers.length - from)));
+    for (let i = 0; i < customers.length; i++) customers[i] = from + i;
+    return customers.sort(this.compareCustomers);
+  }
+
+  /** The order of customer ids: code unit by code unit, as strings compare (none are equal). */
+  readonly compareCustomers = (a: number, b: number): number =>
+    (this.#customers[a] as string) < (this.#customers[b] as string) ? -1 : 1;
+
+  /**
+   * Gives `customer` the next place in id order. Called once for every customer, in the
+   * order of `compareCustomers`, before the keys are sorted: keys then compare customers
+   * by place, not by id (a string comparison took most of a seal's sorting).
+   */
+  rankCustomer(customer: number): void {
+    if (this.#ranked === 0 && this.#rank.length < this.#customers.length)
+      this.#rank = new Int32Array(Math.ceil(GROWTH * this.#customers.length));
+    this.#rank[customer] = this.#ranked++;
+  }
+
+  /**
+   * The bucket of `slot` in the order a run is written in: live before test, then by
+   * customer id (a customer's place). Every customer must have its place (`rankCustomer`).
+   */
+  bucketOf(slot: number): number {
+    const rank = this.#rank[this.#customer[slot] as number] as number;
+    return this.#live[slot] === 1 ? rank : this.#customers.length + rank;
+  }
+
+  /** Buckets of `bucketOf`: two per customer (live and test). */
+  get buckets(): number {
+    assert(
+      this.#ranked === this.#customers.length,
+      'buckets are counted once customers are ranked',
+    );
+    return 2 * this.#customers.length;
+  }
+
+  /**
+   * The order a run is written in, as the keys' environments (live first), customer ids and
+   * digests compare as strings. Every customer must have its place (`rankCustomer`).
+   */
   readonly compare = (a: number, b: number): number => {
     const live = (this.#live[b] as number) - (this.#live[a] as number);
     if (live !== 0) return live;
     const customerA = this.#customer[a] as number;
     const customerB = this.#customer[b] as number;
-    if (customerA !== customerB) {
-      const idA = this.#customers[customerA] as string;
-      const idB = this.#customers[customerB] as string;
-      return idA < idB ? -1 : 1;
-    }
+    if (customerA !== customerB)
+      return (this.#rank[customerA] as number) - (this.#rank[customerB] as number);
     const pool = this.#pool;
     const startA = this.#digestStart[a] as number;
     const startB = this.#digestStart[b] as number;

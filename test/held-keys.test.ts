@@ -4,6 +4,16 @@
  */
 import { describe, expect, it } from 'vitest';
 import { HeldKeys, type KeyPut } from '../storage/held-keys.js';
+import { runOrder } from '../storage/idempotency-runs.js';
+
+const PAUSE = async (): Promise<void> => undefined;
+
+/** The order a run is written in, as plain string comparisons. */
+function runOrderOf(x: KeyPut, y: KeyPut): number {
+  if (x.environment !== y.environment) return x.environment === 'live' ? -1 : 1;
+  if (x.customerId !== y.customerId) return x.customerId < y.customerId ? -1 : 1;
+  return x.scopeDigest < y.scopeDigest ? -1 : x.scopeDigest > y.scopeDigest ? 1 : 0;
+}
 
 function put(
   customerId: string,
@@ -89,7 +99,7 @@ describe('held idempotency keys', () => {
     }
   });
 
-  it('sorts live before test, then by customer id, then by digest as strings compare', () => {
+  it('orders a run live before test, then by customer id, then by digest as strings compare', async () => {
     const held = new HeldKeys();
     const keys = [
       put('b', 'zz'),
@@ -104,16 +114,37 @@ describe('held idempotency keys', () => {
       put('A', 'q'),
     ];
     for (const key of keys) held.set(key);
-    const expected = [...keys].sort((x, y) => {
-      if (x.environment !== y.environment) return x.environment === 'live' ? -1 : 1;
-      if (x.customerId !== y.customerId) return x.customerId < y.customerId ? -1 : 1;
-      return x.scopeDigest < y.scopeDigest ? -1 : x.scopeDigest > y.scopeDigest ? 1 : 0;
-    });
-    const sorted = [...held.sortedSlots(0, keys.length)].map((slot) => held.keyAt(slot));
-    expect(sorted).toEqual(expected);
-    expect([...held.sortedSlots(8, 5)].map((slot) => held.keyAt(slot).customerId)).toEqual(
-      ['A', 'ab'].sort(),
+    expect(() => held.buckets).toThrow(/customers are ranked/);
+    const order = await runOrder(held, PAUSE);
+    expect([...order].map((slot) => held.keyAt(slot))).toEqual([...keys].sort(runOrderOf));
+  });
+
+  it('orders many customers and one customer’s thousands of keys, a slice per turn', async () => {
+    const held = new HeldKeys();
+    const random = randoms(7);
+    // 1,200 customers in no order (some outside ASCII, some sharing long prefixes) and one
+    // customer with 3,000 keys: customers ranked in merged chunks, its bucket merged too.
+    const ids = Array.from({ length: 1200 }, (_, i) =>
+      i % 7 === 0
+        ? `é${random(1e6)}`
+        : i % 7 === 1
+          ? `${'p'.repeat(40)}${random(1e6)}`
+          : `c${random(1e6)}`,
     );
+    const keys: KeyPut[] = [];
+    for (let i = 0; i < 9000; i++) {
+      const customerId = i % 3 === 0 ? 'busy' : (ids[random(ids.length)] as string);
+      const environment = random(2) === 0 ? 'live' : 'test';
+      keys.push(put(customerId, `d${random(1e9)}-${i}`, '1', i, environment));
+    }
+    for (const key of keys) held.set(key);
+    let turns = 0;
+    const order = await runOrder(held, async () => {
+      turns += 1;
+    });
+    expect([...order].map((slot) => held.keyAt(slot))).toEqual([...keys].sort(runOrderOf));
+    // 9,000 keys and ~1,200 customers: more than a turn per 512 sorted, none in one go.
+    expect(turns).toBeGreaterThan(9000 / 512);
   });
 
   it('spreads one digest shared by many customers (the same key text)', () => {

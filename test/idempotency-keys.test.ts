@@ -577,6 +577,38 @@ describe('the key store', () => {
     expect(digests).toEqual(perCustomer.flatMap((list) => [...list].sort()));
   });
 
+  it('ranks many customers in merged chunks: a customer’s keys in one block, each found', async () => {
+    const dir = fixture.tempDir();
+    const s = openStore(dir);
+    // 1,500 customers (three chunks of the seal's customer sort), ids in no order, some
+    // sharing long prefixes or outside ASCII, in both environments.
+    const ids = Array.from({ length: 1500 }, (_, i) =>
+      i % 5 === 0 ? `é-${(i * 7919) % 1500}` : `c-${(i * 104_729) % 100_003}`,
+    );
+    // Three keys each, used round by round: a customer's keys lie apart in the batch.
+    const puts = [0, 1, 2].flatMap((round) =>
+      ids.map((id, i) => ({
+        ...put(id, `k${round}-${i}`, T0 + i),
+        environment: i % 2 === 0 ? ('live' as const) : ('test' as const),
+      })),
+    );
+    await store(s, puts);
+    await s.idempotency.seal(PACING);
+    expect(puts.every((p) => s.idempotency.get(p)?.atMs === p.atMs)).toBe(true);
+    await fixture.closeStore(s);
+    const env = openDurableEnv(dir, ['idempotency-runs']);
+    const blocks: string[] = [];
+    for (const { key } of env.dbs['idempotency-runs'].getRange({})) {
+      const [, environment, customerId] = key as [number, string, string, string];
+      blocks.push(`${environment === 'live' ? 0 : 1} ${customerId}`);
+    }
+    await env.root.close();
+    const expected = [
+      ...new Set(puts.map((p) => `${p.environment === 'live' ? 0 : 1} ${p.customerId}`)),
+    ];
+    expect(blocks).toEqual(expected.sort());
+  });
+
   it('reads runs sealed a key per entry (the layout before blocks) beside block runs', async () => {
     const dir = fixture.tempDir();
     // A run as the layout before blocks sealed it: catalog, group filter, one entry per key.
