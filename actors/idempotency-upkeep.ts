@@ -87,7 +87,8 @@ export class KeyMigration {
   events(events: readonly Event[]): void {
     for (const event of events) {
       if (event.type !== 'consumed' && event.type !== 'refunded') continue;
-      if (event.idempotency === null) continue;
+      // Events of the older layout carry their key's scope (every keyed one of them).
+      if (event.idempotency?.scope === undefined) continue;
       const { scope, fingerprint } = event.idempotency;
       this.move(event.environment, event.customerId, scopeDigest(scope), fingerprint, event.atMs);
     }

@@ -99,7 +99,7 @@ describe('held idempotency keys', () => {
     }
   });
 
-  it('orders a run live before test, then by customer id, then by digest as strings compare', async () => {
+  it('orders a run live before test, then by customer id and digest, as strings', async () => {
     const held = new HeldKeys();
     const keys = [
       put('b', 'zz'),

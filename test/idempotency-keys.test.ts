@@ -577,7 +577,7 @@ describe('the key store', () => {
     expect(digests).toEqual(perCustomer.flatMap((list) => [...list].sort()));
   });
 
-  it('ranks many customers in merged chunks: a customer’s keys in one block, each found', async () => {
+  it('ranks many customers in merged chunks: a customer’s keys in one block', async () => {
     const dir = fixture.tempDir();
     const s = openStore(dir);
     // 1,500 customers (three chunks of the seal's customer sort), ids in no order, some

@@ -235,7 +235,7 @@ function checkIdempotency(
 ): Replay {
   if (scope === null) return { replay: false, record: null };
   if (seen === null || seen.atMs <= nowMs - IDEMPOTENCY_RETENTION_MS) {
-    return { replay: false, record: { scope, fingerprint } };
+    return { replay: false, record: { fingerprint } };
   }
   if (seen.fingerprint !== fingerprint) return { kind: 'idempotency_key_reused' };
   return { replay: true };

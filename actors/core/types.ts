@@ -316,9 +316,16 @@ interface EventBase extends Addressed {
   readonly atMs: number;
 }
 
+/**
+ * The idempotency key a consume or refund event used, as its journal record keeps it: the
+ * fingerprint (the amount). The shell keeps the key itself, by its scope's digest, in
+ * tables of its own. Events written when keys lived in the customer's state carry the
+ * scope's text too, which the migration of such a data dir reads; events carry nothing
+ * else of the key now (the text cost every keyed record ~45 bytes and its encoding).
+ */
 export interface IdempotencyRecord {
-  readonly scope: string;
   readonly fingerprint: string;
+  readonly scope?: string;
 }
 
 export type Event =

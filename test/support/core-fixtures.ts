@@ -84,8 +84,9 @@ export class Driver {
     const result = execute(this.customers.get(key), this.config, command, nowMs, undefined, seen);
     if (result.customer !== undefined) this.customers.set(key, result.customer);
     for (const event of result.events) {
-      if ((event.type === 'consumed' || event.type === 'refunded') && event.idempotency !== null)
-        this.keys.set(`${key}\u0000${event.idempotency.scope}`, {
+      const keyed = event.type === 'consumed' || event.type === 'refunded';
+      if (keyed && event.idempotency !== null && scoped !== null)
+        this.keys.set(scoped, {
           fingerprint: event.idempotency.fingerprint,
           atMs: event.atMs,
         });
