@@ -33,9 +33,11 @@ export const IDEMPOTENCY_LAYOUT_META = 'idempotency-layout';
  * predates the field reads the record as before, ignoring it (no new version is needed).
  * Eras stored as images (storage/idempotency-eras.ts) need none either: such a release
  * takes an image's entries for an unfinished era's and removes them, and its groups' own
- * filters answer.
+ * filters answer. Version 4: a log entry leads with the seq of the journal record whose
+ * keys it holds, so recovery forgets the keys of a record it drops (a torn tail); entries
+ * of version 3 are read as before.
  */
-export const IDEMPOTENCY_LAYOUT_VERSION = 3;
+export const IDEMPOTENCY_LAYOUT_VERSION = 4;
 /** The first version whose keys are in runs (older ones have the one table to move). */
 export const IDEMPOTENCY_RUNS_LAYOUT = 2;
 

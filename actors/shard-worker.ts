@@ -243,7 +243,7 @@ function appendTimed(
     notices.map(outboxEventOf),
   );
   // Issued in the same turn as the record: the keys' log entries share its transaction.
-  store.idempotency.log(keys);
+  store.idempotency.log(appended.seq, keys);
   journalBatchEvents.observe(events.length);
   // A failed write is the shard's to handle (it crashes); this handler only measures.
   appended.durable.then(

@@ -7,11 +7,13 @@
  * commit once it has more leaves than a commit has keys, and the disk, not the CPU, then
  * bounds keyed writes. Here every write on the hot path is an append:
  *
- * - `idempotency-log-0` / `-1`: [log seq] → frame([environment, customerId, scope digest,
- *   fingerprint, atMs, …]): the keys of one journal record, issued by the caller in the
- *   same event-loop turn as that record (lmdb-js puts every write of one turn into one
- *   transaction), so a key is on disk exactly when its write is. The key is also in
- *   memory (`remember`), where lookups find it until it is sealed.
+ * - `idempotency-log-0` / `-1`: [log seq] → frame([record seq, environment, customerId,
+ *   scope digest, fingerprint, atMs, …]): the keys of one journal record, issued by the
+ *   caller in the same event-loop turn as that record (lmdb-js puts every write of one
+ *   turn into one transaction), so a key is on disk exactly when its write is, and named
+ *   by the record's seq, so the keys of a record recovery drops (a torn tail) are dropped
+ *   with it (`forgetLoggedAfter`). The key is also in memory (`remember`), where lookups
+ *   find it until it is sealed. Entries of earlier layouts name no record.
  * - `idempotency-runs`: [run seq, environment, customerId, first scope digest] →
  *   frame([customerId, scope digest, fingerprint, atMs, …]): a block of up to BLOCK_KEYS
  *   keys of one customer, in digest order (the id is repeated in the value because a key
@@ -222,14 +224,30 @@ function decodeBlock(bytes: Uint8Array, what: string): Array<string | number> {
 }
 
 /** A log entry: the keys of one journal record, five fields each, one after the other. */
-function decodeLogged(bytes: Uint8Array, seq: number): KeyPut[] {
+/** A log entry: the keys of one journal record, and that record's seq (null if unknown). */
+interface Logged {
+  readonly record: number | null;
+  readonly puts: KeyPut[];
+}
+
+function decodeLogged(bytes: Uint8Array, seq: number): Logged {
   const decoded = decodeRecord(bytes);
   const value = decoded.ok ? decoded.value : null;
   const corrupt = (): Error =>
     new Error(`idempotency log entry ${seq} is corrupt; refusing to go on`);
-  if (!Array.isArray(value) || value.length === 0 || value.length % 5 !== 0) throw corrupt();
+  if (!Array.isArray(value) || value.length === 0) throw corrupt();
+  // Entries of layout 4 on lead with their journal record's seq; earlier ones, and keys
+  // recovery migrated, name none.
+  const record = typeof value[0] === 'number' ? value[0] : null;
+  const from = record === null ? 0 : 1;
+  if (
+    (record !== null && !(Number.isSafeInteger(record) && record > 0)) ||
+    value.length === from ||
+    (value.length - from) % 5 !== 0
+  )
+    throw corrupt();
   const puts: KeyPut[] = [];
-  for (let i = 0; i < value.length; i += 5) {
+  for (let i = from; i < value.length; i += 5) {
     const [environment, customerId, scopeDigest, fingerprint, atMs] = value.slice(i, i + 5);
     if (
       (environment !== 'test' && environment !== 'live') ||
@@ -241,7 +259,7 @@ function decodeLogged(bytes: Uint8Array, seq: number): KeyPut[] {
       throw corrupt();
     puts.push({ environment, customerId, scopeDigest, fingerprint, atMs });
   }
-  return puts;
+  return { record, puts };
 }
 
 function decodeRun(bytes: Uint8Array, seq: number): Run {
@@ -406,6 +424,10 @@ export class KeyStore {
   readonly #tableExpiry: BinaryDb;
   /** Keys not yet in a committed run: new ones, and the batch being sealed. */
   #active = new HeldKeys();
+  /** Lookups answered from a sealed run (not from memory) since the store opened. */
+  foundInRuns = 0;
+  /** The newest journal record a log entry loaded at start names (0 for none). */
+  #loggedThrough = 0;
   #sealing: HeldKeys | null = null;
   /** The last sealed batch, emptied: the next seal's new batch reuses its arrays. */
   #spare: HeldKeys | null = null;
@@ -515,11 +537,39 @@ export class KeyStore {
     for (const log of this.#logs)
       for (const { key, value } of log.getRange({})) {
         const seq = key as number;
-        logged.push([seq, decodeLogged(value, seq)]);
+        const { record, puts } = decodeLogged(value, seq);
+        logged.push([seq, puts]);
         if (seq >= this.#nextLogSeq) this.#nextLogSeq = seq + 1;
+        if (record !== null && record > this.#loggedThrough) this.#loggedThrough = record;
       }
     logged.sort((a, b) => a[0] - b[0]);
     for (const [, puts] of logged) for (const put of puts) this.#active.set(put);
+  }
+
+  /**
+   * Forgets the keys logged with journal records after `lastSeq`: records recovery dropped
+   * (a torn tail, or records after a missing one), whose writes never applied although
+   * their log entries, written in the same transaction, were kept. A retry of such a write
+   * must apply it, not answer it as a replay. Their entries are removed (committed at
+   * once; the recovery barrier syncs them) and the keys in memory loaded again without
+   * them. Call once replay has settled the journal's end, before anything is served.
+   * Returns the keys forgotten.
+   */
+  forgetLoggedAfter(lastSeq: number): number {
+    if (this.#loggedThrough <= lastSeq) return 0;
+    let forgotten = 0;
+    for (const log of this.#logs)
+      for (const { key, value } of log.getRange({})) {
+        const { record, puts } = decodeLogged(value, key as number);
+        if (record === null || record <= lastSeq) continue;
+        log.removeSync(key);
+        forgotten += puts.length;
+      }
+    this.#active = new HeldKeys();
+    this.#nextLogSeq = 1;
+    this.#loggedThrough = 0;
+    this.#loadLogs();
+    return forgotten;
   }
 
   /**
@@ -550,7 +600,10 @@ export class KeyStore {
         const run = group.runs[i] as Run;
         if (run.filter !== null && !run.filter.mayContain()) continue;
         const found = this.#read(run, address);
-        if (found !== undefined) return found;
+        if (found !== undefined) {
+          this.foundInRuns += 1;
+          return found;
+        }
       }
     }
     return undefined;
@@ -588,13 +641,14 @@ export class KeyStore {
   }
 
   /**
-   * Issues the log entry of `puts` (one entry for the keys of one journal record). It joins
-   * the transaction of the other writes issued in this event-loop turn; its failure fails
-   * that whole transaction, which the journal record's durable promise reports.
+   * Issues the log entry of `puts`: the keys of journal record `record` (null for keys
+   * recovery migrates, which no new record carries). It joins the transaction of the other
+   * writes issued in this event-loop turn; its failure fails that whole transaction, which
+   * the journal record's durable promise reports.
    */
-  log(puts: readonly KeyPut[]): void {
+  log(record: number | null, puts: readonly KeyPut[]): void {
     if (puts.length === 0) return;
-    const fields: Array<string | number> = [];
+    const fields: Array<string | number> = record === null ? [] : [record];
     for (const put of puts) {
       assert(put.scopeDigest.length > 0, 'an idempotency scope digest is not empty');
       fields.push(put.environment, put.customerId, put.scopeDigest, put.fingerprint, put.atMs);
@@ -612,7 +666,7 @@ export class KeyStore {
     const stored = this.get(put);
     if (stored !== undefined && stored.atMs >= put.atMs) return false;
     this.remember(put);
-    this.log([put]);
+    this.log(null, [put]);
     return true;
   }
 

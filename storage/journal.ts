@@ -160,6 +160,8 @@ export interface ReplayResult {
   readonly droppedTail: boolean;
   /** Records after a missing one, dropped as never acknowledged (see `replay`). */
   readonly droppedAfterGap: number;
+  /** Idempotency keys logged with the dropped records, forgotten with them. */
+  readonly forgottenKeys: number;
 }
 
 export interface ShardStoreStats extends EnvInfo {
@@ -396,7 +398,14 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     const droppedTail = this.#dropTornTail();
     for (const seq of afterGap) this.#env.dbs.journal.removeSync(seq);
     if (afterGap.length > 0) this.#lastSeq = Math.max(this.#snapshotSeq, expectedSeq - 1);
-    return { batches: expectedSeq - afterSeq - 1, droppedTail, droppedAfterGap: afterGap.length };
+    // The idempotency keys logged with the dropped records go with them.
+    const forgottenKeys = this.idempotency.forgetLoggedAfter(this.#lastSeq);
+    return {
+      batches: expectedSeq - afterSeq - 1,
+      droppedTail,
+      droppedAfterGap: afterGap.length,
+      forgottenKeys,
+    };
   }
 
   /**

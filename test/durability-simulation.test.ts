@@ -38,6 +38,7 @@ describe('durability simulation', () => {
       'tornTails',
       'snapshots',
       'sealedRuns',
+      'keysFoundInRuns',
       'heldBackBatches',
       'recoveryBarriers',
       'crashesAwaitingBarrier',

@@ -38,8 +38,8 @@ function put(customerId: string, key: string, atMs: number, amount = '1'): Idemp
 /** Keys decided and logged beside a journal record, as the shard and its worker do. */
 async function store(target: ShardStore, puts: readonly IdempotencyPut[]): Promise<void> {
   for (const p of puts) target.idempotency.remember(p);
-  const { durable } = target.append([]);
-  target.idempotency.log(puts);
+  const { seq, durable } = target.append([]);
+  target.idempotency.log(seq, puts);
   await durable;
 }
 
@@ -686,7 +686,7 @@ describe('the shard over the key store', () => {
             })),
             audits,
           );
-          s.idempotency.log(keys);
+          s.idempotency.log(result.seq, keys);
           return result;
         },
       },

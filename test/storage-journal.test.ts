@@ -65,6 +65,7 @@ describe('ShardStore journal', () => {
       batches: [1, 2, 3, 4].map((n) => [n, batch(n)]),
       droppedTail: false,
       droppedAfterGap: 0,
+      forgottenKeys: 0,
     });
     const fifth = reopened.append(batch(5));
     expect(fifth.seq).toBe(5);
@@ -112,7 +113,64 @@ describe('ShardStore journal', () => {
       batches: [1, 2, 3, 4].map((n) => [n, batch(n)]),
       droppedTail: false,
       droppedAfterGap: 0,
+      forgottenKeys: 0,
     });
+  });
+
+  it('forgets the idempotency keys logged with a torn tail or records after a gap', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    const key = (n: number) =>
+      ({
+        environment: 'test',
+        customerId: 'c',
+        scopeDigest: `digest-${n}`,
+        fingerprint: String(n),
+        atMs: 1_000 + n,
+      }) as const;
+    // Records 1-5, each with its key logged in its transaction, as the worker does.
+    for (const n of [1, 2, 3, 4, 5]) {
+      store.idempotency.remember(key(n));
+      const { seq, durable } = store.append(batch(n));
+      store.idempotency.log(seq, [key(n)]);
+      await durable;
+    }
+    await closeStore(store);
+    // Record 5 torn (its key's log entry kept, as a power cut can leave them).
+    await damage(dir, 'journal', 5, Buffer.from('torn write garbage'));
+
+    const reopened = openStore(dir);
+    expect(reopened.idempotency.get(key(5))).toBeDefined(); // loaded before replay
+    expect(replayAll(reopened)).toMatchObject({ droppedTail: true, forgottenKeys: 1 });
+    for (const n of [1, 2, 3, 4])
+      expect(reopened.idempotency.get(key(n))?.fingerprint).toBe(`${n}`);
+    expect(reopened.idempotency.get(key(5))).toBeUndefined();
+    // The seq is used again by another record, with another key: only that key is its.
+    reopened.idempotency.remember(key(6));
+    const next = reopened.append(batch(6));
+    expect(next.seq).toBe(5);
+    reopened.idempotency.log(next.seq, [key(6)]);
+    await next.durable;
+    await closeStore(reopened);
+    // Record 3 missing (its append failed): 4 and 5 go as never acknowledged, and the keys
+    // of all three with them.
+    await damage(dir, 'journal', 3, null);
+
+    const again = openStore(dir);
+    expect(replayAll(again)).toMatchObject({ droppedAfterGap: 2, forgottenKeys: 3 });
+    expect([1, 2, 3, 4, 5, 6].map((n) => again.idempotency.get(key(n)) !== undefined)).toEqual([
+      true,
+      true,
+      false,
+      false,
+      false,
+      false,
+    ]);
+    await closeStore(again);
+    const last = openStore(dir);
+    expect(replayAll(last)).toMatchObject({ forgottenKeys: 0 });
+    expect(last.idempotency.get(key(4))).toBeUndefined();
+    await closeStore(last);
   });
 
   it('refuses to replay past a corrupt middle record', async () => {

@@ -128,6 +128,14 @@ export class SimDisk {
     return this.txns.filter((t) => !t.synced && !t.failed);
   }
 
+  /**
+   * Whether a later transaction's completed sync covered `txn` (its pages are on disk) before
+   * its own sync completed: that sync can no longer fail.
+   */
+  covered(txn: Txn): boolean {
+    return txn.id <= this.durableId;
+  }
+
   /** Whether a write is on disk: committed in a transaction covered by a completed sync. */
   isDurable(op: WriteOp | 'base'): boolean {
     if (op === 'base') return true;
@@ -198,6 +206,8 @@ export class SimDisk {
   /** Completes (or fails) the sync of one committed transaction. */
   sync(txn: Txn, fail = false): void {
     if (txn.synced || txn.failed) return;
+    if (fail && this.covered(txn))
+      throw new Error(`txn ${txn.id} is on disk already: its sync cannot fail`);
     if (fail) {
       txn.failed = true;
       const error = new Error('fdatasync: Input/output error (simulated)');
@@ -291,12 +301,18 @@ export class SimDisk {
       name: string,
       options: { start?: Key; end?: Key; reverse?: boolean; limit?: number } = {},
     ): Entry[] => {
-      let entries = sorted(name).filter(
-        (e) =>
-          (options.start === undefined || compareKeys(e.key, options.start) >= 0) &&
-          (options.end === undefined || compareKeys(e.key, options.end) < 0),
+      // As lmdb-js reads a range: forward from `start` (inclusive) up to `end` (exclusive);
+      // in reverse from `start` (inclusive) down to `end` (exclusive).
+      const { start, end } = options;
+      const reverse = options.reverse === true;
+      let entries = sorted(name).filter((e) =>
+        reverse
+          ? (start === undefined || compareKeys(e.key, start) <= 0) &&
+            (end === undefined || compareKeys(e.key, end) > 0)
+          : (start === undefined || compareKeys(e.key, start) >= 0) &&
+            (end === undefined || compareKeys(e.key, end) < 0),
       );
-      if (options.reverse === true) entries = entries.reverse();
+      if (reverse) entries = entries.reverse();
       return options.limit === undefined ? entries : entries.slice(0, options.limit);
     };
     const issue = (
