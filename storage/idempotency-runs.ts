@@ -223,8 +223,10 @@ function decodeBlock(bytes: Uint8Array, what: string): Array<string | number> {
   return value as Array<string | number>;
 }
 
-/** A log entry: the keys of one journal record, five fields each, one after the other. */
-/** A log entry: the keys of one journal record, and that record's seq (null if unknown). */
+/**
+ * A log entry: the keys of one journal record (stored five fields each, one after the
+ * other), and that record's seq (null for entries that name none).
+ */
 interface Logged {
   readonly record: number | null;
   readonly puts: KeyPut[];
@@ -558,13 +560,16 @@ export class KeyStore {
   forgetLoggedAfter(lastSeq: number): number {
     if (this.#loggedThrough <= lastSeq) return 0;
     let forgotten = 0;
-    for (const log of this.#logs)
+    for (const log of this.#logs) {
+      const dropped: number[] = [];
       for (const { key, value } of log.getRange({})) {
         const { record, puts } = decodeLogged(value, key as number);
         if (record === null || record <= lastSeq) continue;
-        log.removeSync(key);
+        dropped.push(key as number);
         forgotten += puts.length;
       }
+      for (const key of dropped) log.removeSync(key);
+    }
     this.#active = new HeldKeys();
     this.#nextLogSeq = 1;
     this.#loggedThrough = 0;
@@ -1067,10 +1072,10 @@ function sameKey(a: readonly unknown[], b: readonly unknown[]): boolean {
 
 /**
  * The batch's slots in the order its run is written in (HeldKeys.compare), built a slice
- * per turn. Comparing customer ids as strings took most of a seal's sorting, so the
- * customers are ranked first (one comparison sort over customers, not keys); the keys are
- * then counted into buckets by environment and customer place, in one pass, and each
- * bucket (a customer's keys in one environment) is sorted by digest.
+ * per turn. Comparing customer ids as strings for every pair of keys would take most of a
+ * seal's sorting, so the customers are ranked first (one comparison sort over customers,
+ * not keys); the keys are then counted into buckets by environment and customer place, in
+ * one pass, and each bucket (a customer's keys in one environment) is sorted by digest.
  */
 export async function runOrder(batch: HeldKeys, pause: () => Promise<void>): Promise<Int32Array> {
   await rankCustomers(batch, pause);
