@@ -162,7 +162,12 @@ export interface ReplayResult {
   readonly droppedAfterGap: number;
   /** Idempotency keys logged with the dropped records, forgotten with them. */
   readonly forgottenKeys: number;
+  /** Audit entries stored with the dropped records, removed with them. */
+  readonly forgottenAudits: number;
 }
+
+/** The field a stored audit entry names its journal record's seq in (not part of the entry). */
+const AUDIT_RECORD_FIELD = 'journalRecord';
 
 export interface ShardStoreStats extends EnvInfo {
   readonly lastSeq: number;
@@ -309,8 +314,11 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     // The audit entries of audited writes, likewise: kept until the front end has them in
     // the audit chain (`forget`, which rides on a later append), and handed to it again
     // after a crash (pendingAudits).
+    // Each names its record, so recovery drops it with the record (`replay`).
     for (const audit of audits)
-      this.#env.dbs.audits.put(audit.ref, encodeRecord(audit)).catch(() => undefined);
+      this.#env.dbs.audits
+        .put(audit.ref, encodeRecord({ ...audit, [AUDIT_RECORD_FIELD]: seq }))
+        .catch(() => undefined);
     for (const ref of forget) this.#env.dbs.audits.remove(ref).catch(() => undefined);
     // The webhook events of the record's changes, likewise (storage/outbox.ts): an event
     // exists exactly when its change is durable.
@@ -339,9 +347,29 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
         throw new Error(
           `pending audit ${String(key)} is corrupt (not an audit entry); refusing to start`,
         );
-      audits.push(audit);
+      const { [AUDIT_RECORD_FIELD]: _record, ...entry } = audit as Audit & Record<string, unknown>;
+      audits.push(entry as Audit);
     }
     return audits;
+  }
+
+  /**
+   * Removes the stored audit entries of journal records after `lastSeq` (records recovery
+   * dropped: their writes never applied, so the chain must not record them). Entries
+   * stored before they named their record are kept. Returns how many went.
+   */
+  #forgetAuditsAfter(lastSeq: number): number {
+    const { audits } = this.#env.dbs;
+    const dropped: string[] = [];
+    for (const { key, value } of audits.getRange({})) {
+      const decoded = decodeRecord(value);
+      const record = decoded.ok
+        ? (decoded.value as Record<string, unknown> | null)?.[AUDIT_RECORD_FIELD]
+        : undefined;
+      if (typeof record === 'number' && record > lastSeq) dropped.push(key as string);
+    }
+    for (const ref of dropped) audits.removeSync(ref);
+    return dropped.length;
   }
 
   /**
@@ -398,13 +426,17 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     const droppedTail = this.#dropTornTail();
     for (const seq of afterGap) this.#env.dbs.journal.removeSync(seq);
     if (afterGap.length > 0) this.#lastSeq = Math.max(this.#snapshotSeq, expectedSeq - 1);
-    // The idempotency keys logged with the dropped records go with them.
+    // The idempotency keys logged and the audit entries stored with the dropped records go
+    // with them.
     const forgottenKeys = this.idempotency.forgetLoggedAfter(this.#lastSeq);
+    const forgottenAudits =
+      droppedTail || afterGap.length > 0 ? this.#forgetAuditsAfter(this.#lastSeq) : 0;
     return {
       batches: expectedSeq - afterSeq - 1,
       droppedTail,
       droppedAfterGap: afterGap.length,
       forgottenKeys,
+      forgottenAudits,
     };
   }
 

@@ -66,6 +66,7 @@ describe('ShardStore journal', () => {
       droppedTail: false,
       droppedAfterGap: 0,
       forgottenKeys: 0,
+      forgottenAudits: 0,
     });
     const fifth = reopened.append(batch(5));
     expect(fifth.seq).toBe(5);
@@ -114,10 +115,11 @@ describe('ShardStore journal', () => {
       droppedTail: false,
       droppedAfterGap: 0,
       forgottenKeys: 0,
+      forgottenAudits: 0,
     });
   });
 
-  it('forgets the idempotency keys logged with a torn tail or records after a gap', async () => {
+  it('forgets the keys and audit entries of a torn tail or of records after a gap', async () => {
     const dir = tempDir();
     const store = openStore(dir);
     const key = (n: number) =>
@@ -128,10 +130,12 @@ describe('ShardStore journal', () => {
         fingerprint: String(n),
         atMs: 1_000 + n,
       }) as const;
-    // Records 1-5, each with its key logged in its transaction, as the worker does.
+    const audit = (n: number) => ({ ref: `r${n}`, action: 'usage.consume', n });
+    // Records 1-5, each with its key logged in its transaction, as the worker does, and an
+    // audit entry.
     for (const n of [1, 2, 3, 4, 5]) {
       store.idempotency.remember(key(n));
-      const { seq, durable } = store.append(batch(n));
+      const { seq, durable } = store.append(batch(n), [], [audit(n)]);
       store.idempotency.log(seq, [key(n)]);
       await durable;
     }
@@ -141,7 +145,14 @@ describe('ShardStore journal', () => {
 
     const reopened = openStore(dir);
     expect(reopened.idempotency.get(key(5))).toBeDefined(); // loaded before replay
-    expect(replayAll(reopened)).toMatchObject({ droppedTail: true, forgottenKeys: 1 });
+    expect(replayAll(reopened)).toMatchObject({
+      droppedTail: true,
+      forgottenKeys: 1,
+      forgottenAudits: 1,
+    });
+    // The audit entries of the records kept, as they were given (nothing of the store's own).
+    const pending = (s: ShardStore) => s.pendingAudits() as Array<ReturnType<typeof audit>>;
+    expect(pending(reopened).sort((a, b) => a.n - b.n)).toEqual([1, 2, 3, 4].map(audit));
     for (const n of [1, 2, 3, 4])
       expect(reopened.idempotency.get(key(n))?.fingerprint).toBe(`${n}`);
     expect(reopened.idempotency.get(key(5))).toBeUndefined();
@@ -157,7 +168,16 @@ describe('ShardStore journal', () => {
     await damage(dir, 'journal', 3, null);
 
     const again = openStore(dir);
-    expect(replayAll(again)).toMatchObject({ droppedAfterGap: 2, forgottenKeys: 3 });
+    expect(replayAll(again)).toMatchObject({
+      droppedAfterGap: 2,
+      forgottenKeys: 3,
+      forgottenAudits: 2,
+    });
+    expect(
+      pending(again)
+        .map((a) => a.ref)
+        .sort(),
+    ).toEqual(['r1', 'r2']);
     expect([1, 2, 3, 4, 5, 6].map((n) => again.idempotency.get(key(n)) !== undefined)).toEqual([
       true,
       true,
