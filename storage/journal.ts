@@ -313,8 +313,8 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
       this.#env.dbs.customers.put([entry.environment, entry.id], entry.json).catch(() => undefined);
     // The audit entries of audited writes, likewise: kept until the front end has them in
     // the audit chain (`forget`, which rides on a later append), and handed to it again
-    // after a crash (pendingAudits).
-    // Each names its record, so recovery drops it with the record (`replay`).
+    // after a crash (pendingAudits). Each names its record, so recovery drops it with the
+    // record (`replay`).
     for (const audit of audits)
       this.#env.dbs.audits
         .put(audit.ref, encodeRecord({ ...audit, [AUDIT_RECORD_FIELD]: seq }))
@@ -427,10 +427,10 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     for (const seq of afterGap) this.#env.dbs.journal.removeSync(seq);
     if (afterGap.length > 0) this.#lastSeq = Math.max(this.#snapshotSeq, expectedSeq - 1);
     // The idempotency keys logged and the audit entries stored with the dropped records go
-    // with them.
+    // with them; also those of records an interrupted recovery removed before them, so
+    // both look past the journal's end whether or not this replay dropped anything.
     const forgottenKeys = this.idempotency.forgetLoggedAfter(this.#lastSeq);
-    const forgottenAudits =
-      droppedTail || afterGap.length > 0 ? this.#forgetAuditsAfter(this.#lastSeq) : 0;
+    const forgottenAudits = this.#forgetAuditsAfter(this.#lastSeq);
     return {
       batches: expectedSeq - afterSeq - 1,
       droppedTail,

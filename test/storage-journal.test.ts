@@ -193,6 +193,39 @@ describe('ShardStore journal', () => {
     await closeStore(last);
   });
 
+  it('forgets them too when a recovery removed their record before them', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    const key = {
+      environment: 'test',
+      customerId: 'c',
+      scopeDigest: 'digest-3',
+      fingerprint: '3',
+      atMs: 1_003,
+    } as const;
+    for (const n of [1, 2, 3]) {
+      if (n === 3) store.idempotency.remember(key);
+      const { seq, durable } = store.append(batch(n), [], [{ ref: `r${n}` }]);
+      if (n === 3) store.idempotency.log(seq, [key]);
+      await durable;
+    }
+    await closeStore(store);
+    // Record 3 gone, its key and audit entry left: a recovery that removed a torn record
+    // and stopped before the rest. Nothing is dropped now, and they still go.
+    await damage(dir, 'journal', 3, null);
+
+    const reopened = openStore(dir);
+    expect(replayAll(reopened)).toMatchObject({
+      droppedTail: false,
+      droppedAfterGap: 0,
+      forgottenKeys: 1,
+      forgottenAudits: 1,
+    });
+    expect(reopened.idempotency.get(key)).toBeUndefined();
+    expect(reopened.pendingAudits()).toEqual([{ ref: 'r1' }, { ref: 'r2' }]);
+    await closeStore(reopened);
+  });
+
   it('refuses to replay past a corrupt middle record', async () => {
     const dir = tempDir();
     const store = openStore(dir);
