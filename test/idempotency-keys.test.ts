@@ -43,6 +43,30 @@ async function store(target: ShardStore, puts: readonly IdempotencyPut[]): Promi
   await durable;
 }
 
+/**
+ * Stores `puts` in a fresh store, seals them into one run, checks every key is found, and
+ * returns the run's stored blocks as the table holds them, in key order.
+ */
+async function sealedBlocks(
+  puts: readonly IdempotencyPut[],
+): Promise<Array<{ key: unknown; value: Buffer }>> {
+  const dir = fixture.tempDir();
+  const s = openStore(dir);
+  await store(s, puts);
+  await s.idempotency.seal(PACING);
+  expect(puts.every((p) => s.idempotency.get(p)?.atMs === p.atMs)).toBe(true);
+  await fixture.closeStore(s);
+  const env = openDurableEnv(dir, ['idempotency-runs']);
+  try {
+    return [...env.dbs['idempotency-runs'].getRange({})].map(({ key, value }) => ({
+      key,
+      value: Buffer.from(value),
+    }));
+  } finally {
+    await env.root.close();
+  }
+}
+
 /** Pacing for a store used without a shard: every key remembered is durable already. */
 const PACING = {
   pause: (): Promise<void> => new Promise((resolve) => setImmediate(resolve)),
@@ -556,20 +580,12 @@ describe('the key store', () => {
   });
 
   it('merges a batch sorted in several chunks: each block in digest order', async () => {
-    const dir = fixture.tempDir();
-    const s = openStore(dir);
     const puts = Array.from({ length: 10_000 }, (_, i) => put(`c-${i % 3}`, `m${i}`, T0 + i));
-    await store(s, puts);
-    await s.idempotency.seal(PACING);
-    expect(puts.every((p) => s.idempotency.get(p)?.atMs === p.atMs)).toBe(true);
-    await fixture.closeStore(s);
-    const env = openDurableEnv(dir, ['idempotency-runs']);
     const digests: string[] = [];
-    for (const { value } of env.dbs['idempotency-runs'].getRange({})) {
+    for (const { value } of await sealedBlocks(puts)) {
       const [, ...keys] = (decodeRecord(value) as { ok: true; value: unknown[] }).value;
       for (let i = 0; i < keys.length; i += 3) digests.push(keys[i] as string);
     }
-    await env.root.close();
     // Customer by customer, every digest after the one before: 313+ blocks, none overlapping.
     const perCustomer = [0, 1, 2].map((c) =>
       puts.filter((p) => p.customerId === `c-${c}`).map((p) => p.scopeDigest),
@@ -578,8 +594,6 @@ describe('the key store', () => {
   });
 
   it('ranks many customers in merged chunks: a customer’s keys in one block', async () => {
-    const dir = fixture.tempDir();
-    const s = openStore(dir);
     // 1,500 customers (three chunks of the seal's customer sort), ids in no order, some
     // sharing long prefixes or outside ASCII, in both environments.
     const ids = Array.from({ length: 1500 }, (_, i) =>
@@ -592,17 +606,10 @@ describe('the key store', () => {
         environment: i % 2 === 0 ? ('live' as const) : ('test' as const),
       })),
     );
-    await store(s, puts);
-    await s.idempotency.seal(PACING);
-    expect(puts.every((p) => s.idempotency.get(p)?.atMs === p.atMs)).toBe(true);
-    await fixture.closeStore(s);
-    const env = openDurableEnv(dir, ['idempotency-runs']);
-    const blocks: string[] = [];
-    for (const { key } of env.dbs['idempotency-runs'].getRange({})) {
+    const blocks = (await sealedBlocks(puts)).map(({ key }) => {
       const [, environment, customerId] = key as [number, string, string, string];
-      blocks.push(`${environment === 'live' ? 0 : 1} ${customerId}`);
-    }
-    await env.root.close();
+      return `${environment === 'live' ? 0 : 1} ${customerId}`;
+    });
     const expected = [
       ...new Set(puts.map((p) => `${p.environment === 'live' ? 0 : 1} ${p.customerId}`)),
     ];
