@@ -54,7 +54,7 @@ import {
 import { Shard, type CustomerIndexEntry, type IdempotencyPut } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
 import { encodeSnapshotChunk, JOURNAL_PRUNE_SLICE, ShardStore } from '../storage/journal.js';
-import type { OutboxEvent } from '../storage/outbox.js';
+import { OutboxMarker, OutboxMarks, type OutboxEvent } from '../storage/outbox.js';
 import { lessWaits, threadWaitMs, threadWaitMsSince } from '../storage/thread-time.js';
 import type { Notice } from './webhook-events.js';
 
@@ -71,6 +71,8 @@ export interface ShardWorkerData {
   readonly quotas: WorkerQuotas;
   /** The stamp counters of the `has` view (shared with the front ends: has-view.ts). */
   readonly viewStamps: Int32Array;
+  /** Every shard's durable outbox mark (storage/outbox.ts), shared with the delivery thread. */
+  readonly outboxMarks: SharedArrayBuffer;
   /**
    * Channels of the front-end threads after the first (TALLY_FRONTENDS), the second front end's
    * first: they send batches only, and get their replies here.
@@ -88,6 +90,7 @@ const {
   idempotencyRunKeys,
   quotas,
   viewStamps,
+  outboxMarks,
   frontEnds,
 } = workerData as ShardWorkerData;
 nameThisThread(`tally-shard-${workerIndex}`);
@@ -221,6 +224,9 @@ function outboxEventOf(notice: Notice): OutboxEvent {
   };
 }
 
+/** This shard's durable outbox mark, read by the delivery thread (storage/outbox.ts). */
+const outboxMarker = new OutboxMarker(new OutboxMarks(outboxMarks), workerIndex);
+
 function appendTimed(
   events: readonly Event[],
   index: readonly CustomerIndexEntry[],
@@ -244,6 +250,7 @@ function appendTimed(
   );
   // Issued in the same turn as the record: the keys' log entries share its transaction.
   store.idempotency.log(appended.seq, keys);
+  outboxMarker.issued(appended.durable, store.outboxSeq);
   journalBatchEvents.observe(events.length);
   // A failed write is the shard's to handle (it crashes); this handler only measures.
   appended.durable.then(
@@ -329,6 +336,8 @@ async function recover(): Promise<void> {
   const syncStartedMs = performance.now();
   if (!SKIP_RECOVERY_SYNC_FOR_TESTS) await store.syncRecovered();
   await layoutStored;
+  // Everything in the outbox now is on disk: the delivery thread may read all of it.
+  outboxMarker.recovered(store.outboxSeq);
   const recoverySyncMs = performance.now() - syncStartedMs;
   if (shard.countsKeys)
     shard.countStoredKeys({

@@ -477,7 +477,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       customerTokens,
       ...webhookDeps,
     });
-    webhooks.start(workers);
+    webhooks.start(workers, started.outboxMarks);
     const devRelay = await DevRelay.open(keys, control, webhooks.endpoints);
     webhooks.onRelayEvent = (event) => devRelay.deliver(event);
     devRelay.onListening = (listening) => webhooks.setRelayListening(listening);

@@ -44,6 +44,7 @@ import {
 } from '../actors/protocol.js';
 import { HasView } from './has-view.js';
 import { PendingReplies } from './pending-replies.js';
+import { OutboxMarks } from '../storage/outbox.js';
 import { viewStamps } from '../actors/has-view.js';
 import { NO_QUOTAS, workerQuotas, type Quotas } from '../shared/quotas.js';
 import type { ShardWorkerData } from '../actors/shard-worker.js';
@@ -124,6 +125,12 @@ export class ShardPool {
   /** Each worker's stamp counters of the `has` view, shared with it. */
   private readonly stamps: Int32Array[];
 
+  /**
+   * The workers' durable outbox marks (storage/outbox.ts), shared with them and with the
+   * webhook delivery thread, which reads each shard's outbox only up to its mark.
+   */
+  readonly outboxMarks: SharedArrayBuffer;
+
   private constructor(
     private readonly options: ShardPoolOptions,
     frontEnd = 0,
@@ -133,6 +140,7 @@ export class ShardPool {
     // Only the first front end holds the view (a later one asks the workers): no stamp
     // counters for the others.
     this.stamps = frontEnd === 0 ? Array.from({ length: options.workers }, () => viewStamps()) : [];
+    this.outboxMarks = OutboxMarks.memory(options.workers);
     this.view = new HasView(this.stamps.length, Date.now, this.stamps);
   }
 
@@ -184,6 +192,7 @@ export class ShardPool {
     this.frontEndPorts.push(ends.map((channel) => channel.port2));
     const workerData: ShardWorkerData = {
       viewStamps: this.stamps[index] as Int32Array,
+      outboxMarks: this.outboxMarks,
       frontEnds: ends.map((channel) => channel.port1),
       dataDir: this.options.dataDir,
       workerIndex: index,

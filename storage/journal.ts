@@ -29,7 +29,7 @@
  */
 import { assert } from '../shared/assert.js';
 import { encodeRecord, decodeRecord } from './codec.js';
-import { lastOutboxSeq, putOutboxEvent, type OutboxEvent } from './outbox.js';
+import { lastOutboxSeq, outboxRowsAfter, putOutboxEvent, type OutboxEvent } from './outbox.js';
 import { IDEMPOTENCY_DB_NAMES, KeyStore, type IdempotencyDbName } from './idempotency-runs.js';
 import {
   envInfo,
@@ -164,6 +164,8 @@ export interface ReplayResult {
   readonly forgottenKeys: number;
   /** Audit entries stored with the dropped records, removed with them. */
   readonly forgottenAudits: number;
+  /** Webhook events stored with the dropped records, removed with them. */
+  readonly forgottenEvents: number;
 }
 
 /** The field a stored audit entry names its journal record's seq in (not part of the entry). */
@@ -325,7 +327,7 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     if (outbox.length > 0) {
       let outboxSeq = (this.#outboxSeq ??= lastOutboxSeq(this.#env.dbs.outbox));
       for (const event of outbox)
-        putOutboxEvent(this.#env.dbs.outbox, ++outboxSeq, event).catch(() => undefined);
+        putOutboxEvent(this.#env.dbs.outbox, ++outboxSeq, event, seq).catch(() => undefined);
       this.#outboxSeq = outboxSeq;
     }
     const durable = this.#flushed(
@@ -431,13 +433,33 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     // both look past the journal's end whether or not this replay dropped anything.
     const forgottenKeys = this.idempotency.forgetLoggedAfter(this.#lastSeq);
     const forgottenAudits = this.#forgetAuditsAfter(this.#lastSeq);
+    const forgottenEvents = this.#forgetOutboxAfter(this.#lastSeq);
     return {
       batches: expectedSeq - afterSeq - 1,
       droppedTail,
       droppedAfterGap: afterGap.length,
       forgottenKeys,
       forgottenAudits,
+      forgottenEvents,
     };
+  }
+
+  /**
+   * Removes the webhook events written with records after `lastSeq`. They are the newest
+   * rows, never under the durable mark, so never taken: the delivery thread's cursor is
+   * below them and the next events, numbered after the newest row left, are read.
+   */
+  #forgetOutboxAfter(lastSeq: number): number {
+    const { outbox } = this.#env.dbs;
+    const dropped = outboxRowsAfter(outbox, lastSeq);
+    for (const row of dropped) outbox.removeSync(row);
+    if (dropped.length > 0) this.#outboxSeq = null;
+    return dropped.length;
+  }
+
+  /** The newest webhook event's outbox seq (0 when none): its row and all before are written. */
+  get outboxSeq(): number {
+    return (this.#outboxSeq ??= lastOutboxSeq(this.#env.dbs.outbox));
   }
 
   /**

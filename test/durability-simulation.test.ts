@@ -42,6 +42,9 @@ describe('durability simulation', () => {
       'heldBackBatches',
       'recoveryBarriers',
       'crashesAwaitingBarrier',
+      'outboxEvents',
+      'outboxMarksRaised',
+      'outboxEventsForgotten',
     ] as const) {
       expect(totals[key] ?? 0, `${key} over all seeds`).toBeGreaterThan(0);
     }
@@ -68,4 +71,24 @@ describe('durability simulation', () => {
       );
     },
   );
+
+  it('negative control: an outbox mark raised before the recovery barrier is caught', async () => {
+    const failures: string[] = [];
+    for (const seed of seeds) {
+      try {
+        await simulate(seed, STEPS, {
+          skipRecoveryBarrier: true,
+          markOutboxWithoutBarrier: true,
+        });
+      } catch (error) {
+        if (!(error instanceof SimulationFailure)) throw error;
+        failures.push(error.message);
+        break;
+      }
+    }
+    expect(failures, 'no seed caught an outbox mark raised too early').toHaveLength(1);
+    expect(failures[0]).toMatch(
+      /outbox mark raised to row \d+ while journal record \d+ is not durable/,
+    );
+  });
 });

@@ -14,6 +14,7 @@ import {
   SNAPSHOT_FORMAT_VERSION,
 } from '../storage/journal.js';
 import { openDurableEnv, SHARD_ENV_OPTIONS, SHARD_PAGE_BYTES } from '../storage/lmdb-env.js';
+import { readOutbox, type OutboxEvent } from '../storage/outbox.js';
 import { storeFixture } from './support/store-fixture.js';
 
 const { tempDir, openStore, closeStore } = storeFixture('tally-journal-', (dir) =>
@@ -47,6 +48,25 @@ function flipLastByte(frame: Buffer): Buffer {
 
 const batch = (n: number) => [{ type: 'usage', n, amountMinor: BigInt(n) * 100n }];
 
+const webhookEvent = (n: number): OutboxEvent => ({
+  id: `evt_${n}`,
+  type: 'usage.exhausted',
+  environment: 'test',
+  customerId: 'c',
+  createdAtMs: n,
+  data: { n },
+});
+
+/** The store's outbox rows as the delivery thread reads them: [outbox seq, event id]. */
+async function outboxRows(dir: string): Promise<Array<[number, string]>> {
+  const env = openDurableEnv(dir, ['outbox'], SHARD_ENV_OPTIONS);
+  try {
+    return readOutbox(env.dbs.outbox, 0, 100).map((row) => [row.seq, row.event.id]);
+  } finally {
+    await env.root.close();
+  }
+}
+
 describe('ShardStore journal', () => {
   it('replays exactly the appended batches, in order, after reopen; seq continues', async () => {
     const dir = tempDir();
@@ -67,6 +87,7 @@ describe('ShardStore journal', () => {
       droppedAfterGap: 0,
       forgottenKeys: 0,
       forgottenAudits: 0,
+      forgottenEvents: 0,
     });
     const fifth = reopened.append(batch(5));
     expect(fifth.seq).toBe(5);
@@ -116,10 +137,11 @@ describe('ShardStore journal', () => {
       droppedAfterGap: 0,
       forgottenKeys: 0,
       forgottenAudits: 0,
+      forgottenEvents: 0,
     });
   });
 
-  it('forgets the keys and audit entries of a torn tail or of records after a gap', async () => {
+  it('drops the keys, audit entries and webhook events of a torn tail or past a gap', async () => {
     const dir = tempDir();
     const store = openStore(dir);
     const key = (n: number) =>
@@ -131,15 +153,24 @@ describe('ShardStore journal', () => {
         atMs: 1_000 + n,
       }) as const;
     const audit = (n: number) => ({ ref: `r${n}`, action: 'usage.consume', n });
-    // Records 1-5, each with its key logged in its transaction, as the worker does, and an
-    // audit entry.
+    // Records 1-5, each with its key logged in its transaction, as the worker does, an
+    // audit entry and webhook events (two for record 4).
     for (const n of [1, 2, 3, 4, 5]) {
       store.idempotency.remember(key(n));
-      const { seq, durable } = store.append(batch(n), [], [audit(n)]);
+      const events = n === 4 ? [webhookEvent(n), webhookEvent(40)] : [webhookEvent(n)];
+      const { seq, durable } = store.append(batch(n), [], [audit(n)], [], events);
       store.idempotency.log(seq, [key(n)]);
       await durable;
     }
     await closeStore(store);
+    expect(await outboxRows(dir)).toEqual([
+      [1, 'evt_1'],
+      [2, 'evt_2'],
+      [3, 'evt_3'],
+      [4, 'evt_4'],
+      [5, 'evt_40'],
+      [6, 'evt_5'],
+    ]);
     // Record 5 torn (its key's log entry kept, as a power cut can leave them).
     await damage(dir, 'journal', 5, Buffer.from('torn write garbage'));
 
@@ -149,6 +180,7 @@ describe('ShardStore journal', () => {
       droppedTail: true,
       forgottenKeys: 1,
       forgottenAudits: 1,
+      forgottenEvents: 1,
     });
     // The audit entries of the records kept, as they were given (nothing of the store's own).
     const pending = (s: ShardStore) => s.pendingAudits() as Array<ReturnType<typeof audit>>;
@@ -158,11 +190,16 @@ describe('ShardStore journal', () => {
     expect(reopened.idempotency.get(key(5))).toBeUndefined();
     // The seq is used again by another record, with another key: only that key is its.
     reopened.idempotency.remember(key(6));
-    const next = reopened.append(batch(6));
+    const next = reopened.append(batch(6), [], [], [], [webhookEvent(6)]);
     expect(next.seq).toBe(5);
     reopened.idempotency.log(next.seq, [key(6)]);
     await next.durable;
     await closeStore(reopened);
+    // Record 5's event went with it; record 6's is numbered after the newest row left.
+    expect((await outboxRows(dir)).slice(-2)).toEqual([
+      [5, 'evt_40'],
+      [6, 'evt_6'],
+    ]);
     // Record 3 missing (its append failed): 4 and 5 go as never acknowledged, and the keys
     // of all three with them.
     await damage(dir, 'journal', 3, null);
@@ -172,6 +209,7 @@ describe('ShardStore journal', () => {
       droppedAfterGap: 2,
       forgottenKeys: 3,
       forgottenAudits: 2,
+      forgottenEvents: 4,
     });
     expect(
       pending(again)
@@ -187,8 +225,12 @@ describe('ShardStore journal', () => {
       false,
     ]);
     await closeStore(again);
+    expect(await outboxRows(dir)).toEqual([
+      [1, 'evt_1'],
+      [2, 'evt_2'],
+    ]);
     const last = openStore(dir);
-    expect(replayAll(last)).toMatchObject({ forgottenKeys: 0 });
+    expect(replayAll(last)).toMatchObject({ forgottenKeys: 0, forgottenEvents: 0 });
     expect(last.idempotency.get(key(4))).toBeUndefined();
     await closeStore(last);
   });

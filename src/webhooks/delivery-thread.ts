@@ -19,7 +19,7 @@ import { nameThisThread } from '../../actors/thread-name.js';
 import { assert } from '../../shared/assert.js';
 import { DeliveryStore } from '../../storage/delivery-store.js';
 import { openDurableEnv, SHARD_ENV_OPTIONS } from '../../storage/lmdb-env.js';
-import { pruneOutbox, readOutbox } from '../../storage/outbox.js';
+import { OutboxMarks, pruneOutbox, readOutbox } from '../../storage/outbox.js';
 import { readEndpoints } from '../../storage/webhook-registry.js';
 import { AddressPolicy, type AddressPolicyOptions } from './address-policy.js';
 import { Dispatcher, type DispatcherReport, type OutboxSource } from './dispatcher.js';
@@ -37,6 +37,8 @@ export type FromDeliveryThread = DispatcherReport | { readonly t: 'gc'; readonly
 export interface DeliveryThreadData {
   readonly dataDir: string;
   readonly workers: number;
+  /** The shards' durable outbox marks: a shard's rows past its mark are not read yet. */
+  readonly outboxMarks: SharedArrayBuffer;
   readonly schedule: readonly number[];
   readonly policy: {
     readonly allowedHosts: readonly string[];
@@ -82,6 +84,7 @@ const sources: OutboxSource[] = [
     prune: (upto) => pruneOutbox(control.dbs.outbox, upto),
   },
 ];
+const durable = new OutboxMarks(data.outboxMarks);
 for (let index = 0; index < data.workers; index++) {
   const shard = openDurableEnv<'outbox'>(
     path.join(data.dataDir, `shard-${index}`),
@@ -90,7 +93,7 @@ for (let index = 0; index < data.workers; index++) {
   );
   sources.push({
     name: `shard-${index}`,
-    read: (after, limit) => readOutbox(shard.dbs.outbox, after, limit),
+    read: (after, limit) => readOutbox(shard.dbs.outbox, after, limit, durable.get(index)),
     prune: (upto) => pruneOutbox(shard.dbs.outbox, upto),
   });
 }

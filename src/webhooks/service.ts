@@ -76,11 +76,15 @@ export class WebhookService {
     return putOutboxEvent(this.control.outboxDb, ++this.#outboxSeq, event);
   }
 
-  /** Starts the delivery thread (after the shards recovered: it opens their environments). */
-  start(workers: number): void {
+  /**
+   * Starts the delivery thread (after the shards recovered: it opens their environments),
+   * reading each shard's outbox up to its durable mark in `outboxMarks`.
+   */
+  start(workers: number, outboxMarks: SharedArrayBuffer): void {
     const data: DeliveryThreadData = {
       dataDir: this.dataDir,
       workers,
+      outboxMarks,
       schedule: this.settings.retryScheduleMs ?? RETRY_SCHEDULE_MS,
       policy: {
         allowedHosts: [...(this.settings.policy?.allowedHosts ?? [])],

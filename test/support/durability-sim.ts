@@ -41,6 +41,38 @@ import { encodeSnapshotChunk, ShardStore } from '../../storage/journal.js';
 import { CONFIG, T0 } from './core-fixtures.js';
 import { observingReads, parseReply, ReferenceModel, type Reply } from './reference-model.js';
 import { SimDisk, type Txn, type WriteOp } from './sim-lmdb.js';
+import type { Notice } from '../../actors/webhook-events.js';
+import { OutboxMarker, OutboxMarks, readOutbox, type OutboxEvent } from '../../storage/outbox.js';
+
+/** The seq of the first append whose rows reach `row` (appends in issue order), if any. */
+function writerOf(
+  issued: ReadonlyArray<{ readonly seq: number; readonly newestRow: number }>,
+  row: number,
+): number | undefined {
+  let low = 0;
+  let high = issued.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if ((issued[middle] as { newestRow: number }).newestRow >= row) high = middle;
+    else low = middle + 1;
+  }
+  return issued[low]?.seq;
+}
+
+/** Durable outbox marks that show every raise to `check` first. */
+class CheckedMarks extends OutboxMarks {
+  constructor(
+    shared: SharedArrayBuffer,
+    private readonly check: (row: number) => void,
+  ) {
+    super(shared);
+  }
+
+  override raise(index: number, seq: number): void {
+    this.check(seq);
+    super.raise(index, seq);
+  }
+}
 
 export class SimulationFailure extends Error {
   constructor(
@@ -75,6 +107,11 @@ export interface SimStats {
   recoveryBarriers: number;
   /** Crashes while a recovered shard waited for its barrier (not serving yet). */
   crashesAwaitingBarrier: number;
+  /** Webhook events written to the outbox, and times the durable outbox mark rose. */
+  outboxEvents: number;
+  outboxMarksRaised: number;
+  /** Webhook events recovery removed with the records it dropped. */
+  outboxEventsForgotten: number;
 }
 
 export interface SimOptions {
@@ -83,6 +120,11 @@ export interface SimOptions {
    * (ShardStore.syncRecovered) and serves at once. The invariants must catch it.
    */
   readonly skipRecoveryBarrier?: boolean;
+  /**
+   * Negative control only, with skipRecoveryBarrier: also raise the durable outbox mark
+   * without the barrier, so webhook events may leave before their records are on disk.
+   */
+  readonly markOutboxWithoutBarrier?: boolean;
 }
 
 /** mulberry32: small and deterministic. */
@@ -249,6 +291,9 @@ async function run(
     heldBackBatches: 0,
     recoveryBarriers: 0,
     crashesAwaitingBarrier: 0,
+    outboxEvents: 0,
+    outboxMarksRaised: 0,
+    outboxEventsForgotten: 0,
   };
   const log: string[] = [];
   const fail = (message: string): never => {
@@ -271,6 +316,9 @@ async function run(
   const modelAt = new Map<number, ReferenceModel>([[0, model.clone()]]);
   /** Journal record → the write that stores it ('base': on disk since the last power cut). */
   const recordOp = new Map<number, WriteOp | 'base'>();
+  /** Each webhook event written: its journal record's seq and that record's write. */
+  const eventRecord = new Map<string, { readonly seq: number; op: WriteOp | 'base' }>();
+  let nextEventId = 1;
   /** Acknowledged writes: the record each depended on. */
   const acked = new Map<number, { seq: number; command: Command }>();
 
@@ -278,11 +326,15 @@ async function run(
   interface World {
     readonly store: ShardStore;
     readonly shard: Shard;
+    /** The shard's durable outbox mark, as the worker raises it. */
+    readonly outboxMarker: OutboxMarker;
     dead: boolean;
     /** Recovery's barrier is durable: the shard serves (the worker has reported ready). */
     ready: boolean;
     /** The last record recovery found; the ones up to it came from the disk. */
     recoveredSeq: number;
+    /** The newest outbox row recovery found. */
+    recoveredRow: number;
     /** The record the latest write reply depended on. */
     lastAckedSeq: number;
     /** Seqs appended by this incarnation, in order. */
@@ -344,14 +396,38 @@ async function run(
 
   const boot = (): World => {
     const store = ShardStore.overEnv(disk.env());
+    // The delivery thread's view of the outbox: it reads only up to the durable mark.
+    const issuedRows: Array<{ readonly seq: number; readonly newestRow: number }> = [];
+    const marker = new OutboxMarker(
+      new CheckedMarks(OutboxMarks.memory(1), (row) => {
+        if (self.dead) return;
+        stats.outboxMarksRaised++;
+        // Every record whose rows the mark now covers, and every record before it, is on
+        // disk (rows recovery found are covered by its barrier: the mark rises after it).
+        const upTo = row <= self.recoveredRow ? self.recoveredSeq : writerOf(issuedRows, row);
+        if (upTo === undefined) {
+          violations.push(`outbox mark raised to row ${row}, which no append wrote`);
+          return;
+        }
+        for (let s = upTo; s >= 1; s--)
+          if (recordOp.has(s) && !recordDurable(s))
+            violations.push(
+              `outbox mark raised to row ${row} while journal record ${s} is not durable: ` +
+                `a webhook could leave before its change is on disk`,
+            );
+      }),
+      0,
+    );
     const appended: number[] = [];
     const expecting = new Map<number, Expectation>();
     const self: World = {
       store,
       shard: null as unknown as Shard,
+      outboxMarker: marker,
       dead: false,
       ready: false,
       recoveredSeq: 0,
+      recoveredRow: 0,
       lastAckedSeq: 0,
       appended,
       expecting,
@@ -365,7 +441,19 @@ async function run(
           index: readonly CustomerIndexEntry[],
           audits: readonly PendingAudit[],
           keys: readonly IdempotencyPut[],
+          notices: readonly Notice[],
         ) => {
+          const seq = store.lastSeq + 1;
+          const outbox = notices.map(
+            (notice, k): OutboxEvent => ({
+              id: `evt_${nextEventId++}`,
+              type: notice.type,
+              environment: notice.environment,
+              customerId: notice.customerId,
+              createdAtMs: notice.atMs,
+              data: { seq, k },
+            }),
+          );
           const result = store.append(
             events,
             index.map((e) => ({
@@ -374,10 +462,17 @@ async function run(
               json: Buffer.from(JSON.stringify(e.view)),
             })),
             audits,
+            [],
+            outbox,
           );
           // In the record's transaction, as the worker does.
           store.idempotency.log(result.seq, keys);
-          recordOp.set(result.seq, disk.lastJournalPut(result.seq));
+          const op = disk.lastJournalPut(result.seq);
+          recordOp.set(result.seq, op);
+          for (const event of outbox) eventRecord.set(event.id, { seq: result.seq, op });
+          stats.outboxEvents += outbox.length;
+          issuedRows.push({ seq: result.seq, newestRow: store.outboxSeq });
+          marker.issued(result.durable, store.outboxSeq);
           appended.push(result.seq);
           modelAt.set(result.seq, model.clone());
           stats.appends++;
@@ -452,16 +547,30 @@ async function run(
       w.shard.replay(events as Event[]);
     });
     if (result.droppedTail) stats.tornTails++;
+    stats.outboxEventsForgotten += result.forgottenEvents;
     maybeCrash();
     w.recoveredSeq = w.store.lastSeq;
+    w.recoveredRow = w.store.outboxSeq;
+    // No webhook event outlives its record: every row left names a record recovery kept.
+    for (const { event } of readOutbox(disk.env().dbs.outbox, 0, Number.MAX_SAFE_INTEGER)) {
+      const record = eventRecord.get(event.id);
+      if (record === undefined) continue;
+      if (record.seq > w.store.lastSeq || recordOp.get(record.seq) !== record.op)
+        violations.push(
+          `after recovery (journal up to ${w.store.lastSeq}) the outbox still holds event ` +
+            `${event.id} of journal record ${record.seq}, which recovery dropped`,
+        );
+    }
     if (options.skipRecoveryBarrier === true) {
       w.ready = true;
+      if (options.markOutboxWithoutBarrier === true) w.outboxMarker.recovered(w.store.outboxSeq);
       return w;
     }
     w.store.syncRecovered().then(
       () => {
         if (w.dead) return;
         w.ready = true;
+        w.outboxMarker.recovered(w.store.outboxSeq);
         stats.recoveryBarriers++;
       },
       () => {
@@ -483,6 +592,8 @@ async function run(
         // What survived a power cut is on disk.
         for (const [seq, op] of recordOp)
           if (op === 'base' || disk.isDurable(op)) recordOp.set(seq, 'base');
+        for (const record of eventRecord.values())
+          if (record.op !== 'base' && disk.isDurable(record.op)) record.op = 'base';
       } else {
         disk.processCrash();
         stats.processCrashes++;
