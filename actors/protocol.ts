@@ -193,6 +193,11 @@ export interface WorkerStats {
   readonly droppedTornTail: boolean;
   /** Journal records after a missing one (a failed append), dropped as never acknowledged. */
   readonly droppedAfterGap: number;
+  /**
+   * Present when this start checked the customer index against the recovered customers
+   * (records were dropped): the rows it rewrote and removed.
+   */
+  readonly indexRowsRepaired?: { readonly rewritten: number; readonly removed: number };
   /** How long the recovery barrier (ShardStore.syncRecovered) took, in milliseconds. */
   readonly recoverySyncMs: number;
   /**

@@ -91,6 +91,13 @@ export const JOURNAL_PRUNE_SLICE = 1000;
 /** Meta record written by `syncRecovered`, the write whose sync is the recovery barrier. */
 const RECOVERED_META = 'recovered';
 
+/**
+ * Meta record present while the customer index may hold rows of dropped records: written
+ * before recovery drops any, removed with the repair (`repairIndex`), so a recovery cut
+ * short in between leaves it for the next start.
+ */
+const INDEX_REPAIR_META = 'index-repair';
+
 /** The first element of a format-2 chunk key. */
 const CHUNK = 'chunk';
 type ChunkKey = [typeof CHUNK, number, number];
@@ -166,6 +173,16 @@ export interface ReplayResult {
   readonly forgottenAudits: number;
   /** Webhook events stored with the dropped records, removed with them. */
   readonly forgottenEvents: number;
+}
+
+/** The customer id an index row's JSON names (null if it names none). */
+function indexRowId(row: Buffer): string | null {
+  try {
+    const view = JSON.parse(row.toString('utf8')) as { id?: unknown } | null;
+    return typeof view?.id === 'string' ? view.id : null;
+  } catch {
+    return null;
+  }
 }
 
 /** The field a stored audit entry names its journal record's seq in (not part of the entry). */
@@ -425,6 +442,10 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
       onBatch(seq, this.#events(seq, decodeJournalRecord(seq, value)));
       expectedSeq += 1;
     }
+    // A dropped record's customer index rows name no record: the index is checked against
+    // the recovered customers instead (`repairIndex`), which this flag asks for until done.
+    if (this.#tornTailSeq !== null || afterGap.length > 0)
+      this.#env.dbs.meta.putSync(INDEX_REPAIR_META, encodeRecord({ lastSeq: expectedSeq - 1 }));
     const droppedTail = this.#dropTornTail();
     for (const seq of afterGap) this.#env.dbs.journal.removeSync(seq);
     if (afterGap.length > 0) this.#lastSeq = Math.max(this.#snapshotSeq, expectedSeq - 1);
@@ -648,6 +669,50 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
       itemCount,
       formatVersion: header.formatVersion,
     };
+  }
+
+  /**
+   * Whether the customer index must be checked against the recovered customers before
+   * serving (`repairIndex`): recovery dropped records, now or in a start cut short.
+   */
+  get indexRepairPending(): boolean {
+    return this.#env.dbs.meta.doesExist(INDEX_REPAIR_META);
+  }
+
+  /**
+   * Makes the customer index hold exactly `entries` (every customer the shard recovered,
+   * each with its view now): rows that differ are rewritten, rows of customers it does not
+   * hold are removed, and the repair flag goes, all issued in the caller's turn, so in one
+   * transaction. Resolves with the rows rewritten and removed once that is on disk;
+   * rejects if it fails (the caller must die, as on any failed write).
+   */
+  repairIndex(entries: Iterable<IndexEntry>): Promise<{ rewritten: number; removed: number }> {
+    const { customers, meta } = this.#env.dbs;
+    const held = new Set<string>();
+    let rewritten = 0;
+    for (const entry of entries) {
+      const key = [entry.environment, entry.id];
+      held.add(`${entry.environment}\u0000${entry.id}`);
+      const stored = customers.get(key) as Buffer | undefined;
+      if (stored !== undefined && Buffer.compare(stored, entry.json) === 0) continue;
+      customers.put(key, entry.json).catch(() => undefined);
+      rewritten += 1;
+    }
+    let removed = 0;
+    for (const { key, value } of customers.getRange({})) {
+      const [environment, id] = key as [string, string];
+      if (held.has(`${environment}\u0000${id}`)) continue;
+      // A key does not always decode to its id (one of 64 characters or more is stored
+      // unescaped, and a NUL in it reads back as a separator): the row's own JSON names it.
+      const rowId = indexRowId(value);
+      if (held.has(`${environment}\u0000${rowId}`)) continue;
+      customers.remove(rowId === null ? key : [environment, rowId]).catch(() => undefined);
+      removed += 1;
+    }
+    return this.#flushed(meta.remove(INDEX_REPAIR_META), 'customer index repair').then(() => ({
+      rewritten,
+      removed,
+    }));
   }
 
   /**

@@ -45,6 +45,7 @@ describe('durability simulation', () => {
       'outboxEvents',
       'outboxMarksRaised',
       'outboxEventsForgotten',
+      'indexRepairs',
     ] as const) {
       expect(totals[key] ?? 0, `${key} over all seeds`).toBeGreaterThan(0);
     }

@@ -57,6 +57,19 @@ const webhookEvent = (n: number): OutboxEvent => ({
   data: { n },
 });
 
+/** The store's customer index rows: [id, the row's JSON]. */
+async function indexRows(dir: string): Promise<Array<[string, unknown]>> {
+  const env = openDurableEnv(dir, ['customers'], SHARD_ENV_OPTIONS);
+  try {
+    return Array.from(env.dbs.customers.getRange({}), ({ key, value }) => [
+      (key as string[])[1] as string,
+      JSON.parse((value as Buffer).toString('utf8')),
+    ]);
+  } finally {
+    await env.root.close();
+  }
+}
+
 /** The store's outbox rows as the delivery thread reads them: [outbox seq, event id]. */
 async function outboxRows(dir: string): Promise<Array<[number, string]>> {
   const env = openDurableEnv(dir, ['outbox'], SHARD_ENV_OPTIONS);
@@ -233,6 +246,61 @@ describe('ShardStore journal', () => {
     expect(replayAll(last)).toMatchObject({ forgottenKeys: 0, forgottenEvents: 0 });
     expect(last.idempotency.get(key(4))).toBeUndefined();
     await closeStore(last);
+  });
+
+  it('repairs the customer index after dropped records, also after a start cut short', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    const row = (id: string, name: string) => ({
+      environment: 'test',
+      id,
+      json: Buffer.from(JSON.stringify({ id, name })),
+    });
+    // Record 1 creates a and b; record 2 renames a; record 3 creates c and renames b.
+    const rows = [
+      [row('a', 'A'), row('b', 'B')],
+      [row('a', 'A2')],
+      [row('c', 'C'), row('b', 'B3')],
+    ];
+    for (const [i, index] of rows.entries()) await store.append(batch(i + 1), index).durable;
+    expect(store.indexRepairPending).toBe(false);
+    await closeStore(store);
+    // Record 3 torn: c never existed and b was never renamed, yet their rows are there.
+    await damage(dir, 'journal', 3, Buffer.from('torn write garbage'));
+
+    const cut = openStore(dir);
+    expect(replayAll(cut)).toMatchObject({ droppedTail: true });
+    expect(cut.indexRepairPending).toBe(true);
+    await closeStore(cut); // a start cut short: the repair never ran
+
+    const reopened = openStore(dir);
+    expect(replayAll(reopened)).toMatchObject({ droppedTail: false, droppedAfterGap: 0 });
+    expect(reopened.indexRepairPending).toBe(true);
+    // The customers as recovery rebuilt them from records 1 and 2.
+    const recovered = [row('a', 'A2'), row('b', 'B')];
+    expect(await reopened.repairIndex(recovered)).toEqual({ rewritten: 1, removed: 1 });
+    expect(reopened.indexRepairPending).toBe(false);
+    await closeStore(reopened);
+    expect(await indexRows(dir)).toEqual([
+      ['a', { id: 'a', name: 'A2' }],
+      ['b', { id: 'b', name: 'B' }],
+    ]);
+    const again = openStore(dir);
+    replayAll(again);
+    expect(again.indexRepairPending).toBe(false);
+    // A gap asks for a repair too: record 2 missing drops it and record 3.
+    await again.append(batch(3), [row('d', 'D')]).durable;
+    await closeStore(again);
+    await damage(dir, 'journal', 2, null);
+    const gap = openStore(dir);
+    expect(replayAll(gap)).toMatchObject({ droppedAfterGap: 1 });
+    expect(gap.indexRepairPending).toBe(true);
+    expect(await gap.repairIndex([row('a', 'A'), row('b', 'B')])).toEqual({
+      rewritten: 1,
+      removed: 1,
+    });
+    await closeStore(gap);
+    expect((await indexRows(dir)).map(([id]) => id)).toEqual(['a', 'b']);
   });
 
   it('forgets them too when a recovery removed their record before them', async () => {

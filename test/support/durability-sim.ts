@@ -37,7 +37,8 @@ import type { Command, CustomerSnapshot, Environment, Event } from '../../actors
 import type { Envelope, PendingAudit } from '../../actors/protocol.js';
 import { isRead, Shard, type CustomerIndexEntry, type IdempotencyPut } from '../../actors/shard.js';
 import { ShardCopy } from '../../actors/shard-export.js';
-import { encodeSnapshotChunk, ShardStore } from '../../storage/journal.js';
+import { encodeSnapshotChunk, ShardStore, type IndexEntry } from '../../storage/journal.js';
+import { customerView } from '../../shared/customer-record.js';
 import { CONFIG, T0 } from './core-fixtures.js';
 import { observingReads, parseReply, ReferenceModel, type Reply } from './reference-model.js';
 import { SimDisk, type Txn, type WriteOp } from './sim-lmdb.js';
@@ -57,6 +58,16 @@ function writerOf(
     else low = middle + 1;
   }
   return issued[low]?.seq;
+}
+
+/** Every customer of `shard` as its customer index row, as the worker writes them. */
+function* indexEntriesOf(shard: Shard): Generator<IndexEntry> {
+  for (const customer of shard.allCustomers())
+    yield {
+      environment: customer.environment,
+      id: customer.id,
+      json: Buffer.from(JSON.stringify(customerView(customer))),
+    };
 }
 
 /** Durable outbox marks that show every raise to `check` first. */
@@ -112,6 +123,8 @@ export interface SimStats {
   outboxMarksRaised: number;
   /** Webhook events recovery removed with the records it dropped. */
   outboxEventsForgotten: number;
+  /** Recoveries that checked the customer index against the recovered customers. */
+  indexRepairs: number;
 }
 
 export interface SimOptions {
@@ -294,6 +307,7 @@ async function run(
     outboxEvents: 0,
     outboxMarksRaised: 0,
     outboxEventsForgotten: 0,
+    indexRepairs: 0,
   };
   const log: string[] = [];
   const fail = (message: string): never => {
@@ -549,6 +563,12 @@ async function run(
     if (result.droppedTail) stats.tornTails++;
     stats.outboxEventsForgotten += result.forgottenEvents;
     maybeCrash();
+    // As the worker does: an index that may hold rows of dropped records is checked.
+    if (w.store.indexRepairPending) {
+      stats.indexRepairs++;
+      w.store.repairIndex(indexEntriesOf(w.shard)).catch(() => undefined);
+    }
+    maybeCrash();
     w.recoveredSeq = w.store.lastSeq;
     w.recoveredRow = w.store.outboxSeq;
     // No webhook event outlives its record: every row left names a record recovery kept.
@@ -571,6 +591,7 @@ async function run(
         if (w.dead) return;
         w.ready = true;
         w.outboxMarker.recovered(w.store.outboxSeq);
+        checkIndex(w);
         stats.recoveryBarriers++;
       },
       () => {
@@ -578,6 +599,25 @@ async function run(
       },
     );
     return w;
+  };
+
+  /** Once serving, the customer index holds exactly the shard's customers, as they are. */
+  const checkIndex = (w: World): void => {
+    const expected = new Map<string, string>();
+    for (const entry of indexEntriesOf(w.shard))
+      expected.set(`${entry.environment}/${entry.id}`, entry.json.toString('utf8'));
+    for (const { key, value } of disk.env().dbs.customers.getRange({})) {
+      const name = (key as string[]).join('/');
+      const row = (value as Buffer).toString('utf8');
+      if (expected.get(name) !== row)
+        violations.push(
+          `after recovery the customer index row of ${name} is ${row}, the shard holds ` +
+            `${expected.get(name) ?? 'no such customer'}`,
+        );
+      expected.delete(name);
+    }
+    for (const name of expected.keys())
+      violations.push(`after recovery the customer index has no row of ${name}`);
   };
 
   const crashAndRecover = (): void => {
