@@ -44,7 +44,13 @@ import {
   scrape,
   type LoadOptions,
 } from './soak-load.js';
-import { cpuSecondsBetween, cpuUsPerRequest, sampleThreads } from './thread-cpu.js';
+import {
+  cpuSecondsBetween,
+  cpuUsPerRequest,
+  sampleMachine,
+  sampleThreads,
+  stealPercent,
+} from './thread-cpu.js';
 import { makeDataDir, removeDataDir, startTally, type TallyServer } from './tally-server.js';
 import { wrkAvailable } from './wrk.js';
 
@@ -125,13 +131,16 @@ async function measured(
 ): Promise<KeyedRun> {
   const pid = server.child.process.pid ?? 0;
   const before = sampleThreads(pid);
+  const machineBefore = sampleMachine();
   const summary = await runLoad(server, load, seconds);
   const cpu = cpuSecondsBetween(before, sampleThreads(pid));
+  const steal = stealPercent(machineBefore, sampleMachine());
   if (summary.errors > 0 || summary.non2xx > 0)
     throw new Error(`${summary.errors} socket errors and ${summary.non2xx} non-2xx answers`);
   return {
     perSec: summary.perSec,
     cpuUsPerRequest: cpuUsPerRequest(cpu, summary.requests),
+    stealPercent: steal,
   };
 }
 
@@ -164,7 +173,11 @@ function describe(keys: LoadOptions['keys'], run: KeyedRun | PacedRun): string {
       ? ` at most (at ${run.askedPerSec}/s asked; held ${run.heldUpTo ?? 'no step'}` +
         `${run.heldUpTo === null ? '' : '/s'})`
       : '';
-  return `${label(keys)} ${run.perSec.toFixed(0)} consumes/s${at} (CPU µs per consume: ${cpu})`;
+  const steal = run.stealPercent === undefined ? '' : `; steal ${run.stealPercent.toFixed(0)}%`;
+  return (
+    `${label(keys)} ${run.perSec.toFixed(0)} consumes/s${at} ` +
+    `(CPU µs per consume: ${cpu}${steal})`
+  );
 }
 
 function label(keys: LoadOptions['keys']): string {

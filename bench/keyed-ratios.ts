@@ -4,6 +4,8 @@ export interface KeyedRun {
   readonly perSec: number;
   /** CPU µs per consume by thread group (thread-cpu.ts). */
   readonly cpuUsPerRequest: Readonly<Record<string, number>>;
+  /** The share of the machine's CPU the host took meanwhile (steal), in percent. */
+  readonly stealPercent?: number;
 }
 
 /** Each pair's keyed ÷ unkeyed throughput, in pair order, and their median. */

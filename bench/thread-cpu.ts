@@ -79,3 +79,30 @@ export function cpuUsPerRequest(
     [...cpu].map(([group, seconds]) => [group, (seconds * 1e6) / Math.max(1, requests)]),
   );
 }
+
+/** The machine's CPU time so far, in ticks: all of it, and what the hypervisor took (steal). */
+export interface MachineTicks {
+  readonly total: number;
+  readonly steal: number;
+}
+
+/**
+ * The first line of `/proc/stat` (every CPU summed): null where there is none. Steal is
+ * time a virtual CPU was ready to run but the host ran something else; on a shared
+ * machine it moves throughput by tens of percent while the process's own CPU per request
+ * barely changes.
+ */
+export function sampleMachine(): MachineTicks | null {
+  const line = readOrNull('/proc/stat')?.split('\n')[0];
+  if (line === undefined || !line.startsWith('cpu ')) return null;
+  const fields = line.trim().split(/\s+/).slice(1).map(Number);
+  // user nice system idle iowait irq softirq steal (guest time is already in user).
+  const total = fields.slice(0, 8).reduce((sum, value) => sum + value, 0);
+  return { total, steal: fields[7] ?? 0 };
+}
+
+/** The share of the machine's CPU time the host took between two samples, in percent. */
+export function stealPercent(before: MachineTicks | null, after: MachineTicks | null): number {
+  if (before === null || after === null || after.total <= before.total) return 0;
+  return (100 * (after.steal - before.steal)) / (after.total - before.total);
+}

@@ -9,6 +9,7 @@ import {
   type KeyedRun,
   type LadderStep,
 } from '../bench/keyed-ratios.js';
+import { sampleMachine, stealPercent } from '../bench/thread-cpu.js';
 
 const run = (perSec: number): KeyedRun => ({ perSec, cpuUsPerRequest: {} });
 
@@ -68,5 +69,23 @@ describe('a paced ladder', () => {
     const fell = [step(20_000, 19_900), step(21_000, 19_700)];
     expect(ladderPeak(fell)).toBe(fell[0]);
     expect(ladderPeak([])).toBeNull();
+  });
+});
+
+describe("the host's share of the machine (steal)", () => {
+  it('is the steal ticks over all ticks between two samples, in percent', () => {
+    expect(stealPercent({ total: 1_000, steal: 10 }, { total: 1_400, steal: 70 })).toBe(15);
+    expect(stealPercent({ total: 1_000, steal: 10 }, { total: 1_000, steal: 10 })).toBe(0);
+    expect(stealPercent(null, { total: 1_400, steal: 70 })).toBe(0);
+  });
+
+  it('reads the machine’s ticks from /proc/stat, rising with time', () => {
+    const before = sampleMachine();
+    expect(before).not.toBeNull();
+    const end = Date.now() + 50;
+    while (Date.now() < end); // busy for five ticks
+    const after = sampleMachine();
+    expect((after?.total ?? 0) - (before?.total ?? 0)).toBeGreaterThan(0);
+    expect(after?.steal).toBeGreaterThanOrEqual(before?.steal ?? 0);
   });
 });
