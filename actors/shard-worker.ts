@@ -52,14 +52,8 @@ import {
   KeyUpkeep,
 } from './idempotency-upkeep.js';
 import { Shard, type CustomerIndexEntry, type IdempotencyPut } from './shard.js';
-import { customerView } from '../shared/customer-record.js';
 import { PartFile, ShardCopy } from './shard-export.js';
-import {
-  encodeSnapshotChunk,
-  JOURNAL_PRUNE_SLICE,
-  ShardStore,
-  type IndexEntry,
-} from '../storage/journal.js';
+import { encodeSnapshotChunk, JOURNAL_PRUNE_SLICE, ShardStore } from '../storage/journal.js';
 import { OutboxMarker, OutboxMarks, type OutboxEvent } from '../storage/outbox.js';
 import { lessWaits, threadWaitMs, threadWaitMsSince } from '../storage/thread-time.js';
 import type { Notice } from './webhook-events.js';
@@ -230,16 +224,6 @@ function outboxEventOf(notice: Notice): OutboxEvent {
   };
 }
 
-/** Every customer the shard holds, as its customer index row. */
-function* indexEntriesOf(shard: Shard): Generator<IndexEntry> {
-  for (const customer of shard.allCustomers())
-    yield {
-      environment: customer.environment,
-      id: customer.id,
-      json: Buffer.from(JSON.stringify(customerView(customer))),
-    };
-}
-
 /** This shard's durable outbox mark, read by the delivery thread (storage/outbox.ts). */
 const outboxMarker = new OutboxMarker(new OutboxMarks(outboxMarks), workerIndex);
 
@@ -336,7 +320,9 @@ async function recover(): Promise<void> {
   });
   // Recovery dropped records (now or in a start cut short): their customer index rows may
   // still list or describe what never applied, so the index is made to match the customers.
-  const indexRepaired = store.indexRepairPending ? store.repairIndex(indexEntriesOf(shard)) : null;
+  const indexRepaired = store.indexRepairPending ? store.repairIndex(shard.indexEntries()) : null;
+  // Awaited after the barrier; a failure seen before then is reported there, not unhandled.
+  indexRepaired?.catch(() => undefined);
   // Layout 1 kept keys in one table in key order: it moves into runs before serving.
   const tableMoved =
     ((layout?.version as number | undefined) ?? 0) >= IDEMPOTENCY_RUNS_LAYOUT

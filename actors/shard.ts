@@ -342,6 +342,12 @@ export class Shard {
     yield* this.customers.live.values();
   }
 
+  /** Every customer as its customer index entry (the index must match them after a drop). */
+  *indexEntries(): IterableIterator<CustomerIndexEntry> {
+    for (const c of this.allCustomers())
+      yield { environment: c.environment, id: c.id, view: customerView(c) };
+  }
+
   setConfig(environment: Environment, version: number, config: BillingConfig): void {
     const current = this.configs.get(environment);
     this.options.views?.configured(environment);

@@ -681,21 +681,28 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
 
   /**
    * Makes the customer index hold exactly `entries` (every customer the shard recovered,
-   * each with its view now): rows that differ are rewritten, rows of customers it does not
+   * each with its view now, stored as JSON like a journal record's rows): rows that differ are rewritten, rows of customers it does not
    * hold are removed, and the repair flag goes, all issued in the caller's turn, so in one
    * transaction. Resolves with the rows rewritten and removed once that is on disk;
    * rejects if it fails (the caller must die, as on any failed write).
    */
-  repairIndex(entries: Iterable<IndexEntry>): Promise<{ rewritten: number; removed: number }> {
+  repairIndex(
+    entries: Iterable<{
+      readonly environment: string;
+      readonly id: string;
+      readonly view: unknown;
+    }>,
+  ): Promise<{ rewritten: number; removed: number }> {
     const { customers, meta } = this.#env.dbs;
     const held = new Set<string>();
     let rewritten = 0;
     for (const entry of entries) {
       const key = [entry.environment, entry.id];
       held.add(`${entry.environment}\u0000${entry.id}`);
+      const json = Buffer.from(JSON.stringify(entry.view));
       const stored = customers.get(key) as Buffer | undefined;
-      if (stored !== undefined && Buffer.compare(stored, entry.json) === 0) continue;
-      customers.put(key, entry.json).catch(() => undefined);
+      if (stored !== undefined && Buffer.compare(stored, json) === 0) continue;
+      customers.put(key, json).catch(() => undefined);
       rewritten += 1;
     }
     let removed = 0;

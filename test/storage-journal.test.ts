@@ -251,10 +251,15 @@ describe('ShardStore journal', () => {
   it('repairs the customer index after dropped records, also after a start cut short', async () => {
     const dir = tempDir();
     const store = openStore(dir);
+    const customer = (id: string, name: string) => ({
+      environment: 'test',
+      id,
+      view: { id, name },
+    });
     const row = (id: string, name: string) => ({
       environment: 'test',
       id,
-      json: Buffer.from(JSON.stringify({ id, name })),
+      json: Buffer.from(JSON.stringify(customer(id, name).view)),
     });
     // Record 1 creates a and b; record 2 renames a; record 3 creates c and renames b.
     const rows = [
@@ -277,7 +282,7 @@ describe('ShardStore journal', () => {
     expect(replayAll(reopened)).toMatchObject({ droppedTail: false, droppedAfterGap: 0 });
     expect(reopened.indexRepairPending).toBe(true);
     // The customers as recovery rebuilt them from records 1 and 2.
-    const recovered = [row('a', 'A2'), row('b', 'B')];
+    const recovered = [customer('a', 'A2'), customer('b', 'B')];
     expect(await reopened.repairIndex(recovered)).toEqual({ rewritten: 1, removed: 1 });
     expect(reopened.indexRepairPending).toBe(false);
     await closeStore(reopened);
@@ -295,7 +300,7 @@ describe('ShardStore journal', () => {
     const gap = openStore(dir);
     expect(replayAll(gap)).toMatchObject({ droppedAfterGap: 1 });
     expect(gap.indexRepairPending).toBe(true);
-    expect(await gap.repairIndex([row('a', 'A'), row('b', 'B')])).toEqual({
+    expect(await gap.repairIndex([customer('a', 'A'), customer('b', 'B')])).toEqual({
       rewritten: 1,
       removed: 1,
     });

@@ -37,8 +37,7 @@ import type { Command, CustomerSnapshot, Environment, Event } from '../../actors
 import type { Envelope, PendingAudit } from '../../actors/protocol.js';
 import { isRead, Shard, type CustomerIndexEntry, type IdempotencyPut } from '../../actors/shard.js';
 import { ShardCopy } from '../../actors/shard-export.js';
-import { encodeSnapshotChunk, ShardStore, type IndexEntry } from '../../storage/journal.js';
-import { customerView } from '../../shared/customer-record.js';
+import { encodeSnapshotChunk, ShardStore } from '../../storage/journal.js';
 import { CONFIG, T0 } from './core-fixtures.js';
 import { observingReads, parseReply, ReferenceModel, type Reply } from './reference-model.js';
 import { SimDisk, type Txn, type WriteOp } from './sim-lmdb.js';
@@ -58,16 +57,6 @@ function writerOf(
     else low = middle + 1;
   }
   return issued[low]?.seq;
-}
-
-/** Every customer of `shard` as its customer index row, as the worker writes them. */
-function* indexEntriesOf(shard: Shard): Generator<IndexEntry> {
-  for (const customer of shard.allCustomers())
-    yield {
-      environment: customer.environment,
-      id: customer.id,
-      json: Buffer.from(JSON.stringify(customerView(customer))),
-    };
 }
 
 /** Durable outbox marks that show every raise to `check` first. */
@@ -566,7 +555,7 @@ async function run(
     // As the worker does: an index that may hold rows of dropped records is checked.
     if (w.store.indexRepairPending) {
       stats.indexRepairs++;
-      w.store.repairIndex(indexEntriesOf(w.shard)).catch(() => undefined);
+      w.store.repairIndex(w.shard.indexEntries()).catch(() => undefined);
     }
     maybeCrash();
     w.recoveredSeq = w.store.lastSeq;
@@ -604,8 +593,8 @@ async function run(
   /** Once serving, the customer index holds exactly the shard's customers, as they are. */
   const checkIndex = (w: World): void => {
     const expected = new Map<string, string>();
-    for (const entry of indexEntriesOf(w.shard))
-      expected.set(`${entry.environment}/${entry.id}`, entry.json.toString('utf8'));
+    for (const entry of w.shard.indexEntries())
+      expected.set(`${entry.environment}/${entry.id}`, JSON.stringify(entry.view));
     for (const { key, value } of disk.env().dbs.customers.getRange({})) {
       const name = (key as string[]).join('/');
       const row = (value as Buffer).toString('utf8');
