@@ -681,10 +681,11 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
 
   /**
    * Makes the customer index hold exactly `entries` (every customer the shard recovered,
-   * each with its view now, stored as JSON like a journal record's rows): rows that differ are rewritten, rows of customers it does not
-   * hold are removed, and the repair flag goes, all issued in the caller's turn, so in one
-   * transaction. Resolves with the rows rewritten and removed once that is on disk;
-   * rejects if it fails (the caller must die, as on any failed write).
+   * each with its view now, stored as JSON like a journal record's rows): rows that differ
+   * are rewritten, rows of customers it does not hold are removed, and the repair flag
+   * goes, all issued in the caller's turn, so in one transaction. Resolves with the rows
+   * rewritten and removed once that is on disk; rejects if it fails (the caller must die,
+   * as on any failed write).
    */
   repairIndex(
     entries: Iterable<{
