@@ -552,10 +552,13 @@ async function run(
     if (result.droppedTail) stats.tornTails++;
     stats.outboxEventsForgotten += result.forgottenEvents;
     maybeCrash();
-    // As the worker does: an index that may hold rows of dropped records is checked.
+    // As the worker does: an index that may hold rows of dropped records is checked, and
+    // the shard serves only once that is on disk too (a failure stops it).
+    let repaired: Promise<unknown> = Promise.resolve();
     if (w.store.indexRepairPending) {
       stats.indexRepairs++;
-      w.store.repairIndex(w.shard.indexEntries()).catch(() => undefined);
+      repaired = w.store.repairIndex(w.shard.indexEntries());
+      repaired.catch(() => undefined);
     }
     maybeCrash();
     w.recoveredSeq = w.store.lastSeq;
@@ -575,7 +578,7 @@ async function run(
       if (options.markOutboxWithoutBarrier === true) w.outboxMarker.recovered(w.store.outboxSeq);
       return w;
     }
-    w.store.syncRecovered().then(
+    Promise.all([w.store.syncRecovered(), repaired]).then(
       () => {
         if (w.dead) return;
         w.ready = true;
@@ -584,7 +587,8 @@ async function run(
         stats.recoveryBarriers++;
       },
       () => {
-        w.dead = true; // the worker crashes on a failed barrier, as on any failed write
+        // The worker crashes on a failed barrier or repair, as on any failed write.
+        w.dead = true;
       },
     );
     return w;
@@ -750,9 +754,10 @@ async function run(
       if (unsynced.length > 0) {
         const index = rand() < 0.6 ? 0 : Math.floor(rand() * unsynced.length);
         if (index > 0) stats.syncsOutOfOrder++;
-        // Only a sync someone waits for may fail: the process learns of it and dies.
+        // Only a sync someone waits for may fail: the process learns of it and dies. Nobody
+        // waits for a removal's or a synchronous write's (recovery's).
         const observed = (unsynced[index] as (typeof unsynced)[number]).ops.some(
-          (op) => op.epoch === disk.epoch && op.kind !== 'remove',
+          (op) => op.epoch === disk.epoch && op.kind !== 'remove' && op.synchronous !== true,
         );
         // Nor one a later sync already covered: its pages are on disk (failing it would
         // leave durable records not durable while no waiter learns of it).

@@ -87,6 +87,8 @@ export interface WriteOp {
   readonly epoch: number;
   readonly done: Deferred<unknown>;
   readonly flushed: Deferred<void>;
+  /** A synchronous write (putSync, removeSync): it returns at commit; nobody awaits its sync. */
+  readonly synchronous?: boolean;
   txn?: Txn;
 }
 
@@ -341,7 +343,9 @@ export class SimDisk {
         );
       const existed = table(name).has(keyString(key));
       void issue(
-        kind === 'put' ? { kind, db: name, key, value: value as Buffer } : { kind, db: name, key },
+        kind === 'put'
+          ? { kind, db: name, key, value: value as Buffer, synchronous: true }
+          : { kind, db: name, key, synchronous: true },
       );
       disk.commit();
       return kind === 'put' || existed;
