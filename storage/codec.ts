@@ -140,3 +140,30 @@ export function decodeRecord(bytes: Uint8Array): DecodeResult {
     return { ok: false, reason: 'decode' };
   }
 }
+
+/**
+ * The field a stored row (a pending audit entry, a shard's outbox row) names the journal
+ * record written with it in, so that recovery drops the row with the record. Not part of
+ * the row's value: `withoutJournalRecord` takes it off on read.
+ */
+const JOURNAL_RECORD_FIELD = 'journalRecord';
+
+/** `value` framed with the seq of the journal record it is written with. */
+export function encodeWithJournalRecord(value: object, journalRecord: number): Buffer {
+  return encodeRecord({ ...value, [JOURNAL_RECORD_FIELD]: journalRecord });
+}
+
+/** A decoded row's value without the journal record it names. */
+export function withoutJournalRecord<T>(value: T): T {
+  const { [JOURNAL_RECORD_FIELD]: _record, ...rest } = value as T & Record<string, unknown>;
+  return rest as T;
+}
+
+/** The journal record a stored row names, or undefined (none named, or not decodable). */
+export function journalRecordOf(bytes: Uint8Array): number | undefined {
+  const decoded = decodeRecord(bytes);
+  const record = decoded.ok
+    ? (decoded.value as Record<string, unknown> | null)?.[JOURNAL_RECORD_FIELD]
+    : undefined;
+  return typeof record === 'number' ? record : undefined;
+}

@@ -28,7 +28,13 @@
  * against them and refuses one of the wrong shape as corrupt.
  */
 import { assert } from '../shared/assert.js';
-import { encodeRecord, decodeRecord } from './codec.js';
+import {
+  decodeRecord,
+  encodeRecord,
+  encodeWithJournalRecord,
+  journalRecordOf,
+  withoutJournalRecord,
+} from './codec.js';
 import { lastOutboxSeq, outboxRowsAfter, putOutboxEvent, type OutboxEvent } from './outbox.js';
 import { IDEMPOTENCY_DB_NAMES, KeyStore, type IdempotencyDbName } from './idempotency-runs.js';
 import {
@@ -185,9 +191,6 @@ function indexRowId(row: Buffer): string | null {
   }
 }
 
-/** The field a stored audit entry names its journal record's seq in (not part of the entry). */
-const AUDIT_RECORD_FIELD = 'journalRecord';
-
 export interface ShardStoreStats extends EnvInfo {
   readonly lastSeq: number;
   readonly snapshotSeq: number;
@@ -336,7 +339,7 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     // record (`replay`).
     for (const audit of audits)
       this.#env.dbs.audits
-        .put(audit.ref, encodeRecord({ ...audit, [AUDIT_RECORD_FIELD]: seq }))
+        .put(audit.ref, encodeWithJournalRecord(audit, seq))
         .catch(() => undefined);
     for (const ref of forget) this.#env.dbs.audits.remove(ref).catch(() => undefined);
     // The webhook events of the record's changes, likewise (storage/outbox.ts): an event
@@ -366,8 +369,7 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
         throw new Error(
           `pending audit ${String(key)} is corrupt (not an audit entry); refusing to start`,
         );
-      const { [AUDIT_RECORD_FIELD]: _record, ...entry } = audit as Audit & Record<string, unknown>;
-      audits.push(entry as Audit);
+      audits.push(withoutJournalRecord(audit));
     }
     return audits;
   }
@@ -381,11 +383,8 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     const { audits } = this.#env.dbs;
     const dropped: string[] = [];
     for (const { key, value } of audits.getRange({})) {
-      const decoded = decodeRecord(value);
-      const record = decoded.ok
-        ? (decoded.value as Record<string, unknown> | null)?.[AUDIT_RECORD_FIELD]
-        : undefined;
-      if (typeof record === 'number' && record > lastSeq) dropped.push(key as string);
+      const record = journalRecordOf(value);
+      if (record !== undefined && record > lastSeq) dropped.push(key as string);
     }
     for (const ref of dropped) audits.removeSync(ref);
     return dropped.length;

@@ -22,7 +22,13 @@
  * before a commit is visible, so its rows need no mark.
  */
 import type { Environment } from '../shared/environment.js';
-import { decodeRecord, encodeRecord } from './codec.js';
+import {
+  decodeRecord,
+  encodeRecord,
+  encodeWithJournalRecord,
+  journalRecordOf,
+  withoutJournalRecord,
+} from './codec.js';
 import type { BinaryDb } from './lmdb-env.js';
 
 /** An event as stored: the delivered JSON body is built from it by the delivery thread. */
@@ -70,12 +76,9 @@ export function putOutboxEvent(
 ): Promise<boolean> {
   return db.put(
     seq,
-    encodeRecord(journalRecord === null ? event : { ...event, [RECORD_FIELD]: journalRecord }),
+    journalRecord === null ? encodeRecord(event) : encodeWithJournalRecord(event, journalRecord),
   );
 }
-
-/** The field a shard's row names its journal record's seq in (not part of the event). */
-const RECORD_FIELD = 'journalRecord';
 
 /**
  * Up to `limit` events after `afterSeq` and up to `upToSeq`, oldest first. Throws on a
@@ -97,9 +100,7 @@ export function readOutbox(
     const decoded = decodeRecord(value);
     if (!decoded.ok || !isOutboxEvent(decoded.value))
       throw new Error(`outbox row ${String(key)} is corrupt`);
-    const { [RECORD_FIELD]: _record, ...event } = decoded.value as OutboxEvent &
-      Record<string, unknown>;
-    rows.push({ seq: key as number, event });
+    rows.push({ seq: key as number, event: withoutJournalRecord(decoded.value) });
   }
   return rows;
 }
@@ -112,11 +113,8 @@ export function readOutbox(
 export function outboxRowsAfter(db: BinaryDb, lastRecord: number): number[] {
   const rows: number[] = [];
   for (const { key, value } of db.getRange({ reverse: true })) {
-    const decoded = decodeRecord(value);
-    const record = decoded.ok
-      ? (decoded.value as Record<string, unknown> | null)?.[RECORD_FIELD]
-      : undefined;
-    if (typeof record !== 'number' || record <= lastRecord) break;
+    const record = journalRecordOf(value);
+    if (record === undefined || record <= lastRecord) break;
     rows.push(key as number);
   }
   return rows;
