@@ -27,6 +27,11 @@ export type CustomerKey = [string, string, number];
 export interface StoredKeys {
   /** The entry at `address` (in memory or on disk), or undefined. Synchronous. */
   get(address: KeyAddress): IdempotencySeen | undefined;
+  /**
+   * Optional: told a batch's addresses (null for a command without a key) just before the
+   * batch is decided, to read ahead what their lookups will touch. Changes nothing.
+   */
+  readAhead?(addresses: readonly (KeyAddress | null)[]): void;
   /** A key decided now: `get` finds it from now on, before its record is on disk. */
   remember(put: IdempotencyPut): void;
   /** Keys held in memory now. */

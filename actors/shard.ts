@@ -364,7 +364,9 @@ export class Shard {
   handleBatch(envelopes: readonly Envelope[]): void {
     this.loadingSnapshot = false;
     const nowMs = this.now();
-    for (const { id, command, audit } of envelopes) {
+    const addresses = this.keyAddressesOf(envelopes);
+    for (let at = 0; at < envelopes.length; at++) {
+      const { id, command, audit } = envelopes[at] as Envelope;
       const op = OPS[command.op];
       const customers = this.customers[command.environment];
       const config = this.configs.get(command.environment) ?? EMPTY_CONFIG;
@@ -387,15 +389,7 @@ export class Shard {
         audit?.auditQuotaReached === undefined
           ? this.admit
           : this.auditQuotaAdmission(audit.auditQuotaReached);
-      const scope = idempotencyScope(command);
-      const address: KeyAddress | null =
-        scope === null
-          ? null
-          : {
-              environment: command.environment,
-              customerId: command.customerId,
-              scopeDigest: scopeDigest(scope),
-            };
+      const address = addresses === null ? null : (addresses[at] ?? null);
       const seen = address === null ? null : (this.keys.get(address) ?? null);
       const captured = captureBefore(before, command);
       const execution = execute(before, config, command, nowMs, admit, seen);
@@ -443,6 +437,29 @@ export class Shard {
     }
     this.commitIfRoom();
     this.options.flush();
+  }
+
+  /**
+   * Where the idempotency key of each write in the batch is kept (null for a command without
+   * one), or null when none has a key; the store is told them all before any is decided
+   * (`StoredKeys.readAhead`). A key's address depends on its command alone.
+   */
+  private keyAddressesOf(envelopes: readonly Envelope[]): Array<KeyAddress | null> | null {
+    let addresses: Array<KeyAddress | null> | null = null;
+    for (let at = 0; at < envelopes.length; at++) {
+      const { command } = envelopes[at] as Envelope;
+      if (isReadOf(OPS[command.op], command)) continue;
+      const scope = idempotencyScope(command);
+      if (scope === null) continue;
+      addresses ??= new Array<KeyAddress | null>(envelopes.length).fill(null);
+      addresses[at] = {
+        environment: command.environment,
+        customerId: command.customerId,
+        scopeDigest: scopeDigest(scope),
+      };
+    }
+    if (addresses !== null) this.keys.readAhead?.(addresses);
+    return addresses;
   }
 
   /** Publishes the customer's held `has` answers again, as its state now reads. */

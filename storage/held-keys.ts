@@ -76,6 +76,14 @@ export class HeldKeys {
   /** Slot + 1 at each hash position, 0 where empty; a power of two, at least twice the slots. */
   #table: Int32Array;
   size = 0;
+  /**
+   * The last lookup that missed a customer the batch holds: its address and the empty
+   * position it ended at, where `set` of that address puts the key without a second
+   * lookup (a keyed write looks its key up, then sets it). Any change to the table
+   * forgets it.
+   */
+  #missed: KeyAddress | null = null;
+  #missedAt = 0;
 
   /**
    * Room for `slots` keys before any array grows (the store sizes a batch for the keys
@@ -119,13 +127,22 @@ export class HeldKeys {
   }
 
   set(put: KeyPut): void {
-    const found = this.#find(put);
+    const missed = this.#missed;
+    const reuse =
+      missed !== null &&
+      missed.scopeDigest === put.scopeDigest &&
+      missed.customerId === put.customerId &&
+      missed.environment === put.environment;
+    const found = reuse ? -1 : this.#find(put);
+    const missedAt = this.#missedAt;
+    this.#missed = null;
     if (found >= 0) {
       this.#setFingerprint(found, put.fingerprint);
       this.#atMs[found] = put.atMs;
       return;
     }
-    if (this.size === this.#atMs.length) this.#grow();
+    const grew = this.size === this.#atMs.length;
+    if (grew) this.#grow();
     const slot = this.size++;
     let customer = this.#customerIndex.get(put.customerId);
     if (customer === undefined) {
@@ -140,11 +157,13 @@ export class HeldKeys {
     this.#digestLength[slot] = put.scopeDigest.length;
     this.#fingerprintStart[slot] = this.#store(put.fingerprint);
     this.#fingerprintLength[slot] = put.fingerprint.length;
-    this.#place(slot);
+    if (reuse && !grew) this.#table[missedAt] = slot + 1;
+    else this.#place(slot);
   }
 
   /** Empties the batch, keeping its arrays for the next one. */
   clear(): void {
+    this.#missed = null;
     this.#customerIndex = new Map();
     this.#customers = [];
     this.#ranked = 0;
@@ -267,7 +286,11 @@ export class HeldKeys {
     const mask = table.length - 1;
     for (let at = hashOf(customer, live, digest) & mask; ; at = (at + 1) & mask) {
       const entry = table[at] as number;
-      if (entry === 0) return -1;
+      if (entry === 0) {
+        this.#missed = address;
+        this.#missedAt = at;
+        return -1;
+      }
       const slot = entry - 1;
       if (this.#customer[slot] === customer && this.#live[slot] === live && this.#is(slot, digest))
         return slot;

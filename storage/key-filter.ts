@@ -128,6 +128,25 @@ export class KeyFilter {
     return this.owned ? this.words.byteLength : 0;
   }
 
+  /**
+   * Reads the block of each of `count` keys whose hashes `hashes` holds in pairs (as
+   * KEY_HASHES holds one), all in one tight loop: a key's block is a cache miss in a
+   * filter of megabytes, and issued one after another with no work between, the misses
+   * overlap, where `add` or `mayContain` between other work each waits for its own.
+   * Returns the OR of the word holding each key's first bit (callers keep it only so the
+   * reads are not dropped).
+   */
+  readAhead(hashes: Int32Array, count: number): number {
+    const words = this.words;
+    const scale = words.length / BLOCK_WORDS / 4294967296;
+    let seen = 0;
+    for (let i = 0; i < count; i++) {
+      const block = Math.floor(((hashes[2 * i] as number) >>> 0) * scale) * BLOCK_WORDS;
+      seen |= words[block + (((hashes[2 * i + 1] as number) & 511) >>> 5)] as number;
+    }
+    return seen;
+  }
+
   /** Adds the key KEY_HASHES holds. */
   add(): void {
     const base = this.block();

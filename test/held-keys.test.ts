@@ -99,6 +99,39 @@ describe('held idempotency keys', () => {
     }
   });
 
+  it('sets a key its lookup just missed where the lookup ended, whatever came between', () => {
+    // A keyed write looks its key up, then sets it: the set reuses the missed position
+    // unless the table changed since (another key set, of a customer new or not; the
+    // arrays grown; a clear). Batches start with room for one key, so the table is small
+    // and rebuilt as it grows, and keys set between land where a lookup ended often.
+    const random = randoms(11);
+    const key = (): KeyPut =>
+      put(`c-${random(3)}`, `d${random(60)}`, String(random(100)), random(1000));
+    for (let batch = 0; batch < 400; batch++) {
+      const held = new HeldKeys(1);
+      const model = new Map<string, KeyPut>();
+      for (let i = 0; i < 60; i++) {
+        const first = key();
+        expect(held.get(first)).toEqual(model.get(idOf(first)));
+        const step = random(4);
+        if (step === 1) {
+          const other = key();
+          held.set(other);
+          model.set(idOf(other), other);
+        } else if (step === 2 && random(10) === 0) {
+          held.clear();
+          model.clear();
+        }
+        if (step !== 3) {
+          held.set(first);
+          model.set(idOf(first), first);
+        }
+      }
+      expect(held.size).toBe(model.size);
+      for (const stored of model.values()) expect(held.get(stored)).toEqual(stored);
+    }
+  });
+
   it('orders a run live before test, then by customer id and digest, as strings', async () => {
     const held = new HeldKeys();
     const keys = [

@@ -160,6 +160,25 @@ describe('the key filter', () => {
     expect(copy.mayContain()).toBe(true);
     expect(KEY_HASHES.length).toBe(2);
   });
+
+  it('reads ahead the word of each key’s first bit, and nothing of an empty filter', () => {
+    const filter = KeyFilter.sized(1_000);
+    const hashes = new Int32Array(6);
+    for (let i = 0; i < 3; i++) {
+      keyHashes('test', `c-${i}`, scopeDigest(`ahead${i}`));
+      hashes.set(KEY_HASHES, 2 * i);
+    }
+    expect(filter.readAhead(hashes, 3)).toBe(0);
+    // One key added: the word read for it holds its first bit, which `add` set.
+    KEY_HASHES.set(hashes.subarray(2, 4));
+    filter.add();
+    const firstBit = 1 << ((hashes[3] as number) & 31);
+    expect(filter.readAhead(hashes.subarray(2, 4), 1) & firstBit).toBe(firstBit);
+    // Only the first `count` keys are read.
+    expect(filter.readAhead(hashes, 1) & firstBit).toBe(
+      filter.readAhead(hashes.subarray(0, 2), 1) & firstBit,
+    );
+  });
 });
 
 describe('the key store', () => {
@@ -386,6 +405,29 @@ describe('the key store', () => {
     );
     expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
     expect(missReads(s)).toBeGreaterThan(5 * withFilters + 500);
+  });
+
+  it('reads ahead the filters a batch’s lookups probe, and answers as before', async () => {
+    const s = openStore();
+    const reads = vi.spyOn(KeyFilter.prototype, 'readAhead');
+    try {
+      const keys = [put('c-1', 'ahead-a', T0), put('c-2', 'ahead-b', T0)];
+      // No run yet: lookups probe no filter, so nothing is read ahead.
+      s.idempotency.readAhead([keys[0] as IdempotencyPut, null]);
+      expect(reads).not.toHaveBeenCalled();
+      const sealed = await sealRuns(s, GROUP_RUNS + 1, 40);
+      expect(s.idempotency.groupCount).toBe(2);
+      reads.mockClear(); // sealing reads ahead too (each slice's keys, as it adds them)
+      s.idempotency.readAhead([null, keys[0] as IdempotencyPut, null, keys[1] as IdempotencyPut]);
+      // Both groups are in the open era: a miss probes the era's filter first, so that
+      // filter, and no group's, is read ahead, once, for the two keys.
+      expect(s.idempotency.eraCount).toBe(1);
+      expect(reads.mock.calls.map(([, count]) => count)).toEqual([2]);
+      expect(keys.map((p) => s.idempotency.get(p))).toEqual([undefined, undefined]);
+      expect(sealed.every((p) => s.idempotency.get(p)?.atMs === p.atMs)).toBe(true);
+    } finally {
+      reads.mockRestore();
+    }
   });
 
   it('puts 16 groups behind one era filter, stored when the era closes', async () => {
@@ -716,6 +758,39 @@ describe('the shard over the key store', () => {
     key: 'storage',
     amountMicros: BigInt(amount) * 1_000_000n,
     idempotencyKey: key,
+  });
+
+  it('tells the store a batch’s key addresses before deciding it', async () => {
+    const s = openStore();
+    const replies = new Map<number, [string, string]>();
+    const { shard } = shardOver(s, replies);
+    const told: Array<Array<string | null>> = [];
+    const readAhead = vi
+      .spyOn(s.idempotency, 'readAhead')
+      .mockImplementation((addresses) => told.push(addresses.map((a) => a?.scopeDigest ?? null)));
+    try {
+      const unkeyed: Command = {
+        op: 'consume',
+        environment: 'test',
+        customerId: 'c',
+        key: 'storage',
+        amountMicros: 1_000_000n,
+      };
+      const read: Command = { op: 'has', environment: 'test', customerId: 'c', key: 'storage' };
+      shard.handleBatch([
+        { id: 1, command: consume('a') },
+        { id: 2, command: unkeyed },
+        { id: 3, command: read },
+        { id: 4, command: consume('b') },
+      ]);
+      shard.handleBatch([{ id: 5, command: unkeyed }]);
+      const digest = (key: string): string => scopeDigest(`consume\u0000storage\u0000${key}`);
+      expect(told).toEqual([[digest('a'), null, null, digest('b')]]);
+      while (replies.size < 5) await tick();
+      expect(JSON.parse(replies.get(4)?.[1] as string)).toMatchObject({ consumed: 3 });
+    } finally {
+      readAhead.mockRestore();
+    }
   });
 
   it('finds a key in flight in memory, and once sealed in its run', async () => {
