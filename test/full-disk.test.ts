@@ -275,5 +275,34 @@ describe.skipIf(!canMount)('a full disk', () => {
       beyond += applied - count;
     }
     expect(beyond).toBeLessThanOrEqual(8);
+    // The customer list (the index, which recovery repairs after dropping records) holds
+    // every acknowledged customer and none the journal does not: each listed one has usage.
+    const listed = await listedCustomers(restarted);
+    for (const customerId of acked.keys()) expect(listed.has(customerId), customerId).toBe(true);
+    for (const customerId of listed)
+      expect(await consumed(restarted, customerId), customerId).toBeGreaterThan(0);
   }, 60_000);
 });
+
+/** Every customer id the server lists in the test environment, page by page. */
+async function listedCustomers(server: ServerProcess): Promise<Set<string>> {
+  const ids = new Set<string>();
+  let cursor: string | null = null;
+  do {
+    const page: {
+      status: number;
+      body: { data: Array<{ id: string }>; nextCursor: string | null };
+    } = await call(
+      server.base,
+      'GET',
+      `/v1/customers?limit=100${cursor === null ? '' : `&cursor=${cursor}`}`,
+      {
+        key: server.keys.test.server,
+      },
+    );
+    expect(page.status).toBe(200);
+    for (const customer of page.body.data) ids.add(customer.id);
+    cursor = page.body.nextCursor;
+  } while (cursor !== null);
+  return ids;
+}
