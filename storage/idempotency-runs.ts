@@ -382,18 +382,14 @@ class RunWriter {
       hashes[2 * i] = KEY_HASHES[0] as number;
       hashes[2 * i + 1] = KEY_HASHES[1] as number;
     }
-    let seen = this.#filter.readAhead(hashes, keys.length);
-    for (const filter of this.#upper) seen |= filter.readAhead(hashes, keys.length);
-    this.readAheadSeen = seen;
+    this.#filter.readAhead(hashes, keys.length);
+    for (const filter of this.#upper) filter.readAhead(hashes, keys.length);
     for (let i = 0; i < keys.length; i++) {
       KEY_HASHES[0] = hashes[2 * i] as number;
       KEY_HASHES[1] = hashes[2 * i + 1] as number;
       this.#putHashed(keys[i] as KeyPut);
     }
   }
-
-  /** A value of no meaning, kept so the reads ahead are not dropped as unused. */
-  readAheadSeen = 0;
 
   /** Puts `key`, whose hashes KEY_HASHES holds. */
   #putHashed(key: KeyPut): void {
@@ -634,16 +630,10 @@ export class KeyStore {
       count += 1;
     }
     if (count === 0) return;
-    let seen = 0;
-    for (const era of this.#eras) seen |= era.filter.readAhead(hashes, count);
+    for (const era of this.#eras) era.filter.readAhead(hashes, count);
     for (const group of this.#groups)
-      if (group.era === null && group.filter !== null)
-        seen |= group.filter.readAhead(hashes, count);
-    this.readAheadSeen = seen;
+      if (group.era === null && group.filter !== null) group.filter.readAhead(hashes, count);
   }
-
-  /** A value of no meaning, kept so the reads ahead are not dropped as unused. */
-  readAheadSeen = 0;
 
   /**
    * The entry at `address`, or undefined: from memory, else from the newest run whose
