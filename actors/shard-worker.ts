@@ -53,7 +53,12 @@ import {
 } from './idempotency-upkeep.js';
 import { Shard, type CustomerIndexEntry, type IdempotencyPut } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
-import { encodeSnapshotChunk, JOURNAL_PRUNE_SLICE, ShardStore } from '../storage/journal.js';
+import {
+  encodeSnapshotChunk,
+  indexRowOf,
+  JOURNAL_PRUNE_SLICE,
+  ShardStore,
+} from '../storage/journal.js';
 import { OutboxMarker, OutboxMarks, type OutboxEvent } from '../storage/outbox.js';
 import { lessWaits, threadWaitMs, threadWaitMsSince } from '../storage/thread-time.js';
 import type { Notice } from './webhook-events.js';
@@ -242,7 +247,7 @@ function appendTimed(
     index.map((entry) => ({
       environment: entry.environment,
       id: entry.id,
-      json: Buffer.from(JSON.stringify(entry.view)),
+      json: indexRowOf(entry.view),
     })),
     audits,
     forget,

@@ -152,6 +152,15 @@ export interface IndexEntry {
 }
 
 /**
+ * A customer index row's bytes for `view` (what the API shows): the one encoding both an
+ * append's rows and `repairIndex`'s comparison use, so a repair never sees a row written
+ * by an append as different.
+ */
+export function indexRowOf(view: unknown): Buffer {
+  return Buffer.from(JSON.stringify(view));
+}
+
+/**
  * The record types a store holds, and how to recognise one read back from disk. Each
  * check looks at the record's shape only; whoever consumes the record asserts the rest.
  */
@@ -699,7 +708,7 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     for (const entry of entries) {
       const key = [entry.environment, entry.id];
       held.add(`${entry.environment}\u0000${entry.id}`);
-      const json = Buffer.from(JSON.stringify(entry.view));
+      const json = indexRowOf(entry.view);
       const stored = customers.get(key) as Buffer | undefined;
       if (stored !== undefined && Buffer.compare(stored, json) === 0) continue;
       customers.put(key, json).catch(() => undefined);

@@ -37,7 +37,7 @@ import type { Command, CustomerSnapshot, Environment, Event } from '../../actors
 import type { Envelope, PendingAudit } from '../../actors/protocol.js';
 import { isRead, Shard, type CustomerIndexEntry, type IdempotencyPut } from '../../actors/shard.js';
 import { ShardCopy } from '../../actors/shard-export.js';
-import { encodeSnapshotChunk, ShardStore } from '../../storage/journal.js';
+import { encodeSnapshotChunk, indexRowOf, ShardStore } from '../../storage/journal.js';
 import { CONFIG, T0 } from './core-fixtures.js';
 import { observingReads, parseReply, ReferenceModel, type Reply } from './reference-model.js';
 import { SimDisk, type Txn, type WriteOp } from './sim-lmdb.js';
@@ -462,7 +462,7 @@ async function run(
             index.map((e) => ({
               environment: e.environment,
               id: e.id,
-              json: Buffer.from(JSON.stringify(e.view)),
+              json: indexRowOf(e.view),
             })),
             audits,
             [],
