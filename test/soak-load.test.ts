@@ -73,7 +73,9 @@ describe('the soak load (wrk)', () => {
       { connections: 4, rate: null, keys: 'none', loadNice: 0 },
       2,
     );
-    expect(flat.perSec).toBeGreaterThan(1500);
+    // Faster than the paced load above (1,000/s, the same 4 connections); on a loaded machine
+    // beside the rest of the suite a flat-out run here has managed as little as ~1,340/s.
+    expect(flat.perSec).toBeGreaterThan(1000);
     expect(bodies.every((b) => !b.includes('idempotencyKey'))).toBe(true);
   });
 });
