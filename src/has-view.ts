@@ -1,15 +1,15 @@
 /**
  * The front end's `has` view: answers the shards published (actors/has-view.ts says how they
  * stay right). One map per environment for every worker's customers, so that a lookup needs
- * no hash of the customer to find its worker; a worker's rare wholesale changes (a clear, a
- * configuration) drop the environment's answers of every worker.
+ * no hash of the customer to find its worker; a worker's rare clear drops the environment's
+ * answers of every worker.
  *
  * An answer is served while the clock is before its `until` and while its customer's stamp
  * (shared memory the workers bump as they decide a change) is still the one it came with; a
- * configuration sent to the
- * workers drops the environment's answers at once, and answers of it are not taken again
- * from a worker until that worker says the configuration reached it (fills it sent before
- * were computed with the old one).
+ * configuration sent to the workers drops the environment's answers at once, and answers of
+ * it are not taken again from a worker until that worker says the configuration reached it
+ * (fills it sent before were computed with the old one). A worker's confirmation leaves the
+ * answers other workers sent after theirs.
  */
 import {
   VIEW_CLEAR,
@@ -95,8 +95,10 @@ export class HasView {
           answers.delete(changes[i + 2] as string);
           break;
         case VIEW_CONFIGURED:
-          answers.clear();
+          // Sent through configSent: every answer of this worker was dropped then and none
+          // taken since, while other workers' answers, of the new configuration, stay.
           if (unconfirmed[environment] > 0) unconfirmed[environment]--;
+          else this.dropWorker(answers, stamps);
           break;
         case VIEW_CLEAR:
           answers.clear();
@@ -105,6 +107,12 @@ export class HasView {
           throw new Error(`unknown view change ${String(changes[i])}`);
       }
     }
+  }
+
+  /** Drops the answers of one worker (known by its stamp counters). */
+  private dropWorker(answers: Answers, stamps: Int32Array): void {
+    for (const [customerId, held] of answers)
+      if (held.stamps === stamps) answers.delete(customerId);
   }
 
   /** A configuration of `environment` is on its way to every worker. */

@@ -397,6 +397,30 @@ describe('has view (shard and front end, messages in flight)', () => {
     expect(front.answer('test', 'b', 'sso')).toBeUndefined();
   });
 
+  it("one worker's confirmation of a configuration keeps the answers another worker sent", () => {
+    const stampsOf = [viewStamps(false), viewStamps(false)] as const;
+    const front = new HasView(2, () => T0, [...stampsOf]);
+    const views = stampsOf.map((stamps) => new PublishedViews(undefined, stamps));
+    const [first, second] = views as [PublishedViews, PublishedViews];
+    front.configSent('test');
+    first.configured('test');
+    first.answered('test', 'a', 'sso', true, Infinity);
+    front.apply(0, [...first.take()]);
+    expect(front.answer('test', 'a', 'sso')).toBe(true);
+    // The second worker's confirmation arrives after the first worker's fill.
+    second.configured('test');
+    front.apply(1, [...second.take()]);
+    expect(front.answer('test', 'a', 'sso')).toBe(true);
+    // A confirmation no configSent announced drops only its own worker's answers.
+    second.answered('test', 'b', 'sso', false, Infinity);
+    front.apply(1, [...second.take()]);
+    expect(front.answer('test', 'b', 'sso')).toBe(false);
+    second.configured('test');
+    front.apply(1, [...second.take()]);
+    expect(front.answer('test', 'b', 'sso')).toBeUndefined();
+    expect(front.answer('test', 'a', 'sso')).toBe(true);
+  });
+
   it('an answer is served until its horizon and not at it', () => {
     let now = T0;
     const stamps = viewStamps(false);
