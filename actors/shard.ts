@@ -39,6 +39,7 @@ import {
   apply,
   execute,
   fromSnapshot,
+  idempotencyFingerprint,
   idempotencyScope,
   query,
   toSnapshot,
@@ -81,11 +82,11 @@ function hasAnyQuota(quotas: WorkerQuotas): boolean {
   );
 }
 
-/**
- * Whether an event records a new idempotency key (consume and refund events carry one when keyed).
- */
-function addsIdempotencyKey(event: Event): boolean {
-  return 'idempotency' in event && event.idempotency !== null;
+/** Whether a write with an idempotency key: one that wrote events stores its key. */
+function isKeyed(command: WriteCommand): boolean {
+  return (
+    (command.op === 'consume' || command.op === 'refund') && command.idempotencyKey !== undefined
+  );
 }
 
 /** A customer's row in the shard's customer index, written with the journal record. */
@@ -309,7 +310,8 @@ export class Shard {
     if (
       keys.share > 0 &&
       this.idempotencyByEnvironment[environment] >= keys.share &&
-      events.some(addsIdempotencyKey)
+      events.length > 0 &&
+      isKeyed(command)
     ) {
       return { kind: 'quota_exceeded', quota: 'idempotencyKeys', environment, limit: keys.limit };
     }
@@ -394,7 +396,7 @@ export class Shard {
       const captured = captureBefore(before, command);
       const execution = execute(before, config, command, nowMs, admit, seen);
       const wrote = execution.events.length > 0;
-      if (address !== null && wrote) this.rememberKeys(address, seen, execution.events);
+      if (address !== null && wrote) this.rememberKey(address, seen, command, nowMs);
       if (wrote && execution.customer !== undefined)
         for (const notice of noticesOf({
           command,
@@ -477,29 +479,27 @@ export class Shard {
   }
 
   /**
-   * Keeps the key a write's events used: in the window now, on disk with the next append
-   * (the one that carries these events). A key not found before is one more stored.
+   * Keeps the key of a keyed write that wrote events (at `atMs`, its events' time): in the
+   * window now, on disk with the next append (the one that carries the events). A key not
+   * found before is one more stored.
    */
-  private rememberKeys(
+  private rememberKey(
     address: KeyAddress,
     seen: IdempotencySeen | null,
-    events: readonly Event[],
+    command: WriteCommand,
+    atMs: number,
   ): void {
-    for (const event of events) {
-      if (!addsIdempotencyKey(event)) continue;
-      const { fingerprint } = (event as Extract<Event, { type: 'consumed' }>).idempotency ?? {};
-      assert(fingerprint !== undefined, 'a keyed event carries its fingerprint');
-      const put: IdempotencyPut = {
-        environment: address.environment,
-        customerId: address.customerId,
-        scopeDigest: address.scopeDigest,
-        fingerprint,
-        atMs: event.atMs,
-      };
-      this.keys.remember(put);
-      this.pendingKeys.push(put);
-      if (seen === null) this.idempotencyByEnvironment[event.environment] += 1;
-    }
+    assert(command.op === 'consume' || command.op === 'refund', `${command.op} has no key`);
+    const put: IdempotencyPut = {
+      environment: address.environment,
+      customerId: address.customerId,
+      scopeDigest: address.scopeDigest,
+      fingerprint: idempotencyFingerprint(command),
+      atMs,
+    };
+    this.keys.remember(put);
+    this.pendingKeys.push(put);
+    if (seen === null) this.idempotencyByEnvironment[address.environment] += 1;
   }
 
   /** Events decided but not yet handed to the journal (a snapshot must wait for none). */

@@ -35,7 +35,6 @@ import type {
   Decision,
   Environment,
   Event,
-  IdempotencyRecord,
   IdempotencySeen,
   LotDraw,
   Outcome,
@@ -206,10 +205,9 @@ export function decide(
   }
 }
 
-type Replay =
-  | { readonly replay: true }
-  | { readonly replay: false; readonly record: IdempotencyRecord | null }
-  | Rejection;
+type Replay = { readonly replay: boolean } | Rejection;
+const A_REPLAY: Replay = { replay: true };
+const NOT_A_REPLAY: Replay = { replay: false };
 
 /**
  * The scope an idempotency key is kept under within its customer: the op, the meter and
@@ -223,35 +221,23 @@ export function idempotencyScope(command: WriteCommand): string | null {
 }
 
 /**
- * What the shell's lookup of the command's scope means: a live entry with the same
- * fingerprint is a replay, one with another fingerprint a reuse; an expired one is as
- * good as none (the shell sweeps it later).
- */
-function checkIdempotency(
-  scope: string | null,
-  seen: IdempotencySeen | null,
-  fingerprint: string,
-  nowMs: number,
-): Replay {
-  if (scope === null) return { replay: false, record: null };
-  if (seen === null || seen.atMs <= nowMs - IDEMPOTENCY_RETENTION_MS) {
-    return { replay: false, record: { fingerprint } };
-  }
-  if (seen.fingerprint !== fingerprint) return { kind: 'idempotency_key_reused' };
-  return { replay: true };
-}
-
-/**
  * The shared start of a consume or refund: the amount is positive (validated at the edge),
- * and its idempotency key, if any, is checked with the amount as the fingerprint.
+ * and what the shell's lookup of its key's scope found means: a live entry with the same
+ * fingerprint (the amount) is a replay, one with another fingerprint a reuse; an expired
+ * one is as good as none (the shell sweeps it later).
  */
 function amountIdempotency(
   command: Extract<WriteCommand, { op: 'consume' | 'refund' }>,
   seen: IdempotencySeen | null,
   nowMs: number,
-): ReturnType<typeof checkIdempotency> {
+): Replay {
   assert(command.amountMicros > 0n, `${command.op} amount must be positive`);
-  return checkIdempotency(idempotencyScope(command), seen, idempotencyFingerprint(command), nowMs);
+  if (command.idempotencyKey === undefined || seen === null) return NOT_A_REPLAY;
+  if (seen.atMs <= nowMs - IDEMPOTENCY_RETENTION_MS) return NOT_A_REPLAY;
+  if (seen.fingerprint !== idempotencyFingerprint(command)) {
+    return { kind: 'idempotency_key_reused' };
+  }
+  return A_REPLAY;
 }
 
 /** What must match for a retry to be the same request: the amount. */
@@ -314,7 +300,6 @@ function decideConsume(
     includedMicros: fromIncluded,
     lotDraws,
     overageMicros: need,
-    idempotency: idem.record,
   };
   return accepted(event);
 }
@@ -368,7 +353,6 @@ function decideRefund(
     overageMicros: fromOverage,
     lotRestores,
     includedMicros: left,
-    idempotency: idem.record,
   };
   return accepted(event);
 }

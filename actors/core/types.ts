@@ -317,11 +317,12 @@ interface EventBase extends Addressed {
 }
 
 /**
- * The idempotency key a consume or refund event used, as its journal record keeps it: the
- * fingerprint (the amount). The shell keeps the key itself, by its scope's digest, in
- * tables of its own. Events written when keys lived in the customer's state carry the
- * scope's text too, which the migration of such a data dir reads; events carry nothing
- * else of the key now (the text cost every keyed record ~45 bytes and its encoding).
+ * The idempotency key a consume or refund event used, as older journal records keep it.
+ * Events carry nothing of the key now: the shell keeps the key (its scope's digest, the
+ * fingerprint and the time) in tables of its own, written in the same transaction as the
+ * event. Events written before carry the fingerprint (the amount), and those written when
+ * keys lived in the customer's state the scope's text too, which the migration of such a
+ * data dir reads.
  */
 export interface IdempotencyRecord {
   readonly fingerprint: string;
@@ -335,7 +336,8 @@ export type Event =
       readonly includedMicros: Micros;
       readonly lotDraws: readonly LotDraw[];
       readonly overageMicros: Micros;
-      readonly idempotency: IdempotencyRecord | null;
+      /** Only in events of older data dirs (IdempotencyRecord). */
+      readonly idempotency?: IdempotencyRecord | null;
     })
   | (EventBase & {
       readonly type: 'refunded';
@@ -343,7 +345,8 @@ export type Event =
       readonly overageMicros: Micros;
       readonly lotRestores: readonly LotDraw[];
       readonly includedMicros: Micros;
-      readonly idempotency: IdempotencyRecord | null;
+      /** Only in events of older data dirs (IdempotencyRecord). */
+      readonly idempotency?: IdempotencyRecord | null;
     })
   | (EventBase & {
       readonly type: 'limitSettingsSet';

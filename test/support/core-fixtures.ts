@@ -11,6 +11,7 @@ import {
 import {
   apply,
   execute,
+  idempotencyFingerprint,
   idempotencyScope,
   query,
   type Command,
@@ -83,14 +84,14 @@ export class Driver {
     const seen = scoped === null ? null : (this.keys.get(scoped) ?? null);
     const result = execute(this.customers.get(key), this.config, command, nowMs, undefined, seen);
     if (result.customer !== undefined) this.customers.set(key, result.customer);
-    for (const event of result.events) {
-      const keyed = event.type === 'consumed' || event.type === 'refunded';
-      if (keyed && event.idempotency !== null && scoped !== null)
-        this.keys.set(scoped, {
-          fingerprint: event.idempotency.fingerprint,
-          atMs: event.atMs,
-        });
-    }
+    // As the shard does: a keyed write that wrote events stores its key.
+    const written = result.events[0];
+    if (
+      scoped !== null &&
+      written !== undefined &&
+      (command.op === 'consume' || command.op === 'refund')
+    )
+      this.keys.set(scoped, { fingerprint: idempotencyFingerprint(command), atMs: written.atMs });
     this.journal.push(...result.events);
     return result.outcome;
   }
