@@ -161,6 +161,21 @@ describe('the key filter', () => {
     expect(KEY_HASHES.length).toBe(2);
   });
 
+  it('hashes a key as the filters on disk were built: the same two numbers, always', () => {
+    // Filters are stored: hashes that changed would make a stored filter miss its own keys.
+    const cases: Array<[Parameters<typeof keyHashes>, number, number]> = [
+      [['test', 'soak-1', 'AbCdEfGhIjKlMnOpQrStUw'], 1542797141, -874265417],
+      [['live', 'c-0', '-_09azAZ-_09azAZ-_09aA'], -1123250636, 1921331264],
+      [['test', '', 'abc'], -939653652, 2055910454],
+      [['live', 'ü-kunde', 'é€\u0000xyzxyzxyz'], -1454827862, 2062879481],
+      [['test', 'x', ''], 1175668303, -1340439777],
+    ];
+    for (const [key, first, second] of cases) {
+      keyHashes(...key);
+      expect([KEY_HASHES[0], KEY_HASHES[1]]).toEqual([first, second]);
+    }
+  });
+
   it('reads ahead the word of each key’s first bit, and nothing of an empty filter', () => {
     const filter = KeyFilter.sized(1_000);
     const hashes = new Int32Array(6);
