@@ -20,6 +20,7 @@
  * `keyAt` build the objects they return; a lookup that misses builds nothing.
  */
 import { assert } from '../shared/assert.js';
+import { keyHashesOfUnits } from './key-filter.js';
 
 /** A stored key: the fingerprint (the amount) of the write that used it first, and when. */
 export interface StoredKey {
@@ -264,6 +265,75 @@ export class HeldKeys {
     };
   }
 
+  /*
+   * Sealing's reads of a slot: it writes a run's blocks from these (idempotency-runs.ts)
+   * rather than from `keyAt`'s objects and strings.
+   */
+
+  /** The slot's customer: an index shared by the ids of both environments. */
+  customerOf(slot: number): number {
+    return this.#customer[slot] as number;
+  }
+
+  customerIdOf(slot: number): string {
+    return this.#customers[this.#customer[slot] as number] as string;
+  }
+
+  isLive(slot: number): boolean {
+    return this.#live[slot] === 1;
+  }
+
+  atMsOf(slot: number): number {
+    return this.#atMs[slot] as number;
+  }
+
+  digestOf(slot: number): string {
+    return this.#text(this.#digestStart[slot] as number, this.#digestLength[slot] as number);
+  }
+
+  fingerprintOf(slot: number): string {
+    return this.#text(
+      this.#fingerprintStart[slot] as number,
+      this.#fingerprintLength[slot] as number,
+    );
+  }
+
+  /** Sets KEY_HASHES to the slot's key's hashes (key-filter.ts), from its code units. */
+  hashKey(slot: number): void {
+    keyHashesOfUnits(
+      this.#live[slot] === 1 ? 'live' : 'test',
+      this.customerIdOf(slot),
+      this.#pool,
+      this.#digestStart[slot] as number,
+      this.#digestLength[slot] as number,
+    );
+  }
+
+  /**
+   * Writes the slot's digest, then its fingerprint, into `out` from `at` as MessagePack
+   * strings (byte for byte as any MessagePack encoder writes them: a fixstr of ASCII) and
+   * returns where they end; -1, having written nothing of use, if either is not short
+   * ASCII (32 code units or more, or one of 0x80 or over), which the caller packs itself.
+   * `out` needs room for 64 bytes from `at`.
+   */
+  packTexts(slot: number, out: Uint8Array, at: number): number {
+    const end = packAscii(
+      this.#pool,
+      this.#digestStart[slot] as number,
+      this.#digestLength[slot] as number,
+      out,
+      at,
+    );
+    if (end < 0) return -1;
+    return packAscii(
+      this.#pool,
+      this.#fingerprintStart[slot] as number,
+      this.#fingerprintLength[slot] as number,
+      out,
+      end,
+    );
+  }
+
   /** The longest run of occupied table positions: the most a lookup can walk. */
   longestCluster(): number {
     let longest = 0;
@@ -378,6 +448,24 @@ export class HeldKeys {
       for (let slot = 0; slot < this.size; slot++) this.#place(slot);
     }
   }
+}
+
+/** `length` code units from `start` as a MessagePack fixstr at `at`: its end, or -1. */
+function packAscii(
+  units: Uint16Array,
+  start: number,
+  length: number,
+  out: Uint8Array,
+  at: number,
+): number {
+  if (length >= 32) return -1;
+  out[at] = 0xa0 | length;
+  for (let i = 0; i < length; i++) {
+    const unit = units[start + i] as number;
+    if (unit >= 0x80) return -1;
+    out[at + 1 + i] = unit;
+  }
+  return at + 1 + length;
 }
 
 function grown<T extends Int32Array | Uint8Array | Float64Array>(from: T, to: T): T {

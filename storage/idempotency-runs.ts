@@ -56,9 +56,10 @@
  * `idempotency` and `idempotency-expiry` are the layout before runs (one B-tree in key
  * order); `migrateTable` moves its keys into runs at start.
  */
+import { crc32 } from 'node:zlib';
 import { assert } from '../shared/assert.js';
 import { IDEMPOTENCY_RUN_KEYS } from '../shared/limits.js';
-import { decodeRecord, encodeRecord, encodeRecordSliced } from './codec.js';
+import { decodeRecord, encodeRecord, encodeRecordSliced, packr } from './codec.js';
 import {
   carveRunFilter,
   ERA_GROUPS,
@@ -318,19 +319,53 @@ function groupRecord(group: Group, pause: () => Promise<void>): Promise<Buffer> 
   return encodeRecordSliced([group.first, group.capacity], group.filter.bytes, pause);
 }
 
-/** The hashes of a slice's keys in pairs (`RunWriter.putSlice`; one thread, one call at a time). */
+/** The hashes of a slice's keys in pairs (`RunWriter.putSlots`; one thread, one call at a time). */
 const sliceHashes = new Int32Array(2 * SEAL_SLICE);
 /** The most keys of one batch `KeyStore.readAhead` reads ahead for (~2 cache lines a key). */
 const READ_AHEAD_KEYS = 256;
 const readAheadHashes = new Int32Array(2 * READ_AHEAD_KEYS);
 
-function sameCustomer(a: KeyAddress, b: KeyAddress): boolean {
-  return a.customerId === b.customerId && a.environment === b.environment;
+/** Bytes a block's body is built in at first (a block of 32 keys of ASCII text takes ~1.4 KB). */
+const BLOCK_BODY_BYTES = 4096;
+
+/**
+ * Writes `text` into `out` from `at` as MessagePack, byte for byte as the store's packr
+ * writes it (short ASCII directly, anything else through the packr); returns the end.
+ * `out` needs room for 5 + 3 bytes a code unit.
+ */
+function packText(text: string, out: Buffer, at: number): number {
+  if (text.length < 32) {
+    let ascii = true;
+    for (let i = 0; i < text.length && ascii; i++) ascii = text.charCodeAt(i) < 0x80;
+    if (ascii) {
+      out[at] = 0xa0 | text.length;
+      out.write(text, at + 1, 'latin1');
+      return at + 1 + text.length;
+    }
+  }
+  const packed = packr.pack(text);
+  out.set(packed, at);
+  return at + packed.length;
+}
+
+/** Writes `value` as the store's packr does (a float64 beyond 32-bit integers); the end. */
+function packNumber(value: number, out: Buffer, at: number): number {
+  if (value >>> 0 !== value && value >> 0 !== value) {
+    out[at] = 0xcb;
+    out.writeDoubleBE(value, at + 1);
+    return at + 9;
+  }
+  const packed = packr.pack(value);
+  out.set(packed, at);
+  return at + packed.length;
 }
 
 /**
  * A run being written: its keys go in in order, a block of one customer's keys at a time;
- * its filter, its group's and its counts grow with them.
+ * its filter, its group's and its counts grow with them. A block is framed as
+ * `encodeRecord` frames [customerId, digest, fingerprint, atMs, …], byte for byte, but
+ * built here from the keys' parts (sealing's keys from the batch's arrays: no objects or
+ * strings a key).
  */
 class RunWriter {
   count = 0;
@@ -341,9 +376,13 @@ class RunWriter {
   /** The last block written, and the durable promise of each turn's last block before it. */
   #last: Promise<unknown> | null = null;
   readonly #turns: Promise<unknown>[] = [];
-  /** The block being filled: its first key, and [digest, fingerprint, atMs] of each key. */
-  #first: KeyPut | null = null;
-  #block: Array<string | number> = [];
+  /** The block being filled: its customer, its first digest, its keys and its body so far. */
+  #environment: 'test' | 'live' = 'test';
+  #customerId = '';
+  #firstDigest = '';
+  #keys = 0;
+  #body = Buffer.allocUnsafe(BLOCK_BODY_BYTES);
+  #bodyEnd = 0;
   readonly #filter: KeyFilter;
 
   /** The filters of the group the run joins, and of its era. */
@@ -363,44 +402,88 @@ class RunWriter {
     this.#upper = group.era === null ? [group.filter] : [group.filter, group.era.filter];
   }
 
+  /** Puts `key`, the next in order. */
   put(key: KeyPut): void {
-    keyHashes(key.environment, key.customerId, key.scopeDigest);
-    this.#putHashed(key);
+    const { environment, customerId, scopeDigest, fingerprint, atMs } = key;
+    keyHashes(environment, customerId, scopeDigest);
+    this.#room(10 + 3 * (customerId.length + scopeDigest.length + fingerprint.length));
+    this.#startKey(environment, customerId, scopeDigest);
+    this.#bodyEnd = packText(scopeDigest, this.#body, this.#bodyEnd);
+    this.#bodyEnd = packText(fingerprint, this.#body, this.#bodyEnd);
+    this.#endKey(environment, atMs);
   }
 
   /**
-   * Puts `keys` (at most SEAL_SLICE) in order. Each key sets bits in three filters of
-   * megabytes, a cache miss each: their blocks are read ahead for the whole slice first,
-   * so the misses overlap rather than come one at a time between the keys' other work.
+   * Puts the keys of `batch` in `slots` from `from` to `to` (at most SEAL_SLICE), the next
+   * in order. Each key sets bits in three filters of megabytes, a cache miss each: their
+   * blocks are read ahead for the whole slice first, so the misses overlap rather than
+   * come one at a time between the keys' other work.
    */
-  putSlice(keys: readonly KeyPut[]): void {
-    assert(keys.length <= SEAL_SLICE, 'a slice of sealing puts at most SEAL_SLICE keys');
+  putSlots(batch: HeldKeys, slots: Int32Array, from: number, to: number): void {
+    assert(to - from <= SEAL_SLICE, 'a slice of sealing puts at most SEAL_SLICE keys');
     const hashes = sliceHashes;
-    for (let i = 0; i < keys.length; i++) {
-      const key = keys[i] as KeyPut;
-      keyHashes(key.environment, key.customerId, key.scopeDigest);
-      hashes[2 * i] = KEY_HASHES[0] as number;
-      hashes[2 * i + 1] = KEY_HASHES[1] as number;
+    for (let i = from; i < to; i++) {
+      batch.hashKey(slots[i] as number);
+      hashes[2 * (i - from)] = KEY_HASHES[0] as number;
+      hashes[2 * (i - from) + 1] = KEY_HASHES[1] as number;
     }
-    this.#filter.readAhead(hashes, keys.length);
-    for (const filter of this.#upper) filter.readAhead(hashes, keys.length);
-    for (let i = 0; i < keys.length; i++) {
-      KEY_HASHES[0] = hashes[2 * i] as number;
-      KEY_HASHES[1] = hashes[2 * i + 1] as number;
-      this.#putHashed(keys[i] as KeyPut);
+    this.#filter.readAhead(hashes, to - from);
+    for (const filter of this.#upper) filter.readAhead(hashes, to - from);
+    for (let i = from; i < to; i++) {
+      const slot = slots[i] as number;
+      KEY_HASHES[0] = hashes[2 * (i - from)] as number;
+      KEY_HASHES[1] = hashes[2 * (i - from) + 1] as number;
+      const environment = batch.isLive(slot) ? 'live' : 'test';
+      const customerId = batch.customerIdOf(slot);
+      this.#room(10 + 3 * customerId.length + 64 + 9);
+      const started = this.#startKey(environment, customerId, null);
+      if (started) this.#firstDigest = batch.digestOf(slot);
+      const end = batch.packTexts(slot, this.#body, this.#bodyEnd);
+      if (end >= 0) this.#bodyEnd = end;
+      else {
+        const digest = batch.digestOf(slot);
+        const fingerprint = batch.fingerprintOf(slot);
+        this.#room(10 + 3 * (digest.length + fingerprint.length));
+        this.#bodyEnd = packText(digest, this.#body, this.#bodyEnd);
+        this.#bodyEnd = packText(fingerprint, this.#body, this.#bodyEnd);
+      }
+      this.#endKey(environment, batch.atMsOf(slot));
     }
   }
 
-  /** Puts `key`, whose hashes KEY_HASHES holds. */
-  #putHashed(key: KeyPut): void {
-    const { environment, customerId, scopeDigest, fingerprint, atMs } = key;
-    const first = this.#first;
-    if (first === null || !sameCustomer(first, key) || this.#block.length > 3 * BLOCK_KEYS) {
-      this.#flush();
-      this.#first = key;
-      this.#block.push(customerId);
-    }
-    this.#block.push(scopeDigest, fingerprint, atMs);
+  /** Room for `bytes` more in the block's body. */
+  #room(bytes: number): void {
+    if (this.#bodyEnd + bytes <= this.#body.length) return;
+    const body = Buffer.allocUnsafe(Math.max(2 * this.#body.length, this.#bodyEnd + bytes));
+    this.#body.copy(body, 0, 0, this.#bodyEnd);
+    this.#body = body;
+  }
+
+  /**
+   * Starts a block for the key unless it is one more of the block being filled (its
+   * customer's, and room left): whether it started one. A new block's first digest is
+   * `digest`, or set by the caller when null.
+   */
+  #startKey(environment: 'test' | 'live', customerId: string, digest: string | null): boolean {
+    if (
+      this.#keys > 0 &&
+      this.#keys < BLOCK_KEYS &&
+      customerId === this.#customerId &&
+      environment === this.#environment
+    )
+      return false;
+    this.#flush();
+    this.#environment = environment;
+    this.#customerId = customerId;
+    if (digest !== null) this.#firstDigest = digest;
+    this.#bodyEnd = packText(customerId, this.#body, 0);
+    return true;
+  }
+
+  /** Ends a key whose texts are in the body: its time, its filters' bits, the counts. */
+  #endKey(environment: 'test' | 'live', atMs: number): void {
+    this.#bodyEnd = packNumber(atMs, this.#body, this.#bodyEnd);
+    this.#keys += 1;
     for (const filter of this.#upper) filter.add();
     this.#filter.add();
     this.count += 1;
@@ -411,15 +494,23 @@ class RunWriter {
 
   /** Writes the block being filled (a customer's later keys start another). */
   #flush(): void {
-    const first = this.#first;
-    if (first === null) return;
-    const { environment, customerId, scopeDigest } = first;
+    if (this.#keys === 0) return;
+    const elements = 1 + 3 * this.#keys;
+    const head = elements < 16 ? 1 : 3;
+    const frame = Buffer.allocUnsafe(4 + head + this.#bodyEnd);
+    if (head === 1) frame[4] = 0x90 | elements;
+    else {
+      frame[4] = 0xdc;
+      frame.writeUInt16BE(elements, 5);
+    }
+    this.#body.copy(frame, 4 + head, 0, this.#bodyEnd);
+    frame.writeUInt32BE(crc32(frame.subarray(4)), 0);
     this.#last = this.runs.put(
-      [this.seq, environment, customerId, scopeDigest],
-      encodeRecord(this.#block),
+      [this.seq, this.#environment, this.#customerId, this.#firstDigest],
+      frame,
     );
-    this.#first = null;
-    this.#block = [];
+    this.#keys = 0;
+    this.#bodyEnd = 0;
   }
 
   /**
@@ -446,7 +537,7 @@ class RunWriter {
   }
 
   run(): Run {
-    assert(this.#first === null, 'a run is whole once its last block is committed');
+    assert(this.#keys === 0, 'a run is whole once its last block is committed');
     const { seq, count, test, live, minAtMs, maxAtMs } = this;
     return { seq, count, test, live, minAtMs, maxAtMs, blocks: true, filter: this.#filter };
   }
@@ -880,11 +971,8 @@ export class KeyStore {
     if (group.era?.untouched === true) await makeResident(group.era, pacing.pause);
     const seq = this.#nextRunSeq;
     const writer = new RunWriter(this.#root, this.#runs, seq, group, batch.size);
-    for (let at = 0; at < order.length; ) {
-      const slice: KeyPut[] = [];
-      for (const end = Math.min(order.length, at + SEAL_SLICE); at < end; at++)
-        slice.push(batch.keyAt(order[at] as number));
-      writer.putSlice(slice);
+    for (let at = 0; at < order.length; at += SEAL_SLICE) {
+      writer.putSlots(batch, order, at, Math.min(order.length, at + SEAL_SLICE));
       writer.endSlice();
       await pacing.pause();
     }

@@ -48,6 +48,14 @@ function sextet(code: number): number {
   return code < 128 ? (SEXTETS[code] as number) : 63;
 }
 
+/** `digestBits` over a digest's code units, `length` of them from `start`. */
+function unitBits(units: Uint16Array, start: number, length: number, from: number): number {
+  let bits = 0;
+  const end = start + Math.min(length, from + 5);
+  for (let i = start + from; i < end; i++) bits = (bits << 6) | sextet(units[i] as number);
+  return bits;
+}
+
 /** 30 bits of `digest` from character `from` on (5 characters; fewer if it is shorter). */
 function digestBits(digest: string, from: number): number {
   if (digest.length < from + 5) {
@@ -71,13 +79,40 @@ function mix(value: number): number {
   return h ^ (h >>> 16);
 }
 
-/** Sets KEY_HASHES to the hashes of the key [environment, customerId, scopeDigest]. */
-export function keyHashes(environment: string, customerId: string, scopeDigest: string): void {
+function customerHash(environment: string, customerId: string): number {
   let h = environment === 'live' ? 0x811c9dc5 : 0x050c5d1f;
   for (let i = 0; i < customerId.length; i++)
     h = Math.imul(h ^ customerId.charCodeAt(i), 0x01000193);
-  KEY_HASHES[0] = mix(h ^ digestBits(scopeDigest, 0));
-  KEY_HASHES[1] = mix(Math.imul(h, 0x9e3779b1) ^ digestBits(scopeDigest, 5));
+  return h;
+}
+
+function setKeyHashes(customer: number, first: number, second: number): void {
+  KEY_HASHES[0] = mix(customer ^ first);
+  KEY_HASHES[1] = mix(Math.imul(customer, 0x9e3779b1) ^ second);
+}
+
+/** Sets KEY_HASHES to the hashes of the key [environment, customerId, scopeDigest]. */
+export function keyHashes(environment: string, customerId: string, scopeDigest: string): void {
+  setKeyHashes(
+    customerHash(environment, customerId),
+    digestBits(scopeDigest, 0),
+    digestBits(scopeDigest, 5),
+  );
+}
+
+/** `keyHashes` of a digest held as `length` code units of `units` from `start`. */
+export function keyHashesOfUnits(
+  environment: string,
+  customerId: string,
+  units: Uint16Array,
+  start: number,
+  length: number,
+): void {
+  setKeyHashes(
+    customerHash(environment, customerId),
+    unitBits(units, start, length, 0),
+    unitBits(units, start, length, 5),
+  );
 }
 
 export class KeyFilter {
