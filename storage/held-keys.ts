@@ -265,16 +265,10 @@ export class HeldKeys {
     };
   }
 
-  /*
-   * Sealing's reads of a slot: it writes a run's blocks from these (idempotency-runs.ts)
-   * rather than from `keyAt`'s objects and strings.
+  /**
+   * The slot's customer id. This and the reads after it are sealing's: it writes a run's
+   * blocks from them (idempotency-runs.ts) rather than from `keyAt`'s objects and strings.
    */
-
-  /** The slot's customer: an index shared by the ids of both environments. */
-  customerOf(slot: number): number {
-    return this.#customer[slot] as number;
-  }
-
   customerIdOf(slot: number): string {
     return this.#customers[this.#customer[slot] as number] as string;
   }
