@@ -112,6 +112,80 @@ export async function encodeRecordSliced(
   return frame;
 }
 
+/*
+ * A frame built from its values' parts, byte for byte as `encodeRecord` frames the list of
+ * them (a run's blocks of idempotency keys are built so, from arrays, without an object or
+ * string a key): `packText`, `packAsciiUnits` and `packNumber` write the values of a
+ * MessagePack array into a buffer, `frameArray` frames them.
+ */
+
+/**
+ * `length` UTF-16 code units of `units` from `start` as the packr writes a string, if they
+ * are short ASCII (under 32, each under 0x80: a fixstr) — into `out` from `at`; returns the
+ * end, or -1 (`out` then holds nothing of use) for any other text. Room: 32 bytes.
+ */
+export function packAsciiUnits(
+  units: Uint16Array,
+  start: number,
+  length: number,
+  out: Uint8Array,
+  at: number,
+): number {
+  if (length >= 32) return -1;
+  out[at] = 0xa0 | length;
+  for (let i = 0; i < length; i++) {
+    const unit = units[start + i] as number;
+    if (unit >= 0x80) return -1;
+    out[at + 1 + i] = unit;
+  }
+  return at + 1 + length;
+}
+
+/** `text` as the packr writes it, into `out` from `at`; the end. Room: 5 + 3 bytes a unit. */
+export function packText(text: string, out: Buffer, at: number): number {
+  if (text.length < 32) {
+    let ascii = true;
+    for (let i = 0; i < text.length && ascii; i++) ascii = text.charCodeAt(i) < 0x80;
+    if (ascii) {
+      out[at] = 0xa0 | text.length;
+      out.write(text, at + 1, 'latin1');
+      return at + 1 + text.length;
+    }
+  }
+  const packed = packr.pack(text);
+  out.set(packed, at);
+  return at + packed.length;
+}
+
+/** `value` as the packr writes it (a float64 beyond 32-bit integers); the end. Room: 9. */
+export function packNumber(value: number, out: Buffer, at: number): number {
+  if (value >>> 0 !== value && value >> 0 !== value) {
+    out[at] = 0xcb;
+    out.writeDoubleBE(value, at + 1);
+    return at + 9;
+  }
+  const packed = packr.pack(value);
+  out.set(packed, at);
+  return at + packed.length;
+}
+
+/** The frame of an array of `elements` values whose bytes are `body` up to `end`. */
+export function frameArray(elements: number, body: Uint8Array, end: number): Buffer {
+  const head = elements < 16 ? 1 : elements < 0x10000 ? 3 : 5;
+  const frame = Buffer.allocUnsafe(HEADER_BYTES + head + end);
+  if (head === 1) frame[HEADER_BYTES] = 0x90 | elements;
+  else if (head === 3) {
+    frame[HEADER_BYTES] = 0xdc;
+    frame.writeUInt16BE(elements, HEADER_BYTES + 1);
+  } else {
+    frame[HEADER_BYTES] = 0xdd;
+    frame.writeUInt32BE(elements, HEADER_BYTES + 1);
+  }
+  frame.set(body.subarray(0, end), HEADER_BYTES + head);
+  frame.writeUInt32BE(crc32(frame.subarray(HEADER_BYTES)), 0);
+  return frame;
+}
+
 /**
  * Checks a frame's checksum without decoding it (verifying a large file cheaply); the
  * payload may still fail to decode later. Never throws.

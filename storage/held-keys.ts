@@ -20,6 +20,7 @@
  * `keyAt` build the objects they return; a lookup that misses builds nothing.
  */
 import { assert } from '../shared/assert.js';
+import { packAsciiUnits } from './codec.js';
 import { keyHashesOfUnits } from './key-filter.js';
 
 /** A stored key: the fingerprint (the amount) of the write that used it first, and when. */
@@ -311,7 +312,7 @@ export class HeldKeys {
    * `out` needs room for 64 bytes from `at`.
    */
   packTexts(slot: number, out: Uint8Array, at: number): number {
-    const end = packAscii(
+    const end = packAsciiUnits(
       this.#pool,
       this.#digestStart[slot] as number,
       this.#digestLength[slot] as number,
@@ -319,7 +320,7 @@ export class HeldKeys {
       at,
     );
     if (end < 0) return -1;
-    return packAscii(
+    return packAsciiUnits(
       this.#pool,
       this.#fingerprintStart[slot] as number,
       this.#fingerprintLength[slot] as number,
@@ -442,24 +443,6 @@ export class HeldKeys {
       for (let slot = 0; slot < this.size; slot++) this.#place(slot);
     }
   }
-}
-
-/** `length` code units from `start` as a MessagePack fixstr at `at`: its end, or -1. */
-function packAscii(
-  units: Uint16Array,
-  start: number,
-  length: number,
-  out: Uint8Array,
-  at: number,
-): number {
-  if (length >= 32) return -1;
-  out[at] = 0xa0 | length;
-  for (let i = 0; i < length; i++) {
-    const unit = units[start + i] as number;
-    if (unit >= 0x80) return -1;
-    out[at + 1 + i] = unit;
-  }
-  return at + 1 + length;
 }
 
 function grown<T extends Int32Array | Uint8Array | Float64Array>(from: T, to: T): T {

@@ -56,10 +56,16 @@
  * `idempotency` and `idempotency-expiry` are the layout before runs (one B-tree in key
  * order); `migrateTable` moves its keys into runs at start.
  */
-import { crc32 } from 'node:zlib';
 import { assert } from '../shared/assert.js';
 import { IDEMPOTENCY_RUN_KEYS } from '../shared/limits.js';
-import { decodeRecord, encodeRecord, encodeRecordSliced, packr } from './codec.js';
+import {
+  decodeRecord,
+  encodeRecord,
+  encodeRecordSliced,
+  frameArray,
+  packNumber,
+  packText,
+} from './codec.js';
 import {
   carveRunFilter,
   ERA_GROUPS,
@@ -329,38 +335,6 @@ const readAheadHashes = new Int32Array(2 * READ_AHEAD_KEYS);
 const BLOCK_BODY_BYTES = 4096;
 
 /**
- * Writes `text` into `out` from `at` as MessagePack, byte for byte as the store's packr
- * writes it (short ASCII directly, anything else through the packr); returns the end.
- * `out` needs room for 5 + 3 bytes a code unit.
- */
-function packText(text: string, out: Buffer, at: number): number {
-  if (text.length < 32) {
-    let ascii = true;
-    for (let i = 0; i < text.length && ascii; i++) ascii = text.charCodeAt(i) < 0x80;
-    if (ascii) {
-      out[at] = 0xa0 | text.length;
-      out.write(text, at + 1, 'latin1');
-      return at + 1 + text.length;
-    }
-  }
-  const packed = packr.pack(text);
-  out.set(packed, at);
-  return at + packed.length;
-}
-
-/** Writes `value` as the store's packr does (a float64 beyond 32-bit integers); the end. */
-function packNumber(value: number, out: Buffer, at: number): number {
-  if (value >>> 0 !== value && value >> 0 !== value) {
-    out[at] = 0xcb;
-    out.writeDoubleBE(value, at + 1);
-    return at + 9;
-  }
-  const packed = packr.pack(value);
-  out.set(packed, at);
-  return at + packed.length;
-}
-
-/**
  * A run being written: its keys go in in order, a block of one customer's keys at a time;
  * its filter, its group's and its counts grow with them. A block is framed as
  * `encodeRecord` frames [customerId, digest, fingerprint, atMs, …], byte for byte, but
@@ -495,16 +469,7 @@ class RunWriter {
   /** Writes the block being filled (a customer's later keys start another). */
   #flush(): void {
     if (this.#keys === 0) return;
-    const elements = 1 + 3 * this.#keys;
-    const head = elements < 16 ? 1 : 3;
-    const frame = Buffer.allocUnsafe(4 + head + this.#bodyEnd);
-    if (head === 1) frame[4] = 0x90 | elements;
-    else {
-      frame[4] = 0xdc;
-      frame.writeUInt16BE(elements, 5);
-    }
-    this.#body.copy(frame, 4 + head, 0, this.#bodyEnd);
-    frame.writeUInt32BE(crc32(frame.subarray(4)), 0);
+    const frame = frameArray(1 + 3 * this.#keys, this.#body, this.#bodyEnd);
     this.#last = this.runs.put(
       [this.seq, this.#environment, this.#customerId, this.#firstDigest],
       frame,

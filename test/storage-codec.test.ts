@@ -11,7 +11,11 @@ import {
   decodeRecord,
   encodeRecord,
   encodeRecordSliced,
+  frameArray,
+  packAsciiUnits,
+  packNumber,
   packr,
+  packText,
   SLICED_RECORD_BYTES,
 } from '../storage/codec.js';
 
@@ -242,5 +246,34 @@ describe('codec', () => {
       ok: true,
       value: [1n, 2, 'x'],
     });
+  });
+});
+
+describe('frames built from their values’ parts', () => {
+  it('are byte for byte what encodeRecord writes for the same list', () => {
+    const texts = ['', 'a', 'x'.repeat(31), 'x'.repeat(32), 'é', '🙂', 'y'.repeat(300)];
+    const numbers = [0, 5, 31, 64, 127, 128, 255, 65_535, 65_536, 2 ** 32 - 1, 2 ** 32, -1, -40];
+    const more = [1.5, -(2 ** 31), -(2 ** 31) - 1, 1_767_225_600_123, Number.MAX_SAFE_INTEGER];
+    for (const count of [3, 15, 16, 70_000]) {
+      const values: Array<string | number> = [];
+      const body = Buffer.alloc(count * 320);
+      let end = 0;
+      for (let i = 0; i < count; i++) {
+        if (i % 2 === 0) {
+          const text = texts[i % texts.length] as string;
+          values.push(text);
+          const units = Uint16Array.from(text, (c) => c.charCodeAt(0));
+          const fast =
+            text.length === units.length ? packAsciiUnits(units, 0, units.length, body, end) : -1;
+          end = fast >= 0 ? fast : packText(text, body, end);
+        } else {
+          const all = [...numbers, ...more];
+          const value = all[i % all.length] as number;
+          values.push(value);
+          end = packNumber(value, body, end);
+        }
+      }
+      expect(Buffer.compare(frameArray(count, body, end), encodeRecord(values))).toBe(0);
+    }
   });
 });
