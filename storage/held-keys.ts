@@ -252,23 +252,17 @@ export class HeldKeys {
   /** The key in `slot`, as an object of its own. */
   keyAt(slot: number): KeyPut {
     return {
-      environment: this.#live[slot] === 1 ? 'live' : 'test',
-      customerId: this.#customers[this.#customer[slot] as number] as string,
-      scopeDigest: this.#text(
-        this.#digestStart[slot] as number,
-        this.#digestLength[slot] as number,
-      ),
-      fingerprint: this.#text(
-        this.#fingerprintStart[slot] as number,
-        this.#fingerprintLength[slot] as number,
-      ),
-      atMs: this.#atMs[slot] as number,
+      environment: this.isLive(slot) ? 'live' : 'test',
+      customerId: this.customerIdOf(slot),
+      scopeDigest: this.digestOf(slot),
+      fingerprint: this.fingerprintOf(slot),
+      atMs: this.atMsOf(slot),
     };
   }
 
   /**
-   * The slot's customer id. This and the reads after it are sealing's: it writes a run's
-   * blocks from them (idempotency-runs.ts) rather than from `keyAt`'s objects and strings.
+   * The slot's customer id. This and the reads after it make `keyAt`'s object; sealing
+   * writes a run's blocks from them (idempotency-runs.ts) without making one.
    */
   customerIdOf(slot: number): string {
     return this.#customers[this.#customer[slot] as number] as string;

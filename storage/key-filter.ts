@@ -58,18 +58,10 @@ function unitBits(units: Uint16Array, start: number, length: number, from: numbe
 
 /** 30 bits of `digest` from character `from` on (5 characters; fewer if it is shorter). */
 function digestBits(digest: string, from: number): number {
-  if (digest.length < from + 5) {
-    let bits = 0;
-    for (let i = from; i < digest.length; i++) bits = (bits << 6) | sextet(digest.charCodeAt(i));
-    return bits;
-  }
-  return (
-    (sextet(digest.charCodeAt(from)) << 24) |
-    (sextet(digest.charCodeAt(from + 1)) << 18) |
-    (sextet(digest.charCodeAt(from + 2)) << 12) |
-    (sextet(digest.charCodeAt(from + 3)) << 6) |
-    sextet(digest.charCodeAt(from + 4))
-  );
+  let bits = 0;
+  const end = Math.min(digest.length, from + 5);
+  for (let i = from; i < end; i++) bits = (bits << 6) | sextet(digest.charCodeAt(i));
+  return bits;
 }
 
 function mix(value: number): number {
