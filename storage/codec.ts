@@ -141,15 +141,23 @@ export function packAsciiUnits(
   return at + 1 + length;
 }
 
-/** `text` as the packr writes it, into `out` from `at`; the end. Room: 5 + 3 bytes a unit. */
+/**
+ * `text` as the packr writes it, into `out` from `at`; the end. Room: 5 + 3 bytes a unit.
+ * Short ASCII (a fixstr) is copied a code unit at a time: a call into `Buffer.write` per
+ * text cost more than the copy.
+ */
 export function packText(text: string, out: Buffer, at: number): number {
-  if (text.length < 32) {
-    let ascii = true;
-    for (let i = 0; i < text.length && ascii; i++) ascii = text.charCodeAt(i) < 0x80;
-    if (ascii) {
-      out[at] = 0xa0 | text.length;
-      out.write(text, at + 1, 'latin1');
-      return at + 1 + text.length;
+  const length = text.length;
+  if (length < 32) {
+    let i = 0;
+    for (; i < length; i++) {
+      const unit = text.charCodeAt(i);
+      if (unit >= 0x80) break;
+      out[at + 1 + i] = unit;
+    }
+    if (i === length) {
+      out[at] = 0xa0 | length;
+      return at + 1 + length;
     }
   }
   const packed = packr.pack(text);

@@ -708,6 +708,50 @@ describe('the key store', () => {
     expect(keys).toBe(puts.length);
   });
 
+  it('writes each log entry byte for byte as the store encodes the same values', async () => {
+    // Log entries are written value by value, not encoded from a list: every form of text
+    // and number must come out as the encoder writes it, with and without a journal record.
+    const ids = ['c', 'x'.repeat(31), 'y'.repeat(32), 'z'.repeat(300), 'é', 'kunde-🙂'];
+    const fingerprints = ['1', '1000000', '9'.repeat(31), '8'.repeat(32), 'ü5'];
+    const times = [T0, 0, 5, 64, 127, 200, 70_000, 2 ** 31, 2 ** 32 - 1, 2 ** 32, 1.5, -3];
+    const puts = Array.from({ length: 40 }, (_, i) => ({
+      ...put(ids[i % ids.length] as string, `l${i}`, times[i % times.length] as number),
+      fingerprint: fingerprints[i % fingerprints.length] as string,
+      environment: i % 3 === 0 ? ('live' as const) : ('test' as const),
+    }));
+    const dir = fixture.tempDir();
+    const s = openStore(dir);
+    await store(s, puts.slice(0, 3)); // an entry of 16 values (an array's longer header)
+    await store(s, puts.slice(3, 5));
+    await store(s, puts.slice(5));
+    s.idempotency.log(null, puts.slice(0, 2)); // keys migrated: no journal record
+    await s.append([]).durable;
+    await fixture.closeStore(s);
+    const env = openDurableEnv(dir, ['idempotency-log-0']);
+    try {
+      const entries = [...env.dbs['idempotency-log-0'].getRange({})];
+      expect(entries).toHaveLength(4);
+      const logged: unknown[] = [];
+      for (const { value } of entries) {
+        const decoded = decodeRecord(value);
+        expect(decoded.ok).toBe(true);
+        const list = (decoded as { ok: true; value: unknown[] }).value;
+        expect(Buffer.compare(Buffer.from(value), encodeRecord(list))).toBe(0);
+        logged.push(...list.slice(list.length % 5));
+      }
+      const expected = [...puts, ...puts.slice(0, 2)].flatMap((p) => [
+        p.environment,
+        p.customerId,
+        p.scopeDigest,
+        p.fingerprint,
+        p.atMs,
+      ]);
+      expect(logged).toEqual(expected);
+    } finally {
+      await env.root.close();
+    }
+  });
+
   it('reads runs sealed a key per entry (the layout before blocks) beside block runs', async () => {
     const dir = fixture.tempDir();
     // A run as the layout before blocks sealed it: catalog, group filter, one entry per key.
