@@ -12,8 +12,10 @@
  *   the slot's columns say where each starts and how long it is;
  * - its customer as an index into the batch's customers (an id string and a map entry per
  *   customer, not per key), its environment, its time;
- * - an open-addressing table of slots, hashed over customer, environment and digest, so a
- *   digest many customers share (the same key text) spreads like any other.
+ * - its two hashes (key-filter.ts: over customer, environment and digest), computed once per
+ *   key: a slot's first hash places it in an open-addressing table (a digest many customers
+ *   share, the same key text, spreads like any other), and sealing sets the filters' bits
+ *   from both without hashing the key again.
  *
  * `clear` empties a batch but keeps its arrays, so the store reuses a sealed batch's
  * arrays for the next one and this memory does not rise and fall with each run. `get` and
@@ -21,7 +23,7 @@
  */
 import { assert } from '../shared/assert.js';
 import { packAsciiUnits } from './codec.js';
-import { keyHashesOfUnits } from './key-filter.js';
+import { KEY_HASHES } from './key-filter.js';
 
 /** A stored key: the fingerprint (the amount) of the write that used it first, and when. */
 export interface StoredKey {
@@ -38,6 +40,16 @@ export interface KeyAddress {
 
 /** A key to store. */
 export interface KeyPut extends KeyAddress, StoredKey {}
+
+/**
+ * An address with its key's two hashes (`keyHashes`, key-filter.ts), computed once when the
+ * address is made: a keyed write's lookups read ahead, probe memory and the filters, and
+ * keep the key, all with them.
+ */
+export interface HashedAddress extends KeyAddress {
+  readonly first: number;
+  readonly second: number;
+}
 
 /** The slots a batch of keys starts with unless told otherwise. */
 const FIRST_SLOTS = 1024;
@@ -73,16 +85,18 @@ export class HeldKeys {
   /** Where the slot's fingerprint starts in the pool, and its length. */
   #fingerprintStart: Int32Array;
   #fingerprintLength: Int32Array;
+  /** The key's two hashes (`keyHashes`). */
+  #first: Int32Array;
+  #second: Int32Array;
   #pool: Uint16Array;
   #poolEnd = 0;
   /** Slot + 1 at each hash position, 0 where empty; a power of two, at least twice the slots. */
   #table: Int32Array;
   size = 0;
   /**
-   * The last lookup that missed a customer the batch holds: its address and the empty
-   * position it ended at, where `set` of that address puts the key without a second
-   * lookup (a keyed write looks its key up, then sets it). Any change to the table
-   * forgets it.
+   * The last lookup that missed: its address and the empty position it ended at, where
+   * `set` of that address puts the key without a second lookup (a keyed write looks its
+   * key up, then sets it). Any change to the table forgets it.
    */
   #missed: KeyAddress | null = null;
   #missedAt = 0;
@@ -99,6 +113,8 @@ export class HeldKeys {
     this.#digestLength = new Int32Array(slots);
     this.#fingerprintStart = new Int32Array(slots);
     this.#fingerprintLength = new Int32Array(slots);
+    this.#first = new Int32Array(slots);
+    this.#second = new Int32Array(slots);
     this.#pool = new Uint16Array(UNITS_PER_SLOT * slots);
     this.#table = new Int32Array(tableSizeFor(slots));
   }
@@ -118,24 +134,28 @@ export class HeldKeys {
       this.#digestLength.byteLength +
       this.#fingerprintStart.byteLength +
       this.#fingerprintLength.byteLength +
+      this.#first.byteLength +
+      this.#second.byteLength +
       this.#pool.byteLength +
       this.#table.byteLength
     );
   }
 
-  get(address: KeyAddress): KeyPut | undefined {
-    const slot = this.#find(address);
+  /** The key at `address`, whose first hash (`keyHashes`) is `first`, or undefined. */
+  get(address: KeyAddress, first: number): KeyPut | undefined {
+    const slot = this.#find(address, first);
     return slot < 0 ? undefined : this.keyAt(slot);
   }
 
-  set(put: KeyPut): void {
+  /** Sets `put`, whose hashes (`keyHashes`) are `first` and `second`. */
+  set(put: KeyPut, first: number, second: number): void {
     const missed = this.#missed;
     const reuse =
       missed !== null &&
       missed.scopeDigest === put.scopeDigest &&
       missed.customerId === put.customerId &&
       missed.environment === put.environment;
-    const found = reuse ? -1 : this.#find(put);
+    const found = reuse ? -1 : this.#find(put, first);
     const missedAt = this.#missedAt;
     this.#missed = null;
     if (found >= 0) {
@@ -159,6 +179,8 @@ export class HeldKeys {
     this.#digestLength[slot] = put.scopeDigest.length;
     this.#fingerprintStart[slot] = this.#store(put.fingerprint);
     this.#fingerprintLength[slot] = put.fingerprint.length;
+    this.#first[slot] = first;
+    this.#second[slot] = second;
     if (reuse && !grew) this.#table[missedAt] = slot + 1;
     else this.#place(slot);
   }
@@ -287,15 +309,10 @@ export class HeldKeys {
     );
   }
 
-  /** Sets KEY_HASHES to the slot's key's hashes (key-filter.ts), from its code units. */
+  /** Sets KEY_HASHES to the slot's key's hashes (key-filter.ts), as `set` was given them. */
   hashKey(slot: number): void {
-    keyHashesOfUnits(
-      this.#live[slot] === 1 ? 'live' : 'test',
-      this.customerIdOf(slot),
-      this.#pool,
-      this.#digestStart[slot] as number,
-      this.#digestLength[slot] as number,
-    );
+    KEY_HASHES[0] = this.#first[slot] as number;
+    KEY_HASHES[1] = this.#second[slot] as number;
   }
 
   /**
@@ -335,15 +352,14 @@ export class HeldKeys {
     return Math.min(longest, this.size);
   }
 
-  /** The slot holding `address`, or -1. */
-  #find(address: KeyAddress): number {
-    const customer = this.#customerIndex.get(address.customerId);
-    if (customer === undefined) return -1;
-    const live = address.environment === 'live' ? 1 : 0;
-    const digest = address.scopeDigest;
+  /**
+   * The slot holding `address`, whose first hash is `first`, or -1. A miss mostly ends at
+   * the first position (the table is at most half full) and reads nothing of the key.
+   */
+  #find(address: KeyAddress, first: number): number {
     const table = this.#table;
     const mask = table.length - 1;
-    for (let at = hashOf(customer, live, digest) & mask; ; at = (at + 1) & mask) {
+    for (let at = first & mask; ; at = (at + 1) & mask) {
       const entry = table[at] as number;
       if (entry === 0) {
         this.#missed = address;
@@ -351,12 +367,18 @@ export class HeldKeys {
         return -1;
       }
       const slot = entry - 1;
-      if (this.#customer[slot] === customer && this.#live[slot] === live && this.#is(slot, digest))
-        return slot;
+      if (this.#first[slot] === first && this.#is(slot, address)) return slot;
     }
   }
 
-  #is(slot: number, digest: string): boolean {
+  /** Whether `slot` holds the key at `address`. */
+  #is(slot: number, address: KeyAddress): boolean {
+    if (
+      this.#live[slot] !== (address.environment === 'live' ? 1 : 0) ||
+      this.#customers[this.#customer[slot] as number] !== address.customerId
+    )
+      return false;
+    const digest = address.scopeDigest;
     if (this.#digestLength[slot] !== digest.length) return false;
     const start = this.#digestStart[slot] as number;
     for (let i = 0; i < digest.length; i++)
@@ -368,16 +390,8 @@ export class HeldKeys {
   #place(slot: number): void {
     const table = this.#table;
     const mask = table.length - 1;
-    const start = this.#digestStart[slot] as number;
-    const end = start + (this.#digestLength[slot] as number);
-    let at = hashOfUnits(
-      this.#customer[slot] as number,
-      this.#live[slot] as number,
-      this.#pool,
-      start,
-      end,
-    );
-    for (at &= mask; table[at] !== 0; at = (at + 1) & mask);
+    let at = (this.#first[slot] as number) & mask;
+    for (; table[at] !== 0; at = (at + 1) & mask);
     table[at] = slot + 1;
   }
 
@@ -432,6 +446,8 @@ export class HeldKeys {
     this.#digestLength = grown(this.#digestLength, new Int32Array(slots));
     this.#fingerprintStart = grown(this.#fingerprintStart, new Int32Array(slots));
     this.#fingerprintLength = grown(this.#fingerprintLength, new Int32Array(slots));
+    this.#first = grown(this.#first, new Int32Array(slots));
+    this.#second = grown(this.#second, new Int32Array(slots));
     if (this.#table.length < tableSizeFor(slots)) {
       this.#table = new Int32Array(tableSizeFor(slots));
       for (let slot = 0; slot < this.size; slot++) this.#place(slot);
@@ -442,34 +458,4 @@ export class HeldKeys {
 function grown<T extends Int32Array | Uint8Array | Float64Array>(from: T, to: T): T {
   to.set(from);
   return to;
-}
-
-/** FNV-1a over the customer, the environment and the digest's code units, then mixed. */
-function hashOf(customer: number, live: number, digest: string): number {
-  let hash = seed(customer, live);
-  for (let i = 0; i < digest.length; i++) hash = Math.imul(hash ^ digest.charCodeAt(i), 0x01000193);
-  return mix(hash);
-}
-
-/** `hashOf` over code units already in the pool. */
-function hashOfUnits(
-  customer: number,
-  live: number,
-  pool: Uint16Array,
-  start: number,
-  end: number,
-): number {
-  let hash = seed(customer, live);
-  for (let i = start; i < end; i++) hash = Math.imul(hash ^ (pool[i] as number), 0x01000193);
-  return mix(hash);
-}
-
-function seed(customer: number, live: number): number {
-  return Math.imul(0x811c9dc5 ^ (2 * customer + live), 0x01000193);
-}
-
-function mix(hash: number): number {
-  let h = hash ^ (hash >>> 16);
-  h = Math.imul(h, 0x85ebca6b);
-  return (h ^ (h >>> 13)) >>> 0;
 }

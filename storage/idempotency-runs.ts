@@ -552,6 +552,10 @@ export class KeyStore {
   #spare: HeldKeys | null = null;
   /** Which log table new keys go to (0 or 1). */
   #logTable = 0;
+  /** The address `get` last looked up, and its hashes (`remember` of its key reuses them). */
+  #looked: KeyAddress | null = null;
+  #lookedFirst = 0;
+  #lookedSecond = 0;
   #nextLogSeq: number;
   /** Committed runs, oldest first. */
   readonly #runList: Run[] = [];
@@ -662,7 +666,11 @@ export class KeyStore {
         if (record !== null && record > this.#loggedThrough) this.#loggedThrough = record;
       }
     logged.sort((a, b) => a[0] - b[0]);
-    for (const [, puts] of logged) for (const put of puts) this.#active.set(put);
+    for (const [, puts] of logged)
+      for (const put of puts) {
+        keyHashes(put.environment, put.customerId, put.scopeDigest);
+        this.#active.set(put, KEY_HASHES[0] as number, KEY_HASHES[1] as number);
+      }
   }
 
   /**
@@ -724,11 +732,14 @@ export class KeyStore {
    * verification (stored state that fails its checksum must stop the worker).
    */
   get(address: KeyAddress): StoredKey | undefined {
-    const held = this.#active.get(address) ?? this.#sealing?.get(address);
+    keyHashes(address.environment, address.customerId, address.scopeDigest);
+    const first = KEY_HASHES[0] as number;
+    this.#looked = address;
+    this.#lookedFirst = first;
+    this.#lookedSecond = KEY_HASHES[1] as number;
+    const held = this.#active.get(address, first) ?? this.#sealing?.get(address, first);
     if (held !== undefined) return held;
     if (this.#runList.length === 0) return undefined;
-    const { environment, customerId, scopeDigest } = address;
-    keyHashes(environment, customerId, scopeDigest);
     let maybe: Era | null = null;
     for (let g = this.#groups.length - 1; g >= 0; g--) {
       const group = this.#groups[g] as Group;
@@ -781,9 +792,23 @@ export class KeyStore {
     return undefined;
   }
 
-  /** A key decided now: lookups find it from now on (its log entry follows with `log`). */
+  /**
+   * A key decided now: lookups find it from now on (its log entry follows with `log`). A
+   * keyed write looks its key up just before: its hashes are the lookup's.
+   */
   remember(put: KeyPut): void {
-    this.#active.set(put);
+    const looked = this.#looked;
+    if (
+      looked !== null &&
+      looked.scopeDigest === put.scopeDigest &&
+      looked.customerId === put.customerId &&
+      looked.environment === put.environment
+    ) {
+      this.#active.set(put, this.#lookedFirst, this.#lookedSecond);
+      return;
+    }
+    keyHashes(put.environment, put.customerId, put.scopeDigest);
+    this.#active.set(put, KEY_HASHES[0] as number, KEY_HASHES[1] as number);
   }
 
   /**

@@ -48,14 +48,6 @@ function sextet(code: number): number {
   return code < 128 ? (SEXTETS[code] as number) : 63;
 }
 
-/** `digestBits` over a digest's code units, `length` of them from `start`. */
-function unitBits(units: Uint16Array, start: number, length: number, from: number): number {
-  let bits = 0;
-  const end = start + Math.min(length, from + 5);
-  for (let i = start + from; i < end; i++) bits = (bits << 6) | sextet(units[i] as number);
-  return bits;
-}
-
 /** 30 bits of `digest` from character `from` on (5 characters; fewer if it is shorter). */
 function digestBits(digest: string, from: number): number {
   let bits = 0;
@@ -89,21 +81,6 @@ export function keyHashes(environment: string, customerId: string, scopeDigest: 
     customerHash(environment, customerId),
     digestBits(scopeDigest, 0),
     digestBits(scopeDigest, 5),
-  );
-}
-
-/** `keyHashes` of a digest held as `length` code units of `units` from `start`. */
-export function keyHashesOfUnits(
-  environment: string,
-  customerId: string,
-  units: Uint16Array,
-  start: number,
-  length: number,
-): void {
-  setKeyHashes(
-    customerHash(environment, customerId),
-    unitBits(units, start, length, 0),
-    unitBits(units, start, length, 5),
   );
 }
 

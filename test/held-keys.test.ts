@@ -3,10 +3,24 @@
  * open-addressing table, checked against a plain Map of the same keys.
  */
 import { describe, expect, it } from 'vitest';
-import { HeldKeys, type KeyPut } from '../storage/held-keys.js';
+import { HeldKeys, type KeyAddress, type KeyPut } from '../storage/held-keys.js';
 import { runOrder } from '../storage/idempotency-runs.js';
+import { KEY_HASHES, keyHashes } from '../storage/key-filter.js';
 
 const PAUSE = async (): Promise<void> => undefined;
+
+/** Held keys given each key's hashes as the store gives them (`keyHashes`). */
+class Held extends HeldKeys {
+  override get(address: KeyAddress): KeyPut | undefined {
+    keyHashes(address.environment, address.customerId, address.scopeDigest);
+    return super.get(address, KEY_HASHES[0] as number);
+  }
+
+  override set(put: KeyPut): void {
+    keyHashes(put.environment, put.customerId, put.scopeDigest);
+    super.set(put, KEY_HASHES[0] as number, KEY_HASHES[1] as number);
+  }
+}
 
 /** The order a run is written in, as plain string comparisons. */
 function runOrderOf(x: KeyPut, y: KeyPut): number {
@@ -39,7 +53,7 @@ function randoms(seed: number): (n: number) => number {
 
 describe('held idempotency keys', () => {
   it('finds each key by customer, environment and digest, and nothing else', () => {
-    const held = new HeldKeys();
+    const held = new Held();
     held.set(put('c1', 'digest-a', '5', 10));
     held.set(put('c2', 'digest-a', '6', 11));
     held.set(put('c1', 'digest-a', '7', 12, 'live'));
@@ -56,7 +70,7 @@ describe('held idempotency keys', () => {
   });
 
   it('keeps a key set again in its place, with the new fingerprint and time', () => {
-    const held = new HeldKeys();
+    const held = new Held();
     held.set(put('c1', 'k', '123456', 1));
     held.set(put('c1', 'other', '9', 2));
     held.set(put('c1', 'k', '7', 3));
@@ -69,7 +83,7 @@ describe('held idempotency keys', () => {
   });
 
   it('agrees with a Map over many keys, growing, and after clear', () => {
-    const held = new HeldKeys();
+    const held = new Held();
     const random = randoms(7);
     for (let round = 0; round < 2; round++) {
       const model = new Map<string, KeyPut>();
@@ -108,7 +122,7 @@ describe('held idempotency keys', () => {
     const key = (): KeyPut =>
       put(`c-${random(3)}`, `d${random(60)}`, String(random(100)), random(1000));
     for (let batch = 0; batch < 400; batch++) {
-      const held = new HeldKeys(1);
+      const held = new Held(1);
       const model = new Map<string, KeyPut>();
       for (let i = 0; i < 60; i++) {
         const first = key();
@@ -133,7 +147,7 @@ describe('held idempotency keys', () => {
   });
 
   it('orders a run live before test, then by customer id and digest, as strings', async () => {
-    const held = new HeldKeys();
+    const held = new Held();
     const keys = [
       put('b', 'zz'),
       put('a', 'z'),
@@ -153,7 +167,7 @@ describe('held idempotency keys', () => {
   });
 
   it('orders many customers and one customer’s thousands of keys, a slice per turn', async () => {
-    const held = new HeldKeys();
+    const held = new Held();
     const random = randoms(7);
     // 1,200 customers in no order (some outside ASCII, some sharing long prefixes) and one
     // customer with 3,000 keys: customers ranked in merged chunks, its bucket merged too.
@@ -181,7 +195,7 @@ describe('held idempotency keys', () => {
   });
 
   it('spreads one digest shared by many customers (the same key text)', () => {
-    const held = new HeldKeys();
+    const held = new Held();
     const customers = 20_000;
     for (let i = 0; i < customers; i++) held.set(put(`customer-${i}`, 'request-1', String(i), i));
     let found = 0;
@@ -193,11 +207,11 @@ describe('held idempotency keys', () => {
   });
 
   it('keeps its arrays through clear, grows by half when full, and says what it costs', () => {
-    const held = new HeldKeys(100);
+    const held = new Held(100);
     expect(held.capacity).toBe(100);
     const bytes = held.byteLength;
-    // Columns (29 bytes a slot), the pool (30 code units) and a table of 256 entries.
-    expect(bytes).toBe(100 * 29 + 100 * 30 * 2 + 256 * 4);
+    // Columns (37 bytes a slot), the pool (30 code units) and a table of 256 entries.
+    expect(bytes).toBe(100 * 37 + 100 * 30 * 2 + 256 * 4);
     for (let i = 0; i < 100; i++) held.set(put('c', `k${i}`));
     expect(held.capacity).toBe(100);
     held.set(put('c', 'one more'));
@@ -212,14 +226,40 @@ describe('held idempotency keys', () => {
     for (let i = 0; i < 150; i++) expect(held.get(put('d', `k${i}`))?.scopeDigest).toBe(`k${i}`);
   });
 
+  it('keeps each key’s hashes, and tells keys apart whose hashes are the same', () => {
+    const held = new HeldKeys(4);
+    const keys = Array.from({ length: 40 }, (_, i) =>
+      put(`c${i % 3}`, `d${i % 7}`, String(i), i, i % 2 === 0 ? 'live' : 'test'),
+    ).filter((key, i, all) => all.findIndex((other) => idOf(other) === idOf(key)) === i);
+    // Every key with the same two hashes: one cluster, told apart by their texts alone.
+    for (const key of keys) held.set(key, 12345, -6789);
+    expect(held.size).toBe(keys.length);
+    for (const key of keys) expect(held.get(key, 12345)).toEqual(key);
+    expect(held.get(put('c9', 'd0'), 12345)).toBeUndefined();
+    expect(held.get(put('c0', 'd0', '1', 1, 'test'), 12346)).toBeUndefined();
+    for (let slot = 0; slot < held.size; slot++) {
+      held.hashKey(slot);
+      expect([...KEY_HASHES]).toEqual([12345, -6789]);
+    }
+    const hashed = new Held();
+    for (const key of keys) hashed.set(key);
+    for (let slot = 0; slot < hashed.size; slot++) {
+      const key = hashed.keyAt(slot);
+      hashed.hashKey(slot);
+      const kept = [...KEY_HASHES];
+      keyHashes(key.environment, key.customerId, key.scopeDigest);
+      expect(kept).toEqual([...KEY_HASHES]);
+    }
+  });
+
   it('starts from no room at all', () => {
-    const held = new HeldKeys(0);
+    const held = new Held(0);
     held.set(put('c', 'k'));
     expect(held.get(put('c', 'k'))?.scopeDigest).toBe('k');
   });
 
   it('does not let a cleared batch leak an old fingerprint into a reused slot', () => {
-    const held = new HeldKeys();
+    const held = new Held();
     held.set(put('c1', 'k1', '123456789'));
     held.clear();
     held.set(put('c2', 'k2', '5'));
@@ -229,7 +269,7 @@ describe('held idempotency keys', () => {
   });
 
   it('gives back texts of every length, short and long, one after another', () => {
-    const held = new HeldKeys(4);
+    const held = new Held(4);
     const texts = ['', 'a', 'é€', 'x'.repeat(64), 'y'.repeat(65), '\u{1F600}'.repeat(200), 'zz'];
     texts.forEach((text, i) => held.set(put(`c${i}`, `d${text}`, text, i)));
     const back = texts.map((text, i) => held.get(put(`c${i}`, `d${text}`)));
