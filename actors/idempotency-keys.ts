@@ -25,6 +25,12 @@ export type CustomerKey = [string, string, number];
 
 /** The store of a shard's keys. */
 export interface StoredKeys {
+  /**
+   * The address of a key as this store looks it up: a keyed write makes its key's address
+   * here once and hands it to `readAhead` and `get`, so whatever the store computes of an
+   * address (its hashes) is computed once, not at each step.
+   */
+  address(environment: Environment, customerId: string, scopeDigest: string): KeyAddress;
   /** The entry at `address` (in memory or on disk), or undefined. Synchronous. */
   get(address: KeyAddress): IdempotencySeen | undefined;
   /**
@@ -49,6 +55,10 @@ export interface StoredKeys {
 /** Keys in memory only: a shard without disk (unit tests). */
 export class MemoryKeys implements StoredKeys {
   private readonly keys = new Map<string, IdempotencyPut>();
+
+  address(environment: Environment, customerId: string, scopeDigest: string): KeyAddress {
+    return { environment, customerId, scopeDigest };
+  }
 
   get(address: KeyAddress): IdempotencySeen | undefined {
     return this.keys.get(memoryKey(address));

@@ -454,11 +454,11 @@ export class Shard {
       const scope = idempotencyScope(command);
       if (scope === null) continue;
       addresses ??= new Array<KeyAddress | null>(envelopes.length).fill(null);
-      addresses[at] = {
-        environment: command.environment,
-        customerId: command.customerId,
-        scopeDigest: scopeDigest(scope),
-      };
+      addresses[at] = this.keys.address(
+        command.environment,
+        command.customerId,
+        scopeDigest(scope),
+      );
     }
     if (addresses !== null) this.keys.readAhead?.(addresses);
     return addresses;

@@ -78,12 +78,18 @@ import {
   storeEra,
   type Era,
 } from './idempotency-eras.js';
-import { HeldKeys, type KeyAddress, type KeyPut, type StoredKey } from './held-keys.js';
+import {
+  HeldKeys,
+  type HashedAddress,
+  type KeyAddress,
+  type KeyPut,
+  type StoredKey,
+} from './held-keys.js';
 import { KEY_HASHES, KeyFilter, keyHashes, RUN_FILTER_BITS_PER_KEY } from './key-filter.js';
 import type { RootDatabase } from 'lmdb';
 import { flushedWrite, type BinaryDb } from './lmdb-env.js';
 
-export type { KeyAddress, KeyPut, StoredKey };
+export type { HashedAddress, KeyAddress, KeyPut, StoredKey };
 
 /** The names of the databases, for the environment that opens them. */
 export const IDEMPOTENCY_DB_NAMES = [
@@ -330,6 +336,15 @@ const sliceHashes = new Int32Array(2 * SEAL_SLICE);
 /** The most keys of one batch `KeyStore.readAhead` reads ahead for (~2 cache lines a key). */
 const READ_AHEAD_KEYS = 256;
 const readAheadHashes = new Int32Array(2 * READ_AHEAD_KEYS);
+
+/** Sets KEY_HASHES to the hashes of `address`: those it carries (`HashedAddress`), or computed. */
+function hashAddress(address: KeyAddress): void {
+  const { first, second } = address as Partial<HashedAddress>;
+  if (first !== undefined && second !== undefined) {
+    KEY_HASHES[0] = first;
+    KEY_HASHES[1] = second;
+  } else keyHashes(address.environment, address.customerId, address.scopeDigest);
+}
 
 /** The body of the last log entry built (`logEntry`; one thread, one call at a time). */
 let logBody = Buffer.allocUnsafe(4096);
@@ -702,6 +717,18 @@ export class KeyStore {
     return forgotten;
   }
 
+  /** The address of a key, with its hashes: what lookups of a keyed write are given. */
+  address(environment: 'test' | 'live', customerId: string, scopeDigest: string): HashedAddress {
+    keyHashes(environment, customerId, scopeDigest);
+    return {
+      environment,
+      customerId,
+      scopeDigest,
+      first: KEY_HASHES[0] as number,
+      second: KEY_HASHES[1] as number,
+    };
+  }
+
   /**
    * Reads ahead the filter blocks that lookups of `addresses` (a batch's keys, just before
    * it is decided; nulls skipped, READ_AHEAD_KEYS at most) will probe: one block of each
@@ -715,7 +742,7 @@ export class KeyStore {
     for (let i = 0; i < addresses.length && count < READ_AHEAD_KEYS; i++) {
       const address = addresses[i];
       if (address === null || address === undefined) continue;
-      keyHashes(address.environment, address.customerId, address.scopeDigest);
+      hashAddress(address);
       hashes[2 * count] = KEY_HASHES[0] as number;
       hashes[2 * count + 1] = KEY_HASHES[1] as number;
       count += 1;
@@ -732,7 +759,7 @@ export class KeyStore {
    * verification (stored state that fails its checksum must stop the worker).
    */
   get(address: KeyAddress): StoredKey | undefined {
-    keyHashes(address.environment, address.customerId, address.scopeDigest);
+    hashAddress(address);
     const first = KEY_HASHES[0] as number;
     this.#looked = address;
     this.#lookedFirst = first;

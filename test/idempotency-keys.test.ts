@@ -12,7 +12,7 @@ import { KeyUpkeep } from '../actors/idempotency-upkeep.js';
 import { Shard } from '../actors/shard.js';
 import { decodeRecord, encodeRecord } from '../storage/codec.js';
 import { ERA_GROUPS, MAPPED_IMAGE_BYTES as MAPPED } from '../storage/idempotency-eras.js';
-import { GROUP_RUNS, type KeyStore } from '../storage/idempotency-runs.js';
+import { GROUP_RUNS, type HashedAddress, type KeyStore } from '../storage/idempotency-runs.js';
 import { KEY_HASHES, KeyFilter, keyHashes } from '../storage/key-filter.js';
 import { SHARD_DB_NAMES, ShardStore } from '../storage/journal.js';
 import { openDurableEnv, SHARD_ENV_OPTIONS } from '../storage/lmdb-env.js';
@@ -699,6 +699,34 @@ describe('the key store', () => {
       expect(Buffer.compare(value, encodeRecord(block))).toBe(0);
     }
     expect(keys).toBe(puts.length);
+  });
+
+  it('looks a key up by the hashes its address carries, computed once', async () => {
+    const s = openStore();
+    const sealed = Array.from({ length: 50 }, (_, i) => put(`c-${i % 5}`, `h${i}`, T0 + i));
+    await store(s, sealed);
+    await s.idempotency.seal(PACING);
+    const held = put('c-1', 'held', T0 + 99);
+    await store(s, [held]);
+    let missedByOtherHashes = 0;
+    for (const p of [...sealed, held]) {
+      const address = s.idempotency.address(p.environment, p.customerId, p.scopeDigest);
+      keyHashes(p.environment, p.customerId, p.scopeDigest);
+      expect([address.first, address.second]).toEqual([KEY_HASHES[0], KEY_HASHES[1]]);
+      s.idempotency.readAhead([null, address]);
+      expect(s.idempotency.get(address)?.atMs).toBe(p.atMs);
+      // The hashes it carries are the ones used: others miss it (but where a filter says
+      // maybe for them, and the run is read).
+      const other = { ...address, first: address.first ^ 0x5555, second: address.second ^ 0x5555 };
+      if (s.idempotency.get(other) === undefined) missedByOtherHashes += 1;
+    }
+    expect(missedByOtherHashes).toBeGreaterThan(45);
+    const elsewhere: HashedAddress = {
+      ...s.idempotency.address('test', 'c-1', held.scopeDigest),
+      first: 7,
+    };
+    expect(s.idempotency.get(elsewhere)).toBeUndefined();
+    await fixture.closeStore(s);
   });
 
   it('writes each log entry byte for byte as the store encodes the same values', async () => {
