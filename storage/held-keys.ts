@@ -66,6 +66,8 @@ const GROWTH = 1.5;
 const FEWEST_GROWN_SLOTS = 16;
 /** The longest text built through an array kept for its length (`#text`). */
 const REUSED_TEXT_UNITS = 64;
+/** What `readAhead` read, folded together: a use of the reads, so none is dropped. */
+let _readAheadSink = 0;
 /** Those arrays by length, shared by every batch (one thread uses them, one call at a time). */
 const textUnits: number[][] = [];
 
@@ -313,6 +315,21 @@ export class HeldKeys {
       this.#fingerprintStart[slot] as number,
       this.#fingerprintLength[slot] as number,
     );
+  }
+
+  /**
+   * Reads the table's position of each of `count` keys whose hashes `hashes` holds in pairs
+   * (as KEY_HASHES holds one), in one loop: a position is a cache miss in a table of
+   * megabytes, and read one after another the misses overlap (`KeyFilter.readAhead`).
+   * Returns the OR of what it read (also kept in a module variable, so no read is dropped).
+   */
+  readAhead(hashes: Int32Array, count: number): number {
+    const table = this.#table;
+    const mask = table.length - 1;
+    let seen = 0;
+    for (let i = 0; i < count; i++) seen |= table[(hashes[2 * i] as number) & mask] as number;
+    _readAheadSink ^= seen;
+    return seen;
   }
 
   /** Sets KEY_HASHES to the slot's key's hashes (key-filter.ts), as `set` was given them. */

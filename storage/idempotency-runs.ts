@@ -730,13 +730,13 @@ export class KeyStore {
   }
 
   /**
-   * Reads ahead the filter blocks that lookups of `addresses` (a batch's keys, just before
-   * it is decided; nulls skipped, READ_AHEAD_KEYS at most) will probe: one block of each
-   * era's filter and of each filter of a group outside an era, all in one loop, so their
-   * cache misses overlap rather than stall each lookup in turn. Changes nothing.
+   * Reads ahead what lookups of `addresses` (a batch's keys, just before it is decided;
+   * nulls skipped, READ_AHEAD_KEYS at most) will touch first: each key's position in the
+   * tables of the keys in memory, and one block of each era's filter and of each filter of
+   * a group outside an era, all in one loop, so their cache misses overlap rather than
+   * stall each lookup in turn. Changes nothing.
    */
   readAhead(addresses: readonly (KeyAddress | null)[]): void {
-    if (this.#runList.length === 0) return;
     const hashes = readAheadHashes;
     let count = 0;
     for (let i = 0; i < addresses.length && count < READ_AHEAD_KEYS; i++) {
@@ -748,6 +748,8 @@ export class KeyStore {
       count += 1;
     }
     if (count === 0) return;
+    this.#active.readAhead(hashes, count);
+    this.#sealing?.readAhead(hashes, count);
     for (const era of this.#eras) era.filter.readAhead(hashes, count);
     for (const group of this.#groups)
       if (group.era === null && group.filter !== null) group.filter.readAhead(hashes, count);

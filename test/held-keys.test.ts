@@ -252,6 +252,19 @@ describe('held idempotency keys', () => {
     }
   });
 
+  it('reads ahead the table position of each key, and nothing of an empty table', () => {
+    const held = new HeldKeys(16);
+    const hashes = new Int32Array([3, 0, 9, 0, 3 + 64, 0]);
+    expect(held.readAhead(hashes, 3)).toBe(0);
+    held.set(put('c', 'a'), 3, 1); // slot 0 at position 3: table entry 1
+    held.set(put('c', 'b'), 9, 2); // slot 1 at position 9: table entry 2
+    expect(held.readAhead(hashes, 1)).toBe(1);
+    expect(held.readAhead(hashes, 2)).toBe(3);
+    // The table has 32 positions: 3 + 64 is position 3 too.
+    expect(held.readAhead(hashes.subarray(4), 1)).toBe(1);
+    expect(held.readAhead(new Int32Array([5, 0]), 1)).toBe(0);
+  });
+
   it('starts from no room at all', () => {
     const held = new Held(0);
     held.set(put('c', 'k'));
