@@ -7,7 +7,8 @@
  * run of keys is sealed: see `warmUp`), then measures S seconds: consumes/s and the CPU per
  * consume of each thread group. Prints each pair's ratio (keyed ÷ unkeyed) and their
  * median: single runs on a shared machine move by tens of percent, a median of alternated
- * pairs far less.
+ * pairs far less. Then the same for the quiet pairs alone: those whose runs both saw at
+ * most QUIET_STEAL_PERCENT of steal (the host's share of the CPU).
  *
  * Two measures of a run's throughput. Flat out (the default), wrk's connections send
  * back to back, in bursts as answers come back in batches. `--paced` measures the highest
@@ -30,6 +31,8 @@ import {
   median as medianOf,
   MISSES_TO_STOP,
   pairRatios,
+  QUIET_STEAL_PERCENT,
+  quietPairRatios,
   type KeyedRun,
   type LadderStep,
 } from './keyed-ratios.js';
@@ -241,6 +244,14 @@ async function main(): Promise<void> {
   process.stdout.write(
     `keyed ÷ unkeyed${paced ? ' (highest rates sustained)' : ''} by pair: ` +
       `${ratios.map((r) => r.toFixed(2)).join(', ')}; median ${median.toFixed(2)}×\n`,
+  );
+  const quiet = quietPairRatios(unkeyed, keyed);
+  process.stdout.write(
+    `pairs whose runs both saw at most ${QUIET_STEAL_PERCENT}% steal: ` +
+      (quiet.pairs.length === 0
+        ? 'none\n'
+        : `${quiet.pairs.length} of ${ratios.length} (pair ${quiet.pairs.join(', ')}); ` +
+          `median ${quiet.median.toFixed(2)}×\n`),
   );
   if (keyedHeld.length > 0)
     process.stdout.write(

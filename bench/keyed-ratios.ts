@@ -22,6 +22,37 @@ export function pairRatios(
   return { ratios, median: median(ratios) };
 }
 
+/**
+ * The most steal (percent) a run may have seen and still count as quiet: on a shared
+ * machine a run the host took more from is slower for that alone, and a pair whose runs
+ * saw different steal says little about keys.
+ */
+export const QUIET_STEAL_PERCENT = 5;
+
+/**
+ * The ratios of the pairs whose two runs both saw at most `maxSteal` percent of steal (a
+ * run with no steal figure is not counted quiet), in pair order, with their pair numbers
+ * (from 1) and their median (NaN for none).
+ */
+export function quietPairRatios(
+  unkeyed: readonly KeyedRun[],
+  keyed: readonly KeyedRun[],
+  maxSteal = QUIET_STEAL_PERCENT,
+): {
+  readonly pairs: readonly number[];
+  readonly ratios: readonly number[];
+  readonly median: number;
+} {
+  const quiet = (run: KeyedRun): boolean =>
+    run.stealPercent !== undefined && run.stealPercent <= maxSteal;
+  const { ratios: all } = pairRatios(unkeyed, keyed);
+  const pairs = all.flatMap((_, i) =>
+    quiet(unkeyed[i] as KeyedRun) && quiet(keyed[i] as KeyedRun) ? [i + 1] : [],
+  );
+  const ratios = pairs.map((pair) => all[pair - 1] as number);
+  return { pairs, ratios, median: median(ratios) };
+}
+
 /** The median of `values` (the mean of the middle two for an even count); NaN for none. */
 export function median(values: readonly number[]): number {
   if (values.length === 0) return Number.NaN;

@@ -6,6 +6,7 @@ import {
   ladderPeak,
   median,
   pairRatios,
+  quietPairRatios,
   type KeyedRun,
   type LadderStep,
 } from '../bench/keyed-ratios.js';
@@ -26,6 +27,21 @@ describe('keyed against unkeyed pairs', () => {
     expect(median([3, 1, 2])).toBe(2);
     expect(median([20_000, 23_000, 20_000, 21_000])).toBe(20_500);
     expect(median([])).toBeNaN();
+  });
+
+  it('takes the quiet pairs apart: both runs at most 5% steal, a run without a figure not', () => {
+    const at = (perSec: number, stealPercent?: number): KeyedRun => ({
+      ...run(perSec),
+      ...(stealPercent === undefined ? {} : { stealPercent }),
+    });
+    const unkeyed = [at(100, 1), at(100, 9), at(100, 5), at(100, 0), at(100)];
+    const keyed = [at(80, 5), at(120, 0), at(90, 2), at(70, 6), at(60, 0)];
+    const quiet = quietPairRatios(unkeyed, keyed);
+    expect(quiet.pairs).toEqual([1, 3]);
+    expect(quiet.ratios).toEqual([0.8, 0.9]);
+    expect(quiet.median).toBeCloseTo(0.85, 10);
+    expect(quietPairRatios(unkeyed, keyed, 10).pairs).toEqual([1, 2, 3, 4]);
+    expect(quietPairRatios(unkeyed, keyed, 0).median).toBeNaN();
   });
 
   it('pairs only complete pairs, and refuses none', () => {
