@@ -41,16 +41,11 @@ export interface KeyAddress {
 /** A key to store. */
 export interface KeyPut extends KeyAddress, StoredKey {}
 
-/** An address with its key's two hashes (`keyHashes`, key-filter.ts), computed once. */
-export interface HashedAddress extends KeyAddress {
-  readonly first: number;
-  readonly second: number;
-}
-
 /**
  * An address with its key's two hashes (`keyHashes`, key-filter.ts), computed once when the
  * address is made: a keyed write's lookups read ahead, probe memory and the filters, and
- * keep the key, all with them.
+ * keep the key, all with them. The hashes are of its own fields: a copy with another
+ * customer, environment or digest must not carry them (its lookups would miss).
  */
 export interface HashedAddress extends KeyAddress {
   readonly first: number;

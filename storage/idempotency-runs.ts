@@ -681,11 +681,7 @@ export class KeyStore {
         if (record !== null && record > this.#loggedThrough) this.#loggedThrough = record;
       }
     logged.sort((a, b) => a[0] - b[0]);
-    for (const [, puts] of logged)
-      for (const put of puts) {
-        keyHashes(put.environment, put.customerId, put.scopeDigest);
-        this.#active.set(put, KEY_HASHES[0] as number, KEY_HASHES[1] as number);
-      }
+    for (const [, puts] of logged) for (const put of puts) this.remember(put);
   }
 
   /**
@@ -827,17 +823,17 @@ export class KeyStore {
    */
   remember(put: KeyPut): void {
     const looked = this.#looked;
-    if (
+    const lookedUp =
       looked !== null &&
       looked.scopeDigest === put.scopeDigest &&
       looked.customerId === put.customerId &&
-      looked.environment === put.environment
-    ) {
-      this.#active.set(put, this.#lookedFirst, this.#lookedSecond);
-      return;
-    }
-    keyHashes(put.environment, put.customerId, put.scopeDigest);
-    this.#active.set(put, KEY_HASHES[0] as number, KEY_HASHES[1] as number);
+      looked.environment === put.environment;
+    if (!lookedUp) hashAddress(put);
+    this.#active.set(
+      put,
+      lookedUp ? this.#lookedFirst : (KEY_HASHES[0] as number),
+      lookedUp ? this.#lookedSecond : (KEY_HASHES[1] as number),
+    );
   }
 
   /**
