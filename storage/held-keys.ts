@@ -52,6 +52,15 @@ export interface HashedAddress extends KeyAddress {
   readonly second: number;
 }
 
+/** Whether `a` and `b` are the same key's address (its customer, environment and digest). */
+export function sameAddress(a: KeyAddress, b: KeyAddress): boolean {
+  return (
+    a.scopeDigest === b.scopeDigest &&
+    a.customerId === b.customerId &&
+    a.environment === b.environment
+  );
+}
+
 /** The slots a batch of keys starts with unless told otherwise. */
 const FIRST_SLOTS = 1024;
 /** Code units of the pool per slot (a digest takes 22 and an amount's fingerprint ~2–10). */
@@ -153,11 +162,7 @@ export class HeldKeys {
   /** Sets `put`, whose hashes (`keyHashes`) are `first` and `second`. */
   set(put: KeyPut, first: number, second: number): void {
     const missed = this.#missed;
-    const reuse =
-      missed !== null &&
-      missed.scopeDigest === put.scopeDigest &&
-      missed.customerId === put.customerId &&
-      missed.environment === put.environment;
+    const reuse = missed !== null && sameAddress(missed, put);
     const found = reuse ? -1 : this.#find(put, first);
     const missedAt = this.#missedAt;
     this.#missed = null;

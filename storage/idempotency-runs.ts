@@ -80,6 +80,7 @@ import {
 } from './idempotency-eras.js';
 import {
   HeldKeys,
+  sameAddress,
   type HashedAddress,
   type KeyAddress,
   type KeyPut,
@@ -823,11 +824,7 @@ export class KeyStore {
    */
   remember(put: KeyPut): void {
     const looked = this.#looked;
-    const lookedUp =
-      looked !== null &&
-      looked.scopeDigest === put.scopeDigest &&
-      looked.customerId === put.customerId &&
-      looked.environment === put.environment;
+    const lookedUp = looked !== null && sameAddress(looked, put);
     if (!lookedUp) hashAddress(put);
     this.#active.set(
       put,
