@@ -63,25 +63,13 @@ function mix(value: number): number {
   return h ^ (h >>> 16);
 }
 
-function customerHash(environment: string, customerId: string): number {
+/** Sets KEY_HASHES to the hashes of the key [environment, customerId, scopeDigest]. */
+export function keyHashes(environment: string, customerId: string, scopeDigest: string): void {
   let h = environment === 'live' ? 0x811c9dc5 : 0x050c5d1f;
   for (let i = 0; i < customerId.length; i++)
     h = Math.imul(h ^ customerId.charCodeAt(i), 0x01000193);
-  return h;
-}
-
-function setKeyHashes(customer: number, first: number, second: number): void {
-  KEY_HASHES[0] = mix(customer ^ first);
-  KEY_HASHES[1] = mix(Math.imul(customer, 0x9e3779b1) ^ second);
-}
-
-/** Sets KEY_HASHES to the hashes of the key [environment, customerId, scopeDigest]. */
-export function keyHashes(environment: string, customerId: string, scopeDigest: string): void {
-  setKeyHashes(
-    customerHash(environment, customerId),
-    digestBits(scopeDigest, 0),
-    digestBits(scopeDigest, 5),
-  );
+  KEY_HASHES[0] = mix(h ^ digestBits(scopeDigest, 0));
+  KEY_HASHES[1] = mix(Math.imul(h, 0x9e3779b1) ^ digestBits(scopeDigest, 5));
 }
 
 export class KeyFilter {
