@@ -55,6 +55,27 @@ export const packr = new Packr({
 
 const HEADER_BYTES = 4;
 
+/**
+ * The largest buffer the packr goes on writing into. The packr writes each value after the
+ * last in a buffer of its own and, when one is full, allocates the next as large as the last
+ * (four times the value when a value does not fit). One large record, a run's key filter or
+ * a snapshot chunk, left it allocating buffers of ~0.7 MB for the small records after it;
+ * each lived until full (~0.15 s at a busy shard's rate), reached the old generation and
+ * was freed only by a full collection: a keyed shard ran full collections ~1.5 times as
+ * often. After a value that grows it past this, the packr gets a small buffer again.
+ */
+export const PACKR_BUFFER_KEPT_BYTES = 64 << 10;
+/** The buffer the packr is given back (its own first buffer's size). */
+const PACKR_BUFFER_BYTES = 8 << 10;
+
+/** `value` packed; the bytes stay valid until the caller drops them (see above). */
+function pack(value: unknown): Uint8Array {
+  const payload: Uint8Array = packr.pack(value);
+  if (payload.buffer.byteLength > PACKR_BUFFER_KEPT_BYTES)
+    packr.useBuffer(Buffer.allocUnsafeSlow(PACKR_BUFFER_BYTES));
+  return payload;
+}
+
 export type DecodeFailure = 'truncated' | 'checksum' | 'decode';
 export type DecodeResult =
   | { readonly ok: true; readonly value: unknown }
@@ -65,7 +86,7 @@ export type DecodeResult =
  * (a symbol, say): that is a programmer error, not a storage failure.
  */
 export function encodeRecord(value: unknown): Buffer {
-  const payload = packr.pack(value);
+  const payload = pack(value);
   const frame = Buffer.allocUnsafe(HEADER_BYTES + payload.length);
   frame.writeUInt32BE(crc32(payload), 0);
   frame.set(payload, HEADER_BYTES);
@@ -86,7 +107,7 @@ export async function encodeRecordSliced(
   bytes: Uint8Array,
   pause: () => Promise<void>,
 ): Promise<Buffer> {
-  const packed = packr.pack(head);
+  const packed = pack(head);
   assert(head.length < 15 && packed[0] === 0x90 + head.length, 'a sliced record is a short array');
   const n = bytes.byteLength;
   // MessagePack's bin header, the smallest that holds the length (as the packr writes it).
@@ -160,7 +181,7 @@ export function packText(text: string, out: Buffer, at: number): number {
       return at + 1 + length;
     }
   }
-  const packed = packr.pack(text);
+  const packed = pack(text);
   out.set(packed, at);
   return at + packed.length;
 }
@@ -172,7 +193,7 @@ export function packNumber(value: number, out: Buffer, at: number): number {
     out.writeDoubleBE(value, at + 1);
     return at + 9;
   }
-  const packed = packr.pack(value);
+  const packed = pack(value);
   out.set(packed, at);
   return at + packed.length;
 }

@@ -16,6 +16,7 @@ import {
   packNumber,
   packr,
   packText,
+  PACKR_BUFFER_KEPT_BYTES,
   SLICED_RECORD_BYTES,
 } from '../storage/codec.js';
 
@@ -130,6 +131,19 @@ describe('codec', () => {
       edge: 2n ** 64n,
     };
     expect(decodeRecord(encodeRecord(totals))).toEqual({ ok: true, value: totals });
+  });
+
+  it('packs small records into a small buffer again after a large one', () => {
+    // A run's filter: the packr grows its buffer to four times the value to hold it.
+    const filter = Buffer.from(new Uint8Array(300_000).map((_, i) => i % 251));
+    const large = { count: 3, filter };
+    expect(decodeRecord(encodeRecord(large))).toEqual({ ok: true, value: large });
+    for (let i = 0; i < 100; i++) encodeRecord([{ type: 'usage', qty: BigInt(i) }]);
+    // The buffer the packr writes the next value into: a large one is allocated again
+    // each time the last fills, and each outlives the young generation.
+    expect(packr.pack(1).buffer.byteLength).toBeLessThanOrEqual(PACKR_BUFFER_KEPT_BYTES);
+    const small = [{ type: 'grant', amountMinor: 10n }];
+    expect(decodeRecord(encodeRecord(small))).toEqual({ ok: true, value: small });
   });
 
   it('round-trips arrays of events (the journal record shape)', () => {
