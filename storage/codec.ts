@@ -56,22 +56,25 @@ export const packr = new Packr({
 const HEADER_BYTES = 4;
 
 /**
- * The largest buffer the packr goes on writing into. The packr writes each value after the
- * last in a buffer of its own and, when one is full, allocates the next as large as the last
- * (four times the value when a value does not fit). One large record, a run's key filter or
- * a snapshot chunk, left it allocating buffers of ~0.7 MB for the small records after it;
+ * The largest buffer the packr goes on writing small values into. The packr writes each
+ * value after the last in a buffer of its own and, when one is full, allocates the next as
+ * large as the last (four times the value when a value does not fit). One large record, a
+ * run's key filter, left it allocating buffers of ~0.7 MB for the small records after it;
  * each lived until full (~0.15 s at a busy shard's rate), reached the old generation and
  * was freed only by a full collection: a keyed shard ran full collections ~1.5 times as
- * often. After a value that grows it past this, the packr gets a small buffer again.
+ * often. So a small value packed into a buffer larger than this gives the packr a small
+ * buffer again; large values in a row (a snapshot's chunks) keep the large one.
  */
 export const PACKR_BUFFER_KEPT_BYTES = 64 << 10;
+/** The most bytes of a value that counts as small: one a kept buffer holds four of. */
+const SMALL_VALUE_BYTES = PACKR_BUFFER_KEPT_BYTES / 4;
 /** The buffer the packr is given back (its own first buffer's size). */
 const PACKR_BUFFER_BYTES = 8 << 10;
 
 /** `value` packed; the bytes stay valid until the caller drops them (see above). */
 function pack(value: unknown): Uint8Array {
   const payload: Uint8Array = packr.pack(value);
-  if (payload.buffer.byteLength > PACKR_BUFFER_KEPT_BYTES)
+  if (payload.length <= SMALL_VALUE_BYTES && payload.buffer.byteLength > PACKR_BUFFER_KEPT_BYTES)
     packr.useBuffer(Buffer.allocUnsafeSlow(PACKR_BUFFER_BYTES));
   return payload;
 }

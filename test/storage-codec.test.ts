@@ -133,14 +133,20 @@ describe('codec', () => {
     expect(decodeRecord(encodeRecord(totals))).toEqual({ ok: true, value: totals });
   });
 
-  it('packs small records into a small buffer again after a large one', () => {
+  it('packs small records into a small buffer again after large ones', () => {
     // A run's filter: the packr grows its buffer to four times the value to hold it.
     const filter = Buffer.from(new Uint8Array(300_000).map((_, i) => i % 251));
     const large = { count: 3, filter };
     expect(decodeRecord(encodeRecord(large))).toEqual({ ok: true, value: large });
+    // The buffer the packr writes the next value into (packr.pack itself never resets it).
+    const grown = packr.pack(1).buffer;
+    expect(grown.byteLength).toBeGreaterThan(PACKR_BUFFER_KEPT_BYTES);
+    // Large values in a row, a snapshot's chunks, keep writing into it.
+    expect(decodeRecord(encodeRecord(large))).toEqual({ ok: true, value: large });
+    expect(packr.pack(1).buffer).toBe(grown);
+    // The first small record after them gives the packr a small buffer: a large one is
+    // allocated again each time the last fills, and each outlives the young generation.
     for (let i = 0; i < 100; i++) encodeRecord([{ type: 'usage', qty: BigInt(i) }]);
-    // The buffer the packr writes the next value into: a large one is allocated again
-    // each time the last fills, and each outlives the young generation.
     expect(packr.pack(1).buffer.byteLength).toBeLessThanOrEqual(PACKR_BUFFER_KEPT_BYTES);
     const small = [{ type: 'grant', amountMinor: 10n }];
     expect(decodeRecord(encodeRecord(small))).toEqual({ ok: true, value: small });
