@@ -23,7 +23,7 @@
  */
 import { assert } from '../shared/assert.js';
 import { packAsciiUnits } from './codec.js';
-import { KEY_HASHES } from './key-filter.js';
+import { KEY_HASHES, keepReads } from './key-filter.js';
 
 /** A stored key: the fingerprint (the amount) of the write that used it first, and when. */
 export interface StoredKey {
@@ -70,8 +70,6 @@ const GROWTH = 1.5;
 const FEWEST_GROWN_SLOTS = 16;
 /** The longest text built through an array kept for its length (`#text`). */
 const REUSED_TEXT_UNITS = 64;
-/** What `readAhead` read, folded together: a use of the reads, so none is dropped. */
-let _readAheadSink = 0;
 /** Those arrays by length, shared by every batch (one thread uses them, one call at a time). */
 const textUnits: number[][] = [];
 
@@ -321,14 +319,14 @@ export class HeldKeys {
    * Reads the table's position of each of `count` keys whose hashes `hashes` holds in pairs
    * (as KEY_HASHES holds one), in one loop: a position is a cache miss in a table of
    * megabytes, and read one after another the misses overlap (`KeyFilter.readAhead`).
-   * Returns the OR of what it read (also kept in a module variable, so no read is dropped).
+   * Returns the OR of what it read (also kept: `keepReads`).
    */
   readAhead(hashes: Int32Array, count: number): number {
     const table = this.#table;
     const mask = table.length - 1;
     let seen = 0;
     for (let i = 0; i < count; i++) seen |= table[(hashes[2 * i] as number) & mask] as number;
-    _readAheadSink ^= seen;
+    keepReads(seen);
     return seen;
   }
 

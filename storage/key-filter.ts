@@ -23,8 +23,16 @@ export const ERA_FILTER_BITS_PER_KEY = 16;
 const FILTER_BITS_SET = 8;
 const BLOCK_WORDS = 16;
 
-/** What `readAhead` read, folded together: a use of the reads, so none is dropped. */
+/** What the read-aheads read, folded together: a use of the reads, so none is dropped. */
 let _readAheadSink = 0;
+
+/**
+ * Keeps `seen`, what a read-ahead read (`KeyFilter.readAhead`, and the held keys' table):
+ * reads nothing uses could be dropped as unused, and their cache misses would come back.
+ */
+export function keepReads(seen: number): void {
+  _readAheadSink ^= seen;
+}
 
 /** The two hashes of the key `keyHashes` was last called with. */
 export const KEY_HASHES = new Int32Array(2);
@@ -157,7 +165,7 @@ export class KeyFilter {
       const base = this.block(hashes[2 * i] as number);
       seen |= words[base + (((hashes[2 * i + 1] as number) & 511) >>> 5)] as number;
     }
-    _readAheadSink ^= seen;
+    keepReads(seen);
     return seen;
   }
 
