@@ -155,8 +155,7 @@ export class KeyFilter {
    * KEY_HASHES holds one), all in one tight loop: a key's block is a cache miss in a
    * filter of megabytes, and issued one after another with no work between, the misses
    * overlap, where `add` or `mayContain` between other work each waits for its own.
-   * Returns the OR of the word holding each key's first bit (also kept in a module
-   * variable, so the reads are never dropped as unused).
+   * Returns the OR of the word holding each key's first bit (also kept: `keepReads`).
    */
   readAhead(hashes: Int32Array, count: number): number {
     const words = this.words;
