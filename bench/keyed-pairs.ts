@@ -8,7 +8,8 @@
  * consume of each thread group. Prints each pair's ratio (keyed ÷ unkeyed) and their
  * median: single runs on a shared machine move by tens of percent, a median of alternated
  * pairs far less. Then the same for the quiet pairs alone: those whose runs both saw at
- * most QUIET_STEAL_PERCENT of steal (the host's share of the CPU).
+ * most QUIET_STEAL_PERCENT of steal (the host's share of the CPU). First it prints the
+ * machine check (wrk.ts): how fast a bare server runs on the machine that day.
  *
  * Two measures of a run's throughput. Flat out (the default), wrk's connections send
  * back to back, in bursts as answers come back in batches. `--paced` measures the highest
@@ -21,7 +22,7 @@
 import { parseArgs } from 'node:util';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { runMain, stopAll, stopOnSignals } from './children.js';
+import { runMain, startChild, stopAll, stopChild, stopOnSignals } from './children.js';
 import {
   held,
   HELD_SHARE,
@@ -55,9 +56,10 @@ import {
   stealPercent,
 } from './thread-cpu.js';
 import { makeDataDir, removeDataDir, startTally, type TallyServer } from './tally-server.js';
-import { wrkAvailable } from './wrk.js';
+import { machineCheck, machineCheckText, wrkAvailable } from './wrk.js';
 
 const MAIN_SCRIPT = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'main.js');
+const BARE_SCRIPT = join(dirname(fileURLToPath(import.meta.url)), 'bare-server.js');
 const WARMUP_SEC = 5;
 /** The longest a keyed run warms up: a shard seals its keys at least every 30 s. */
 const KEYED_WARMUP_MAX_SEC = 45;
@@ -227,6 +229,10 @@ async function main(): Promise<void> {
   stopOnSignals('bench:keyed', () =>
     liveDataDir === null ? Promise.resolve() : removeDataDir(liveDataDir),
   );
+  const bare = await startChild('bare', BARE_SCRIPT, { PORT: '0' });
+  const bareReqPerSec = await machineCheck(bare.port);
+  await stopChild(bare.process);
+  process.stdout.write(`machine check: ${machineCheckText(bareReqPerSec)}\n`);
   const unkeyed: KeyedRun[] = [];
   const keyed: KeyedRun[] = [];
   const keyedHeld: number[] = [];

@@ -39,6 +39,13 @@ export interface SoakWindow {
   /** The same probe of an idle bare uWebSockets.js server at the same time (probe.ts). */
   readonly bareProbeMsP99: number;
   readonly bareProbeMsMax: number;
+  /** Every answered probe of the bare server in the window (ms), as `probeLatenciesMs`. */
+  readonly bareProbeLatenciesMs: readonly number[];
+  /**
+   * The share of the machine's CPU time the host took in the window (steal, from
+   * `/proc/stat`, in percent; NaN where there is none to read).
+   */
+  readonly stealPercent: number;
   /** Consumes answered in the window, their p99 (server side, ms) and non-2xx answers. */
   readonly loadRequests: number;
   readonly loadMsP99: number;

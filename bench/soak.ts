@@ -10,11 +10,12 @@
  * snapshots or garbage collection stall reads, does the error count stay at zero. Every
  * 15 s it records RSS, the V8 heaps of every thread, idempotency keys in memory and on
  * disk, the snapshots stored and how long they took and held a shard's thread, the
- * probe's p99/p999/max, the consumes' server-side p99 and non-2xx answers, and the
- * longest GC pause of the threads answering requests (each thread's `perf_hooks` GC
- * observer, read from the metrics); at the end wrk's own latency and socket errors, and
- * whether the targets held (the load's p99 against the same load's in a 5-second run
- * before the soak starts).
+ * probe's p99/p999/max, the host's share of the machine's CPU (steal), the consumes'
+ * server-side p99 and non-2xx answers, and the longest GC pause of the threads answering
+ * requests (each thread's `perf_hooks` GC observer, read from the metrics); at the end
+ * wrk's own latency and socket errors, and whether the targets held (the load's p99
+ * against the same load's in a 5-second run before the soak starts). Before the soak, a
+ * 5-second wrk run against the bare server says how fast the machine runs that day.
  * With `--report docs/performance.md` the table and an SVG plot of RSS and probe latency
  * over time go into the document's soak section (between its `soak:` markers).
  *
@@ -57,9 +58,16 @@ import {
 } from './soak-load.js';
 import { plotSoak, type SoakWindow } from './soak-plot.js';
 import { verdicts } from './soak-verdicts.js';
-import { cpuSecondsBetween, cpuUsPerRequest, sampleThreads } from './thread-cpu.js';
+import {
+  cpuSecondsBetween,
+  cpuUsPerRequest,
+  sampleMachine,
+  sampleThreads,
+  stealPercent,
+  type MachineTicks,
+} from './thread-cpu.js';
 import { makeDataDir, removeDataDir, startTally } from './tally-server.js';
-import { wrkAvailable } from './wrk.js';
+import { machineCheck, machineCheckText, wrkAvailable } from './wrk.js';
 
 const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
 const MAIN_SCRIPT = join(BENCH_DIR, '..', 'src', 'main.js');
@@ -88,6 +96,11 @@ export interface SoakResult {
   /** The same load for BASELINE_SEC seconds before the soak, as the 5-second bench runs. */
   readonly baseline: LoadSummary;
   readonly load: LoadSummary;
+  /**
+   * Requests a second the bare server answered in the machine check before the soak: how
+   * fast the machine ran that day, which the probe's tail and the CPU per consume follow.
+   */
+  readonly bareReqPerSec: number;
 }
 
 const USAGE = `usage: npm run bench:soak -- [options]
@@ -191,6 +204,7 @@ async function windowOf(
   before: Scrape,
   gcAtStart: ReadonlyMap<string, number>,
   [probe, bare]: readonly ProbeWindow[],
+  steal: number,
 ): Promise<SoakWindow> {
   const load = since(now.load, before.load);
   const gcByThread = gcLongestByThread(all);
@@ -226,6 +240,8 @@ async function windowOf(
     probeFailures: probe?.failures ?? 0,
     bareProbeMsP99: bare?.msP99 ?? Number.NaN,
     bareProbeMsMax: bare?.msMax ?? Number.NaN,
+    bareProbeLatenciesMs: bare?.latenciesMs ?? [],
+    stealPercent: steal,
     loadRequests: total(load),
     loadMsP99: quantileBound(load, 0.99) * 1000,
     loadNon2xx: now.non2xx - before.non2xx,
@@ -271,6 +287,8 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
   let before = readScrape(atStart);
   const gcAtStart = gcLongestByThread(atStart);
   const bare = await startChild('bare', BARE_SCRIPT, { PORT: '0' });
+  const bareReqPerSec = await machineCheck(bare.port);
+  process.stderr.write(`machine check: ${machineCheckText(bareReqPerSec)}\n`);
   const probe = startProbes([
     {
       port: server.child.port,
@@ -281,12 +299,20 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
   ]);
   const started = Date.now();
   const windows: SoakWindow[] = [];
+  let machineBefore: MachineTicks | null = sampleMachine();
   const timer = setInterval(() => {
     void (async () => {
       const all = samples(await scrape(server, adminKey));
       const now = readScrape(all);
+      const machine = sampleMachine();
+      const steal =
+        machine === null || machineBefore === null
+          ? Number.NaN
+          : stealPercent(machineBefore, machine);
+      machineBefore = machine;
       const atSec = Math.round((Date.now() - started) / 1000);
-      const w = await windowOf(atSec, pid, all, now, before, gcAtStart, await probe.window());
+      const probes = await probe.window();
+      const w = await windowOf(atSec, pid, all, now, before, gcAtStart, probes, steal);
       before = now;
       const longest = all
         .filter((x) => x.name === 'tally_gc_pause_max_seconds')
@@ -317,7 +343,7 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
           `(bare ${w.bareProbeMsP99.toFixed(2)} / ${w.bareProbeMsMax.toFixed(1)}), ` +
           `load ${(w.loadRequests / (WINDOW_MS / 1000)).toFixed(0)}/s p99 ≤${w.loadMsP99} ms, ` +
           `GC max ≤${w.gcPauseMsMax} ms (longest since start: ${longest} ms), ` +
-          `snapshots ${w.snapshots}${held}\n`,
+          `snapshots ${w.snapshots}${held}, steal ${w.stealPercent.toFixed(0)}%\n`,
       );
     })();
   }, WINDOW_MS);
@@ -334,6 +360,7 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
       cpuUsPerRequest: cpuUsPerRequest(cpu, load.requests),
       baseline,
       load,
+      bareReqPerSec,
     };
   } finally {
     clearInterval(timer);
@@ -370,7 +397,8 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
       `probe every ${PROBE_INTERVAL_MS} ms. ` +
       `Load: ${result.load.perSec.toFixed(0)} consumes/s, ` +
       `p99 ${result.load.msP99.toFixed(1)} ms, ${result.load.errors} socket ` +
-      `errors, ${result.load.non2xx} non-2xx. CPU per consume: ${cpuLine(result)}.`,
+      `errors, ${result.load.non2xx} non-2xx. CPU per consume: ${cpuLine(result)}. ` +
+      `The machine: before the soak ${machineCheckText(result.bareReqPerSec)}.`,
     '',
     ...verdicts(result.windows, result.load, result.baseline).map((line) => `- ${line}`),
     '',
@@ -379,13 +407,14 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
     "Load p99 and GC pauses are bucket bounds from the server's histograms; snapshot " +
       'figures are the longest of the window (cut to stored; the longest hold of the ' +
       "thread by the clock / less the thread's waits for a core; the transaction that " +
-      'stored the latest snapshot, the same two ways: a longer hold was a slice of the copy).',
+      'stored the latest snapshot, the same two ways: a longer hold was a slice of the ' +
+      "copy); steal is the share of the machine's CPU time the host took in the window.",
     '',
     '| at | RSS MiB | of it files MiB | heap MiB | keys in memory | keys kept | runs | ' +
       'filters MiB | snapshots | snapshot ms | held / less waits ms | of it storing ms | ' +
-      'probe p99 ms | p999 ms | max ms | bare p99 / max ms | load/s | load p99 ms | ' +
-      'non-2xx | GC max ms |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+      'probe p99 ms | p999 ms | max ms | bare p99 / max ms | steal % | load/s | ' +
+      'load p99 ms | non-2xx | GC max ms |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...result.windows.map(
       (w) =>
         `| ${w.atSec} s | ${w.rssMiB.toFixed(0)} | ${w.rssFileMiB.toFixed(0)} ` +
@@ -397,6 +426,7 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
         `| ${w.probeMsP99.toFixed(2)} ` +
         `| ${w.probeMsP999.toFixed(2)} | ${w.probeMsMax.toFixed(1)} ` +
         `| ${w.bareProbeMsP99.toFixed(2)} / ${w.bareProbeMsMax.toFixed(1)} ` +
+        `| ${Number.isNaN(w.stealPercent) ? '–' : w.stealPercent.toFixed(0)} ` +
         `| ${(w.loadRequests / (WINDOW_MS / 1000)).toFixed(0)} | ${w.loadMsP99} ` +
         `| ${w.loadNon2xx} | ${w.gcPauseMsMax} |`,
     ),

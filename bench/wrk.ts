@@ -84,6 +84,50 @@ interface WrkSummary {
   readonly quantilesUs: readonly number[];
 }
 
+/** The requests a second wrk printed (its `Requests/sec:` line), or NaN where it printed none. */
+export function requestsPerSecOf(stdout: string): number {
+  const match = /^Requests\/sec:\s+([\d.]+)/m.exec(stdout);
+  return match === null ? Number.NaN : Number(match[1]);
+}
+
+/**
+ * Requests a second wrk (one thread) gets from `url` with plain GETs over `connections`
+ * connections for `seconds`: against the bare server, how fast this machine runs now (on
+ * a shared machine it moves by tens of percent from day to day).
+ */
+export async function plainGetRate(
+  url: string,
+  connections: number,
+  seconds: number,
+): Promise<number> {
+  const args = ['-t1', `-c${connections}`, `-d${seconds}s`, url];
+  const stdout = await new Promise<string>((resolve, reject) =>
+    trackChild(
+      execFile('wrk', args, (error, out, err) =>
+        error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out),
+      ),
+    ),
+  );
+  return requestsPerSecOf(stdout);
+}
+
+/** The machine check: wrk's plain GETs of a bare server, as `npm run bench` runs it. */
+const MACHINE_CHECK_CONNECTIONS = 256;
+const MACHINE_CHECK_SEC = 5;
+
+/** Runs the machine check against the bare server on `port`: its requests a second. */
+export function machineCheck(port: number): Promise<number> {
+  return plainGetRate(`http://127.0.0.1:${port}/`, MACHINE_CHECK_CONNECTIONS, MACHINE_CHECK_SEC);
+}
+
+/** How the machine check ran and what it got, for a report. */
+export function machineCheckText(reqPerSec: number): string {
+  return (
+    `a bare uWebSockets.js server answered ${reqPerSec.toFixed(0)} req/s (wrk, ` +
+    `${MACHINE_CHECK_CONNECTIONS} connections, ${MACHINE_CHECK_SEC} s)`
+  );
+}
+
 /** Whether wrk is installed (the driver is optional; CI does not need it). */
 export function wrkAvailable(): Promise<boolean> {
   return new Promise((resolve) =>

@@ -252,6 +252,8 @@ describe('soak plot', () => {
       probeFailures: 0,
       bareProbeMsP99: 0.5 + i,
       bareProbeMsMax: 1,
+      bareProbeLatenciesMs: [],
+      stealPercent: 0,
       loadRequests: 0,
       loadMsP99: 0,
       loadNon2xx: 0,
@@ -327,6 +329,9 @@ describe('soak verdicts', () => {
     probeFailures: 0,
     bareProbeMsP99: 3,
     bareProbeMsMax: 9,
+    // 100 answers of the bare server a window, one of them slow: its p99 is 1 ms.
+    bareProbeLatenciesMs: Array.from({ length: 100 }, (_, n) => (n === 0 ? 9 : 1)),
+    stealPercent: i === 5 ? Number.NaN : i, // the last window could not read /proc/stat
     loadRequests: 1000,
     loadMsP99: 25,
     loadNon2xx: 0,
@@ -351,6 +356,15 @@ describe('soak verdicts', () => {
     // One window's p99 is 8 ms, but 4 slow probes of 400 after warm-up leave the p99 at 2.
     expect(lines[1]).toMatch(/^Probe p99 2\.00 ms after warm-up \(target 5 ms; at most 8\.00 ms /);
     expect(lines[1]).toMatch(/in a 15-second window\) and max 12\.0 ms .*: held;/);
+    // The bare server's p99 over all its answers after warm-up, its worst window beside it,
+    // and the host's share of the CPU over the windows that could read it (0–4%).
+    expect(lines[1]).toMatch(
+      /server probed the same way at the same time: p99 1\.00 ms \(at most 3\.00 ms in a /,
+    );
+    expect(lines[1]).toMatch(
+      /window\), max 9\.0 ms \(the machine's share\); the host took 2\.0% of the machine's CPU /,
+    );
+    expect(lines[1]).toMatch(/time during the soak \(steal; at most 4\.0% in a window\)\.$/);
     const slower = [0, 1, 2, 3, 4, 5].map((i) => window(i, 8, i === 3 ? 10 : 0));
     expect(verdicts(slower, { ...clean, msP99: 30 }, { ...clean, msP99: 10 })[1]).toMatch(
       /^Probe p99 8\.00 ms after warm-up .*: missed;/,
@@ -413,6 +427,8 @@ describe('soak verdict on snapshot holds', () => {
       probeFailures: 0,
       bareProbeMsP99: 2,
       bareProbeMsMax: 3,
+      bareProbeLatenciesMs: [2],
+      stealPercent: 0,
       loadRequests: 1000,
       loadMsP99: 10,
       loadNon2xx: 0,
@@ -512,5 +528,23 @@ describe('soak metrics reading', () => {
     expect(m.maxBound(m.since(before, before))).toBe(0);
     expect(m.gaugeSum(m.samples(text(0, 0)), 'tally_shard_heap_used_bytes')).toBe(150);
     expect(m.gaugeMax(m.samples(text(0, 0)), 'tally_shard_heap_used_bytes')).toBe(100);
+  });
+});
+
+describe('machine check', () => {
+  it("reads the requests a second from wrk's summary", async () => {
+    const { requestsPerSecOf } = await import('../bench/wrk.js');
+    const stdout = [
+      'Running 5s test @ http://127.0.0.1:18557/',
+      '  1 threads and 256 connections',
+      '  Thread Stats   Avg      Stdev     Max   +/- Stdev',
+      '    Latency     3.18ms    1.21ms  11.40ms   66.39%',
+      '    Req/Sec    70.87k     3.11k   75.40k    72.00%',
+      '  352614 requests in 5.00s, 24.21MB read',
+      'Requests/sec:  70517.69',
+      'Transfer/sec:      4.84MB',
+    ].join('\n');
+    expect(requestsPerSecOf(stdout)).toBeCloseTo(70517.69, 2);
+    expect(requestsPerSecOf('wrk: connection refused')).toBeNaN();
   });
 });
