@@ -283,12 +283,13 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
   const pid = server.child.process.pid ?? 0;
   await runLoad(server, options, BASELINE_WARMUP_SEC);
   const baseline = await runLoad(server, options, BASELINE_SEC);
+  const bare = await startChild('bare', BARE_SCRIPT, { PORT: '0' });
+  // Before the first scrape: the soak's first window counts nothing of these 5 seconds.
+  const bareReqPerSec = await machineCheck(bare.port);
+  process.stderr.write(`machine check: ${machineCheckText(bareReqPerSec)}\n`);
   const atStart = samples(await scrape(server, adminKey));
   let before = readScrape(atStart);
   const gcAtStart = gcLongestByThread(atStart);
-  const bare = await startChild('bare', BARE_SCRIPT, { PORT: '0' });
-  const bareReqPerSec = await machineCheck(bare.port);
-  process.stderr.write(`machine check: ${machineCheckText(bareReqPerSec)}\n`);
   const probe = startProbes([
     {
       port: server.child.port,
