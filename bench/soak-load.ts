@@ -4,12 +4,11 @@
  * paced at a rate, at a lower priority than the server (see DEFAULT_LOAD_NICE).
  * Shared by `bench:soak` and `bench:keyed`.
  */
-import { execFile } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { trackChild } from './children.js';
 import type { TallyServer } from './tally-server.js';
+import { wrkOutput } from './wrk.js';
 
 const CUSTOMERS = 10_000;
 /**
@@ -168,13 +167,7 @@ export async function runLoad(
       options.loadNice === 0
         ? ['wrk', args]
         : ['nice', ['-n', String(options.loadNice), 'wrk', ...args]];
-    const stdout = await new Promise<string>((resolve, reject) =>
-      trackChild(
-        execFile(command, commandArgs, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) =>
-          error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out),
-        ),
-      ),
-    );
+    const stdout = await wrkOutput(command, commandArgs);
     const line = stdout.split('\n').find((l) => l.startsWith('WRK_JSON'));
     if (line === undefined) throw new Error(`wrk printed no summary:\n${stdout}`);
     const s = JSON.parse(line.slice('WRK_JSON'.length)) as {

@@ -100,15 +100,24 @@ export async function plainGetRate(
   connections: number,
   seconds: number,
 ): Promise<number> {
-  const args = ['-t1', `-c${connections}`, `-d${seconds}s`, url];
-  const stdout = await new Promise<string>((resolve, reject) =>
+  return requestsPerSecOf(
+    await wrkOutput('wrk', ['-t1', `-c${connections}`, `-d${seconds}s`, url]),
+  );
+}
+
+/**
+ * What wrk printed, run as `command` (wrk itself, or a wrapper such as `nice`) with `args`;
+ * rejects with its stderr if it fails. The child is tracked, so a benchmark stopped by a
+ * signal stops it too.
+ */
+export function wrkOutput(command: string, args: readonly string[]): Promise<string> {
+  return new Promise<string>((resolve, reject) =>
     trackChild(
-      execFile('wrk', args, (error, out, err) =>
+      execFile(command, args, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) =>
         error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out),
       ),
     ),
   );
-  return requestsPerSecOf(stdout);
 }
 
 /** The machine check: wrk's plain GETs of a bare server, as `npm run bench` runs it. */
@@ -174,13 +183,7 @@ export async function runWrkSegment(
       file,
       baseUrl,
     ];
-    const stdout = await new Promise<string>((resolve, reject) =>
-      trackChild(
-        execFile('wrk', args, { maxBuffer: 16 * 1024 * 1024 }, (error, out, err) =>
-          error ? reject(new Error(`wrk failed: ${err || error.message}`)) : resolve(out),
-        ),
-      ),
-    );
+    const stdout = await wrkOutput('wrk', args);
     const line = stdout.split('\n').find((l) => l.startsWith('WRK_JSON'));
     if (line === undefined) throw new Error(`wrk printed no summary:\n${stdout}`);
     const summary = JSON.parse(line.slice('WRK_JSON'.length)) as WrkSummary;
