@@ -8,7 +8,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TallyServer } from './tally-server.js';
-import { wrkOutput } from './wrk.js';
+import { wrkOutput, wrkSummaryOf } from './wrk.js';
 
 const CUSTOMERS = 10_000;
 /**
@@ -167,10 +167,7 @@ export async function runLoad(
       options.loadNice === 0
         ? ['wrk', args]
         : ['nice', ['-n', String(options.loadNice), 'wrk', ...args]];
-    const stdout = await wrkOutput(command, commandArgs);
-    const line = stdout.split('\n').find((l) => l.startsWith('WRK_JSON'));
-    if (line === undefined) throw new Error(`wrk printed no summary:\n${stdout}`);
-    const s = JSON.parse(line.slice('WRK_JSON'.length)) as {
+    const s = wrkSummaryOf(await wrkOutput(command, commandArgs)) as {
       requests: number;
       durationUs: number;
       status: number;

@@ -41,7 +41,7 @@ export function verdicts(
   );
   const windowP99 = Math.max(...after.map((w) => w.probeMsP99));
   const probeMax = Math.max(...windows.map((w) => w.probeMsMax));
-  // The bare server's the same ways: what the machine alone adds to a probe's tail.
+  // The bare server's p99, judged as the probe's: what the machine alone adds to its tail.
   const bareP99 = quantileOf(
     after.flatMap((w) => w.bareProbeLatenciesMs),
     0.99,

@@ -91,18 +91,13 @@ export function requestsPerSecOf(stdout: string): number {
 }
 
 /**
- * Requests a second wrk (one thread) gets from `url` with plain GETs over `connections`
- * connections for `seconds`: against the bare server, how fast this machine runs now (on
- * a shared machine it moves by tens of percent from day to day).
+ * The summary a script's `done` printed on its `WRK_JSON` line, parsed; throws with all of
+ * wrk's output when there is none.
  */
-export async function plainGetRate(
-  url: string,
-  connections: number,
-  seconds: number,
-): Promise<number> {
-  return requestsPerSecOf(
-    await wrkOutput('wrk', ['-t1', `-c${connections}`, `-d${seconds}s`, url]),
-  );
+export function wrkSummaryOf(stdout: string): unknown {
+  const line = stdout.split('\n').find((l) => l.startsWith('WRK_JSON'));
+  if (line === undefined) throw new Error(`wrk printed no summary:\n${stdout}`);
+  return JSON.parse(line.slice('WRK_JSON'.length));
 }
 
 /**
@@ -124,9 +119,14 @@ export function wrkOutput(command: string, args: readonly string[]): Promise<str
 const MACHINE_CHECK_CONNECTIONS = 256;
 const MACHINE_CHECK_SEC = 5;
 
-/** Runs the machine check against the bare server on `port`: its requests a second. */
-export function machineCheck(port: number): Promise<number> {
-  return plainGetRate(`http://127.0.0.1:${port}/`, MACHINE_CHECK_CONNECTIONS, MACHINE_CHECK_SEC);
+/**
+ * Runs the machine check against the bare server on `port`: the requests a second wrk (one
+ * thread) gets with plain GETs, that is how fast this machine runs now (on a shared machine
+ * it moves by tens of percent from day to day).
+ */
+export async function machineCheck(port: number): Promise<number> {
+  const args = ['-t1', `-c${MACHINE_CHECK_CONNECTIONS}`, `-d${MACHINE_CHECK_SEC}s`];
+  return requestsPerSecOf(await wrkOutput('wrk', [...args, `http://127.0.0.1:${port}/`]));
 }
 
 /** How the machine check ran and what it got, for a report. */
@@ -183,10 +183,7 @@ export async function runWrkSegment(
       file,
       baseUrl,
     ];
-    const stdout = await wrkOutput('wrk', args);
-    const line = stdout.split('\n').find((l) => l.startsWith('WRK_JSON'));
-    if (line === undefined) throw new Error(`wrk printed no summary:\n${stdout}`);
-    const summary = JSON.parse(line.slice('WRK_JSON'.length)) as WrkSummary;
+    const summary = wrkSummaryOf(await wrkOutput('wrk', args)) as WrkSummary;
     const latency = new LatencyHistogram();
     // Each quantile stands for an equal share of the 2xx answers.
     for (const us of summary.quantilesUs) latency.record(us / 1000);

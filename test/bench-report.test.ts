@@ -547,4 +547,13 @@ describe('machine check', () => {
     expect(requestsPerSecOf(stdout)).toBeCloseTo(70517.69, 2);
     expect(requestsPerSecOf('wrk: connection refused')).toBeNaN();
   });
+
+  it("parses a script's WRK_JSON line; throws with wrk's output without one", async () => {
+    const { wrkSummaryOf } = await import('../bench/wrk.js');
+    const stdout = 'Running 5s test\nWRK_JSON{"requests":1200,"p99Us":850}\nRequests/sec: 240\n';
+    expect(wrkSummaryOf(stdout)).toEqual({ requests: 1200, p99Us: 850 });
+    expect(() => wrkSummaryOf('Running 5s test\nRequests/sec: 240\n')).toThrow(
+      /wrk printed no summary:\nRunning 5s test/,
+    );
+  });
 });
