@@ -9,6 +9,13 @@ export interface SoakWindow {
   readonly rssMiB: number;
   /** Of it, pages backed by files (LMDB's memory-mapped data files, mostly). */
   readonly rssFileMiB: number;
+  /**
+   * The process's own memory (RSS less file-backed pages, MiB) read every second of the
+   * window: the median of those readings (the window's level) and the highest (a moment's
+   * peak, such as the half second an era's image is written).
+   */
+  readonly ownMiBMedian: number;
+  readonly ownMiBMax: number;
   /** V8 heaps in use at the end of the window, every thread's together. */
   readonly heapMiB: number;
   /** Idempotency keys held in memory (not yet sealed), and kept in all (runs and memory). */
@@ -127,7 +134,7 @@ export function plotSoak(windows: readonly SoakWindow[]): string {
       '#1f77b4',
     ),
     polyline(
-      windows.map((w) => [x(w.atSec), y(w.rssMiB - w.rssFileMiB, rssMax)]),
+      windows.map((w) => [x(w.atSec), y(w.ownMiBMedian, rssMax)]),
       '#1f77b4',
       '2 2',
     ),
@@ -146,7 +153,7 @@ export function plotSoak(windows: readonly SoakWindow[]): string {
       '1 3',
     ),
     `<text x="${PAD.left + 8}" y="${PAD.top + 14}" font-size="11" fill="#1f77b4">RSS ` +
-      `(dotted: less file pages)</text>`,
+      `(dotted: its own, median)</text>`,
     `<text x="${PAD.left + 168}" y="${PAD.top + 14}" font-size="11" fill="#d62728">probe ` +
       `p99</text>`,
     `<text x="${PAD.left + 240}" y="${PAD.top + 14}" font-size="11" fill="#ff9896">probe ` +

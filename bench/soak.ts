@@ -45,7 +45,7 @@ import {
   type Buckets,
 } from './metrics-text.js';
 import { positiveNumber } from './options.js';
-import { PROBE_INTERVAL_MS, startProbes, type ProbeWindow } from './probe.js';
+import { PROBE_INTERVAL_MS, quantileOf, startProbes, type ProbeWindow } from './probe.js';
 import {
   adminKeyOf,
   keysOption,
@@ -73,6 +73,8 @@ const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
 const MAIN_SCRIPT = join(BENCH_DIR, '..', 'src', 'main.js');
 const BARE_SCRIPT = join(BENCH_DIR, 'bare-server.js');
 const WINDOW_MS = 15_000;
+/** How often the process's own memory is read within a window. */
+const MEMORY_SAMPLE_MS = 1_000;
 /**
  * Before the soak, the same load runs as the 5-second bench runs it (`npm run bench`: an
  * unmeasured warm-up, then five measured seconds): its p99 is what the soak's is judged by.
@@ -195,7 +197,10 @@ function readScrape(all: ReturnType<typeof samples>): Scrape {
   };
 }
 
-/** One window's figures from the scrape at its end, the one before, and the probe. */
+/**
+ * One window's figures from the scrape at its end, the one before, the probe, and the
+ * process's own memory read every second of the window (`ownSecondsMiB`).
+ */
 async function windowOf(
   atSec: number,
   pid: number,
@@ -205,16 +210,20 @@ async function windowOf(
   gcAtStart: ReadonlyMap<string, number>,
   [probe, bare]: readonly ProbeWindow[],
   steal: number,
+  ownSecondsMiB: readonly number[],
 ): Promise<SoakWindow> {
   const load = since(now.load, before.load);
   const gcByThread = gcLongestByThread(all);
   const snapshots = now.snapshots - before.snapshots;
   const ms = (seconds: number | null): number | null => (seconds === null ? null : seconds * 1000);
   const memory = await rssMiB(pid);
+  const own = [...ownSecondsMiB, memory.rss - memory.file];
   return {
     atSec,
     rssMiB: memory.rss,
     rssFileMiB: memory.file,
+    ownMiBMedian: quantileOf(own, 0.5),
+    ownMiBMax: Math.max(...own),
     heapMiB:
       (gaugeSum(all, 'tally_process_heap_used_bytes') +
         gaugeSum(all, 'tally_shard_heap_used_bytes')) /
@@ -300,6 +309,16 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
   ]);
   const started = Date.now();
   const windows: SoakWindow[] = [];
+  // The process's own memory every second: a window's level is the median of its readings,
+  // so that a moment's peak (half a second as an era's image is written, a heap just before
+  // its collection) is its peak, not the window's level; the verdict prints both.
+  let ownSeconds: number[] = [];
+  const memoryTimer = setInterval(() => {
+    rssMiB(pid).then(
+      (m) => ownSeconds.push(m.rss - m.file),
+      () => undefined,
+    );
+  }, MEMORY_SAMPLE_MS);
   let machineBefore: MachineTicks | null = sampleMachine();
   const timer = setInterval(() => {
     void (async () => {
@@ -313,7 +332,9 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
       machineBefore = machine;
       const atSec = Math.round((Date.now() - started) / 1000);
       const probes = await probe.window();
-      const w = await windowOf(atSec, pid, all, now, before, gcAtStart, probes, steal);
+      const seconds = ownSeconds;
+      ownSeconds = [];
+      const w = await windowOf(atSec, pid, all, now, before, gcAtStart, probes, steal, seconds);
       before = now;
       const longest = all
         .filter((x) => x.name === 'tally_gc_pause_max_seconds')
@@ -336,7 +357,8 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
       const frontMiB = gaugeSum(all, 'tally_process_heap_used_bytes') / 2 ** 20;
       process.stderr.write(
         `soak ${w.atSec}s: RSS ${w.rssMiB.toFixed(0)} MiB ` +
-          `(files ${w.rssFileMiB.toFixed(0)}), heap ${w.heapMiB.toFixed(0)} MiB ` +
+          `(files ${w.rssFileMiB.toFixed(0)}; own ${w.ownMiBMedian.toFixed(0)} median, ` +
+          `${w.ownMiBMax.toFixed(0)} max), heap ${w.heapMiB.toFixed(0)} MiB ` +
           `(front end ${frontMiB.toFixed(0)}), ` +
           `keys ${w.memoryKeys} in memory / ${w.keptKeys} kept, ${w.runs} runs ` +
           `(filters ${w.filterMiB.toFixed(1)} MiB), ` +
@@ -365,6 +387,7 @@ async function soak(options: SoakOptions, dataDir: string): Promise<SoakResult> 
     };
   } finally {
     clearInterval(timer);
+    clearInterval(memoryTimer);
     await probe.stop();
   }
 }
@@ -411,14 +434,16 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
       'stored the latest snapshot, the same two ways: a longer hold was a slice of the ' +
       "copy); steal is the share of the machine's CPU time the host took in the window.",
     '',
-    '| at | RSS MiB | of it files MiB | heap MiB | keys in memory | keys kept | runs | ' +
+    '| at | RSS MiB | of it files MiB | own MiB (median / max) | heap MiB | keys in memory | ' +
+      'keys kept | runs | ' +
       'filters MiB | snapshots | snapshot ms | held / less waits ms | of it storing ms | ' +
       'probe p99 ms | p999 ms | max ms | bare p99 / max ms | steal % | load/s | ' +
       'load p99 ms | non-2xx | GC max ms |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...result.windows.map(
       (w) =>
         `| ${w.atSec} s | ${w.rssMiB.toFixed(0)} | ${w.rssFileMiB.toFixed(0)} ` +
+        `| ${w.ownMiBMedian.toFixed(0)} / ${w.ownMiBMax.toFixed(0)} ` +
         `| ${w.heapMiB.toFixed(0)} | ${w.memoryKeys} ` +
         `| ${w.keptKeys} | ${w.runs} | ${w.filterMiB.toFixed(1)} ` +
         `| ${w.snapshots} | ${fixed(w.snapshotMsMax, 0)} ` +
