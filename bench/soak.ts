@@ -8,7 +8,8 @@
  *
  * It answers what a 5-second bench cannot: does memory stay flat as keys accumulate, do
  * snapshots or garbage collection stall reads, does the error count stay at zero. Every
- * 15 s it records RSS, the V8 heaps of every thread, idempotency keys in memory and on
+ * 15 s it records RSS (the process's own memory read every second: the window's median and
+ * highest reading), the V8 heaps of every thread, idempotency keys in memory and on
  * disk, the snapshots stored and how long they took and held a shard's thread, the
  * probe's p99/p999/max, the host's share of the machine's CPU (steal), the consumes'
  * server-side p99 and non-2xx answers, and the longest GC pause of the threads answering
