@@ -321,6 +321,48 @@ describe('the key store', () => {
     expect(fingerprints(s.idempotency, [...first, ...more]).every((fp) => fp === '1')).toBe(true);
   });
 
+  it('sets a batch aside when it fills during a seal; each is a run; none is lost', async () => {
+    const dir = fixture.tempDir();
+    let s = openStore(dir);
+    // Runs of 8 keys: a batch has room for 10 (a quarter more).
+    await store(s, [put('c-0', 'first', T0)]);
+    await s.idempotency.seal(PACING, 8);
+    const sealing = Array.from({ length: 4 }, (_, i) => put(`c-${i % 2}`, `s${i}`, T0 + 1));
+    await store(s, sealing);
+    let release = (): void => undefined;
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const seal = s.idempotency.seal({ pause: PACING.pause, keysDurable: () => held }, 8);
+    // While the seal waits, 25 keys come: two batches fill and are set aside, not grown.
+    const during = Array.from({ length: 25 }, (_, i) => put(`c-${i % 3}`, `d${i}`, T0 + 2));
+    await store(s, during);
+    expect([s.idempotency.inMemory, s.idempotency.unsealed]).toEqual([29, 25]);
+    expect(fingerprints(s.idempotency, [...sealing, ...during]).every((fp) => fp === '1')).toBe(
+      true,
+    );
+    release();
+    await seal;
+    expect(s.idempotency.runs.map((run) => run.count)).toEqual([1, 4]);
+    expect([s.idempotency.inMemory, s.idempotency.unsealed]).toEqual([25, 25]);
+    // A stop now: the sealed log table was cleared, the one the set-aside batches use was not.
+    await fixture.closeStore(s);
+    s = openStore(dir);
+    expect(s.idempotency.inMemory).toBe(25);
+    expect(fingerprints(s.idempotency, during).every((fp) => fp === '1')).toBe(true);
+    await fixture.closeStore(s);
+    // The same again without a stop: the next seal writes each batch as a run of its own
+    // (the batch after the full one reuses the first batch's arrays, room for 1,024).
+    s = openStore(fixture.tempDir());
+    await store(s, [put('c-0', 'first', T0)]);
+    await s.idempotency.seal(PACING, 8);
+    await store(s, during);
+    await s.idempotency.seal(PACING, 8);
+    expect(s.idempotency.runs.map((run) => run.count)).toEqual([1, 10, 15]);
+    expect(s.idempotency.inMemory).toBe(0);
+    expect(fingerprints(s.idempotency, during).every((fp) => fp === '1')).toBe(true);
+  });
+
   it('a seal after an interrupted one finds every key, its blocks starting elsewhere', async () => {
     const dir = fixture.tempDir();
     let s = openStore(dir);
