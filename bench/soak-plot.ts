@@ -1,7 +1,8 @@
 /**
- * An SVG line chart of a soak run: RSS (MiB, left axis), the probe's p99 and max latency
- * and the bare server's probe p99 (ms, right axis) against time, because a curve shows
- * "flat" or "climbing" faster than a table. Plain SVG text, no dependencies.
+ * An SVG chart of a soak run in two panels against time: memory (the process's own and all
+ * of RSS) above, the probe's latency (its p99 and max, the bare server's p99) below,
+ * because a curve shows "flat" or "climbing" faster than a table. Plain SVG text, no
+ * dependencies.
  */
 /** One 15-second window of a soak run (figures from bucket counts are bucket bounds). */
 export interface SoakWindow {
@@ -75,13 +76,21 @@ export interface SoakWindow {
 }
 
 const WIDTH = 720;
-const HEIGHT = 300;
+const HEIGHT = 420;
 const PAD = { left: 56, right: 56, top: 24, bottom: 36 };
+/** The space between the memory panel (above) and the probe panel (below). */
+const GAP = 30;
 
-function scale(values: readonly number[]): number {
-  const max = Math.max(1, ...values.filter(Number.isFinite));
+/** A round number at or above the largest of `values` (at least `least`). */
+function scale(values: readonly number[], least = 1): number {
+  const max = Math.max(least, ...values.filter(Number.isFinite));
   const magnitude = 10 ** Math.floor(Math.log10(max));
   return Math.ceil(max / magnitude) * magnitude;
+}
+
+/** An axis figure: whole numbers as they are, others to one decimal. */
+function figure(value: number): string {
+  return Number.isInteger(value) ? String(value) : value.toFixed(1);
 }
 
 function polyline(
@@ -96,70 +105,129 @@ function polyline(
   );
 }
 
+/** One panel's frame and the y of a value on it (0 at its bottom, `max` at its top). */
+interface Panel {
+  readonly top: number;
+  readonly height: number;
+}
+
+function yOn(panel: Panel, value: number, max: number): number {
+  return panel.top + panel.height - (Math.min(value, max) / max) * panel.height;
+}
+
+function axis(panel: Panel, label: string, max: number, side: 'left' | 'right'): string {
+  const at = side === 'left' ? PAD.left - 6 : WIDTH - PAD.right + 6;
+  const anchor = side === 'left' ? 'end' : 'start';
+  return (
+    [0, 0.5, 1]
+      .map(
+        (f) =>
+          `<text x="${at}" y="${yOn(panel, max * f, max) + 4}" text-anchor="${anchor}" ` +
+          `font-size="11">${figure(max * f)}</text>`,
+      )
+      .join('') +
+    `<text x="${at}" y="${panel.top - 8}" text-anchor="${anchor}" font-size="11">${label}</text>`
+  );
+}
+
+function legend(panel: Panel, items: ReadonlyArray<readonly [string, string, number]>): string {
+  return items
+    .map(
+      ([text, color, dx]) =>
+        `<text x="${PAD.left + dx}" y="${panel.top + 14}" font-size="11" fill="${color}">` +
+        `${text}</text>`,
+    )
+    .join('');
+}
+
+/**
+ * Two panels over the same seconds. Above, memory: the process's own (each window's median
+ * of its readings, solid, and its highest reading, dashed; MiB, left axis) and all of RSS
+ * (GiB, right axis), which grows with LMDB's file pages as the data grows and is drawn on
+ * a scale of its own so that the own memory's level is not flattened by it. Below, the
+ * probe: its p99 and max and the bare server's p99 (ms).
+ */
 export function plotSoak(windows: readonly SoakWindow[]): string {
   const plotW = WIDTH - PAD.left - PAD.right;
-  const plotH = HEIGHT - PAD.top - PAD.bottom;
+  const panelH = (HEIGHT - PAD.top - PAD.bottom - GAP) / 2;
+  const memory: Panel = { top: PAD.top, height: panelH };
+  const probe: Panel = { top: PAD.top + panelH + GAP, height: panelH };
   const endSec = Math.max(1, ...windows.map((w) => w.atSec));
-  const rssMax = scale(windows.map((w) => w.rssMiB));
+  const ownMax = scale(windows.map((w) => w.ownMiBMax));
+  const rssGiB = windows.map((w) => w.rssMiB / 1024);
+  const rssMax = scale(rssGiB, 0.1);
   const msMax = scale(windows.map((w) => w.probeMsMax));
   const x = (sec: number): number => PAD.left + (sec / endSec) * plotW;
-  const y = (value: number, max: number): number =>
-    PAD.top + plotH - (Math.min(value, max) / max) * plotH;
-  const axis = (label: string, max: number, side: 'left' | 'right'): string => {
-    const at = side === 'left' ? PAD.left - 6 : WIDTH - PAD.right + 6;
-    const anchor = side === 'left' ? 'end' : 'start';
-    return (
-      [0, 0.5, 1]
-        .map(
-          (f) =>
-            `<text x="${at}" y="${y(max * f, max) + 4}" text-anchor="${anchor}" ` +
-            `font-size="11">${(max * f).toFixed(0)}</text>`,
-        )
-        .join('') +
-      `<text x="${at}" y="${PAD.top - 8}" text-anchor="${anchor}" font-size="11">${label}</text>`
+  const line = (
+    panel: Panel,
+    values: readonly number[],
+    max: number,
+    color: string,
+    dash = '',
+  ): string =>
+    polyline(
+      values.map((value, i) => [x((windows[i] as SoakWindow).atSec), yOn(panel, value, max)]),
+      color,
+      dash,
     );
-  };
+  const frame = (panel: Panel): string =>
+    `<rect x="${PAD.left}" y="${panel.top}" width="${plotW}" height="${panel.height}" ` +
+    `fill="none" stroke="#999"/>`;
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${HEIGHT}" ` +
       `font-family="sans-serif">`,
     `<rect width="${WIDTH}" height="${HEIGHT}" fill="white"/>`,
-    `<rect x="${PAD.left}" y="${PAD.top}" width="${plotW}" height="${plotH}" fill="none" ` +
-      `stroke="#999"/>`,
-    axis('RSS MiB', rssMax, 'left'),
-    axis('probe ms', msMax, 'right'),
+    frame(memory),
+    frame(probe),
+    axis(memory, 'own MiB', ownMax, 'left'),
+    axis(memory, 'RSS GiB', rssMax, 'right'),
+    axis(probe, 'probe ms', msMax, 'left'),
     `<text x="${WIDTH / 2}" y="${HEIGHT - 8}" text-anchor="middle" font-size="11">seconds ` +
       `(0–${endSec})</text>`,
-    polyline(
-      windows.map((w) => [x(w.atSec), y(w.rssMiB, rssMax)]),
+    line(
+      memory,
+      windows.map((w) => w.ownMiBMedian),
+      ownMax,
       '#1f77b4',
     ),
-    polyline(
-      windows.map((w) => [x(w.atSec), y(w.ownMiBMedian, rssMax)]),
-      '#1f77b4',
-      '2 2',
+    line(
+      memory,
+      windows.map((w) => w.ownMiBMax),
+      ownMax,
+      '#9ecae1',
+      '4 3',
     ),
-    polyline(
-      windows.map((w) => [x(w.atSec), y(w.probeMsP99, msMax)]),
+    line(memory, rssGiB, rssMax, '#7f7f7f', '1 3'),
+    line(
+      probe,
+      windows.map((w) => w.probeMsP99),
+      msMax,
       '#d62728',
     ),
-    polyline(
-      windows.map((w) => [x(w.atSec), y(w.probeMsMax, msMax)]),
+    line(
+      probe,
+      windows.map((w) => w.probeMsMax),
+      msMax,
       '#ff9896',
       '4 3',
     ),
-    polyline(
-      windows.map((w) => [x(w.atSec), y(w.bareProbeMsP99, msMax)]),
+    line(
+      probe,
+      windows.map((w) => w.bareProbeMsP99),
+      msMax,
       '#7f7f7f',
       '1 3',
     ),
-    `<text x="${PAD.left + 8}" y="${PAD.top + 14}" font-size="11" fill="#1f77b4">RSS ` +
-      `(dotted: its own, median)</text>`,
-    `<text x="${PAD.left + 168}" y="${PAD.top + 14}" font-size="11" fill="#d62728">probe ` +
-      `p99</text>`,
-    `<text x="${PAD.left + 240}" y="${PAD.top + 14}" font-size="11" fill="#ff9896">probe ` +
-      `max</text>`,
-    `<text x="${PAD.left + 310}" y="${PAD.top + 14}" font-size="11" fill="#7f7f7f">bare ` +
-      `server's probe p99</text>`,
+    legend(memory, [
+      ['own memory (median)', '#1f77b4', 8],
+      ['highest reading', '#9ecae1', 136],
+      ['all of RSS, with file pages (right)', '#7f7f7f', 240],
+    ]),
+    legend(probe, [
+      ['probe p99', '#d62728', 8],
+      ['probe max', '#ff9896', 80],
+      ["bare server's probe p99", '#7f7f7f', 152],
+    ]),
     '</svg>',
     '',
   ].join('\n');

@@ -17,8 +17,9 @@
  * wrk's own latency and socket errors, and whether the targets held (the load's p99
  * against the same load's in a 5-second run before the soak starts). Before the soak, a
  * 5-second wrk run against the bare server says how fast the machine runs that day.
- * With `--report docs/performance.md` the table and an SVG plot of RSS and probe latency
- * over time go into the document's soak section (between its `soak:` markers).
+ * With `--report docs/performance.md` the table and an SVG plot of memory and probe latency
+ * over time (soak-plot.ts) go into the document's soak section (between its `soak:`
+ * markers).
  *
  * Load: wrk (one thread, `--connections`, default 128) with a Lua script that cycles over
  * 10,000 customers and numbers its keys (`--keys none` sends none, to compare keyed with
@@ -427,7 +428,7 @@ async function writeReport(path: string, result: SoakResult, svgPath: string): P
     '',
     ...verdicts(result.windows, result.load, result.baseline).map((line) => `- ${line}`),
     '',
-    `![RSS and probe latency over the soak](${svgPath.split('/').pop() ?? svgPath})`,
+    `![Memory and probe latency over the soak](${svgPath.split('/').pop() ?? svgPath})`,
     '',
     "Load p99 and GC pauses are bucket bounds from the server's histograms; snapshot " +
       'figures are the longest of the window (cut to stored; the longest hold of the ' +

@@ -228,14 +228,15 @@ describe('CPU per request and the Markdown report', () => {
 });
 
 describe('soak plot', () => {
-  it('draws RSS, its own memory by window medians, probe p99 and max, bare p99', async () => {
+  it('draws its own memory on a scale of its own above RSS, the probe in a panel below', async () => {
     const { plotSoak } = await import('../bench/soak-plot.js');
     const windows = [15, 30, 45].map((atSec, i) => ({
       atSec,
-      rssMiB: 200 + 50 * i,
-      rssFileMiB: 20,
-      ownMiBMedian: 180 + 50 * i,
-      ownMiBMax: 190 + 50 * i,
+      // File pages grow with the data, to many times the process's own memory.
+      rssMiB: 2000 + 3000 * i,
+      rssFileMiB: 1700 + 3000 * i,
+      ownMiBMedian: 300 + 5 * i,
+      ownMiBMax: 320 + 5 * i,
       heapMiB: 100,
       memoryKeys: 0,
       keptKeys: 0,
@@ -268,27 +269,33 @@ describe('soak plot', () => {
     const lines = [...svg.matchAll(/<polyline[^>]*points="([^"]+)"/g)].map((m) =>
       (m[1] ?? '').split(' ').map((p) => p.split(',').map(Number)),
     );
-    expect(lines).toHaveLength(5);
-    for (const line of lines) {
+    expect(lines).toHaveLength(6);
+    // Two panels of 165 px: memory from y 24, the probe from y 219 (30 px between them).
+    const panels = [
+      [24, 189],
+      [219, 384],
+    ] as const;
+    for (const [n, line] of lines.entries()) {
+      const [top, bottom] = panels[n < 3 ? 0 : 1];
       expect(line).toHaveLength(3);
       for (const [x, y] of line) {
         expect(x).toBeGreaterThanOrEqual(56);
         expect(x).toBeLessThanOrEqual(720 - 56);
-        expect(y).toBeGreaterThanOrEqual(24);
-        expect(y).toBeLessThanOrEqual(300 - 36);
+        expect(y).toBeGreaterThanOrEqual(top);
+        expect(y).toBeLessThanOrEqual(bottom);
       }
     }
-    // RSS rises, so its line climbs (smaller y further right); less its file pages it
-    // is lower (larger y) at every point.
-    const rss = lines[0] ?? [];
-    const own = lines[1] ?? [];
-    expect((rss[2] ?? [])[1]).toBeLessThan((rss[0] ?? [])[1] ?? 0);
-    for (const [i, point] of own.entries())
-      expect(point[1]).toBeGreaterThan((rss[i] ?? [])[1] ?? 0);
+    const [own, highest, rss, p99, , bareP99] = lines.map((line) => line.map(([, y]) => y ?? 0));
+    // The own memory (~300 of RSS's 2–8 GiB) is drawn on its own scale: in the panel's
+    // upper half, not pressed to its floor; each window's highest reading above it.
+    for (const [i, y] of (own ?? []).entries()) {
+      expect(y).toBeLessThan((24 + 189) / 2);
+      expect((highest ?? [])[i]).toBeLessThan(y);
+    }
+    // RSS rises, so its line climbs (smaller y further right).
+    expect((rss ?? [])[2]).toBeLessThan((rss ?? [])[0] ?? 0);
     // The bare server's p99 is below Tally's at every point, so lower on the chart.
-    const [, , p99, , bareP99] = lines;
-    for (const [i, point] of (bareP99 ?? []).entries())
-      expect(point[1]).toBeGreaterThan(((p99 ?? [])[i] ?? [])[1] ?? 0);
+    for (const [i, y] of (bareP99 ?? []).entries()) expect(y).toBeGreaterThan((p99 ?? [])[i] ?? 0);
   });
 });
 
