@@ -228,7 +228,7 @@ describe('CPU per request and the Markdown report', () => {
 });
 
 describe('soak plot', () => {
-  it('draws its own memory on a scale of its own above RSS, the probe in a panel below', async () => {
+  it('draws own memory on its own scale above RSS, and the probe in a panel below', async () => {
     const { plotSoak } = await import('../bench/soak-plot.js');
     const windows = [15, 30, 45].map((atSec, i) => ({
       atSec,
