@@ -83,6 +83,21 @@ async function sealStoppedAfter(s: ShardStore, turns: number): Promise<void> {
   await expect(stopped).rejects.toThrow('stopped');
 }
 
+/** A seal started now that waits at `keysDurable` until `finish` lets it go on, and ends. */
+function sealHeld(s: ShardStore, runKeys: number): { finish: () => Promise<unknown> } {
+  let release = (): void => undefined;
+  const held = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const sealed = s.idempotency.seal({ pause: PACING.pause, keysDurable: () => held }, runKeys);
+  return {
+    finish: () => {
+      release();
+      return sealed;
+    },
+  };
+}
+
 /**
  * Seals `runs` runs of `keys` keys each (three customers'), run n's keys used at T0 + n,
  * counting from run `from`; returns the keys.
@@ -324,42 +339,43 @@ describe('the key store', () => {
   it('sets a batch aside when it fills during a seal; each is a run; none is lost', async () => {
     const dir = fixture.tempDir();
     let s = openStore(dir);
-    // Runs of 8 keys: a batch has room for 10 (a quarter more).
+    // Runs of 1,024 keys: a batch has room for 1,280 (a quarter more). The first batch (1,024
+    // slots, smaller than that) is let go by the first seal, so no spare is left to reuse.
+    const R = 1024;
     await store(s, [put('c-0', 'first', T0)]);
-    await s.idempotency.seal(PACING, 8);
+    await s.idempotency.seal(PACING, R);
     const sealing = Array.from({ length: 4 }, (_, i) => put(`c-${i % 2}`, `s${i}`, T0 + 1));
     await store(s, sealing);
-    let release = (): void => undefined;
-    const held = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    const seal = s.idempotency.seal({ pause: PACING.pause, keysDurable: () => held }, 8);
-    // While the seal waits, 25 keys come: two batches fill and are set aside, not grown.
-    const during = Array.from({ length: 25 }, (_, i) => put(`c-${i % 3}`, `d${i}`, T0 + 2));
+    const seal = sealHeld(s, R);
+    // While the seal waits, 3,000 keys come: two batches fill and are set aside, not grown.
+    const during = Array.from({ length: 3000 }, (_, i) => put(`c-${i % 3}`, `d${i}`, T0 + 2));
     await store(s, during);
-    expect([s.idempotency.inMemory, s.idempotency.unsealed]).toEqual([29, 25]);
+    expect([s.idempotency.inMemory, s.idempotency.unsealed]).toEqual([3004, 3000]);
     expect(fingerprints(s.idempotency, [...sealing, ...during]).every((fp) => fp === '1')).toBe(
       true,
     );
-    release();
-    await seal;
+    await seal.finish();
     expect(s.idempotency.runs.map((run) => run.count)).toEqual([1, 4]);
-    expect([s.idempotency.inMemory, s.idempotency.unsealed]).toEqual([25, 25]);
-    // A stop now: the sealed log table was cleared, the one the set-aside batches use was not.
-    await fixture.closeStore(s);
-    s = openStore(dir);
-    expect(s.idempotency.inMemory).toBe(25);
+    expect([s.idempotency.inMemory, s.idempotency.unsealed]).toEqual([3000, 3000]);
+    // The next seal writes each batch as a run of its own, oldest first.
+    await s.idempotency.seal(PACING, R);
+    expect(s.idempotency.runs.map((run) => run.count)).toEqual([1, 4, 1280, 1280, 440]);
+    expect(s.idempotency.inMemory).toBe(0);
     expect(fingerprints(s.idempotency, during).every((fp) => fp === '1')).toBe(true);
     await fixture.closeStore(s);
-    // The same again without a stop: the next seal writes each batch as a run of its own
-    // (the batch after the full one reuses the first batch's arrays, room for 1,024).
-    s = openStore(fixture.tempDir());
+    // A stop before that seal: the sealed log table was cleared, the one the set-aside
+    // batches use was not, so a restart finds their keys.
+    const dir2 = fixture.tempDir();
+    s = openStore(dir2);
     await store(s, [put('c-0', 'first', T0)]);
-    await s.idempotency.seal(PACING, 8);
+    await s.idempotency.seal(PACING, R);
+    await store(s, sealing);
+    const seal2 = sealHeld(s, R);
     await store(s, during);
-    await s.idempotency.seal(PACING, 8);
-    expect(s.idempotency.runs.map((run) => run.count)).toEqual([1, 10, 15]);
-    expect(s.idempotency.inMemory).toBe(0);
+    await seal2.finish();
+    await fixture.closeStore(s);
+    s = openStore(dir2);
+    expect(s.idempotency.inMemory).toBe(3000);
     expect(fingerprints(s.idempotency, during).every((fp) => fp === '1')).toBe(true);
   });
 
