@@ -88,9 +88,9 @@ function scale(values: readonly number[], least = 1): number {
   return Math.ceil(max / magnitude) * magnitude;
 }
 
-/** An axis figure: whole numbers as they are, others to one decimal. */
+/** An axis figure: three significant digits at most (3.5, 0.25, 200; not 0.3 for 0.25). */
 function figure(value: number): string {
-  return Number.isInteger(value) ? String(value) : value.toFixed(1);
+  return String(Number(value.toPrecision(3)));
 }
 
 function polyline(
