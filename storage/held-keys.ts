@@ -50,6 +50,12 @@ export interface KeyPut extends KeyAddress, StoredKey {}
 export interface HashedAddress extends KeyAddress {
   readonly first: number;
   readonly second: number;
+  /**
+   * The key store's probe stamp at which every era's filter said no to this key (its
+   * read-ahead probes them: idempotency-runs.ts), or absent: its lookup skips the eras'
+   * groups while the stamp is current.
+   */
+  clearOfEras?: number;
 }
 
 /** Whether `a` and `b` are the same key's address (its customer, environment and digest). */

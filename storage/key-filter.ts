@@ -156,11 +156,12 @@ export class KeyFilter {
    * filter of megabytes, and issued one after another with no work between, the misses
    * overlap, where `add` or `mayContain` between other work each waits for its own.
    * Returns the OR of the word holding each key's first bit (also kept: `keepReads`).
+   * `from` is the pair to start at (a part of a longer list).
    */
-  readAhead(hashes: Int32Array, count: number): number {
+  readAhead(hashes: Int32Array, count: number, from = 0): number {
     const words = this.words;
     let seen = 0;
-    for (let i = 0; i < count; i++) {
+    for (let i = from; i < from + count; i++) {
       const base = this.block(hashes[2 * i] as number);
       seen |= words[base + (((hashes[2 * i + 1] as number) & 511) >>> 5)] as number;
     }

@@ -503,6 +503,44 @@ describe('the key store', () => {
     }
   });
 
+  it('probes the eras as it reads ahead: a key every era said no to skips them', async () => {
+    const s = openStore();
+    const sealed = await sealRuns(s, GROUP_RUNS + 1, 40);
+    expect(s.idempotency.eraCount).toBe(1);
+    const addressOf = (p: IdempotencyPut): HashedAddress =>
+      s.idempotency.address(p.environment, p.customerId, p.scopeDigest);
+    const absent = Array.from({ length: 64 }, (_, i) => put(`c-${i % 3}`, `probe-${i}`, T0));
+    const addresses = absent.map(addressOf);
+    s.idempotency.readAhead(addresses);
+    const probes = vi.spyOn(KeyFilter.prototype, 'mayContain');
+    try {
+      let probed = 0;
+      for (const address of addresses) {
+        probes.mockClear();
+        expect(s.idempotency.get(address)).toBeUndefined();
+        if (probes.mock.calls.length > 0) probed += 1;
+      }
+      // Only a key the era's filter takes for one of its own (~0.2%) is probed again.
+      expect(probed).toBeLessThan(4);
+    } finally {
+      probes.mockRestore();
+    }
+    // A mark holds only until the filters change: a key sealed since it was marked is found.
+    const later = absent[0] as IdempotencyPut;
+    const marked = addresses[0] as HashedAddress;
+    await store(s, [later]);
+    await s.idempotency.seal(PACING);
+    expect(s.idempotency.inMemory).toBe(0);
+    expect(s.idempotency.get(marked)?.atMs).toBe(later.atMs);
+    // Keys the era holds are never marked: each is found through the era, as before.
+    const held = sealed.map(addressOf);
+    s.idempotency.readAhead(held.slice(0, 256));
+    expect(
+      sealed.every((p, i) => s.idempotency.get(held[i] as HashedAddress)?.atMs === p.atMs),
+    ).toBe(true);
+    await fixture.closeStore(s);
+  });
+
   it('puts 16 groups behind one era filter, stored when the era closes', async () => {
     const dir = fixture.tempDir();
     let s = openStore(dir);
