@@ -72,6 +72,8 @@ export interface ShardWorkerData {
   readonly snapshotSliceWork: number;
   /** Idempotency keys held in memory before a run is sealed (IDEMPOTENCY_RUN_KEYS by default). */
   readonly idempotencyRunKeys: number;
+  /** Groups of runs a new era of idempotency filters holds at most (ERA_GROUPS by default). */
+  readonly idempotencyEraGroups: number;
   /** This worker's shares of the operator's quotas. */
   readonly quotas: WorkerQuotas;
   /** The stamp counters of the `has` view (shared with the front ends: has-view.ts). */
@@ -93,6 +95,7 @@ const {
   snapshotEveryBatches,
   snapshotSliceWork,
   idempotencyRunKeys,
+  idempotencyEraGroups,
   quotas,
   viewStamps,
   outboxMarks,
@@ -152,6 +155,7 @@ const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`), {
   isSnapshotItem: isCustomerSnapshot,
   isAudit: isPendingAudit,
 });
+store.idempotency.eraGroups = idempotencyEraGroups;
 /**
  * TEST ONLY, never set in production: TALLY_TEST_MAP_ERAS_FROM=<bytes> stores closed
  * idempotency eras from that size on in the memory map (storage/idempotency-eras.ts), so a

@@ -43,6 +43,18 @@ export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
  */
 export const IDEMPOTENCY_RUN_KEYS = 131_072;
 
+/**
+ * Groups of 16 runs a new era of idempotency filters holds at most
+ * (storage/idempotency-eras.ts) by default, and the most it may be set to. A new key's
+ * lookup probes one filter per era retained, each a cache and TLB miss; an era of the
+ * default holds up to 2^25 keys (16 groups of 16 runs of 131,072), and its buffer in
+ * memory, 3 bytes per key of its capacity, takes up to 96 MiB.
+ * TALLY_IDEMPOTENCY_ERA_GROUPS overrides, up to the most: eras 4 times as large, a quarter
+ * as many to probe, a buffer 4 times as large.
+ */
+export const IDEMPOTENCY_ERA_GROUPS = 16;
+export const IDEMPOTENCY_ERA_GROUPS_MAX = 64;
+
 /** The longest keys wait in memory before they are sealed into a run (if fewer arrive). */
 export const IDEMPOTENCY_SEAL_INTERVAL_MS = 30_000;
 

@@ -14,6 +14,7 @@
 import os from 'node:os';
 import { nameThisThread } from '../actors/thread-name.js';
 import { parsePerEnvironment, type PerEnvironment } from '../shared/quotas.js';
+import { IDEMPOTENCY_ERA_GROUPS, IDEMPOTENCY_ERA_GROUPS_MAX } from '../shared/limits.js';
 import { DEFAULT_RATE_LIMITS } from './auth/rate-limit.js';
 import { createLogger, isLogLevel, LOG_LEVELS, stdoutDestination } from './observability/log.js';
 import { DEFAULT_HOST, defaultFrontEnds, startServer } from './server.js';
@@ -98,6 +99,19 @@ async function main(): Promise<void> {
   const snapshotEveryBatches = intFromEnv('TALLY_SNAPSHOT_EVERY_BATCHES', undefined);
   const snapshotSliceWork = intFromEnv('TALLY_SNAPSHOT_SLICE', undefined);
   const idempotencyRunKeys = intFromEnv('TALLY_IDEMPOTENCY_RUN_KEYS', undefined);
+  const idempotencyEraGroups = intFromEnv('TALLY_IDEMPOTENCY_ERA_GROUPS', undefined);
+  if (
+    idempotencyEraGroups !== undefined &&
+    idempotencyEraGroups !== 0 &&
+    (idempotencyEraGroups < IDEMPOTENCY_ERA_GROUPS ||
+      idempotencyEraGroups > IDEMPOTENCY_ERA_GROUPS_MAX)
+  ) {
+    process.stderr.write(
+      `TALLY_IDEMPOTENCY_ERA_GROUPS must be from ${IDEMPOTENCY_ERA_GROUPS} to ` +
+        `${IDEMPOTENCY_ERA_GROUPS_MAX}, got ${idempotencyEraGroups}\n`,
+    );
+    process.exit(2);
+  }
   const rateLimits = {
     server:
       intFromEnv('TALLY_RATE_LIMIT_SERVER', DEFAULT_RATE_LIMITS.server) ??
@@ -148,6 +162,9 @@ async function main(): Promise<void> {
       : { snapshotEveryBatches }),
     ...(snapshotSliceWork === undefined || snapshotSliceWork === 0 ? {} : { snapshotSliceWork }),
     ...(idempotencyRunKeys === undefined || idempotencyRunKeys === 0 ? {} : { idempotencyRunKeys }),
+    ...(idempotencyEraGroups === undefined || idempotencyEraGroups === 0
+      ? {}
+      : { idempotencyEraGroups }),
   });
   if (server.bootstrapKeys !== null) {
     stdout.write(

@@ -114,6 +114,11 @@ export interface ServerOptions {
   readonly snapshotSliceWork?: number;
   /** Idempotency keys a shard holds in memory before it seals a run (IDEMPOTENCY_RUN_KEYS). */
   readonly idempotencyRunKeys?: number;
+  /**
+   * Groups of runs a shard's new era of idempotency filters holds at most (16 to 64; default
+   * IDEMPOTENCY_ERA_GROUPS).
+   */
+  readonly idempotencyEraGroups?: number;
   /** Requests per minute per key, and for client keys per address and customer. */
   readonly rateLimits?: RateLimits;
   /**
@@ -432,6 +437,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     ...(options.idempotencyRunKeys === undefined
       ? {}
       : { idempotencyRunKeys: options.idempotencyRunKeys }),
+    ...(options.idempotencyEraGroups === undefined
+      ? {}
+      : { idempotencyEraGroups: options.idempotencyEraGroups }),
     ...(options.quotas === undefined ? {} : { quotas: options.quotas }),
     frontEnds,
   };

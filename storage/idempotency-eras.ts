@@ -48,18 +48,27 @@
  * and the next start leaves the era out (its groups' own filters hold every key).
  */
 import { crc32 } from 'node:zlib';
+import { IDEMPOTENCY_ERA_GROUPS, IDEMPOTENCY_ERA_GROUPS_MAX } from '../shared/limits.js';
 import type { RootDatabase } from 'lmdb';
 import { decodeRecord, encodeRecord } from './codec.js';
 import { ERA_FILTER_BITS_PER_KEY, KeyFilter, RUN_FILTER_BITS_PER_KEY } from './key-filter.js';
 import { flushedWrite, type BinaryDb } from './lmdb-env.js';
 
-/** Groups one era holds at most. */
-export const ERA_GROUPS = 16;
+/** Groups one era holds at most, unless the store is told otherwise (`KeyStore.eraGroups`). */
+export const ERA_GROUPS = IDEMPOTENCY_ERA_GROUPS;
+/** The most groups an era may be set to hold (4 × ERA_GROUPS: a filter of 256 MiB). */
+export const ERA_GROUPS_MAX = IDEMPOTENCY_ERA_GROUPS_MAX;
 /**
  * Keys one era's filter is sized for at most: 2^25, 64 MiB at 16 bits a key, sixteen groups
- * of sixteen runs of 131,072 keys. A group too large for two in an era stands alone.
+ * of sixteen runs of 131,072 keys; an era of more groups than ERA_GROUPS, as many times
+ * more. A group too large for two in an era stands alone.
  */
 export const ERA_MAX_KEYS = 1 << 25;
+
+/** The keys an era of `groups` groups is sized for at most. */
+function eraMaxKeys(groups: number): number {
+  return (ERA_MAX_KEYS / ERA_GROUPS) * Math.max(groups, ERA_GROUPS);
+}
 /**
  * The smallest image read from the memory map: smaller eras (under ~2.8 million keys, 256
  * runs of under 11,000) stay in memory, so a store keeps at most ~100 MiB of them a day.
@@ -108,24 +117,29 @@ export interface Era {
   readonly runFilters: Map<number, KeyFilter>;
   /** Its memory is new: its pages are not yet in the worker's memory (`makeResident`). */
   untouched: boolean;
+  /** The groups it holds at most. */
+  readonly maxGroups: number;
 }
 
 /**
- * A new, open era for groups of `groupCapacity` keys and their runs (at most `maxRuns`), or
- * null if they should stand alone. Its image will be read from the memory map if it takes
- * `mapFrom` bytes or more; such an era's memory is `spare` where that is large enough (the
- * buffer of an era closed before, zeroed), else new (as a smaller era's always is: it
- * keeps its memory).
+ * A new, open era for up to `maxGroups` groups of `groupCapacity` keys and their runs
+ * (`groupRuns` each at most), or null if they should stand alone. Its image will be read
+ * from the memory map if it takes `mapFrom` bytes or more; such an era's memory is `spare`
+ * where that is large enough (the buffer of an era closed before, zeroed), else new (as a
+ * smaller era's always is: it keeps its memory).
  */
 export function openEra(
   first: number,
   groupCapacity: number,
-  maxRuns: number,
+  groupRuns: number,
   spare: Uint8Array | null,
   mapFrom = MAP_FROM_BYTES,
+  maxGroups = ERA_GROUPS,
 ): Era | null {
-  if (2 * groupCapacity > ERA_MAX_KEYS) return null;
-  const capacity = Math.min(ERA_GROUPS * groupCapacity, ERA_MAX_KEYS);
+  const maxKeys = eraMaxKeys(maxGroups);
+  if (2 * groupCapacity > maxKeys) return null;
+  const capacity = Math.min(maxGroups * groupCapacity, maxKeys);
+  const maxRuns = maxGroups * groupRuns;
   const filterBytes = KeyFilter.bytesFor(capacity, ERA_FILTER_BITS_PER_KEY);
   // Each run's filter is whole blocks: one more block per run than its keys need, at most.
   const runBytes = KeyFilter.bytesFor(capacity, RUN_FILTER_BITS_PER_KEY) + 64 * maxRuns;
@@ -149,6 +163,7 @@ export function openEra(
     mappedBytes: 0,
     runFilters: new Map(),
     untouched: memory !== spare,
+    maxGroups,
   };
 }
 
@@ -176,7 +191,7 @@ const RESIDENT_SLICE_BYTES = 256 << 10;
 
 /** Whether a group of `capacity` keys can join `era`. */
 export function hasRoom(era: Era, capacity: number): boolean {
-  return !era.stored && era.groups < ERA_GROUPS && era.reserved + capacity <= era.capacity;
+  return !era.stored && era.groups < era.maxGroups && era.reserved + capacity <= era.capacity;
 }
 
 /**
@@ -324,6 +339,8 @@ function loadedEra(
     carved: [],
     mappedBytes: image?.mapped === true ? imageBytes : 0,
     runFilters,
+    // Closed: it takes no more groups, however many it was opened for.
+    maxGroups: ERA_GROUPS_MAX,
     untouched: false,
   };
 }

@@ -69,6 +69,7 @@ import {
 import {
   carveRunFilter,
   ERA_GROUPS,
+  ERA_GROUPS_MAX,
   hasRoom,
   loadEras,
   makeResident,
@@ -613,6 +614,24 @@ export class KeyStore {
    * it to have small eras read from there.
    */
   mapErasFrom = MAP_FROM_BYTES;
+  #eraGroups = ERA_GROUPS;
+
+  /**
+   * The groups a new era holds at most (ERA_GROUPS to ERA_GROUPS_MAX; the open era keeps
+   * its own). More: fewer eras for a lookup to probe (one probe each), and a larger open
+   * era's buffer in memory (3 bytes per key of its capacity) and image at its close.
+   */
+  get eraGroups(): number {
+    return this.#eraGroups;
+  }
+
+  set eraGroups(groups: number) {
+    assert(
+      Number.isInteger(groups) && groups >= ERA_GROUPS && groups <= ERA_GROUPS_MAX,
+      `an era holds ${ERA_GROUPS} to ${ERA_GROUPS_MAX} groups, not ${groups}`,
+    );
+    this.#eraGroups = groups;
+  }
   /** First run seqs of era entries stored without a head: removed by the next drop. */
   #orphanEras: number[];
 
@@ -1175,9 +1194,10 @@ export class KeyStore {
       era = this.#openEra = openEra(
         first,
         capacity,
-        ERA_GROUPS * GROUP_RUNS,
+        GROUP_RUNS,
         this.#spareEra,
         this.mapErasFrom,
+        this.#eraGroups,
       );
       // The spare goes with the era that takes it, or is let go (the keys' rate changed).
       this.#spareEra = null;

@@ -593,6 +593,37 @@ describe('the key store', () => {
     expect(storedEraKeys(dir)).toEqual([]); // both removed by the first drop
   });
 
+  it('holds as many groups in an era as it is set to: fewer eras for a miss to probe', async () => {
+    const dir = fixture.tempDir();
+    const s = openStore(dir);
+    expect(() => {
+      s.idempotency.eraGroups = ERA_GROUPS - 1;
+    }).toThrow(`an era holds ${ERA_GROUPS} to ${4 * ERA_GROUPS} groups, not ${ERA_GROUPS - 1}`);
+    expect(() => {
+      s.idempotency.eraGroups = 4 * ERA_GROUPS + 1;
+    }).toThrow('groups, not 65');
+    s.idempotency.eraGroups = 2 * ERA_GROUPS;
+    // Runs of 20 keys: where an era of the default closes after 16 groups, this one goes on.
+    const eraRuns = 2 * ERA_GROUPS * GROUP_RUNS;
+    const all = await sealRuns(s, ERA_GROUPS * GROUP_RUNS + 1, 20);
+    expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([ERA_GROUPS + 1, 1]);
+    all.push(...(await sealRuns(s, ERA_GROUPS * GROUP_RUNS, 20, ERA_GROUPS * GROUP_RUNS + 1)));
+    expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([2 * ERA_GROUPS + 1, 2]);
+    expect(storedEras(dir)).toEqual([1]);
+    expect(all.length).toBe((eraRuns + 1) * 20);
+    const probes = vi.spyOn(KeyFilter.prototype, 'mayContain');
+    try {
+      const absent = Array.from({ length: 2000 }, (_, i) => put(`c-${i % 3}`, `no-${i}`, 0));
+      for (const p of absent) expect(s.idempotency.get(p)).toBeUndefined();
+      // About one probe per era, two eras for 33 groups.
+      expect(probes.mock.calls.length / absent.length).toBeLessThan(3);
+    } finally {
+      probes.mockRestore();
+    }
+    expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
+    await fixture.closeStore(s);
+  });
+
   it('drops an era with its last group; reads one part of whose groups expired', async () => {
     const dir = fixture.tempDir();
     let s = openStore(dir);

@@ -320,6 +320,10 @@ describe('a start that fails', () => {
     [{ PORT: 'eighty' }, 'PORT must be a whole number, got "eighty"'],
     [{ TALLY_WORKERS: '-1' }, 'TALLY_WORKERS must be a whole number, got "-1"'],
     [
+      { TALLY_IDEMPOTENCY_ERA_GROUPS: '8' },
+      'TALLY_IDEMPOTENCY_ERA_GROUPS must be from 16 to 64, got 8',
+    ],
+    [
       { TALLY_LOG_LEVEL: 'loud' },
       'TALLY_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "loud"',
     ],
