@@ -345,7 +345,7 @@ const readAheadAddresses: Array<HashedAddress | null> = new Array(READ_AHEAD_KEY
  * probe is a miss in the cache and in the TLB (an era's filter is up to 64 MiB, one page a
  * probe); read for a whole batch first, 256 keys × 90 eras touch 23,000 pages, and the
  * probes after find them gone and miss again. 8 keys at a time keep them (filters alone,
- * 90 eras of 64 MiB: 22 µs a key against 31).
+ * 90 eras of 64 MiB: 23 µs a key against 31).
  */
 const ERA_PROBE_KEYS = 8;
 
