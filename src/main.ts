@@ -14,10 +14,14 @@
 import os from 'node:os';
 import { nameThisThread } from '../actors/thread-name.js';
 import { parsePerEnvironment, type PerEnvironment } from '../shared/quotas.js';
-import { IDEMPOTENCY_ERA_GROUPS, IDEMPOTENCY_ERA_GROUPS_MAX } from '../shared/limits.js';
 import { DEFAULT_RATE_LIMITS } from './auth/rate-limit.js';
 import { createLogger, isLogLevel, LOG_LEVELS, stdoutDestination } from './observability/log.js';
-import { DEFAULT_HOST, defaultFrontEnds, startServer } from './server.js';
+import {
+  DEFAULT_HOST,
+  defaultFrontEnds,
+  idempotencyEraGroupsProblem,
+  startServer,
+} from './server.js';
 import { policyOptionsFromEnv } from './webhooks/address-policy.js';
 import { parseSchedule } from './webhooks/schedule.js';
 import type { WebhookSettings } from './webhooks/service.js';
@@ -100,16 +104,12 @@ async function main(): Promise<void> {
   const snapshotSliceWork = intFromEnv('TALLY_SNAPSHOT_SLICE', undefined);
   const idempotencyRunKeys = intFromEnv('TALLY_IDEMPOTENCY_RUN_KEYS', undefined);
   const idempotencyEraGroups = intFromEnv('TALLY_IDEMPOTENCY_ERA_GROUPS', undefined);
-  if (
-    idempotencyEraGroups !== undefined &&
-    idempotencyEraGroups !== 0 &&
-    (idempotencyEraGroups < IDEMPOTENCY_ERA_GROUPS ||
-      idempotencyEraGroups > IDEMPOTENCY_ERA_GROUPS_MAX)
-  ) {
-    process.stderr.write(
-      `TALLY_IDEMPOTENCY_ERA_GROUPS must be from ${IDEMPOTENCY_ERA_GROUPS} to ` +
-        `${IDEMPOTENCY_ERA_GROUPS_MAX}, got ${idempotencyEraGroups}\n`,
-    );
+  const eraGroupsProblem =
+    idempotencyEraGroups === undefined || idempotencyEraGroups === 0
+      ? null
+      : idempotencyEraGroupsProblem(idempotencyEraGroups);
+  if (eraGroupsProblem !== null) {
+    process.stderr.write(`${eraGroupsProblem}\n`);
     process.exit(2);
   }
   const rateLimits = {

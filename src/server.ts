@@ -64,7 +64,11 @@ import { UNLIMITED, type Quotas } from '../shared/quotas.js';
 import { ShardPool } from './shard-pool.js';
 import { SharedBudgets } from './auth/shared-budgets.js';
 import { FrontEndThreads, type FrontEndThreadsOptions } from './front-ends/threads.js';
-import { FRONT_ENDS_MAX } from '../shared/limits.js';
+import {
+  FRONT_ENDS_MAX,
+  IDEMPOTENCY_ERA_GROUPS,
+  IDEMPOTENCY_ERA_GROUPS_MAX,
+} from '../shared/limits.js';
 import { webhookHandler } from './api/commerce-routes.js';
 import { syncCatalog, type CatalogAction } from './commerce/catalog-sync.js';
 import {
@@ -182,6 +186,19 @@ async function bootstrapKeys(keys: KeyRing, dataDir: string): Promise<BootstrapK
  */
 export function defaultWorkers(cores: number): number {
   return Math.max(1, cores - 1);
+}
+
+/**
+ * Why `groups` cannot be the groups of runs an era of idempotency filters holds
+ * (`idempotencyEraGroups`, TALLY_IDEMPOTENCY_ERA_GROUPS), or null if it can.
+ */
+export function idempotencyEraGroupsProblem(groups: number): string | null {
+  return Number.isInteger(groups) &&
+    groups >= IDEMPOTENCY_ERA_GROUPS &&
+    groups <= IDEMPOTENCY_ERA_GROUPS_MAX
+    ? null
+    : `TALLY_IDEMPOTENCY_ERA_GROUPS must be from ${IDEMPOTENCY_ERA_GROUPS} to ` +
+        `${IDEMPOTENCY_ERA_GROUPS_MAX}, got ${groups}`;
 }
 
 /**
@@ -324,6 +341,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const frontEnds = options.frontEnds ?? 1;
   if (!Number.isInteger(frontEnds) || frontEnds < 1 || frontEnds > FRONT_ENDS_MAX)
     throw new Error(`TALLY_FRONTENDS must be 1 to ${FRONT_ENDS_MAX}, got ${frontEnds}`);
+  const eraGroupsProblem =
+    options.idempotencyEraGroups === undefined
+      ? null
+      : idempotencyEraGroupsProblem(options.idempotencyEraGroups);
+  if (eraGroupsProblem !== null) throw new Error(eraGroupsProblem);
   const host = options.host ?? DEFAULT_HOST;
   const socket = await listen(app, host, options.port, frontEnds > 1);
   const port = uWS.us_socket_local_port(socket);

@@ -67,7 +67,7 @@ export const ERA_MAX_KEYS = 1 << 25;
 
 /** The keys an era of `groups` groups is sized for at most. */
 function eraMaxKeys(groups: number): number {
-  return (ERA_MAX_KEYS / ERA_GROUPS) * Math.max(groups, ERA_GROUPS);
+  return (ERA_MAX_KEYS / ERA_GROUPS) * groups;
 }
 /**
  * The smallest image read from the memory map: smaller eras (under ~2.8 million keys, 256

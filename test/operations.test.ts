@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { idempotencyEraGroupsProblem } from '../src/server.js';
 import { ShardStore } from '../storage/journal.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
 import { runProcess } from './support/run-process.js';
@@ -337,6 +338,17 @@ describe('a start that fails', () => {
       expect(fs.existsSync(ran.dataDir)).toBe(false);
     },
   );
+
+  it('refuses an era size out of range whether it comes from the environment or the API', () => {
+    // startServer throws this problem; main prints it and exits 2 (above).
+    expect([16, 40, 64].map(idempotencyEraGroupsProblem)).toEqual([null, null, null]);
+    expect(idempotencyEraGroupsProblem(65)).toBe(
+      'TALLY_IDEMPOTENCY_ERA_GROUPS must be from 16 to 64, got 65',
+    );
+    expect(idempotencyEraGroupsProblem(16.5)).toBe(
+      'TALLY_IDEMPOTENCY_ERA_GROUPS must be from 16 to 64, got 16.5',
+    );
+  });
 
   it(
     'on a data dir another server holds: ' + 'one line on stderr, and that server keeps running',
