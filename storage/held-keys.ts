@@ -6,16 +6,22 @@
  * them to reach the old generation. Held as an object, a string and a map entry each,
  * every one of them is more for each major GC to mark, and once its batch is sealed
  * garbage the next collection must clear: the heap and the resident memory rise and fall
- * with every batch. So a key lives in typed arrays instead:
+ * with every batch. So a key lives in a row of a typed array instead, 64 bytes, one cache
+ * line:
  *
- * - its digest's and its fingerprint's characters in one pool of UTF-16 code units, where
- *   the slot's columns say where each starts and how long it is;
+ * - its digest's and its fingerprint's characters, a byte each (both are ASCII and short:
+ *   a digest is 22 characters, an amount's fingerprint a handful); texts that are not, or
+ *   do not fit, go to a pool of UTF-16 code units the row points into;
  * - its customer as an index into the batch's customers (an id string and a map entry per
  *   customer, not per key), its environment, its time;
  * - its two hashes (key-filter.ts: over customer, environment and digest), computed once per
  *   key: a slot's first hash places it in an open-addressing table (a digest many customers
  *   share, the same key text, spreads like any other), and sealing sets the filters' bits
  *   from both without hashing the key again.
+ *
+ * One line a key, not one in each of a dozen columns: keeping a key between a write's other
+ * work, and sealing's reads of a batch in run order (a customer's keys lie anywhere in the
+ * batch), each touch one line where columns touched one per field.
  *
  * `clear` empties a batch but keeps its arrays, so the store reuses a sealed batch's
  * arrays for the next one and this memory does not rise and fall with each run. `get` and
@@ -69,8 +75,34 @@ export function sameAddress(a: KeyAddress, b: KeyAddress): boolean {
 
 /** The slots a batch of keys starts with unless told otherwise. */
 const FIRST_SLOTS = 1024;
-/** Code units of the pool per slot (a digest takes 22 and an amount's fingerprint ~2–10). */
-const UNITS_PER_SLOT = 30;
+/**
+ * A slot's row: 16 words, 64 bytes, one cache line. Words: the customer's index, the meta
+ * word, the two hashes, the time (a float64 over words 4–5), then 40 bytes of text: the
+ * digest's characters and the fingerprint's, one byte each, where both are ASCII and fit
+ * (a digest takes 22, an amount's fingerprint ~2–13). A key whose texts do not fit keeps
+ * them in the pool instead, and its row says where (words 6–9).
+ */
+const ROW_WORDS = 16;
+const ROW_BYTES = 4 * ROW_WORDS;
+const CUSTOMER = 0;
+const META = 1;
+const FIRST = 2;
+const SECOND = 3;
+/** The time's index in a float64 view of the rows: words 4–5. */
+const AT_MS = 2;
+const DIGEST_START = 6;
+const DIGEST_LENGTH = 7;
+const FINGERPRINT_START = 8;
+const FINGERPRINT_LENGTH = 9;
+const TEXT_OFFSET = 24;
+const TEXT_BYTES = ROW_BYTES - TEXT_OFFSET;
+/** The meta word: bit 0 live, bit 1 texts in the row, then both lengths when they are. */
+const LIVE_BIT = 1;
+const IN_ROW_BIT = 2;
+const DIGEST_LENGTH_SHIFT = 8;
+const FINGERPRINT_LENGTH_SHIFT = 16;
+/** Code units the pool starts with: only texts that do not fit a row go there. */
+const FIRST_POOL_UNITS = 64;
 /** How much an array grows when it is full, and the fewest slots it grows to. */
 const GROWTH = 1.5;
 const FEWEST_GROWN_SLOTS = 16;
@@ -91,20 +123,12 @@ export class HeldKeys {
   /** Each customer's place in id order, once `rankCustomer` has given every one its own. */
   #rank = new Int32Array(0);
   #ranked = 0;
-  #customer: Int32Array;
-  /** 1 for live, 0 for test. */
-  #live: Uint8Array;
-  #atMs: Float64Array;
-  /** Where the slot's digest starts in the pool, and its length. */
-  #digestStart: Int32Array;
-  #digestLength: Int32Array;
-  /** Where the slot's fingerprint starts in the pool, and its length. */
-  #fingerprintStart: Int32Array;
-  #fingerprintLength: Int32Array;
-  /** The key's two hashes (`keyHashes`). */
-  #first: Int32Array;
-  #second: Int32Array;
-  #pool: Uint16Array;
+  /** The slots' rows (ROW_WORDS words each), and views of the same memory. */
+  #rows: Int32Array;
+  #times: Float64Array;
+  #bytes: Uint8Array;
+  /** Code units of the texts that do not fit their row. */
+  #pool = new Uint16Array(FIRST_POOL_UNITS);
   #poolEnd = 0;
   /** Slot + 1 at each hash position, 0 where empty; a power of two, at least twice the slots. */
   #table: Int32Array;
@@ -122,39 +146,20 @@ export class HeldKeys {
    * a run is sealed at, and a little over: keys keep coming while the previous run seals).
    */
   constructor(slots = FIRST_SLOTS) {
-    this.#customer = new Int32Array(slots);
-    this.#live = new Uint8Array(slots);
-    this.#atMs = new Float64Array(slots);
-    this.#digestStart = new Int32Array(slots);
-    this.#digestLength = new Int32Array(slots);
-    this.#fingerprintStart = new Int32Array(slots);
-    this.#fingerprintLength = new Int32Array(slots);
-    this.#first = new Int32Array(slots);
-    this.#second = new Int32Array(slots);
-    this.#pool = new Uint16Array(UNITS_PER_SLOT * slots);
+    this.#rows = new Int32Array(ROW_WORDS * slots);
+    this.#times = new Float64Array(this.#rows.buffer);
+    this.#bytes = new Uint8Array(this.#rows.buffer);
     this.#table = new Int32Array(tableSizeFor(slots));
   }
 
   /** Keys it holds before its arrays grow. */
   get capacity(): number {
-    return this.#atMs.length;
+    return this.#rows.length / ROW_WORDS;
   }
 
   /** Bytes its arrays take (what the batch costs, whatever it holds now). */
   get byteLength(): number {
-    return (
-      this.#customer.byteLength +
-      this.#live.byteLength +
-      this.#atMs.byteLength +
-      this.#digestStart.byteLength +
-      this.#digestLength.byteLength +
-      this.#fingerprintStart.byteLength +
-      this.#fingerprintLength.byteLength +
-      this.#first.byteLength +
-      this.#second.byteLength +
-      this.#pool.byteLength +
-      this.#table.byteLength
-    );
+    return this.#rows.byteLength + this.#pool.byteLength + this.#table.byteLength;
   }
 
   /** The key at `address`, whose first hash (`keyHashes`) is `first`, or undefined. */
@@ -172,10 +177,10 @@ export class HeldKeys {
     this.#missed = null;
     if (found >= 0) {
       this.#setFingerprint(found, put.fingerprint);
-      this.#atMs[found] = put.atMs;
+      (this.#times as Float64Array)[found * (ROW_WORDS / 2) + AT_MS] = put.atMs;
       return;
     }
-    const grew = this.size === this.#atMs.length;
+    const grew = this.size === this.capacity;
     if (grew) this.#grow();
     const slot = this.size++;
     let customer = this.#customerIndex.get(put.customerId);
@@ -184,15 +189,18 @@ export class HeldKeys {
       this.#customers.push(put.customerId);
       this.#customerIndex.set(put.customerId, customer);
     }
-    this.#customer[slot] = customer;
-    this.#live[slot] = put.environment === 'live' ? 1 : 0;
-    this.#atMs[slot] = put.atMs;
-    this.#digestStart[slot] = this.#store(put.scopeDigest);
-    this.#digestLength[slot] = put.scopeDigest.length;
-    this.#fingerprintStart[slot] = this.#store(put.fingerprint);
-    this.#fingerprintLength[slot] = put.fingerprint.length;
-    this.#first[slot] = first;
-    this.#second[slot] = second;
+    const rows = this.#rows;
+    const row = slot * ROW_WORDS;
+    rows[row + CUSTOMER] = customer;
+    rows[row + FIRST] = first;
+    rows[row + SECOND] = second;
+    this.#times[slot * (ROW_WORDS / 2) + AT_MS] = put.atMs;
+    this.#writeTexts(
+      slot,
+      put.environment === 'live' ? LIVE_BIT : 0,
+      put.scopeDigest,
+      put.fingerprint,
+    );
     if (reuse && !grew) this.#table[missedAt] = slot + 1;
     else this.#place(slot);
   }
@@ -246,8 +254,9 @@ export class HeldKeys {
    * customer id (a customer's place). Every customer must have its place (`rankCustomer`).
    */
   bucketOf(slot: number): number {
-    const rank = this.#rank[this.#customer[slot] as number] as number;
-    return this.#live[slot] === 1 ? rank : this.#customers.length + rank;
+    const row = slot * ROW_WORDS;
+    const rank = this.#rank[this.#rows[row + CUSTOMER] as number] as number;
+    return this.isLive(slot) ? rank : this.#customers.length + rank;
   }
 
   /** Buckets of `bucketOf`: two per customer (live and test). */
@@ -264,22 +273,33 @@ export class HeldKeys {
    * digests compare as strings. Every customer must have its place (`rankCustomer`).
    */
   readonly compare = (a: number, b: number): number => {
-    const live = (this.#live[b] as number) - (this.#live[a] as number);
+    const rows = this.#rows;
+    const rowA = a * ROW_WORDS;
+    const rowB = b * ROW_WORDS;
+    const metaA = rows[rowA + META] as number;
+    const metaB = rows[rowB + META] as number;
+    const live = (metaB & LIVE_BIT) - (metaA & LIVE_BIT);
     if (live !== 0) return live;
-    const customerA = this.#customer[a] as number;
-    const customerB = this.#customer[b] as number;
+    const customerA = rows[rowA + CUSTOMER] as number;
+    const customerB = rows[rowB + CUSTOMER] as number;
     if (customerA !== customerB)
       return (this.#rank[customerA] as number) - (this.#rank[customerB] as number);
-    const pool = this.#pool;
-    const startA = this.#digestStart[a] as number;
-    const startB = this.#digestStart[b] as number;
-    const lengthA = this.#digestLength[a] as number;
-    const lengthB = this.#digestLength[b] as number;
+    const lengthA = this.#digestLength(a);
+    const lengthB = this.#digestLength(b);
     const common = Math.min(lengthA, lengthB);
-    for (let i = 0; i < common; i++) {
-      const unit = (pool[startA + i] as number) - (pool[startB + i] as number);
-      if (unit !== 0) return unit;
-    }
+    if ((metaA & metaB & IN_ROW_BIT) !== 0) {
+      const bytes = this.#bytes;
+      const startA = a * ROW_BYTES + TEXT_OFFSET;
+      const startB = b * ROW_BYTES + TEXT_OFFSET;
+      for (let i = 0; i < common; i++) {
+        const unit = (bytes[startA + i] as number) - (bytes[startB + i] as number);
+        if (unit !== 0) return unit;
+      }
+    } else
+      for (let i = 0; i < common; i++) {
+        const unit = this.#digestUnit(a, i) - this.#digestUnit(b, i);
+        if (unit !== 0) return unit;
+      }
     return lengthA - lengthB;
   };
 
@@ -299,25 +319,41 @@ export class HeldKeys {
    * writes a run's blocks from them (idempotency-runs.ts) without making one.
    */
   customerIdOf(slot: number): string {
-    return this.#customers[this.#customer[slot] as number] as string;
+    return this.#customers[this.#rows[slot * ROW_WORDS + CUSTOMER] as number] as string;
   }
 
   isLive(slot: number): boolean {
-    return this.#live[slot] === 1;
+    return ((this.#rows[slot * ROW_WORDS + META] as number) & LIVE_BIT) !== 0;
   }
 
   atMsOf(slot: number): number {
-    return this.#atMs[slot] as number;
+    return this.#times[slot * (ROW_WORDS / 2) + AT_MS] as number;
   }
 
   digestOf(slot: number): string {
-    return this.#text(this.#digestStart[slot] as number, this.#digestLength[slot] as number);
+    const row = slot * ROW_WORDS;
+    const meta = this.#rows[row + META] as number;
+    if ((meta & IN_ROW_BIT) !== 0)
+      return this.#rowText(slot * ROW_BYTES + TEXT_OFFSET, (meta >>> DIGEST_LENGTH_SHIFT) & 0xff);
+    return this.#text(
+      this.#rows[row + DIGEST_START] as number,
+      this.#rows[row + DIGEST_LENGTH] as number,
+    );
   }
 
   fingerprintOf(slot: number): string {
+    const row = slot * ROW_WORDS;
+    const meta = this.#rows[row + META] as number;
+    if ((meta & IN_ROW_BIT) !== 0) {
+      const digestLength = (meta >>> DIGEST_LENGTH_SHIFT) & 0xff;
+      return this.#rowText(
+        slot * ROW_BYTES + TEXT_OFFSET + digestLength,
+        (meta >>> FINGERPRINT_LENGTH_SHIFT) & 0xff,
+      );
+    }
     return this.#text(
-      this.#fingerprintStart[slot] as number,
-      this.#fingerprintLength[slot] as number,
+      this.#rows[row + FINGERPRINT_START] as number,
+      this.#rows[row + FINGERPRINT_LENGTH] as number,
     );
   }
 
@@ -338,8 +374,9 @@ export class HeldKeys {
 
   /** Sets KEY_HASHES to the slot's key's hashes (key-filter.ts), as `set` was given them. */
   hashKey(slot: number): void {
-    KEY_HASHES[0] = this.#first[slot] as number;
-    KEY_HASHES[1] = this.#second[slot] as number;
+    const row = slot * ROW_WORDS;
+    KEY_HASHES[0] = this.#rows[row + FIRST] as number;
+    KEY_HASHES[1] = this.#rows[row + SECOND] as number;
   }
 
   /**
@@ -350,21 +387,38 @@ export class HeldKeys {
    * `out` needs room for 64 bytes from `at`.
    */
   packTexts(slot: number, out: Uint8Array, at: number): number {
-    const end = packAsciiUnits(
-      this.#pool,
-      this.#digestStart[slot] as number,
-      this.#digestLength[slot] as number,
-      out,
-      at,
-    );
-    if (end < 0) return -1;
-    return packAsciiUnits(
-      this.#pool,
-      this.#fingerprintStart[slot] as number,
-      this.#fingerprintLength[slot] as number,
-      out,
-      end,
-    );
+    const row = slot * ROW_WORDS;
+    const meta = this.#rows[row + META] as number;
+    if ((meta & IN_ROW_BIT) === 0) {
+      const end = packAsciiUnits(
+        this.#pool,
+        this.#rows[row + DIGEST_START] as number,
+        this.#rows[row + DIGEST_LENGTH] as number,
+        out,
+        at,
+      );
+      if (end < 0) return -1;
+      return packAsciiUnits(
+        this.#pool,
+        this.#rows[row + FINGERPRINT_START] as number,
+        this.#rows[row + FINGERPRINT_LENGTH] as number,
+        out,
+        end,
+      );
+    }
+    // Texts in a row are ASCII already: only their lengths can rule out a fixstr.
+    const digestLength = (meta >>> DIGEST_LENGTH_SHIFT) & 0xff;
+    const fingerprintLength = (meta >>> FINGERPRINT_LENGTH_SHIFT) & 0xff;
+    if (digestLength >= 32 || fingerprintLength >= 32) return -1;
+    const bytes = this.#bytes;
+    const from = slot * ROW_BYTES + TEXT_OFFSET;
+    out[at] = 0xa0 | digestLength;
+    for (let i = 0; i < digestLength; i++) out[at + 1 + i] = bytes[from + i] as number;
+    const next = at + 1 + digestLength;
+    out[next] = 0xa0 | fingerprintLength;
+    for (let i = 0; i < fingerprintLength; i++)
+      out[next + 1 + i] = bytes[from + digestLength + i] as number;
+    return next + 1 + fingerprintLength;
   }
 
   /** The longest run of occupied table positions: the most a lookup can walk. */
@@ -394,42 +448,99 @@ export class HeldKeys {
         return -1;
       }
       const slot = entry - 1;
-      if (this.#first[slot] === first && this.#is(slot, address)) return slot;
+      if (this.#rows[slot * ROW_WORDS + FIRST] === first && this.#is(slot, address)) return slot;
     }
   }
 
   /** Whether `slot` holds the key at `address`. */
   #is(slot: number, address: KeyAddress): boolean {
     if (
-      this.#live[slot] !== (address.environment === 'live' ? 1 : 0) ||
-      this.#customers[this.#customer[slot] as number] !== address.customerId
+      this.isLive(slot) !== (address.environment === 'live') ||
+      this.customerIdOf(slot) !== address.customerId
     )
       return false;
     const digest = address.scopeDigest;
-    if (this.#digestLength[slot] !== digest.length) return false;
-    const start = this.#digestStart[slot] as number;
+    if (this.#digestLength(slot) !== digest.length) return false;
     for (let i = 0; i < digest.length; i++)
-      if (this.#pool[start + i] !== digest.charCodeAt(i)) return false;
+      if (this.#digestUnit(slot, i) !== digest.charCodeAt(i)) return false;
     return true;
+  }
+
+  #digestLength(slot: number): number {
+    const row = slot * ROW_WORDS;
+    const meta = this.#rows[row + META] as number;
+    return (meta & IN_ROW_BIT) !== 0
+      ? (meta >>> DIGEST_LENGTH_SHIFT) & 0xff
+      : (this.#rows[row + DIGEST_LENGTH] as number);
+  }
+
+  /** Code unit `i` of the slot's digest. */
+  #digestUnit(slot: number, i: number): number {
+    const row = slot * ROW_WORDS;
+    return ((this.#rows[row + META] as number) & IN_ROW_BIT) !== 0
+      ? (this.#bytes[slot * ROW_BYTES + TEXT_OFFSET + i] as number)
+      : (this.#pool[(this.#rows[row + DIGEST_START] as number) + i] as number);
   }
 
   /** Puts `slot` in the table (known absent). */
   #place(slot: number): void {
     const table = this.#table;
     const mask = table.length - 1;
-    let at = (this.#first[slot] as number) & mask;
+    let at = (this.#rows[slot * ROW_WORDS + FIRST] as number) & mask;
     for (; table[at] !== 0; at = (at + 1) & mask);
     table[at] = slot + 1;
   }
 
+  /**
+   * Writes the slot's texts and its meta word (`environment`: the live bit or 0): into its
+   * row where both are ASCII and fit, else into the pool.
+   */
+  #writeTexts(slot: number, environment: number, digest: string, fingerprint: string): void {
+    const row = slot * ROW_WORDS;
+    if (digest.length + fingerprint.length <= TEXT_BYTES) {
+      const bytes = this.#bytes;
+      let at = slot * ROW_BYTES + TEXT_OFFSET;
+      let units = 0;
+      for (let i = 0; i < digest.length; i++, at++) {
+        const unit = digest.charCodeAt(i);
+        units |= unit;
+        bytes[at] = unit;
+      }
+      for (let i = 0; i < fingerprint.length; i++, at++) {
+        const unit = fingerprint.charCodeAt(i);
+        units |= unit;
+        bytes[at] = unit;
+      }
+      if (units < 0x80) {
+        this.#rows[row + META] =
+          environment |
+          IN_ROW_BIT |
+          (digest.length << DIGEST_LENGTH_SHIFT) |
+          (fingerprint.length << FINGERPRINT_LENGTH_SHIFT);
+        return;
+      }
+    }
+    this.#rows[row + META] = environment;
+    this.#rows[row + DIGEST_START] = this.#store(digest);
+    this.#rows[row + DIGEST_LENGTH] = digest.length;
+    this.#rows[row + FINGERPRINT_START] = this.#store(fingerprint);
+    this.#rows[row + FINGERPRINT_LENGTH] = fingerprint.length;
+  }
+
   /** A key set again (its retention passed) keeps its place, with the new fingerprint. */
   #setFingerprint(slot: number, fingerprint: string): void {
-    if ((this.#fingerprintLength[slot] as number) >= fingerprint.length) {
-      const start = this.#fingerprintStart[slot] as number;
+    const row = slot * ROW_WORDS;
+    const meta = this.#rows[row + META] as number;
+    if ((meta & IN_ROW_BIT) !== 0) {
+      this.#writeTexts(slot, meta & LIVE_BIT, this.digestOf(slot), fingerprint);
+      return;
+    }
+    if ((this.#rows[row + FINGERPRINT_LENGTH] as number) >= fingerprint.length) {
+      const start = this.#rows[row + FINGERPRINT_START] as number;
       for (let i = 0; i < fingerprint.length; i++)
         this.#pool[start + i] = fingerprint.charCodeAt(i);
-    } else this.#fingerprintStart[slot] = this.#store(fingerprint);
-    this.#fingerprintLength[slot] = fingerprint.length;
+    } else this.#rows[row + FINGERPRINT_START] = this.#store(fingerprint);
+    this.#rows[row + FINGERPRINT_LENGTH] = fingerprint.length;
   }
 
   /** Appends `text`'s code units to the pool; returns where they start. */
@@ -448,33 +559,35 @@ export class HeldKeys {
   }
 
   /**
-   * The text of `length` code units from `start`. They are copied into a plain array kept
-   * for that length: `String.fromCharCode` over a typed array's view took three times as
-   * long (the view is an object of its own), and sealing builds two texts a key.
+   * The text of `length` code units from `start` of the pool. They are copied into a plain
+   * array kept for that length: `String.fromCharCode` over a typed array's view took three
+   * times as long (the view is an object of its own), and sealing builds two texts a key.
    */
   #text(start: number, length: number): string {
     if (length > REUSED_TEXT_UNITS) {
       const view = this.#pool.subarray(start, start + length);
       return String.fromCharCode.apply(null, view as unknown as number[]);
     }
-    let units = textUnits[length];
-    if (units === undefined) units = textUnits[length] = new Array<number>(length).fill(0);
+    const units = unitsOf(length);
     for (let i = 0; i < length; i++) units[i] = this.#pool[start + i] as number;
     return String.fromCharCode.apply(null, units);
   }
 
-  /** Grows every column by GROWTH and rebuilds the table to fit. */
+  /** The text of `length` bytes (ASCII) of the rows from byte `start` (as `#text`). */
+  #rowText(start: number, length: number): string {
+    const units = unitsOf(length);
+    for (let i = 0; i < length; i++) units[i] = this.#bytes[start + i] as number;
+    return String.fromCharCode.apply(null, units);
+  }
+
+  /** Grows the rows by GROWTH and rebuilds the table to fit. */
   #grow(): void {
-    const slots = Math.max(FEWEST_GROWN_SLOTS, Math.ceil(GROWTH * this.#atMs.length));
-    this.#customer = grown(this.#customer, new Int32Array(slots));
-    this.#live = grown(this.#live, new Uint8Array(slots));
-    this.#atMs = grown(this.#atMs, new Float64Array(slots));
-    this.#digestStart = grown(this.#digestStart, new Int32Array(slots));
-    this.#digestLength = grown(this.#digestLength, new Int32Array(slots));
-    this.#fingerprintStart = grown(this.#fingerprintStart, new Int32Array(slots));
-    this.#fingerprintLength = grown(this.#fingerprintLength, new Int32Array(slots));
-    this.#first = grown(this.#first, new Int32Array(slots));
-    this.#second = grown(this.#second, new Int32Array(slots));
+    const slots = Math.max(FEWEST_GROWN_SLOTS, Math.ceil(GROWTH * this.capacity));
+    const rows = new Int32Array(ROW_WORDS * slots);
+    rows.set(this.#rows);
+    this.#rows = rows;
+    this.#times = new Float64Array(rows.buffer);
+    this.#bytes = new Uint8Array(rows.buffer);
     if (this.#table.length < tableSizeFor(slots)) {
       this.#table = new Int32Array(tableSizeFor(slots));
       for (let slot = 0; slot < this.size; slot++) this.#place(slot);
@@ -482,7 +595,9 @@ export class HeldKeys {
   }
 }
 
-function grown<T extends Int32Array | Uint8Array | Float64Array>(from: T, to: T): T {
-  to.set(from);
-  return to;
+/** The kept array for texts of `length` units (REUSED_TEXT_UNITS at most). */
+function unitsOf(length: number): number[] {
+  let units = textUnits[length];
+  if (units === undefined) units = textUnits[length] = new Array<number>(length).fill(0);
+  return units;
 }

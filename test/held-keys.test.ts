@@ -146,6 +146,46 @@ describe('held idempotency keys', () => {
     }
   });
 
+  it('keeps texts that fit its row there and the rest in its pool, alike to every reader', () => {
+    const held = new Held(4);
+    const digest = 'D'.repeat(22);
+    // 40 bytes of text fit a row; one more, or a character beyond ASCII, goes to the pool.
+    const keys = [
+      put('c', digest, '9'.repeat(18)),
+      put('c', `${digest}x`, '9'.repeat(18)),
+      put('c', 'é', '5'),
+      put('c', 'short', 'ü'),
+      put('c', 'long', '7'.repeat(32)),
+    ];
+    for (const key of keys) held.set(key);
+    const fixstr = (text: string): number[] => [0xa0 | text.length, ...Buffer.from(text)];
+    const packed = keys.map((_, slot) => {
+      const out = new Uint8Array(64);
+      const end = held.packTexts(slot, out, 1);
+      return end < 0 ? null : [...out.subarray(1, end)];
+    });
+    expect(packed).toEqual([
+      [...fixstr(digest), ...fixstr('9'.repeat(18))],
+      [...fixstr(`${digest}x`), ...fixstr('9'.repeat(18))],
+      null,
+      null,
+      null,
+    ]);
+    expect(keys.map((key) => held.get(key))).toEqual(keys);
+    // Set again: a fingerprint that no longer fits moves the key's texts to the pool, and back.
+    held.set(put('c', digest, '€', 2));
+    expect(held.get(put('c', digest))).toEqual(put('c', digest, '€', 2));
+    expect(held.packTexts(0, new Uint8Array(64), 0)).toBe(-1);
+    held.set(put('c', 'é', '6'.repeat(20), 3));
+    expect(held.get(put('c', 'é'))).toEqual(put('c', 'é', '6'.repeat(20), 3));
+    held.set(put('c', `${digest}x`, '1', 4));
+    expect(held.get(put('c', `${digest}x`))).toEqual(put('c', `${digest}x`, '1', 4));
+    expect([...held.values()].map((key) => key.scopeDigest)).toEqual(
+      keys.map((key) => key.scopeDigest),
+    );
+    expect(held.get(put('c', 'D'.repeat(21)))).toBeUndefined();
+  });
+
   it('orders a run live before test, then by customer id and digest, as strings', async () => {
     const held = new Held();
     const keys = [
@@ -210,8 +250,8 @@ describe('held idempotency keys', () => {
     const held = new Held(100);
     expect(held.capacity).toBe(100);
     const bytes = held.byteLength;
-    // Columns (37 bytes a slot), the pool (30 code units) and a table of 256 entries.
-    expect(bytes).toBe(100 * 37 + 100 * 30 * 2 + 256 * 4);
+    // Rows (64 bytes a slot), the pool's first 64 code units and a table of 256 entries.
+    expect(bytes).toBe(100 * 64 + 64 * 2 + 256 * 4);
     for (let i = 0; i < 100; i++) held.set(put('c', `k${i}`));
     expect(held.capacity).toBe(100);
     held.set(put('c', 'one more'));
