@@ -144,12 +144,13 @@ export async function encodeRecordSliced(
  */
 
 /**
- * `length` UTF-16 code units of `units` from `start` as the packr writes a string, if they
- * are short ASCII (under 32, each under 0x80: a fixstr) — into `out` from `at`; returns the
- * end, or -1 (`out` then holds nothing of use) for any other text. Room: 32 bytes.
+ * `length` code units of `units` (UTF-16, or bytes of ASCII text) from `start` as the packr
+ * writes a string, if they are short ASCII (under 32, each under 0x80: a fixstr) — into
+ * `out` from `at`; returns the end, or -1 (`out` then holds nothing of use) for any other
+ * text. Room: 32 bytes.
  */
 export function packAsciiUnits(
-  units: Uint16Array,
+  units: Uint16Array | Uint8Array,
   start: number,
   length: number,
   out: Uint8Array,

@@ -177,7 +177,7 @@ export class HeldKeys {
     this.#missed = null;
     if (found >= 0) {
       this.#setFingerprint(found, put.fingerprint);
-      (this.#times as Float64Array)[found * (ROW_WORDS / 2) + AT_MS] = put.atMs;
+      this.#times[found * (ROW_WORDS / 2) + AT_MS] = put.atMs;
       return;
     }
     const grew = this.size === this.capacity;
@@ -389,36 +389,29 @@ export class HeldKeys {
   packTexts(slot: number, out: Uint8Array, at: number): number {
     const row = slot * ROW_WORDS;
     const meta = this.#rows[row + META] as number;
-    if ((meta & IN_ROW_BIT) === 0) {
-      const end = packAsciiUnits(
-        this.#pool,
-        this.#rows[row + DIGEST_START] as number,
-        this.#rows[row + DIGEST_LENGTH] as number,
-        out,
-        at,
-      );
+    if ((meta & IN_ROW_BIT) !== 0) {
+      const from = slot * ROW_BYTES + TEXT_OFFSET;
+      const digestLength = (meta >>> DIGEST_LENGTH_SHIFT) & 0xff;
+      const end = packAsciiUnits(this.#bytes, from, digestLength, out, at);
       if (end < 0) return -1;
-      return packAsciiUnits(
-        this.#pool,
-        this.#rows[row + FINGERPRINT_START] as number,
-        this.#rows[row + FINGERPRINT_LENGTH] as number,
-        out,
-        end,
-      );
+      const fingerprintLength = (meta >>> FINGERPRINT_LENGTH_SHIFT) & 0xff;
+      return packAsciiUnits(this.#bytes, from + digestLength, fingerprintLength, out, end);
     }
-    // Texts in a row are ASCII already: only their lengths can rule out a fixstr.
-    const digestLength = (meta >>> DIGEST_LENGTH_SHIFT) & 0xff;
-    const fingerprintLength = (meta >>> FINGERPRINT_LENGTH_SHIFT) & 0xff;
-    if (digestLength >= 32 || fingerprintLength >= 32) return -1;
-    const bytes = this.#bytes;
-    const from = slot * ROW_BYTES + TEXT_OFFSET;
-    out[at] = 0xa0 | digestLength;
-    for (let i = 0; i < digestLength; i++) out[at + 1 + i] = bytes[from + i] as number;
-    const next = at + 1 + digestLength;
-    out[next] = 0xa0 | fingerprintLength;
-    for (let i = 0; i < fingerprintLength; i++)
-      out[next + 1 + i] = bytes[from + digestLength + i] as number;
-    return next + 1 + fingerprintLength;
+    const end = packAsciiUnits(
+      this.#pool,
+      this.#rows[row + DIGEST_START] as number,
+      this.#rows[row + DIGEST_LENGTH] as number,
+      out,
+      at,
+    );
+    if (end < 0) return -1;
+    return packAsciiUnits(
+      this.#pool,
+      this.#rows[row + FINGERPRINT_START] as number,
+      this.#rows[row + FINGERPRINT_LENGTH] as number,
+      out,
+      end,
+    );
   }
 
   /** The longest run of occupied table positions: the most a lookup can walk. */
@@ -558,26 +551,14 @@ export class HeldKeys {
     return start;
   }
 
-  /**
-   * The text of `length` code units from `start` of the pool. They are copied into a plain
-   * array kept for that length: `String.fromCharCode` over a typed array's view took three
-   * times as long (the view is an object of its own), and sealing builds two texts a key.
-   */
+  /** The text of `length` code units from `start` of the pool (`textOf`). */
   #text(start: number, length: number): string {
-    if (length > REUSED_TEXT_UNITS) {
-      const view = this.#pool.subarray(start, start + length);
-      return String.fromCharCode.apply(null, view as unknown as number[]);
-    }
-    const units = unitsOf(length);
-    for (let i = 0; i < length; i++) units[i] = this.#pool[start + i] as number;
-    return String.fromCharCode.apply(null, units);
+    return textOf(this.#pool, start, length);
   }
 
-  /** The text of `length` bytes (ASCII) of the rows from byte `start` (as `#text`). */
+  /** The text of `length` bytes (ASCII) of the rows from byte `start` (`textOf`). */
   #rowText(start: number, length: number): string {
-    const units = unitsOf(length);
-    for (let i = 0; i < length; i++) units[i] = this.#bytes[start + i] as number;
-    return String.fromCharCode.apply(null, units);
+    return textOf(this.#bytes, start, length);
   }
 
   /** Grows the rows by GROWTH and rebuilds the table to fit. */
@@ -595,9 +576,19 @@ export class HeldKeys {
   }
 }
 
-/** The kept array for texts of `length` units (REUSED_TEXT_UNITS at most). */
-function unitsOf(length: number): number[] {
-  let units = textUnits[length];
-  if (units === undefined) units = textUnits[length] = new Array<number>(length).fill(0);
-  return units;
+/**
+ * The text of `length` code units of `units` from `start`. Short ones are copied into a
+ * plain array kept for that length (`textUnits`): `String.fromCharCode` over a typed
+ * array's view took three times as long (the view is an object of its own), and sealing
+ * builds two texts a key.
+ */
+function textOf(units: Uint16Array | Uint8Array, start: number, length: number): string {
+  if (length > REUSED_TEXT_UNITS) {
+    const view = units.subarray(start, start + length);
+    return String.fromCharCode.apply(null, view as unknown as number[]);
+  }
+  let kept = textUnits[length];
+  if (kept === undefined) kept = textUnits[length] = new Array<number>(length).fill(0);
+  for (let i = 0; i < length; i++) kept[i] = units[start + i] as number;
+  return String.fromCharCode.apply(null, kept);
 }
