@@ -23,7 +23,8 @@
  * fewer) is kept in memory. The lead puts the filter on a cache-line boundary in the map.
  * Once stored and mapped, the closed era's buffer is zeroed and reused by the next era.
  *
- * Table `idempotency-run-eras`:
+ * Table `idempotency-run-eras`, in an LMDB environment of its own (idempotency-runs.ts,
+ * EraHome), or, as a release before stored them, in the shard's:
  *
  *   [first run seq, -2] → the image's bytes (raw; its checksums are in its head)
  *   [first run seq, -1] → frame([first run seq, last run seq, capacity, layout])
@@ -388,10 +389,11 @@ function loadImage(table: BinaryDb, first: number): Era {
 
 /**
  * Issues the removal of every entry stored for the era that starts at `first` (a stored
- * era's, or what a crash left without a head), in the caller's transaction.
+ * era's, or what a crash left without a head), in the caller's transaction: the last
+ * removal's promise, or null where the table holds none.
  */
-export function removeEra(table: BinaryDb, first: number): Promise<unknown> {
-  let last: Promise<unknown> = Promise.resolve();
+export function removeEra(table: BinaryDb, first: number): Promise<unknown> | null {
+  let last: Promise<unknown> | null = null;
   for (const key of table.getKeys({ start: [first], end: [first + 1] })) last = table.remove(key);
   return last;
 }

@@ -34,7 +34,12 @@
  *   transaction is on disk; then the keys it holds leave memory and their log table is
  *   cleared. (Runs sealed before runs had filters of their own have none and are read
  *   wherever their group's filter says maybe.)
- * - `idempotency-run-eras`: the filters of eras of up to 16 groups (idempotency-eras.ts).
+ * - `idempotency-run-eras`: the filters of eras of up to 16 groups (idempotency-eras.ts),
+ *   in an LMDB environment of its own (`EraHome`): an era's image is tens of megabytes,
+ *   and a sync of the shard's environment that had to write it back would hold every
+ *   journal record committed meanwhile, for up to seconds. The shard's own table of that
+ *   name holds the eras a release before this one stored there; they are read from there,
+ *   and removed from there, until their groups expire.
  *
  * Two log tables alternate: sealing switches new keys to the other table, waits until
  * every key decided before the switch is durable, writes the run, and clears the sealed
@@ -92,6 +97,15 @@ import type { RootDatabase } from 'lmdb';
 import { flushedWrite, type BinaryDb } from './lmdb-env.js';
 
 export type { HashedAddress, KeyAddress, KeyPut, StoredKey };
+
+/**
+ * Where a store keeps its eras' images: the table `idempotency-run-eras` of an environment
+ * of their own, whose syncs the journal's never wait for (journal.ts, ShardStore.open).
+ */
+export interface EraHome {
+  readonly root: RootDatabase;
+  readonly table: BinaryDb;
+}
 
 /** The names of the databases, for the environment that opens them. */
 export const IDEMPOTENCY_DB_NAMES = [
@@ -601,7 +615,9 @@ export class KeyStore {
   /** Every run is in one group; groups oldest first. */
   readonly #groups: Group[] = [];
   #nextRunSeq: number;
-  readonly #eraTable: BinaryDb;
+  readonly #eraHome: EraHome;
+  /** The shard environment's own era table, where it is not `#eraHome`'s (eras stored there before). */
+  readonly #oldEraTable: BinaryDb | null;
   /** Eras with groups in memory, oldest first; the open one (new groups join it) last. */
   readonly #eras: Era[] = [];
   #openEra: Era | null = null;
@@ -638,15 +654,31 @@ export class KeyStore {
   /** Every write of the upkeep waits until it is on disk: a failed sync must stop the worker. */
   readonly #root: RootDatabase;
 
-  constructor(dbs: Readonly<Record<IdempotencyDbName, BinaryDb>>, root: RootDatabase) {
+  /**
+   * The store over the shard environment's tables `dbs`, its eras in `eraHome` (by default
+   * the shard environment's own table: a test's simulated environment is one).
+   */
+  constructor(
+    dbs: Readonly<Record<IdempotencyDbName, BinaryDb>>,
+    root: RootDatabase,
+    eraHome: EraHome = { root, table: dbs['idempotency-run-eras'] },
+  ) {
     this.#root = root;
     this.#logs = [dbs['idempotency-log-0'], dbs['idempotency-log-1']];
     this.#runs = dbs['idempotency-runs'];
     this.#catalog = dbs['idempotency-run-catalog'];
     this.#table = dbs.idempotency;
     this.#tableExpiry = dbs['idempotency-expiry'];
-    this.#eraTable = dbs['idempotency-run-eras'];
-    const { eras, orphans } = loadEras(this.#eraTable);
+    this.#eraHome = eraHome;
+    const oldTable = dbs['idempotency-run-eras'];
+    this.#oldEraTable = eraHome.table === oldTable ? null : oldTable;
+    const { eras, orphans } = loadEras(eraHome.table);
+    if (this.#oldEraTable !== null) {
+      const old = loadEras(this.#oldEraTable);
+      eras.push(...old.eras);
+      eras.sort((a, b) => a.first - b.first);
+      orphans.push(...old.orphans);
+    }
     this.#orphanEras = orphans;
     const groups: Array<[number, number, KeyFilter]> = [];
     for (const { key, value } of this.#catalog.getRange({})) {
@@ -1150,7 +1182,8 @@ export class KeyStore {
   async #storeEras(pacing: Pick<Pacing, 'pause'>): Promise<void> {
     for (let era = this.#erasToStore[0]; era !== undefined; era = this.#erasToStore[0]) {
       this.#spareEra =
-        (await storeEra(this.#root, this.#eraTable, era, pacing.pause)) ?? this.#spareEra;
+        (await storeEra(this.#eraHome.root, this.#eraHome.table, era, pacing.pause)) ??
+        this.#spareEra;
       this.#erasToStore.shift();
     }
   }
@@ -1263,30 +1296,45 @@ export class KeyStore {
   }
 
   /**
+   * Removes every entry stored for the eras that start at `firsts`, from the eras' home and
+   * from the shard environment's own table (where a release before stored them).
+   */
+  async #removeEras(firsts: readonly number[], what: string): Promise<void> {
+    for (const [root, table] of [
+      [this.#eraHome.root, this.#eraHome.table],
+      [this.#root, this.#oldEraTable],
+    ] as const) {
+      if (table === null) continue;
+      const removed = firsts.map((first) => removeEra(table, first)).filter((r) => r !== null);
+      if (removed.length > 0) await flushedWrite(root, removed.at(-1) as Promise<unknown>, what);
+    }
+  }
+
+  /**
    * Drops the groups whose newest key was used before `beforeMs`, oldest first (lookups
    * stop reading a group when its catalog records go), then removes their runs' keys a
    * slice per turn, with any a crash left behind. Returns the runs dropped.
    */
   async dropExpired(beforeMs: number, pacing: Pick<Pacing, 'pause'>): Promise<RunInfo[]> {
     if (this.#orphanEras.length > 0) {
-      let last: Promise<unknown> = Promise.resolve();
-      for (const first of this.#orphanEras) last = removeEra(this.#eraTable, first);
-      await flushedWrite(this.#root, last, 'the removal of an unfinished idempotency era');
+      await this.#removeEras(this.#orphanEras, 'the removal of an unfinished idempotency era');
       this.#orphanEras = [];
     }
     const dropped: RunInfo[] = [];
     for (;;) {
       const group = this.#groups[0];
       if (group === undefined || group.maxAtMs >= beforeMs || this.#sealing.length > 0) break;
-      // Its records go in one transaction: the group's and its runs', and its era's if it
+      // Its records go in one transaction: the group's and its runs'. Then its era's, if it
       // was the era's last group held (groups of an era are consecutive; a release before
-      // eras may have dropped some of them).
+      // eras may have dropped some of them): an era a crash leaves without groups is
+      // removed at the next start's first drop.
       let last: Promise<unknown> = this.#catalog.remove(['group', group.first]);
       for (const run of group.runs) last = this.#catalog.remove(run.seq);
+      await flushedWrite(this.#root, last, 'the removal of an idempotency run group');
       const era = group.era;
       const eraEnds = era !== null && this.#groups[1]?.era !== era;
-      if (eraEnds && era.stored) last = removeEra(this.#eraTable, era.first);
-      await flushedWrite(this.#root, last, 'the removal of an idempotency run group');
+      if (eraEnds && era.stored)
+        await this.#removeEras([era.first], 'the removal of an idempotency era');
       if (eraEnds) this.#dropEra(era);
       this.#groups.shift();
       this.#runList.splice(0, group.runs.length);

@@ -27,6 +27,7 @@
  * opened with RecordShapes checks every event, snapshot item and audit entry it reads back
  * against them and refuses one of the wrong shape as corrupt.
  */
+import { join } from 'node:path';
 import { assert } from '../shared/assert.js';
 import {
   decodeRecord,
@@ -227,8 +228,18 @@ export const SHARD_DB_NAMES: readonly ShardDbName[] = [
 ];
 type DbName = ShardDbName;
 
+/**
+ * The directory, inside a shard's, of the environment that holds its idempotency eras'
+ * images (idempotency-runs.ts, EraHome): a file of its own, so that the journal's syncs
+ * never write one back.
+ */
+export const ERA_ENV_DIR = 'eras';
+const ERA_TABLE = 'idempotency-run-eras';
+
 export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   readonly #env: DurableEnv<DbName>;
+  /** Where the idempotency eras' images live (null: in `#env`, a test's simulated one). */
+  readonly #eraEnv: DurableEnv<typeof ERA_TABLE> | null;
   readonly #shapes: RecordShapes<Ev, Item, Audit>;
   #lastSeq: number;
   #snapshotSeq: number;
@@ -253,9 +264,16 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   /** The last outbox seq used, read from disk on the first event stored. */
   #outboxSeq: number | null = null;
 
-  private constructor(env: DurableEnv<DbName>, shapes: RecordShapes<Ev, Item, Audit>) {
+  private constructor(
+    env: DurableEnv<DbName>,
+    shapes: RecordShapes<Ev, Item, Audit>,
+    eraEnv: DurableEnv<typeof ERA_TABLE> | null = null,
+  ) {
     this.#env = env;
-    this.idempotency = new KeyStore(env.dbs, env.root);
+    this.#eraEnv = eraEnv;
+    const eraHome =
+      eraEnv === null ? undefined : { root: eraEnv.root, table: eraEnv.dbs[ERA_TABLE] };
+    this.idempotency = new KeyStore(env.dbs, env.root, eraHome);
     this.#shapes = shapes;
     this.#snapshotSeq = readSnapshotHeader(env.dbs.snapshot)?.seq ?? 0;
     const tail = lastJournalRecord(env.dbs.journal);
@@ -279,10 +297,14 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   ): ShardStore<Ev, Item, Audit>;
   static open(path: string, shapes: RecordShapes<unknown, unknown, unknown> = UNTYPED): ShardStore {
     const env = openDurableEnv<DbName>(path, SHARD_DB_NAMES, SHARD_ENV_OPTIONS);
+    let eraEnv: DurableEnv<typeof ERA_TABLE> | null = null;
     try {
-      return new ShardStore(env, shapes);
+      eraEnv = openDurableEnv(join(path, ERA_ENV_DIR), [ERA_TABLE], SHARD_ENV_OPTIONS);
+      return new ShardStore(env, shapes, eraEnv);
     } catch (error) {
-      void env.root.close(); // release the environment; the error still stops the caller
+      // Release the environments; the error still stops the caller.
+      void env.root.close();
+      void eraEnv?.root.close();
       throw error;
     }
   }
@@ -793,14 +815,14 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   }
 
   /**
-   * Waits for queued writes to finish, then closes the environment. After a failed write
+   * Waits for queued writes to finish, then closes the environments. After a failed write
    * it resolves at once: in overlappingSync mode lmdb-js (3.5) never settles the failed
    * batch's flush promise, which its close() waits for, so it would hang forever. The
    * process is on its way out then anyway (a failed journal write crashes the worker).
    */
   close(): Promise<void> {
-    const closing = this.#env.root.close();
-    return this.#writeFailed ? Promise.resolve() : closing;
+    const closing = Promise.all([this.#env.root.close(), this.#eraEnv?.root.close()]);
+    return this.#writeFailed ? Promise.resolve() : closing.then(() => undefined);
   }
 
   /** A journal record's events, checked against the store's shapes. */

@@ -4,6 +4,7 @@
  */
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { ERA_ENV_DIR } from '../storage/journal.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
 import { call, startServerProcess, tempDataDir, type Keys } from './support/server-process.js';
 
@@ -115,7 +116,7 @@ describe('crash safety', () => {
       // Read back from the map at the restart, checksums verified: 32 MiB an image.
       if (mapped) expect(mappedBytes).toBeGreaterThanOrEqual(32 << 20);
       else expect(mappedBytes).toBe(0);
-      const shard = openDurableEnv(join(dataDir, 'shard-0'), ['idempotency-run-eras']);
+      const shard = openDurableEnv(join(dataDir, 'shard-0', ERA_ENV_DIR), ['idempotency-run-eras']);
       try {
         const keys = [...shard.dbs['idempotency-run-eras'].getKeys({})] as Array<[number, number]>;
         expect(keys.filter(([, index]) => index === -1)).toHaveLength(1); // its head

@@ -5,6 +5,8 @@
  * in flight, once sealed, and its expiry makes it new again).
  */
 import { createHash } from 'node:crypto';
+import { statSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it, vi } from 'vitest';
 import type { Command, Event } from '../actors/customer.js';
 import { scopeDigest, type IdempotencyPut } from '../actors/idempotency-keys.js';
@@ -14,8 +16,13 @@ import { decodeRecord, encodeRecord } from '../storage/codec.js';
 import { ERA_GROUPS, MAPPED_IMAGE_BYTES as MAPPED } from '../storage/idempotency-eras.js';
 import { GROUP_RUNS, type HashedAddress, type KeyStore } from '../storage/idempotency-runs.js';
 import { KEY_HASHES, KeyFilter, keyHashes } from '../storage/key-filter.js';
-import { SHARD_DB_NAMES, ShardStore } from '../storage/journal.js';
-import { openDurableEnv, SHARD_ENV_OPTIONS } from '../storage/lmdb-env.js';
+import { ERA_ENV_DIR, SHARD_DB_NAMES, ShardStore } from '../storage/journal.js';
+import {
+  openDurableEnv,
+  SHARD_ENV_OPTIONS,
+  type BinaryDb,
+  type DurableEnv,
+} from '../storage/lmdb-env.js';
 import { CONFIG, T0 } from './support/core-fixtures.js';
 import { storeFixture } from './support/store-fixture.js';
 
@@ -131,12 +138,18 @@ function storedEras(dir: string): number[] {
 const ERA_HEAD = -1;
 
 function storedEraKeys(dir: string): Array<[number, number]> {
-  const env = openDurableEnv(dir, ['idempotency-run-eras']);
+  const env = openDurableEnv(join(dir, ERA_ENV_DIR), ['idempotency-run-eras']);
   try {
     return [...env.dbs['idempotency-run-eras'].getKeys({})] as Array<[number, number]>;
   } finally {
     void env.root.close();
   }
+}
+
+/** The era table of the environment at `dir`, opened. */
+function openEraTable(dir: string): [DurableEnv<'idempotency-run-eras'>, BinaryDb] {
+  const env = openDurableEnv(dir, ['idempotency-run-eras']);
+  return [env, env.dbs['idempotency-run-eras']];
 }
 
 const fingerprints = (keys: KeyStore, puts: readonly IdempotencyPut[]) =>
@@ -577,7 +590,7 @@ describe('the key store', () => {
     // start leaves the era out. A chunk without a head, as a crash part-way through storing
     // an era leaves it, is never read.
     await fixture.closeStore(s);
-    const env = openDurableEnv(dir, ['idempotency-run-eras']);
+    const env = openDurableEnv(join(dir, ERA_ENV_DIR), ['idempotency-run-eras']);
     const eraTable = env.dbs['idempotency-run-eras'];
     const head = decodeRecord(eraTable.get([1, ERA_HEAD]) as Buffer);
     const [first, lastRun, ...rest] = (head.ok ? head.value : []) as number[];
@@ -688,9 +701,9 @@ describe('the key store', () => {
     const eraRuns = ERA_GROUPS * GROUP_RUNS;
     const all = await sealRuns(s, eraRuns + 1, 20);
     await fixture.closeStore(s);
-    // The stored image rewritten as such a release stored the era: head at 0, then chunks.
-    const env = openDurableEnv(dir, ['idempotency-run-eras']);
-    const eraTable = env.dbs['idempotency-run-eras'];
+    // The stored image rewritten as such a release stored the era: head at 0, then chunks,
+    // in the shard environment's own table (eras had no environment of their own then).
+    const [eraEnv, eraTable] = openEraTable(join(dir, ERA_ENV_DIR));
     const head = decodeRecord(eraTable.get([1, ERA_HEAD]) as Buffer);
     const [first, lastRun, capacity, layout] = (head.ok ? head.value : []) as [
       number,
@@ -698,14 +711,15 @@ describe('the key store', () => {
       number,
       [number, number],
     ];
-    const image = eraTable.getBinary([1, ERA_HEAD - 1]) as Buffer;
+    const image = Buffer.from(eraTable.getBinary([1, ERA_HEAD - 1]) as Buffer);
+    await eraTable.clearAsync();
+    await eraEnv.root.close();
     const filter = image.subarray(40, 40 + layout[1]);
     const half = filter.byteLength / 2;
-    await eraTable.put([1, 0], encodeRecord([first, lastRun, capacity, 2]));
-    await eraTable.put([1, 1], encodeRecord(filter.subarray(0, half)));
-    await eraTable.put([1, 2], encodeRecord(filter.subarray(half)));
-    await eraTable.remove([1, ERA_HEAD]);
-    await eraTable.remove([1, ERA_HEAD - 1]);
+    const [env, oldTable] = openEraTable(dir);
+    await oldTable.put([1, 0], encodeRecord([first, lastRun, capacity, 2]));
+    await oldTable.put([1, 1], encodeRecord(filter.subarray(0, half)));
+    await oldTable.put([1, 2], encodeRecord(filter.subarray(half)));
     await env.root.close();
     s = openStore(dir);
     expect([s.idempotency.eraCount, s.idempotency.mappedFilterBytes]).toEqual([1, 0]);
@@ -717,6 +731,65 @@ describe('the key store', () => {
     } finally {
       probes.mockRestore();
     }
+  });
+
+  it('writes eras to an environment of their own; reads and drops those stored before in the shard’s', async () => {
+    const dir = fixture.tempDir();
+    let s = openStore(dir);
+    s.idempotency.mapErasFrom = 0; // an image padded to 32 MiB, as a busy shard's
+    const eraRuns = ERA_GROUPS * GROUP_RUNS;
+    const all = await sealRuns(s, eraRuns + 1, 20);
+    expect([s.idempotency.eraCount, s.idempotency.mappedFilterBytes]).toEqual([2, MAPPED]);
+    await fixture.closeStore(s);
+    // The image went to its own file: the journal's syncs never write it back.
+    const bytes = (at: string): number => statSync(join(at, 'data.mdb')).size;
+    expect(bytes(join(dir, ERA_ENV_DIR))).toBeGreaterThan(MAPPED);
+    expect(bytes(dir)).toBeLessThan(MAPPED / 4);
+    // As a release before stored it: the same entries in the shard environment's own table.
+    const [eraEnv, eraTable] = openEraTable(join(dir, ERA_ENV_DIR));
+    const entries = [...eraTable.getRange({})].map(({ key, value }) => ({
+      key,
+      value: Buffer.from(value),
+    }));
+    expect(entries.map(({ key }) => key)).toEqual([
+      [1, ERA_HEAD - 1],
+      [1, ERA_HEAD],
+    ]);
+    await eraTable.clearAsync();
+    await eraEnv.root.close();
+    const [env, oldTable] = openEraTable(dir);
+    for (const { key, value } of entries) await oldTable.put(key, value);
+    await env.root.close();
+    s = openStore(dir);
+    s.idempotency.mapErasFrom = 0;
+    expect([s.idempotency.eraCount, s.idempotency.mappedFilterBytes]).toEqual([1, MAPPED]);
+    const absent = Array.from({ length: 500 }, (_, i) => put(`c-${i % 3}`, `no-${i}`, 0));
+    const probes = vi.spyOn(KeyFilter.prototype, 'mayContain');
+    try {
+      expect(absent.some((p) => s.idempotency.get(p) !== undefined)).toBe(false);
+      expect(probes.mock.calls.length / absent.length).toBeLessThan(3); // the era answers
+    } finally {
+      probes.mockRestore();
+    }
+    expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
+    // Eras closed from now on go to their own environment (the group open at the stop
+    // fills up alone; the next era starts after it); the old era leaves the shard's table
+    // with its last group.
+    all.push(...(await sealRuns(s, eraRuns + GROUP_RUNS, 20, eraRuns + 1)));
+    expect(storedEras(dir)).toEqual([eraRuns + GROUP_RUNS + 1]);
+    expect(await s.idempotency.dropExpired(T0 + eraRuns, PACING)).toHaveLength(eraRuns);
+    expect(s.idempotency.eraCount).toBe(2);
+    await fixture.closeStore(s);
+    const [after, afterTable] = openEraTable(dir);
+    try {
+      expect([...afterTable.getKeys({})]).toEqual([]);
+    } finally {
+      await after.root.close();
+    }
+    s = openStore(dir);
+    expect(all.slice(eraRuns * 20).every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(
+      true,
+    );
   });
 
   it('drops a group of runs once all its keys expired, key by key off the disk', async () => {
