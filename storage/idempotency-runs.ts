@@ -616,7 +616,7 @@ export class KeyStore {
   readonly #groups: Group[] = [];
   #nextRunSeq: number;
   readonly #eraHome: EraHome;
-  /** The shard environment's own era table, where it is not `#eraHome`'s (eras stored there before). */
+  /** The shard environment's own era table (eras stored there before), if not `#eraHome`'s. */
   readonly #oldEraTable: BinaryDb | null;
   /** Eras with groups in memory, oldest first; the open one (new groups join it) last. */
   readonly #eras: Era[] = [];

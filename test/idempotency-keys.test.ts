@@ -733,7 +733,7 @@ describe('the key store', () => {
     }
   });
 
-  it('writes eras to an environment of their own; reads and drops those stored before in the shard’s', async () => {
+  it('writes eras to a file of their own; reads and drops older ones in the shard’s', async () => {
     const dir = fixture.tempDir();
     let s = openStore(dir);
     s.idempotency.mapErasFrom = 0; // an image padded to 32 MiB, as a busy shard's
