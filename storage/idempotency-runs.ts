@@ -107,6 +107,9 @@ export interface EraHome {
   readonly table: BinaryDb;
 }
 
+/** The table of eras' images (idempotency-eras.ts), in an `EraHome`. */
+export const ERA_TABLE = 'idempotency-run-eras';
+
 /** The names of the databases, for the environment that opens them. */
 export const IDEMPOTENCY_DB_NAMES = [
   'idempotency',
@@ -115,7 +118,7 @@ export const IDEMPOTENCY_DB_NAMES = [
   'idempotency-log-1',
   'idempotency-runs',
   'idempotency-run-catalog',
-  'idempotency-run-eras',
+  ERA_TABLE,
 ] as const;
 export type IdempotencyDbName = (typeof IDEMPOTENCY_DB_NAMES)[number];
 
@@ -661,7 +664,7 @@ export class KeyStore {
   constructor(
     dbs: Readonly<Record<IdempotencyDbName, BinaryDb>>,
     root: RootDatabase,
-    eraHome: EraHome = { root, table: dbs['idempotency-run-eras'] },
+    eraHome: EraHome = { root, table: dbs[ERA_TABLE] },
   ) {
     this.#root = root;
     this.#logs = [dbs['idempotency-log-0'], dbs['idempotency-log-1']];
@@ -670,7 +673,7 @@ export class KeyStore {
     this.#table = dbs.idempotency;
     this.#tableExpiry = dbs['idempotency-expiry'];
     this.#eraHome = eraHome;
-    const oldTable = dbs['idempotency-run-eras'];
+    const oldTable = dbs[ERA_TABLE];
     this.#oldEraTable = eraHome.table === oldTable ? null : oldTable;
     const { eras, orphans } = loadEras(eraHome.table);
     if (this.#oldEraTable !== null) {

@@ -1,6 +1,7 @@
 /**
  * A shard worker's durable storage: its write-ahead journal, its latest snapshot and a
- * little metadata, all in one LMDB environment that only that worker writes.
+ * little metadata, all in one LMDB environment that only that worker writes (its
+ * idempotency eras' images, tens of megabytes each, in a second one: ERA_ENV_DIR).
  *
  * Why it exists: a shard replies to a batch of commands only after the batch's events are
  * on disk, and recovers by loading the latest snapshot and replaying the journal after it.
@@ -37,7 +38,12 @@ import {
   withoutJournalRecord,
 } from './codec.js';
 import { lastOutboxSeq, outboxRowsAfter, putOutboxEvent, type OutboxEvent } from './outbox.js';
-import { IDEMPOTENCY_DB_NAMES, KeyStore, type IdempotencyDbName } from './idempotency-runs.js';
+import {
+  ERA_TABLE,
+  IDEMPOTENCY_DB_NAMES,
+  KeyStore,
+  type IdempotencyDbName,
+} from './idempotency-runs.js';
 import {
   envInfo,
   flushedWrite,
@@ -234,7 +240,6 @@ type DbName = ShardDbName;
  * never write one back.
  */
 export const ERA_ENV_DIR = 'eras';
-const ERA_TABLE = 'idempotency-run-eras';
 
 export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   readonly #env: DurableEnv<DbName>;

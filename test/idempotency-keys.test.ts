@@ -138,9 +138,9 @@ function storedEras(dir: string): number[] {
 const ERA_HEAD = -1;
 
 function storedEraKeys(dir: string): Array<[number, number]> {
-  const env = openDurableEnv(join(dir, ERA_ENV_DIR), ['idempotency-run-eras']);
+  const [env, table] = openEraTable(join(dir, ERA_ENV_DIR));
   try {
-    return [...env.dbs['idempotency-run-eras'].getKeys({})] as Array<[number, number]>;
+    return [...table.getKeys({})] as Array<[number, number]>;
   } finally {
     void env.root.close();
   }
@@ -590,8 +590,7 @@ describe('the key store', () => {
     // start leaves the era out. A chunk without a head, as a crash part-way through storing
     // an era leaves it, is never read.
     await fixture.closeStore(s);
-    const env = openDurableEnv(join(dir, ERA_ENV_DIR), ['idempotency-run-eras']);
-    const eraTable = env.dbs['idempotency-run-eras'];
+    const [env, eraTable] = openEraTable(join(dir, ERA_ENV_DIR));
     const head = decodeRecord(eraTable.get([1, ERA_HEAD]) as Buffer);
     const [first, lastRun, ...rest] = (head.ok ? head.value : []) as number[];
     expect([first, lastRun]).toEqual([1, eraRuns]);
