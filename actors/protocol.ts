@@ -227,6 +227,8 @@ export interface ShardLiveStats {
   readonly idempotencyRuns: number;
   /** Eras of groups of runs (one filter each), the open one included. */
   readonly idempotencyEras: number;
+  /** Groups the open era holds at most (0: none is open). */
+  readonly idempotencyOpenEraGroups: number;
   /** The worker's memory the filters of the eras, groups and runs take, in bytes. */
   readonly idempotencyFilterBytes: number;
   /** Closed eras' filters read from the memory map (file pages), in bytes. */

@@ -72,8 +72,11 @@ export interface ShardWorkerData {
   readonly snapshotSliceWork: number;
   /** Idempotency keys held in memory before a run is sealed (IDEMPOTENCY_RUN_KEYS by default). */
   readonly idempotencyRunKeys: number;
-  /** Groups of runs a new era of idempotency filters holds at most (ERA_GROUPS by default). */
-  readonly idempotencyEraGroups: number;
+  /**
+   * Groups of runs a new era of idempotency filters holds at most, or null: each new era
+   * sized by the keys' rate (the default).
+   */
+  readonly idempotencyEraGroups: number | null;
   /** This worker's shares of the operator's quotas. */
   readonly quotas: WorkerQuotas;
   /** The stamp counters of the `has` view (shared with the front ends: has-view.ts). */
@@ -520,6 +523,7 @@ function liveStats(): ShardLiveStats {
     idempotencyKeysInMemory: shard.idempotencyKeysInMemory,
     idempotencyRuns: store.idempotency.runs.length,
     idempotencyEras: store.idempotency.eraCount,
+    idempotencyOpenEraGroups: store.idempotency.openEraGroups ?? 0,
     idempotencyFilterBytes: store.idempotency.filterBytes,
     idempotencyFilterMappedBytes: store.idempotency.mappedFilterBytes,
     lastSeq: stored.lastSeq,

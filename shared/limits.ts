@@ -44,16 +44,24 @@ export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
 export const IDEMPOTENCY_RUN_KEYS = 131_072;
 
 /**
- * Groups of 16 runs a new era of idempotency filters holds at most
- * (storage/idempotency-eras.ts) by default, and the most it may be set to. A new key's
- * lookup probes one filter per era retained, each a cache and TLB miss; an era of the
- * default holds up to 2^25 keys (16 groups of 16 runs of 131,072), and its buffer in
- * memory, 3 bytes per key of its capacity, takes up to 96 MiB.
- * TALLY_IDEMPOTENCY_ERA_GROUPS overrides, up to the most: eras 4 times as large, a quarter
- * as many to probe, a buffer 4 times as large.
+ * Groups of 16 runs a new era of idempotency filters holds at least
+ * (storage/idempotency-eras.ts), and at most. A new key's lookup probes one filter per era
+ * retained, each a cache and TLB miss; an era of 16 groups holds up to 2^25 keys (16
+ * groups of 16 runs of 131,072), and its buffer in memory, 3 bytes per key of its
+ * capacity, takes up to 96 MiB. By default a shard sizes each new era by its keys' rate,
+ * for about IDEMPOTENCY_ERAS_PER_DAY eras a day within those bounds;
+ * TALLY_IDEMPOTENCY_ERA_GROUPS fixes the number instead.
  */
 export const IDEMPOTENCY_ERA_GROUPS = 16;
 export const IDEMPOTENCY_ERA_GROUPS_MAX = 64;
+
+/**
+ * The eras a day of keys should fill where eras are sized by the rate: a new key's lookup
+ * at a day's end probes about this many era filters (~0.25 µs each at a day's scale), where
+ * eras of 16 groups would make it ~90 at 35,000 keys a second. Eras grow past 16 groups from
+ * ~9,300 keys a second on, and reach 64 at ~37,000.
+ */
+export const IDEMPOTENCY_ERAS_PER_DAY = 24;
 
 /** The longest keys wait in memory before they are sealed into a run (if fewer arrive). */
 export const IDEMPOTENCY_SEAL_INTERVAL_MS = 30_000;

@@ -119,8 +119,8 @@ export interface ServerOptions {
   /** Idempotency keys a shard holds in memory before it seals a run (IDEMPOTENCY_RUN_KEYS). */
   readonly idempotencyRunKeys?: number;
   /**
-   * Groups of runs a shard's new era of idempotency filters holds at most (16 to 64; default
-   * IDEMPOTENCY_ERA_GROUPS).
+   * Groups of runs a shard's new era of idempotency filters holds at most (16 to 64; default:
+   * each new era sized by the keys' rate, within those bounds).
    */
   readonly idempotencyEraGroups?: number;
   /** Requests per minute per key, and for client keys per address and customer. */

@@ -16,7 +16,6 @@ import type { BillingConfig } from '../actors/billing-config.js';
 import {
   BATCH_COMMANDS_MAX,
   FRONT_ENDS_MAX,
-  IDEMPOTENCY_ERA_GROUPS,
   IDEMPOTENCY_RUN_KEYS,
   SNAPSHOT_SLICE_WORK,
   LOGICAL_SHARDS,
@@ -77,7 +76,10 @@ export interface ShardPoolOptions {
   readonly snapshotSliceWork?: number;
   /** Idempotency keys a shard holds in memory before it seals a run (IDEMPOTENCY_RUN_KEYS). */
   readonly idempotencyRunKeys?: number;
-  /** Groups of runs a shard's new era of idempotency filters holds at most (ERA_GROUPS). */
+  /**
+   * Groups of runs a shard's new era of idempotency filters holds at most (default: each new
+   * era sized by the keys' rate, IDEMPOTENCY_ERA_GROUPS to IDEMPOTENCY_ERA_GROUPS_MAX).
+   */
   readonly idempotencyEraGroups?: number;
   /** Called if a worker dies; the default ends the process (recovery repairs it). */
   readonly onWorkerDeath?: (index: number, reason: string) => void;
@@ -202,7 +204,7 @@ export class ShardPool {
       snapshotEveryBatches: this.options.snapshotEveryBatches ?? SNAPSHOT_EVERY_BATCHES,
       snapshotSliceWork: this.options.snapshotSliceWork ?? SNAPSHOT_SLICE_WORK,
       idempotencyRunKeys: this.options.idempotencyRunKeys ?? IDEMPOTENCY_RUN_KEYS,
-      idempotencyEraGroups: this.options.idempotencyEraGroups ?? IDEMPOTENCY_ERA_GROUPS,
+      idempotencyEraGroups: this.options.idempotencyEraGroups ?? null,
       quotas: workerQuotas(this.options.quotas ?? NO_QUOTAS, index, this.options.workers),
     };
     const worker = new Worker(new URL('../actors/shard-worker.js', import.meta.url), {

@@ -75,6 +75,7 @@ import {
   carveRunFilter,
   ERA_GROUPS,
   ERA_GROUPS_MAX,
+  eraGroupsFor,
   hasRoom,
   loadEras,
   makeResident,
@@ -150,6 +151,9 @@ export const GROUP_RUNS = 16;
 const MIN_GROUP_KEYS = 4096;
 /** The most keys one run written by `migrateTable` holds. */
 const MIGRATION_RUN_KEYS = 1 << 20;
+/** The time before a batch's newest key whose runs count toward the keys' rate. */
+const RATE_WINDOW_MS = 60 * 60 * 1000;
+const DAY_MS = 24 * 60 * 60 * 1000;
 
 /** One key of a customer: [scope digest, fingerprint, atMs]. */
 export type CustomerKey = [string, string, number];
@@ -633,23 +637,58 @@ export class KeyStore {
    * it to have small eras read from there.
    */
   mapErasFrom = MAP_FROM_BYTES;
-  #eraGroups = ERA_GROUPS;
+  #eraGroups: number | null = ERA_GROUPS;
 
   /**
    * The groups a new era holds at most (ERA_GROUPS to ERA_GROUPS_MAX; the open era keeps
-   * its own). More: fewer eras for a lookup to probe (one probe each), and a larger open
-   * era's buffer in memory (3 bytes per key of its capacity) and image at its close.
+   * its own), or null: each new era sized by the keys' rate (`eraGroupsFor`, from the keys
+   * of the batch being sealed and of the runs sealed in the hour before it). More: fewer
+   * eras for a lookup to probe (one probe each), and a larger open era's buffer in memory
+   * (3 bytes per key of its capacity) and image at its close.
    */
-  get eraGroups(): number {
+  get eraGroups(): number | null {
     return this.#eraGroups;
   }
 
-  set eraGroups(groups: number) {
+  set eraGroups(groups: number | null) {
     assert(
-      Number.isInteger(groups) && groups >= ERA_GROUPS && groups <= ERA_GROUPS_MAX,
+      groups === null ||
+        (Number.isInteger(groups) && groups >= ERA_GROUPS && groups <= ERA_GROUPS_MAX),
       `an era holds ${ERA_GROUPS} to ${ERA_GROUPS_MAX} groups, not ${groups}`,
     );
     this.#eraGroups = groups;
+  }
+
+  /** The groups the open era holds at most (null: no era is open). */
+  get openEraGroups(): number | null {
+    return this.#openEra?.maxGroups ?? null;
+  }
+
+  /**
+   * The keys a day brings at the rate of `batch` (sealed now) and of the runs sealed in the
+   * hour before its newest key: their keys over the time from the oldest one's first key to
+   * that newest key, at least a second (NaN where there are none).
+   */
+  #keysPerDay(batch: HeldKeys | null): number {
+    let keys = 0;
+    let fromMs = Number.POSITIVE_INFINITY;
+    let toMs = Number.NEGATIVE_INFINITY;
+    if (batch !== null) {
+      keys = batch.size;
+      for (let slot = 0; slot < batch.size; slot++) {
+        const atMs = batch.atMsOf(slot);
+        if (atMs < fromMs) fromMs = atMs;
+        if (atMs > toMs) toMs = atMs;
+      }
+    }
+    for (let i = this.#runList.length - 1; i >= 0; i--) {
+      const run = this.#runList[i] as Run;
+      if (keys > 0 && run.maxAtMs < toMs - RATE_WINDOW_MS) break;
+      keys += run.count;
+      fromMs = Math.min(fromMs, run.minAtMs);
+      toMs = Math.max(toMs, run.maxAtMs);
+    }
+    return (keys / Math.max(1000, toMs - fromMs)) * DAY_MS;
   }
   /** First run seqs of era entries stored without a head: removed by the next drop. */
   #orphanEras: number[];
@@ -1168,7 +1207,7 @@ export class KeyStore {
       this.#erasToStore.push(full);
       await this.#storeEras(pacing);
     }
-    const group = this.#groupFor(batch.size, runKeys);
+    const group = this.#groupFor(batch.size, runKeys, batch);
     if (group.era?.untouched === true) await makeResident(group.era, pacing.pause);
     const writer = new RunWriter(this.#root, this.#runs, this.#nextRunSeq, group, batch.size);
     for (let at = 0; at < order.length; at += SEAL_SLICE) {
@@ -1216,7 +1255,7 @@ export class KeyStore {
    * stored with its first run. It joins the open era if it has room, else that era closes
    * (its filter is stored at the end of the seal) and the group opens a new one.
    */
-  #groupFor(keys: number, runKeys: number): Group {
+  #groupFor(keys: number, runKeys: number, batch: HeldKeys | null = null): Group {
     const open = this.#openGroupFor(keys);
     if (open !== null) return open;
     const capacity = groupCapacity(keys, runKeys);
@@ -1233,7 +1272,7 @@ export class KeyStore {
         GROUP_RUNS,
         this.#spareEra,
         this.mapErasFrom,
-        this.#eraGroups,
+        this.#eraGroups ?? eraGroupsFor(this.#keysPerDay(batch), capacity),
       );
       // The spare goes with the era that takes it, or is let go (the keys' rate changed).
       this.#spareEra = null;

@@ -95,10 +95,16 @@ describe('crash safety', () => {
     'keys in runs behind an era (%s) survive kill -9 once the era closed',
     async (_, mapping, mapped) => {
       // Runs of 4 keys or more (whatever waits when a seal starts): sealing never stops, and
-      // an era (16 groups of up to 16 runs) closes when a run opens its 17th group, after
-      // 200–260 runs (~50 s here: each seal waits for three syncs); the seal that closes it
-      // stores its filter. The kill comes three runs later, among the slices of sealing.
-      const env = { TALLY_WORKERS: '1', TALLY_IDEMPOTENCY_RUN_KEYS: '4', ...mapping };
+      // an era (16 groups of up to 16 runs, set: by the rate, these tiny groups would make
+      // eras of 64) closes when a run opens its 17th group, after 200–260 runs (~50 s here:
+      // each seal waits for three syncs); the seal that closes it stores its filter. The
+      // kill comes three runs later, among the slices of sealing.
+      const env = {
+        TALLY_WORKERS: '1',
+        TALLY_IDEMPOTENCY_RUN_KEYS: '4',
+        TALLY_IDEMPOTENCY_ERA_GROUPS: '16',
+        ...mapping,
+      };
       let closedAt = Number.POSITIVE_INFINITY;
       const killAt = (_: number, gauges: RunGauges): boolean => {
         if (gauges.eras >= 2) closedAt = Math.min(closedAt, gauges.runs);

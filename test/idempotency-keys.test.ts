@@ -13,7 +13,11 @@ import { scopeDigest, type IdempotencyPut } from '../actors/idempotency-keys.js'
 import { KeyUpkeep } from '../actors/idempotency-upkeep.js';
 import { Shard } from '../actors/shard.js';
 import { decodeRecord, encodeRecord } from '../storage/codec.js';
-import { ERA_GROUPS, MAPPED_IMAGE_BYTES as MAPPED } from '../storage/idempotency-eras.js';
+import {
+  ERA_GROUPS,
+  eraGroupsFor,
+  MAPPED_IMAGE_BYTES as MAPPED,
+} from '../storage/idempotency-eras.js';
 import { GROUP_RUNS, type HashedAddress, type KeyStore } from '../storage/idempotency-runs.js';
 import { KEY_HASHES, KeyFilter, keyHashes } from '../storage/key-filter.js';
 import { ERA_ENV_DIR, SHARD_DB_NAMES, ShardStore } from '../storage/journal.js';
@@ -634,6 +638,80 @@ describe('the key store', () => {
     }
     expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
     await fixture.closeStore(s);
+  });
+
+  it("sizes each new era by the keys' rate where the groups are not set", async () => {
+    // Runs of 20-200 keys make groups sized for 4,096 keys (the fewest); an era of n groups
+    // of them is a day's share of IDEMPOTENCY_ERAS_PER_DAY at 24 × 4,096 × n keys a day.
+    const groupsAt = async (keys: number, spanMs: number): Promise<number | null> => {
+      const s = openStore();
+      s.idempotency.eraGroups = null;
+      const puts = Array.from({ length: keys }, (_, i) =>
+        put(`c-${i % 3}`, `r-${i}`, T0 + Math.round((i * spanMs) / (keys - 1))),
+      );
+      await store(s, puts);
+      await s.idempotency.seal(PACING);
+      expect(puts.every((p) => s.idempotency.get(p)?.atMs === p.atMs)).toBe(true);
+      const groups = s.idempotency.openEraGroups;
+      await fixture.closeStore(s);
+      return groups;
+    };
+    // 2 keys a second: eras of the least.
+    expect(await groupsAt(20, 10_000)).toBe(ERA_GROUPS);
+    // 50 keys a second: 4.32 million a day, 44 groups of 4,096 for a 24th of it.
+    expect(await groupsAt(200, 4_000)).toBe(44);
+    // 1,000 keys in a millisecond count as a second's: at the most, 64.
+    expect(await groupsAt(1_000, 1)).toBe(4 * ERA_GROUPS);
+    // Set, the number holds whatever the rate.
+    const s = openStore();
+    expect(s.idempotency.eraGroups).toBe(ERA_GROUPS);
+    await sealRuns(s, 1, 1_000);
+    expect(s.idempotency.openEraGroups).toBe(ERA_GROUPS);
+    await fixture.closeStore(s);
+  });
+
+  it("counts the runs sealed in the hour before a batch toward the keys' rate", async () => {
+    // One full group of runs (16 of 125 keys over 40 s: 50 keys a second), then a restart,
+    // then a batch of 20 keys over 10 s (2 a second) opens a new group and a new era.
+    const eraAfter = async (batchFromMs: number): Promise<number | null> => {
+      const dir = fixture.tempDir();
+      let s = openStore(dir);
+      for (let run = 0; run < GROUP_RUNS; run++) {
+        const at = T0 + run * 2_500;
+        await store(
+          s,
+          Array.from({ length: 125 }, (_, i) => put(`c-${i % 3}`, `g${run}-${i}`, at + i * 20)),
+        );
+        await s.idempotency.seal(PACING);
+      }
+      await fixture.closeStore(s);
+      s = openStore(dir);
+      s.idempotency.eraGroups = null;
+      const batch = Array.from({ length: 20 }, (_, i) =>
+        put(`c-${i % 3}`, `b-${i}`, batchFromMs + Math.round((i * 10_000) / 19)),
+      );
+      await store(s, batch);
+      await s.idempotency.seal(PACING);
+      expect(s.idempotency.groupCount).toBe(2);
+      const groups = s.idempotency.openEraGroups;
+      await fixture.closeStore(s);
+      return groups;
+    };
+    // 2,020 keys over 51 s: ~39.6 a second, 3.42 million a day, 35 groups of 4,096 keys.
+    expect(await eraAfter(T0 + 41_000)).toBe(35);
+    // Two hours on, those runs are out of the hour: the batch's 2 a second alone.
+    expect(await eraAfter(T0 + 2 * 3_600_000)).toBe(ERA_GROUPS);
+  });
+
+  it('eraGroupsFor: a 24th of a day of keys at the rate, from 16 to 64 groups', () => {
+    expect(eraGroupsFor(Number.NaN, 4096)).toBe(ERA_GROUPS);
+    expect(eraGroupsFor(0, 4096)).toBe(ERA_GROUPS);
+    // 16 groups of 2^21 keys hold a 24th of a day at ~9,300 keys a second; 64 at ~37,300.
+    const perDay = (perSecond: number): number => perSecond * 86_400;
+    expect(eraGroupsFor(perDay(9_000), 1 << 21)).toBe(ERA_GROUPS);
+    expect(eraGroupsFor(perDay(20_000), 1 << 21)).toBe(35);
+    expect(eraGroupsFor(perDay(35_000), 1 << 21)).toBe(61);
+    expect(eraGroupsFor(perDay(50_000), 1 << 21)).toBe(4 * ERA_GROUPS);
   });
 
   it('drops an era with its last group; reads one part of whose groups expired', async () => {

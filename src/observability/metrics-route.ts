@@ -127,6 +127,12 @@ function renderShards(
     (s) => s.idempotencyEras,
   );
   gauge(
+    'tally_shard_idempotency_open_era_groups',
+    "Groups of runs the shard worker's open era of idempotency filters holds at most (0: " +
+      "none open): sized by the keys' rate unless TALLY_IDEMPOTENCY_ERA_GROUPS sets it.",
+    (s) => s.idempotencyOpenEraGroups,
+  );
+  gauge(
     'tally_shard_idempotency_filter_bytes',
     "The shard worker's memory the filters of its eras, groups and runs of idempotency keys " +
       'take (closed eras read from the memory map not counted).',
