@@ -573,6 +573,8 @@ function onMessage(message: ToWorker): void {
       stopping = true;
       void keyUpkeep
         .stop()
+        // The open era's image, so its groups are not probed one by one after the restart.
+        .then(() => store.idempotency.storeOpenEra(() => new Promise(setImmediate)))
         .then(() => store.forgetAudits(auditsToForget))
         .then(() => store.close())
         .then(() => post({ t: 'stopped' }), crash);

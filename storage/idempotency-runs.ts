@@ -1195,6 +1195,29 @@ export class KeyStore {
     return run;
   }
 
+  /**
+   * A clean stop: closes the open era and stores it (and any a seal the stop interrupted
+   * closed), so that after the restart its groups are found through its filter, one probe,
+   * rather than each through its own until they expire (up to ERA_GROUPS_MAX - 1 of them).
+   * It covers the runs committed so far; new runs start a new group in a new era. An
+   * interrupted seal's keys may have set bits in its filter (a maybe too many, never a
+   * key missed), and a run that seal committed after all is past the era's last run: where
+   * it joined one of the era's groups, the restart leaves the era out and probes its groups
+   * one by one, as before. Call once
+   * nothing seals any more (the upkeep has stopped).
+   */
+  async storeOpenEra(pause: Pacing['pause']): Promise<void> {
+    const era = this.#openEra;
+    if (era === null || era.groups === 0) {
+      await this.#storeEras({ pause });
+      return;
+    }
+    era.lastRun = this.#nextRunSeq - 1;
+    this.#openEra = null;
+    this.#erasToStore.push(era);
+    await this.#storeEras({ pause });
+  }
+
   /** Writes `batch` as the next run and commits it (its keys stay in memory until the end). */
   async #sealBatch(batch: HeldKeys, pacing: Pacing, runKeys: number): Promise<Run> {
     const order = await runOrder(batch, pacing.pause);

@@ -609,6 +609,50 @@ describe('the key store', () => {
     expect(storedEraKeys(dir)).toEqual([]); // both removed by the first drop
   });
 
+  it('stores the open era at a clean stop: after the restart its groups answer through it', async () => {
+    const absent = Array.from({ length: 2000 }, (_, i) => put(`c-${i % 3}`, `no-${i}`, 0));
+    const probesPerMiss = (target: ShardStore): number => {
+      const probes = vi.spyOn(KeyFilter.prototype, 'mayContain');
+      try {
+        for (const p of absent) expect(target.idempotency.get(p)).toBeUndefined();
+        return probes.mock.calls.length / absent.length;
+      } finally {
+        probes.mockRestore();
+      }
+    };
+    const restarted = async (storeOpen: boolean): Promise<[ShardStore, string]> => {
+      const dir = fixture.tempDir();
+      const s = openStore(dir);
+      // Runs of 20 keys: four groups of 16 runs, all in the open era.
+      const all = await sealRuns(s, 4 * GROUP_RUNS, 20);
+      expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([4, 1]);
+      if (storeOpen) await s.idempotency.storeOpenEra(PACING.pause);
+      expect(s.idempotency.openEraGroups).toBe(storeOpen ? null : ERA_GROUPS);
+      expect(storedEras(dir)).toEqual(storeOpen ? [1] : []);
+      await fixture.closeStore(s);
+      const again = openStore(dir);
+      expect(all.every((p) => again.idempotency.get(p)?.fingerprint === '1')).toBe(true);
+      return [again, dir];
+    };
+    // Not stored (a crash, or a stop that interrupted a seal): each group by its own filter.
+    const [loose] = await restarted(false);
+    expect([loose.idempotency.groupCount, loose.idempotency.eraCount]).toEqual([4, 0]);
+    expect(probesPerMiss(loose)).toBeGreaterThanOrEqual(4);
+    await fixture.closeStore(loose);
+    // Stored: one probe a miss, the era's; a new run starts a new group in a new era.
+    const [s, dir] = await restarted(true);
+    expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([4, 1]);
+    expect(probesPerMiss(s)).toBeLessThan(1.5);
+    const later = await sealRuns(s, 1, 20, 4 * GROUP_RUNS + 1);
+    expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([5, 2]);
+    expect(later.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
+    // Its groups expire with it: one drop removes them, their era's image and head.
+    const dropped = await s.idempotency.dropExpired(T0 + 4 * GROUP_RUNS + 1, PACING);
+    expect(dropped).toHaveLength(4 * GROUP_RUNS);
+    expect(storedEras(dir)).toEqual([]);
+    await fixture.closeStore(s);
+  });
+
   it('holds as many groups in an era as it is set to: fewer eras for a miss to probe', async () => {
     const dir = fixture.tempDir();
     const s = openStore(dir);
