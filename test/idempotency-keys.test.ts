@@ -653,6 +653,50 @@ describe('the key store', () => {
     await fixture.closeStore(s);
   });
 
+  it('stores the open era at a stop that interrupted a seal: every key is found after it', async () => {
+    // Two groups sealed, then a batch of 3,000 keys of 7 customers (a seal of many slices)
+    // whose seal the stop interrupts at its n-th pause.
+    const setUp = async (): Promise<[ShardStore, string, IdempotencyPut[]]> => {
+      const dir = fixture.tempDir();
+      const s = openStore(dir);
+      const sealed = await sealRuns(s, 2 * GROUP_RUNS, 20);
+      const batch = Array.from({ length: 3000 }, (_, i) => put(`c-${i % 7}`, `cut-${i}`, T0 + 99));
+      await store(s, batch);
+      return [s, dir, [...sealed, ...batch]];
+    };
+    const pacingStoppedAt = (stopAt: number) => {
+      let pauses = 0;
+      return {
+        count: () => pauses,
+        pause: (): Promise<void> =>
+          ++pauses >= stopAt ? Promise.reject(new Error('stopped')) : PACING.pause(),
+        keysDurable: PACING.keysDurable,
+      };
+    };
+    const [whole] = await setUp();
+    const counting = pacingStoppedAt(Number.POSITIVE_INFINITY);
+    await whole.idempotency.seal(counting);
+    const pauses = counting.count();
+    expect(pauses).toBeGreaterThan(20);
+    await fixture.closeStore(whole);
+    for (const stopAt of [1, Math.round(pauses / 3), Math.round((2 * pauses) / 3), pauses]) {
+      const [first, dir, all] = await setUp();
+      let s = first;
+      await expect(s.idempotency.seal(pacingStoppedAt(stopAt))).rejects.toThrow('stopped');
+      await s.idempotency.storeOpenEra(PACING.pause);
+      await fixture.closeStore(s);
+      s = openStore(dir);
+      for (const p of all) expect(s.idempotency.get(p)?.fingerprint).toBe('1');
+      // The restart seals the batch again (its keys were logged), and finds them still.
+      await s.idempotency.seal(PACING);
+      for (const p of all) expect(s.idempotency.get(p)?.fingerprint).toBe('1');
+      await fixture.closeStore(s);
+      s = openStore(dir);
+      for (const p of all) expect(s.idempotency.get(p)?.fingerprint).toBe('1');
+      await fixture.closeStore(s);
+    }
+  });
+
   it('holds as many groups in an era as it is set to: fewer eras for a miss to probe', async () => {
     const dir = fixture.tempDir();
     const s = openStore(dir);
