@@ -125,7 +125,11 @@ describe('crash safety', () => {
       const shard = openDurableEnv(join(dataDir, 'shard-0', ERA_ENV_DIR), ['idempotency-run-eras']);
       try {
         const keys = [...shard.dbs['idempotency-run-eras'].getKeys({})] as Array<[number, number]>;
-        expect(keys.filter(([, index]) => index === -1)).toHaveLength(1); // its head
+        const heads = keys.filter(([, index]) => index === -1).map(([first]) => first);
+        // Its head, and at most one more: the era a seal at the restart opened, stored by the
+        // clean stop that ended it (the era open at the kill never is).
+        expect(heads[0]).toBe(1);
+        expect(heads.length).toBeLessThanOrEqual(2);
       } finally {
         await shard.root.close();
       }

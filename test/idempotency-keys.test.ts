@@ -609,7 +609,7 @@ describe('the key store', () => {
     expect(storedEraKeys(dir)).toEqual([]); // both removed by the first drop
   });
 
-  it('stores the open era at a clean stop: after the restart its groups answer through it', async () => {
+  it('stores the open era at a clean stop: after a restart it answers for its groups', async () => {
     const absent = Array.from({ length: 2000 }, (_, i) => put(`c-${i % 3}`, `no-${i}`, 0));
     const probesPerMiss = (target: ShardStore): number => {
       const probes = vi.spyOn(KeyFilter.prototype, 'mayContain');
@@ -653,7 +653,7 @@ describe('the key store', () => {
     await fixture.closeStore(s);
   });
 
-  it('stores the open era at a stop that interrupted a seal: every key is found after it', async () => {
+  it('stores the open era at a stop that cut a seal short: every key is found after', async () => {
     // Two groups sealed, then a batch of 3,000 keys of 7 customers (a seal of many slices)
     // whose seal the stop interrupts at its n-th pause.
     const setUp = async (): Promise<[ShardStore, string, IdempotencyPut[]]> => {
