@@ -131,6 +131,22 @@ async function sealRuns(
   return all;
 }
 
+/** Keys no test stores: lookups of them miss. */
+function absentKeys(count: number): IdempotencyPut[] {
+  return Array.from({ length: count }, (_, i) => put(`c-${i % 3}`, `no-${i}`, 0));
+}
+
+/** Filters probed per lookup of `absent` keys in `target` (each must miss). */
+function probesPerMiss(target: ShardStore, absent: readonly IdempotencyPut[]): number {
+  const probes = vi.spyOn(KeyFilter.prototype, 'mayContain');
+  try {
+    for (const p of absent) expect(target.idempotency.get(p)).toBeUndefined();
+    return probes.mock.calls.length / absent.length;
+  } finally {
+    probes.mockRestore();
+  }
+}
+
 /** The eras stored whole in `dir`'s shard (their heads' first run seqs). */
 function storedEras(dir: string): number[] {
   return storedEraKeys(dir)
@@ -568,18 +584,9 @@ describe('the key store', () => {
     all.push(...(await sealRuns(s, 1, 50, eraRuns)));
     expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([ERA_GROUPS + 1, 2]);
     expect(storedEras(dir)).toEqual([1]);
-    const absent = Array.from({ length: 5000 }, (_, i) => put(`c-${i % 3}`, `no-${i}`, 0));
+    const absent = absentKeys(5000);
     // Filters probed per absent key: about one per era (17 with a filter per group).
-    const probesPerMiss = (target: ShardStore): number => {
-      const probes = vi.spyOn(KeyFilter.prototype, 'mayContain');
-      try {
-        for (const p of absent) expect(target.idempotency.get(p)).toBeUndefined();
-        return probes.mock.calls.length / absent.length;
-      } finally {
-        probes.mockRestore();
-      }
-    };
-    expect(probesPerMiss(s)).toBeLessThan(3);
+    expect(probesPerMiss(s, absent)).toBeLessThan(3);
     expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
     // After a restart: the stored era answers for its groups; the open era was not stored,
     // so its one group is probed by its own filter.
@@ -587,7 +594,7 @@ describe('the key store', () => {
     s = openStore(dir);
     expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([ERA_GROUPS + 1, 1]);
     expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
-    expect(probesPerMiss(s)).toBeLessThan(3);
+    expect(probesPerMiss(s, absent)).toBeLessThan(3);
     // Without the era (a crash before it was stored, or a release before eras): every
     // group by its own filter, each probed. Here the era's head says its filter saw runs up
     // to the second-last only (as if a release before eras had added the last one): the
@@ -604,22 +611,13 @@ describe('the key store', () => {
     s = openStore(dir);
     expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([ERA_GROUPS + 1, 0]);
     expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
-    expect(probesPerMiss(s)).toBeGreaterThan(ERA_GROUPS);
+    expect(probesPerMiss(s, absent)).toBeGreaterThan(ERA_GROUPS);
     expect(await s.idempotency.dropExpired(T0, PACING)).toEqual([]);
     expect(storedEraKeys(dir)).toEqual([]); // both removed by the first drop
   });
 
   it('stores the open era at a clean stop: after a restart it answers for its groups', async () => {
-    const absent = Array.from({ length: 2000 }, (_, i) => put(`c-${i % 3}`, `no-${i}`, 0));
-    const probesPerMiss = (target: ShardStore): number => {
-      const probes = vi.spyOn(KeyFilter.prototype, 'mayContain');
-      try {
-        for (const p of absent) expect(target.idempotency.get(p)).toBeUndefined();
-        return probes.mock.calls.length / absent.length;
-      } finally {
-        probes.mockRestore();
-      }
-    };
+    const absent = absentKeys(2000);
     const restarted = async (storeOpen: boolean): Promise<[ShardStore, string]> => {
       const dir = fixture.tempDir();
       const s = openStore(dir);
@@ -637,12 +635,12 @@ describe('the key store', () => {
     // Not stored (a crash, or a stop that interrupted a seal): each group by its own filter.
     const [loose] = await restarted(false);
     expect([loose.idempotency.groupCount, loose.idempotency.eraCount]).toEqual([4, 0]);
-    expect(probesPerMiss(loose)).toBeGreaterThanOrEqual(4);
+    expect(probesPerMiss(loose, absent)).toBeGreaterThanOrEqual(4);
     await fixture.closeStore(loose);
     // Stored: one probe a miss, the era's; a new run starts a new group in a new era.
     const [s, dir] = await restarted(true);
     expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([4, 1]);
-    expect(probesPerMiss(s)).toBeLessThan(1.5);
+    expect(probesPerMiss(s, absent)).toBeLessThan(1.5);
     const later = await sealRuns(s, 1, 20, 4 * GROUP_RUNS + 1);
     expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([5, 2]);
     expect(later.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
