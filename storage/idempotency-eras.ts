@@ -81,7 +81,7 @@ export const ERA_MAX_KEYS = 1 << 25;
  */
 export function eraGroupsFor(keysPerDay: number, groupCapacity: number): number {
   const wanted = Math.ceil(keysPerDay / IDEMPOTENCY_ERAS_PER_DAY / Math.max(1, groupCapacity));
-  if (!(wanted > ERA_GROUPS)) return ERA_GROUPS; // NaN too: no rate known
+  if (!(wanted > ERA_GROUPS)) return ERA_GROUPS; // NaN (no rate known) too
   return Math.min(wanted, ERA_GROUPS_MAX);
 }
 

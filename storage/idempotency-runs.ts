@@ -667,7 +667,7 @@ export class KeyStore {
   /**
    * The keys a day brings at the rate of `batch` (sealed now) and of the runs sealed in the
    * hour before its newest key: their keys over the time from the oldest one's first key to
-   * that newest key, at least a second (NaN where there are none).
+   * that newest key, at least a second (0 where there are none).
    */
   #keysPerDay(batch: HeldKeys | null): number {
     let keys = 0;
@@ -1203,19 +1203,22 @@ export class KeyStore {
    * interrupted seal's keys may have set bits in its filter (a maybe too many, never a
    * key missed), and a run that seal committed after all is past the era's last run: where
    * it joined one of the era's groups, the restart leaves the era out and probes its groups
-   * one by one, as before. Call once
-   * nothing seals any more (the upkeep has stopped).
+   * one by one, as before. Call once nothing seals any more (the upkeep has stopped).
    */
   async storeOpenEra(pause: Pacing['pause']): Promise<void> {
     const era = this.#openEra;
-    if (era === null || era.groups === 0) {
-      await this.#storeEras({ pause });
-      return;
-    }
-    era.lastRun = this.#nextRunSeq - 1;
-    this.#openEra = null;
-    this.#erasToStore.push(era);
+    if (era !== null && era.groups > 0) this.#closeEra(era);
     await this.#storeEras({ pause });
+  }
+
+  /**
+   * Closes `era` (the open one) after the runs committed so far: it takes no more groups,
+   * and the next `#storeEras` stores it.
+   */
+  #closeEra(era: Era): void {
+    era.lastRun = this.#nextRunSeq - 1;
+    if (this.#openEra === era) this.#openEra = null;
+    this.#erasToStore.push(era);
   }
 
   /** Writes `batch` as the next run and commits it (its keys stay in memory until the end). */
@@ -1225,9 +1228,7 @@ export class KeyStore {
     // An era the run's group cannot join is stored first: the next era reuses its memory.
     const full = this.#eraClosedBy(batch.size, runKeys);
     if (full !== null) {
-      full.lastRun = this.#nextRunSeq - 1;
-      this.#openEra = null;
-      this.#erasToStore.push(full);
+      this.#closeEra(full);
       await this.#storeEras(pacing);
     }
     const group = this.#groupFor(batch.size, runKeys, batch);
@@ -1285,10 +1286,7 @@ export class KeyStore {
     const first = this.#nextRunSeq;
     let era = this.#openEra;
     if (era === null || !hasRoom(era, capacity)) {
-      if (era !== null) {
-        era.lastRun = first - 1;
-        this.#erasToStore.push(era);
-      }
+      if (era !== null) this.#closeEra(era);
       era = this.#openEra = openEra(
         first,
         capacity,

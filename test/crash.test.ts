@@ -96,7 +96,7 @@ describe('crash safety', () => {
     async (_, mapping, mapped) => {
       // Runs of 4 keys or more (whatever waits when a seal starts): sealing never stops, and
       // an era (16 groups of up to 16 runs, set: by the rate, these tiny groups would make
-      // eras of 64) closes when a run opens its 17th group, after 200–260 runs (~50 s here:
+      // larger eras) closes when a run opens its 17th group, after 200–260 runs (~50 s here:
       // each seal waits for three syncs); the seal that closes it stores its filter. The
       // kill comes three runs later, among the slices of sealing.
       const env = {

@@ -4,6 +4,7 @@
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { gaugeSum, samples } from '../bench/metrics-text.js';
 import { ERA_ENV_DIR } from '../storage/journal.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
 import { call, startServerProcess, tempDataDir } from './support/server-process.js';
@@ -26,9 +27,7 @@ async function storedEraHeads(dataDir: string): Promise<number[]> {
 
 /** The sum over shards of gauge `name` in the metrics text `metrics`. */
 function sumOf(metrics: string, name: string): number {
-  return [...metrics.matchAll(new RegExp(`^${name}\\{[^}]*\\} (\\d+)`, 'gm'))]
-    .map((m) => Number(m[1]))
-    .reduce((total, n) => total + n, 0);
+  return gaugeSum(samples(metrics), name);
 }
 
 async function gauge(base: string, adminKey: string, name: string): Promise<number> {
