@@ -36,10 +36,11 @@ export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
 /**
  * Idempotency keys a shard worker holds in memory before it seals them into a run on
  * disk (storage/idempotency-runs.ts): a run is sealed once this many are waiting, or
- * IDEMPOTENCY_SEAL_INTERVAL_MS after the last one. Each key in memory costs ~250 bytes of
- * heap; each run costs a lookup one filter probe (a memory read), so fewer, larger runs
- * make lookups cheaper and memory dearer. 131,072 keys is ~32 MB per worker, a few
- * seconds of keyed writes at full speed. TALLY_IDEMPOTENCY_RUN_KEYS overrides.
+ * IDEMPOTENCY_SEAL_INTERVAL_MS after the last one. A key in memory is a 64-byte row and
+ * 8–16 bytes of table off the heap (storage/held-keys.ts), and a shard holds two batches
+ * while one seals: 131,072 keys is ~20 MB per worker, a few seconds of keyed writes at
+ * full speed. Larger runs did not raise keyed throughput (each seal is a larger burst of
+ * work), so the default stays small. TALLY_IDEMPOTENCY_RUN_KEYS overrides.
  */
 export const IDEMPOTENCY_RUN_KEYS = 131_072;
 
