@@ -40,15 +40,18 @@
  * release takes an image's entries for an unfinished era's and removes them; its groups'
  * own filters answer for their keys meanwhile.
  *
- * An era without a stored head (the open one at a stop, or one a crash interrupted) is not
- * needed after a restart: its groups' records hold their own filters, so they are probed
- * one by one until they expire, and new groups start a new era. Entries left without a
- * head are removed by the next drop of expired groups. A release that predates eras never
+ * An era without a stored head (the open one at a crash, or one a crash interrupted while
+ * it was stored) is not needed after a restart: its groups' records hold their own filters,
+ * so they are probed one by one, and new groups start a new era. Meanwhile an era is
+ * rebuilt over them from their runs (`rebuiltEra`; KeyStore.rebuildEras) and stored as any
+ * closed era; from then on it answers for them. Entries left without a head are removed
+ * before that, or by the next drop of expired groups. A release that predates eras never
  * opens the table and reads every group by its own filter; should it add a run to a group
  * of a stored era (its batches differ in size), the era no longer answers for that group,
  * and the next start leaves the era out (its groups' own filters hold every key).
  */
 import { crc32 } from 'node:zlib';
+import { assert } from '../shared/assert.js';
 import {
   IDEMPOTENCY_ERA_GROUPS,
   IDEMPOTENCY_ERA_GROUPS_MAX,
@@ -160,9 +163,50 @@ export function openEra(
   if (2 * groupCapacity > maxKeys) return null;
   const capacity = Math.min(maxGroups * groupCapacity, maxKeys);
   const maxRuns = maxGroups * groupRuns;
-  const filterBytes = KeyFilter.bytesFor(capacity, ERA_FILTER_BITS_PER_KEY);
   // Each run's filter is whole blocks: one more block per run than its keys need, at most.
   const runBytes = KeyFilter.bytesFor(capacity, RUN_FILTER_BITS_PER_KEY) + 64 * maxRuns;
+  return eraOver(first, capacity, runBytes, spare, mapFrom, maxGroups);
+}
+
+/** The most keys an era rebuilt over groups already sealed holds (`rebuiltEra`). */
+export const REBUILT_ERA_MAX_KEYS = eraMaxKeys(ERA_GROUPS_MAX);
+
+/**
+ * A closed era over groups already sealed whose own era was never stored (it was open at a
+ * crash), for their `keys` keys and their runs' filters, `runBytes` in all. Its filter is
+ * sized for those keys alone (it takes no more, so 16 bits a key of them, not of an open
+ * era's capacity), and its memory is laid out as an open era's: the caller adds every key
+ * to its filter, carves each run's filter from it (`carveRunCopy`, `carveRunFilter`), then
+ * stores it as any closed era (`storeEra`). `lastRun` is its last group's last run.
+ */
+export function rebuiltEra(
+  first: number,
+  lastRun: number,
+  keys: number,
+  runBytes: number,
+  spare: Uint8Array | null,
+  mapFrom = MAP_FROM_BYTES,
+): Era {
+  assert(keys <= REBUILT_ERA_MAX_KEYS, 'a rebuilt era holds at most as many keys as any era');
+  const era = eraOver(first, Math.max(1, keys), runBytes, spare, mapFrom, ERA_GROUPS_MAX);
+  era.lastRun = lastRun;
+  era.reserved = era.capacity;
+  return era;
+}
+
+/**
+ * An era's memory and its filter: [lead | a filter for `capacity` keys | `runBytes` for its
+ * runs' filters], padded where its image is to be read from the memory map (`openEra`).
+ */
+function eraOver(
+  first: number,
+  capacity: number,
+  runBytes: number,
+  spare: Uint8Array | null,
+  mapFrom: number,
+  maxGroups: number,
+): Era {
+  const filterBytes = KeyFilter.bytesFor(capacity, ERA_FILTER_BITS_PER_KEY);
   const needed = IMAGE_LEAD + filterBytes + runBytes;
   const imageBytes = needed >= mapFrom ? Math.max(needed, MAPPED_IMAGE_BYTES) : needed;
   const reuse =
@@ -219,8 +263,21 @@ export function hasRoom(era: Era, capacity: number): boolean {
  * it has no room (a run larger than its group's share): the run then has one of its own.
  */
 export function carveRunFilter(era: Era, seq: number, keys: number): KeyFilter | null {
+  return carve(era, seq, KeyFilter.bytesFor(keys, RUN_FILTER_BITS_PER_KEY));
+}
+
+/**
+ * A copy of run `seq`'s own filter `own`, carved from a rebuilt era's memory (`rebuiltEra`),
+ * or null where it has no room.
+ */
+export function carveRunCopy(era: Era, seq: number, own: KeyFilter): KeyFilter | null {
+  const filter = carve(era, seq, own.byteLength);
+  filter?.bytes.set(own.bytes);
+  return filter;
+}
+
+function carve(era: Era, seq: number, bytes: number): KeyFilter | null {
   const memory = era.memory;
-  const bytes = KeyFilter.bytesFor(keys, RUN_FILTER_BITS_PER_KEY);
   if (memory === null || era.stored || era.carveAt + bytes > era.imageBytes) return null;
   const filter = KeyFilter.over(memory.buffer, memory.byteOffset + era.carveAt, bytes);
   era.carved.push([filter, seq, era.carveAt]);
