@@ -57,6 +57,8 @@ export interface KeyRuns {
     beforeMs: number,
     pacing: { pause: () => Promise<void> },
   ): Promise<ReadonlyArray<Readonly<Record<Environment, number>>>>;
+  /** Rebuilds the eras a crash left unstored; resolves to the groups they hold. */
+  rebuildEras(expiredBeforeMs: number, pacing: { pause: () => Promise<void> }): Promise<number>;
 }
 
 /**
@@ -115,19 +117,23 @@ class Stopped extends Error {}
 /**
  * Seals the keys in memory into a run once IDEMPOTENCY_RUN_KEYS are waiting or
  * IDEMPOTENCY_SEAL_INTERVAL_MS after the last seal, and drops groups of runs whose keys all
- * expired; checks once a second, at once again while a full run is waiting. Every
- * step yields to the event loop between slices. `stop` ends it at the next slice (a
- * clean stop; what it was writing is finished by the next start). A failed write is
- * handed to `fatal`.
+ * expired; checks once a second, at once again while a full run is waiting. From the
+ * start, beside those rounds, it rebuilds the eras of filters a crash left unstored
+ * (storage/idempotency-runs.ts, `rebuildEras`). Every step yields to the event loop
+ * between slices. `stop` ends it at the next slice (a clean stop; what it was writing is
+ * finished by the next start). A failed write is handed to `fatal`.
  */
 export class KeyUpkeep {
   private timer: ReturnType<typeof setTimeout> | null = null;
   private stopped = false;
   private running: Promise<void> = Promise.resolve();
+  private rebuilding: Promise<void> = Promise.resolve();
   private lastSealMs: number;
   /** Runs sealed and dropped since start. */
   sealed = 0;
   dropped = 0;
+  /** Groups of runs the eras rebuilt since start hold (null: the rebuild has not ended). */
+  rebuiltGroups: number | null = null;
 
   constructor(
     private readonly runs: KeyRuns,
@@ -141,14 +147,25 @@ export class KeyUpkeep {
   }
 
   start(): void {
+    // Before the first seal: the newest group a rebuilt era holds must take no more runs.
+    this.rebuilding = this.runs
+      .rebuildEras(this.clock() - IDEMPOTENCY_RETENTION_MS, this.pacing)
+      .then(
+        (groups) => {
+          this.rebuiltGroups = groups;
+        },
+        (error: unknown) => {
+          if (!(error instanceof Stopped)) this.fatal(error);
+        },
+      );
     this.schedule(0);
   }
 
-  /** Stops; resolves once no slice is running. */
+  /** Stops; resolves once no slice is running (a rebuild part-way stores nothing more). */
   stop(): Promise<void> {
     this.stopped = true;
     if (this.timer !== null) clearTimeout(this.timer);
-    return this.running;
+    return Promise.all([this.running, this.rebuilding]).then(() => undefined);
   }
 
   private schedule(delayMs: number): void {

@@ -16,6 +16,7 @@ import { decodeRecord, encodeRecord } from '../storage/codec.js';
 import {
   ERA_GROUPS,
   eraGroupsFor,
+  MAP_FROM_BYTES,
   MAPPED_IMAGE_BYTES as MAPPED,
 } from '../storage/idempotency-eras.js';
 import { GROUP_RUNS, type HashedAddress, type KeyStore } from '../storage/idempotency-runs.js';
@@ -695,6 +696,204 @@ describe('the key store', () => {
     }
   });
 
+  /**
+   * A store that sealed `runs` runs of 20 keys (groups of 16 runs, all in the era open at
+   * the end) and was opened again without storing that era, as after a crash.
+   */
+  const crashedWith = async (
+    runs: number,
+  ): Promise<{ s: ShardStore; dir: string; all: IdempotencyPut[] }> => {
+    const dir = fixture.tempDir();
+    const first = openStore(dir);
+    const all = await sealRuns(first, runs, 20);
+    expect(first.idempotency.eraCount).toBe(1);
+    await fixture.closeStore(first);
+    expect(storedEraKeys(dir)).toEqual([]);
+    return { s: openStore(dir), dir, all };
+  };
+  const allFound = (keys: KeyStore, puts: readonly IdempotencyPut[]): boolean =>
+    puts.every((p) => keys.get(p)?.fingerprint === '1');
+  const shape = (keys: KeyStore): number[] => [
+    keys.groupCount,
+    keys.eraCount,
+    keys.groupsOutsideEras,
+  ];
+
+  it.each([
+    ['in memory', MAP_FROM_BYTES],
+    ['on the memory map', 0],
+  ] as const)('rebuilds the era a crash left unstored over its groups (%s)', async (_, mapFrom) => {
+    // Four full groups and a fifth of one run: the open era's five groups, never stored.
+    const { s, dir, all } = await crashedWith(4 * GROUP_RUNS + 1);
+    s.idempotency.mapErasFrom = mapFrom;
+    const absent = absentKeys(2000);
+    expect(shape(s.idempotency)).toEqual([5, 0, 5]);
+    expect(probesPerMiss(s, absent)).toBeGreaterThanOrEqual(5); // each group's own filter
+    // Until the era is stored its groups answer one by one: every key found at every turn.
+    let pauses = 0;
+    let checked = 0;
+    const rebuilt = s.idempotency.rebuildEras(T0, {
+      pause: () => {
+        pauses += 1;
+        if (s.idempotency.eraCount === 0 && pauses % 5 === 0) {
+          expect(s.idempotency.groupsOutsideEras).toBe(5);
+          expect(allFound(s.idempotency, all)).toBe(true);
+          const found = absent.slice(0, 100).filter((p) => s.idempotency.get(p) !== undefined);
+          expect(found).toEqual([]);
+          checked += 1;
+        }
+        return PACING.pause();
+      },
+    });
+    expect(await rebuilt).toBe(5);
+    expect(checked).toBeGreaterThan(5);
+    // Stored as a closed era is (image, then head), and it answers for all five groups.
+    expect(shape(s.idempotency)).toEqual([5, 1, 0]);
+    expect(storedEraKeys(dir)).toEqual([
+      [1, ERA_HEAD - 1],
+      [1, ERA_HEAD],
+    ]);
+    expect(s.idempotency.mappedFilterBytes).toBe(mapFrom === 0 ? MAPPED : 0);
+    expect(allFound(s.idempotency, all)).toBe(true);
+    expect(probesPerMiss(s, absent)).toBeLessThan(1.5); // the era's filter, nearly always
+    // Its newest group takes no more runs: the next one starts a group in a new era.
+    const later = await sealRuns(s, 1, 20, 4 * GROUP_RUNS + 1);
+    expect(shape(s.idempotency)).toEqual([6, 2, 0]);
+    expect(allFound(s.idempotency, [...all, ...later])).toBe(true);
+    // A restart (a crash again: the new era is not stored) reads the rebuilt era back.
+    await fixture.closeStore(s);
+    const again = openStore(dir);
+    expect(shape(again.idempotency)).toEqual([6, 1, 1]);
+    expect(again.idempotency.mappedFilterBytes).toBe(mapFrom === 0 ? MAPPED : 0);
+    expect(allFound(again.idempotency, [...all, ...later])).toBe(true);
+    expect(probesPerMiss(again, absent)).toBeLessThan(2.5); // the era's, the lone group's
+    // One group outside an era is one probe either way: nothing to rebuild.
+    expect(await again.idempotency.rebuildEras(T0, PACING)).toBe(0);
+    expect(storedEras(dir)).toEqual([1]);
+    // The era goes with its last group, off the disk.
+    expect(await again.idempotency.dropExpired(T0 + 4 * GROUP_RUNS + 1, PACING)).toHaveLength(
+      4 * GROUP_RUNS + 1,
+    );
+    expect(shape(again.idempotency)).toEqual([1, 0, 1]);
+    expect(storedEraKeys(dir)).toEqual([]);
+  });
+
+  it('stores no half-built era: a stop or crash part-way leaves it to the next start', async () => {
+    const { s: first, dir, all } = await crashedWith(3 * GROUP_RUNS);
+    let s = first;
+    // Stopped at its 40th pause (its keys being read): nothing is stored.
+    let pauses = 0;
+    const stopped = s.idempotency.rebuildEras(T0, {
+      pause: () => (++pauses >= 40 ? Promise.reject(new Error('stopped')) : PACING.pause()),
+    });
+    await expect(stopped).rejects.toThrow('stopped');
+    expect(shape(s.idempotency)).toEqual([3, 0, 3]);
+    expect(storedEraKeys(dir)).toEqual([]);
+    expect(allFound(s.idempotency, all)).toBe(true);
+    await fixture.closeStore(s);
+    // The next start rebuilds it whole.
+    s = openStore(dir);
+    expect(shape(s.idempotency)).toEqual([3, 0, 3]);
+    expect(await s.idempotency.rebuildEras(T0, PACING)).toBe(3);
+    await fixture.closeStore(s);
+    // A crash between its image and its head: the image's entry alone, never read, and
+    // removed before the next rebuild stores the era again under the same first run.
+    const [env, table] = openEraTable(join(dir, ERA_ENV_DIR));
+    await table.remove([1, ERA_HEAD]);
+    await env.root.close();
+    expect(storedEraKeys(dir)).toEqual([[1, ERA_HEAD - 1]]);
+    s = openStore(dir);
+    expect(shape(s.idempotency)).toEqual([3, 0, 3]);
+    expect(allFound(s.idempotency, all)).toBe(true);
+    expect(await s.idempotency.rebuildEras(T0, PACING)).toBe(3);
+    expect(shape(s.idempotency)).toEqual([3, 1, 0]);
+    expect(allFound(s.idempotency, all)).toBe(true);
+    await fixture.closeStore(s);
+    s = openStore(dir);
+    expect(shape(s.idempotency)).toEqual([3, 1, 0]);
+    expect(allFound(s.idempotency, all)).toBe(true);
+    expect(probesPerMiss(s, absentKeys(2000))).toBeLessThan(1.5);
+  });
+
+  it('leaves out of a rebuilt era the groups that expire before or while it is built', async () => {
+    const { s, dir, all } = await crashedWith(5 * GROUP_RUNS);
+    // Group n's keys were used at T0 + 16n to T0 + 16n + 15. The first has expired already;
+    // the second expires while the era is built (a drop at its 30th pause).
+    let pauses = 0;
+    let drop: Promise<unknown> | null = null;
+    const rebuilt = s.idempotency.rebuildEras(T0 + GROUP_RUNS, {
+      pause: () => {
+        if (++pauses === 30) drop = s.idempotency.dropExpired(T0 + 2 * GROUP_RUNS, PACING);
+        return PACING.pause();
+      },
+    });
+    expect(await rebuilt).toBe(3);
+    expect(drop).not.toBeNull();
+    expect(await drop).toHaveLength(2 * GROUP_RUNS);
+    expect(shape(s.idempotency)).toEqual([3, 1, 0]);
+    const kept = all.slice(2 * GROUP_RUNS * 20);
+    expect(allFound(s.idempotency, kept)).toBe(true);
+    expect(all.slice(0, 2 * GROUP_RUNS * 20).some((p) => s.idempotency.get(p))).toBe(false);
+    // Stored under the first run of the groups it was built over; read back after a restart.
+    expect(storedEras(dir)).toEqual([GROUP_RUNS + 1]);
+    await fixture.closeStore(s);
+    const again = openStore(dir);
+    expect(shape(again.idempotency)).toEqual([3, 1, 0]);
+    expect(allFound(again.idempotency, kept)).toBe(true);
+  });
+
+  it('rebuilds over runs without filters of their own, not runs of a key per entry', async () => {
+    const dir = fixture.tempDir();
+    // A run as the layout before blocks sealed it (one entry per key), its group full.
+    const env = openDurableEnv(dir, ['idempotency-runs', 'idempotency-run-catalog']);
+    const before = Array.from({ length: 100 }, (_, i) => put(`c-${i % 5}`, `b${i}`, T0));
+    const filter = KeyFilter.sized(100);
+    for (const p of before) {
+      await env.dbs['idempotency-runs'].put(
+        [1, p.environment, p.customerId, p.scopeDigest],
+        encodeRecord([p.fingerprint, p.atMs]),
+      );
+      keyHashes(p.environment, p.customerId, p.scopeDigest);
+      filter.add();
+    }
+    const counts = { count: 100, test: 100, live: 0, minAtMs: T0, maxAtMs: T0 };
+    await env.dbs['idempotency-run-catalog'].put(1, encodeRecord(counts));
+    const group = encodeRecord([1, 100, filter.bytes]); // full: the next run starts a group
+    await env.dbs['idempotency-run-catalog'].put(['group', 1], group);
+    await env.root.close();
+    let s = openStore(dir);
+    // Then two groups of block runs in an era never stored (a crash), the first group's
+    // runs stored without filters of their own (as a release before those sealed them).
+    const all = await sealRuns(s, 2 * GROUP_RUNS, 20, 1);
+    await fixture.closeStore(s);
+    const catalogEnv = openDurableEnv(dir, ['idempotency-run-catalog']);
+    const catalog = catalogEnv.dbs['idempotency-run-catalog'];
+    for (let seq = 2; seq < 2 + GROUP_RUNS; seq++) {
+      const decoded = decodeRecord(catalog.get(seq) as Buffer);
+      const record = (decoded.ok ? decoded.value : {}) as Record<string, unknown>;
+      const { filter: _filter, ...rest } = record;
+      await catalog.put(seq, encodeRecord(rest));
+    }
+    await catalogEnv.root.close();
+    s = openStore(dir);
+    expect(shape(s.idempotency)).toEqual([3, 0, 3]);
+    const filters = (): boolean[] =>
+      s.idempotency.runs.map((run) => Reflect.get(run, 'filter') !== null);
+    const sealed = Array(GROUP_RUNS).fill(true);
+    expect(filters()).toEqual([false, ...Array(GROUP_RUNS).fill(false), ...sealed]);
+    expect(await s.idempotency.rebuildEras(T0, PACING)).toBe(2);
+    // The older layout's group stays outside; the block runs got filters in the era.
+    expect(shape(s.idempotency)).toEqual([3, 1, 1]);
+    expect(filters()).toEqual([false, ...Array(2 * GROUP_RUNS).fill(true)]);
+    expect(allFound(s.idempotency, [...before, ...all])).toBe(true);
+    expect(probesPerMiss(s, absentKeys(2000))).toBeLessThan(2.5);
+    await fixture.closeStore(s);
+    s = openStore(dir);
+    expect(shape(s.idempotency)).toEqual([3, 1, 1]);
+    expect(filters()).toEqual([false, ...Array(2 * GROUP_RUNS).fill(true)]);
+    expect(allFound(s.idempotency, [...before, ...all])).toBe(true);
+  });
+
   it('holds as many groups in an era as it is set to: fewer eras for a miss to probe', async () => {
     const dir = fixture.tempDir();
     const s = openStore(dir);
@@ -1303,6 +1502,38 @@ describe('the shard over the key store', () => {
     const events: Event[] = [];
     s.replay(0, (_seq, batch) => events.push(...(batch as Event[])));
     expect(events.filter((e) => e.type === 'consumed')).toHaveLength(6);
+  });
+
+  it('rebuilds, beside its rounds, the era a crash left unstored; a stop ends that', async () => {
+    const dir = fixture.tempDir();
+    let s = openStore(dir);
+    const all = await sealRuns(s, 2 * GROUP_RUNS, 20);
+    await fixture.closeStore(s); // the open era is not stored, as at a crash
+    const upkeepOver = (target: ShardStore) => {
+      const { shard } = shardOver(target, new Map());
+      const failures: unknown[] = [];
+      const fatal = (error: unknown): void => {
+        failures.push(error);
+      };
+      const upkeep = new KeyUpkeep(target.idempotency, shard, () => T0, fatal, { idleMs: 5 });
+      return { upkeep, failures };
+    };
+    // Stopped at once: the rebuild ends at its next pause and stores nothing.
+    s = openStore(dir);
+    let { upkeep, failures } = upkeepOver(s);
+    upkeep.start();
+    await upkeep.stop();
+    expect([upkeep.rebuiltGroups, failures, storedEras(dir)]).toEqual([null, [], []]);
+    expect(s.idempotency.groupsOutsideEras).toBe(2);
+    await fixture.closeStore(s);
+    s = openStore(dir);
+    ({ upkeep, failures } = upkeepOver(s));
+    upkeep.start();
+    while (upkeep.rebuiltGroups === null) await tick();
+    await upkeep.stop();
+    expect([upkeep.rebuiltGroups, failures, storedEras(dir)]).toEqual([2, [], [1]]);
+    expect([s.idempotency.eraCount, s.idempotency.groupsOutsideEras]).toEqual([1, 0]);
+    expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
   });
 
   it('seals while the shard serves, drops expired runs; a dropped key is new again', async () => {
