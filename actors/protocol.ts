@@ -229,6 +229,8 @@ export interface ShardLiveStats {
   readonly idempotencyEras: number;
   /** Groups the open era holds at most (0: none is open). */
   readonly idempotencyOpenEraGroups: number;
+  /** Groups of runs outside any era, each probed by its own filter. */
+  readonly idempotencyGroupsOutsideEras: number;
   /** The worker's memory the filters of the eras, groups and runs take, in bytes. */
   readonly idempotencyFilterBytes: number;
   /** Closed eras' filters read from the memory map (file pages), in bytes. */

@@ -524,6 +524,7 @@ function liveStats(): ShardLiveStats {
     idempotencyRuns: store.idempotency.runs.length,
     idempotencyEras: store.idempotency.eraCount,
     idempotencyOpenEraGroups: store.idempotency.openEraGroups ?? 0,
+    idempotencyGroupsOutsideEras: store.idempotency.groupsOutsideEras,
     idempotencyFilterBytes: store.idempotency.filterBytes,
     idempotencyFilterMappedBytes: store.idempotency.mappedFilterBytes,
     lastSeq: stored.lastSeq,

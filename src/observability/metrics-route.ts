@@ -133,6 +133,12 @@ function renderShards(
     (s) => s.idempotencyOpenEraGroups,
   );
   gauge(
+    'tally_shard_idempotency_groups_outside_eras',
+    'Groups of runs of idempotency keys outside any era, each probed by its own filter for ' +
+      'every key that misses memory (after a crash, until an era is rebuilt over them).',
+    (s) => s.idempotencyGroupsOutsideEras,
+  );
+  gauge(
     'tally_shard_idempotency_filter_bytes',
     "The shard worker's memory the filters of its eras, groups and runs of idempotency keys " +
       'take (closed eras read from the memory map not counted).',
