@@ -697,18 +697,19 @@ describe('the key store', () => {
   });
 
   /**
-   * A store that sealed `runs` runs of 20 keys (groups of 16 runs, all in the era open at
-   * the end) and was opened again without storing that era, as after a crash.
+   * A store that sealed `runs` runs of 20 keys (groups of 16 runs, in `eras` eras, the last
+   * one open) and was opened again without storing the open era, as after a crash.
    */
   const crashedWith = async (
     runs: number,
+    eras = 1,
   ): Promise<{ s: ShardStore; dir: string; all: IdempotencyPut[] }> => {
     const dir = fixture.tempDir();
     const first = openStore(dir);
     const all = await sealRuns(first, runs, 20);
-    expect(first.idempotency.eraCount).toBe(1);
+    expect(first.idempotency.eraCount).toBe(eras);
     await fixture.closeStore(first);
-    expect(storedEraKeys(dir)).toEqual([]);
+    expect(storedEras(dir)).toHaveLength(eras - 1);
     return { s: openStore(dir), dir, all };
   };
   const allFound = (keys: KeyStore, puts: readonly IdempotencyPut[]): boolean =>
@@ -776,6 +777,24 @@ describe('the key store', () => {
     );
     expect(shape(again.idempotency)).toEqual([1, 0, 1]);
     expect(storedEraKeys(dir)).toEqual([]);
+  });
+
+  it('voids the marks of keys read ahead clear of every era once a rebuilt one joins', async () => {
+    // A closed era of 16 groups, stored, then two groups of the next one, never stored.
+    const { s, all } = await crashedWith((ERA_GROUPS + 2) * GROUP_RUNS, 2);
+    expect(shape(s.idempotency)).toEqual([ERA_GROUPS + 2, 1, 2]);
+    const orphaned = all.slice(ERA_GROUPS * GROUP_RUNS * 20, ERA_GROUPS * GROUP_RUNS * 20 + 200);
+    const addresses = orphaned.map((p) =>
+      s.idempotency.address(p.environment, p.customerId, p.scopeDigest),
+    );
+    // The stored era says no to them: marked so, their lookups would skip every era's groups.
+    s.idempotency.readAhead(addresses);
+    expect(addresses.filter((a) => (a.clearOfEras ?? -1) > 0).length).toBeGreaterThan(190);
+    expect(await s.idempotency.rebuildEras(T0, PACING)).toBe(2);
+    expect(shape(s.idempotency)).toEqual([ERA_GROUPS + 2, 2, 0]);
+    expect(addresses.map((a) => s.idempotency.get(a)?.fingerprint)).toEqual(
+      addresses.map(() => '1'),
+    );
   });
 
   it('stores no half-built era: a stop or crash part-way leaves it to the next start', async () => {
