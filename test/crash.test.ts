@@ -117,7 +117,7 @@ describe('crash safety', () => {
       });
       // The closed era was stored before the kill (the open one never is) and the restart
       // held it: every key answered above through it (a seal at the restart may have opened
-      // a new era too).
+      // a new era too, and an era may have been rebuilt over the open one's groups).
       expect(eras).toBeGreaterThanOrEqual(1);
       // Read back from the map at the restart, checksums verified: 32 MiB an image.
       if (mapped) expect(mappedBytes).toBeGreaterThanOrEqual(32 << 20);
@@ -126,22 +126,60 @@ describe('crash safety', () => {
       try {
         const keys = [...shard.dbs['idempotency-run-eras'].getKeys({})] as Array<[number, number]>;
         const heads = keys.filter(([, index]) => index === -1).map(([first]) => first);
-        // Its head, and at most one more: the era a seal at the restart opened, stored by the
-        // clean stop that ended it (the era open at the kill never is).
+        // Its head, and at most two more: the era rebuilt at the restart over the groups of
+        // the one open at the kill (never stored; rebuilt where it held two groups or more),
+        // which starts where the closed one ends, and the era a seal at the restart opened,
+        // stored by the clean stop that ended it.
         expect(heads[0]).toBe(1);
-        expect(heads.length).toBeLessThanOrEqual(2);
+        expect(heads.length).toBeLessThanOrEqual(3);
+        if (heads.length === 3) expect(heads[1]).toBe(16 * 16 + 1);
       } finally {
         await shard.root.close();
       }
     },
     240_000,
   );
+
+  it('rebuilds the era open at a kill -9 over its groups: one filter answers for them', async () => {
+    // Runs of 4 keys or more, eras of 16 groups: killed once the open era (the first, none
+    // closed yet) holds three groups. The restart rebuilds an era over them and stores it.
+    const env = {
+      TALLY_WORKERS: '1',
+      TALLY_IDEMPOTENCY_RUN_KEYS: '4',
+      TALLY_IDEMPOTENCY_ERA_GROUPS: '16',
+    };
+    const rebuilt = async (base: string, adminKey: string): Promise<void> => {
+      const deadline = Date.now() + 30_000;
+      while ((await runGauges(base, adminKey)).outside > 0) {
+        expect(Date.now()).toBeLessThan(deadline);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    };
+    const { eras, dataDir } = await killUnderLoad('tally-kill9-rebuild', env, {
+      cycles: 1,
+      loops: 12,
+      killAt: (_, gauges) => gauges.runs >= 2 * 16 + 2,
+      started: rebuilt,
+    });
+    // Every key answered above with the rebuilt era in place (and a new one a seal opened).
+    expect(eras).toBeGreaterThanOrEqual(1);
+    const shard = openDurableEnv(join(dataDir, 'shard-0', ERA_ENV_DIR), ['idempotency-run-eras']);
+    try {
+      const keys = [...shard.dbs['idempotency-run-eras'].getKeys({})] as Array<[number, number]>;
+      // The rebuilt era, from the first run on (the era open at the kill was never stored).
+      expect(keys.filter(([, index]) => index === -1)[0]?.[0]).toBe(1);
+    } finally {
+      await shard.root.close();
+    }
+  }, 120_000);
 });
 
 /** The shard gauges a kill waits for, summed over shards. */
 interface RunGauges {
   readonly runs: number;
   readonly eras: number;
+  /** Groups outside any era, each probed by its own filter. */
+  readonly outside: number;
   /** Bytes of closed eras' images read from the memory map. */
   readonly mappedBytes: number;
 }
@@ -155,6 +193,7 @@ async function runGauges(base: string, adminKey: string): Promise<RunGauges> {
   return {
     runs: sum('tally_shard_idempotency_runs'),
     eras: sum('tally_shard_idempotency_eras'),
+    outside: sum('tally_shard_idempotency_groups_outside_eras'),
     mappedBytes: sum('tally_shard_idempotency_filter_mapped_bytes'),
   };
 }
@@ -173,6 +212,8 @@ async function killUnderLoad(
     readonly cycles: number;
     readonly loops: number;
     readonly killAt: (cycle: number, gauges: RunGauges) => boolean;
+    /** Awaited after the last start, before the gauges are read and the keys retried. */
+    readonly started?: (base: string, adminKey: string) => Promise<void>;
   },
 ): Promise<{ eras: number; mappedBytes: number; dataDir: string }> {
   const dataDir = tempDataDir(prefix);
@@ -206,6 +247,7 @@ async function killUnderLoad(
   }
   const server = await startServerProcess({ dataDir, env, ...(keys ? { keys } : {}) });
   try {
+    await load.started?.(server.base, server.keys.admin);
     const { eras, mappedBytes } = await runGauges(server.base, server.keys.admin);
     const sk = server.keys.test.server;
     /** Each customer's consumed total, as the server answers it now. */
