@@ -837,13 +837,16 @@ describe('the key store', () => {
   it('leaves out of a rebuilt era the groups that expire before or while it is built', async () => {
     const { s, dir, all } = await crashedWith(5 * GROUP_RUNS);
     // Group n's keys were used at T0 + 16n to T0 + 16n + 15. The first has expired already;
-    // the second expires while the era is built (a drop at its 30th pause).
+    // the second expires while the era is built (a drop at its 30th pause, which the
+    // rebuild waits for: past its first group's runs, before the era is stored).
     let pauses = 0;
     let drop: Promise<unknown> | null = null;
     const rebuilt = s.idempotency.rebuildEras(T0 + GROUP_RUNS, {
       pause: () => {
-        if (++pauses === 30) drop = s.idempotency.dropExpired(T0 + 2 * GROUP_RUNS, PACING);
-        return PACING.pause();
+        if (++pauses !== 30) return PACING.pause();
+        const dropping = s.idempotency.dropExpired(T0 + 2 * GROUP_RUNS, PACING);
+        drop = dropping;
+        return dropping.then(() => PACING.pause());
       },
     });
     expect(await rebuilt).toBe(3);
