@@ -140,7 +140,7 @@ describe('crash safety', () => {
     240_000,
   );
 
-  it('rebuilds the era open at a kill -9 over its groups: one filter answers for them', async () => {
+  it('rebuilds the era open at a kill -9 over its groups: one filter answers', async () => {
     // Runs of 4 keys or more, eras of 16 groups: killed once the open era (the first, none
     // closed yet) holds three groups. The restart rebuilds an era over them and stores it.
     const env = {
