@@ -133,6 +133,39 @@ async function sealRuns(
 }
 
 /** Keys no test stores: lookups of them miss. */
+/**
+ * Writes run 1 of `dir` as the layout before blocks sealed it, one entry per key of `keys`
+ * (all of the test environment), with its catalog record and its group's filter, the group
+ * full (the next run starts a group). Returns the run's counts as its record holds them.
+ */
+async function writeEntryRun(dir: string, keys: readonly IdempotencyPut[]) {
+  const env = openDurableEnv(dir, ['idempotency-runs', 'idempotency-run-catalog']);
+  const filter = KeyFilter.sized(keys.length);
+  for (const p of keys) {
+    await env.dbs['idempotency-runs'].put(
+      [1, p.environment, p.customerId, p.scopeDigest],
+      encodeRecord([p.fingerprint, p.atMs]),
+    );
+    keyHashes(p.environment, p.customerId, p.scopeDigest);
+    filter.add();
+  }
+  const times = keys.map((p) => p.atMs);
+  const counts = {
+    count: keys.length,
+    test: keys.length,
+    live: 0,
+    minAtMs: Math.min(...times),
+    maxAtMs: Math.max(...times),
+  };
+  await env.dbs['idempotency-run-catalog'].put(1, encodeRecord(counts));
+  await env.dbs['idempotency-run-catalog'].put(
+    ['group', 1],
+    encodeRecord([1, keys.length, filter.bytes]),
+  );
+  await env.root.close();
+  return counts;
+}
+
 function absentKeys(count: number): IdempotencyPut[] {
   return Array.from({ length: count }, (_, i) => put(`c-${i % 3}`, `no-${i}`, 0));
 }
@@ -867,22 +900,8 @@ describe('the key store', () => {
   it('rebuilds over runs without filters of their own, not runs of a key per entry', async () => {
     const dir = fixture.tempDir();
     // A run as the layout before blocks sealed it (one entry per key), its group full.
-    const env = openDurableEnv(dir, ['idempotency-runs', 'idempotency-run-catalog']);
     const before = Array.from({ length: 100 }, (_, i) => put(`c-${i % 5}`, `b${i}`, T0));
-    const filter = KeyFilter.sized(100);
-    for (const p of before) {
-      await env.dbs['idempotency-runs'].put(
-        [1, p.environment, p.customerId, p.scopeDigest],
-        encodeRecord([p.fingerprint, p.atMs]),
-      );
-      keyHashes(p.environment, p.customerId, p.scopeDigest);
-      filter.add();
-    }
-    const counts = { count: 100, test: 100, live: 0, minAtMs: T0, maxAtMs: T0 };
-    await env.dbs['idempotency-run-catalog'].put(1, encodeRecord(counts));
-    const group = encodeRecord([1, 100, filter.bytes]); // full: the next run starts a group
-    await env.dbs['idempotency-run-catalog'].put(['group', 1], group);
-    await env.root.close();
+    await writeEntryRun(dir, before);
     let s = openStore(dir);
     // Then two groups of block runs in an era never stored (a crash), the first group's
     // runs stored without filters of their own (as a release before those sealed them).
@@ -1360,24 +1379,9 @@ describe('the key store', () => {
   it('reads runs sealed a key per entry (the layout before blocks) beside block runs', async () => {
     const dir = fixture.tempDir();
     // A run as the layout before blocks sealed it: catalog, group filter, one entry per key.
-    const env = openDurableEnv(dir, ['idempotency-runs', 'idempotency-run-catalog']);
     const before = Array.from({ length: 500 }, (_, i) => put(`c-${i % 5}`, `b${i}`, T0 + i));
-    const filter = KeyFilter.sized(500);
-    for (const p of before) {
-      await env.dbs['idempotency-runs'].put(
-        [1, p.environment, p.customerId, p.scopeDigest],
-        encodeRecord([p.fingerprint, p.atMs]),
-      );
-      keyHashes(p.environment, p.customerId, p.scopeDigest);
-      filter.add();
-    }
-    const counts = { count: 500, test: 500, live: 0, minAtMs: T0, maxAtMs: T0 + 499 };
-    await env.dbs['idempotency-run-catalog'].put(1, encodeRecord(counts));
-    await env.dbs['idempotency-run-catalog'].put(
-      ['group', 1],
-      encodeRecord([1, 500, filter.bytes]), // full: the next run starts a group
-    );
-    await env.root.close();
+    const counts = await writeEntryRun(dir, before);
+    expect(counts).toEqual({ count: 500, test: 500, live: 0, minAtMs: T0, maxAtMs: T0 + 499 });
     const s = openStore(dir);
     expect(s.idempotency.runs).toEqual([{ seq: 1, ...counts, blocks: false, filter: null }]);
     const after = Array.from({ length: 500 }, (_, i) => put(`c-${i % 5}`, `a${i}`, T0 + DAY_MS));
