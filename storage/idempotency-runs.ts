@@ -1238,12 +1238,14 @@ export class KeyStore {
   /**
    * A clean stop: closes the open era and stores it (and any a seal the stop interrupted
    * closed), so that after the restart its groups are found through its filter, one probe,
-   * rather than each through its own until they expire (up to ERA_GROUPS_MAX - 1 of them).
+   * rather than each through its own until an era is rebuilt over them (up to
+   * ERA_GROUPS_MAX - 1 of them, every key read back: `rebuildEras`).
    * It covers the runs committed so far; new runs start a new group in a new era. An
    * interrupted seal's keys may have set bits in its filter (a maybe too many, never a
    * key missed), and a run that seal committed after all is past the era's last run: where
    * it joined one of the era's groups, the restart leaves the era out and probes its groups
-   * one by one, as before. Call once nothing seals any more (the upkeep has stopped).
+   * one by one until it has rebuilt one over them. Call once nothing seals any more (the
+   * upkeep has stopped).
    */
   async storeOpenEra(pause: Pacing['pause']): Promise<void> {
     const era = this.#openEra;
