@@ -396,7 +396,8 @@ export class Shard {
       const captured = captureBefore(before, command);
       const execution = execute(before, config, command, nowMs, admit, seen);
       const wrote = execution.events.length > 0;
-      if (address !== null && wrote) this.rememberKey(address, seen, command, nowMs);
+      if (address !== null && wrote)
+        this.rememberKey(address, seen, command, nowMs, execution.customer?.id);
       if (wrote && execution.customer !== undefined)
         for (const notice of noticesOf({
           command,
@@ -481,18 +482,23 @@ export class Shard {
   /**
    * Keeps the key of a keyed write that wrote events (at `atMs`, its events' time): in the
    * window now, on disk with the next append (the one that carries the events). A key not
-   * found before is one more stored.
+   * found before is one more stored. It names its customer by `customerId`, the id as the
+   * customer's state holds it when there is one: the keys in memory keep a reference to
+   * their customer's id until sealed, and that one string lives anyway (the command's
+   * copy would be one more string a key).
    */
   private rememberKey(
     address: KeyAddress,
     seen: IdempotencySeen | null,
     command: WriteCommand,
     atMs: number,
+    customerId = address.customerId,
   ): void {
     assert(command.op === 'consume' || command.op === 'refund', `${command.op} has no key`);
+    assert(customerId === address.customerId, "a key's customer is its address's");
     const put: IdempotencyPut = {
       environment: address.environment,
-      customerId: address.customerId,
+      customerId,
       scopeDigest: address.scopeDigest,
       fingerprint: idempotencyFingerprint(command),
       atMs,

@@ -826,7 +826,14 @@ export class KeyStore {
         if (record !== null && record > this.#loggedThrough) this.#loggedThrough = record;
       }
     logged.sort((a, b) => a[0] - b[0]);
-    for (const [, puts] of logged) for (const put of puts) this.remember(put);
+    // Each customer's id once: the keys in memory keep a reference to it until sealed.
+    const ids = new Map<string, string>();
+    for (const [, puts] of logged)
+      for (const put of puts) {
+        let customerId = ids.get(put.customerId);
+        if (customerId === undefined) ids.set(put.customerId, (customerId = put.customerId));
+        this.remember({ ...put, customerId });
+      }
   }
 
   /**
@@ -1739,6 +1746,7 @@ function sameKey(a: readonly unknown[], b: readonly unknown[]): boolean {
  * one pass, and each bucket (a customer's keys in one environment) is sorted by digest.
  */
 export async function runOrder(batch: HeldKeys, pause: () => Promise<void>): Promise<Int32Array> {
+  while (!batch.indexCustomers(COUNT_SLICE)) await pause();
   await rankCustomers(batch, pause);
   const buckets = batch.buckets;
   // starts[b] is where bucket b begins in the order; starts[buckets] is the batch's size.

@@ -206,6 +206,26 @@ describe('held idempotency keys', () => {
     expect([...order].map((slot) => held.keyAt(slot))).toEqual([...keys].sort(runOrderOf));
   });
 
+  it('numbers its customers only when sealing asks, a slice at a time, keys set between', async () => {
+    const held = new Held();
+    const keys = ['b', 'a', 'b', 'c', 'a'].map((customer, i) => put(customer, `d${i}`));
+    for (const key of keys.slice(0, 3)) held.set(key);
+    // Lookups tell customers apart before any is numbered.
+    expect(held.get(put('a', 'd1'))).toEqual(keys[1]);
+    expect(held.get(put('b', 'd1'))).toBeUndefined();
+    expect(held.indexCustomers(2)).toBe(false);
+    for (const key of keys.slice(3)) held.set(key);
+    expect(held.indexCustomers(2)).toBe(false);
+    expect(held.indexCustomers(1)).toBe(true);
+    expect(held.customerCount).toBe(3);
+    const order = await runOrder(held, PAUSE);
+    expect([...order].map((slot) => held.keyAt(slot))).toEqual([...keys].sort(runOrderOf));
+    held.clear();
+    held.set(put('z', 'd9'));
+    expect(held.customerCount).toBe(1);
+    expect(held.customerIdOf(0)).toBe('z');
+  });
+
   it('orders many customers and one customer’s thousands of keys, a slice per turn', async () => {
     const held = new Held();
     const random = randoms(7);
