@@ -206,7 +206,7 @@ describe('held idempotency keys', () => {
     expect([...order].map((slot) => held.keyAt(slot))).toEqual([...keys].sort(runOrderOf));
   });
 
-  it('numbers its customers only when sealing asks, a slice at a time, keys set between', async () => {
+  it('numbers its customers when sealing asks, a slice at a time, keys set between', async () => {
     const held = new Held();
     const keys = ['b', 'a', 'b', 'c', 'a'].map((customer, i) => put(customer, `d${i}`));
     for (const key of keys.slice(0, 3)) held.set(key);
