@@ -248,11 +248,11 @@ export class HeldKeys {
   }
 
   /**
-   * Customers the batch holds keys of (the ids of both environments count once). Indexes
-   * the slots not yet indexed first.
+   * Customers the batch holds keys of (the ids of both environments count once), once
+   * every slot is indexed (`indexCustomers`).
    */
   get customerCount(): number {
-    this.indexCustomers(this.size);
+    assert(this.#indexed === this.size, 'customers are counted once every slot is indexed');
     return this.#customers.length;
   }
 
@@ -291,7 +291,10 @@ export class HeldKeys {
 
   /** Buckets of `bucketOf`: two per customer (live and test). */
   get buckets(): number {
-    assert(this.#ranked === this.customerCount, 'buckets are counted once customers are ranked');
+    assert(
+      this.#indexed === this.size && this.#ranked === this.#customers.length,
+      'buckets are counted once customers are ranked',
+    );
     return 2 * this.#customers.length;
   }
 

@@ -222,6 +222,8 @@ describe('held idempotency keys', () => {
     expect([...order].map((slot) => held.keyAt(slot))).toEqual([...keys].sort(runOrderOf));
     held.clear();
     held.set(put('z', 'd9'));
+    expect(() => held.customerCount).toThrow(/every slot is indexed/);
+    expect(held.indexCustomers(1)).toBe(true);
     expect(held.customerCount).toBe(1);
     expect(held.customerIdOf(0)).toBe('z');
   });
