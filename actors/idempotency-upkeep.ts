@@ -140,19 +140,29 @@ export class KeyUpkeep {
     private readonly shard: Shard,
     private readonly clock: () => number,
     private readonly fatal: (error: unknown) => void,
-    /** Keys that make a run (IDEMPOTENCY_RUN_KEYS) and the check interval (1 s). */
-    private readonly settings: { readonly runKeys?: number; readonly idleMs?: number } = {},
+    /**
+     * Keys that make a run (IDEMPOTENCY_RUN_KEYS), the check interval (1 s), and what to
+     * tell when a rebuild ends that rebuilt groups (none after a clean stop): how many, and
+     * how long it took from the start.
+     */
+    private readonly settings: {
+      readonly runKeys?: number;
+      readonly idleMs?: number;
+      readonly rebuilt?: (groups: number, ms: number) => void;
+    } = {},
   ) {
     this.lastSealMs = clock();
   }
 
   start(): void {
     // Before the first seal: the newest group a rebuilt era holds must take no more runs.
+    const startedMs = performance.now();
     this.rebuilding = this.runs
       .rebuildEras(this.clock() - IDEMPOTENCY_RETENTION_MS, this.pacing)
       .then(
         (groups) => {
           this.rebuiltGroups = groups;
+          if (groups > 0) this.settings.rebuilt?.(groups, performance.now() - startedMs);
         },
         (error: unknown) => {
           if (!(error instanceof Stopped)) this.fatal(error);

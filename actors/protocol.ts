@@ -293,6 +293,11 @@ export type FromWorker =
     }
   | { readonly t: 'cutDone'; readonly snapshotId: string; readonly result: CutResult }
   | { readonly t: 'cutFailed'; readonly snapshotId: string; readonly error: string }
+  /**
+   * The eras of idempotency filters a crash left unstored are rebuilt and stored: `groups`
+   * groups of runs, `ms` after the worker began (it served meanwhile).
+   */
+  | { readonly t: 'erasRebuilt'; readonly groups: number; readonly ms: number }
   /** `view`: changes to the front end's `has` view (has-view.ts), applied before the replies. */
   | { readonly t: 'replies'; readonly replies: ReplyBatch; readonly view: ViewChanges }
   | { readonly t: 'stopped' };

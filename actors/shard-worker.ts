@@ -299,6 +299,7 @@ let stopping = false;
 /** Seals idempotency keys into runs on disk and drops expired runs while the shard serves. */
 const keyUpkeep = new KeyUpkeep(store.idempotency, shard, Date.now, crash, {
   runKeys: idempotencyRunKeys,
+  rebuilt: (groups, ms) => post({ t: 'erasRebuilt', groups, ms: Math.round(ms) }),
 });
 
 /** When this shard's latest snapshot was stored (null: it never took one). */

@@ -464,6 +464,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       : { idempotencyEraGroups: options.idempotencyEraGroups }),
     ...(options.quotas === undefined ? {} : { quotas: options.quotas }),
     frontEnds,
+    onErasRebuilt: (shard: number, groups: number, ms: number) =>
+      obs.log.info({ shard, groups, ms }, 'idempotency filters rebuilt'),
   };
   let customers: CustomerIndex | null = null;
   const startedAtMs = Date.now();

@@ -81,6 +81,11 @@ export interface ShardPoolOptions {
    * era sized by the keys' rate, IDEMPOTENCY_ERA_GROUPS to IDEMPOTENCY_ERA_GROUPS_MAX).
    */
   readonly idempotencyEraGroups?: number;
+  /**
+   * Called when a worker has rebuilt and stored the eras of idempotency filters a crash left
+   * unstored (`groups` groups of runs, `ms` after it began; it served meanwhile).
+   */
+  readonly onErasRebuilt?: (index: number, groups: number, ms: number) => void;
   /** Called if a worker dies; the default ends the process (recovery repairs it). */
   readonly onWorkerDeath?: (index: number, reason: string) => void;
   /** The operator's per-environment quotas (default: none). */
@@ -235,6 +240,8 @@ export class ShardPool {
           message.t === 'cutFailed'
         ) {
           this.cutReport(index, message);
+        } else if (message.t === 'erasRebuilt') {
+          this.options.onErasRebuilt?.(index, message.groups, message.ms);
         }
       });
       worker.on('error', (error) => {

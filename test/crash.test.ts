@@ -6,7 +6,13 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ERA_ENV_DIR } from '../storage/journal.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
-import { call, startServerProcess, tempDataDir, type Keys } from './support/server-process.js';
+import {
+  call,
+  logLines,
+  startServerProcess,
+  tempDataDir,
+  type Keys,
+} from './support/server-process.js';
 
 const CONFIG = {
   entitlements: { api_calls: { type: 'meter', reset: 'never' } },
@@ -148,12 +154,24 @@ describe('crash safety', () => {
       TALLY_IDEMPOTENCY_RUN_KEYS: '4',
       TALLY_IDEMPOTENCY_ERA_GROUPS: '16',
     };
-    const rebuilt = async (base: string, adminKey: string): Promise<void> => {
+    const rebuilt = async (base: string, adminKey: string, output: () => string) => {
       const deadline = Date.now() + 30_000;
       while ((await runGauges(base, adminKey)).outside > 0) {
         expect(Date.now()).toBeLessThan(deadline);
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
+      // The operator's log says so, once (its line is written asynchronously).
+      let lines: Array<Record<string, unknown>> = [];
+      while (lines.length === 0) {
+        expect(Date.now()).toBeLessThan(deadline);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        lines = logLines(output()).filter((l) => l.msg === 'idempotency filters rebuilt');
+      }
+      // At least three groups: the kill came once the era held 34 runs (16 a group).
+      expect(lines).toEqual([
+        expect.objectContaining({ level: 'info', shard: 0, ms: expect.any(Number) }),
+      ]);
+      expect(lines[0]?.groups).toBeGreaterThanOrEqual(3);
     };
     const { eras, dataDir } = await killUnderLoad('tally-kill9-rebuild', env, {
       cycles: 1,
@@ -212,8 +230,11 @@ async function killUnderLoad(
     readonly cycles: number;
     readonly loops: number;
     readonly killAt: (cycle: number, gauges: RunGauges) => boolean;
-    /** Awaited after the last start, before the gauges are read and the keys retried. */
-    readonly started?: (base: string, adminKey: string) => Promise<void>;
+    /**
+     * Awaited after the last start, before the gauges are read and the keys retried
+     * (`output`: the server's output so far).
+     */
+    readonly started?: (base: string, adminKey: string, output: () => string) => Promise<void>;
   },
 ): Promise<{ eras: number; mappedBytes: number; dataDir: string }> {
   const dataDir = tempDataDir(prefix);
@@ -247,7 +268,7 @@ async function killUnderLoad(
   }
   const server = await startServerProcess({ dataDir, env, ...(keys ? { keys } : {}) });
   try {
-    await load.started?.(server.base, server.keys.admin);
+    await load.started?.(server.base, server.keys.admin, server.output);
     const { eras, mappedBytes } = await runGauges(server.base, server.keys.admin);
     const sk = server.keys.test.server;
     /** Each customer's consumed total, as the server answers it now. */

@@ -1541,15 +1541,21 @@ describe('the shard over the key store', () => {
       const fatal = (error: unknown): void => {
         failures.push(error);
       };
-      const upkeep = new KeyUpkeep(target.idempotency, shard, () => T0, fatal, { idleMs: 5 });
+      const upkeep = new KeyUpkeep(target.idempotency, shard, () => T0, fatal, {
+        idleMs: 5,
+        rebuilt: (groups, ms) => told.push([groups, ms >= 0]),
+      });
       return { upkeep, failures };
     };
+    /** What each upkeep told when its rebuild ended: [groups, a duration]. */
+    const told: Array<[number, boolean]> = [];
     // Stopped at once: the rebuild ends at its next pause and stores nothing.
     s = openStore(dir);
     let { upkeep, failures } = upkeepOver(s);
     upkeep.start();
     await upkeep.stop();
     expect([upkeep.rebuiltGroups, failures, storedEras(dir)]).toEqual([null, [], []]);
+    expect(told).toEqual([]);
     expect(s.idempotency.groupsOutsideEras).toBe(2);
     await fixture.closeStore(s);
     s = openStore(dir);
@@ -1558,8 +1564,17 @@ describe('the shard over the key store', () => {
     while (upkeep.rebuiltGroups === null) await tick();
     await upkeep.stop();
     expect([upkeep.rebuiltGroups, failures, storedEras(dir)]).toEqual([2, [], [1]]);
+    expect(told).toEqual([[2, true]]);
     expect([s.idempotency.eraCount, s.idempotency.groupsOutsideEras]).toEqual([1, 0]);
     expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
+    // A start with nothing left to rebuild tells nothing.
+    await fixture.closeStore(s);
+    s = openStore(dir);
+    ({ upkeep, failures } = upkeepOver(s));
+    upkeep.start();
+    while (upkeep.rebuiltGroups === null) await tick();
+    await upkeep.stop();
+    expect([upkeep.rebuiltGroups, failures, told.length]).toEqual([0, [], 1]);
   });
 
   it('seals while the shard serves, drops expired runs; a dropped key is new again', async () => {
