@@ -1557,23 +1557,22 @@ describe('the shard over the key store', () => {
     expect([upkeep.rebuiltGroups, failures, storedEras(dir)]).toEqual([null, [], []]);
     expect(told).toEqual([]);
     expect(s.idempotency.groupsOutsideEras).toBe(2);
-    await fixture.closeStore(s);
-    s = openStore(dir);
-    ({ upkeep, failures } = upkeepOver(s));
-    upkeep.start();
-    while (upkeep.rebuiltGroups === null) await tick();
-    await upkeep.stop();
+    /** Opens the store again and lets its upkeep's rebuild run to its end. */
+    const restartRebuilt = async (): Promise<void> => {
+      await fixture.closeStore(s);
+      s = openStore(dir);
+      ({ upkeep, failures } = upkeepOver(s));
+      upkeep.start();
+      while (upkeep.rebuiltGroups === null) await tick();
+      await upkeep.stop();
+    };
+    await restartRebuilt();
     expect([upkeep.rebuiltGroups, failures, storedEras(dir)]).toEqual([2, [], [1]]);
     expect(told).toEqual([[2, true]]);
     expect([s.idempotency.eraCount, s.idempotency.groupsOutsideEras]).toEqual([1, 0]);
     expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
     // A start with nothing left to rebuild tells nothing.
-    await fixture.closeStore(s);
-    s = openStore(dir);
-    ({ upkeep, failures } = upkeepOver(s));
-    upkeep.start();
-    while (upkeep.rebuiltGroups === null) await tick();
-    await upkeep.stop();
+    await restartRebuilt();
     expect([upkeep.rebuiltGroups, failures, told.length]).toEqual([0, [], 1]);
   });
 
