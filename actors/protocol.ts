@@ -295,7 +295,7 @@ export type FromWorker =
   | { readonly t: 'cutFailed'; readonly snapshotId: string; readonly error: string }
   /**
    * The eras of idempotency filters a crash left unstored are rebuilt and stored: `groups`
-   * groups of runs, `ms` after the worker began (it served meanwhile).
+   * groups of runs, `ms` after the worker began to serve (it served meanwhile).
    */
   | { readonly t: 'erasRebuilt'; readonly groups: number; readonly ms: number }
   /** `view`: changes to the front end's `has` view (has-view.ts), applied before the replies. */

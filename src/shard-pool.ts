@@ -83,7 +83,7 @@ export interface ShardPoolOptions {
   readonly idempotencyEraGroups?: number;
   /**
    * Called when a worker has rebuilt and stored the eras of idempotency filters a crash left
-   * unstored (`groups` groups of runs, `ms` after it began; it served meanwhile).
+   * unstored (`groups` groups of runs, `ms` after it began to serve, as it did meanwhile).
    */
   readonly onErasRebuilt?: (index: number, groups: number, ms: number) => void;
   /** Called if a worker dies; the default ends the process (recovery repairs it). */
