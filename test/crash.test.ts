@@ -11,7 +11,9 @@ import {
   logLines,
   startServerProcess,
   tempDataDir,
+  waitForLogLine,
   type Keys,
+  type ServerProcess,
 } from './support/server-process.js';
 
 const CONFIG = {
@@ -154,19 +156,16 @@ describe('crash safety', () => {
       TALLY_IDEMPOTENCY_RUN_KEYS: '4',
       TALLY_IDEMPOTENCY_ERA_GROUPS: '16',
     };
-    const rebuilt = async (base: string, adminKey: string, output: () => string) => {
+    const rebuilt = async (server: ServerProcess): Promise<void> => {
       const deadline = Date.now() + 30_000;
-      while ((await runGauges(base, adminKey)).outside > 0) {
+      while ((await runGauges(server.base, server.keys.admin)).outside > 0) {
         expect(Date.now()).toBeLessThan(deadline);
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
       // The operator's log says so, once (its line is written asynchronously).
-      let lines: Array<Record<string, unknown>> = [];
-      while (lines.length === 0) {
-        expect(Date.now()).toBeLessThan(deadline);
-        await new Promise((resolve) => setTimeout(resolve, 50));
-        lines = logLines(output()).filter((l) => l.msg === 'idempotency filters rebuilt');
-      }
+      const isRebuilt = (l: Record<string, unknown>) => l.msg === 'idempotency filters rebuilt';
+      await waitForLogLine(server, isRebuilt);
+      const lines = logLines(server.output()).filter(isRebuilt);
       // At least three groups: the kill came once the era held 34 runs (16 a group).
       expect(lines).toEqual([
         expect.objectContaining({ level: 'info', shard: 0, ms: expect.any(Number) }),
@@ -230,11 +229,8 @@ async function killUnderLoad(
     readonly cycles: number;
     readonly loops: number;
     readonly killAt: (cycle: number, gauges: RunGauges) => boolean;
-    /**
-     * Awaited after the last start, before the gauges are read and the keys retried
-     * (`output`: the server's output so far).
-     */
-    readonly started?: (base: string, adminKey: string, output: () => string) => Promise<void>;
+    /** Awaited after the last start, before the gauges are read and the keys retried. */
+    readonly started?: (server: ServerProcess) => Promise<void>;
   },
 ): Promise<{ eras: number; mappedBytes: number; dataDir: string }> {
   const dataDir = tempDataDir(prefix);
@@ -268,7 +264,7 @@ async function killUnderLoad(
   }
   const server = await startServerProcess({ dataDir, env, ...(keys ? { keys } : {}) });
   try {
-    await load.started?.(server.base, server.keys.admin, server.output);
+    await load.started?.(server);
     const { eras, mappedBytes } = await runGauges(server.base, server.keys.admin);
     const sk = server.keys.test.server;
     /** Each customer's consumed total, as the server answers it now. */
