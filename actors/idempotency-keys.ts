@@ -7,8 +7,9 @@
  * hands `decide` the entry it found (`IdempotencySeen`).
  */
 import crypto from 'node:crypto';
+import { assert } from '../shared/assert.js';
 import type { Environment } from '../shared/environment.js';
-import type { IdempotencySeen } from './customer.js';
+import type { Event, IdempotencySeen } from './customer.js';
 
 /** Where a key is kept: its customer and the digest of its scope (op, meter, key). */
 export interface KeyAddress {
@@ -90,6 +91,54 @@ export class MemoryKeys implements StoredKeys {
   ): CustomerKey[] {
     return held.map((put) => [put.scopeDigest, put.fingerprint, put.atMs]);
   }
+}
+
+/**
+ * A keyed write's events with its key on the one event that applies it (its consume's or
+ * refund's), which the journal record stores: the key is on disk exactly when its write
+ * is. The other events are the same objects.
+ */
+export function withKey(events: readonly Event[], put: IdempotencyPut): Event[] {
+  let keyed = 0;
+  const carried = events.map((event): Event => {
+    if (event.type !== 'consumed' && event.type !== 'refunded') return event;
+    keyed += 1;
+    return {
+      ...event,
+      idempotency: { fingerprint: put.fingerprint, digest: put.scopeDigest },
+    };
+  });
+  assert(keyed === 1, `a keyed write applies in one event, not ${keyed}`);
+  return carried;
+}
+
+/**
+ * The keys a journal record's events carry (`withKey`): recovery holds them in memory
+ * again. Events without one, or of older data dirs (no digest), carry none. Throws on a
+ * key of the wrong shape, as on any corrupt record.
+ */
+export function keysOfEvents(events: readonly Event[]): IdempotencyPut[] {
+  const puts: IdempotencyPut[] = [];
+  for (const event of events) {
+    if (event.type !== 'consumed' && event.type !== 'refunded') continue;
+    const key: unknown = event.idempotency;
+    if (key === undefined || key === null) continue;
+    const { fingerprint, digest } = key as Record<string, unknown>;
+    if (digest === undefined) continue;
+    if (typeof digest !== 'string' || digest.length === 0 || typeof fingerprint !== 'string')
+      throw new Error(
+        `a journal record's ${event.type} event carries a malformed idempotency key; ` +
+          'refusing to start',
+      );
+    puts.push({
+      environment: event.environment,
+      customerId: event.customerId,
+      scopeDigest: digest,
+      fingerprint,
+      atMs: event.atMs,
+    });
+  }
+  return puts;
 }
 
 function memoryKey(address: KeyAddress): string {

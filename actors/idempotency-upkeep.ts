@@ -35,9 +35,13 @@ export const IDEMPOTENCY_LAYOUT_META = 'idempotency-layout';
  * takes an image's entries for an unfinished era's and removes them, and its groups' own
  * filters answer. Version 4: a log entry leads with the seq of the journal record whose
  * keys it holds, so recovery forgets the keys of a record it drops (a torn tail); entries
- * of version 3 are read as before.
+ * of version 3 are read as before. Version 5: a key rides in its journal record (the
+ * consume's or refund's event carries the scope's digest and the fingerprint) instead of a
+ * log entry; the catalog names the newest record whose keys are all sealed, and recovery
+ * holds the keys of the records after it in memory again. The log tables keep only keys
+ * migrated at start, and the entries an older release left until they are sealed.
  */
-export const IDEMPOTENCY_LAYOUT_VERSION = 4;
+export const IDEMPOTENCY_LAYOUT_VERSION = 5;
 /** The first version whose keys are in runs (older ones have the one table to move). */
 export const IDEMPOTENCY_RUNS_LAYOUT = 2;
 

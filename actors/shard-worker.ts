@@ -51,6 +51,7 @@ import {
   KeyMigration,
   KeyUpkeep,
 } from './idempotency-upkeep.js';
+import { keysOfEvents } from './idempotency-keys.js';
 import { Shard, type CustomerIndexEntry, type IdempotencyPut } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
 import {
@@ -157,6 +158,7 @@ const store = ShardStore.open(path.join(dataDir, `shard-${workerIndex}`), {
   isEvent,
   isSnapshotItem: isCustomerSnapshot,
   isAudit: isPendingAudit,
+  keysOf: keysOfEvents,
 });
 store.idempotency.eraGroups = idempotencyEraGroups;
 /**
@@ -260,8 +262,8 @@ function appendTimed(
     forget,
     notices.map(outboxEventOf),
   );
-  // Issued in the same turn as the record: the keys' log entries share its transaction.
-  store.idempotency.log(appended.seq, keys);
+  // The record carries its keys (its events do): the journal keeps it until they are sealed.
+  if (keys.length > 0) store.idempotency.carried(appended.seq);
   outboxMarker.issued(appended.durable, store.outboxSeq);
   journalBatchEvents.observe(events.length);
   // A failed write is the shard's to handle (it crashes); this handler only measures.

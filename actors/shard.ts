@@ -61,6 +61,7 @@ import {
   type IdempotencyPut,
   type KeyAddress,
   type StoredKeys,
+  withKey,
 } from './idempotency-keys.js';
 import type { PublishedViews } from './has-view.js';
 import { OPS, type OpRecord } from './ops.js';
@@ -101,9 +102,9 @@ export type { IdempotencyPut } from './idempotency-keys.js';
 export interface ShardJournal {
   /**
    * Appends one record, the customer index rows it changes, the audit entries of the
-   * audited writes in it, the idempotency keys they used and the webhook events of its
-   * changes (the outbox), atomically; `durable` settles once all are on disk (rejects: the
-   * shard must crash).
+   * audited writes in it and the webhook events of its changes (the outbox), atomically;
+   * `durable` settles once all are on disk (rejects: the shard must crash). `keys` are the
+   * idempotency keys its events carry (`withKey`).
    */
   append(
     events: readonly Event[],
@@ -396,8 +397,10 @@ export class Shard {
       const captured = captureBefore(before, command);
       const execution = execute(before, config, command, nowMs, admit, seen);
       const wrote = execution.events.length > 0;
-      if (address !== null && wrote)
-        this.rememberKey(address, seen, command, nowMs, execution.customer?.id);
+      const key =
+        address !== null && wrote
+          ? this.rememberKey(address, seen, command, nowMs, execution.customer?.id)
+          : null;
       if (wrote && execution.customer !== undefined)
         for (const notice of noticesOf({
           command,
@@ -419,7 +422,9 @@ export class Shard {
       // Before any reply can leave: the front end's answers of this customer are sent again.
       if (wrote && this.options.views !== undefined)
         this.reanswerHas(command.environment, command.customerId, config, nowMs);
-      for (const event of execution.events) this.pendingEvents.push(event);
+      // A key rides on its write's event: on disk exactly when the write is.
+      const events = key === null ? execution.events : withKey(execution.events, key);
+      for (const event of events) this.pendingEvents.push(event);
       // An audited write that changed something stores its entry with the change.
       if (audit !== undefined && wrote && op.audit !== null) {
         const fields = op.audit(command);
@@ -480,8 +485,8 @@ export class Shard {
   }
 
   /**
-   * Keeps the key of a keyed write that wrote events (at `atMs`, its events' time): in the
-   * window now, on disk with the next append (the one that carries the events). A key not
+   * Keeps the key of a keyed write that wrote events (at `atMs`, its events' time): in
+   * memory now, on disk with the record that carries the events (`withKey`). A key not
    * found before is one more stored. It names its customer by `customerId`, the id as the
    * customer's state holds it when there is one: the keys in memory keep a reference to
    * their customer's id until sealed, and that one string lives anyway (the command's
@@ -493,7 +498,7 @@ export class Shard {
     command: WriteCommand,
     atMs: number,
     customerId = address.customerId,
-  ): void {
+  ): IdempotencyPut {
     assert(command.op === 'consume' || command.op === 'refund', `${command.op} has no key`);
     assert(customerId === address.customerId, "a key's customer is its address's");
     const put: IdempotencyPut = {
@@ -506,6 +511,7 @@ export class Shard {
     this.keys.remember(put);
     this.pendingKeys.push(put);
     if (seen === null) this.idempotencyByEnvironment[address.environment] += 1;
+    return put;
   }
 
   /** Events decided but not yet handed to the journal (a snapshot must wait for none). */

@@ -7,13 +7,21 @@
  * commit once it has more leaves than a commit has keys, and the disk, not the CPU, then
  * bounds keyed writes. Here every write on the hot path is an append:
  *
+ * - The journal record itself: a keyed write's event carries its key (the scope's digest
+ *   and the fingerprint), so a key is on disk exactly when its write is, and goes with a
+ *   record recovery drops (a torn tail). The key is also in memory (`remember`), where
+ *   lookups find it until it is sealed; the caller says which records carry keys
+ *   (`carried`), and the journal keeps them until a seal has committed their keys
+ *   (`keptFrom`). The catalog names the newest record whose keys are all sealed
+ *   (`sealedThrough`); recovery holds the keys of the records after it in memory again
+ *   (`reheld`). Writing keys in a table of their own cost each commit about six 16 KiB
+ *   pages more, whatever the keys' bytes.
  * - `idempotency-log-0` / `-1`: [log seq] → frame([record seq, environment, customerId,
- *   scope digest, fingerprint, atMs, …]): the keys of one journal record, issued by the
- *   caller in the same event-loop turn as that record (lmdb-js puts every write of one
- *   turn into one transaction), so a key is on disk exactly when its write is, and named
- *   by the record's seq, so the keys of a record recovery drops (a torn tail) are dropped
- *   with it (`forgetLoggedAfter`). The key is also in memory (`remember`), where lookups
- *   find it until it is sealed. Entries of earlier layouts name no record.
+ *   scope digest, fingerprint, atMs, …]): keys recovery migrates from older layouts
+ *   (`backfill`, naming no record), and the keys of journal records as releases before
+ *   this one logged them (named by the record's seq, so the keys of a record recovery
+ *   drops are dropped with it: `forgetLoggedAfter`). They are loaded into memory at start
+ *   and sealed with the next run.
  * - `idempotency-runs`: [run seq, environment, customerId, first scope digest] →
  *   frame([customerId, scope digest, fingerprint, atMs, …]): a block of up to BLOCK_KEYS
  *   keys of one customer, in digest order (the id is repeated in the value because a key
@@ -41,10 +49,12 @@
  *   name holds the eras a release before this one stored there; they are read from there,
  *   and removed from there, until their groups expire.
  *
- * Two log tables alternate: sealing switches new keys to the other table, waits until
- * every key decided before the switch is durable, writes the run, and clears the sealed
- * table. A crash at any point keeps every key: a key is in a committed run, or in a log
- * table (loaded back into memory at start), or both (a duplicate answers the same).
+ * Sealing takes the keys in memory (new keys go to a new batch, and to the other log
+ * table), waits until every key decided before is durable, writes the run, then stores the
+ * newest record whose keys it took and clears the sealed log table. A crash at any point
+ * keeps every key: a key is in a committed run, or in a record after the stored one or a
+ * log table (both loaded back into memory at start), or both (a duplicate answers the
+ * same).
  * Every upkeep write waits until it is on disk, so a failed sync stops the worker.
  *
  * A lookup reads memory, then the groups newest first: where a group's filter says it may
@@ -232,6 +242,17 @@ interface Group {
 }
 
 type GroupKey = ['group', number];
+
+/** The catalog's record of the newest journal record whose keys are all in runs. */
+const SEALED_KEY = 'sealed';
+
+function decodeSealed(bytes: Uint8Array): number {
+  const decoded = decodeRecord(bytes);
+  const value = decoded.ok ? decoded.value : null;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0)
+    throw new Error('the record of the sealed idempotency keys is corrupt; refusing to go on');
+  return value;
+}
 
 /**
  * The capacity of a new group for a run of `keys` keys: GROUP_RUNS runs like it, a run
@@ -635,6 +656,20 @@ export class KeyStore {
   #spare: HeldKeys | null = null;
   /** Which log table new keys go to (0 or 1). */
   #logTable = 0;
+  /**
+   * The newest journal record whose keys are all in committed runs, as the last seal stored
+   * it (0: none stored): recovery holds again the keys of the records after it.
+   */
+  #sealedThrough = 0;
+  /**
+   * The oldest journal record carrying keys not yet in a committed run: of the records
+   * since the last seal's switch (`#keyedFrom`), and of the seal running now
+   * (`#sealingFrom`); 0 for none. The journal keeps every record from there on.
+   */
+  #keyedFrom = 0;
+  #sealingFrom = 0;
+  /** The newest journal record known to carry keys (0 for none). */
+  #lastKeyed = 0;
   /** Marks of `#probeEras` hold while this is unchanged. */
   #probeStamp = 0;
   /** The address `get` last looked up, and its hashes (`remember` of its key reuses them). */
@@ -754,6 +789,7 @@ export class KeyStore {
     const groups: Array<[number, number, KeyFilter]> = [];
     for (const { key, value } of this.#catalog.getRange({})) {
       if (typeof key === 'number') this.#runList.push(decodeRun(value, key));
+      else if (key === SEALED_KEY) this.#sealedThrough = decodeSealed(value);
       else {
         const first = (key as GroupKey)[1];
         groups.push([first, ...decodeGroup(value, first)]);
@@ -1043,8 +1079,8 @@ export class KeyStore {
   }
 
   /**
-   * Issues the log entry of `puts`: the keys of journal record `record` (null for keys
-   * recovery migrates, which no new record carries). It joins the transaction of the other
+   * Issues the log entry of `puts`: keys recovery migrates (`record` null: no record carries
+   * them), or, as releases before this one wrote them, the keys of journal record `record`. It joins the transaction of the other
    * writes issued in this event-loop turn; its failure fails that whole transaction, which
    * the journal record's durable promise reports.
    */
@@ -1052,6 +1088,44 @@ export class KeyStore {
     if (puts.length === 0) return;
     const log = this.#logs[this.#logTable] as BinaryDb;
     log.put(this.#nextLogSeq++, logEntry(record, puts)).catch(() => undefined);
+  }
+
+  /**
+   * Journal record `record`, appended now, carries keys just remembered (their events hold
+   * their digests and fingerprints): the journal keeps it until a seal has committed them.
+   */
+  carried(record: number): void {
+    assert(record > this.#lastKeyed, `journal record ${record} after ${this.#lastKeyed}`);
+    if (this.#keyedFrom === 0) this.#keyedFrom = record;
+    this.#lastKeyed = record;
+  }
+
+  /**
+   * Recovery: the keys that journal record `record` carries, one after the sealed ones
+   * (`sealedThrough`), held in memory again until the next seal. Records in seq order.
+   */
+  reheld(record: number, puts: readonly KeyPut[]): void {
+    assert(record > this.#sealedThrough, `journal record ${record} is sealed already`);
+    if (puts.length === 0) return;
+    for (const put of puts) this.remember(put);
+    this.carried(record);
+  }
+
+  /**
+   * The newest journal record whose keys are all in committed runs, as stored by the last
+   * seal (0: none was stored). The keys of later records are held again at start.
+   */
+  get sealedThrough(): number {
+    return this.#sealedThrough;
+  }
+
+  /**
+   * The oldest journal record that carries keys not yet in a committed run, which the
+   * journal must keep (Infinity: none).
+   */
+  get keptFrom(): number {
+    const from = [this.#sealingFrom, this.#keyedFrom].filter((seq) => seq > 0);
+    return from.length === 0 ? Number.POSITIVE_INFINITY : Math.min(...from);
   }
 
   /**
@@ -1205,8 +1279,8 @@ export class KeyStore {
    * Seals the keys in memory into runs, one per batch (the full ones set aside since the
    * last seal, oldest first, then the active one): new keys go to the other log table from
    * now on; once every key decided so far is durable (`pacing.keysDurable`), each batch is
-   * sorted and written a slice per turn and its catalog record committed; then the sealed
-   * log table is cleared. Returns the last run, or null when memory held no key. `runKeys`
+   * sorted and written a slice per turn and its catalog record committed; then the newest
+   * journal record whose keys it took is stored and the sealed log table cleared. Returns the last run, or null when memory held no key. `runKeys`
    * is the size runs are sealed at (a new group's filter is sized for 16 of them). One seal
    * at a time; a failed write throws (the caller crashes: recovery from disk is the repair).
    */
@@ -1224,6 +1298,11 @@ export class KeyStore {
     const sealedLog = this.#logs[this.#logTable] as BinaryDb;
     this.#sealing = batches;
     this.#logTable = 1 - this.#logTable;
+    // Every record up to the newest keyed one so far carries only keys of these batches
+    // (or of runs already committed): a key is remembered before its record is appended.
+    const through = this.#lastKeyed;
+    this.#sealingFrom = this.#keyedFrom;
+    this.#keyedFrom = 0;
     await pacing.keysDurable();
     let run: Run | null = null;
     for (const batch of batches) run = await this.#sealBatch(batch, pacing, runKeys);
@@ -1233,11 +1312,17 @@ export class KeyStore {
       // A batch smaller than a seal's (the first one, grown from a few slots) is let go.
       if (this.#spare === null && batch.capacity >= batchSlots(runKeys)) this.#spare = batch;
     }
+    // One transaction: the sealed log cleared, and the records whose keys are all in runs.
+    const sealed = Math.max(through, this.#sealedThrough);
+    if (sealed > this.#sealedThrough)
+      this.#catalog.put(SEALED_KEY, encodeRecord(sealed)).catch(() => undefined);
     await flushedWrite(
       this.#root,
       sealedLog.clearAsync(),
       'the clearing of a sealed idempotency log',
     );
+    this.#sealedThrough = sealed;
+    this.#sealingFrom = 0;
     await this.#storeEras(pacing);
     return run;
   }

@@ -15,6 +15,8 @@
  *   anywhere else throws, because skipping it would silently lose acknowledged events.
  * - `writeSnapshot` replaces the previous snapshot and prunes the journal it covers in ONE
  *   transaction, so there is never a moment with neither the old snapshot nor the records.
+ *   Records that carry idempotency keys not yet sealed into runs are kept past it
+ *   (`KeyStore.keptFrom`): recovery reads their keys again.
  * - `syncRecovered` resolves only once everything the store holds is on disk, including
  *   transactions a killed process committed but never synced: the recovery barrier.
  *
@@ -43,6 +45,7 @@ import {
   IDEMPOTENCY_DB_NAMES,
   KeyStore,
   type IdempotencyDbName,
+  type KeyPut,
 } from './idempotency-runs.js';
 import {
   envInfo,
@@ -175,10 +178,16 @@ export interface RecordShapes<Ev, Item, Audit> {
   readonly isEvent: (value: unknown) => value is Ev;
   readonly isSnapshotItem: (value: unknown) => value is Item;
   readonly isAudit: (value: unknown) => value is Audit;
+  /**
+   * The idempotency keys a record's events carry (none where absent): recovery holds those
+   * of records after the keys' last seal in memory again (`replay`). Throws on a key of the
+   * wrong shape.
+   */
+  readonly keysOf?: (events: readonly Ev[]) => readonly KeyPut[];
 }
 
 /** For a store whose records are not typed (tools and tests): every record is accepted. */
-const UNTYPED: RecordShapes<unknown, unknown, unknown> = {
+export const UNTYPED: RecordShapes<unknown, unknown, unknown> = {
   isEvent: (_value): _value is unknown => true,
   isSnapshotItem: (_value): _value is unknown => true,
   isAudit: (_value): _value is unknown => true,
@@ -191,6 +200,8 @@ export interface ReplayResult {
   readonly droppedAfterGap: number;
   /** Idempotency keys logged with the dropped records, forgotten with them. */
   readonly forgottenKeys: number;
+  /** Idempotency keys of records after the keys' last seal, held in memory again. */
+  readonly reheldKeys: number;
   /** Audit entries stored with the dropped records, removed with them. */
   readonly forgottenAudits: number;
   /** Webhook events stored with the dropped records, removed with them. */
@@ -253,8 +264,8 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   /** A write failed: lmdb-js will never settle that batch's flush (see close()). */
   #writeFailed = false;
   /**
-   * The shard's idempotency keys (idempotency-runs.ts). Their log entries are issued
-   * beside an `append`, in the same turn, so they share the journal record's transaction.
+   * The shard's idempotency keys (idempotency-runs.ts). A keyed write's record carries its
+   * key; `replay` holds the keys of records after the last seal in memory again.
    */
   readonly idempotency: KeyStore;
   /**
@@ -319,8 +330,11 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * one (test/support/sim-lmdb.ts) whose commits and syncs a test controls. The server
    * only ever uses `open`.
    */
-  static overEnv(env: DurableEnv<ShardDbName>): ShardStore {
-    return new ShardStore(env, UNTYPED);
+  static overEnv(
+    env: DurableEnv<ShardDbName>,
+    shapes: RecordShapes<unknown, unknown, unknown> = UNTYPED,
+  ): ShardStore {
+    return new ShardStore(env, shapes);
   }
 
   /** A write of this store, durable: flushed to disk (lmdb-env.ts, SHARD_ENV_OPTIONS). */
@@ -465,6 +479,17 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
         : { start: afterSeq + 1, end: this.#tornTailSeq };
     let expectedSeq = afterSeq + 1;
     const afterGap: number[] = [];
+    const keys = new CarriedKeys(this.idempotency.sealedThrough, this.#shapes.keysOf);
+    // Records the snapshot covers may still carry keys not yet sealed (the journal keeps
+    // them: `KeyStore.keptFrom`); their keys are all that is read of them.
+    if (keys.after < afterSeq) {
+      const end = Math.min(afterSeq + 1, this.#tornTailSeq ?? Number.POSITIVE_INFINITY);
+      const covered = { start: keys.after + 1, end };
+      for (const { key, value } of this.#env.dbs.journal.getRange(covered)) {
+        const seq = journalSeq(key);
+        keys.read(seq, this.#events(seq, decodeJournalRecord(seq, value)));
+      }
+    }
     for (const { key, value } of this.#env.dbs.journal.getRange(range)) {
       const seq = journalSeq(key);
       // A missing record is an append that failed while later ones, already in flight,
@@ -474,7 +499,9 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
         afterGap.push(seq);
         continue;
       }
-      onBatch(seq, this.#events(seq, decodeJournalRecord(seq, value)));
+      const events = this.#events(seq, decodeJournalRecord(seq, value));
+      keys.read(seq, events);
+      onBatch(seq, events);
       expectedSeq += 1;
     }
     // A dropped record's customer index rows name no record: the index is checked against
@@ -490,11 +517,14 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     const forgottenKeys = this.idempotency.forgetLoggedAfter(this.#lastSeq);
     const forgottenAudits = this.#forgetAuditsAfter(this.#lastSeq);
     const forgottenEvents = this.#forgetOutboxAfter(this.#lastSeq);
+    // After the logs' keys (older than any record's), newest use last.
+    const reheldKeys = keys.holdIn(this.idempotency, this.#lastSeq);
     return {
       batches: expectedSeq - afterSeq - 1,
       droppedTail,
       droppedAfterGap: afterGap.length,
       forgottenKeys,
+      reheldKeys,
       forgottenAudits,
       forgottenEvents,
     };
@@ -595,7 +625,7 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
           const startedMs = performance.now();
           const startedWaitMs = threadWaitMs();
           try {
-            replaceSnapshot(journal, snapshot, header);
+            replaceSnapshot(journal, snapshot, header, this.idempotency.keptFrom);
           } finally {
             this.lastSnapshotWriteMs = performance.now() - startedMs;
             this.lastSnapshotWriteWorkMs = lessWaits(
@@ -623,7 +653,8 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    */
   pruneCovered(max: number): { readonly removed: number; readonly committed: Promise<void> } {
     const { journal } = this.#env.dbs;
-    const keys = Array.from(journal.getKeys({ end: this.#snapshotSeq + 1, limit: max }));
+    const end = Math.min(this.#snapshotSeq + 1, this.idempotency.keptFrom);
+    const keys = Array.from(journal.getKeys({ end, limit: max }));
     const removals = keys.map((key) => journal.remove(key));
     return {
       removed: keys.length,
@@ -860,6 +891,45 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   }
 }
 
+/**
+ * The idempotency keys of the journal records after the keys' last seal, collected while
+ * recovery reads them and held in memory again once it has settled the journal's end
+ * (`holdIn`). Each customer's id is kept once: the keys in memory keep a reference to it.
+ */
+class CarriedKeys<Ev> {
+  readonly #records: Array<[number, readonly KeyPut[]]> = [];
+  readonly #ids = new Map<string, string>();
+
+  constructor(
+    /** The newest record whose keys are all in runs: only later records' are read. */
+    readonly after: number,
+    private readonly keysOf: ((events: readonly Ev[]) => readonly KeyPut[]) | undefined,
+  ) {}
+
+  read(seq: number, events: readonly Ev[]): void {
+    if (seq <= this.after || this.keysOf === undefined) return;
+    const carried = this.keysOf(events);
+    if (carried.length === 0) return;
+    const puts = carried.map((put) => {
+      let customerId = this.#ids.get(put.customerId);
+      if (customerId === undefined) this.#ids.set(put.customerId, (customerId = put.customerId));
+      return { ...put, customerId };
+    });
+    this.#records.push([seq, puts]);
+  }
+
+  /** Holds the keys of the records `store`'s journal kept, oldest first; returns how many. */
+  holdIn(store: KeyStore, lastSeq: number): number {
+    let keys = 0;
+    for (const [seq, puts] of this.#records) {
+      if (seq > lastSeq) break;
+      store.reheld(seq, puts);
+      keys += puts.length;
+    }
+    return keys;
+  }
+}
+
 function journalSeq(key: unknown): number {
   assert(
     typeof key === 'number' && Number.isSafeInteger(key) && key > 0,
@@ -951,7 +1021,12 @@ function bigintSafe(_key: string, value: unknown): unknown {
  * Runs inside the snapshot's write transaction (reads see this transaction's writes).
  * Throwing aborts the child transaction, so nothing of it is committed.
  */
-function replaceSnapshot(journal: BinaryDb, snapshot: BinaryDb, header: SnapshotHeader): void {
+function replaceSnapshot(
+  journal: BinaryDb,
+  snapshot: BinaryDb,
+  header: SnapshotHeader,
+  keptFrom: number,
+): void {
   const previousSeq = readSnapshotHeader(snapshot)?.seq ?? 0;
   if (header.seq < previousSeq) {
     throw new Error(`snapshot at ${header.seq} would replace a newer snapshot at ${previousSeq}`);
@@ -979,7 +1054,10 @@ function replaceSnapshot(journal: BinaryDb, snapshot: BinaryDb, header: Snapshot
   ];
   for (const key of staleChunks) snapshot.removeSync(key);
   const coveredRecords = Array.from(
-    journal.getKeys({ end: header.seq + 1, limit: JOURNAL_PRUNE_IN_SNAPSHOT_MAX }),
+    journal.getKeys({
+      end: Math.min(header.seq + 1, keptFrom),
+      limit: JOURNAL_PRUNE_IN_SNAPSHOT_MAX,
+    }),
   );
   for (const key of coveredRecords) journal.removeSync(key);
 }

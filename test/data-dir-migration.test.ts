@@ -284,7 +284,7 @@ describe('a data dir of the layout before the key table', () => {
     }
     const after = ShardStore.open(shardDir);
     try {
-      expect(after.getMeta('idempotency-layout')).toEqual({ version: 4 });
+      expect(after.getMeta('idempotency-layout')).toEqual({ version: 5 });
       const layouts = after.idempotency.runs.map((run) => run.blocks);
       expect(layouts).toContain(false);
       expect(layouts).toContain(true);
@@ -302,7 +302,7 @@ describe('a data dir of the layout before the key table', () => {
     await store.close();
     await expect(
       startServerProcess({ dataDir, env: { TALLY_WORKERS: '1' }, keys: first.keys }),
-    ).rejects.toThrow(/idempotency keys .* are of layout 99; this release reads layouts up to 4/);
+    ).rejects.toThrow(/idempotency keys .* are of layout 99; this release reads layouts up to 5/);
   });
 
   it('refuses a data dir whose snapshot is of a newer format, saying so', async () => {

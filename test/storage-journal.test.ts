@@ -99,6 +99,7 @@ describe('ShardStore journal', () => {
       droppedTail: false,
       droppedAfterGap: 0,
       forgottenKeys: 0,
+      reheldKeys: 0,
       forgottenAudits: 0,
       forgottenEvents: 0,
     });
@@ -149,6 +150,7 @@ describe('ShardStore journal', () => {
       droppedTail: false,
       droppedAfterGap: 0,
       forgottenKeys: 0,
+      reheldKeys: 0,
       forgottenAudits: 0,
       forgottenEvents: 0,
     });

@@ -317,15 +317,17 @@ interface EventBase extends Addressed {
 }
 
 /**
- * The idempotency key a consume or refund event used, as older journal records keep it.
- * Events carry nothing of the key now: the shell keeps the key (its scope's digest, the
- * fingerprint and the time) in tables of its own, written in the same transaction as the
- * event. Events written before carry the fingerprint (the amount), and those written when
- * keys lived in the customer's state the scope's text too, which the migration of such a
- * data dir reads.
+ * The idempotency key a consume or refund event used, as its journal record keeps it. The
+ * core never sets or reads it: the shell adds it to the event of a keyed write (the
+ * scope's digest and the fingerprint) so that the key is on disk exactly when its write
+ * is, and holds the keys of recent records in memory again at start. Events of older data
+ * dirs carry the fingerprint alone (their keys were logged in tables of their own), or,
+ * from when keys lived in the customer's state, the scope's text too, which the migration
+ * of such a data dir reads.
  */
 export interface IdempotencyRecord {
   readonly fingerprint: string;
+  readonly digest?: string;
   readonly scope?: string;
 }
 
@@ -336,7 +338,7 @@ export type Event =
       readonly includedMicros: Micros;
       readonly lotDraws: readonly LotDraw[];
       readonly overageMicros: Micros;
-      /** Only in events of older data dirs (IdempotencyRecord). */
+      /** Set by the shell on a keyed write's event (IdempotencyRecord). */
       readonly idempotency?: IdempotencyRecord | null;
     })
   | (EventBase & {
@@ -345,7 +347,7 @@ export type Event =
       readonly overageMicros: Micros;
       readonly lotRestores: readonly LotDraw[];
       readonly includedMicros: Micros;
-      /** Only in events of older data dirs (IdempotencyRecord). */
+      /** Set by the shell on a keyed write's event (IdempotencyRecord). */
       readonly idempotency?: IdempotencyRecord | null;
     })
   | (EventBase & {

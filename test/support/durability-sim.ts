@@ -36,8 +36,9 @@ import type { BillingConfig } from '../../actors/billing-config.js';
 import type { Command, CustomerSnapshot, Environment, Event } from '../../actors/customer.js';
 import type { Envelope, PendingAudit } from '../../actors/protocol.js';
 import { isRead, Shard, type CustomerIndexEntry, type IdempotencyPut } from '../../actors/shard.js';
+import { keysOfEvents } from '../../actors/idempotency-keys.js';
 import { ShardCopy } from '../../actors/shard-export.js';
-import { encodeSnapshotChunk, indexRowOf, ShardStore } from '../../storage/journal.js';
+import { encodeSnapshotChunk, indexRowOf, ShardStore, UNTYPED } from '../../storage/journal.js';
 import { CONFIG, T0 } from './core-fixtures.js';
 import { observingReads, parseReply, ReferenceModel, type Reply } from './reference-model.js';
 import { SimDisk, type Txn, type WriteOp } from './sim-lmdb.js';
@@ -398,7 +399,11 @@ async function run(
   };
 
   const boot = (): World => {
-    const store = ShardStore.overEnv(disk.env());
+    // Its records carry their keys, read back at start, as the worker's store does.
+    const store = ShardStore.overEnv(disk.env(), {
+      ...UNTYPED,
+      keysOf: (events) => keysOfEvents(events as Event[]),
+    });
     // The delivery thread's view of the outbox: it reads only up to the durable mark.
     const issuedRows: Array<{ readonly seq: number; readonly newestRow: number }> = [];
     const marker = new OutboxMarker(
@@ -468,8 +473,8 @@ async function run(
             [],
             outbox,
           );
-          // In the record's transaction, as the worker does.
-          store.idempotency.log(result.seq, keys);
+          // As the worker does: the record carries the keys, kept until they are sealed.
+          if (keys.length > 0) store.idempotency.carried(result.seq);
           const op = disk.lastJournalPut(result.seq);
           recordOp.set(result.seq, op);
           for (const event of outbox) eventRecord.set(event.id, { seq: result.seq, op });
