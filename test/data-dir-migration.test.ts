@@ -16,7 +16,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { CustomerSnapshot, Event } from '../actors/customer.js';
 import { isCustomerSnapshot, isEvent } from '../actors/core/shapes.js';
-import { scopeDigest } from '../actors/idempotency-keys.js';
+import { keysOfEvents, scopeDigest, type IdempotencyPut } from '../actors/idempotency-keys.js';
 import { KeyMigration } from '../actors/idempotency-upkeep.js';
 import { isPendingAudit } from '../actors/protocol.js';
 import { issueKey } from '../src/auth/keys.js';
@@ -288,6 +288,82 @@ describe('a data dir of the layout before the key table', () => {
       const layouts = after.idempotency.runs.map((run) => run.blocks);
       expect(layouts).toContain(false);
       expect(layouts).toContain(true);
+    } finally {
+      await after.close();
+    }
+  });
+
+  it('reads the keys a release before logged in tables (layout 4); new ones ride records', async () => {
+    const dataDir = tempDataDir('tally-layout-4');
+    const env = { TALLY_WORKERS: '1' };
+    const config = {
+      entitlements: { api_calls: { type: 'meter', reset: 'never' } },
+      products: { free: { default: true, entitlements: { api_calls: { included: 1000 } } } },
+    };
+    const first = await startServerProcess({ dataDir, env, config });
+    const consume = (base: string, idempotencyKey: string, amount: number) =>
+      call(base, 'POST', '/v1/usage/api_calls/consume', {
+        key: first.keys.test.server,
+        body: { customerId: 'cust-0', amount, idempotencyKey },
+      });
+    try {
+      for (let i = 0; i < 8; i++)
+        expect((await consume(first.base, `old-${i}`, 1)).status).toBe(200);
+    } finally {
+      await first.stop();
+    }
+    // Rewrite it as layout 4 wrote it: the records' events without their keys' digests,
+    // each record's keys in a log entry that names it, and no sealed record stored.
+    const shardDir = path.join(dataDir, 'shard-0');
+    const raw = openDurableEnv(shardDir, ['journal']);
+    const logged: Array<[number, IdempotencyPut[]]> = [];
+    for (const { key, value } of [...raw.dbs.journal.getRange({})]) {
+      const events = (decodeRecord(value) as { ok: true; value: Event[] }).value;
+      const puts = keysOfEvents(events);
+      if (puts.length === 0) continue;
+      logged.push([key as number, puts]);
+      const stripped = events.map((event) =>
+        event.type === 'consumed' && event.idempotency
+          ? { ...event, idempotency: { fingerprint: event.idempotency.fingerprint } }
+          : event,
+      );
+      await raw.dbs.journal.put(key, encodeRecord(stripped));
+    }
+    await raw.root.close();
+    expect(logged.flatMap(([, puts]) => puts)).toHaveLength(8);
+    const store = ShardStore.open(shardDir);
+    expect(store.idempotency.sealedThrough).toBe(0);
+    for (const [seq, puts] of logged) store.idempotency.log(seq, puts);
+    await store.putMeta('idempotency-layout', { version: 4 });
+    await store.close();
+
+    const second = await startServerProcess({ dataDir, env, keys: first.keys });
+    try {
+      // Every key is still known: a retry replays, another amount is refused.
+      for (let i = 0; i < 8; i++)
+        expect((await consume(second.base, `old-${i}`, 1)).status).toBe(200);
+      const balance = await call(
+        second.base,
+        'GET',
+        '/v1/usage/api_calls/balance?customerId=cust-0',
+        { key: first.keys.test.server },
+      );
+      expect(balance.body.consumed).toBe(8);
+      expect(await consume(second.base, 'old-0', 2)).toMatchObject({
+        status: 400,
+        body: { code: 'idempotency_key_reused' },
+      });
+      for (let i = 0; i < 4; i++)
+        expect((await consume(second.base, `new-${i}`, 1)).status).toBe(200);
+    } finally {
+      await second.stop();
+    }
+    const after = ShardStore.open(shardDir);
+    try {
+      expect(after.getMeta('idempotency-layout')).toEqual({ version: 5 });
+      const carried: IdempotencyPut[] = [];
+      after.replay(0, (_seq, events) => carried.push(...keysOfEvents(events as Event[])));
+      expect(carried).toHaveLength(4);
     } finally {
       await after.close();
     }
