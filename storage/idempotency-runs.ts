@@ -1079,10 +1079,11 @@ export class KeyStore {
   }
 
   /**
-   * Issues the log entry of `puts`: keys recovery migrates (`record` null: no record carries
-   * them), or, as releases before this one wrote them, the keys of journal record `record`. It joins the transaction of the other
-   * writes issued in this event-loop turn; its failure fails that whole transaction, which
-   * the journal record's durable promise reports.
+   * Issues the log entry of `puts`: keys recovery migrates (`record` null: no record
+   * carries them), or, as releases before this one wrote them, the keys of journal record
+   * `record`. It joins the transaction of the other writes issued in this event-loop turn;
+   * its failure fails that whole transaction, which the durable promise of a write in it
+   * reports.
    */
   log(record: number | null, puts: readonly KeyPut[]): void {
     if (puts.length === 0) return;
@@ -1277,12 +1278,13 @@ export class KeyStore {
 
   /**
    * Seals the keys in memory into runs, one per batch (the full ones set aside since the
-   * last seal, oldest first, then the active one): new keys go to the other log table from
-   * now on; once every key decided so far is durable (`pacing.keysDurable`), each batch is
-   * sorted and written a slice per turn and its catalog record committed; then the newest
-   * journal record whose keys it took is stored and the sealed log table cleared. Returns the last run, or null when memory held no key. `runKeys`
-   * is the size runs are sealed at (a new group's filter is sized for 16 of them). One seal
-   * at a time; a failed write throws (the caller crashes: recovery from disk is the repair).
+   * last seal, oldest first, then the active one): new keys go to a new batch (and log
+   * table) from now on; once every key decided so far is durable (`pacing.keysDurable`),
+   * each batch is sorted and written a slice per turn and its catalog record committed;
+   * then the newest journal record whose keys it took is stored and the sealed log table
+   * cleared. Returns the last run, or null when memory held no key. `runKeys` is the size
+   * runs are sealed at (a new group's filter is sized for 16 of them). One seal at a time;
+   * a failed write throws (the caller crashes: recovery from disk is the repair).
    */
   async seal(pacing: Pacing, runKeys = IDEMPOTENCY_RUN_KEYS): Promise<RunInfo | null> {
     assert(this.#sealing.length === 0, 'one idempotency run is sealed at a time');

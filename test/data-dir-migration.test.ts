@@ -293,7 +293,7 @@ describe('a data dir of the layout before the key table', () => {
     }
   });
 
-  it('reads the keys a release before logged in tables (layout 4); new ones ride records', async () => {
+  it('reads keys logged in tables (layout 4); new ones ride in records', async () => {
     const dataDir = tempDataDir('tally-layout-4');
     const env = { TALLY_WORKERS: '1' };
     const config = {
