@@ -17,6 +17,7 @@ import { OPS } from './ops.js';
 import type {
   CustomerState,
   Event,
+  IdempotencyRecord,
   IdempotencySeen,
   Outcome,
   Rejection,
@@ -59,7 +60,8 @@ export type Admission = (
 /**
  * Decides a write, applies its events to `customer` in place, and answers with the new
  * view. `admit`, when given, may refuse an accepted decision before it is applied;
- * `seen` is the shell's entry for the command's idempotency scope (see `decide`).
+ * `seen` is the shell's entry for the command's idempotency scope and `carry` the key its
+ * event holds (see `decide`).
  */
 export function execute(
   customer: CustomerState | undefined,
@@ -68,8 +70,9 @@ export function execute(
   nowMs: number,
   admit?: Admission,
   seen: IdempotencySeen | null = null,
+  carry?: IdempotencyRecord,
 ): Execution {
-  const decision = decide(customer, config, command, nowMs, seen);
+  const decision = decide(customer, config, command, nowMs, seen, carry);
   const rejection =
     decision.rejection ??
     (admit === undefined || decision.events.length === 0

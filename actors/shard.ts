@@ -39,7 +39,6 @@ import {
   apply,
   execute,
   fromSnapshot,
-  idempotencyFingerprint,
   idempotencyScope,
   query,
   toSnapshot,
@@ -47,6 +46,7 @@ import {
   type CustomerSnapshot,
   type CustomerState,
   type Event,
+  type IdempotencyRecord,
   type IdempotencySeen,
   type Admission,
   type Outcome,
@@ -61,7 +61,7 @@ import {
   type IdempotencyPut,
   type KeyAddress,
   type StoredKeys,
-  withKey,
+  carriedKey,
 } from './idempotency-keys.js';
 import type { PublishedViews } from './has-view.js';
 import { OPS, type OpRecord } from './ops.js';
@@ -104,7 +104,7 @@ export interface ShardJournal {
    * Appends one record, the customer index rows it changes, the audit entries of the
    * audited writes in it and the webhook events of its changes (the outbox), atomically;
    * `durable` settles once all are on disk (rejects: the shard must crash). `keys` are the
-   * idempotency keys its events carry (`withKey`).
+   * idempotency keys its events hold (`carriedKey`).
    */
   append(
     events: readonly Event[],
@@ -394,13 +394,13 @@ export class Shard {
           : this.auditQuotaAdmission(audit.auditQuotaReached);
       const address = addresses === null ? null : (addresses[at] ?? null);
       const seen = address === null ? null : (this.keys.get(address) ?? null);
+      // A keyed write's event holds its key: on disk exactly when the write is.
+      const carry = address === null ? undefined : carriedKey(address, command);
       const captured = captureBefore(before, command);
-      const execution = execute(before, config, command, nowMs, admit, seen);
+      const execution = execute(before, config, command, nowMs, admit, seen, carry);
       const wrote = execution.events.length > 0;
-      const key =
-        address !== null && wrote
-          ? this.rememberKey(address, seen, command, nowMs, execution.customer?.id)
-          : null;
+      if (address !== null && carry !== undefined && wrote)
+        this.rememberKey(address, seen, carry, nowMs, execution.customer?.id);
       if (wrote && execution.customer !== undefined)
         for (const notice of noticesOf({
           command,
@@ -422,9 +422,7 @@ export class Shard {
       // Before any reply can leave: the front end's answers of this customer are sent again.
       if (wrote && this.options.views !== undefined)
         this.reanswerHas(command.environment, command.customerId, config, nowMs);
-      // A key rides on its write's event: on disk exactly when the write is.
-      const events = key === null ? execution.events : withKey(execution.events, key);
-      for (const event of events) this.pendingEvents.push(event);
+      for (const event of execution.events) this.pendingEvents.push(event);
       // An audited write that changed something stores its entry with the change.
       if (audit !== undefined && wrote && op.audit !== null) {
         const fields = op.audit(command);
@@ -486,7 +484,7 @@ export class Shard {
 
   /**
    * Keeps the key of a keyed write that wrote events (at `atMs`, its events' time): in
-   * memory now, on disk with the record that carries the events (`withKey`). A key not
+   * memory now, on disk with the record whose event holds it (`carry`). A key not
    * found before is one more stored. It names its customer by `customerId`, the id as the
    * customer's state holds it when there is one: the keys in memory keep a reference to
    * their customer's id until sealed, and that one string lives anyway (the command's
@@ -495,23 +493,21 @@ export class Shard {
   private rememberKey(
     address: KeyAddress,
     seen: IdempotencySeen | null,
-    command: WriteCommand,
+    carry: IdempotencyRecord,
     atMs: number,
     customerId = address.customerId,
-  ): IdempotencyPut {
-    assert(command.op === 'consume' || command.op === 'refund', `${command.op} has no key`);
+  ): void {
     assert(customerId === address.customerId, "a key's customer is its address's");
     const put: IdempotencyPut = {
       environment: address.environment,
       customerId,
       scopeDigest: address.scopeDigest,
-      fingerprint: idempotencyFingerprint(command),
+      fingerprint: carry.fingerprint,
       atMs,
     };
     this.keys.remember(put);
     this.pendingKeys.push(put);
     if (seen === null) this.idempotencyByEnvironment[address.environment] += 1;
-    return put;
   }
 
   /** Events decided but not yet handed to the journal (a snapshot must wait for none). */

@@ -223,8 +223,10 @@ describe('idempotency', () => {
     const replay = d.run(consume('api_calls', 10, 'req-1'), T0 + 2);
     expect(viewOf(replay)).toMatchObject({ consumed: 15, balance: 85 });
     expect(d.journal).toHaveLength(2);
-    // The events carry nothing of the key: the shell keeps it, with its fingerprint.
-    expect(d.journal.every((event) => !('idempotency' in event))).toBe(true);
+    // The events hold only the key the shell hands `decide` (`carry`; none here): the
+    // shell keeps the keys, with their fingerprints.
+    const held = d.journal.map((event) => ('idempotency' in event ? event.idempotency : null));
+    expect(held).toEqual([undefined, undefined]);
   });
 
   it('same key with different parameters is rejected', () => {

@@ -5,17 +5,18 @@
  * Against a real LMDB environment, with the worker's own event shapes.
  */
 import { describe, expect, it } from 'vitest';
-import type { Event } from '../actors/customer.js';
+import { execute, type Event, type WriteCommand } from '../actors/customer.js';
 import { isEvent } from '../actors/core/shapes.js';
 import {
+  carriedKey,
   keysOfEvents,
+  MemoryKeys,
   scopeDigest,
-  withKey,
   type IdempotencyPut,
 } from '../actors/idempotency-keys.js';
 import { ShardStore, type RecordShapes } from '../storage/journal.js';
 import { openDurableEnv } from '../storage/lmdb-env.js';
-import { T0 } from './support/core-fixtures.js';
+import { COMPILED, T0 } from './support/core-fixtures.js';
 import { storeFixture } from './support/store-fixture.js';
 
 /** The worker's event shapes and keys, over an untyped store. */
@@ -42,6 +43,7 @@ function put(n: number, customerId = `cust-${n % 3}`): IdempotencyPut {
   };
 }
 
+/** A consume's event, holding `key` as a keyed write's does (`carriedKey`). */
 function consumed(key: IdempotencyPut): Event {
   return {
     type: 'consumed',
@@ -53,13 +55,14 @@ function consumed(key: IdempotencyPut): Event {
     includedMicros: 1_000_000n,
     lotDraws: [],
     overageMicros: 0n,
+    idempotency: { fingerprint: key.fingerprint, digest: key.scopeDigest },
   };
 }
 
 /** One record of keyed consumes, as the shard and its worker write it; returns its seq. */
 async function append(store: ShardStore, keys: readonly IdempotencyPut[]): Promise<number> {
   for (const key of keys) store.idempotency.remember(key);
-  const events = keys.flatMap((key) => withKey([consumed(key)], key));
+  const events = keys.map(consumed);
   const { seq, durable } = store.append(events);
   store.idempotency.carried(seq);
   await durable;
@@ -192,16 +195,28 @@ describe('idempotency keys carried in journal records', () => {
 });
 
 describe("a keyed write's events", () => {
-  it('carry its key on the one event that applies it, and give it back', () => {
-    const key = put(5);
-    const other = { ...consumed(key), type: 'limitSettingsSet' } as unknown as Event;
-    const events = withKey([other, consumed(key)], key);
-    expect(events[0]).toBe(other);
-    expect(events[1]).toMatchObject({
-      idempotency: { fingerprint: '5', digest: key.scopeDigest },
-    });
-    expect(keysOfEvents(events)).toEqual([key]);
-    expect(() => withKey([other], key)).toThrow(/applies in one event, not 0/);
+  it('hold its key on the event that applies it, and give it back', () => {
+    const command: WriteCommand = {
+      op: 'consume',
+      environment: 'test',
+      customerId: 'ada',
+      key: 'tokens',
+      amountMicros: 5_000_000n,
+      idempotencyKey: 'req-1',
+    };
+    const address = new MemoryKeys().address('test', 'ada', scopeDigest('consume\u0000tokens'));
+    const carry = carriedKey(address, command);
+    expect(carry).toEqual({ fingerprint: '5000000', digest: address.scopeDigest });
+    const { events } = execute(undefined, COMPILED, command, T0, undefined, null, carry);
+    expect(events).toHaveLength(1);
+    expect(events[0]).toMatchObject({ type: 'consumed', idempotency: carry });
+    expect(keysOfEvents(events)).toEqual([{ ...address, fingerprint: '5000000', atMs: T0 }]);
+    const { idempotencyKey: _, ...unkeyedCommand } = command;
+    const unkeyed = execute(undefined, COMPILED, unkeyedCommand, T0);
+    expect(unkeyed.events).toHaveLength(1);
+    expect(keysOfEvents(unkeyed.events)).toEqual([]);
+    const limit: WriteCommand = { ...unkeyedCommand, op: 'limitSettings', purchased: 2 };
+    expect(() => carriedKey(address, limit)).toThrow(/limitSettings has no key/);
   });
 
   it('of older data dirs carry none: a fingerprint alone, or the scope text', () => {

@@ -35,6 +35,7 @@ import type {
   Decision,
   Environment,
   Event,
+  IdempotencyRecord,
   IdempotencySeen,
   LotDraw,
   Outcome,
@@ -157,6 +158,8 @@ export function query(
  * events in order before the next command for the same customer is decided. `seen` is
  * what the shell holds for the command's idempotency scope (`idempotencyScope`): the
  * fingerprint and time of the write that first used the key, or null if it holds none.
+ * `carry` is the key as the shell stores it with a keyed write (IdempotencyRecord): the
+ * event that applies the write holds it, so the key is on disk exactly when the write is.
  */
 export function decide(
   customer: CustomerState | undefined,
@@ -164,6 +167,7 @@ export function decide(
   command: WriteCommand,
   nowMs: number,
   seen: IdempotencySeen | null = null,
+  carry?: IdempotencyRecord,
 ): Decision {
   const expected = OPS[command.op].entitlement;
   const ent =
@@ -173,9 +177,9 @@ export function decide(
   if (ent !== null && isRejection(ent)) return rejected(ent);
   switch (command.op) {
     case 'consume':
-      return decideConsume(customer, config, entitled(ent), command, nowMs, seen);
+      return decideConsume(customer, config, entitled(ent), command, nowMs, seen, carry);
     case 'refund':
-      return decideRefund(customer, config, entitled(ent), command, nowMs, seen);
+      return decideRefund(customer, config, entitled(ent), command, nowMs, seen, carry);
     case 'limitSettings':
       return decideLimitSettings(customer, config, command, nowMs);
     case 'usageSettings':
@@ -254,6 +258,7 @@ function decideConsume(
   command: Extract<WriteCommand, { op: 'consume' }>,
   nowMs: number,
   seen: IdempotencySeen | null,
+  carry: IdempotencyRecord | undefined,
 ): Decision {
   const amount = command.amountMicros;
   const idem = amountIdempotency(command, seen, nowMs);
@@ -300,6 +305,8 @@ function decideConsume(
     includedMicros: fromIncluded,
     lotDraws,
     overageMicros: need,
+    // Always present (undefined without a key): one object shape for every consume.
+    idempotency: carry,
   };
   return accepted(event);
 }
@@ -311,6 +318,7 @@ function decideRefund(
   command: Extract<WriteCommand, { op: 'refund' }>,
   nowMs: number,
   seen: IdempotencySeen | null,
+  carry: IdempotencyRecord | undefined,
 ): Decision {
   const amount = command.amountMicros;
   const idem = amountIdempotency(command, seen, nowMs);
@@ -353,6 +361,7 @@ function decideRefund(
     overageMicros: fromOverage,
     lotRestores,
     includedMicros: left,
+    idempotency: carry,
   };
   return accepted(event);
 }

@@ -317,13 +317,13 @@ interface EventBase extends Addressed {
 }
 
 /**
- * The idempotency key a consume or refund event used, as its journal record keeps it. The
- * core never sets or reads it: the shell adds it to the event of a keyed write (the
- * scope's digest and the fingerprint) so that the key is on disk exactly when its write
- * is, and holds the keys of recent records in memory again at start. Events of older data
- * dirs carry the fingerprint alone (their keys were logged in tables of their own), or,
- * from when keys lived in the customer's state, the scope's text too, which the migration
- * of such a data dir reads.
+ * The idempotency key a consume or refund event used, as its journal record keeps it: the
+ * shell hands `decide` the key of a keyed write (the scope's digest and the fingerprint)
+ * and the event that applies the write holds it, so that the key is on disk exactly when
+ * its write is; the shell holds the keys of recent records in memory again at start. The
+ * core reads nothing of it. Events of older data dirs carry the fingerprint alone (their
+ * keys were logged in tables of their own), or, from when keys lived in the customer's
+ * state, the scope's text too, which the migration of such a data dir reads.
  */
 export interface IdempotencyRecord {
   readonly fingerprint: string;
@@ -338,8 +338,8 @@ export type Event =
       readonly includedMicros: Micros;
       readonly lotDraws: readonly LotDraw[];
       readonly overageMicros: Micros;
-      /** Set by the shell on a keyed write's event (IdempotencyRecord). */
-      readonly idempotency?: IdempotencyRecord | null;
+      /** A keyed write's key (IdempotencyRecord); undefined without one. */
+      readonly idempotency?: IdempotencyRecord | null | undefined;
     })
   | (EventBase & {
       readonly type: 'refunded';
@@ -347,8 +347,8 @@ export type Event =
       readonly overageMicros: Micros;
       readonly lotRestores: readonly LotDraw[];
       readonly includedMicros: Micros;
-      /** Set by the shell on a keyed write's event (IdempotencyRecord). */
-      readonly idempotency?: IdempotencyRecord | null;
+      /** A keyed write's key (IdempotencyRecord); undefined without one. */
+      readonly idempotency?: IdempotencyRecord | null | undefined;
     })
   | (EventBase & {
       readonly type: 'limitSettingsSet';
