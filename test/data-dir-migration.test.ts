@@ -207,24 +207,8 @@ describe('a data dir of the layout before the key table', () => {
   it('reads keys of a data dir whose runs hold a key per entry, then seals blocks', async () => {
     const dataDir = tempDataDir('tally-layout-2');
     const env = { TALLY_WORKERS: '1', TALLY_IDEMPOTENCY_RUN_KEYS: '4' };
-    const config = {
-      entitlements: { api_calls: { type: 'meter', reset: 'never' } },
-      products: { free: { default: true, entitlements: { api_calls: { included: 1000 } } } },
-    };
-    const first = await startServerProcess({ dataDir, env, config });
-    const consume = (base: string, idempotencyKey: string, amount: number) =>
-      call(base, 'POST', '/v1/usage/api_calls/consume', {
-        key: first.keys.test.server,
-        body: { customerId: 'cust-0', amount, idempotencyKey },
-      });
-    try {
-      for (let i = 0; i < 8; i++)
-        expect((await consume(first.base, `old-${i}`, 1)).status).toBe(200);
-      // The upkeep seals a run of four keys within a second or so.
-      await new Promise((resolve) => setTimeout(resolve, 2500));
-    } finally {
-      await first.stop();
-    }
+    // The upkeep seals a run of four keys within a second or so.
+    const keys = await eightKeyedConsumes(dataDir, env, 2500);
     // Rewrite its runs as the layout before blocks stored them: one entry per key, catalog
     // records without `blocks`, and the layout version 2.
     const shardDir = path.join(dataDir, 'shard-0');
@@ -257,27 +241,9 @@ describe('a data dir of the layout before the key table', () => {
     expect(store.idempotency.runs.every((run) => !run.blocks)).toBe(true);
     await store.close();
 
-    const second = await startServerProcess({ dataDir, env, keys: first.keys });
+    const second = await startServerProcess({ dataDir, env, keys });
     try {
-      // Every key is still known: a retry replays (nothing is applied again), another
-      // amount is refused.
-      for (let i = 0; i < 8; i++)
-        expect((await consume(second.base, `old-${i}`, 1)).status).toBe(200);
-      const balance = await call(
-        second.base,
-        'GET',
-        '/v1/usage/api_calls/balance?customerId=cust-0',
-        {
-          key: first.keys.test.server,
-        },
-      );
-      expect(balance.body.consumed).toBe(8);
-      expect(await consume(second.base, 'old-0', 2)).toMatchObject({
-        status: 400,
-        body: { code: 'idempotency_key_reused' },
-      });
-      for (let i = 0; i < 8; i++)
-        expect((await consume(second.base, `new-${i}`, 1)).status).toBe(200);
+      await expectOldKeysKnown(second.base, keys, 8);
       await new Promise((resolve) => setTimeout(resolve, 2500));
     } finally {
       await second.stop();
@@ -296,22 +262,7 @@ describe('a data dir of the layout before the key table', () => {
   it('reads keys logged in tables (layout 4); new ones ride in records', async () => {
     const dataDir = tempDataDir('tally-layout-4');
     const env = { TALLY_WORKERS: '1' };
-    const config = {
-      entitlements: { api_calls: { type: 'meter', reset: 'never' } },
-      products: { free: { default: true, entitlements: { api_calls: { included: 1000 } } } },
-    };
-    const first = await startServerProcess({ dataDir, env, config });
-    const consume = (base: string, idempotencyKey: string, amount: number) =>
-      call(base, 'POST', '/v1/usage/api_calls/consume', {
-        key: first.keys.test.server,
-        body: { customerId: 'cust-0', amount, idempotencyKey },
-      });
-    try {
-      for (let i = 0; i < 8; i++)
-        expect((await consume(first.base, `old-${i}`, 1)).status).toBe(200);
-    } finally {
-      await first.stop();
-    }
+    const keys = await eightKeyedConsumes(dataDir, env, 0);
     // Rewrite it as layout 4 wrote it: the records' events without their keys' digests,
     // each record's keys in a log entry that names it, and no sealed record stored.
     const shardDir = path.join(dataDir, 'shard-0');
@@ -337,24 +288,9 @@ describe('a data dir of the layout before the key table', () => {
     await store.putMeta('idempotency-layout', { version: 4 });
     await store.close();
 
-    const second = await startServerProcess({ dataDir, env, keys: first.keys });
+    const second = await startServerProcess({ dataDir, env, keys });
     try {
-      // Every key is still known: a retry replays, another amount is refused.
-      for (let i = 0; i < 8; i++)
-        expect((await consume(second.base, `old-${i}`, 1)).status).toBe(200);
-      const balance = await call(
-        second.base,
-        'GET',
-        '/v1/usage/api_calls/balance?customerId=cust-0',
-        { key: first.keys.test.server },
-      );
-      expect(balance.body.consumed).toBe(8);
-      expect(await consume(second.base, 'old-0', 2)).toMatchObject({
-        status: 400,
-        body: { code: 'idempotency_key_reused' },
-      });
-      for (let i = 0; i < 4; i++)
-        expect((await consume(second.base, `new-${i}`, 1)).status).toBe(200);
+      await expectOldKeysKnown(second.base, keys, 4);
     } finally {
       await second.stop();
     }
@@ -393,3 +329,57 @@ describe('a data dir of the layout before the key table', () => {
     );
   });
 });
+
+/** The layout tests' meter: api_calls, 1,000 included, never reset. */
+const API_CALLS_CONFIG = {
+  entitlements: { api_calls: { type: 'meter', reset: 'never' } },
+  products: { free: { default: true, entitlements: { api_calls: { included: 1000 } } } },
+};
+
+/** A keyed consume of `amount` api_calls by cust-0, with the test server key of `keys`. */
+function keyedConsume(base: string, keys: Keys, idempotencyKey: string, amount: number) {
+  return call(base, 'POST', '/v1/usage/api_calls/consume', {
+    key: keys.test.server,
+    body: { customerId: 'cust-0', amount, idempotencyKey },
+  });
+}
+
+/**
+ * A new server on `dataDir` applies eight keyed consumes of 1 (keys old-0 … old-7), runs
+ * `settleMs` more and stops: its keys.
+ */
+async function eightKeyedConsumes(
+  dataDir: string,
+  env: Record<string, string>,
+  settleMs: number,
+): Promise<Keys> {
+  const server = await startServerProcess({ dataDir, env, config: API_CALLS_CONFIG });
+  try {
+    for (let i = 0; i < 8; i++)
+      expect((await keyedConsume(server.base, server.keys, `old-${i}`, 1)).status).toBe(200);
+    if (settleMs > 0) await new Promise((resolve) => setTimeout(resolve, settleMs));
+    return server.keys;
+  } finally {
+    await server.stop();
+  }
+}
+
+/**
+ * The eight keys of `eightKeyedConsumes` are all still known to the server at `base`: a
+ * retry replays (nothing is applied again), another amount is refused. Then `fresh` new
+ * keyed consumes apply.
+ */
+async function expectOldKeysKnown(base: string, keys: Keys, fresh: number): Promise<void> {
+  for (let i = 0; i < 8; i++)
+    expect((await keyedConsume(base, keys, `old-${i}`, 1)).status).toBe(200);
+  const balance = await call(base, 'GET', '/v1/usage/api_calls/balance?customerId=cust-0', {
+    key: keys.test.server,
+  });
+  expect(balance.body.consumed).toBe(8);
+  expect(await keyedConsume(base, keys, 'old-0', 2)).toMatchObject({
+    status: 400,
+    body: { code: 'idempotency_key_reused' },
+  });
+  for (let i = 0; i < fresh; i++)
+    expect((await keyedConsume(base, keys, `new-${i}`, 1)).status).toBe(200);
+}
