@@ -201,6 +201,11 @@ export interface WorkerStats {
   /** How long the recovery barrier (ShardStore.syncRecovered) took, in milliseconds. */
   readonly recoverySyncMs: number;
   /**
+   * Idempotency keys held in memory again from the journal records after their last seal
+   * (they are in no run yet: the next seal writes them).
+   */
+  readonly idempotencyKeysReheld: number;
+  /**
    * Present when this start migrated the data dir's idempotency keys into their table
    * (the first start on a data dir of the older layout, or a new one): how many it moved.
    */

@@ -377,6 +377,7 @@ async function recover(): Promise<void> {
       droppedAfterGap: result.droppedAfterGap,
       ...(indexRepair === null ? {} : { indexRowsRepaired: indexRepair }),
       recoverySyncMs: Math.round(recoverySyncMs * 10) / 10,
+      idempotencyKeysReheld: result.reheldKeys,
       ...(migration === null && tableMoved === 0
         ? {}
         : { idempotencyKeysMigrated: (migration?.moved ?? 0) + tableMoved }),

@@ -75,7 +75,11 @@ describe('crash safety', () => {
 
     const second = await startServerProcess({ dataDir, keys: first.keys });
     try {
-      // Every retry is found: in memory again from the key log, or in a sealed run.
+      // No seal ran (one comes every 30 s, or at a run's worth of keys): every key is held
+      // in memory again from the journal record that applied its consume.
+      const ready = await waitForLogLine(second, (line) => line['msg'] === 'ready');
+      const shards = ready['shards'] as Array<{ idempotencyKeysReheld: number }>;
+      expect(shards.reduce((sum, shard) => sum + shard.idempotencyKeysReheld, 0)).toBe(40);
       for (const [customerId, key] of acked)
         expect((await consume(second.base, customerId, key, 1)).body).toMatchObject({
           consumed: 10,
