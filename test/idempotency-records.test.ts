@@ -5,7 +5,7 @@
  * Against a real LMDB environment, with the worker's own event shapes.
  */
 import { describe, expect, it } from 'vitest';
-import { execute, type Event, type WriteCommand } from '../actors/customer.js';
+import { execute, idempotencyScope, type Event, type WriteCommand } from '../actors/customer.js';
 import { isEvent } from '../actors/core/shapes.js';
 import {
   carriedKey,
@@ -204,7 +204,9 @@ describe("a keyed write's events", () => {
       amountMicros: 5_000_000n,
       idempotencyKey: 'req-1',
     };
-    const address = new MemoryKeys().address('test', 'ada', scopeDigest('consume\u0000tokens'));
+    const scope = idempotencyScope(command);
+    expect(scope).not.toBeNull();
+    const address = new MemoryKeys().address('test', 'ada', scopeDigest(scope ?? ''));
     const carry = carriedKey(address, command);
     expect(carry).toEqual({ fingerprint: '5000000', digest: address.scopeDigest });
     const { events } = execute(undefined, COMPILED, command, T0, undefined, null, carry);
@@ -215,7 +217,13 @@ describe("a keyed write's events", () => {
     const unkeyed = execute(undefined, COMPILED, unkeyedCommand, T0);
     expect(unkeyed.events).toHaveLength(1);
     expect(keysOfEvents(unkeyed.events)).toEqual([]);
-    const limit: WriteCommand = { ...unkeyedCommand, op: 'limitSettings', purchased: 2 };
+    const limit: WriteCommand = {
+      op: 'limitSettings',
+      environment: 'test',
+      customerId: 'ada',
+      key: 'seats',
+      purchased: 2,
+    };
     expect(() => carriedKey(address, limit)).toThrow(/limitSettings has no key/);
   });
 
