@@ -51,6 +51,7 @@ import {
 import {
   cpuSecondsBetween,
   cpuUsPerRequest,
+  idlePercent,
   sampleMachine,
   sampleThreads,
   stealPercent,
@@ -139,13 +140,14 @@ async function measured(
   const machineBefore = sampleMachine();
   const summary = await runLoad(server, load, seconds);
   const cpu = cpuSecondsBetween(before, sampleThreads(pid));
-  const steal = stealPercent(machineBefore, sampleMachine());
+  const machineAfter = sampleMachine();
   if (summary.errors > 0 || summary.non2xx > 0)
     throw new Error(`${summary.errors} socket errors and ${summary.non2xx} non-2xx answers`);
   return {
     perSec: summary.perSec,
     cpuUsPerRequest: cpuUsPerRequest(cpu, summary.requests),
-    stealPercent: steal,
+    stealPercent: stealPercent(machineBefore, machineAfter),
+    idlePercent: idlePercent(machineBefore, machineAfter),
   };
 }
 
@@ -178,10 +180,11 @@ function describe(keys: LoadOptions['keys'], run: KeyedRun | PacedRun): string {
       ? ` at most (at ${run.askedPerSec}/s asked; held ${run.heldUpTo ?? 'no step'}` +
         `${run.heldUpTo === null ? '' : '/s'})`
       : '';
+  const idle = run.idlePercent === undefined ? '' : `; idle ${run.idlePercent.toFixed(0)}%`;
   const steal = run.stealPercent === undefined ? '' : `; steal ${run.stealPercent.toFixed(0)}%`;
   return (
     `${label(keys)} ${run.perSec.toFixed(0)} consumes/s${at} ` +
-    `(CPU µs per consume: ${cpu}${steal})`
+    `(CPU µs per consume: ${cpu}${idle}${steal})`
   );
 }
 

@@ -6,6 +6,8 @@ export interface KeyedRun {
   readonly cpuUsPerRequest: Readonly<Record<string, number>>;
   /** The share of the machine's CPU the host took meanwhile (steal), in percent. */
   readonly stealPercent?: number;
+  /** The share of the machine's CPU no thread used meanwhile, in percent. */
+  readonly idlePercent?: number;
 }
 
 /** Each pair's keyed ÷ unkeyed throughput, in pair order, and their median. */

@@ -84,6 +84,8 @@ export function cpuUsPerRequest(
 export interface MachineTicks {
   readonly total: number;
   readonly steal: number;
+  /** Ticks no thread ran (idle, and idle waiting for the disk). */
+  readonly idle: number;
 }
 
 /**
@@ -98,11 +100,21 @@ export function sampleMachine(): MachineTicks | null {
   const fields = line.trim().split(/\s+/).slice(1).map(Number);
   // user nice system idle iowait irq softirq steal (guest time is already in user).
   const total = fields.slice(0, 8).reduce((sum, value) => sum + value, 0);
-  return { total, steal: fields[7] ?? 0 };
+  return { total, steal: fields[7] ?? 0, idle: (fields[3] ?? 0) + (fields[4] ?? 0) };
 }
 
 /** The share of the machine's CPU time the host took between two samples, in percent. */
 export function stealPercent(before: MachineTicks | null, after: MachineTicks | null): number {
   if (before === null || after === null || after.total <= before.total) return 0;
   return (100 * (after.steal - before.steal)) / (after.total - before.total);
+}
+
+/**
+ * The share of the machine's CPU time no thread used between two samples, in percent: a
+ * server that leaves cores idle under load is bound by how long a request waits on each
+ * thread of its path in turn, not by the CPU left.
+ */
+export function idlePercent(before: MachineTicks | null, after: MachineTicks | null): number {
+  if (before === null || after === null || after.total <= before.total) return 0;
+  return (100 * (after.idle - before.idle)) / (after.total - before.total);
 }

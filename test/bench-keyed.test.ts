@@ -10,7 +10,7 @@ import {
   type KeyedRun,
   type LadderStep,
 } from '../bench/keyed-ratios.js';
-import { sampleMachine, stealPercent } from '../bench/thread-cpu.js';
+import { idlePercent, sampleMachine, stealPercent } from '../bench/thread-cpu.js';
 
 const run = (perSec: number): KeyedRun => ({ perSec, cpuUsPerRequest: {} });
 
@@ -88,11 +88,19 @@ describe('a paced ladder', () => {
   });
 });
 
-describe("the host's share of the machine (steal)", () => {
+describe("the machine's ticks: the host's share (steal) and the unused share (idle)", () => {
   it('is the steal ticks over all ticks between two samples, in percent', () => {
-    expect(stealPercent({ total: 1_000, steal: 10 }, { total: 1_400, steal: 70 })).toBe(15);
-    expect(stealPercent({ total: 1_000, steal: 10 }, { total: 1_000, steal: 10 })).toBe(0);
-    expect(stealPercent(null, { total: 1_400, steal: 70 })).toBe(0);
+    const at = (total: number, steal: number) => ({ total, steal, idle: 0 });
+    expect(stealPercent(at(1_000, 10), at(1_400, 70))).toBe(15);
+    expect(stealPercent(at(1_000, 10), at(1_000, 10))).toBe(0);
+    expect(stealPercent(null, at(1_400, 70))).toBe(0);
+  });
+
+  it('and the share no thread used (idle) is the idle ticks over all ticks, in percent', () => {
+    const at = (total: number, idle: number) => ({ total, steal: 0, idle });
+    expect(idlePercent(at(1_000, 300), at(1_400, 400))).toBe(25);
+    expect(idlePercent(at(1_000, 300), at(1_000, 300))).toBe(0);
+    expect(idlePercent(at(1_000, 300), null)).toBe(0);
   });
 
   it('reads the machine’s ticks from /proc/stat, rising with time', () => {
@@ -103,5 +111,9 @@ describe("the host's share of the machine (steal)", () => {
     const after = sampleMachine();
     expect((after?.total ?? 0) - (before?.total ?? 0)).toBeGreaterThan(0);
     expect(after?.steal).toBeGreaterThanOrEqual(before?.steal ?? 0);
+    expect(after?.idle).toBeGreaterThanOrEqual(before?.idle ?? 0);
+    expect((after?.idle ?? 0) - (before?.idle ?? 0)).toBeLessThanOrEqual(
+      (after?.total ?? 0) - (before?.total ?? 0),
+    );
   });
 });
