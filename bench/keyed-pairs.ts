@@ -4,8 +4,10 @@
  * alternated pair by pair, each run against a fresh Tally on a fresh data dir (the keys a
  * run finds from an earlier one are partly replays, which cost less and flatter the
  * ratio). Each run warms up for WARMUP_SEC with keys of its own (a keyed run until its first
- * run of keys is sealed: see `warmUp`), then measures S seconds: consumes/s and the CPU per
- * consume of each thread group. Prints each pair's ratio (keyed ÷ unkeyed) and their
+ * run of keys is sealed: see `warmUp`), then measures S seconds: consumes/s, the CPU per
+ * consume of each thread group, and the machine's CPU no thread used (idle: a server that
+ * leaves cores idle flat out is bound by each request's wait on each thread of its path)
+ * and the host took (steal). Prints each pair's ratio (keyed ÷ unkeyed) and their
  * median: single runs on a shared machine move by tens of percent, a median of alternated
  * pairs far less. Then the same for the quiet pairs alone: those whose runs both saw at
  * most QUIET_STEAL_PERCENT of steal (the host's share of the CPU). First it prints the
