@@ -1,16 +1,16 @@
 /**
  * Keyed against unkeyed consumes (`npm run bench:keyed -- [--pairs N] [--seconds S]`): the
  * soak's load (soak-load.ts) without keys and with a new idempotency key on every consume,
- * alternated pair by pair, each run against a fresh Tally on a fresh data dir (the keys a
- * run finds from an earlier one are partly replays, which cost less and flatter the
- * ratio). Each run warms up for WARMUP_SEC with keys of its own (a keyed run until its first
- * run of keys is sealed: see `warmUp`), then measures S seconds: consumes/s, the CPU per
- * consume of each thread group, and the machine's CPU no thread used (idle: a server that
- * leaves cores idle flat out is bound by each request's wait on each thread of its path)
- * and the host took (steal). Prints each pair's ratio (keyed ÷ unkeyed) and their
- * median: single runs on a shared machine move by tens of percent, a median of alternated
- * pairs far less. Then the same for the quiet pairs alone: those whose runs both saw at
- * most QUIET_STEAL_PERCENT of steal (the host's share of the CPU). First it prints the
+ * alternated pair by pair (unkeyed first in odd pairs, keyed first in even ones: `pairOrder`),
+ * each run against a fresh Tally on a fresh data dir (the keys a run finds from an earlier one
+ * are partly replays, which cost less and flatter the ratio). Each run warms up for WARMUP_SEC
+ * with keys of its own (a keyed run until its first run of keys is sealed: see `warmUp`), then
+ * measures S seconds: consumes/s, the CPU per consume of each thread group, and the machine's
+ * CPU no thread used (idle: a server that leaves cores idle flat out is bound by each request's
+ * wait on each thread of its path) and the host took (steal). Prints each pair's ratio (keyed ÷
+ * unkeyed) and their median: single runs on a shared machine move by tens of percent, a median
+ * of alternated pairs far less. Then the same for the quiet pairs alone: those whose runs both
+ * saw at most QUIET_STEAL_PERCENT of steal (the host's share of the CPU). First it prints the
  * machine check (wrk.ts): how fast a bare server runs on the machine that day.
  *
  * Two measures of a run's throughput. Flat out (the default), wrk's connections send
@@ -33,6 +33,7 @@ import {
   ladderPeak,
   median as medianOf,
   MISSES_TO_STOP,
+  pairOrder,
   pairRatios,
   QUIET_STEAL_PERCENT,
   quietPairRatios,
@@ -72,7 +73,8 @@ const MAX_STEPS = 40;
 const HELD_SHARE_PERCENT = Math.round(HELD_SHARE * 100);
 
 const USAGE = `usage: npm run bench:keyed -- [options]
-  --pairs <n>           alternated pairs of runs, unkeyed first (default 6)
+  --pairs <n>           pairs of runs, unkeyed first in odd pairs and keyed first in
+                        even ones (default 6)
   --seconds <n>         measured seconds of each run, after ${WARMUP_SEC} s of warm-up (default 20;
                         of each step with --paced, default 10)
   --paced               measure the highest rate sustained: paced steps from --from, --step
@@ -242,7 +244,7 @@ async function main(): Promise<void> {
   const keyed: KeyedRun[] = [];
   const keyedHeld: number[] = [];
   for (let pair = 1; pair <= pairs; pair++) {
-    for (const keys of ['none', 'unique'] as const) {
+    for (const keys of pairOrder(pair)) {
       if (paced) process.stdout.write(`pair ${pair}, ${label(keys).trim()}, paced steps:\n`);
       const run = await measure({ ...base, keys }, seconds, ladder);
       (keys === 'none' ? unkeyed : keyed).push(run);

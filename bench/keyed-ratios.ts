@@ -25,6 +25,14 @@ export function pairRatios(
 }
 
 /**
+ * The order of pair `pair`'s runs (from 1): unkeyed first in odd pairs, keyed first in even
+ * ones, so a machine that speeds up or slows down through the pairs favours neither kind.
+ */
+export function pairOrder(pair: number): readonly ('none' | 'unique')[] {
+  return pair % 2 === 1 ? ['none', 'unique'] : ['unique', 'none'];
+}
+
+/**
  * The most steal (percent) a run may have seen and still count as quiet: on a shared
  * machine a run the host took more from is slower for that alone, and a pair whose runs
  * saw different steal says little about keys.

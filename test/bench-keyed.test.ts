@@ -5,6 +5,7 @@ import {
   ladderGoesOn,
   ladderPeak,
   median,
+  pairOrder,
   pairRatios,
   quietPairRatios,
   type KeyedRun,
@@ -42,6 +43,15 @@ describe('keyed against unkeyed pairs', () => {
     expect(quiet.median).toBeCloseTo(0.85, 10);
     expect(quietPairRatios(unkeyed, keyed, 10).pairs).toEqual([1, 2, 3, 4]);
     expect(quietPairRatios(unkeyed, keyed, 0).median).toBeNaN();
+  });
+
+  it('runs unkeyed first in odd pairs and keyed first in even ones', () => {
+    expect([1, 2, 3, 4].map((pair) => pairOrder(pair).join(' then '))).toEqual([
+      'none then unique',
+      'unique then none',
+      'none then unique',
+      'unique then none',
+    ]);
   });
 
   it('pairs only complete pairs, and refuses none', () => {
