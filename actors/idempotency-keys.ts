@@ -103,8 +103,8 @@ export class MemoryKeys implements StoredKeys {
  * The key a keyed write's event holds (`decide`'s `carry`): the scope's digest and the
  * fingerprint, stored in the journal record that applies the write, so the key is on disk
  * exactly when its write is. The core builds the event with it in place, one object shape
- * for every consume: a copy of the event with the key added cost the shard thread ~2 µs a
- * keyed consume (a property migration per copy, and megamorphic reads of events).
+ * for every consume: a copy of the event with the key added would cost the shard thread
+ * ~2 µs a keyed consume (a property migration per copy, and megamorphic reads of events).
  */
 export function carriedKey(address: KeyAddress, command: WriteCommand): IdempotencyRecord {
   assert(command.op === 'consume' || command.op === 'refund', `${command.op} has no key`);
