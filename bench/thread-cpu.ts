@@ -103,10 +103,22 @@ export function sampleMachine(): MachineTicks | null {
   return { total, steal: fields[7] ?? 0, idle: (fields[3] ?? 0) + (fields[4] ?? 0) };
 }
 
+/**
+ * The share of the machine's CPU time between two samples that `part` counts, in percent (0
+ * when a sample is missing or no time passed).
+ */
+function sharePercent(
+  before: MachineTicks | null,
+  after: MachineTicks | null,
+  part: 'steal' | 'idle',
+): number {
+  if (before === null || after === null || after.total <= before.total) return 0;
+  return (100 * (after[part] - before[part])) / (after.total - before.total);
+}
+
 /** The share of the machine's CPU time the host took between two samples, in percent. */
 export function stealPercent(before: MachineTicks | null, after: MachineTicks | null): number {
-  if (before === null || after === null || after.total <= before.total) return 0;
-  return (100 * (after.steal - before.steal)) / (after.total - before.total);
+  return sharePercent(before, after, 'steal');
 }
 
 /**
@@ -115,6 +127,5 @@ export function stealPercent(before: MachineTicks | null, after: MachineTicks | 
  * thread of its path in turn, not by the CPU left.
  */
 export function idlePercent(before: MachineTicks | null, after: MachineTicks | null): number {
-  if (before === null || after === null || after.total <= before.total) return 0;
-  return (100 * (after.idle - before.idle)) / (after.total - before.total);
+  return sharePercent(before, after, 'idle');
 }
