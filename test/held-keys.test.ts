@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { HeldKeys, type KeyAddress, type KeyPut } from '../storage/held-keys.js';
-import { runOrder } from '../storage/idempotency-runs.js';
+import { hashesInFilterOrder, runOrder } from '../storage/idempotency-runs.js';
 import { KEY_HASHES, keyHashes } from '../storage/key-filter.js';
 
 const PAUSE = async (): Promise<void> => undefined;
@@ -204,6 +204,38 @@ describe('held idempotency keys', () => {
     expect(() => held.buckets).toThrow(/customers are ranked/);
     const order = await runOrder(held, PAUSE);
     expect([...order].map((slot) => held.keyAt(slot))).toEqual([...keys].sort(runOrderOf));
+  });
+
+  it("gives every key's hashes once, in the order of the filter blocks they land in", async () => {
+    const held = new Held();
+    const random = randoms(7);
+    const keys = Array.from({ length: 5000 }, (_, i) =>
+      put(`c-${random(300)}`, `d-${i}-${random(1e9)}`, '1', i, i % 3 === 0 ? 'live' : 'test'),
+    );
+    for (const key of keys) held.set(key);
+    let turns = 0;
+    const hashes = await hashesInFilterOrder(held, async () => {
+      turns += 1;
+    });
+    expect(turns).toBeGreaterThan(0);
+    const pairs = Array.from({ length: keys.length }, (_, i) => [
+      hashes[2 * i] as number,
+      hashes[2 * i + 1] as number,
+    ]);
+    // A filter's block is the first hash read unsigned, scaled: by it, the pairs never go back.
+    const place = (first: number): number => (first >>> 0) / 2 ** 32;
+    for (let i = 1; i < pairs.length; i++)
+      expect(Math.floor(place(pairs[i]?.[0] as number) * 2 ** 16)).toBeGreaterThanOrEqual(
+        Math.floor(place(pairs[i - 1]?.[0] as number) * 2 ** 16),
+      );
+    // Hashes at both ends of the unsigned range (negative as int32) are among them.
+    expect(pairs.some(([first]) => (first as number) < 0)).toBe(true);
+    expect(pairs.some(([first]) => (first as number) > 0)).toBe(true);
+    const expected = keys.map((key) => {
+      keyHashes(key.environment, key.customerId, key.scopeDigest);
+      return `${KEY_HASHES[0]},${KEY_HASHES[1]}`;
+    });
+    expect(pairs.map((pair) => pair.join(',')).sort()).toEqual(expected.sort());
   });
 
   it('numbers its customers when sealing asks, a slice at a time, keys set between', async () => {
