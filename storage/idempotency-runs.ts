@@ -152,8 +152,12 @@ export const SEAL_SLICE = 256;
  * a millisecond (~0.15–0.2 µs a key, most of it the era's filter: a miss in memory).
  */
 const FILTER_SLICE = 512;
-/** Buckets keys are counted into by their first hash to put them in the filters' order. */
-const HASH_BUCKET_BITS = 16;
+/**
+ * Bits of the first hash that bucket keys into the filters' order: 4,096 buckets, whose
+ * counts (16 KB) stay in the nearest cache while a seal shares the thread with requests;
+ * within a bucket keys land in 1/4,096 of each filter (16 KiB of an era's of 64 MiB).
+ */
+export const HASH_BUCKET_BITS = 12;
 /** The most keys of one customer one stored block of a run holds. */
 export const BLOCK_KEYS = 32;
 /**

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { HeldKeys, type KeyAddress, type KeyPut } from '../storage/held-keys.js';
-import { hashesInFilterOrder, runOrder } from '../storage/idempotency-runs.js';
+import { HASH_BUCKET_BITS, hashesInFilterOrder, runOrder } from '../storage/idempotency-runs.js';
 import { KEY_HASHES, keyHashes } from '../storage/key-filter.js';
 
 const PAUSE = async (): Promise<void> => undefined;
@@ -222,11 +222,13 @@ describe('held idempotency keys', () => {
       hashes[2 * i] as number,
       hashes[2 * i + 1] as number,
     ]);
-    // A filter's block is the first hash read unsigned, scaled: by it, the pairs never go back.
-    const place = (first: number): number => (first >>> 0) / 2 ** 32;
+    // A filter's block is the first hash read unsigned, scaled: by its top bits (the
+    // bucket), the pairs never go back.
+    expect(HASH_BUCKET_BITS).toBeGreaterThanOrEqual(8);
+    const bucket = (first: number): number => (first >>> 0) >>> (32 - HASH_BUCKET_BITS);
     for (let i = 1; i < pairs.length; i++)
-      expect(Math.floor(place(pairs[i]?.[0] as number) * 2 ** 16)).toBeGreaterThanOrEqual(
-        Math.floor(place(pairs[i - 1]?.[0] as number) * 2 ** 16),
+      expect(bucket(pairs[i]?.[0] as number)).toBeGreaterThanOrEqual(
+        bucket(pairs[i - 1]?.[0] as number),
       );
     // Hashes at both ends of the unsigned range (negative as int32) are among them.
     expect(pairs.some(([first]) => (first as number) < 0)).toBe(true);
