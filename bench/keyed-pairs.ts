@@ -5,9 +5,11 @@
  * each run against a fresh Tally on a fresh data dir (the keys a run finds from an earlier one
  * are partly replays, which cost less and flatter the ratio). Each run warms up for WARMUP_SEC
  * with keys of its own (a keyed run until its first run of keys is sealed: see `warmUp`), then
- * measures S seconds: consumes/s, the CPU per consume of each thread group, and the machine's
- * CPU no thread used (idle: a server that leaves cores idle flat out is bound by each request's
- * wait on each thread of its path) and the host took (steal). Prints each pair's ratio (keyed ÷
+ * measures S seconds: consumes/s, the CPU per consume of each thread group and of wrk (which
+ * shares the machine; soak-load.ts gives every request an id of its own, keyed or not, so that
+ * wrk's work is the same for both), and the machine's CPU no thread used (idle: a server that
+ * leaves cores idle flat out is bound by each request's wait on each thread of its path) and
+ * the host took (steal). Prints each pair's ratio (keyed ÷
  * unkeyed) and their median: single runs on a shared machine move by tens of percent, a median
  * of alternated pairs far less. Then the same for the quiet pairs alone: those whose runs both
  * saw at most QUIET_STEAL_PERCENT of steal (the host's share of the CPU). First it prints the
@@ -152,6 +154,7 @@ async function measured(
     cpuUsPerRequest: cpuUsPerRequest(cpu, summary.requests),
     stealPercent: stealPercent(machineBefore, machineAfter),
     idlePercent: idlePercent(machineBefore, machineAfter),
+    loadCpuUsPerRequest: summary.loadCpuUsPerRequest,
   };
 }
 
@@ -184,11 +187,13 @@ function describe(keys: LoadOptions['keys'], run: KeyedRun | PacedRun): string {
       ? ` at most (at ${run.askedPerSec}/s asked; held ${run.heldUpTo ?? 'no step'}` +
         `${run.heldUpTo === null ? '' : '/s'})`
       : '';
+  const load =
+    run.loadCpuUsPerRequest === undefined ? '' : `; wrk ${run.loadCpuUsPerRequest.toFixed(1)}`;
   const idle = run.idlePercent === undefined ? '' : `; idle ${run.idlePercent.toFixed(0)}%`;
   const steal = run.stealPercent === undefined ? '' : `; steal ${run.stealPercent.toFixed(0)}%`;
   return (
     `${label(keys)} ${run.perSec.toFixed(0)} consumes/s${at} ` +
-    `(CPU µs per consume: ${cpu}${idle}${steal})`
+    `(CPU µs per consume: ${cpu}${load}${idle}${steal})`
   );
 }
 

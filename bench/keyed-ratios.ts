@@ -8,6 +8,8 @@ export interface KeyedRun {
   readonly stealPercent?: number;
   /** The share of the machine's CPU no thread used meanwhile, in percent. */
   readonly idlePercent?: number;
+  /** wrk's own CPU per consume, in µs (it shares the machine). */
+  readonly loadCpuUsPerRequest?: number;
 }
 
 /** Each pair's keyed ÷ unkeyed throughput, in pair order, and their median. */

@@ -3,6 +3,14 @@
  * turn from a generated Lua script, each with a new idempotency key or none, flat out or
  * paced at a rate, at a lower priority than the server (see DEFAULT_LOAD_NICE).
  * Shared by `bench:soak` and `bench:keyed`.
+ *
+ * Every request carries an id of its own, `<run>-<n>`: a keyed one as its idempotency key,
+ * an unkeyed one in a header Tally does not read (LOAD_REQUEST_HEADER). wrk shares the
+ * server's cores, and building a request unlike any before costs it more CPU than reusing
+ * one of the 10,000 it has built (LuaJIT interns every string: ~0.4 µs a request measured
+ * here); with an id in both, wrk does the same work for either load, so what tells keyed
+ * and unkeyed runs apart is the server's work. The summary says what wrk's CPU was
+ * (`loadCpuUsPerRequest`).
  */
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -11,6 +19,8 @@ import type { TallyServer } from './tally-server.js';
 import { wrkOutput, wrkSummaryOf } from './wrk.js';
 
 const CUSTOMERS = 10_000;
+/** The header that carries an unkeyed request's id (Tally reads no such header). */
+export const LOAD_REQUEST_HEADER = 'x-load-request';
 /**
  * wrk's niceness unless `--load-nice` says otherwise. The clients of a real deployment run
  * on machines of their own; a load generator sharing the server's cores at the same
@@ -43,6 +53,8 @@ export interface LoadSummary {
   readonly non2xx: number;
   readonly msP99: number;
   readonly perSec: number;
+  /** wrk's own CPU (user and system, all its threads) per request, in µs. */
+  readonly loadCpuUsPerRequest: number;
 }
 
 /** The admin key a fresh data dir's bootstrap wrote (it reads the metrics). */
@@ -88,8 +100,7 @@ const CATCH_UP_MS = 100;
  * the spacing: asked for 20,000/s over 128 connections, it sent ~13,000.
  */
 function pacingScript(rate: number): string {
-  return `local ffi = require("ffi")
-ffi.cdef[[
+  return `ffi.cdef[[
 typedef struct { long tv_sec; long tv_nsec; } tally_soak_timespec;
 int clock_gettime(int clock_id, tally_soak_timespec *tp);
 ]]
@@ -112,30 +123,49 @@ end
 }
 
 /**
- * wrk's Lua: unique keys, customers in turn, optional pacing; prints a JSON summary at the end.
+ * wrk's Lua: customers in turn, an id for each request (a keyed one's idempotency key, else
+ * LOAD_REQUEST_HEADER), optional pacing; prints a JSON summary at the end, with wrk's CPU
+ * (`getrusage` through LuaJIT's FFI: the whole process, every thread).
  */
 function loadScript(key: string, rate: number | null, keyed: boolean): string {
-  const idempotency = keyed ? `,"idempotencyKey":"' .. run .. '-' .. i .. '"` : '';
-  return (
-    `local run = "${Date.now().toString(36)}"
+  const request = keyed
+    ? `local body = '{"customerId":"soak-' .. (i % ${CUSTOMERS}) .. ` +
+      `'","amount":1,"idempotencyKey":"' .. id .. '"}'`
+    : `headers["${LOAD_REQUEST_HEADER}"] = id
+  local body = '{"customerId":"soak-' .. (i % ${CUSTOMERS}) .. '","amount":1}'`;
+  return `local ffi = require("ffi")
+ffi.cdef[[
+typedef struct { long sec; long usec; } tally_soak_timeval;
+typedef struct {
+  tally_soak_timeval user;
+  tally_soak_timeval system;
+  long rest[14];
+} tally_soak_rusage;
+int getrusage(int who, tally_soak_rusage *usage);
+]]
+local run = "${Date.now().toString(36)}"
 local i = 0
 local headers = { ["x-tally-key"] = "${key}", ["content-type"] = "application/json" }
 request = function()
   i = i + 1
-  local body = '{"customerId":"soak-' .. (i % ${CUSTOMERS}) .. ` +
-    `'","amount":1${idempotency}}'
+  local id = run .. '-' .. i
+  ${request}
   return wrk.format("POST", "/v1/usage/api_calls/consume", headers, body)
 end
 ${rate === null ? '' : pacingScript(rate)}done = function(summary, latency, requests)
-  io.write("WRK_JSON{\\"requests\\":" .. summary.requests .. ",\\"durationUs\\":" .. ` +
-    `summary.duration ..
-    ",\\"status\\":" .. summary.errors.status .. ",\\"errors\\":" .. ` +
-    `(summary.errors.connect + summary.errors.read + summary.errors.write + ` +
-    `summary.errors.timeout) ..
-    ",\\"p99Us\\":" .. latency:percentile(99) .. "}\\n")
+  local usage = ffi.new("tally_soak_rusage")
+  ffi.C.getrusage(0, usage)
+  local cpuUs = tonumber(usage.user.sec + usage.system.sec) * 1e6 +
+    tonumber(usage.user.usec + usage.system.usec)
+  io.write("WRK_JSON{\\"requests\\":" .. summary.requests ..
+    ",\\"durationUs\\":" .. summary.duration ..
+    ",\\"status\\":" .. summary.errors.status ..
+    ",\\"errors\\":" .. (summary.errors.connect + summary.errors.read +
+      summary.errors.write + summary.errors.timeout) ..
+    ",\\"p99Us\\":" .. latency:percentile(99) ..
+    ",\\"cpuUs\\":" .. cpuUs .. "}\\n")
 end
-`
-  );
+`;
 }
 
 /** What the load needs of the server it runs against: its address and a server key. */
@@ -173,6 +203,7 @@ export async function runLoad(
       status: number;
       errors: number;
       p99Us: number;
+      cpuUs: number;
     };
     return {
       requests: s.requests,
@@ -180,6 +211,7 @@ export async function runLoad(
       non2xx: s.status,
       msP99: s.p99Us / 1000,
       perSec: s.requests / (s.durationUs / 1e6),
+      loadCpuUsPerRequest: s.requests === 0 ? 0 : s.cpuUs / s.requests,
     };
   } finally {
     await rm(dir, { recursive: true, force: true });

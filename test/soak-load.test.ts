@@ -1,12 +1,14 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runLoad } from '../bench/soak-load.js';
+import { LOAD_REQUEST_HEADER, runLoad } from '../bench/soak-load.js';
 
 /** A stand-in for Tally that answers every consume after `answerMs` and keeps what it was sent. */
 let answerMs = 0;
 const bodies: string[] = [];
 const keysSent: string[] = [];
+/** Each request's LOAD_REQUEST_HEADER, or undefined. */
+const idsSent: Array<string | undefined> = [];
 const server = createServer((request: IncomingMessage, response: ServerResponse) => {
   let body = '';
   request.on('data', (chunk: Buffer) => {
@@ -15,6 +17,8 @@ const server = createServer((request: IncomingMessage, response: ServerResponse)
   request.on('end', () => {
     bodies.push(body);
     keysSent.push(String(request.headers['x-tally-key']));
+    const id = request.headers[LOAD_REQUEST_HEADER];
+    idsSent.push(typeof id === 'string' ? id : undefined);
     const answer = () =>
       response.writeHead(200, { 'content-type': 'application/json' }).end('{"allowed":true}');
     if (answerMs === 0) answer();
@@ -55,7 +59,12 @@ describe('the soak load (wrk)', () => {
   it('sends consumes over the customers in turn, each with a key of its own', async () => {
     bodies.length = 0;
     keysSent.length = 0;
-    await runLoad(target(), { connections: 4, rate: 1000, keys: 'unique', loadNice: 0 }, 2);
+    idsSent.length = 0;
+    const summary = await runLoad(
+      target(),
+      { connections: 4, rate: 1000, keys: 'unique', loadNice: 0 },
+      2,
+    );
     const parsed = bodies.map(
       (b) => JSON.parse(b) as { customerId: string; amount: number; idempotencyKey: string },
     );
@@ -64,10 +73,16 @@ describe('the soak load (wrk)', () => {
     expect(new Set(parsed.map((p) => p.customerId)).size).toBe(parsed.length);
     expect(parsed.every((p) => p.amount === 1)).toBe(true);
     expect(new Set(keysSent)).toEqual(new Set(['tk_test_soak']));
+    // The key is the request's id: no header carries another.
+    expect(idsSent.every((id) => id === undefined)).toBe(true);
+    // wrk's own CPU, from getrusage: some, and less than two cores' worth of the run.
+    expect(summary.loadCpuUsPerRequest).toBeGreaterThan(0);
+    expect(summary.loadCpuUsPerRequest * summary.requests).toBeLessThan(2 * 3e6);
   });
 
-  it('sends no key with --keys none, and flat out outruns a paced load', async () => {
+  it('with --keys none sends an id in a header, no key; flat out outruns paced', async () => {
     bodies.length = 0;
+    idsSent.length = 0;
     const flat = await runLoad(
       target(),
       { connections: 4, rate: null, keys: 'none', loadNice: 0 },
@@ -77,5 +92,9 @@ describe('the soak load (wrk)', () => {
     // beside the rest of the suite a flat-out run here has managed as little as ~1,340/s.
     expect(flat.perSec).toBeGreaterThan(1000);
     expect(bodies.every((b) => !b.includes('idempotencyKey'))).toBe(true);
+    // As many ids as requests, none twice: wrk builds a request unlike any before, as keyed.
+    expect(idsSent.every((id) => id !== undefined && /^[0-9a-z]+-[0-9]+$/.test(id))).toBe(true);
+    expect(new Set(idsSent).size).toBe(idsSent.length);
+    expect(flat.loadCpuUsPerRequest).toBeGreaterThan(0);
   });
 });
