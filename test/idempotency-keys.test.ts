@@ -686,13 +686,15 @@ describe('the key store', () => {
   });
 
   it('stores the open era at a stop that cut a seal short: every key is found after', async () => {
-    // Two groups sealed, then a batch of 3,000 keys of 7 customers (a seal of many slices)
+    // Two groups sealed, then a batch of 12,000 keys of 7 customers (a seal of many slices)
     // whose seal the stop interrupts at its n-th pause.
     const setUp = async (): Promise<[ShardStore, string, IdempotencyPut[]]> => {
       const dir = fixture.tempDir();
       const s = openStore(dir);
       const sealed = await sealRuns(s, 2 * GROUP_RUNS, 20);
-      const batch = Array.from({ length: 3000 }, (_, i) => put(`c-${i % 7}`, `cut-${i}`, T0 + 99));
+      const batch = Array.from({ length: 12_000 }, (_, i) =>
+        put(`c-${i % 7}`, `cut-${i}`, T0 + 99),
+      );
       await store(s, batch);
       return [s, dir, [...sealed, ...batch]];
     };
