@@ -1,19 +1,18 @@
 /**
- * Keyed against unkeyed consumes (`npm run bench:keyed -- [--pairs N] [--seconds S]`): the
- * soak's load (soak-load.ts) without keys and with a new idempotency key on every consume,
- * alternated pair by pair (unkeyed first in odd pairs, keyed first in even ones: `pairOrder`),
- * each run against a fresh Tally on a fresh data dir (the keys a run finds from an earlier one
- * are partly replays, which cost less and flatter the ratio). Each run warms up for WARMUP_SEC
- * with keys of its own (a keyed run until its first run of keys is sealed: see `warmUp`), then
- * measures S seconds: consumes/s, the CPU per consume of each thread group and of wrk (which
- * shares the machine; soak-load.ts gives every request an id of its own, keyed or not, so that
- * wrk's work is the same for both), and the machine's CPU no thread used (idle: a server that
- * leaves cores idle flat out is bound by each request's wait on each thread of its path) and
- * the host took (steal). Prints each pair's ratio (keyed ÷
- * unkeyed) and their median: single runs on a shared machine move by tens of percent, a median
- * of alternated pairs far less. Then the same for the quiet pairs alone: those whose runs both
- * saw at most QUIET_STEAL_PERCENT of steal (the host's share of the CPU). First it prints the
- * machine check (wrk.ts): how fast a bare server runs on the machine that day.
+ * Keyed against unkeyed consumes (`npm run bench:keyed -- [--pairs N] [--seconds S]`): the soak's
+ * load (soak-load.ts) without keys and with a new idempotency key on every consume, alternated pair
+ * by pair (unkeyed first in odd pairs, keyed first in even ones: `pairOrder`), each run against a
+ * fresh Tally on a fresh data dir (the keys a run finds from an earlier one are partly replays,
+ * which cost less and flatter the ratio). Each run warms up for WARMUP_SEC with keys of its own (a
+ * keyed run until its first run of keys is sealed: see `warmUp`), then measures S seconds:
+ * consumes/s, the CPU per consume of each thread group and of wrk (which shares the machine;
+ * soak-load.ts gives every request an id of its own, keyed or not, so that wrk's work is the same
+ * for both), and the machine's CPU no thread used (idle: a server that leaves cores idle flat out
+ * is bound by each request's wait on each thread of its path) and the host took (steal). Prints
+ * each pair's ratio (keyed ÷ unkeyed) and their median: single runs on a shared machine move by
+ * tens of percent, a median of alternated pairs far less. Then the same for the quiet pairs alone:
+ * those whose runs both saw at most QUIET_STEAL_PERCENT of steal (the host's share of the CPU).
+ * First it prints the machine check (wrk.ts): how fast a bare server runs on the machine that day.
  *
  * Two measures of a run's throughput. Flat out (the default), wrk's connections send
  * back to back, in bursts as answers come back in batches. `--paced` measures the highest
