@@ -35,8 +35,14 @@ export type ViewChanges = Array<number | string>;
 
 export const VIEW_SLOTS = 7;
 
-/** Stamp counters per shard worker (a power of two; 16 KiB of shared memory). */
-export const VIEW_STAMP_BUCKETS = 4096;
+/**
+ * Stamp counters per shard worker (a power of two; 1 MiB of shared memory). A write bumps
+ * its customer's counter, and every answer held under that counter stops being served until
+ * it is asked again, so the counters must outnumber the customers answered: with 4,096 of
+ * them, 6,400 consumes a second beside `has` over 100,000 customers left 13% of the `has`
+ * requests answered from the view; with 262,144, 97%. A `has` alone ran as fast with either.
+ */
+export const VIEW_STAMP_BUCKETS = 262_144;
 
 /** The stamp counters of one worker: shared with every front end when given shared memory. */
 export function viewStamps(shared = true): Int32Array {

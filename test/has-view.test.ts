@@ -421,6 +421,31 @@ describe('has view (shard and front end, messages in flight)', () => {
     expect(front.answer('test', 'a', 'sso')).toBe(true);
   });
 
+  it("a write stops serving its own customer's answers, and hardly any other's", () => {
+    // A write bumps the stamp its customer hashes to; every answer held under that stamp
+    // then goes unserved until asked again. Writes to 5% of 100,000 answered customers.
+    const stamps = viewStamps(false);
+    const front = new HasView(1, () => T0, [stamps]);
+    const views = new PublishedViews(undefined, stamps);
+    const customers = Array.from({ length: 100_000 }, (_, i) => `c-${i}`);
+    for (const id of customers) views.answered('test', id, 'sso', true, Infinity);
+    front.apply(0, [...views.take()]);
+    const random = rng(11);
+    const written = new Set<string>();
+    while (written.size < 5_000) written.add(pick(random, customers));
+    for (const id of written) {
+      views.changed('test', id, () => ({ value: true, untilMs: Infinity }));
+      // Until the front end has the new answers, the old one is not served; then it is.
+      expect(front.answer('test', id, 'sso')).toBeUndefined();
+      front.apply(0, [...views.take()]);
+      expect(front.answer('test', id, 'sso')).toBe(true);
+    }
+    const others = customers.filter((id) => !written.has(id));
+    const served = others.filter((id) => front.answer('test', id, 'sso') === true).length;
+    // With 4,096 stamps about 30% would still be served; with 262,144 about 98%.
+    expect(served / others.length).toBeGreaterThan(0.95);
+  });
+
   it('an answer is served until its horizon and not at it', () => {
     let now = T0;
     const stamps = viewStamps(false);
