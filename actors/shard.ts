@@ -421,7 +421,13 @@ export class Shard {
       }
       // Before any reply can leave: the front end's answers of this customer are sent again.
       if (wrote && this.options.views !== undefined)
-        this.reanswerHas(command.environment, command.customerId, config, nowMs);
+        this.reanswerHas(
+          command.environment,
+          command.customerId,
+          config,
+          nowMs,
+          onlyKeyChanged(before !== undefined, execution.events),
+        );
       for (const event of execution.events) this.pendingEvents.push(event);
       // An audited write that changed something stores its entry with the change.
       if (audit !== undefined && wrote && op.audit !== null) {
@@ -468,18 +474,27 @@ export class Shard {
     return addresses;
   }
 
-  /** Publishes the customer's held `has` answers again, as its state now reads. */
+  /**
+   * Publishes the customer's held `has` answers again, as its state now reads, unless the
+   * write can change only the answer to `onlyKey` and none to it is held (PublishedViews).
+   */
   private reanswerHas(
     environment: Environment,
     customerId: string,
     config: CompiledConfig,
     nowMs: number,
+    onlyKey: string | null,
   ): void {
     const customer = this.customers[environment].get(customerId);
-    this.options.views?.changed(environment, customerId, (key) => {
-      const outcome = query(customer, config, { op: 'has', environment, customerId, key }, nowMs);
-      return outcome.kind === 'has' ? outcome : null;
-    });
+    this.options.views?.changed(
+      environment,
+      customerId,
+      (key) => {
+        const outcome = query(customer, config, { op: 'has', environment, customerId, key }, nowMs);
+        return outcome.kind === 'has' ? outcome : null;
+      },
+      onlyKey,
+    );
   }
 
   /**
@@ -677,4 +692,21 @@ export class Shard {
         if (meter.periodStartMs > this.lastNowMs) this.lastNowMs = meter.periodStartMs;
     }
   }
+}
+
+/**
+ * The one key whose `has` answer a write's `events` can change, or null when they may change
+ * others: consumes and refunds of one meter of a customer that `existed` change that meter
+ * alone, and the answers to features, limits and other meters read none of it. A write that
+ * creates its customer may change any answer given while it did not exist.
+ */
+function onlyKeyChanged(existed: boolean, events: readonly Event[]): string | null {
+  if (!existed) return null;
+  let key: string | null = null;
+  for (const event of events) {
+    if (event.type !== 'consumed' && event.type !== 'refunded') return null;
+    if (key !== null && key !== event.key) return null;
+    key = event.key;
+  }
+  return key;
 }

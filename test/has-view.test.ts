@@ -353,6 +353,28 @@ describe('has view (shard and front end, messages in flight)', () => {
     },
   );
 
+  it("a consume of another meter keeps a customer's answers served; of the asked one, re-sends it", async () => {
+    const sim = new ViewSimulation(['a'], ['tokens', 'sso'], 100);
+    sim.write(consume('a', 'tokens', 25));
+    await sim.drain();
+    for (const key of ['tokens', 'sso']) sim.ask('a', key);
+    await sim.drain();
+    for (const key of ['tokens', 'sso']) sim.ask('a', key);
+    expect(sim.served).toBe(2);
+    sim.write(consume('a', 'api_calls', 50));
+    expect(sim.shardStep()).toBe(true);
+    // Decided, its changes not yet at the front end: the answers to other keys still serve.
+    for (const key of ['tokens', 'sso']) sim.ask('a', key);
+    expect(sim.served).toBe(4);
+    await sim.drain();
+    // Uses the tokens up: the view serves the new answer (each served one is checked).
+    sim.write(consume('a', 'tokens', 275));
+    await sim.drain();
+    for (const key of ['tokens', 'sso']) sim.ask('a', key);
+    expect(sim.served).toBe(6);
+    expect(sim.front.answer('test', 'a', 'tokens')).toBe(false);
+  });
+
   it(
     'a write answered through the second front end is seen by the next has on the first, ' +
       'before the first has its view changes',
@@ -444,6 +466,33 @@ describe('has view (shard and front end, messages in flight)', () => {
     const served = others.filter((id) => front.answer('test', id, 'sso') === true).length;
     // With 4,096 stamps about 30% would still be served; with 262,144 about 98%.
     expect(served / others.length).toBeGreaterThan(0.95);
+  });
+
+  it("a consume of one meter leaves the customer's answers to other keys served", () => {
+    const stamps = viewStamps(false);
+    const front = new HasView(1, () => T0, [stamps]);
+    const views = new PublishedViews(undefined, stamps);
+    views.answered('test', 'a', 'sso', true, Infinity);
+    views.answered('test', 'a', 'tokens', true, Infinity);
+    front.apply(0, [...views.take()]);
+    const reanswered: string[] = [];
+    const reanswer = (key: string) => {
+      reanswered.push(key);
+      return { value: key === 'sso', untilMs: Infinity };
+    };
+    // A meter the front end holds no answer to: nothing is sent, nothing stops being served.
+    views.changed('test', 'a', reanswer, 'api_calls');
+    expect(views.take()).toEqual([]);
+    expect(reanswered).toEqual([]);
+    expect(front.answer('test', 'a', 'sso')).toBe(true);
+    expect(front.answer('test', 'a', 'tokens')).toBe(true);
+    // A meter it holds one to: every answer of the customer is sent again, none served meanwhile.
+    views.changed('test', 'a', reanswer, 'tokens');
+    expect(reanswered.sort()).toEqual(['sso', 'tokens']);
+    expect(front.answer('test', 'a', 'sso')).toBeUndefined();
+    front.apply(0, [...views.take()]);
+    expect(front.answer('test', 'a', 'sso')).toBe(true);
+    expect(front.answer('test', 'a', 'tokens')).toBe(false);
   });
 
   it('an answer is served until its horizon and not at it', () => {
