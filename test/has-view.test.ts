@@ -353,7 +353,7 @@ describe('has view (shard and front end, messages in flight)', () => {
     },
   );
 
-  it("a consume of another meter keeps a customer's answers served; of the asked one, re-sends it", async () => {
+  it('a consume leaves answers served unless the view holds one to its meter', async () => {
     const sim = new ViewSimulation(['a'], ['tokens', 'sso'], 100);
     sim.write(consume('a', 'tokens', 25));
     await sim.drain();
