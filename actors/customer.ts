@@ -32,7 +32,7 @@ export { apply } from './core/apply.js';
 export { decide, idempotencyFingerprint, idempotencyScope, query } from './core/decide.js';
 export { fromSnapshot, toSnapshot, type CustomerSnapshot } from './core/snapshot-form.js';
 export { newCustomer } from './core/state.js';
-export { customerView } from './core/views.js';
+export { customerView, onlyAnswerChangedBy } from './core/views.js';
 
 export interface Execution {
   /** The customer after the events (undefined only when nothing was ever stored). */

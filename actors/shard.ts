@@ -40,6 +40,7 @@ import {
   execute,
   fromSnapshot,
   idempotencyScope,
+  onlyAnswerChangedBy,
   query,
   toSnapshot,
   type Command,
@@ -426,7 +427,7 @@ export class Shard {
           command.customerId,
           config,
           nowMs,
-          onlyKeyChanged(before !== undefined, execution.events),
+          onlyAnswerChangedBy(before !== undefined, execution.events),
         );
       for (const event of execution.events) this.pendingEvents.push(event);
       // An audited write that changed something stores its entry with the change.
@@ -692,21 +693,4 @@ export class Shard {
         if (meter.periodStartMs > this.lastNowMs) this.lastNowMs = meter.periodStartMs;
     }
   }
-}
-
-/**
- * The one key whose `has` answer a write's `events` can change, or null when they may change
- * others: consumes and refunds of one meter of a customer that `existed` change that meter
- * alone, and the answers to features, limits and other meters read none of it. A write that
- * creates its customer may change any answer given while it did not exist.
- */
-function onlyKeyChanged(existed: boolean, events: readonly Event[]): string | null {
-  if (!existed) return null;
-  let key: string | null = null;
-  for (const event of events) {
-    if (event.type !== 'consumed' && event.type !== 'refunded') return null;
-    if (key !== null && key !== event.key) return null;
-    key = event.key;
-  }
-  return key;
 }

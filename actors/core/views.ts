@@ -24,6 +24,7 @@ import type {
   ContextRequest,
   ContextView,
   CustomerState,
+  Event,
   LimitView,
   MeterState,
 } from './types.js';
@@ -220,6 +221,24 @@ export function hasHorizon(
 ): number {
   if (ent.type !== 'meter' || subscriptionPeriod(customer, config, ent) !== null) return Infinity;
   return periodAt(ent.reset, nowMs).endMs ?? Infinity;
+}
+
+/**
+ * The one key whose `hasEntitlement` answer a write's `events` can change, or null when they
+ * may change others: consumes and refunds of one meter of a customer that `existed` change
+ * that meter alone (`apply`), and the answers to features, limits and other meters read none
+ * of it. A write that creates its customer may change any answer given while it did not
+ * exist.
+ */
+export function onlyAnswerChangedBy(existed: boolean, events: readonly Event[]): string | null {
+  if (!existed) return null;
+  let key: string | null = null;
+  for (const event of events) {
+    if (event.type !== 'consumed' && event.type !== 'refunded') return null;
+    if (key !== null && key !== event.key) return null;
+    key = event.key;
+  }
+  return key;
 }
 
 export function contextView(
