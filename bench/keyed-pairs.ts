@@ -10,8 +10,10 @@
  * for both), and the machine's CPU no thread used (idle: a server that leaves cores idle flat out
  * is bound by each request's wait on each thread of its path) and the host took (steal). Prints
  * each pair's ratio (keyed ÷ unkeyed) and their median: single runs on a shared machine move by
- * tens of percent, a median of alternated pairs far less. Then the same for the quiet pairs alone:
- * those whose runs both saw at most QUIET_STEAL_PERCENT of steal (the host's share of the CPU).
+ * tens of percent, a median of alternated pairs far less; beside it a 95% interval of the median
+ * (`medianInterval`, from six pairs on), which says how far. Then the same for the quiet pairs
+ * alone: those whose runs both saw at most QUIET_STEAL_PERCENT of steal (the host's share of the
+ * CPU).
  * First it prints the machine check (wrk.ts): how fast a bare server runs on the machine that day.
  *
  * Two measures of a run's throughput. Flat out (the default), wrk's connections send
@@ -33,6 +35,7 @@ import {
   highestHeld,
   ladderPeak,
   median as medianOf,
+  medianInterval,
   MISSES_TO_STOP,
   pairOrder,
   pairRatios,
@@ -258,9 +261,14 @@ async function main(): Promise<void> {
     }
   }
   const { ratios, median } = pairRatios(unkeyed, keyed);
+  const interval = medianInterval(ratios);
   process.stdout.write(
     `keyed ÷ unkeyed${paced ? ' (highest rates sustained)' : ''} by pair: ` +
-      `${ratios.map((r) => r.toFixed(2)).join(', ')}; median ${median.toFixed(2)}×\n`,
+      `${ratios.map((r) => r.toFixed(2)).join(', ')}; median ${median.toFixed(2)}× ` +
+      (interval === null
+        ? '(too few pairs for a 95% interval of the median: six or more)\n'
+        : `(${(100 * interval.coverage).toFixed(1)}% interval of the median: ` +
+          `${interval.low.toFixed(2)}–${interval.high.toFixed(2)}×)\n`),
   );
   const quiet = quietPairRatios(unkeyed, keyed);
   process.stdout.write(

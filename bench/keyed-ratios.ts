@@ -75,6 +75,38 @@ export function median(values: readonly number[]): number {
     : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2;
 }
 
+/**
+ * A 95% interval for the median of the distribution `values` are drawn from, free of any
+ * assumption about its shape: the k-th smallest and k-th largest value, with k the largest
+ * such that fewer than k of n values fall below the median with probability at most 2.5%
+ * (binomial, one half each). Twelve pairs give the 3rd and 10th (96.1%), six the least and
+ * the most (96.9%); under six no interval reaches 95%: null. A median whose interval lies
+ * above a target holds it robustly; one whose interval straddles it says no more than that
+ * the pairs cannot tell.
+ */
+export function medianInterval(
+  values: readonly number[],
+): { readonly low: number; readonly high: number; readonly coverage: number } | null {
+  const n = values.length;
+  // Grow k while P(Binomial(n, 1/2) <= k), the chance that no more than k fall below the
+  // median, stays within 2.5%; `below` is P(... <= k - 1) for the k reached.
+  let k = 0;
+  let below = 0;
+  let term = 0.5 ** n;
+  while (k < n && below + term <= 0.025) {
+    below += term;
+    term = (term * (n - k)) / (k + 1);
+    k += 1;
+  }
+  if (k === 0) return null;
+  const sorted = [...values].sort((a, b) => a - b);
+  return {
+    low: sorted[k - 1] as number,
+    high: sorted[n - k] as number,
+    coverage: 1 - 2 * below,
+  };
+}
+
 /** One step of a paced ladder: the rate asked for and what got through. */
 export interface LadderStep {
   readonly askedPerSec: number;

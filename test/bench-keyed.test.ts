@@ -5,6 +5,7 @@ import {
   ladderGoesOn,
   ladderPeak,
   median,
+  medianInterval,
   pairOrder,
   pairRatios,
   quietPairRatios,
@@ -28,6 +29,29 @@ describe('keyed against unkeyed pairs', () => {
     expect(median([3, 1, 2])).toBe(2);
     expect(median([20_000, 23_000, 20_000, 21_000])).toBe(20_500);
     expect(median([])).toBeNaN();
+  });
+
+  it('gives a 95% interval of the median from order statistics, from six values on', () => {
+    // Twelve pairs: the 3rd smallest and the 3rd largest, 1 - 2 * 79 / 4096 of the time.
+    const twelve = [0.73, 0.98, 0.91, 1.13, 0.92, 0.85, 0.56, 0.81, 0.93, 0.9, 0.96, 1.03];
+    const interval = medianInterval(twelve);
+    expect(interval).not.toBeNull();
+    expect(interval?.low).toBe(0.81);
+    expect(interval?.high).toBe(0.98);
+    expect(interval?.coverage).toBeCloseTo(1 - (2 * 79) / 4096, 12);
+    // Six: the least and the most (1 - 2 / 64); five reach no 95% interval.
+    expect(medianInterval([5, 1, 4, 2, 6, 3])).toEqual({ low: 1, high: 6, coverage: 1 - 2 / 64 });
+    expect(medianInterval([1, 2, 3, 4, 5])).toBeNull();
+    expect(medianInterval([])).toBeNull();
+    // Every interval covers at least 95%, and one rank further in would not.
+    for (let n = 6; n <= 60; n++) {
+      const values = Array.from({ length: n }, (_, i) => i + 1);
+      const found = medianInterval(values);
+      expect(found?.coverage).toBeGreaterThanOrEqual(0.95);
+      const k = found?.low as number;
+      expect(found?.high).toBe(n + 1 - k);
+      expect(1 - 2 * binomialAtMost(n, k)).toBeLessThan(0.95);
+    }
   });
 
   it('takes the quiet pairs apart: both runs at most 5% steal, a run without a figure not', () => {
@@ -127,3 +151,14 @@ describe("the machine's ticks: the host's share (steal) and the unused share (id
     );
   });
 });
+
+/** P(Binomial(n, 1/2) <= k), summed exactly enough for n up to 60. */
+function binomialAtMost(n: number, k: number): number {
+  let sum = 0;
+  let choose = 1;
+  for (let j = 0; j <= k; j++) {
+    sum += choose;
+    choose = (choose * (n - j)) / (j + 1);
+  }
+  return sum / 2 ** n;
+}
