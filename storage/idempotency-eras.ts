@@ -142,6 +142,11 @@ export interface Era {
   untouched: boolean;
   /** The groups it holds at most. */
   readonly maxGroups: number;
+  /**
+   * Opened again at a start (`reopenedEra`): the last run its stored head covers, while
+   * that head is still on disk; null otherwise.
+   */
+  storedLastRun: number | null;
 }
 
 /**
@@ -228,6 +233,7 @@ function eraOver(
     runFilters: new Map(),
     untouched: memory !== spare,
     maxGroups,
+    storedLastRun: null,
   };
 }
 
@@ -256,6 +262,53 @@ const RESIDENT_SLICE_BYTES = 256 << 10;
 /** Whether a group of `capacity` keys can join `era`. */
 export function hasRoom(era: Era, capacity: number): boolean {
   return !era.stored && era.groups < era.maxGroups && era.reserved + capacity <= era.capacity;
+}
+
+/**
+ * `era`, stored by a clean stop with room for more groups, open again at the start that
+ * follows: a restart then adds no era, which every lookup that misses memory would probe
+ * until the era expired (a day; a probe is a cache miss, ~0.075 µs a key each). The open
+ * era holds its `groups` groups, which reserve `reserved` of its keys, and `maxGroups` at
+ * most; its memory is a copy of its image (the filter and its runs' filters), the worker's
+ * own again, as an open era's is. Its image and head stay on disk as they are until it is
+ * stored again: its head still describes that image, so a crash before then loses nothing
+ * (its groups joined since are outside it, as a crashed open era's). `storeEra` removes the
+ * head before it writes the image again, so no head is ever over an image it does not
+ * describe.
+ */
+export function reopenedEra(era: Era, groups: number, reserved: number, maxGroups: number): Era {
+  assert(era.stored && era.imageBytes > 0, 'an era is opened again from its stored image');
+  const lead = era.filter.bytes;
+  const imageAt = lead.byteOffset - IMAGE_LEAD;
+  const memory = new Uint8Array(era.imageBytes);
+  memory.set(new Uint8Array(lead.buffer, imageAt, era.imageBytes));
+  const filterBytes = era.filter.byteLength;
+  const carved: Carved[] = [];
+  let carveAt = IMAGE_LEAD + filterBytes;
+  for (const [seq, filter] of era.runFilters) {
+    const offset = filter.bytes.byteOffset - imageAt;
+    carved.push([KeyFilter.over(memory.buffer, offset, filter.byteLength), seq, offset]);
+    carveAt = Math.max(carveAt, offset + filter.byteLength);
+  }
+  return {
+    first: era.first,
+    lastRun: Number.POSITIVE_INFINITY,
+    capacity: era.capacity,
+    reserved,
+    groups,
+    filter: KeyFilter.over(memory.buffer, IMAGE_LEAD, filterBytes),
+    stored: false,
+    memory,
+    imageBytes: era.imageBytes,
+    carveAt,
+    carved,
+    mappedBytes: 0,
+    runFilters: new Map(),
+    // Copied: every page is in memory already.
+    untouched: false,
+    maxGroups,
+    storedLastRun: era.lastRun,
+  };
 }
 
 /**
@@ -310,6 +363,12 @@ export async function storeEra(
 ): Promise<Uint8Array | null> {
   const memory = era.memory;
   if (memory === null) throw new Error('an era is stored from its memory');
+  if (era.storedLastRun !== null) {
+    // Opened again at a start: its head describes the image about to be replaced.
+    const removed = table.remove([era.first, IMAGE_HEAD]);
+    await flushedWrite(root, removed, 'the head of an idempotency era opened again');
+    era.storedLastRun = null;
+  }
   const image = Buffer.from(memory.buffer, memory.byteOffset, era.imageBytes);
   const checks: number[] = [];
   for (let at = 0; at < image.byteLength; at += IMAGE_CHECK_BYTES) {
@@ -419,6 +478,7 @@ function loadedEra(
     // Closed: it takes no more groups, however many it was opened for.
     maxGroups: ERA_GROUPS_MAX,
     untouched: false,
+    storedLastRun: null,
   };
 }
 

@@ -95,6 +95,7 @@ import {
   openEra,
   REBUILT_ERA_MAX_KEYS,
   rebuiltEra,
+  reopenedEra,
   removeEra,
   storeEra,
   type Era,
@@ -808,6 +809,8 @@ export class KeyStore {
     const oldTable = dbs[ERA_TABLE];
     this.#oldEraTable = eraHome.table === oldTable ? null : oldTable;
     const { eras, orphans } = loadEras(eraHome.table);
+    // Only an era of the eras' home is opened again: it is stored there again.
+    const newestAtHome = eras.at(-1);
     if (this.#oldEraTable !== null) {
       const old = loadEras(this.#oldEraTable);
       eras.push(...old.eras);
@@ -858,6 +861,7 @@ export class KeyStore {
       for (const run of runs) this.#countIn(group, run);
       this.#groups.push(group);
     }
+    if (newestAtHome !== undefined) this.#reopen(newestAtHome, eras);
     for (const era of eras) {
       era.runFilters.clear();
       if (era.groups > 0) this.#eras.push(era);
@@ -872,6 +876,40 @@ export class KeyStore {
     this.#nextRunSeq = (this.#runList.at(-1)?.seq ?? 0) + 1;
     this.#nextLogSeq = 1;
     this.#loadLogs();
+  }
+
+  /**
+   * Opens `era` (the newest of `eras`, as loaded) again, in `eras` too, where a clean stop
+   * stored it with room for another group like its last (`reopenedEra`): it holds the
+   * newest groups and run, and its head covers them all. An era with a group or run after
+   * it (a seal the stop cut short committed one), or without room, stays closed.
+   */
+  #reopen(era: Era, eras: Era[]): void {
+    const last = this.#groups.at(-1);
+    if (
+      last === undefined ||
+      last.era !== era ||
+      eras.at(-1) !== era ||
+      era.imageBytes === 0 ||
+      this.#runList.at(-1)?.seq !== era.lastRun
+    )
+      return;
+    const held = this.#groups.filter((group) => group.era === era);
+    const reserved = held.reduce((sum, group) => sum + group.capacity, 0);
+    // Opened for as many groups as its capacity holds of its last one's (its capacity is
+    // that many groups' keys, unless capped), and no more than any era.
+    const maxGroups = Math.min(ERA_GROUPS_MAX, Math.floor(era.capacity / last.capacity));
+    if (held.length >= maxGroups || reserved + last.capacity > era.capacity) return;
+    const open = reopenedEra(era, held.length, reserved, maxGroups);
+    for (const group of held) {
+      group.era = open;
+      for (const run of group.runs) {
+        const carved = open.carved.find(([, seq]) => seq === run.seq);
+        if (carved !== undefined) run.filter = carved[0];
+      }
+    }
+    eras[eras.length - 1] = open;
+    this.#openEra = open;
   }
 
   #countIn(group: Group, run: Run): void {
@@ -1363,7 +1401,9 @@ export class KeyStore {
    * closed), so that after the restart its groups are found through its filter, one probe,
    * rather than each through its own until an era is rebuilt over them (up to
    * ERA_GROUPS_MAX - 1 of them, every key read back: `rebuildEras`).
-   * It covers the runs committed so far; new runs start a new group in a new era. An
+   * It covers the runs committed so far. The next start opens it again where it has room
+   * (`#reopen`): new runs start a new group in it, not a new era. An era opened so and
+   * given no run since is on disk as it is, and is not stored again. An
    * interrupted seal's keys may have set bits in its filter (a maybe too many, never a
    * key missed), and a run that seal committed after all is past the era's last run: where
    * it joined one of the era's groups, the restart leaves the era out and probes its groups
@@ -1372,7 +1412,9 @@ export class KeyStore {
    */
   async storeOpenEra(pause: Pacing['pause']): Promise<void> {
     const era = this.#openEra;
-    if (era !== null && era.groups > 0) this.#closeEra(era);
+    // An era opened again at the start and given no run since is on disk as it is.
+    const unchanged = era !== null && era.storedLastRun === this.#nextRunSeq - 1;
+    if (era !== null && era.groups > 0 && !unchanged) this.#closeEra(era);
     await this.#storeEras({ pause });
   }
 
@@ -1564,7 +1606,8 @@ export class KeyStore {
       await flushedWrite(this.#root, last, 'the removal of an idempotency run group');
       const era = group.era;
       const eraEnds = era !== null && this.#groups[1]?.era !== era;
-      if (eraEnds && era.stored)
+      // An era opened again at the start has its stored image and head still on disk.
+      if (eraEnds && (era.stored || era.storedLastRun !== null))
         await this.#removeEras([era.first], 'the removal of an idempotency era');
       if (eraEnds) this.#dropEra(era);
       this.#groups.shift();

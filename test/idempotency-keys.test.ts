@@ -671,17 +671,94 @@ describe('the key store', () => {
     expect([loose.idempotency.groupCount, loose.idempotency.eraCount]).toEqual([4, 0]);
     expect(probesPerMiss(loose, absent)).toBeGreaterThanOrEqual(4);
     await fixture.closeStore(loose);
-    // Stored: one probe a miss, the era's; a new run starts a new group in a new era.
+    // Stored: one probe a miss, the era's. The start opens it again (it has room), so a
+    // new run's group joins it: a restart adds no era for lookups to probe.
     const [s, dir] = await restarted(true);
     expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([4, 1]);
+    expect(s.idempotency.openEraGroups).toBe(ERA_GROUPS);
     expect(probesPerMiss(s, absent)).toBeLessThan(1.5);
     const later = await sealRuns(s, 1, 20, 4 * GROUP_RUNS + 1);
-    expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([5, 2]);
+    expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([5, 1]);
     expect(later.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
+    expect(probesPerMiss(s, absent)).toBeLessThan(1.5);
     // Its groups expire with it: one drop removes them, their era's image and head.
-    const dropped = await s.idempotency.dropExpired(T0 + 4 * GROUP_RUNS + 1, PACING);
-    expect(dropped).toHaveLength(4 * GROUP_RUNS);
+    const dropped = await s.idempotency.dropExpired(T0 + 4 * GROUP_RUNS + 2, PACING);
+    expect(dropped).toHaveLength(4 * GROUP_RUNS + 1);
+    expect([s.idempotency.groupCount, s.idempotency.eraCount]).toEqual([0, 0]);
+    expect(storedEraKeys(dir)).toEqual([]);
+    await fixture.closeStore(s);
+  });
+
+  it.each([
+    ['in memory', MAP_FROM_BYTES],
+    ['on the memory map', 0],
+  ] as const)('opens the era a clean stop stored again at each start (%s)', async (_, mapFrom) => {
+    const absent = absentKeys(2000);
+    const dir = fixture.tempDir();
+    const reopened = (): ShardStore => {
+      const opened = openStore(dir);
+      opened.idempotency.mapErasFrom = mapFrom;
+      return opened;
+    };
+    let s = reopened();
+    const all = await sealRuns(s, 2 * GROUP_RUNS, 20);
+    let next = 2 * GROUP_RUNS;
+    // Three stops and starts, a group sealed after each: one era holds all five groups.
+    for (let restart = 1; restart <= 3; restart++) {
+      await s.idempotency.storeOpenEra(PACING.pause);
+      await fixture.closeStore(s);
+      s = reopened();
+      expect(allFound(s.idempotency, all)).toBe(true);
+      expect(s.idempotency.openEraGroups).toBe(ERA_GROUPS);
+      all.push(...(await sealRuns(s, GROUP_RUNS, 20, next)));
+      next += GROUP_RUNS;
+      expect(shape(s.idempotency)).toEqual([2 + restart, 1, 0]);
+      expect(allFound(s.idempotency, all)).toBe(true);
+      expect(probesPerMiss(s, absent)).toBeLessThan(1.5);
+    }
+    // A stop right after a start stores nothing new: the era on disk is the one it opened.
+    await s.idempotency.storeOpenEra(PACING.pause);
+    await fixture.closeStore(s);
+    s = reopened();
+    await s.idempotency.storeOpenEra(PACING.pause);
+    await fixture.closeStore(s);
+    expect(storedEras(dir)).toEqual([1]);
+    s = reopened();
+    expect(shape(s.idempotency)).toEqual([5, 1, 0]);
+    expect(allFound(s.idempotency, all)).toBe(true);
+    // A crash after a group joined it: the head on disk still describes the image it
+    // stored, which answers for the groups it held; the new group answers by its own filter.
+    all.push(...(await sealRuns(s, 1, 20, next)));
+    await fixture.closeStore(s);
+    s = reopened();
+    expect(shape(s.idempotency)).toEqual([6, 1, 1]);
+    expect(s.idempotency.openEraGroups).toBeNull();
+    expect(allFound(s.idempotency, all)).toBe(true);
+    expect(probesPerMiss(s, absent)).toBeLessThan(2.5);
+    await fixture.closeStore(s);
+  });
+
+  it('removes an opened era’s head before it stores the era again', async () => {
+    const dir = fixture.tempDir();
+    let s = openStore(dir);
+    const all = await sealRuns(s, 2 * GROUP_RUNS, 20);
+    await s.idempotency.storeOpenEra(PACING.pause);
+    await fixture.closeStore(s);
+    s = openStore(dir);
+    all.push(...(await sealRuns(s, 1, 20, 2 * GROUP_RUNS)));
+    // The stop is cut short at the store's first pause, before the new image is written:
+    // the old head is gone already, so no head describes an image other than its own.
+    const stopped = { pause: (): Promise<void> => Promise.reject(new Error('stopped')) };
+    await expect(s.idempotency.storeOpenEra(stopped.pause)).rejects.toThrow('stopped');
+    await fixture.closeStore(s);
     expect(storedEras(dir)).toEqual([]);
+    s = openStore(dir);
+    // The era's groups answer one by one, as after a crash while it was open.
+    expect(shape(s.idempotency)).toEqual([3, 0, 3]);
+    expect(allFound(s.idempotency, all)).toBe(true);
+    expect(await s.idempotency.rebuildEras(T0, PACING)).toBe(3);
+    expect(shape(s.idempotency)).toEqual([3, 1, 0]);
+    expect(allFound(s.idempotency, all)).toBe(true);
     await fixture.closeStore(s);
   });
 

@@ -1,6 +1,7 @@
 /**
  * A clean stop stores the open era of idempotency filters: after the restart its groups
- * answer through its one filter, not each through its own for the rest of their day.
+ * answer through its one filter, not each through its own for the rest of their day, and
+ * the restart opens it again, so restarts add no era for new keys to probe.
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -36,7 +37,7 @@ async function gauge(base: string, adminKey: string, name: string): Promise<numb
 }
 
 describe('a clean stop and the open idempotency era', () => {
-  it('stores it, and the restart reads its groups through it', async () => {
+  it('stores it, and the restart opens it again and reads its groups through it', async () => {
     const dataDir = tempDataDir('tally-era-stop');
     // Runs of 4 keys: the upkeep seals every second or so while keys come in.
     const env = { TALLY_WORKERS: '1', TALLY_IDEMPOTENCY_RUN_KEYS: '4' };
@@ -47,6 +48,7 @@ describe('a clean stop and the open idempotency era', () => {
         body: { customerId: 'cust-0', amount, idempotencyKey },
       });
     let sent = 0;
+    let groups = 0;
     try {
       const deadline = Date.now() + 20_000;
       while ((await gauge(first.base, first.keys.admin, 'tally_shard_idempotency_runs')) < 3) {
@@ -57,11 +59,7 @@ describe('a clean stop and the open idempotency era', () => {
       }
       expect(await gauge(first.base, first.keys.admin, 'tally_shard_idempotency_eras')).toBe(1);
       // Open, sized by the keys' rate: 16 to 64 groups.
-      const groups = await gauge(
-        first.base,
-        first.keys.admin,
-        'tally_shard_idempotency_open_era_groups',
-      );
+      groups = await gauge(first.base, first.keys.admin, 'tally_shard_idempotency_open_era_groups');
       expect(groups).toBeGreaterThanOrEqual(16);
       expect(groups).toBeLessThanOrEqual(64);
     } finally {
@@ -70,14 +68,13 @@ describe('a clean stop and the open idempotency era', () => {
     expect(await storedEraHeads(dataDir)).toEqual([1]);
     const second = await startServerProcess({ dataDir, env, keys: first.keys });
     try {
-      // The stored era is read back, beside the one a seal after the restart may have opened
-      // (the keys still in memory at the stop were logged, and are sealed again).
+      // The stored era is open again, as large as it was: the keys still in memory at the
+      // stop (logged, sealed again) and every new one join it, not a new era.
       const metrics = String(
         (await call(second.base, 'GET', '/v1/admin/metrics', { key: first.keys.admin })).body,
       );
-      const eras = sumOf(metrics, 'tally_shard_idempotency_eras');
-      const open = sumOf(metrics, 'tally_shard_idempotency_open_era_groups') > 0 ? 1 : 0;
-      expect(eras).toBe(1 + open);
+      expect(sumOf(metrics, 'tally_shard_idempotency_eras')).toBe(1);
+      expect(sumOf(metrics, 'tally_shard_idempotency_open_era_groups')).toBe(groups);
       // Every key is still held: the same amount is a replay, another one a 400.
       for (let i = 0; i < sent; i++)
         expect((await consume(second.base, `k-${i}`, 1)).status).toBe(200);
@@ -93,7 +90,17 @@ describe('a clean stop and the open idempotency era', () => {
       const reused = await consume(second.base, 'k-0', 2);
       expect(reused).toMatchObject({ status: 400, body: { code: 'idempotency_key_reused' } });
     } finally {
-      await second.stop();
+      expect(await second.stop()).toBe(0);
+    }
+    // Stored again under the same head; the next start opens it once more.
+    expect(await storedEraHeads(dataDir)).toEqual([1]);
+    const third = await startServerProcess({ dataDir, env, keys: first.keys });
+    try {
+      expect(await gauge(third.base, first.keys.admin, 'tally_shard_idempotency_eras')).toBe(1);
+      expect((await consume(third.base, 'k-0', 1)).status).toBe(200);
+      expect((await consume(third.base, 'k-0', 2)).status).toBe(400);
+    } finally {
+      await third.stop();
     }
   }, 60_000);
 });
