@@ -754,11 +754,7 @@ describe('the key store', () => {
     expect(storedEras(dir)).toEqual([]);
     s = openStore(dir);
     // The era's groups answer one by one, as after a crash while it was open.
-    expect(shape(s.idempotency)).toEqual([3, 0, 3]);
-    expect(allFound(s.idempotency, all)).toBe(true);
-    expect(await s.idempotency.rebuildEras(T0, PACING)).toBe(3);
-    expect(shape(s.idempotency)).toEqual([3, 1, 0]);
-    expect(allFound(s.idempotency, all)).toBe(true);
+    await expectRebuiltOverThree(s, all);
     await fixture.closeStore(s);
   });
 
@@ -831,6 +827,20 @@ describe('the key store', () => {
     keys.eraCount,
     keys.groupsOutsideEras,
   ];
+  /**
+   * Three groups outside any era answer one by one, every key of `all` found; then an era
+   * is rebuilt over them and answers for them all.
+   */
+  const expectRebuiltOverThree = async (
+    target: ShardStore,
+    all: readonly IdempotencyPut[],
+  ): Promise<void> => {
+    expect(shape(target.idempotency)).toEqual([3, 0, 3]);
+    expect(allFound(target.idempotency, all)).toBe(true);
+    expect(await target.idempotency.rebuildEras(T0, PACING)).toBe(3);
+    expect(shape(target.idempotency)).toEqual([3, 1, 0]);
+    expect(allFound(target.idempotency, all)).toBe(true);
+  };
 
   it.each([
     ['in memory', MAP_FROM_BYTES],
@@ -934,11 +944,7 @@ describe('the key store', () => {
     await env.root.close();
     expect(storedEraKeys(dir)).toEqual([[1, ERA_HEAD - 1]]);
     s = openStore(dir);
-    expect(shape(s.idempotency)).toEqual([3, 0, 3]);
-    expect(allFound(s.idempotency, all)).toBe(true);
-    expect(await s.idempotency.rebuildEras(T0, PACING)).toBe(3);
-    expect(shape(s.idempotency)).toEqual([3, 1, 0]);
-    expect(allFound(s.idempotency, all)).toBe(true);
+    await expectRebuiltOverThree(s, all);
     await fixture.closeStore(s);
     s = openStore(dir);
     expect(shape(s.idempotency)).toEqual([3, 1, 0]);

@@ -36,6 +36,23 @@ async function gauge(base: string, adminKey: string, name: string): Promise<numb
   return sumOf(metrics, name);
 }
 
+/**
+ * Asserts that `base` holds each of keys k-0 … k-(sent-1) of cust-0, consumed once with
+ * amount 1: the same amount is a replay, and the balance counts each once.
+ */
+async function expectEveryKeyHeld(
+  base: string,
+  key: string,
+  consume: (base: string, idempotencyKey: string, amount: number) => Promise<{ status: number }>,
+  sent: number,
+): Promise<void> {
+  for (let i = 0; i < sent; i++) expect((await consume(base, `k-${i}`, 1)).status).toBe(200);
+  const balance = await call(base, 'GET', '/v1/usage/api_calls/balance?customerId=cust-0', {
+    key,
+  });
+  expect(balance.body.consumed).toBe(sent);
+}
+
 describe('a clean stop and the open idempotency era', () => {
   it('stores it, and the restart opens it again and reads its groups through it', async () => {
     const dataDir = tempDataDir('tally-era-stop');
@@ -76,17 +93,7 @@ describe('a clean stop and the open idempotency era', () => {
       expect(sumOf(metrics, 'tally_shard_idempotency_eras')).toBe(1);
       expect(sumOf(metrics, 'tally_shard_idempotency_open_era_groups')).toBe(groups);
       // Every key is still held: the same amount is a replay, another one a 400.
-      for (let i = 0; i < sent; i++)
-        expect((await consume(second.base, `k-${i}`, 1)).status).toBe(200);
-      const balance = await call(
-        second.base,
-        'GET',
-        '/v1/usage/api_calls/balance?customerId=cust-0',
-        {
-          key: first.keys.test.server,
-        },
-      );
-      expect(balance.body.consumed).toBe(sent);
+      await expectEveryKeyHeld(second.base, first.keys.test.server, consume, sent);
       const reused = await consume(second.base, 'k-0', 2);
       expect(reused).toMatchObject({ status: 400, body: { code: 'idempotency_key_reused' } });
     } finally {
@@ -131,15 +138,7 @@ describe('a clean stop and the open idempotency era', () => {
       // them in the background, which then answers beside the stored one.
       if (outside > 0) expect(eras).toBe(1);
       else expect(eras).toBe(2);
-      for (let i = 0; i < sent; i++)
-        expect((await consume(fourth.base, `k-${i}`, 1)).status).toBe(200);
-      const balance = await call(
-        fourth.base,
-        'GET',
-        '/v1/usage/api_calls/balance?customerId=cust-0',
-        { key: first.keys.test.server },
-      );
-      expect(balance.body.consumed).toBe(sent);
+      await expectEveryKeyHeld(fourth.base, first.keys.test.server, consume, sent);
       expect((await consume(fourth.base, `k-${sent - 1}`, 2)).status).toBe(400);
     } finally {
       await fourth.stop();
