@@ -721,6 +721,7 @@ describe('the key store', () => {
     await fixture.closeStore(s);
     s = reopened();
     await s.idempotency.storeOpenEra(PACING.pause);
+    expect(s.idempotency.openEraGroups).toBe(ERA_GROUPS); // not closed, so not written again
     await fixture.closeStore(s);
     expect(storedEras(dir)).toEqual([1]);
     s = reopened();
