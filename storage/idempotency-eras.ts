@@ -274,41 +274,37 @@ export function hasRoom(era: Era, capacity: number): boolean {
  * stored again: its head still describes that image, so a crash before then loses nothing
  * (its groups joined since are outside it, as a crashed open era's). `storeEra` removes the
  * head before it writes the image again, so no head is ever over an image it does not
- * describe.
+ * describe. Null where the image is not laid out as an open era's (its filter or its runs'
+ * filters elsewhere than `eraOver` and `carve` put them): such an era stays closed.
  */
-export function reopenedEra(era: Era, groups: number, reserved: number, maxGroups: number): Era {
+export function reopenedEra(
+  era: Era,
+  groups: number,
+  reserved: number,
+  maxGroups: number,
+): Era | null {
   assert(era.stored && era.imageBytes > 0, 'an era is opened again from its stored image');
   const lead = era.filter.bytes;
   const imageAt = lead.byteOffset - IMAGE_LEAD;
-  const memory = new Uint8Array(era.imageBytes);
+  if (KeyFilter.bytesFor(era.capacity, ERA_FILTER_BITS_PER_KEY) !== era.filter.byteLength)
+    return null;
+  // Laid out as when it opened, at the image's own size (never padded again).
+  const runBytes = era.imageBytes - IMAGE_LEAD - era.filter.byteLength;
+  const open = eraOver(era.first, era.capacity, runBytes, null, Infinity, maxGroups);
+  const memory = open.memory as Uint8Array;
   memory.set(new Uint8Array(lead.buffer, imageAt, era.imageBytes));
-  const filterBytes = era.filter.byteLength;
-  const carved: Carved[] = [];
-  let carveAt = IMAGE_LEAD + filterBytes;
+  // Its runs' filters were carved one after another as they were sealed: carved again in
+  // the same order, each lands where the image has it (else the era stays closed).
   for (const [seq, filter] of era.runFilters) {
-    const offset = filter.bytes.byteOffset - imageAt;
-    carved.push([KeyFilter.over(memory.buffer, offset, filter.byteLength), seq, offset]);
-    carveAt = Math.max(carveAt, offset + filter.byteLength);
+    const carved = carve(open, seq, filter.byteLength);
+    const at = filter.bytes.byteOffset - imageAt;
+    if (carved === null || carved.bytes.byteOffset - memory.byteOffset !== at) return null;
   }
-  return {
-    first: era.first,
-    lastRun: Number.POSITIVE_INFINITY,
-    capacity: era.capacity,
-    reserved,
-    groups,
-    filter: KeyFilter.over(memory.buffer, IMAGE_LEAD, filterBytes),
-    stored: false,
-    memory,
-    imageBytes: era.imageBytes,
-    carveAt,
-    carved,
-    mappedBytes: 0,
-    runFilters: new Map(),
-    // Copied: every page is in memory already.
-    untouched: false,
-    maxGroups,
-    storedLastRun: era.lastRun,
-  };
+  open.groups = groups;
+  open.reserved = reserved;
+  open.untouched = false; // copied: every page is in memory already
+  open.storedLastRun = era.lastRun;
+  return open;
 }
 
 /**

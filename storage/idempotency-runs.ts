@@ -882,7 +882,8 @@ export class KeyStore {
    * Opens `era` (the newest of `eras`, as loaded) again, in `eras` too, where a clean stop
    * stored it with room for another group like its last (`reopenedEra`): it holds the
    * newest groups and run, and its head covers them all. An era with a group or run after
-   * it (a seal the stop cut short committed one), or without room, stays closed.
+   * it (a seal the stop cut short committed one), without room, or whose image is not laid
+   * out as an open era's, stays closed.
    */
   #reopen(era: Era, eras: Era[]): void {
     const last = this.#groups.at(-1);
@@ -901,12 +902,11 @@ export class KeyStore {
     const maxGroups = Math.min(ERA_GROUPS_MAX, Math.floor(era.capacity / last.capacity));
     if (held.length >= maxGroups || reserved + last.capacity > era.capacity) return;
     const open = reopenedEra(era, held.length, reserved, maxGroups);
+    if (open === null) return;
+    const carved = new Map(open.carved.map(([filter, seq]) => [seq, filter]));
     for (const group of held) {
       group.era = open;
-      for (const run of group.runs) {
-        const carved = open.carved.find(([, seq]) => seq === run.seq);
-        if (carved !== undefined) run.filter = carved[0];
-      }
+      for (const run of group.runs) run.filter = carved.get(run.seq) ?? run.filter;
     }
     eras[eras.length - 1] = open;
     this.#openEra = open;
