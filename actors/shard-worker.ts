@@ -52,7 +52,7 @@ import {
   KeyUpkeep,
 } from './idempotency-upkeep.js';
 import { keysOfEvents } from './idempotency-keys.js';
-import { Shard, type CustomerIndexEntry, type IdempotencyPut } from './shard.js';
+import { Shard, type CustomerIndexEntry } from './shard.js';
 import { PartFile, ShardCopy } from './shard-export.js';
 import {
   encodeSnapshotChunk,
@@ -245,7 +245,7 @@ function appendTimed(
   events: readonly Event[],
   index: readonly CustomerIndexEntry[],
   audits: readonly PendingAudit[],
-  keys: readonly IdempotencyPut[],
+  keyed: number,
   notices: readonly Notice[],
 ): { readonly seq: number; readonly durable: Promise<void> } {
   const issuedMs = performance.now();
@@ -263,7 +263,7 @@ function appendTimed(
     notices.map(outboxEventOf),
   );
   // The record carries its keys (its events do): the journal keeps it until they are sealed.
-  if (keys.length > 0) store.idempotency.carried(appended.seq);
+  if (keyed > 0) store.idempotency.carried(appended.seq);
   outboxMarker.issued(appended.durable, store.outboxSeq);
   journalBatchEvents.observe(events.length);
   // A failed write is the shard's to handle (it crashes); this handler only measures.

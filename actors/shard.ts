@@ -108,14 +108,14 @@ export interface ShardJournal {
   /**
    * Appends one record, the customer index rows it changes, the audit entries of the
    * audited writes in it and the webhook events of its changes (the outbox), atomically;
-   * `durable` settles once all are on disk (rejects: the shard must crash). `keys` are the
-   * idempotency keys its events hold (`carriedKey`).
+   * `durable` settles once all are on disk (rejects: the shard must crash). `keyed` counts
+   * the idempotency keys its events hold (`carriedKey`; `keysOfEvents` reads them back).
    */
   append(
     events: readonly Event[],
     index: readonly CustomerIndexEntry[],
     audits: readonly PendingAudit[],
-    keys: readonly IdempotencyPut[],
+    keyed: number,
     notices: readonly Notice[],
   ): { readonly seq: number; readonly durable: Promise<void> };
 }
@@ -210,8 +210,12 @@ export class Shard {
    * Audit entries of the pending events' audited writes, stored in the same record's transaction.
    */
   private pendingAudits: PendingAudit[] = [];
-  /** Idempotency keys the pending events used: stored in the same record's transaction. */
-  private pendingKeys: IdempotencyPut[] = [];
+  /**
+   * Idempotency keys the pending events hold (their record stores them). A count: the keys
+   * themselves are in memory (`StoredKeys.remember`) and in the events, and a copy of each
+   * kept until its record is appended would be one more object a key for the collector.
+   */
+  private pendingKeys = 0;
   /** The idempotency keys: recent ones in memory, the rest on disk. */
   private readonly keys: StoredKeys;
   /** Webhook events of the pending events' changes, stored in the same record's transaction. */
@@ -526,7 +530,7 @@ export class Shard {
       atMs,
     };
     this.keys.remember(put);
-    this.pendingKeys.push(put);
+    this.pendingKeys += 1;
     if (seen === null) this.idempotencyByEnvironment[address.environment] += 1;
   }
 
@@ -573,10 +577,10 @@ export class Shard {
       (c): CustomerIndexEntry => ({ environment: c.environment, id: c.id, view: customerView(c) }),
     );
     const audits = this.pendingAudits;
-    const keys = this.pendingKeys;
+    const keyed = this.pendingKeys;
     const notices = this.pendingNotices;
     this.pendingAudits = [];
-    this.pendingKeys = [];
+    this.pendingKeys = 0;
     this.pendingNotices = [];
     this.pendingEvents = [];
     this.pendingReplies = [];
@@ -586,13 +590,13 @@ export class Shard {
     if (events.length === 0) {
       // Only a write with events creates or re-profiles a customer, or stores an audit entry.
       assert(
-        index.length === 0 && audits.length === 0 && keys.length === 0 && notices.length === 0,
+        index.length === 0 && audits.length === 0 && keyed === 0 && notices.length === 0,
         'a group without events changes no index row and stores no audit entry, key or event',
       );
       this.holdOrRelease(replies, waiters);
       return;
     }
-    this.startAppend(events, index, audits, keys, notices, replies, waiters);
+    this.startAppend(events, index, audits, keyed, notices, replies, waiters);
   }
 
   /** A group without events: its answers wait for the newest append in flight, if any. */
@@ -611,12 +615,12 @@ export class Shard {
     events: readonly Event[],
     index: readonly CustomerIndexEntry[],
     audits: readonly PendingAudit[],
-    keys: readonly IdempotencyPut[],
+    keyed: number,
     notices: readonly Notice[],
     replies: Array<number | string>,
     waiters: Array<() => void>,
   ): void {
-    const { seq, durable } = this.options.journal.append(events, index, audits, keys, notices);
+    const { seq, durable } = this.options.journal.append(events, index, audits, keyed, notices);
     assert(seq > this.appendedSeq, `journal seq ${seq} after ${this.appendedSeq}`);
     this.appendedSeq = seq;
     const append: Append = { seq, replies, waiters, durable: false };

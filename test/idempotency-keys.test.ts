@@ -9,7 +9,7 @@ import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it, vi } from 'vitest';
 import type { Command, Event } from '../actors/customer.js';
-import { scopeDigest, type IdempotencyPut } from '../actors/idempotency-keys.js';
+import { keysOfEvents, scopeDigest, type IdempotencyPut } from '../actors/idempotency-keys.js';
 import { KeyUpkeep } from '../actors/idempotency-upkeep.js';
 import { Shard } from '../actors/shard.js';
 import { decodeRecord, encodeRecord } from '../storage/codec.js';
@@ -1513,8 +1513,10 @@ describe('the shard over the key store', () => {
     let appends = 0;
     const shard = new Shard({
       journal: {
-        append: (events, index, audits, keys) => {
+        append: (events, index, audits, keyed) => {
           appends++;
+          // The shard counts the keys its events carry; the worker marks such records kept.
+          expect(keyed).toBe(keysOfEvents(events).length);
           const result = s.append(
             events,
             index.map((e) => ({
@@ -1524,7 +1526,7 @@ describe('the shard over the key store', () => {
             })),
             audits,
           );
-          s.idempotency.log(result.seq, keys);
+          s.idempotency.log(result.seq, keysOfEvents(events));
           return result;
         },
       },

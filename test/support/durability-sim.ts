@@ -35,7 +35,7 @@ import { isDeepStrictEqual } from 'node:util';
 import type { BillingConfig } from '../../actors/billing-config.js';
 import type { Command, CustomerSnapshot, Environment, Event } from '../../actors/customer.js';
 import type { Envelope, PendingAudit } from '../../actors/protocol.js';
-import { isRead, Shard, type CustomerIndexEntry, type IdempotencyPut } from '../../actors/shard.js';
+import { isRead, Shard, type CustomerIndexEntry } from '../../actors/shard.js';
 import { keysOfEvents } from '../../actors/idempotency-keys.js';
 import { ShardCopy } from '../../actors/shard-export.js';
 import { encodeSnapshotChunk, indexRowOf, ShardStore, UNTYPED } from '../../storage/journal.js';
@@ -448,7 +448,7 @@ async function run(
           events: readonly Event[],
           index: readonly CustomerIndexEntry[],
           audits: readonly PendingAudit[],
-          keys: readonly IdempotencyPut[],
+          keyed: number,
           notices: readonly Notice[],
         ) => {
           const seq = store.lastSeq + 1;
@@ -474,7 +474,7 @@ async function run(
             outbox,
           );
           // As the worker does: the record carries the keys, kept until they are sealed.
-          if (keys.length > 0) store.idempotency.carried(result.seq);
+          if (keyed > 0) store.idempotency.carried(result.seq);
           const op = disk.lastJournalPut(result.seq);
           recordOp.set(result.seq, op);
           for (const event of outbox) eventRecord.set(event.id, { seq: result.seq, op });
