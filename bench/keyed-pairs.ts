@@ -49,6 +49,7 @@ import { positiveNumber } from './options.js';
 import {
   adminKeyOf,
   DEFAULT_LOAD_NICE,
+  LOAD_CUSTOMERS,
   LOAD_TALLY_ENV,
   niceOption,
   runLoad,
@@ -88,6 +89,7 @@ const USAGE = `usage: npm run bench:keyed -- [options]
   --step <r>            consumes/s each step adds (default 1000)
   --connections <n>     wrk connections (default 128)
   --load-nice <n>       run wrk at this niceness, 0-19 (default ${DEFAULT_LOAD_NICE})
+  --customers <n>       customers the consumes go to in turn (default ${LOAD_CUSTOMERS})
   --help
 `;
 
@@ -216,6 +218,7 @@ async function main(): Promise<void> {
       step: { type: 'string' },
       connections: { type: 'string' },
       'load-nice': { type: 'string' },
+      customers: { type: 'string' },
     },
   });
   if (values.help === true) {
@@ -237,6 +240,7 @@ async function main(): Promise<void> {
     connections: positiveNumber('connections', values.connections, 128, true),
     rate: null,
     loadNice: niceOption(values['load-nice']),
+    customers: positiveNumber('customers', values.customers, LOAD_CUSTOMERS, true),
   };
   if (!(await wrkAvailable()))
     throw new Error('wrk is not installed: `apt-get install wrk` (Debian, Ubuntu)');

@@ -1,6 +1,6 @@
 /**
- * The soak's load: wrk (one thread) sending durable consumes over CUSTOMERS customers in
- * turn from a generated Lua script, each with a new idempotency key or none, flat out or
+ * The soak's load: wrk (one thread) sending durable consumes over LOAD_CUSTOMERS customers
+ * (or `customers`) in turn from a generated Lua script, each with a new idempotency key or none, flat out or
  * paced at a rate, at a lower priority than the server (see DEFAULT_LOAD_NICE).
  * Shared by `bench:soak` and `bench:keyed`.
  *
@@ -18,7 +18,8 @@ import { join } from 'node:path';
 import type { TallyServer } from './tally-server.js';
 import { wrkOutput, wrkSummaryOf } from './wrk.js';
 
-const CUSTOMERS = 10_000;
+/** The customers the load's consumes go to in turn, unless its options say otherwise. */
+export const LOAD_CUSTOMERS = 10_000;
 /** The header that carries an unkeyed request's id (Tally reads no such header). */
 export const LOAD_REQUEST_HEADER = 'x-load-request';
 /**
@@ -44,6 +45,8 @@ export interface LoadOptions {
   readonly keys: 'unique' | 'none';
   /** The niceness wrk runs at (0: the caller's own). */
   readonly loadNice: number;
+  /** The customers the consumes go to in turn (LOAD_CUSTOMERS when absent). */
+  readonly customers?: number;
 }
 
 /** What wrk reports of one run of the load. */
@@ -127,12 +130,12 @@ end
  * LOAD_REQUEST_HEADER), optional pacing; prints a JSON summary at the end, with wrk's CPU
  * (`getrusage` through LuaJIT's FFI: the whole process, every thread).
  */
-function loadScript(key: string, rate: number | null, keyed: boolean): string {
+function loadScript(key: string, rate: number | null, keyed: boolean, customers: number): string {
   const request = keyed
-    ? `local body = '{"customerId":"soak-' .. (i % ${CUSTOMERS}) .. ` +
+    ? `local body = '{"customerId":"soak-' .. (i % ${customers}) .. ` +
       `'","amount":1,"idempotencyKey":"' .. id .. '"}'`
     : `headers["${LOAD_REQUEST_HEADER}"] = id
-  local body = '{"customerId":"soak-' .. (i % ${CUSTOMERS}) .. '","amount":1}'`;
+  local body = '{"customerId":"soak-' .. (i % ${customers}) .. '","amount":1}'`;
   return `local ffi = require("ffi")
 ffi.cdef[[
 typedef struct { long sec; long usec; } tally_soak_timeval;
@@ -182,7 +185,9 @@ export async function runLoad(
   const dir = await mkdtemp(join(tmpdir(), 'tally-soak-'));
   try {
     const file = join(dir, 'soak.lua');
-    await writeFile(file, loadScript(server.keys.server, options.rate, options.keys === 'unique'));
+    const customers = options.customers ?? LOAD_CUSTOMERS;
+    const keyed = options.keys === 'unique';
+    await writeFile(file, loadScript(server.keys.server, options.rate, keyed, customers));
     const args = [
       '-t1',
       `-c${options.connections}`,

@@ -81,6 +81,18 @@ describe('the soak load (wrk)', () => {
     expect(summary.loadCpuUsPerRequest * summary.requests).toBeLessThan(2 * 3e6);
   });
 
+  it('sends consumes to as many customers in turn as it is told', async () => {
+    bodies.length = 0;
+    await runLoad(
+      target(),
+      { connections: 4, rate: 1000, keys: 'unique', loadNice: 0, customers: 7 },
+      1,
+    );
+    const ids = bodies.map((b) => (JSON.parse(b) as { customerId: string }).customerId);
+    expect(ids.length).toBeGreaterThan(100);
+    expect(new Set(ids)).toEqual(new Set([0, 1, 2, 3, 4, 5, 6].map((n) => `soak-${n}`)));
+  });
+
   it('with --keys none sends an id in a header, no key; flat out outruns paced', async () => {
     bodies.length = 0;
     idsSent.length = 0;
