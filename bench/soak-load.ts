@@ -1,8 +1,8 @@
 /**
  * The soak's load: wrk (one thread) sending durable consumes over LOAD_CUSTOMERS customers
- * (or `customers`) in turn from a generated Lua script, each with a new idempotency key or none, flat out or
- * paced at a rate, at a lower priority than the server (see DEFAULT_LOAD_NICE).
- * Shared by `bench:soak` and `bench:keyed`.
+ * (or `customers`) in turn from a generated Lua script, each with a new idempotency key or
+ * none, flat out or paced at a rate, at a lower priority than the server (see
+ * DEFAULT_LOAD_NICE). Shared by `bench:soak` and `bench:keyed`.
  *
  * Every request carries an id of its own, `<run>-<n>`: a keyed one as its idempotency key,
  * an unkeyed one in a header Tally does not read (LOAD_REQUEST_HEADER). wrk shares the
