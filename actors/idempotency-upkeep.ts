@@ -40,8 +40,12 @@ export const IDEMPOTENCY_LAYOUT_META = 'idempotency-layout';
  * log entry; the catalog names the newest record whose keys are all sealed, and recovery
  * holds the keys of the records after it in memory again. The log tables keep only keys
  * migrated at start, and the entries an older release left until they are sealed.
+ * Version 6: runs sealed from now on store blocks of sections, one per customer, several
+ * customers' keys to a block (a run's record says `sections`); a release before would read
+ * such a block as one customer's and miss keys, so it must refuse the dir. Runs of
+ * version 5 are read as they are until they expire.
  */
-export const IDEMPOTENCY_LAYOUT_VERSION = 5;
+export const IDEMPOTENCY_LAYOUT_VERSION = 6;
 /** The first version whose keys are in runs (older ones have the one table to move). */
 export const IDEMPOTENCY_RUNS_LAYOUT = 2;
 

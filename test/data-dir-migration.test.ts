@@ -210,7 +210,7 @@ describe('a data dir of the layout before the key table', () => {
     // The upkeep seals a run of four keys within a second or so.
     const keys = await eightKeyedConsumes(dataDir, env, 2500);
     // Rewrite its runs as the layout before blocks stored them: one entry per key, catalog
-    // records without `blocks`, and the layout version 2.
+    // records without `blocks` (or `sections`), and the layout version 2.
     const shardDir = path.join(dataDir, 'shard-0');
     const raw = openDurableEnv(shardDir, ['idempotency-runs', 'idempotency-run-catalog']);
     const runs = raw.dbs['idempotency-runs'];
@@ -219,19 +219,30 @@ describe('a data dir of the layout before the key table', () => {
     for (const { key, value } of [...runs.getRange({})]) {
       const [seq, environment] = key as [number, string];
       const block = (decodeRecord(value) as { ok: true; value: unknown[] }).value;
-      const [customerId, ...keys] = block;
       // The block's own key is its first key's entry key: it goes first.
       await runs.remove(key);
-      for (let i = 0; i < keys.length; i += 3) {
-        const entry = [seq, environment, customerId, keys[i]] as [number, string, string, string];
-        await runs.put(entry, encodeRecord([keys[i + 1], keys[i + 2]]));
-        rewritten += 1;
+      // A section per customer: its id, its count, then digest, fingerprint and time each.
+      for (let at = 0; at < block.length; at += 2 + 3 * (block[at + 1] as number)) {
+        const customerId = block[at] as string;
+        for (let i = at + 2; i < at + 2 + 3 * (block[at + 1] as number); i += 3) {
+          const entry = [seq, environment, customerId, block[i]] as [
+            number,
+            string,
+            string,
+            string,
+          ];
+          await runs.put(entry, encodeRecord([block[i + 1], block[i + 2]]));
+          rewritten += 1;
+        }
       }
     }
     for (const { key, value } of [...catalog.getRange({})]) {
       if (typeof key !== 'number') continue;
-      const { blocks: _blocks, ...counts } = (decodeRecord(value) as { ok: true; value: any })
-        .value;
+      const {
+        blocks: _blocks,
+        sections: _sections,
+        ...counts
+      } = (decodeRecord(value) as { ok: true; value: any }).value;
       await catalog.put(key, encodeRecord(counts));
     }
     await raw.root.close();
@@ -250,7 +261,7 @@ describe('a data dir of the layout before the key table', () => {
     }
     const after = ShardStore.open(shardDir);
     try {
-      expect(after.getMeta('idempotency-layout')).toEqual({ version: 5 });
+      expect(after.getMeta('idempotency-layout')).toEqual({ version: 6 });
       const layouts = after.idempotency.runs.map((run) => run.blocks);
       expect(layouts).toContain(false);
       expect(layouts).toContain(true);
@@ -296,7 +307,7 @@ describe('a data dir of the layout before the key table', () => {
     }
     const after = ShardStore.open(shardDir);
     try {
-      expect(after.getMeta('idempotency-layout')).toEqual({ version: 5 });
+      expect(after.getMeta('idempotency-layout')).toEqual({ version: 6 });
       const carried: IdempotencyPut[] = [];
       after.replay(0, (_seq, events) => carried.push(...keysOfEvents(events as Event[])));
       expect(carried).toHaveLength(4);
@@ -314,7 +325,7 @@ describe('a data dir of the layout before the key table', () => {
     await store.close();
     await expect(
       startServerProcess({ dataDir, env: { TALLY_WORKERS: '1' }, keys: first.keys }),
-    ).rejects.toThrow(/idempotency keys .* are of layout 99; this release reads layouts up to 5/);
+    ).rejects.toThrow(/idempotency keys .* are of layout 99; this release reads layouts up to 6/);
   });
 
   it('refuses a data dir whose snapshot is of a newer format, saying so', async () => {

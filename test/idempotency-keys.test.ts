@@ -19,7 +19,13 @@ import {
   MAP_FROM_BYTES,
   MAPPED_IMAGE_BYTES as MAPPED,
 } from '../storage/idempotency-eras.js';
-import { GROUP_RUNS, type HashedAddress, type KeyStore } from '../storage/idempotency-runs.js';
+import {
+  BLOCK_KEYS,
+  GROUP_RUNS,
+  plainId,
+  type HashedAddress,
+  type KeyStore,
+} from '../storage/idempotency-runs.js';
 import { KEY_HASHES, KeyFilter, keyHashes } from '../storage/key-filter.js';
 import { ERA_ENV_DIR, SHARD_DB_NAMES, ShardStore } from '../storage/journal.js';
 import {
@@ -132,6 +138,27 @@ async function sealRuns(
   return all;
 }
 
+type RunKey = [number, string, string, string];
+
+/** A stored block's sections: each customer's keys as [digest, fingerprint, atMs]. */
+function sectionsOf(
+  value: Buffer,
+): Array<{ customerId: string; keys: Array<[string, string, number]> }> {
+  const decoded = decodeRecord(value);
+  if (!decoded.ok) throw new Error('a block does not decode');
+  const block = decoded.value as unknown[];
+  const sections: Array<{ customerId: string; keys: Array<[string, string, number]> }> = [];
+  for (let i = 0; i < block.length; ) {
+    const count = block[i + 1] as number;
+    const keys: Array<[string, string, number]> = [];
+    for (let k = i + 2; k < i + 2 + 3 * count; k += 3)
+      keys.push([block[k] as string, block[k + 1] as string, block[k + 2] as number]);
+    sections.push({ customerId: block[i] as string, keys });
+    i += 2 + 3 * count;
+  }
+  return sections;
+}
+
 /** Keys no test stores: lookups of them miss. */
 /**
  * Writes run 1 of `dir` as the layout before blocks sealed it, one entry per key of `keys`
@@ -164,6 +191,60 @@ async function writeEntryRun(dir: string, keys: readonly IdempotencyPut[]) {
   );
   await env.root.close();
   return counts;
+}
+
+/**
+ * Writes run `seq` of `dir` as the layout before sections sealed it: blocks of one
+ * customer's keys each ([customerId, digest, fingerprint, atMs, …], up to BLOCK_KEYS, in
+ * digest order), with its catalog record (no filter of its own) and, as a group of its
+ * own, its group's filter.
+ */
+async function writeBlockRun(
+  dir: string,
+  keys: readonly IdempotencyPut[],
+  seq: number,
+): Promise<void> {
+  const env = openDurableEnv(dir, ['idempotency-runs', 'idempotency-run-catalog']);
+  const filter = KeyFilter.sized(keys.length);
+  const byCustomer = new Map<string, IdempotencyPut[]>();
+  for (const p of keys) {
+    const list = byCustomer.get(`${p.environment}\u0000${p.customerId}`) ?? [];
+    list.push(p);
+    byCustomer.set(`${p.environment}\u0000${p.customerId}`, list);
+    keyHashes(p.environment, p.customerId, p.scopeDigest);
+    filter.add();
+  }
+  for (const list of byCustomer.values()) {
+    list.sort((a, b) => (a.scopeDigest < b.scopeDigest ? -1 : 1));
+    for (let at = 0; at < list.length; at += BLOCK_KEYS) {
+      const block = list.slice(at, at + BLOCK_KEYS);
+      const first = block[0] as IdempotencyPut;
+      await env.dbs['idempotency-runs'].put(
+        [seq, first.environment, first.customerId, first.scopeDigest],
+        encodeRecord([
+          first.customerId,
+          ...block.flatMap((p) => [p.scopeDigest, p.fingerprint, p.atMs]),
+        ]),
+      );
+    }
+  }
+  const times = keys.map((p) => p.atMs);
+  const live = keys.filter((p) => p.environment === 'live').length;
+  const counts = { count: keys.length, test: keys.length - live, live };
+  await env.dbs['idempotency-run-catalog'].put(
+    seq,
+    encodeRecord({
+      ...counts,
+      minAtMs: Math.min(...times),
+      maxAtMs: Math.max(...times),
+      blocks: true,
+    }),
+  );
+  await env.dbs['idempotency-run-catalog'].put(
+    ['group', seq],
+    encodeRecord([seq, keys.length, filter.bytes]),
+  );
+  await env.root.close();
 }
 
 function absentKeys(count: number): IdempotencyPut[] {
@@ -1325,13 +1406,122 @@ describe('the key store', () => {
     for (const id of ids) expect(s.idempotency.customerKeys('test', id, [])).toHaveLength(200);
   });
 
+  it('tells ids that sort by their characters from those that may not', () => {
+    for (const id of ['c', 'cus_123', 'é-1', 'x'.repeat(300), '中文-ä', '\u001c', '\ud7ff'])
+      expect(plainId(id)).toBe(true);
+    const others = ['', 'a\u0000b', '\u0001x', 'a\u001bb', 'kunde-🙂', '\ud800', 'x\ue000'];
+    for (const id of [...others, `${'x'.repeat(70)}\u0000`]) expect(plainId(id)).toBe(false);
+  });
+
+  it('finds every key of ids plain and not sealed side by side, and no other', async () => {
+    const dir = fixture.tempDir();
+    let s = openStore(dir);
+    // Ids that start one another, long ones, ones outside ASCII; and ids that lmdb-js
+    // escapes or writes raw so that they sort among others' keys.
+    const plain = ['ab', 'abc', 'ab-', 'a', 'b', 'y'.repeat(64), `${'y'.repeat(64)}z`, 'é', '中'];
+    const odd = [
+      'ab\u0001',
+      '\u0002lead',
+      'ab\u0000z',
+      `${'y'.repeat(64)}\u0000`,
+      'kunde-🙂',
+      'x\ue000',
+      'x🙂',
+    ];
+    const many = Array.from({ length: 300 }, (_, i) => `p-${(i * 7919) % 1000}`);
+    const ids = [...plain, ...odd, ...many];
+    // In both environments: one to three keys each of the many; 80 each of the others,
+    // so that blocks start among their keys, where ids that sort apart from their text
+    // would be found in the wrong block.
+    const puts = ids.flatMap((id, c) =>
+      Array.from({ length: c < plain.length + odd.length ? 80 : 1 + (c % 3) }, (_, i) => ({
+        ...put(id, `s${c}-${i}`, T0 + c),
+        environment: (c + i) % 2 === 0 ? ('live' as const) : ('test' as const),
+      })),
+    );
+    await store(s, puts);
+    await s.idempotency.seal(PACING);
+    expect(s.idempotency.runs.map((run) => run.sections)).toEqual([true]);
+    expect(s.idempotency.inMemory).toBe(0);
+    const check = (target: ShardStore): void => {
+      for (const p of puts)
+        expect(target.idempotency.get(p)).toEqual({ fingerprint: '1', atMs: p.atMs });
+      // Every filter saying maybe: each absent key's block is read, and holds it not.
+      const maybe = vi.spyOn(KeyFilter.prototype, 'mayContain').mockReturnValue(true);
+      try {
+        for (const p of puts) {
+          for (const other of [...plain, ...odd])
+            if (other !== p.customerId)
+              expect(target.idempotency.get({ ...p, customerId: other })).toBeUndefined();
+          const environment = p.environment === 'live' ? 'test' : 'live';
+          const elsewhere = puts.some(
+            (q) =>
+              q.customerId === p.customerId &&
+              q.environment === environment &&
+              q.scopeDigest === p.scopeDigest,
+          );
+          if (!elsewhere) expect(target.idempotency.get({ ...p, environment })).toBeUndefined();
+        }
+      } finally {
+        maybe.mockRestore();
+      }
+      for (const id of [...plain, ...odd, ...many.slice(0, 40)])
+        for (const environment of ['live', 'test'] as const)
+          expect(
+            target.idempotency
+              .customerKeys(environment, id, [])
+              .map(([digest]) => digest)
+              .sort(),
+          ).toEqual(
+            puts
+              .filter((p) => p.customerId === id && p.environment === environment)
+              .map((p) => p.scopeDigest)
+              .sort(),
+          );
+    };
+    check(s);
+    await fixture.closeStore(s);
+    s = openStore(dir);
+    check(s);
+  });
+
+  it('reads runs sealed in blocks of one customer (the layout before sections)', async () => {
+    const dir = fixture.tempDir();
+    const before = Array.from({ length: 900 }, (_, i) => ({
+      ...put(i % 3 === 0 ? `c-${i % 7}` : `d-${i % 50}\u0000`, `o${i}`, T0 + i),
+      environment: i % 2 === 0 ? ('live' as const) : ('test' as const),
+    }));
+    // Two runs, each a group of its own (an era is rebuilt over two groups or more).
+    await writeBlockRun(dir, before.slice(0, 450), 1);
+    await writeBlockRun(dir, before.slice(450), 2);
+    const s = openStore(dir);
+    expect(s.idempotency.runs.map((run) => [run.blocks, run.sections])).toEqual([
+      [true, false],
+      [true, false],
+    ]);
+    const after = Array.from({ length: 300 }, (_, i) => put(`c-${i % 7}`, `n${i}`, T0 + DAY_MS));
+    await store(s, after);
+    await s.idempotency.seal(PACING);
+    expect(s.idempotency.runs.map((run) => run.sections)).toEqual([false, false, true]);
+    for (const p of [...before, ...after])
+      expect(s.idempotency.get(p)).toEqual({ fingerprint: '1', atMs: p.atMs });
+    expect(s.idempotency.get(put('c-0', 'o1', 0))).toBeUndefined();
+    for (const id of ['c-3', 'd-7\u0000'])
+      for (const environment of ['live', 'test'] as const)
+        expect(s.idempotency.customerKeys(environment, id, []).length).toBe(
+          [...before, ...after].filter((p) => p.customerId === id && p.environment === environment)
+            .length,
+        );
+    // An era rebuilt over its group reads its blocks back, every key hashed as sealed.
+    expect(await s.idempotency.rebuildEras(T0, PACING)).toBe(2);
+    for (const p of before) expect(s.idempotency.get(p)?.atMs).toBe(p.atMs);
+  });
+
   it('merges a batch sorted in several chunks: each block in digest order', async () => {
     const puts = Array.from({ length: 10_000 }, (_, i) => put(`c-${i % 3}`, `m${i}`, T0 + i));
-    const digests: string[] = [];
-    for (const { value } of await sealedBlocks(puts)) {
-      const [, ...keys] = (decodeRecord(value) as { ok: true; value: unknown[] }).value;
-      for (let i = 0; i < keys.length; i += 3) digests.push(keys[i] as string);
-    }
+    const digests = (await sealedBlocks(puts)).flatMap(({ value }) =>
+      sectionsOf(value).flatMap((section) => section.keys.map((key) => key[0])),
+    );
     // Customer by customer, every digest after the one before: 313+ blocks, none overlapping.
     const perCustomer = [0, 1, 2].map((c) =>
       puts.filter((p) => p.customerId === `c-${c}`).map((p) => p.scopeDigest),
@@ -1339,7 +1529,7 @@ describe('the key store', () => {
     expect(digests).toEqual(perCustomer.flatMap((list) => [...list].sort()));
   });
 
-  it('ranks many customers in merged chunks: a customer’s keys in one block', async () => {
+  it('ranks many customers in merged chunks: blocks of 32 keys, in key order', async () => {
     // 1,500 customers (three chunks of the seal's customer sort), ids in no order, some
     // sharing long prefixes or outside ASCII, in both environments.
     const ids = Array.from({ length: 1500 }, (_, i) =>
@@ -1352,14 +1542,22 @@ describe('the key store', () => {
         environment: i % 2 === 0 ? ('live' as const) : ('test' as const),
       })),
     );
-    const blocks = (await sealedBlocks(puts)).map(({ key }) => {
-      const [, environment, customerId] = key as [number, string, string, string];
-      return `${environment === 'live' ? 0 : 1} ${customerId}`;
+    const blocks = await sealedBlocks(puts);
+    const stored = blocks.flatMap(({ key, value }) => {
+      const environment = (key as RunKey)[1];
+      return sectionsOf(value).flatMap(({ customerId, keys }) =>
+        keys.map(([digest]) => `${environment === 'live' ? 0 : 1} ${customerId} ${digest}`),
+      );
     });
-    const expected = [
-      ...new Set(puts.map((p) => `${p.environment === 'live' ? 0 : 1} ${p.customerId}`)),
-    ];
-    expect(blocks).toEqual(expected.sort());
+    // The blocks as LMDB orders their keys hold every key in the order the keys sort.
+    const expected = puts.map(
+      (p) => `${p.environment === 'live' ? 0 : 1} ${p.customerId} ${p.scopeDigest}`,
+    );
+    expect(stored).toEqual(expected.sort());
+    // Every block full but the last of each environment: customers share blocks.
+    const sizes = blocks.map(({ value }) => sectionsOf(value).flatMap((x) => x.keys).length);
+    expect(sizes.filter((size) => size !== BLOCK_KEYS)).toHaveLength(2);
+    expect(blocks).toHaveLength(Math.ceil(2250 / BLOCK_KEYS) + Math.ceil(2250 / BLOCK_KEYS));
   });
 
   it('writes each block byte for byte as the store encodes the same values', async () => {
@@ -1378,16 +1576,19 @@ describe('the key store', () => {
       })),
     );
     const blocks = await sealedBlocks(puts);
-    expect(blocks.length).toBeGreaterThan(ids.length);
     let keys = 0;
     for (const { value } of blocks) {
       const decoded = decodeRecord(value);
       expect(decoded.ok).toBe(true);
       const block = (decoded as { ok: true; value: unknown[] }).value;
-      keys += (block.length - 1) / 3;
+      keys += sectionsOf(value).flatMap((section) => section.keys).length;
       expect(Buffer.compare(value, encodeRecord(block))).toBe(0);
     }
     expect(keys).toBe(puts.length);
+    // Sections of several customers in one block, and the id outside plain text alone.
+    expect(blocks.some(({ value }) => sectionsOf(value).length > 1)).toBe(true);
+    const own = blocks.filter(({ key }) => String((key as RunKey)[1]).endsWith('+own'));
+    expect(own.map(({ key }) => (key as RunKey)[2])).toEqual(['kunde-🙂', 'kunde-🙂']);
   });
 
   it('looks a key up by the hashes its address carries, computed once', async () => {
@@ -1469,7 +1670,9 @@ describe('the key store', () => {
     const counts = await writeEntryRun(dir, before);
     expect(counts).toEqual({ count: 500, test: 500, live: 0, minAtMs: T0, maxAtMs: T0 + 499 });
     const s = openStore(dir);
-    expect(s.idempotency.runs).toEqual([{ seq: 1, ...counts, blocks: false, filter: null }]);
+    expect(s.idempotency.runs).toEqual([
+      { seq: 1, ...counts, blocks: false, sections: false, filter: null },
+    ]);
     const after = Array.from({ length: 500 }, (_, i) => put(`c-${i % 5}`, `a${i}`, T0 + DAY_MS));
     await store(s, after);
     await s.idempotency.seal(PACING);
