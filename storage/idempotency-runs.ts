@@ -176,10 +176,10 @@ export const BLOCK_KEYS = 32;
 /**
  * Whether `id` is stored as its own characters in a block's key and sorts by them: every
  * code unit from 28 to 0xD7FF (lmdb-js orders keys by their bytes, and writes a string
- * with no such unit as its UTF-8 bytes, which sort as the strings do, a shorter id before
- * any id it starts). An id with a control character or a unit from 0xD800 on is written
- * escaped, or not (64 units or more), and can sort among another id's keys; its keys
- * are stored in blocks of their own (`OWN_BLOCKS`), never beside another customer's.
+ * whose units all lie there as its UTF-8 bytes, which sort as the strings do, a shorter
+ * id before any id it starts). An id with a control character or a unit from 0xD800 on is
+ * written escaped, or not (64 units or more), and can sort among another id's keys; its
+ * keys are stored in blocks of their own (`OWN_BLOCKS`), never beside another customer's.
  */
 export function plainId(id: string): boolean {
   if (id.length === 0) return false;
@@ -1499,7 +1499,11 @@ export class KeyStore {
         reverse: true,
         limit: 1,
       });
-      for (const { value } of before) blocks.push(decodeSections(value, what));
+      // Decoded only where the id's bytes are in it (an online snapshot asks this of every
+      // customer and run: most such blocks hold none of the customer's keys).
+      for (const { value } of before)
+        if (Buffer.from(value.buffer, value.byteOffset, value.byteLength).includes(customerId))
+          blocks.push(decodeSections(value, what));
     }
     const range = this.#runs.getRange({
       start: [run.seq, space, customerId],
