@@ -1519,8 +1519,9 @@ export class KeyStore {
   }
 
   /**
-   * Every key of one customer: the runs' (one key range in each), with `held` (from
-   * `heldKeys`) over them. Throws as `get` does.
+   * Every key of one customer: the runs' (one key range in each, and in a run in sections
+   * the block before it: `#customerBlocks`), with `held` (from `heldKeys`) over them.
+   * Throws as `get` does.
    */
   customerKeys(
     environment: 'test' | 'live',
