@@ -203,6 +203,16 @@ function environmentOfSpace(space: string): 'test' | 'live' {
   if (space === 'test' || space === OWN_BLOCKS.test) return 'test';
   throw new Error(`an idempotency key block is stored under ${JSON.stringify(space)}`);
 }
+
+/**
+ * Where a customer's own blocks lie in a run in blocks: under its environment in a run
+ * sealed before sections, under `OWN_BLOCKS` for an id that is not plain; null for a plain
+ * id in a run in sections (its keys share blocks with other plain ids').
+ */
+function blockSpace(run: RunInfo, environment: 'test' | 'live', customerId: string) {
+  if (!run.sections) return environment;
+  return plainId(customerId) ? null : OWN_BLOCKS[environment];
+}
 /**
  * Keys and blocks one turn of rebuilding an era reads at most (`KeyStore.rebuildEras`).
  * Reading and decoding a block costs more than hashing and adding its keys: measured over
@@ -365,9 +375,19 @@ function decodeBlock(bytes: Uint8Array, what: string): Array<string | number> {
 
 /**
  * A block of sections: [customerId, count, then count × (digest, fingerprint, atMs), …].
- * Throws on any other shape, as on a corrupt block.
+ * A block of a run sealed before sections (`sections` false: [customerId, digest,
+ * fingerprint, atMs, …], one customer's keys) is read as one section. Throws on any other
+ * shape, as on a corrupt block.
  */
-function decodeSections(bytes: Uint8Array, what: string): Array<string | number> {
+function decodeSections(
+  bytes: Uint8Array,
+  what: string,
+  sections: boolean,
+): Array<string | number> {
+  if (!sections) {
+    const [customerId, ...keys] = decodeBlock(bytes, what);
+    return [customerId as string, keys.length / 3, ...keys];
+  }
   const decoded = decodeRecord(bytes);
   const value = decoded.ok ? decoded.value : null;
   const corrupt = () => new Error(`idempotency key block ${what} is corrupt; refusing to go on`);
@@ -395,6 +415,21 @@ function decodeSections(bytes: Uint8Array, what: string): Array<string | number>
 }
 
 /**
+ * Calls `visit` with each section of `block` (`decodeSections`): its customer and where
+ * its keys lie, three values each from `from` to `end`.
+ */
+function eachSection(
+  block: ReadonlyArray<string | number>,
+  visit: (customerId: string, from: number, end: number) => void,
+): void {
+  for (let i = 0; i < block.length; ) {
+    const end = i + 2 + 3 * (block[i + 1] as number);
+    visit(block[i] as string, i + 2, end);
+    i = end;
+  }
+}
+
+/**
  * The key of `customerId` with digest `scopeDigest` in a block of sections, or undefined.
  */
 function findInSections(
@@ -402,15 +437,14 @@ function findInSections(
   customerId: string,
   scopeDigest: string,
 ): StoredKey | undefined {
-  for (let i = 0; i < block.length; ) {
-    const count = block[i + 1] as number;
-    if (block[i] === customerId)
-      for (let k = i + 2; k < i + 2 + 3 * count; k += 3)
-        if (block[k] === scopeDigest)
-          return { fingerprint: block[k + 1] as string, atMs: block[k + 2] as number };
-    i += 2 + 3 * count;
-  }
-  return undefined;
+  let found: StoredKey | undefined;
+  eachSection(block, (id, from, end) => {
+    if (id !== customerId) return;
+    for (let k = from; k < end; k += 3)
+      if (block[k] === scopeDigest)
+        found = { fingerprint: block[k + 1] as string, atMs: block[k + 2] as number };
+  });
+  return found;
 }
 
 /**
@@ -1243,41 +1277,14 @@ export class KeyStore {
 
   #read(run: Run, address: KeyAddress): StoredKey | undefined {
     const { environment, customerId, scopeDigest } = address;
-    if (run.sections) return this.#readSections(run, address);
     if (!run.blocks) {
       const bytes = this.#runs.get([run.seq, environment, customerId, scopeDigest]);
       return bytes === undefined ? undefined : decodeStored(bytes, scopeDigest);
     }
-    // The customer's last block starting at or before the digest: backwards from the digest,
-    // down to the customer's first block. Another customer's block found on the way (an id
-    // of 64 characters or more with a NUL in it is stored unescaped and can sort among
-    // another's keys) is passed over.
-    const blocks = this.#runs.getRange({
-      start: [run.seq, environment, customerId, scopeDigest],
-      end: [run.seq, environment, customerId],
-      reverse: true,
-    });
-    for (const { key, value } of blocks) {
-      const block = decodeBlock(value, scopeDigest);
-      if ((key as RunKey)[1] !== environment || block[0] !== customerId) continue;
-      for (let i = 1; i < block.length; i += 3)
-        if (block[i] === scopeDigest)
-          return { fingerprint: block[i + 1] as string, atMs: block[i + 2] as number };
-      return undefined;
-    }
-    return undefined;
-  }
-
-  /**
-   * `#read` of a run in sections. A plain id's key is in the last block of plain ids
-   * starting at or before it: those blocks hold their keys in the order their own keys
-   * sort. Another id's is in the last of its own blocks starting at or before its digest
-   * (another's own block found on the way, an id that sorts among its blocks, is passed
-   * over).
-   */
-  #readSections(run: Run, address: KeyAddress): StoredKey | undefined {
-    const { environment, customerId, scopeDigest } = address;
-    if (plainId(customerId)) {
+    const space = blockSpace(run, environment, customerId);
+    if (space === null) {
+      // A plain id in a run in sections: in the last block starting at or before its key
+      // (those blocks hold their keys in the order their own keys sort).
       const before = this.#runs.getRange({
         start: [run.seq, environment, customerId, scopeDigest],
         end: [run.seq, environment],
@@ -1285,18 +1292,22 @@ export class KeyStore {
         limit: 1,
       });
       for (const { value } of before)
-        return findInSections(decodeSections(value, scopeDigest), customerId, scopeDigest);
+        return findInSections(decodeSections(value, scopeDigest, true), customerId, scopeDigest);
       return undefined;
     }
-    const space = OWN_BLOCKS[environment];
-    const own = this.#runs.getRange({
+    // The customer's last own block starting at or before the digest: backwards from the
+    // digest, down to its first block. Another customer's block found on the way (an id of
+    // 64 characters or more with a NUL in it is stored unescaped and can sort among
+    // another's keys) is passed over.
+    const blocks = this.#runs.getRange({
       start: [run.seq, space, customerId, scopeDigest],
       end: [run.seq, space, customerId],
       reverse: true,
     });
-    for (const { value } of own) {
-      const block = decodeSections(value, scopeDigest);
-      if (block[0] === customerId) return findInSections(block, customerId, scopeDigest);
+    for (const { key, value } of blocks) {
+      const block = decodeSections(value, scopeDigest, run.sections);
+      if ((key as RunKey)[1] !== space || block[0] !== customerId) continue;
+      return findInSections(block, customerId, scopeDigest);
     }
     return undefined;
   }
@@ -1480,9 +1491,10 @@ export class KeyStore {
   }
 
   /**
-   * The blocks of a run in sections that may hold keys of a customer: a plain id's start
-   * with its keys, or are the block before them (which may end with its first keys);
-   * another id's are its own (others' found among them are passed over by the caller).
+   * The blocks of a run in blocks that may hold keys of a customer, as sections: its own
+   * (`blockSpace`), or for a plain id in a run in sections those that start with its keys
+   * and the block before them (which may end with its first keys). Blocks of others found
+   * among them are the caller's to pass over.
    */
   #customerBlocks(
     run: Run,
@@ -1491,8 +1503,8 @@ export class KeyStore {
   ): Array<Array<string | number>> {
     const blocks: Array<Array<string | number>> = [];
     const what = `of run ${run.seq}`;
-    const space = plainId(customerId) ? environment : OWN_BLOCKS[environment];
-    if (space === environment) {
+    const space = blockSpace(run, environment, customerId) ?? environment;
+    if (run.sections && space === environment) {
       const before = this.#runs.getRange({
         start: [run.seq, space, customerId],
         end: [run.seq, space],
@@ -1503,13 +1515,15 @@ export class KeyStore {
       // customer and run: most such blocks hold none of the customer's keys).
       for (const { value } of before)
         if (Buffer.from(value.buffer, value.byteOffset, value.byteLength).includes(customerId))
-          blocks.push(decodeSections(value, what));
+          blocks.push(decodeSections(value, what, true));
     }
+    // The range is by bytes; ids with control characters could border it.
     const range = this.#runs.getRange({
       start: [run.seq, space, customerId],
       end: [run.seq, space, customerId, '\uffff'],
     });
-    for (const { value } of range) blocks.push(decodeSections(value, what));
+    for (const { key, value } of range)
+      if ((key as RunKey)[1] === space) blocks.push(decodeSections(value, what, run.sections));
     return blocks;
   }
 
@@ -1530,17 +1544,15 @@ export class KeyStore {
   ): CustomerKey[] {
     const keys = new Map<string, CustomerKey>();
     for (const run of this.#runList) {
-      if (run.sections) {
+      if (run.blocks) {
         for (const block of this.#customerBlocks(run, environment, customerId))
-          for (let i = 0; i < block.length; ) {
-            const count = block[i + 1] as number;
-            if (block[i] === customerId)
-              for (let k = i + 2; k < i + 2 + 3 * count; k += 3) {
-                const digest = block[k] as string;
-                keys.set(digest, [digest, block[k + 1] as string, block[k + 2] as number]);
-              }
-            i += 2 + 3 * count;
-          }
+          eachSection(block, (id, from, end) => {
+            if (id !== customerId) return;
+            for (let k = from; k < end; k += 3) {
+              const digest = block[k] as string;
+              keys.set(digest, [digest, block[k + 1] as string, block[k + 2] as number]);
+            }
+          });
         continue;
       }
       const range = this.#runs.getRange({
@@ -1550,18 +1562,9 @@ export class KeyStore {
       for (const { key, value } of range) {
         const [, env, id, scopeDigest] = key as RunKey;
         // The range is by bytes; ids with control characters could border it.
-        if (!run.blocks) {
-          if (env !== environment || id !== customerId) continue;
-          const stored = decodeStored(value, scopeDigest);
-          keys.set(scopeDigest, [scopeDigest, stored.fingerprint, stored.atMs]);
-          continue;
-        }
-        const block = decodeBlock(value, scopeDigest);
-        if (env !== environment || block[0] !== customerId) continue;
-        for (let i = 1; i < block.length; i += 3) {
-          const digest = block[i] as string;
-          keys.set(digest, [digest, block[i + 1] as string, block[i + 2] as number]);
-        }
+        if (env !== environment || id !== customerId) continue;
+        const stored = decodeStored(value, scopeDigest);
+        keys.set(scopeDigest, [scopeDigest, stored.fingerprint, stored.atMs]);
       }
     }
     for (const put of held) keys.set(put.scopeDigest, [put.scopeDigest, put.fingerprint, put.atMs]);
@@ -2009,29 +2012,15 @@ export class KeyStore {
       const untilMs = performance.now() + REBUILD_SLICE_MS;
       for (const { key, value } of blocks) {
         if (from !== null && sameKey(key as RunKey, from)) continue;
-        if (run.sections) {
-          const block = decodeSections(value, `of run ${run.seq}`);
-          const environment = environmentOfSpace((key as RunKey)[1]);
-          for (let i = 0; i < block.length; ) {
-            const customerId = block[i] as string;
-            const end = i + 2 + 3 * (block[i + 1] as number);
-            for (let k = i + 2; k < end; k += 3, count++) {
-              keyHashes(environment, customerId, block[k] as string);
-              hashes[2 * count] = KEY_HASHES[0] as number;
-              hashes[2 * count + 1] = KEY_HASHES[1] as number;
-            }
-            i = end;
-          }
-        } else {
-          const block = decodeBlock(value, `of run ${run.seq}`);
-          const environment = (key as RunKey)[1];
-          const customerId = block[0] as string;
-          for (let i = 1; i < block.length; i += 3, count++) {
-            keyHashes(environment, customerId, block[i] as string);
+        const block = decodeSections(value, `of run ${run.seq}`, run.sections);
+        const environment = environmentOfSpace((key as RunKey)[1]);
+        eachSection(block, (customerId, from, end) => {
+          for (let k = from; k < end; k += 3, count++) {
+            keyHashes(environment, customerId, block[k] as string);
             hashes[2 * count] = KEY_HASHES[0] as number;
             hashes[2 * count + 1] = KEY_HASHES[1] as number;
           }
-        }
+        });
         last = key as RunKey;
         if (count >= REBUILD_SLICE_KEYS || performance.now() >= untilMs) break;
       }
