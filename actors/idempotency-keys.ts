@@ -27,7 +27,7 @@ export interface KeyAddress {
 /** An idempotency key a write used, stored with the journal record that applies it. */
 export interface IdempotencyPut extends KeyAddress, IdempotencySeen {}
 
-/** One key of a customer as a snapshot item carries it: [scope digest, fingerprint, atMs]. */
+/** One key of a customer as a snapshot carries it: [scope digest, fingerprint, atMs]. */
 export type CustomerKey = [string, string, number];
 
 /** The store of a shard's keys. */
@@ -49,14 +49,23 @@ export interface StoredKeys {
   remember(put: IdempotencyPut): void;
   /** Keys held in memory now. */
   readonly inMemory: number;
-  /** Every key held in memory now, by `environment \0 customerId` (a snapshot's cut). */
-  heldKeys(): Map<string, IdempotencyPut[]>;
-  /** Every key of one customer: the disk's, with `held` (from `heldKeys`) over them. */
-  customerKeys(
-    environment: Environment,
-    customerId: string,
-    held: readonly IdempotencyPut[],
-  ): CustomerKey[];
+  /** An online snapshot's cut of every key stored now, to read a slice at a time. */
+  cut(): KeysAtCut;
+}
+
+/** One customer's keys as an online snapshot carries them: its environment, id and keys. */
+export type CustomerKeys = [environment: Environment, customerId: string, keys: CustomerKey[]];
+
+/**
+ * The keys stored at a cut (an online snapshot's), read a slice at a time: `read` answers
+ * about `budget` more keys, a customer's consecutive ones in one item, until `done`. A key
+ * may come twice; the later is its newer use. A cut given up before its end is closed
+ * (`close`); one read to the end closes itself.
+ */
+export interface KeysAtCut {
+  read(budget: number): CustomerKeys[];
+  readonly done: boolean;
+  close(): void;
 }
 
 /** Keys in memory only: a shard without disk (unit tests). */
@@ -79,23 +88,24 @@ export class MemoryKeys implements StoredKeys {
     return this.keys.size;
   }
 
-  heldKeys(): Map<string, IdempotencyPut[]> {
-    const byCustomer = new Map<string, IdempotencyPut[]>();
-    for (const put of this.keys.values()) {
-      const key = `${put.environment}\u0000${put.customerId}`;
-      const list = byCustomer.get(key);
-      if (list === undefined) byCustomer.set(key, [put]);
-      else list.push(put);
-    }
-    return byCustomer;
-  }
-
-  customerKeys(
-    _environment: Environment,
-    _customerId: string,
-    held: readonly IdempotencyPut[],
-  ): CustomerKey[] {
-    return held.map((put) => [put.scopeDigest, put.fingerprint, put.atMs]);
+  cut(): KeysAtCut {
+    const items: CustomerKeys[] = [...this.keys.values()].map((put) => [
+      put.environment,
+      put.customerId,
+      [[put.scopeDigest, put.fingerprint, put.atMs]],
+    ]);
+    let next = 0;
+    return {
+      get done() {
+        return next === items.length;
+      },
+      read(budget) {
+        const slice = items.slice(next, next + Math.max(1, budget));
+        next += slice.length;
+        return slice;
+      },
+      close() {},
+    };
   }
 }
 

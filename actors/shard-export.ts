@@ -13,20 +13,25 @@
  * across a batch (a pre-image is cloned for the same reason).
  *
  * A slice is bounded by work, not by customers: each customer costs one unit plus one
- * per meter, lot, lot draw, limit, commerce record and idempotency key it carries
- * (`copyWork`), so a slice of a few large customers is as short as one of many small
- * ones. An online snapshot's copy also carries each customer's idempotency keys as of
- * the cut (`keysOf`, read before the customer changes); the shard's own snapshot does
- * not (the keys are in their own tables, which the snapshot does not replace).
+ * per meter, lot, lot draw, limit and commerce record it carries (`copyWork`), so a slice
+ * of a few large customers is as short as one of many small ones. An online snapshot's
+ * copy also carries the shard's idempotency keys as of the cut (`keys`: the key store's
+ * cut, read in key order once the customers are copied, a unit a key, and written as
+ * frames of their own); the shard's own snapshot does not (the keys are in their own
+ * tables, which the snapshot does not replace).
  */
 import fs from 'node:fs';
 import { fromSnapshot, toSnapshot, type CustomerSnapshot, type CustomerState } from './customer.js';
-import type { CustomerKey } from './idempotency-keys.js';
-import { encodeFrame, SNAPSHOT_FRAME_CUSTOMERS } from '../storage/snapshot-file.js';
+import type { CustomerKeys, KeysAtCut } from './idempotency-keys.js';
+import {
+  encodeFrame,
+  SNAPSHOT_FRAME_CUSTOMERS,
+  SNAPSHOT_FRAME_KEYS,
+} from '../storage/snapshot-file.js';
 
-/** What copying `customer` (and `keys` of it) costs, in the units a slice budget counts. */
-export function copyWork(customer: CustomerState, keys: number): number {
-  let work = 1 + keys + (customer.limits?.size ?? 0);
+/** What copying `customer` costs, in the units a slice budget counts. */
+export function copyWork(customer: CustomerState): number {
+  let work = 1 + (customer.limits?.size ?? 0);
   for (const meter of customer.meters.values())
     work += 1 + meter.lots.length + meter.lotDraws.length;
   const commerce = customer.commerce;
@@ -34,6 +39,9 @@ export function copyWork(customer: CustomerState, keys: number): number {
     work += commerce.subscriptions.length + commerce.purchases.length + commerce.eventIds.length;
   return work;
 }
+
+/** Keys read from the key store's cut at a time, between looks at the clock. */
+const KEY_READ = 256;
 
 export class ShardCopy {
   /**
@@ -48,17 +56,22 @@ export class ShardCopy {
   private next = 0;
   private chunk: CustomerSnapshot[] = [];
   private copiedCount = 0;
+  private keyChunk: CustomerKeys[] = [];
+  private keyChunkKeys = 0;
+  /** Idempotency keys copied (`keys`). */
+  keysCopied = 0;
 
   /**
-   * Takes the cut now. `keysOf`, when given, answers a customer's keys as of the cut, at a
-   * cost of `keysReadWork` units per customer besides one per key (the key store reads
-   * one key range in each of its runs).
+   * Takes the cut now (`keys`, when given, is the key store's cut taken at the same moment,
+   * and `keys.sink` takes its frames).
    */
   constructor(
     customers: Iterable<CustomerState>,
     private readonly sink: (items: CustomerSnapshot[]) => void,
-    private readonly keysOf?: (customer: CustomerState) => CustomerKey[],
-    private readonly keysReadWork = 0,
+    private readonly keys?: {
+      readonly cut: KeysAtCut;
+      readonly sink: (items: CustomerKeys[]) => void;
+    },
   ) {
     this.order = [...customers];
   }
@@ -78,7 +91,7 @@ export class ShardCopy {
   capture(customer: CustomerState): void {
     if (this.newerThanCut.has(customer) || this.copied.has(customer)) return;
     this.copied.add(customer);
-    this.add(this.withKeys(customer, toSnapshot(fromSnapshot(toSnapshot(customer)))));
+    this.add(toSnapshot(fromSnapshot(toSnapshot(customer))));
   }
 
   /** A write created `customer` after the cut: it is not part of this copy. */
@@ -87,11 +100,12 @@ export class ShardCopy {
   }
 
   /**
-   * Copies customers until `budget` units of work (`copyWork`) are spent or the clock
-   * (`performance.now()`) reaches `untilMs`, at least one customer either way; true once
-   * every customer of the cut is copied. The units keep a slice short whatever the
-   * customers' size; the clock keeps it short where a unit costs more than usual (the
-   * first snapshot after a start runs code V8 has not optimized yet).
+   * Copies customers, then keys, until `budget` units of work (`copyWork`, a unit a key)
+   * are spent or the clock (`performance.now()`) reaches `untilMs`, at least one customer
+   * or a few keys either way; true once every customer and key of the cut is copied. The
+   * units keep a slice short whatever the customers' size; the clock keeps it short where
+   * a unit costs more than usual (the first snapshot after a start runs code V8 has not
+   * optimized yet).
    */
   step(budget: number, untilMs = Number.POSITIVE_INFINITY): boolean {
     let work = 0;
@@ -102,20 +116,37 @@ export class ShardCopy {
       // Not written since the cut (a write would have copied it first): as of the cut.
       if (this.copied.has(customer)) continue;
       this.copied.add(customer);
-      const item = this.withKeys(customer, toSnapshot(customer));
-      work += copyWork(customer, item.keys?.length ?? 0);
-      if (this.keysOf !== undefined) work += this.keysReadWork;
-      this.add(item);
+      work += copyWork(customer);
+      this.add(toSnapshot(customer));
       copiedOne = true;
     }
     this.flush();
-    return this.next === this.order.length;
+    if (this.next < this.order.length) return false;
+    const keys = this.keys;
+    if (keys === undefined) return true;
+    while (!keys.cut.done && work < budget) {
+      if (copiedOne && performance.now() >= untilMs) break;
+      const read = keys.cut.read(Math.min(KEY_READ, budget - work));
+      for (const item of read) {
+        this.keyChunk.push(item);
+        this.keyChunkKeys += item[2].length;
+        work += item[2].length;
+      }
+      if (this.keyChunkKeys >= SNAPSHOT_FRAME_KEYS) this.flushKeys();
+      copiedOne = true;
+    }
+    if (!keys.cut.done) return false;
+    this.flushKeys();
+    return true;
   }
 
-  private withKeys(customer: CustomerState, item: CustomerSnapshot): CustomerSnapshot {
-    if (this.keysOf === undefined) return item;
-    const keys = this.keysOf(customer);
-    return keys.length === 0 ? item : { ...item, keys };
+  private flushKeys(): void {
+    if (this.keyChunk.length === 0) return;
+    const items = this.keyChunk;
+    this.keysCopied += this.keyChunkKeys;
+    this.keyChunk = [];
+    this.keyChunkKeys = 0;
+    this.keys?.sink(items);
   }
 
   private add(item: CustomerSnapshot): void {
@@ -132,7 +163,10 @@ export class ShardCopy {
   }
 }
 
-/** A shard's part file of an online snapshot: `customers` frames, length-prefixed. */
+/**
+ * A shard's part file of an online snapshot: `customers` and `idempotency` frames,
+ * length-prefixed.
+ */
 export class PartFile {
   private readonly fd: number;
   frames = 0;
@@ -145,7 +179,15 @@ export class PartFile {
 
   /** Writes one frame of customers (synchronously: the sink must be done on return). */
   write(items: CustomerSnapshot[]): void {
-    const frame = encodeFrame({ k: 'customers', items });
+    this.#frame(encodeFrame({ k: 'customers', items }));
+  }
+
+  /** Writes one frame of idempotency keys (synchronously, as `write`). */
+  writeKeys(items: CustomerKeys[]): void {
+    this.#frame(encodeFrame({ k: 'idempotency', items }));
+  }
+
+  #frame(frame: Buffer): void {
     let offset = 0;
     while (offset < frame.length)
       offset += fs.writeSync(this.fd, frame, offset, frame.length - offset);

@@ -594,8 +594,9 @@ let exporting = false;
 
 /**
  * Takes this shard's cut of an online snapshot: the customers as they are now, with every
- * event decided so far. The part is reported done only once those events are durable, so
- * a snapshot never holds a write that a crash could still lose.
+ * event decided so far, and the idempotency keys stored so far. The part is reported done
+ * only once those events are durable, so a snapshot never holds a write that a crash could
+ * still lose.
  */
 function startExport(snapshotId: string, partPath: string): void {
   if (exporting) {
@@ -612,17 +613,17 @@ function startExport(snapshotId: string, partPath: string): void {
   exporting = true;
   const position = store.lastSeq + (shard.hasPendingEvents ? 1 : 0);
   const durable = new Promise<void>((resolve) => shard.whenDurable(resolve));
-  const copy = new ShardCopy(
-    shard.allCustomers(),
-    (items) => part.write(items),
-    shard.keysAtCut(),
-    store.idempotency.runs.length,
-  );
+  const keys = shard.keysAtCut();
+  const copy = new ShardCopy(shard.allCustomers(), (items) => part.write(items), {
+    cut: keys,
+    sink: (items) => part.writeKeys(items),
+  });
   let slices = 0;
   runCopy(
     copy,
     () => {
       part.close();
+      keys.close();
       exporting = false;
       const result = { frames: part.frames, customers: copy.done, bytes: part.bytes, position };
       void durable.then(() => post({ t: 'cutDone', snapshotId, result }));
@@ -630,6 +631,7 @@ function startExport(snapshotId: string, partPath: string): void {
     (error) => {
       // A failed export (e.g. a full disk) fails the snapshot, not the shard.
       part.close();
+      keys.close();
       exporting = false;
       post({ t: 'cutFailed', snapshotId, error: String(error) });
     },

@@ -62,9 +62,9 @@ import {
 import {
   MemoryKeys,
   scopeDigest,
-  type CustomerKey,
   type IdempotencyPut,
   type KeyAddress,
+  type KeysAtCut,
   type StoredKeys,
   carriedKey,
 } from './idempotency-keys.js';
@@ -281,19 +281,9 @@ export class Shard {
     this.idempotencyByEnvironment.live -= counts.live;
   }
 
-  /**
-   * An online snapshot's cut of the idempotency keys: a function answering a customer's
-   * keys as of the cut, to be called before anything changes that customer after it
-   * (ShardCopy calls it when it copies or captures one).
-   */
-  keysAtCut(): (customer: CustomerState) => CustomerKey[] {
-    const held = this.keys.heldKeys();
-    return (customer) =>
-      this.keys.customerKeys(
-        customer.environment,
-        customer.id,
-        held.get(`${customer.environment}\u0000${customer.id}`) ?? [],
-      );
+  /** An online snapshot's cut of the idempotency keys, read later a slice at a time. */
+  keysAtCut(): KeysAtCut {
+    return this.keys.cut();
   }
 
   /**

@@ -1,8 +1,8 @@
 /**
  * The operator snapshot file: one self-checking file holding everything a data dir needs
  * to answer exactly what the server answered at the cut — API keys, every configuration
- * version, the audit chains, and every customer's actor state (balances, lots, settings,
- * contracts, idempotency caches).
+ * version, the audit chains, every customer's actor state (balances, lots, settings,
+ * contracts) and the idempotency keys live at the cut.
  *
  * Layout: the 8-byte magic `TALLYSN1`, then frames, each `[u32 big-endian length][record]`
  * where a record is codec.ts's `[crc32][msgpack]`. The first frame is the header, the
@@ -23,9 +23,12 @@ import { checkRecord, decodeRecord, encodeRecord } from './codec.js';
 import { SNAPSHOT_CHUNK_ITEMS } from './journal.js';
 
 export const SNAPSHOT_MAGIC = Buffer.from('TALLYSN1', 'ascii');
-export const SNAPSHOT_FILE_FORMAT = 2;
-/** Formats this build reads: 1 (no MAC) and 2. */
-const SNAPSHOT_FILE_FORMATS_READ: readonly number[] = [1, 2];
+export const SNAPSHOT_FILE_FORMAT = 3;
+/**
+ * Formats this build reads: 1 (no MAC), 2 (idempotency keys in their customers' items) and
+ * 3 (keys in `idempotency` frames of their own).
+ */
+const SNAPSHOT_FILE_FORMATS_READ: readonly number[] = [1, 2, 3];
 /** Bytes of a snapshot secret: an HMAC-SHA256 key of the hash's own size. */
 export const SNAPSHOT_SECRET_BYTES = 32;
 /** Largest frame we write or accept; a length beyond it means a corrupt file, not a big one. */
@@ -34,6 +37,8 @@ export const SNAPSHOT_FRAME_BYTES_MAX = 256 * 1024 * 1024;
  * Customers per `customers` frame: a shard snapshot chunk's size, so a copy's groups serve both.
  */
 export const SNAPSHOT_FRAME_CUSTOMERS = SNAPSHOT_CHUNK_ITEMS;
+/** Idempotency keys per `idempotency` frame, about: ~60 bytes each, ~0.25 MiB a frame. */
+export const SNAPSHOT_FRAME_KEYS = 4096;
 
 export interface SnapshotHeader {
   readonly k: 'header';
@@ -62,6 +67,11 @@ export type SnapshotFrame =
       readonly entries: ReadonlyArray<readonly [number, Uint8Array]>;
     }
   | { readonly k: 'customers'; readonly items: readonly unknown[] }
+  /**
+   * Idempotency keys (format 3): [environment, customerId, [[scope digest, fingerprint,
+   * atMs], …]] each, a customer's keys in one item or several.
+   */
+  | { readonly k: 'idempotency'; readonly items: readonly unknown[] }
   | SnapshotTrailer;
 
 export interface SnapshotTrailer {
@@ -286,7 +296,7 @@ function checkHeader(frame: SnapshotFrame): SnapshotHeader {
   if (!SNAPSHOT_FILE_FORMATS_READ.includes(frame.formatVersion)) {
     throw new SnapshotFileError(
       `snapshot file format ${String(frame.formatVersion)} is not supported (this build ` +
-        `reads ${SNAPSHOT_FILE_FORMATS_READ.join(' and ')})`,
+        `reads ${SNAPSHOT_FILE_FORMATS_READ.join(', ')}): restore it with a newer release`,
     );
   }
   return frame;

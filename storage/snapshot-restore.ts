@@ -2,7 +2,9 @@
  * Offline restore: turns a snapshot file into a fresh data dir that a server started on
  * it answers exactly as the original did at the cut — same keys (revoked ones stay
  * revoked), every configuration version, the audit chains (verbatim, so they verify),
- * and every customer's state in its shard's snapshot with the customer index beside it.
+ * every customer's state in its shard's snapshot with the customer index beside it, and
+ * the idempotency keys live at the cut (logged in their shard's key store, which loads and
+ * seals them at its first start).
  *
  * It refuses rather than guesses: a data dir that a running server (or another restore)
  * owns, a data dir that is not empty, and a file that fails any check (the whole file is
@@ -25,11 +27,12 @@ import {
   type CustomerRecord,
 } from '../shared/customer-record.js';
 import type { Environment } from '../shared/environment.js';
-import { LOGICAL_SHARDS } from '../shared/limits.js';
+import { IDEMPOTENCY_RETENTION_MS, LOGICAL_SHARDS } from '../shared/limits.js';
 import { logicalShardOf, workerOf } from '../shared/shard-hash.js';
 import { AuditLog } from './audit-log.js';
 import { ControlStore, type ConfigEntry, type KeyRecord } from './control-store.js';
 import { claimDataDir, dataDirOwner } from './data-dir-lock.js';
+import type { KeyPut } from './held-keys.js';
 import {
   encodeSnapshotChunk,
   ShardStore,
@@ -76,6 +79,8 @@ export interface RestoreResult {
   readonly workers: number;
   readonly keys: number;
   readonly customers: number;
+  /** Idempotency keys restored from `idempotency` frames (format 3; unexpired ones). */
+  readonly idempotencyKeys: number;
 }
 
 /** Throws RestoreRefusedError when `dataDir` may not be restored into. */
@@ -185,6 +190,8 @@ function storedCustomer(item: unknown): StoredCustomer {
 class ShardContents {
   readonly chunks: Buffer[] = [];
   readonly index: IndexEntry[] = [];
+  /** Its idempotency keys (format 3 files; older ones carry them in the customers' items). */
+  readonly idempotencyKeys: KeyPut[] = [];
   private pending: StoredCustomer[] = [];
   items = 0;
 
@@ -220,6 +227,8 @@ async function writeDataDir(
   const shards = Array.from({ length: workers }, () => new ShardContents());
   const writes: Array<Promise<void>> = [];
   let keys = 0;
+  let idempotencyKeys = 0;
+  const expiredBeforeMs = Date.now() - IDEMPOTENCY_RETENTION_MS;
   const { header, trailer } = readSnapshotFile(
     file,
     (frame) => {
@@ -240,6 +249,26 @@ async function writeDataDir(
         case 'audit':
           for (const [seq, bytes] of frame.entries)
             writes.push(audit.putRaw(frame.stream, seq, bytes));
+          return;
+        case 'idempotency':
+          for (const item of frame.items) {
+            const [environment, customerId, stored] = checkedKeys(item);
+            const shard = shards[
+              workerOf(logicalShardOf(environment, customerId, LOGICAL_SHARDS), workers)
+            ] as ShardContents;
+            for (const [scopeDigest, fingerprint, atMs] of stored) {
+              // As a start migrates keys: one past the retention is not brought over.
+              if (atMs <= expiredBeforeMs) continue;
+              shard.idempotencyKeys.push({
+                environment,
+                customerId,
+                scopeDigest,
+                fingerprint,
+                atMs,
+              });
+              idempotencyKeys++;
+            }
+          }
           return;
         case 'customers':
           for (const item of frame.items.map(storedCustomer)) {
@@ -282,7 +311,7 @@ async function writeDataDir(
     Date.now(),
   );
   await control.close();
-  return { header, trailer, workers, keys, customers: trailer.customers };
+  return { header, trailer, workers, keys, customers: trailer.customers, idempotencyKeys };
 }
 
 /** One worker's environment: its customers as the shard's snapshot, and their index rows. */
@@ -294,6 +323,7 @@ async function writeShard(dataDir: string, index: number, contents: ShardContent
     for (let start = 0; start < contents.index.length; start += INDEX_ROWS_PER_BATCH) {
       await store.putIndex(contents.index.slice(start, start + INDEX_ROWS_PER_BATCH));
     }
+    await store.idempotency.logRestored(contents.idempotencyKeys);
   } finally {
     await store.close();
   }
@@ -309,6 +339,40 @@ function refused(what: string, why: string): never {
 function checkedEnvironment(value: unknown): Environment {
   if (value !== 'test' && value !== 'live') refused('environment', JSON.stringify(value));
   return value;
+}
+
+/** The longest scope digest and fingerprint a restored idempotency key may have. */
+const DIGEST_MAX = 64;
+const FINGERPRINT_MAX = 1024;
+
+/**
+ * An `idempotency` frame's item as the service writes one: an environment, a customer id
+ * and its keys, each [scope digest, fingerprint, atMs].
+ */
+function checkedKeys(
+  value: unknown,
+): [Environment, string, ReadonlyArray<readonly [string, string, number]>] {
+  const item = value as unknown[];
+  const shaped =
+    Array.isArray(item) &&
+    item.length === 3 &&
+    (item[0] === 'test' || item[0] === 'live') &&
+    typeof item[1] === 'string' &&
+    item[1].length > 0 &&
+    Array.isArray(item[2]) &&
+    item[2].every(
+      (key: unknown) =>
+        Array.isArray(key) &&
+        key.length === 3 &&
+        typeof key[0] === 'string' &&
+        key[0].length > 0 &&
+        key[0].length <= DIGEST_MAX &&
+        typeof key[1] === 'string' &&
+        key[1].length <= FINGERPRINT_MAX &&
+        Number.isSafeInteger(key[2]),
+    );
+  if (!shaped) refused('idempotency key item', JSON.stringify(value).slice(0, 200));
+  return item as [Environment, string, ReadonlyArray<readonly [string, string, number]>];
 }
 
 const KEY_CLASSES: ReadonlySet<unknown> = new Set(['server', 'client', 'admin']);

@@ -24,6 +24,7 @@ import {
   GROUP_RUNS,
   plainId,
   type HashedAddress,
+  type KeyCut,
   type KeyStore,
 } from '../storage/idempotency-runs.js';
 import { KEY_HASHES, KeyFilter, keyHashes } from '../storage/key-filter.js';
@@ -83,6 +84,23 @@ async function sealedBlocks(
   } finally {
     await env.root.close();
   }
+}
+
+/**
+ * Every key of one customer, as an online snapshot's cut of the store reads them (every
+ * key, run by run), a later use of a digest over an earlier one.
+ */
+function customerKeys(
+  keys: KeyStore,
+  environment: 'test' | 'live',
+  customerId: string,
+): Array<[string, string, number]> {
+  const found = new Map<string, [string, string, number]>();
+  const cut = keys.cut();
+  while (!cut.done)
+    for (const [env, id, list] of cut.read(100))
+      if (env === environment && id === customerId) for (const key of list) found.set(key[0], key);
+  return [...found.values()];
 }
 
 /** Pacing for a store used without a shard: every key remembered is durable already. */
@@ -371,14 +389,14 @@ describe('the key store', () => {
     expect(s.idempotency.inMemory).toBe(0);
     expect(fingerprints(s.idempotency, puts)).toEqual(['1', '7', '1']);
     expect(s.idempotency.get(put('c-2', 'b', 0))).toBeUndefined();
-    expect(s.idempotency.customerKeys('test', 'c-1', []).map(([, fp, at]) => [fp, at])).toEqual(
+    expect(customerKeys(s.idempotency, 'test', 'c-1').map(([, fp, at]) => [fp, at])).toEqual(
       expect.arrayContaining([
         ['1', T0],
         ['7', T0 + 1],
       ]),
     );
-    expect(s.idempotency.customerKeys('test', 'c-1', [])).toHaveLength(2);
-    expect(s.idempotency.customerKeys('live', 'c-1', [])).toEqual([]);
+    expect(customerKeys(s.idempotency, 'test', 'c-1')).toHaveLength(2);
+    expect(customerKeys(s.idempotency, 'live', 'c-1')).toEqual([]);
     expect([s.idempotency.countOf('test'), s.idempotency.countOf('live')]).toEqual([3, 0]);
     expect(s.idempotency.size).toBe(3);
     expect(await s.idempotency.seal(PACING)).toBeNull(); // nothing waiting
@@ -414,7 +432,14 @@ describe('the key store', () => {
       atMs: T0 + 5,
     });
     // A snapshot's cut: each customer's keys, older uses first.
-    const held = s.idempotency.heldKeys();
+    const held = new Map<string, Array<{ fingerprint: string; atMs: number }>>();
+    const cut = s.idempotency.cut();
+    while (!cut.done)
+      for (const [environment, id, keys] of cut.read(500)) {
+        const list = held.get(`${environment}\u0000${id}`) ?? [];
+        held.set(`${environment}\u0000${id}`, list);
+        for (const [, fingerprint, atMs] of keys) list.push({ fingerprint, atMs });
+      }
     expect(held.get('live\u0000c-1')?.map((p) => p.fingerprint)).toEqual(['3']);
     expect(held.get('test\u0000c-2')?.at(-1)).toMatchObject({ fingerprint: '9', atMs: T0 + 5 });
     expect(
@@ -450,8 +475,95 @@ describe('the key store', () => {
     // Keys never stored: a filter's false positive reads a run and still finds nothing.
     for (let i = 0; i < 20_000; i++)
       expect(s.idempotency.get(put(`c-${i % 37}`, `never-${i}`, 0))).toBeUndefined();
-    expect(s.idempotency.customerKeys('test', 'c-1', [])).toHaveLength(
+    expect(customerKeys(s.idempotency, 'test', 'c-1')).toHaveLength(
       all.filter((p) => p.customerId === 'c-1').length,
+    );
+  });
+
+  it("reads an online snapshot's cut of every key once, in slices of any size", async () => {
+    const s = openStore();
+    const line = (p: IdempotencyPut): string =>
+      [p.environment, p.customerId, p.scopeDigest, p.fingerprint, p.atMs].join('|');
+    const lines = (items: ReturnType<KeyCut['read']>): string[] =>
+      items.flatMap(([environment, customerId, keys]) =>
+        keys.map(([scopeDigest, fingerprint, atMs]) =>
+          line({ environment, customerId, scopeDigest, fingerprint, atMs }),
+        ),
+      );
+    const readAll = (cut: KeyCut, budget: number): string[] => {
+      const read: string[] = [];
+      for (let reads = 0; !cut.done; reads++) {
+        expect(reads).toBeLessThan(5_000);
+        read.push(...lines(cut.read(budget)));
+      }
+      return read;
+    };
+    // Three runs over plain ids and ids with their own blocks, both environments, then keys
+    // in memory.
+    const sealed: IdempotencyPut[] = [];
+    for (let run = 0; run < 3; run++) {
+      const puts = Array.from({ length: 700 }, (_, i) => ({
+        ...put(i % 5 === 0 ? `d-${i % 3}\u0000` : `c-${i % 41}`, `r${run}-${i}`, T0 + run),
+        environment: i % 2 === 0 ? ('live' as const) : ('test' as const),
+      }));
+      sealed.push(...puts);
+      await store(s, puts);
+      await s.idempotency.seal(PACING);
+    }
+    const held = Array.from({ length: 300 }, (_, i) => put(`c-${i % 41}`, `h${i}`, T0 + 5));
+    await store(s, held);
+    const expected = [...sealed, ...held].map(line).sort();
+    for (const budget of [1, 7, 1000])
+      expect(readAll(s.idempotency.cut(), budget).sort(), `budget ${budget}`).toEqual(expected);
+    // A customer's consecutive keys come in one item.
+    const items = s.idempotency.cut().read(100_000);
+    expect(items.length).toBeLessThan(expected.length / 2);
+    // As of the cut: keys stored after it are not in it, and the keys it found in memory
+    // stay in it once they are sealed.
+    const cut = s.idempotency.cut();
+    const first = lines(cut.read(10));
+    await store(
+      s,
+      Array.from({ length: 100 }, (_, i) => put('c-1', `later-${i}`, T0 + 6)),
+    );
+    await s.idempotency.seal(PACING);
+    expect(s.idempotency.inMemory).toBe(0);
+    expect([...first, ...readAll(cut, 50)].sort()).toEqual(expected);
+    cut.close();
+    // A run dropped while a cut reads it (its keys expired) reads as what is left of it.
+    const dropping = s.idempotency.cut();
+    const head = lines(dropping.read(100));
+    expect(await s.idempotency.dropExpired(T0 + 7, PACING)).toHaveLength(4);
+    const tail = readAll(dropping, 100);
+    expect(head.length + tail.length).toBeLessThan(expected.length);
+    for (const key of [...head, ...tail]) expect(expected).toContain(key);
+  });
+
+  it('keeps a batch an open cut reads from being used again once sealed', async () => {
+    const s = openStore();
+    const R = 200;
+    const first = [put('c-0', 'first', T0)];
+    await store(s, first);
+    // Sealed at R keys from here on: the next batch holds 1.25 R, and this first one (1,024
+    // slots) is kept for reuse.
+    await s.idempotency.seal(PACING, R);
+    const atCut = Array.from({ length: R }, (_, i) => put(`c-${i % 9}`, `at-${i}`, T0 + 1));
+    await store(s, atCut);
+    const cut = s.idempotency.cut();
+    await s.idempotency.seal(PACING, R);
+    // Enough keys to fill the kept batch: the one after it would be the batch just sealed,
+    // its rows written over, were the cut not open.
+    await store(
+      s,
+      Array.from({ length: 1100 }, (_, i) => put(`c-${i % 9}`, `later-${i}`, T0 + 2)),
+    );
+    const read = new Set<string>();
+    while (!cut.done)
+      for (const [, id, keys] of cut.read(64))
+        for (const [digest, , atMs] of keys) read.add(`${id}|${digest}|${atMs}`);
+    cut.close();
+    expect([...read].sort()).toEqual(
+      [...first, ...atCut].map((p) => `${p.customerId}|${p.scopeDigest}|${p.atMs}`).sort(),
     );
   });
 
@@ -542,7 +654,7 @@ describe('the key store', () => {
     await s.idempotency.seal(PACING);
     const all = [...first, ...more];
     expect(all.filter((p) => s.idempotency.get(p) === undefined)).toEqual([]);
-    expect(s.idempotency.customerKeys('test', 'c-0', [])).toHaveLength(1700);
+    expect(customerKeys(s.idempotency, 'test', 'c-0')).toHaveLength(1700);
   });
 
   it('puts 16 runs behind one filter that answers for them all, also after a restart', async () => {
@@ -565,7 +677,7 @@ describe('the key store', () => {
     s = openStore(dir);
     expect([s.idempotency.runs.length, s.idempotency.groupCount]).toEqual([GROUP_RUNS + 1, 2]);
     expect(all.every((p) => s.idempotency.get(p)?.fingerprint === '1')).toBe(true);
-    expect(s.idempotency.customerKeys('test', 'c-0', [])).toHaveLength(all.length / 5);
+    expect(customerKeys(s.idempotency, 'test', 'c-0')).toHaveLength(all.length / 5);
     // The group drops whole once its newest key expired; the newer run stays.
     const dropped = await s.idempotency.dropExpired(T0 + GROUP_RUNS, PACING);
     expect(dropped).toHaveLength(GROUP_RUNS);
@@ -1403,7 +1515,7 @@ describe('the key store', () => {
         if (other !== p.customerId)
           expect(s.idempotency.get({ ...p, customerId: other })).toBeUndefined();
     }
-    for (const id of ids) expect(s.idempotency.customerKeys('test', id, [])).toHaveLength(200);
+    for (const id of ids) expect(customerKeys(s.idempotency, 'test', id)).toHaveLength(200);
   });
 
   it('tells ids that sort by their characters from those that may not', () => {
@@ -1468,8 +1580,7 @@ describe('the key store', () => {
       for (const id of [...plain, ...odd, ...many.slice(0, 40)])
         for (const environment of ['live', 'test'] as const)
           expect(
-            target.idempotency
-              .customerKeys(environment, id, [])
+            customerKeys(target.idempotency, environment, id)
               .map(([digest]) => digest)
               .sort(),
           ).toEqual(
@@ -1508,7 +1619,7 @@ describe('the key store', () => {
     expect(s.idempotency.get(put('c-0', 'o1', 0))).toBeUndefined();
     for (const id of ['c-3', 'd-7\u0000'])
       for (const environment of ['live', 'test'] as const)
-        expect(s.idempotency.customerKeys(environment, id, []).length).toBe(
+        expect(customerKeys(s.idempotency, environment, id).length).toBe(
           [...before, ...after].filter((p) => p.customerId === id && p.environment === environment)
             .length,
         );
@@ -1680,7 +1791,7 @@ describe('the key store', () => {
     for (const p of [...before, ...after])
       expect(s.idempotency.get(p)).toEqual({ fingerprint: '1', atMs: p.atMs });
     expect(s.idempotency.get(put('c-0', 'b1', 0))).toBeUndefined(); // b1 is c-1's
-    expect(s.idempotency.customerKeys('test', 'c-0', [])).toHaveLength(200);
+    expect(customerKeys(s.idempotency, 'test', 'c-0')).toHaveLength(200);
     // Expired, the older run goes like any other.
     expect(await s.idempotency.dropExpired(T0 + 500, PACING)).toHaveLength(1);
     expect(before.every((p) => s.idempotency.get(p) === undefined)).toBe(true);

@@ -1,11 +1,15 @@
 /**
  * A snapshot's copy runs in slices between batches: each slice ends at its budget of work
  * units or at its deadline on the clock, whichever comes first, and copies at least one
- * customer, so a copy always finishes and holds the thread briefly however slow a unit is.
+ * customer (or one read of keys), so a copy always finishes and holds the thread briefly
+ * however slow a unit is. An online snapshot's copy reads the idempotency keys after the
+ * customers, a unit a key, and writes them in frames of their own.
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { newCustomer, type CustomerSnapshot, type CustomerState } from '../actors/customer.js';
+import type { CustomerKeys, KeysAtCut } from '../actors/idempotency-keys.js';
 import { ShardCopy } from '../actors/shard-export.js';
+import { SNAPSHOT_FRAME_KEYS } from '../storage/snapshot-file.js';
 
 function customers(count: number): CustomerState[] {
   return Array.from({ length: count }, (_, i) => newCustomer('test', `c-${i}`, 1_000 + i));
@@ -54,23 +58,78 @@ describe('ShardCopy slices', () => {
 
   it('stops copying once the deadline passes mid-slice', () => {
     const copied: CustomerSnapshot[] = [];
-    // Each customer's keys take a millisecond to read (`keysOf` runs as it is copied), so
-    // with a deadline 3.5 ms ahead the clock, not the budget, ends the slice: after at least
-    // one customer, and by the fourth (the clock is checked before each).
-    const copy = new ShardCopy(
-      customers(20),
-      (items) => copied.push(...items),
-      () => {
-        const until = performance.now() + 1;
-        while (performance.now() < until) {
-          /* a read that costs a millisecond */
-        }
-        return [];
-      },
+    // A clock that moves a millisecond each time it is read: with a deadline 3.5 ms ahead,
+    // the clock, not the budget, ends the slice. It is read before each customer after the
+    // first: 0, 1, 2 and 3 let the second to the fifth through, 4 stops the sixth.
+    let nowMs = 0;
+    const clock = vi.spyOn(performance, 'now').mockImplementation(() => nowMs++);
+    try {
+      const copy = new ShardCopy(customers(20), (items) => copied.push(...items));
+      expect(copy.step(1_000, 3.5)).toBe(false);
+      expect(copied).toHaveLength(5);
+      expect(copy.done).toBe(5);
+    } finally {
+      clock.mockRestore();
+    }
+  });
+});
+
+/** A cut of `count` keys, one customer each, that records how many each read gave. */
+function keysCut(count: number): KeysAtCut & { reads: number[] } {
+  let next = 0;
+  const reads: number[] = [];
+  return {
+    reads,
+    get done() {
+      return next === count;
+    },
+    read(budget) {
+      const end = Math.min(count, next + budget);
+      reads.push(end - next);
+      const items: CustomerKeys[] = [];
+      for (; next < end; next++) items.push(['test', `c-${next}`, [[`d-${next}`, '1', next]]]);
+      return items;
+    },
+    close() {},
+  };
+}
+
+describe('ShardCopy with idempotency keys', () => {
+  it('copies the customers first, then the keys, a unit a key, in frames of their own', () => {
+    const copied: CustomerSnapshot[] = [];
+    const frames: CustomerKeys[][] = [];
+    const cut = keysCut(SNAPSHOT_FRAME_KEYS + 1000);
+    const copy = new ShardCopy(customers(10), (items) => copied.push(...items), {
+      cut,
+      sink: (items) => frames.push(items),
+    });
+    // The first slice: ten customers, then keys for the 490 units left.
+    expect(copy.step(500)).toBe(false);
+    expect(copied).toHaveLength(10);
+    expect(cut.reads.reduce((a, b) => a + b, 0)).toBe(490);
+    expect(frames).toHaveLength(0); // a frame is written once it holds SNAPSHOT_FRAME_KEYS
+    let turns = 1;
+    while (!copy.step(500)) turns++;
+    // 10 + 5,096 units at 500 a slice: eleven slices.
+    expect(turns + 1).toBe(11);
+    // A frame is written once a read takes it to SNAPSHOT_FRAME_KEYS (reads of 256 at most).
+    expect(frames).toHaveLength(2);
+    expect(frames[0]?.length).toBeGreaterThanOrEqual(SNAPSHOT_FRAME_KEYS);
+    expect(frames[0]?.length).toBeLessThan(SNAPSHOT_FRAME_KEYS + 256);
+    expect(frames.flat().map((item) => item[1])).toEqual(
+      Array.from({ length: SNAPSHOT_FRAME_KEYS + 1000 }, (_, i) => `c-${i}`),
     );
-    copy.step(1_000, performance.now() + 3.5);
-    expect(copied.length).toBeGreaterThanOrEqual(1);
-    expect(copied.length).toBeLessThanOrEqual(4);
-    expect(copy.done).toBe(copied.length);
+    expect(copy.keysCopied).toBe(SNAPSHOT_FRAME_KEYS + 1000);
+  });
+
+  it('ends a slice of keys at its deadline, after one read at least', () => {
+    const cut = keysCut(1000);
+    const copy = new ShardCopy([], () => undefined, { cut, sink: () => undefined });
+    expect(copy.step(1_000, performance.now() - 1)).toBe(false);
+    expect(cut.reads).toEqual([256]);
+    while (!copy.step(1_000)) {
+      /* to the end */
+    }
+    expect(cut.done).toBe(true);
   });
 });

@@ -122,6 +122,19 @@ function startConsumers(
   };
 }
 
+/** Sealed runs of idempotency keys on `server`'s shards, from its metrics. */
+async function idempotencyRuns(server: ServerProcess): Promise<number> {
+  const res = await fetch(`${server.base}/v1/admin/metrics`, {
+    headers: { authorization: `Bearer ${server.keys.admin}` },
+  });
+  let runs = 0;
+  for (const [, count] of (await res.text()).matchAll(
+    /^tally_shard_idempotency_runs\{[^}]*\} (\d+)$/gm,
+  ))
+    runs += Number(count);
+  return runs;
+}
+
 async function waitComplete(server: ServerProcess, id: string): Promise<Record<string, any>> {
   for (let i = 0; i < 400; i++) {
     const res = await call(server.base, 'GET', `/v1/admin/snapshots/${id}`, {
@@ -143,7 +156,11 @@ async function download(server: ServerProcess, id: string, file: string): Promis
 
 beforeAll(async () => {
   // One customer per slice: batches interleave with the copy, so pre-images are exercised.
-  source = await startServerProcess({ config: CONFIG, env: { TALLY_SNAPSHOT_SLICE: '1' } });
+  // Runs of 64 keys: most keys at the cut are in sealed runs, the newest in memory.
+  source = await startServerProcess({
+    config: CONFIG,
+    env: { TALLY_SNAPSHOT_SLICE: '1', TALLY_IDEMPOTENCY_RUN_KEYS: '64' },
+  });
   const sk = source.keys.test.server;
   await call(source.base, 'POST', '/v1/customers', {
     key: sk,
@@ -186,6 +203,10 @@ beforeAll(async () => {
     },
   });
   await new Promise((resolve) => setTimeout(resolve, 300));
+  // Keys sealed into runs before the cut, not only keys in memory.
+  for (let i = 0; i < 100 && (await idempotencyRuns(source)) < 4; i++)
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  expect(await idempotencyRuns(source)).toBeGreaterThanOrEqual(4);
   postSentAt = performance.now();
   const created = await call(source.base, 'POST', '/v1/admin/snapshots', {
     key: source.keys.admin,
@@ -213,6 +234,11 @@ beforeAll(async () => {
   expect(restore.stderr).toBe('');
   expect(restore.code).toBe(0);
   expect(restore.stdout).toContain(`Restored snapshot ${created.body.id}`);
+  // The keys live at the cut, in frames of their own: every keyed consume's at least.
+  const restoredKeys = Number(/ (\d+) idempotency keys/.exec(restore.stdout)?.[1]);
+  expect(restoredKeys).toBeGreaterThanOrEqual(
+    sent.filter((s) => s.ackedAt !== null && s.ackedAt < postSentAt).length,
+  );
   restored = await startServerProcess({ dataDir: restoredDir, keys: source.keys });
 }, 60_000);
 
@@ -319,6 +345,65 @@ describe('online snapshot → offline restore', () => {
       ).toBe(true);
     },
   );
+});
+
+describe('a file of the previous format', () => {
+  it('restores idempotency keys its customers carry (format 2: no frames of keys)', async () => {
+    // The file rewritten as a release before wrote it: each customer's keys in its item.
+    const frames: SnapshotFrame[] = [];
+    const { header } = readSnapshotFile(snapshotFile, (frame) => frames.push(frame));
+    const keysOf = new Map<string, unknown[]>();
+    for (const frame of frames)
+      if (frame.k === 'idempotency')
+        for (const [environment, id, keys] of frame.items as Array<[string, string, unknown[]]>)
+          keysOf.set(`${environment}\u0000${id}`, [
+            ...(keysOf.get(`${environment}\u0000${id}`) ?? []),
+            ...keys,
+          ]);
+    expect(keysOf.size).toBeGreaterThanOrEqual(CUSTOMERS);
+    const file = path.join(tempDataDir('format2'), 'format2.tsnap');
+    const fd = fs.openSync(file, 'w');
+    const writer = new SnapshotWriter(fd, randomBytes(32));
+    writer.frame({ ...header, formatVersion: 2 });
+    for (const frame of frames) {
+      if (frame.k === 'idempotency') continue;
+      if (frame.k !== 'customers') {
+        writer.frame(frame as Exclude<SnapshotFrame, SnapshotHeader | SnapshotTrailer>);
+        continue;
+      }
+      const items = (frame.items as Array<{ environment: string; id: string }>).map((item) => {
+        const keys = keysOf.get(`${item.environment}\u0000${item.id}`);
+        return keys === undefined ? item : { ...item, keys };
+      });
+      writer.frame({ k: 'customers', items });
+    }
+    writer.finish();
+    fs.closeSync(fd);
+    const target = path.join(tempDataDir('format2-data'), 'data');
+    const result = await restoreSnapshot(file, target, { unauthenticated: true });
+    expect(result.idempotencyKeys).toBe(0); // none in frames of their own
+    const server = await startServerProcess({ dataDir: target, keys: source.keys });
+    try {
+      const before = sent.filter((s) => s.ackedAt !== null && s.ackedAt < postSentAt);
+      const start = new Map<string, number>();
+      for (const s of before)
+        if (!start.has(s.customerId)) start.set(s.customerId, await consumed(server, s.customerId));
+      for (const s of before)
+        expect(
+          (
+            await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+              key: server.keys.test.server,
+              body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey },
+            })
+          ).status,
+        ).toBe(200);
+      // Every one a replay: nothing consumed.
+      for (const [customerId, value] of start)
+        expect(await consumed(server, customerId), customerId).toBe(value);
+    } finally {
+      await server.stop();
+    }
+  });
 });
 
 describe('restore refuses', () => {
@@ -704,6 +789,14 @@ describe('snapshot authenticity', () => {
                 }
               : f,
           /invalid configuration \(version \d+\): invalid billing configuration/,
+        ],
+        [
+          'idempotency key',
+          (f) =>
+            f.k === 'idempotency'
+              ? { ...f, items: [...f.items, ['live', 'c-1', [['digest', '1', 'yesterday']]]] }
+              : f,
+          /invalid idempotency key item/,
         ],
         [
           'customer',

@@ -213,8 +213,9 @@ export function register(program: Command): void {
           console.log(
             `Restored snapshot ${result.header.id} ` +
               `(taken ${new Date(result.header.createdAtMs).toISOString()}): ` +
-              `${result.customers} customers, ${result.keys} keys, ${result.workers} ` +
-              `shard worker(s) into ${options.dataDir}.`,
+              `${result.customers} customers, ${result.keys} API keys, ` +
+              `${result.idempotencyKeys} idempotency keys, ${result.workers} shard worker(s) ` +
+              `into ${options.dataDir}.`,
           );
           console.log(`Start the server on it: TALLY_DATA_DIR=${options.dataDir} npm start`);
         } catch (error) {
