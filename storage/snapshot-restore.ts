@@ -33,6 +33,7 @@ import { AuditLog } from './audit-log.js';
 import { ControlStore, type ConfigEntry, type KeyRecord } from './control-store.js';
 import { claimDataDir, dataDirOwner } from './data-dir-lock.js';
 import type { KeyPut } from './held-keys.js';
+import { KEY_SLICE, restoredKeysEntry } from './idempotency-runs.js';
 import {
   encodeSnapshotChunk,
   ShardStore,
@@ -190,8 +191,23 @@ function storedCustomer(item: unknown): StoredCustomer {
 class ShardContents {
   readonly chunks: Buffer[] = [];
   readonly index: IndexEntry[] = [];
-  /** Its idempotency keys (format 3 files; older ones carry them in the customers' items). */
-  readonly idempotencyKeys: KeyPut[] = [];
+  /**
+   * Its idempotency keys (format 3 files; older ones carry them in the customers' items):
+   * log entries of KEY_SLICE keys (`restoredKeysEntry`), and the keys not in one yet.
+   */
+  readonly keyEntries: Buffer[] = [];
+  private keys: KeyPut[] = [];
+
+  addKey(put: KeyPut): void {
+    this.keys.push(put);
+    if (this.keys.length === KEY_SLICE) this.sealKeys();
+  }
+
+  sealKeys(): void {
+    if (this.keys.length === 0) return;
+    this.keyEntries.push(restoredKeysEntry(this.keys));
+    this.keys = [];
+  }
   private pending: StoredCustomer[] = [];
   items = 0;
 
@@ -259,13 +275,7 @@ async function writeDataDir(
             for (const [scopeDigest, fingerprint, atMs] of stored) {
               // As a start migrates keys: one past the retention is not brought over.
               if (atMs <= expiredBeforeMs) continue;
-              shard.idempotencyKeys.push({
-                environment,
-                customerId,
-                scopeDigest,
-                fingerprint,
-                atMs,
-              });
+              shard.addKey({ environment, customerId, scopeDigest, fingerprint, atMs });
               idempotencyKeys++;
             }
           }
@@ -323,7 +333,8 @@ async function writeShard(dataDir: string, index: number, contents: ShardContent
     for (let start = 0; start < contents.index.length; start += INDEX_ROWS_PER_BATCH) {
       await store.putIndex(contents.index.slice(start, start + INDEX_ROWS_PER_BATCH));
     }
-    await store.idempotency.logRestored(contents.idempotencyKeys);
+    contents.sealKeys();
+    await store.idempotency.logRestored(contents.keyEntries);
   } finally {
     await store.close();
   }
