@@ -58,8 +58,6 @@ export class ShardCopy {
   private copiedCount = 0;
   private keyChunk: CustomerKeys[] = [];
   private keyChunkKeys = 0;
-  /** Idempotency keys copied (`keys`). */
-  keysCopied = 0;
 
   /**
    * Takes the cut now (`keys`, when given, is the key store's cut taken at the same moment,
@@ -143,7 +141,6 @@ export class ShardCopy {
   private flushKeys(): void {
     if (this.keyChunk.length === 0) return;
     const items = this.keyChunk;
-    this.keysCopied += this.keyChunkKeys;
     this.keyChunk = [];
     this.keyChunkKeys = 0;
     this.keys?.sink(items);

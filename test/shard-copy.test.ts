@@ -119,7 +119,6 @@ describe('ShardCopy with idempotency keys', () => {
     expect(frames.flat().map((item) => item[1])).toEqual(
       Array.from({ length: SNAPSHOT_FRAME_KEYS + 1000 }, (_, i) => `c-${i}`),
     );
-    expect(copy.keysCopied).toBe(SNAPSHOT_FRAME_KEYS + 1000);
   });
 
   it('ends a slice of keys at its deadline, after one read at least', () => {
