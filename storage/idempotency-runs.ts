@@ -601,14 +601,6 @@ function logEntry(record: number | null, puts: readonly KeyPut[]): Buffer {
   return frameArray((record === null ? 0 : 1) + 5 * puts.length, body, end);
 }
 
-/**
- * The log entry of keys a restore brings (`KeyStore.logRestored`): a restore holds each
- * shard's keys as these bytes until it writes the shard, ~40 bytes a key, not as objects.
- */
-export function restoredKeysEntry(puts: readonly KeyPut[]): Buffer {
-  return logEntry(null, puts);
-}
-
 /** Bytes a block's body is built in at first (a block of 32 keys of ASCII text takes ~1.4 KB). */
 const BLOCK_BODY_BYTES = 4096;
 
@@ -1405,21 +1397,6 @@ export class KeyStore {
     this.remember(put);
     this.log(null, [put]);
     return true;
-  }
-
-  /**
-   * Keys a restore brings (an online snapshot's cut of another data dir), as log entries
-   * (`restoredKeysEntry`): logged as `backfill` logs the keys it migrates, without holding
-   * them here. The first start loads them into memory and seals them with its first run.
-   * Resolves once they are on disk.
-   */
-  async logRestored(entries: readonly Buffer[]): Promise<void> {
-    const log = this.#logs[this.#logTable] as BinaryDb;
-    await Promise.all(
-      entries.map((entry) =>
-        flushedWrite(this.#root, log.put(this.#nextLogSeq++, entry), 'the keys of a restore'),
-      ),
-    );
   }
 
   /** Keys in memory (not yet in a committed run). */

@@ -189,6 +189,15 @@ export class SnapshotFileError extends Error {}
 /** Intact, but not provably written by the service that holds the secret. */
 export class SnapshotNotAuthenticError extends SnapshotFileError {}
 
+/** A frame between a snapshot file's header and its trailer. */
+export type SnapshotBodyFrame = Exclude<SnapshotFrame, SnapshotHeader | SnapshotTrailer>;
+
+/** What reading a whole snapshot file ends with. */
+export interface SnapshotRead {
+  readonly header: SnapshotHeader;
+  readonly trailer: SnapshotTrailer;
+}
+
 /**
  * Reads a snapshot file frame by frame (synchronously, in bounded reads), verifying the
  * magic, each frame's length and CRC, the header's format, the trailer's count and
@@ -199,10 +208,30 @@ export class SnapshotNotAuthenticError extends SnapshotFileError {}
  */
 export function readSnapshotFile(
   file: string,
-  onFrame: ((frame: Exclude<SnapshotFrame, SnapshotHeader | SnapshotTrailer>) => void) | null,
+  onFrame: ((frame: SnapshotBodyFrame) => void) | null,
   onProgress?: (bytesRead: number, bytesTotal: number) => void,
   secret: Uint8Array | null = null,
-): { header: SnapshotHeader; trailer: SnapshotTrailer } {
+): SnapshotRead {
+  const frames = snapshotFrames(file, onProgress, secret, onFrame !== null);
+  for (;;) {
+    const next = frames.next();
+    if (next.done === true) return next.value;
+    onFrame?.(next.value);
+  }
+}
+
+/**
+ * `readSnapshotFile` as a generator: yields each frame between header and trailer (none
+ * unless `decode`: frames are then only checksummed) and returns the header and trailer,
+ * so a caller may await between frames. The file is closed when the generator ends,
+ * throws, or is given up (`return`).
+ */
+export function* snapshotFrames(
+  file: string,
+  onProgress?: (bytesRead: number, bytesTotal: number) => void,
+  secret: Uint8Array | null = null,
+  decode = true,
+): Generator<SnapshotBodyFrame, SnapshotRead, undefined> {
   const fd = fs.openSync(file, 'r');
   try {
     const size = fs.fstatSync(fd).size;
@@ -237,7 +266,7 @@ export function readSnapshotFile(
         );
       const record = readExactly(length, `frame ${frames + 1}`);
       // Without a consumer, frames between header and trailer are only checksummed.
-      if (onFrame === null && frames > 0 && position < size) {
+      if (!decode && frames > 0 && position < size) {
         const checked = checkRecord(record);
         if (!checked.ok)
           throw new SnapshotFileError(
@@ -281,7 +310,7 @@ export function readSnapshotFile(
       } else if (frame.k === 'header') {
         throw new SnapshotFileError('snapshot file is corrupt: a second header');
       } else {
-        onFrame?.(frame);
+        yield frame;
       }
       onProgress?.(position, size);
     }
@@ -351,6 +380,6 @@ export function verifySnapshotFile(
   file: string,
   onProgress?: (bytesRead: number, bytesTotal: number) => void,
   secret: Uint8Array | null = null,
-): { header: SnapshotHeader; trailer: SnapshotTrailer } {
+): SnapshotRead {
   return readSnapshotFile(file, null, onProgress, secret);
 }

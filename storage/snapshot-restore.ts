@@ -27,13 +27,16 @@ import {
   type CustomerRecord,
 } from '../shared/customer-record.js';
 import type { Environment } from '../shared/environment.js';
-import { IDEMPOTENCY_RETENTION_MS, LOGICAL_SHARDS } from '../shared/limits.js';
+import {
+  IDEMPOTENCY_RETENTION_MS,
+  IDEMPOTENCY_RUN_KEYS,
+  LOGICAL_SHARDS,
+} from '../shared/limits.js';
 import { logicalShardOf, workerOf } from '../shared/shard-hash.js';
 import { AuditLog } from './audit-log.js';
 import { ControlStore, type ConfigEntry, type KeyRecord } from './control-store.js';
 import { claimDataDir, dataDirOwner } from './data-dir-lock.js';
 import type { KeyPut } from './held-keys.js';
-import { KEY_SLICE, restoredKeysEntry } from './idempotency-runs.js';
 import {
   encodeSnapshotChunk,
   ShardStore,
@@ -41,11 +44,12 @@ import {
   type IndexEntry,
 } from './journal.js';
 import {
-  readSnapshotFile,
+  snapshotFrames,
   SNAPSHOT_SECRET_BYTES,
   SnapshotFileError,
   verifySnapshotFile,
   type SnapshotHeader,
+  type SnapshotRead,
   type SnapshotTrailer,
 } from './snapshot-file.js';
 
@@ -186,30 +190,21 @@ function storedCustomer(item: unknown): StoredCustomer {
 /**
  * One restored shard's contents, built while the file streams by: its snapshot as
  * encoded chunks and its customer index rows, so a restore of millions of customers
- * holds bytes, never every customer decoded at once.
+ * holds bytes, never every customer decoded at once. Its idempotency keys (files of
+ * format 3; older ones carry them in the customers' items) go to its key store as they
+ * come and are sealed into runs as a shard seals them, a run's worth at a time: a restore
+ * holds at most one run of keys a shard in memory however many there are, and the
+ * restored shard's first start finds them in runs, with none to load.
  */
 class ShardContents {
   readonly chunks: Buffer[] = [];
   readonly index: IndexEntry[] = [];
-  /**
-   * Its idempotency keys (format 3 files; older ones carry them in the customers' items):
-   * log entries of KEY_SLICE keys (`restoredKeysEntry`), and the keys not in one yet.
-   */
-  readonly keyEntries: Buffer[] = [];
-  private keys: KeyPut[] = [];
-
-  addKey(put: KeyPut): void {
-    this.keys.push(put);
-    if (this.keys.length === KEY_SLICE) this.sealKeys();
-  }
-
-  sealKeys(): void {
-    if (this.keys.length === 0) return;
-    this.keyEntries.push(restoredKeysEntry(this.keys));
-    this.keys = [];
-  }
   private pending: StoredCustomer[] = [];
   items = 0;
+  /** Its environment, opened at its first idempotency key (else when it is written). */
+  private store: ShardStore | null = null;
+
+  constructor(private readonly dir: string) {}
 
   add(item: StoredCustomer): void {
     this.pending.push(item);
@@ -227,7 +222,49 @@ class ShardContents {
     this.chunks.push(encodeSnapshotChunk(this.pending));
     this.pending = [];
   }
+
+  /** Holds `put` in its key store; true once a run's worth waits to be sealed (`sealKeys`). */
+  holdKey(put: KeyPut): boolean {
+    this.store ??= ShardStore.open(this.dir);
+    this.store.idempotency.remember(put);
+    return this.store.idempotency.unsealed >= IDEMPOTENCY_RUN_KEYS;
+  }
+
+  /** Seals the keys it holds into runs. */
+  async sealKeys(): Promise<void> {
+    if (this.store !== null) await this.store.idempotency.seal(RESTORE_PACING);
+  }
+
+  /**
+   * Writes its environment: the customers as the shard's snapshot, their index rows, the
+   * keys still held sealed, and the open era of their filters stored (idempotency-eras.ts),
+   * so that the first start reads them through it.
+   */
+  async write(): Promise<void> {
+    this.seal();
+    const store = this.store ?? ShardStore.open(this.dir);
+    this.store = store;
+    await store.writeSnapshotChunks(0, this.chunks, this.items);
+    for (let start = 0; start < this.index.length; start += INDEX_ROWS_PER_BATCH) {
+      await store.putIndex(this.index.slice(start, start + INDEX_ROWS_PER_BATCH));
+    }
+    await this.sealKeys();
+    await store.idempotency.storeOpenEra(RESTORE_PACING.pause);
+    await this.close();
+  }
+
+  async close(): Promise<void> {
+    const store = this.store;
+    this.store = null;
+    await store?.close();
+  }
 }
+
+/** A restore seals keys with nothing else to serve: no journal to wait for. */
+const RESTORE_PACING = {
+  pause: (): Promise<void> => new Promise((resolve) => setImmediate(resolve)),
+  keysDurable: (): Promise<void> => Promise.resolve(),
+};
 
 /** Index rows written per LMDB batch: bounded promises in flight. */
 const INDEX_ROWS_PER_BATCH = 10_000;
@@ -240,19 +277,28 @@ async function writeDataDir(
 ): Promise<RestoreResult> {
   const control = ControlStore.open(dataDir);
   const audit = new AuditLog(control.auditDb);
-  const shards = Array.from({ length: workers }, () => new ShardContents());
+  const shards = Array.from(
+    { length: workers },
+    (_, index) => new ShardContents(path.join(dataDir, `shard-${index}`)),
+  );
+  const shardOf = (environment: Environment, id: string): ShardContents =>
+    shards[workerOf(logicalShardOf(environment, id, LOGICAL_SHARDS), workers)] as ShardContents;
   const writes: Array<Promise<void>> = [];
   let keys = 0;
   let idempotencyKeys = 0;
   const expiredBeforeMs = Date.now() - IDEMPOTENCY_RETENTION_MS;
-  const { header, trailer } = readSnapshotFile(
-    file,
-    (frame) => {
+  const frames = snapshotFrames(file, (read, total) =>
+    options.onProgress?.('restore', read, total),
+  );
+  let next = frames.next();
+  try {
+    for (; next.done !== true; next = frames.next()) {
+      const frame = next.value;
       switch (frame.k) {
         case 'keys':
           for (const record of frame.items) writes.push(control.putKey(checkedKey(record)));
           keys += frame.items.length;
-          return;
+          break;
         case 'configs':
           for (const entry of frame.entries)
             writes.push(
@@ -261,37 +307,42 @@ async function writeDataDir(
                 checkedConfig(entry, options),
               ),
             );
-          return;
+          break;
         case 'audit':
           for (const [seq, bytes] of frame.entries)
             writes.push(audit.putRaw(frame.stream, seq, bytes));
-          return;
-        case 'idempotency':
+          break;
+        case 'idempotency': {
+          const due = new Set<ShardContents>();
           for (const item of frame.items) {
             const [environment, customerId, stored] = checkedKeys(item);
-            const shard = shards[
-              workerOf(logicalShardOf(environment, customerId, LOGICAL_SHARDS), workers)
-            ] as ShardContents;
+            const shard = shardOf(environment, customerId);
             for (const [scopeDigest, fingerprint, atMs] of stored) {
               // As a start migrates keys: one past the retention is not brought over.
               if (atMs <= expiredBeforeMs) continue;
-              shard.addKey({ environment, customerId, scopeDigest, fingerprint, atMs });
+              if (shard.holdKey({ environment, customerId, scopeDigest, fingerprint, atMs }))
+                due.add(shard);
               idempotencyKeys++;
             }
           }
-          return;
+          for (const shard of due) await shard.sealKeys();
+          break;
+        }
         case 'customers':
           for (const item of frame.items.map(storedCustomer)) {
             checkCustomer(item, options);
-            shards[
-              workerOf(logicalShardOf(item.environment, item.id, LOGICAL_SHARDS), workers)
-            ]?.add(item);
+            shardOf(item.environment, item.id).add(item);
           }
-          return;
+          break;
       }
-    },
-    (read, total) => options.onProgress?.('restore', read, total),
-  );
+    }
+  } catch (error) {
+    // Closes the file: the generator's own `finally` runs (what it returns is moot here).
+    frames.return(undefined as unknown as SnapshotRead);
+    await Promise.all(shards.map((shard) => shard.close()));
+    throw error;
+  }
+  const { header, trailer } = next.value;
   writes.push(control.putMeta('workers', workers));
   writes.push(control.putSnapshotSecret(options.secret));
   writes.push(
@@ -302,8 +353,11 @@ async function writeDataDir(
     }),
   );
   await Promise.all(writes);
-  for (let index = 0; index < workers; index++)
-    await writeShard(dataDir, index, shards[index] ?? new ShardContents());
+  try {
+    for (const shard of shards) await shard.write();
+  } finally {
+    await Promise.all(shards.map((shard) => shard.close()));
+  }
   await audit.append(
     'operator',
     {
@@ -322,22 +376,6 @@ async function writeDataDir(
   );
   await control.close();
   return { header, trailer, workers, keys, customers: trailer.customers, idempotencyKeys };
-}
-
-/** One worker's environment: its customers as the shard's snapshot, and their index rows. */
-async function writeShard(dataDir: string, index: number, contents: ShardContents): Promise<void> {
-  contents.seal();
-  const store = ShardStore.open(path.join(dataDir, `shard-${index}`));
-  try {
-    await store.writeSnapshotChunks(0, contents.chunks, contents.items);
-    for (let start = 0; start < contents.index.length; start += INDEX_ROWS_PER_BATCH) {
-      await store.putIndex(contents.index.slice(start, start + INDEX_ROWS_PER_BATCH));
-    }
-    contents.sealKeys();
-    await store.idempotency.logRestored(contents.keyEntries);
-  } finally {
-    await store.close();
-  }
 }
 
 /** A restored record that breaks a rule live input obeys: the file was edited or is damaged. */
