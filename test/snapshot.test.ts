@@ -598,6 +598,21 @@ describe('tally snapshot (the CLI)', () => {
           );
           expect(b.body, customerId).toEqual(a.body);
         }
+        // The keys went with their customers to their new workers: a retry is a replay.
+        const retried = sent.filter((s) => s.ackedAt !== null).slice(-60);
+        for (const s of retried)
+          expect(
+            (
+              await call(copy.base, 'POST', '/v1/usage/api_calls/consume', {
+                key: source.keys.test.server,
+                body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey },
+              })
+            ).status,
+          ).toBe(200);
+        for (const customerId of new Set(retried.map((s) => s.customerId)))
+          expect(await consumed(copy, customerId), customerId).toBe(
+            await consumed(source, customerId),
+          );
         expect(
           (await call(copy.base, 'GET', '/v1/admin/status', { key: source.keys.admin })).body
             .customers,
