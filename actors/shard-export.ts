@@ -133,9 +133,10 @@ export class ShardCopy {
       if (this.keyChunkKeys >= SNAPSHOT_FRAME_KEYS) this.flushKeys();
       copiedOne = true;
     }
-    if (!keys.cut.done) return false;
+    // Written within the slice, as customers are: what it read dies young, not held across
+    // batches into the old generation for a full collection to clear.
     this.flushKeys();
-    return true;
+    return keys.cut.done;
   }
 
   private flushKeys(): void {

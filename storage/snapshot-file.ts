@@ -37,7 +37,11 @@ export const SNAPSHOT_FRAME_BYTES_MAX = 256 * 1024 * 1024;
  * Customers per `customers` frame: a shard snapshot chunk's size, so a copy's groups serve both.
  */
 export const SNAPSHOT_FRAME_CUSTOMERS = SNAPSHOT_CHUNK_ITEMS;
-/** Idempotency keys per `idempotency` frame, about: ~60 bytes each, ~0.25 MiB a frame. */
+/**
+ * Idempotency keys per `idempotency` frame at most, about (~60 bytes each, ~0.25 MiB a
+ * frame); a shard writes one at the end of each slice of its copy too, so a frame holds a
+ * slice's keys where a slice reads fewer.
+ */
 export const SNAPSHOT_FRAME_KEYS = 4096;
 
 export interface SnapshotHeader {

@@ -95,7 +95,7 @@ function keysCut(count: number): KeysAtCut & { reads: number[] } {
 }
 
 describe('ShardCopy with idempotency keys', () => {
-  it('copies the customers first, then the keys, a unit a key, in frames of their own', () => {
+  it('copies the customers first, then the keys, a unit a key, a frame each slice', () => {
     const copied: CustomerSnapshot[] = [];
     const frames: CustomerKeys[][] = [];
     const cut = keysCut(SNAPSHOT_FRAME_KEYS + 1000);
@@ -103,22 +103,32 @@ describe('ShardCopy with idempotency keys', () => {
       cut,
       sink: (items) => frames.push(items),
     });
-    // The first slice: ten customers, then keys for the 490 units left.
+    // The first slice: ten customers, then keys for the 490 units left, written before the
+    // slice ends (nothing it read is held across batches).
     expect(copy.step(500)).toBe(false);
     expect(copied).toHaveLength(10);
     expect(cut.reads.reduce((a, b) => a + b, 0)).toBe(490);
-    expect(frames).toHaveLength(0); // a frame is written once it holds SNAPSHOT_FRAME_KEYS
+    expect(frames.map((frame) => frame.length)).toEqual([490]);
     let turns = 1;
     while (!copy.step(500)) turns++;
-    // 10 + 5,096 units at 500 a slice: eleven slices.
+    // 10 + 5,096 units at 500 a slice: eleven slices, a frame each.
     expect(turns + 1).toBe(11);
-    // A frame is written once a read takes it to SNAPSHOT_FRAME_KEYS (reads of 256 at most).
-    expect(frames).toHaveLength(2);
-    expect(frames[0]?.length).toBeGreaterThanOrEqual(SNAPSHOT_FRAME_KEYS);
-    expect(frames[0]?.length).toBeLessThan(SNAPSHOT_FRAME_KEYS + 256);
+    expect(frames.map((frame) => frame.length)).toEqual([490, ...Array(9).fill(500), 106]);
     expect(frames.flat().map((item) => item[1])).toEqual(
       Array.from({ length: SNAPSHOT_FRAME_KEYS + 1000 }, (_, i) => `c-${i}`),
     );
+  });
+
+  it('writes a frame once it holds SNAPSHOT_FRAME_KEYS, however large a slice', () => {
+    const frames: CustomerKeys[][] = [];
+    const cut = keysCut(SNAPSHOT_FRAME_KEYS + 1000);
+    const copy = new ShardCopy([], () => undefined, { cut, sink: (items) => frames.push(items) });
+    expect(copy.step(100_000)).toBe(true);
+    // Reads of 256 at most: the first frame ends at the read that takes it past the bound.
+    expect(frames).toHaveLength(2);
+    expect(frames[0]?.length).toBeGreaterThanOrEqual(SNAPSHOT_FRAME_KEYS);
+    expect(frames[0]?.length).toBeLessThan(SNAPSHOT_FRAME_KEYS + 256);
+    expect(frames.flat()).toHaveLength(SNAPSHOT_FRAME_KEYS + 1000);
   });
 
   it('ends a slice of keys at its deadline, after one read at least', () => {
