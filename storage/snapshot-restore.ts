@@ -3,8 +3,7 @@
  * it answers exactly as the original did at the cut — same keys (revoked ones stay
  * revoked), every configuration version, the audit chains (verbatim, so they verify),
  * every customer's state in its shard's snapshot with the customer index beside it, and
- * the idempotency keys live at the cut (logged in their shard's key store, which loads and
- * seals them at its first start).
+ * the idempotency keys live at the cut (sealed into runs in their shard's key store).
  *
  * It refuses rather than guesses: a data dir that a running server (or another restore)
  * owns, a data dir that is not empty, and a file that fails any check (the whole file is
@@ -284,6 +283,12 @@ async function writeDataDir(
   const shardOf = (environment: Environment, id: string): ShardContents =>
     shards[workerOf(logicalShardOf(environment, id, LOGICAL_SHARDS), workers)] as ShardContents;
   const writes: Array<Promise<void>> = [];
+  // Awaited after the frames; one that fails meanwhile (while a seal is awaited) is
+  // reported there, not as an unhandled rejection.
+  const issue = (write: Promise<void>): void => {
+    write.catch(() => undefined);
+    writes.push(write);
+  };
   let keys = 0;
   let idempotencyKeys = 0;
   const expiredBeforeMs = Date.now() - IDEMPOTENCY_RETENTION_MS;
@@ -296,12 +301,12 @@ async function writeDataDir(
       const frame = next.value;
       switch (frame.k) {
         case 'keys':
-          for (const record of frame.items) writes.push(control.putKey(checkedKey(record)));
+          for (const record of frame.items) issue(control.putKey(checkedKey(record)));
           keys += frame.items.length;
           break;
         case 'configs':
           for (const entry of frame.entries)
-            writes.push(
+            issue(
               control.putConfig(
                 checkedEnvironment(frame.environment),
                 checkedConfig(entry, options),
@@ -310,7 +315,7 @@ async function writeDataDir(
           break;
         case 'audit':
           for (const [seq, bytes] of frame.entries)
-            writes.push(audit.putRaw(frame.stream, seq, bytes));
+            issue(audit.putRaw(frame.stream, seq, bytes));
           break;
         case 'idempotency': {
           const due = new Set<ShardContents>();
