@@ -314,8 +314,7 @@ async function writeDataDir(
             );
           break;
         case 'audit':
-          for (const [seq, bytes] of frame.entries)
-            issue(audit.putRaw(frame.stream, seq, bytes));
+          for (const [seq, bytes] of frame.entries) issue(audit.putRaw(frame.stream, seq, bytes));
           break;
         case 'idempotency': {
           const due = new Set<ShardContents>();
