@@ -137,6 +137,19 @@ async function shardMetric(server: ServerProcess, name: string): Promise<number>
 const idempotencyRuns = (server: ServerProcess): Promise<number> =>
   shardMetric(server, 'tally_shard_idempotency_runs');
 
+/** Sends each consume of `entries` to `server` again, with its key: each answers 200. */
+async function sendAgain(server: ServerProcess, entries: readonly Sent[]): Promise<void> {
+  for (const s of entries)
+    expect(
+      (
+        await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
+          key: server.keys.test.server,
+          body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey },
+        })
+      ).status,
+    ).toBe(200);
+}
+
 async function waitComplete(server: ServerProcess, id: string): Promise<Record<string, any>> {
   for (let i = 0; i < 400; i++) {
     const res = await call(server.base, 'GET', `/v1/admin/snapshots/${id}`, {
@@ -393,15 +406,7 @@ describe('a file of the previous format', () => {
       const start = new Map<string, number>();
       for (const s of before)
         if (!start.has(s.customerId)) start.set(s.customerId, await consumed(server, s.customerId));
-      for (const s of before)
-        expect(
-          (
-            await call(server.base, 'POST', '/v1/usage/api_calls/consume', {
-              key: server.keys.test.server,
-              body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey },
-            })
-          ).status,
-        ).toBe(200);
+      await sendAgain(server, before);
       // Every one a replay: nothing consumed.
       for (const [customerId, value] of start)
         expect(await consumed(server, customerId), customerId).toBe(value);
@@ -600,15 +605,7 @@ describe('tally snapshot (the CLI)', () => {
         }
         // The keys went with their customers to their new workers: a retry is a replay.
         const retried = sent.filter((s) => s.ackedAt !== null).slice(-60);
-        for (const s of retried)
-          expect(
-            (
-              await call(copy.base, 'POST', '/v1/usage/api_calls/consume', {
-                key: source.keys.test.server,
-                body: { customerId: s.customerId, amount: 1, idempotencyKey: s.idempotencyKey },
-              })
-            ).status,
-          ).toBe(200);
+        await sendAgain(copy, retried);
         for (const customerId of new Set(retried.map((s) => s.customerId)))
           expect(await consumed(copy, customerId), customerId).toBe(
             await consumed(source, customerId),
