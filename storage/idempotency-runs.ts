@@ -1926,28 +1926,21 @@ export class KeyStore {
     let read = 0;
     let from: RunKey | null = null;
     for (;;) {
-      const blocks = this.#runs.getRange({
-        start: from ?? [run.seq],
-        end: [run.seq + 1],
-        limit: REBUILD_SLICE_BLOCKS + 1,
-      });
       let count = 0;
-      let last: RunKey | null = null;
       const untilMs = performance.now() + REBUILD_SLICE_MS;
-      for (const { key, value } of blocks) {
-        if (from !== null && sameKey(key as RunKey, from)) continue;
-        const block = decodeSections(value, `of run ${run.seq}`, run.sections);
-        const environment = environmentOfSpace((key as RunKey)[1]);
-        eachSection(block, (customerId, from, end) => {
-          for (let k = from; k < end; k += 3, count++) {
-            keyHashes(environment, customerId, block[k] as string);
-            hashes[2 * count] = KEY_HASHES[0] as number;
-            hashes[2 * count + 1] = KEY_HASHES[1] as number;
-          }
-        });
-        last = key as RunKey;
-        if (count >= REBUILD_SLICE_KEYS || performance.now() >= untilMs) break;
-      }
+      const last = readRunSlice(
+        this.#runs,
+        run,
+        from,
+        REBUILD_SLICE_BLOCKS,
+        (environment, customerId, digest) => {
+          keyHashes(environment, customerId, digest);
+          hashes[2 * count] = KEY_HASHES[0] as number;
+          hashes[2 * count + 1] = KEY_HASHES[1] as number;
+          count++;
+        },
+        () => count >= REBUILD_SLICE_KEYS || performance.now() >= untilMs,
+      );
       if (last === null) return read;
       for (const filter of filters) {
         filter.readAhead(hashes, count);
@@ -2151,46 +2144,77 @@ export class KeyCut {
   }
 
   #readRun(items: CutItem[], budget: number): number {
-    const run = this.#runs[this.#run] as Run;
-    const what = `of run ${run.seq}`;
-    const from = this.#from;
     let read = 0;
-    let last: RunKey | null = null;
-    for (const { key, value } of this.#table.getRange({
-      start: from ?? [run.seq],
-      end: [run.seq + 1],
-      limit: budget + 1,
-    })) {
-      if (from !== null && sameKey(key as RunKey, from)) continue;
-      last = key as RunKey;
-      const [, space, customerId, digest] = last;
-      const environment = environmentOfSpace(space);
-      if (run.blocks) {
-        const block = decodeSections(value, what, run.sections);
-        eachSection(block, (id, start, end) => {
-          for (let k = start; k < end; k += 3, read++)
-            addCut(
-              items,
-              environment,
-              id,
-              block[k] as string,
-              block[k + 1] as string,
-              block[k + 2] as number,
-            );
-        });
-      } else {
-        const stored = decodeStored(value, what);
-        addCut(items, environment, customerId, digest, stored.fingerprint, stored.atMs);
+    const last = readRunSlice(
+      this.#table,
+      this.#runs[this.#run] as Run,
+      this.#from,
+      budget,
+      (environment, customerId, digest, fingerprint, atMs) => {
+        addCut(items, environment, customerId, digest, fingerprint, atMs);
         read++;
-      }
-      if (read >= budget) break;
-    }
+      },
+      () => read >= budget,
+    );
     if (last === null) {
       this.#run++;
       this.#from = null;
     } else this.#from = last;
     return Math.max(read, 1);
   }
+}
+
+/**
+ * Reads a slice of `run`'s entries in key order, from the one after `from` (its first when
+ * null): hands `visit` each key an entry holds (a block's every key; an entry of a run sealed
+ * a key per entry, its one), and stops after `entries` entries or once `enough` says so after
+ * one. Returns the last entry read, or null where none was left (the run's end). Throws on a
+ * corrupt entry, as a lookup does.
+ */
+function readRunSlice(
+  table: BinaryDb,
+  run: Run,
+  from: RunKey | null,
+  entries: number,
+  visit: (
+    environment: 'test' | 'live',
+    customerId: string,
+    digest: string,
+    fingerprint: string,
+    atMs: number,
+  ) => void,
+  enough: () => boolean,
+): RunKey | null {
+  const what = `of run ${run.seq}`;
+  let last: RunKey | null = null;
+  for (const { key, value } of table.getRange({
+    start: from ?? [run.seq],
+    end: [run.seq + 1],
+    limit: entries + 1,
+  })) {
+    if (from !== null && sameKey(key as RunKey, from)) continue;
+    last = key as RunKey;
+    const [, space, customerId, digest] = last;
+    const environment = environmentOfSpace(space);
+    if (run.blocks) {
+      const block = decodeSections(value, what, run.sections);
+      eachSection(block, (id, start, end) => {
+        for (let k = start; k < end; k += 3)
+          visit(
+            environment,
+            id,
+            block[k] as string,
+            block[k + 1] as string,
+            block[k + 2] as number,
+          );
+      });
+    } else {
+      const stored = decodeStored(value, what);
+      visit(environment, customerId, digest, stored.fingerprint, stored.atMs);
+    }
+    if (enough()) break;
+  }
+  return last;
 }
 
 /** Adds a key to `items`: to the last item where it is the same customer's. */
