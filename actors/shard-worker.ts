@@ -58,6 +58,7 @@ import {
   encodeSnapshotChunk,
   indexRowOf,
   JOURNAL_PRUNE_SLICE,
+  SNAPSHOT_PRUNE_CHUNKS,
   ShardStore,
 } from '../storage/journal.js';
 import { OutboxMarker, OutboxMarks, type OutboxEvent } from '../storage/outbox.js';
@@ -409,7 +410,7 @@ function maybeSnapshot(): void {
   const seq = store.lastSeq;
   // Each chunk goes to disk as it is encoded; the commit only names them.
   const writer = store.beginSnapshot(seq);
-  const copy = new ShardCopy(shard.allCustomers(), (items) =>
+  const copy = new ShardCopy(shard.customerMaps(), (items) =>
     writer.add(encodeSnapshotChunk(items)),
   );
   shard.batchesSinceSnapshot = 0;
@@ -438,14 +439,16 @@ function maybeSnapshot(): void {
 }
 
 /**
- * Removes the journal records the stored snapshot covers, a slice at a time between
- * batches (its own transaction removed only the first few: JOURNAL_PRUNE_IN_SNAPSHOT_MAX).
+ * Removes the journal records the stored snapshot covers (its own transaction removed only
+ * the first few: JOURNAL_PRUNE_IN_SNAPSHOT_MAX) and the chunks of the snapshot it
+ * replaced, a slice at a time between batches.
  */
 function pruneJournal(): void {
   if (stopping) return;
-  const pruned = store.pruneCovered(JOURNAL_PRUNE_SLICE);
-  if (pruned.removed === JOURNAL_PRUNE_SLICE)
-    void pruned.committed.then(() => setImmediate(pruneJournal));
+  const records = store.pruneCovered(JOURNAL_PRUNE_SLICE);
+  const chunks = store.pruneStaleChunks(SNAPSHOT_PRUNE_CHUNKS);
+  if (records.removed === JOURNAL_PRUNE_SLICE || chunks.removed === SNAPSHOT_PRUNE_CHUNKS)
+    void Promise.all([records.committed, chunks.committed]).then(() => setImmediate(pruneJournal));
 }
 
 /** Copies in progress (a periodic snapshot and an online one may overlap). */
@@ -614,10 +617,12 @@ function startExport(snapshotId: string, partPath: string): void {
   const position = store.lastSeq + (shard.hasPendingEvents ? 1 : 0);
   const durable = new Promise<void>((resolve) => shard.whenDurable(resolve));
   const keys = shard.keysAtCut();
-  const copy = new ShardCopy(shard.allCustomers(), (items) => part.write(items), {
-    cut: keys,
-    sink: (items) => part.writeKeys(items),
-  });
+  const copy = new ShardCopy(
+    shard.customerMaps(),
+    (items) => part.write(items),
+    { cut: keys, sink: (items) => part.writeKeys(items) },
+    1,
+  );
   let slices = 0;
   runCopy(
     copy,

@@ -344,6 +344,15 @@ export class Shard {
     yield* this.customers.live.values();
   }
 
+  /**
+   * The maps of customers, test environment first, for a snapshot's cut (ShardCopy): a
+   * shard never removes a customer from them and changes one in place, so each only grows,
+   * at its end.
+   */
+  customerMaps(): readonly ReadonlyMap<string, CustomerState>[] {
+    return [this.customers.test, this.customers.live];
+  }
+
   /** Every customer as its customer index entry (the index must match them after a drop). */
   *indexEntries(): IterableIterator<CustomerIndexEntry> {
     for (const c of this.allCustomers())

@@ -104,6 +104,12 @@ export const JOURNAL_PRUNE_IN_SNAPSHOT_MAX = 20;
  */
 export const JOURNAL_PRUNE_SLICE = 1000;
 
+/**
+ * Chunks of replaced snapshots one `pruneStaleChunks` slice removes (a chunk holds up to
+ * SNAPSHOT_CHUNK_ITEMS customers, ~150 KB).
+ */
+export const SNAPSHOT_PRUNE_CHUNKS = 64;
+
 /** Meta record written by `syncRecovered`, the write whose sync is the recovery barrier. */
 const RECOVERED_META = 'recovered';
 
@@ -553,13 +559,14 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * encoded synchronously, before this returns, so the caller may keep mutating its state
    * right away. The chunks are written first, under a generation of their own; then ONE
    * small transaction (an lmdb-js child transaction: all or nothing) checks they are all
-   * there, writes the header naming them, deletes every other generation's chunks and
-   * prunes the first JOURNAL_PRUNE_IN_SNAPSHOT_MAX journal records <= `seq`
-   * (`pruneCovered` removes the rest). That transaction runs after every append issued before this
-   * call (lmdb-js runs queued async transaction callbacks after the queued puts), and it
-   * aborts if record `seq` is not in the journal, so a snapshot never covers an append
-   * that failed. Resolves when durable; rejects if the transaction fails or is refused
-   * (nothing of it is then stored, and the previous snapshot stays in force). Throws
+   * there, writes the header naming them and prunes the first
+   * JOURNAL_PRUNE_IN_SNAPSHOT_MAX journal records <= `seq` (`pruneCovered` removes the
+   * rest). That transaction runs after every append issued before this call (lmdb-js runs
+   * queued async transaction callbacks after the queued puts), and it aborts if record
+   * `seq` is not in the journal, so a snapshot never covers an append that failed. Once it
+   * is durable, the chunks of the snapshot it replaced are removed (`pruneStaleChunks`),
+   * and then it resolves; it rejects if the transaction fails or is refused (nothing of
+   * it is then stored, and the previous snapshot stays in force). Throws
    * synchronously (programmer error) if `seq` is below the current snapshot or above
    * lastSeq, or if a torn tail is still pending.
    */
@@ -573,16 +580,24 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
    * all decoded. Same guarantees and failures as `writeSnapshot`.
    */
   writeSnapshotChunks(seq: number, chunks: readonly Buffer[], itemCount: number): Promise<void> {
+    // Synchronous up to the commit, so a refused seq throws here (see writeSnapshot).
     const writer = this.beginSnapshot(seq);
     for (const chunk of chunks) writer.add(chunk);
-    return writer.commit(itemCount);
+    const prune = async (): Promise<void> => {
+      for (;;) {
+        const pruned = this.pruneStaleChunks(SNAPSHOT_PRUNE_CHUNKS);
+        await pruned.committed;
+        if (pruned.removed < SNAPSHOT_PRUNE_CHUNKS) return;
+      }
+    };
+    return writer.commit(itemCount).then(prune);
   }
 
   /**
    * Starts a snapshot covering every journal record with seq <= `seq`, whose chunks the
    * caller adds as it encodes them (a shard copying itself in slices); `commit` stores it.
-   * Throws as `writeSnapshot` does. A writer that is never committed leaves chunks that
-   * the next committed snapshot deletes.
+   * Throws as `writeSnapshot` does. Its commit leaves the chunks of the snapshot it
+   * replaces, and a writer never committed leaves its own, for `pruneStaleChunks`.
    */
   beginSnapshot(seq: number): SnapshotWriter {
     assert(
@@ -656,6 +671,38 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
     const end = Math.min(this.#snapshotSeq + 1, this.idempotency.keptFrom);
     const keys = Array.from(journal.getKeys({ end, limit: max }));
     const removals = keys.map((key) => journal.remove(key));
+    return {
+      removed: keys.length,
+      committed: Promise.all(removals).then(
+        () => undefined,
+        () => undefined,
+      ),
+    };
+  }
+
+  /**
+   * Removes up to `max` chunks no stored snapshot names: those of the snapshots the stored
+   * one replaced (older generations, or a format-1 snapshot's numbered chunks) and of
+   * writers never committed before it. A younger generation is a snapshot still being
+   * written and stays. The removals ride the next transaction (LMDB's write thread does
+   * them); `committed` settles when it commits and never rejects, as `pruneCovered`'s.
+   * Call again after `committed` while `removed` is `max`.
+   */
+  pruneStaleChunks(max: number): { readonly removed: number; readonly committed: Promise<void> } {
+    const { snapshot } = this.#env.dbs;
+    const generation = readSnapshotHeader(snapshot)?.generation;
+    // No snapshot, or a format-1 one, whose numbered chunks are the live ones.
+    if (generation === undefined) return { removed: 0, committed: Promise.resolve() };
+    // Collected before removing: never delete under a live cursor.
+    const keys = Array.from(snapshot.getKeys({ start: 1, end: [CHUNK], limit: max }));
+    if (keys.length < max)
+      for (const key of snapshot.getKeys({
+        start: [CHUNK],
+        end: [CHUNK, generation],
+        limit: max - keys.length,
+      }))
+        keys.push(key);
+    const removals = keys.map((key) => snapshot.remove(key));
     return {
       removed: keys.length,
       committed: Promise.all(removals).then(
@@ -1038,21 +1085,22 @@ function replaceSnapshot(
     );
   }
   const generation = header.generation as number;
-  for (let index = 1; index <= header.chunkCount; index++) {
-    if (!snapshot.doesExist(chunkKey(generation, index)))
-      throw new Error(`snapshot at ${header.seq}: chunk ${index} was never stored`);
-  }
+  // Every chunk 1..chunkCount is there: counted in one range read (a lookup each took
+  // ~4 µs, 31 ms for the 8,000 chunks of a million customers copied in slices).
+  let stored = 0;
+  for (const _ of snapshot.getKeys({
+    start: chunkKey(generation, 1),
+    end: chunkKey(generation, header.chunkCount + 1),
+  }))
+    stored++;
+  if (stored !== header.chunkCount)
+    throw new Error(
+      `snapshot at ${header.seq}: ${header.chunkCount - stored} of its ${header.chunkCount} ` +
+        'chunks were never stored',
+    );
   snapshot.putSync(SNAPSHOT_HEADER_KEY, encodeRecord(header));
-  // Older generations' chunks (the snapshot replaced, or writers never committed) and a
-  // format-1 snapshot's (keys 1..n) go; a younger generation is a snapshot still being
-  // written. Collect keys before deleting: never delete under a live cursor.
-  const staleChunks = [
-    ...snapshot.getKeys({ start: 1, end: [CHUNK] }),
-    ...Array.from(snapshot.getKeys(ALL_CHUNKS)).filter(
-      (key) => (key as unknown as ChunkKey)[1] < generation,
-    ),
-  ];
-  for (const key of staleChunks) snapshot.removeSync(key);
+  // The chunks it replaces stay until `pruneStaleChunks` (unread: the header names the new
+  // generation); removing a million customers' chunks here held the thread ~45 ms.
   const coveredRecords = Array.from(
     journal.getKeys({
       end: Math.min(header.seq + 1, keptFrom),

@@ -11,8 +11,13 @@ import type { CustomerKeys, KeysAtCut } from '../actors/idempotency-keys.js';
 import { ShardCopy } from '../actors/shard-export.js';
 import { SNAPSHOT_FRAME_KEYS } from '../storage/snapshot-file.js';
 
-function customers(count: number): CustomerState[] {
+function customerList(count: number): CustomerState[] {
   return Array.from({ length: count }, (_, i) => newCustomer('test', `c-${i}`, 1_000 + i));
+}
+
+/** `count` customers in one map, as a shard holds an environment's customers. */
+function customers(count: number): Map<string, CustomerState>[] {
+  return [new Map(customerList(count).map((customer) => [customer.id, customer]))];
 }
 
 /** Steps `copy` until it is done; the number of customers each slice copied. */
@@ -39,7 +44,7 @@ describe('ShardCopy slices', () => {
       () => copied.length,
     );
     expect(sizes).toEqual([4, 4, 2]);
-    expect(copied.map((c) => c.id)).toEqual(customers(10).map((c) => c.id));
+    expect(copied.map((c) => c.id)).toEqual(customerList(10).map((c) => c.id));
   });
 
   it('ends a slice at its deadline, after one customer at least', () => {
@@ -93,6 +98,93 @@ function keysCut(count: number): KeysAtCut & { reads: number[] } {
     close() {},
   };
 }
+
+describe('ShardCopy cut', () => {
+  it('takes the cut without reading a customer, however many there are', () => {
+    let yielded = 0;
+    const map = customers(1_000)[0] as Map<string, CustomerState>;
+    const counted = {
+      size: map.size,
+      *values() {
+        for (const customer of map.values()) {
+          yielded++;
+          yield customer;
+        }
+      },
+    };
+    const copied: CustomerSnapshot[] = [];
+    const copy = new ShardCopy([counted], (items) => copied.push(...items));
+    expect(copy.total).toBe(1_000);
+    expect(yielded).toBe(0);
+    expect(copy.step(100)).toBe(false);
+    expect(yielded).toBe(100);
+  });
+
+  it('copies the customers of the cut, each once, and none added after it', () => {
+    const [test, live] = [...customers(6), new Map<string, CustomerState>()] as Map<
+      string,
+      CustomerState
+    >[];
+    const liveCustomer = newCustomer('live', 'l-0', 5);
+    live?.set(liveCustomer.id, liveCustomer);
+    const copied: CustomerSnapshot[] = [];
+    const copy = new ShardCopy(
+      [test as Map<string, CustomerState>, live as Map<string, CustomerState>],
+      (items) => copied.push(...items),
+    );
+    expect(copy.total).toBe(7);
+    expect(copy.step(2)).toBe(false);
+    // Written before its turn: copied then, as of the cut, and not again.
+    const written = test?.get('c-4') as CustomerState;
+    copy.capture(written);
+    // Created after the cut, in both maps: not part of the copy.
+    for (const [map, customer] of [
+      [test, newCustomer('test', 'c-new', 7)],
+      [live, newCustomer('live', 'l-new', 8)],
+    ] as const) {
+      map?.set(customer.id, customer);
+      copy.created(customer);
+    }
+    while (!copy.step(2)) {
+      /* to the end */
+    }
+    expect(copied.map((c) => c.id).sort()).toEqual(
+      ['c-0', 'c-1', 'c-2', 'c-3', 'c-4', 'c-5', 'l-0'].sort(),
+    );
+    expect(copy.done).toBe(7);
+  });
+
+  it('runs beside a copy in the other lane, and again after its own, each whole', () => {
+    const maps = customers(5);
+    const first: CustomerSnapshot[] = [];
+    const other: CustomerSnapshot[] = [];
+    const copy = new ShardCopy(maps, (items) => first.push(...items));
+    const beside = new ShardCopy(maps, (items) => other.push(...items), undefined, 1);
+    copy.step(2);
+    // A write to a customer neither copy has reached: each copies it once, as of its cut.
+    const written = maps[0]?.get('c-3') as CustomerState;
+    copy.capture(written);
+    beside.capture(written);
+    let left = 2;
+    while (left > 0) left = Number(!copy.step(1)) + Number(!beside.step(1));
+    const ids = customerList(5).map((c) => c.id);
+    expect(first.map((c) => c.id).sort()).toEqual(ids);
+    expect(other.map((c) => c.id).sort()).toEqual(ids);
+    // The next copy in the first lane is not fooled by the marks the last one left.
+    const again: CustomerSnapshot[] = [];
+    const next = new ShardCopy(maps, (items) => again.push(...items));
+    while (!next.step(100)) {
+      /* to the end */
+    }
+    expect(again.map((c) => c.id)).toEqual(ids);
+  });
+
+  it('ends its last slice with the last customer of the cut', () => {
+    const copy = new ShardCopy(customers(8), () => undefined);
+    expect(copy.step(4)).toBe(false);
+    expect(copy.step(4)).toBe(true);
+  });
+});
 
 describe('ShardCopy with idempotency keys', () => {
   it('copies the customers first, then the keys, a unit a key, a frame each slice', () => {

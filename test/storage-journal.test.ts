@@ -7,6 +7,7 @@ import { describe, it, expect } from 'vitest';
 import { encodeRecord } from '../storage/codec.js';
 import {
   chunkKey,
+  encodeSnapshotChunk,
   JOURNAL_PRUNE_IN_SNAPSHOT_MAX,
   JOURNAL_PRUNE_SLICE,
   ShardStore,
@@ -20,6 +21,9 @@ import { storeFixture } from './support/store-fixture.js';
 const { tempDir, openStore, closeStore } = storeFixture('tally-journal-', (dir) =>
   ShardStore.open(dir),
 );
+
+/** The first element of a snapshot chunk's key (`chunkKey`). */
+const CHUNK_PREFIX = chunkKey(0, 0)[0];
 
 function replayAll(store: ShardStore, afterSeq = 0) {
   const batches: [number, unknown[]][] = [];
@@ -524,6 +528,60 @@ describe('ShardStore snapshots', () => {
     const reopened = openStore(dir);
     expect(reopened.lastSeq).toBe(5);
     expect(reopened.append(batch(6)).seq).toBe(6);
+  });
+
+  it("leaves a replaced snapshot's chunks to pruneStaleChunks, never a younger writer's", async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    for (const n of [1, 2, 3]) await store.append(batch(n)).durable;
+    await store.writeSnapshot(1, items(3 * SNAPSHOT_CHUNK_ITEMS, 'first'));
+    // As a shard stores its own snapshot: chunks as it copies, then the commit.
+    const second = items(SNAPSHOT_CHUNK_ITEMS + 1, 'second');
+    const writer = store.beginSnapshot(2);
+    writer.add(encodeSnapshotChunk(second.slice(0, SNAPSHOT_CHUNK_ITEMS)));
+    writer.add(encodeSnapshotChunk(second.slice(SNAPSHOT_CHUNK_ITEMS)));
+    // A younger snapshot still being written when the second is committed.
+    const younger = store.beginSnapshot(3);
+    younger.add(encodeSnapshotChunk(items(1, 'younger')));
+    await writer.commit(second.length);
+    // The first snapshot's three chunks are still there, unread.
+    expect(store.loadSnapshot()).toMatchObject({ seq: 2, items: second });
+    const removed: number[] = [];
+    for (;;) {
+      const pruned = store.pruneStaleChunks(2);
+      removed.push(pruned.removed);
+      await pruned.committed;
+      if (pruned.removed < 2) break;
+    }
+    expect(removed).toEqual([2, 1]);
+    expect(store.loadSnapshot()).toMatchObject({ seq: 2, items: second });
+    await closeStore(store);
+    const env = openDurableEnv(dir, ['snapshot']);
+    expect(Array.from(env.dbs.snapshot.getKeys({}))).toEqual([
+      0,
+      chunkKey(2, 1),
+      chunkKey(2, 2),
+      chunkKey(3, 1),
+    ]);
+    await env.root.close();
+  });
+
+  it('refuses to commit a snapshot one of whose chunks is missing', async () => {
+    const dir = tempDir();
+    const store = openStore(dir);
+    for (const n of [1, 2]) await store.append(batch(n)).durable;
+    await store.writeSnapshot(1, items(2, 'first'));
+    const writer = store.beginSnapshot(2);
+    for (let chunk = 0; chunk < 3; chunk++) writer.add(encodeSnapshotChunk(items(2, `c${chunk}`)));
+    await store.append(batch(3)).durable;
+    // As a failed write would leave it: the second chunk is not there.
+    const env = openDurableEnv(dir, ['snapshot']);
+    const missing = Array.from(env.dbs.snapshot.getKeys({ start: [CHUNK_PREFIX, 2] }))[1];
+    expect(missing).toEqual(chunkKey(2, 2));
+    env.dbs.snapshot.removeSync(missing as never);
+    await expect(writer.commit(6)).rejects.toThrow(/1 of its 3 chunks were never stored/);
+    expect(store.loadSnapshot()).toMatchObject({ seq: 1, items: items(2, 'first') });
+    await env.root.close();
   });
 
   it('orders a snapshot after appends issued before it in the same turn', async () => {

@@ -72,6 +72,8 @@ export function fromSnapshot(snapshot: CustomerSnapshot): CustomerState {
         ? null
         : new Map(snapshot.limits.map(([k, l]): [string, LimitState] => [k, { ...l }])),
     commerce: snapshot.commerce === undefined ? null : cloneCommerce(snapshot.commerce),
+    copyMark0: 0,
+    copyMark1: 0,
   };
 }
 

@@ -72,5 +72,7 @@ export function newCustomer(
     meters: new Map(),
     limits: null,
     commerce: null,
+    copyMark0: 0,
+    copyMark1: 0,
   };
 }

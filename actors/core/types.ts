@@ -157,6 +157,14 @@ export interface CustomerState {
   limits: Map<string, LimitState> | null;
   /** Null until the first processor change (see state.ts). */
   commerce: CommerceState | null;
+  /**
+   * Marks of the snapshot copies that may be in progress at once, a lane each (a shard's
+   * own snapshot and an operator's online one): the number of the lane's latest copy that
+   * has copied this customer, or that it is newer than. The shell's: the core creates them
+   * at 0, and neither reads them nor carries them into a snapshot.
+   */
+  copyMark0: number;
+  copyMark1: number;
 }
 
 // ---------------------------------------------------------------------------

@@ -780,7 +780,7 @@ async function run(
       if (w.copy === null && !w.shard.hasPendingEvents) {
         const seq = w.store.lastSeq;
         const chunks: Buffer[] = [];
-        const copy = new ShardCopy(w.shard.allCustomers(), (items) =>
+        const copy = new ShardCopy(w.shard.customerMaps(), (items) =>
           chunks.push(encodeSnapshotChunk(items)),
         );
         w.copy = { copy, seq, chunks };
