@@ -8,8 +8,8 @@
  *   the shards' copy, the file on the server, the download, its SHA-256 and structure
  *   check) while a client keeps sending `has` requests one at a time, and reports the
  *   server-side time (created → complete), the CLI's total, the file size, and the
- *   slowest `has` answer during the snapshot (a shard pauses at the cut to list its
- *   customers, then copies in slices between batches);
+ *   slowest `has` answer during the snapshot (a shard copies its customers in slices
+ *   between batches; the CLI's download and hashing share the machine's cores);
  * - restores the file offline with the CLI into a fresh dir (time, peak RSS of the CLI);
  * - starts Tally on the restored dir (time to /healthz 200) and compares a sample of
  *   customers' balances with the original server's.

@@ -530,7 +530,7 @@ describe('ShardStore snapshots', () => {
     expect(reopened.append(batch(6)).seq).toBe(6);
   });
 
-  it("leaves a replaced snapshot's chunks to pruneStaleChunks, never a younger writer's", async () => {
+  it("leaves a replaced snapshot's chunks to pruneStaleChunks, not a younger one's", async () => {
     const dir = tempDir();
     const store = openStore(dir);
     for (const n of [1, 2, 3]) await store.append(batch(n)).durable;
