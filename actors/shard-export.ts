@@ -50,13 +50,13 @@ export function copyWork(customer: CustomerState): number {
 const KEY_READ = 256;
 
 /**
- * Customers a copy can be cut from: a map of a shard's customers, which only ever grows at
- * its end and never replaces a customer's object (a `Map`, or an array in tests).
+ * Customers a copy can be cut from: one of a shard's maps of customers (`Shard.customerMaps`),
+ * which only ever grows at its end and never replaces a customer's object.
  */
 export interface GrowingCustomers {
-  /** Customers held now (a `Map`'s size; an array's length is passed as `{ size, values }`). */
+  /** Customers held now. */
   readonly size: number;
-  /** The customers in the order they were added; goes on over those added later. */
+  /** The customers in the order they were added, going on over those added later. */
   values(): Iterator<CustomerState>;
 }
 

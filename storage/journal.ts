@@ -54,6 +54,7 @@ import {
   readRecord,
   SHARD_ENV_OPTIONS,
   type BinaryDb,
+  type BinaryKey,
   type DurableEnv,
   type EnvInfo,
 } from './lmdb-env.js';
@@ -669,15 +670,7 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
   pruneCovered(max: number): { readonly removed: number; readonly committed: Promise<void> } {
     const { journal } = this.#env.dbs;
     const end = Math.min(this.#snapshotSeq + 1, this.idempotency.keptFrom);
-    const keys = Array.from(journal.getKeys({ end, limit: max }));
-    const removals = keys.map((key) => journal.remove(key));
-    return {
-      removed: keys.length,
-      committed: Promise.all(removals).then(
-        () => undefined,
-        () => undefined,
-      ),
-    };
+    return removeAfter(journal, Array.from(journal.getKeys({ end, limit: max })));
   }
 
   /**
@@ -702,14 +695,7 @@ export class ShardStore<Ev = unknown, Item = unknown, Audit = unknown> {
         limit: max - keys.length,
       }))
         keys.push(key);
-    const removals = keys.map((key) => snapshot.remove(key));
-    return {
-      removed: keys.length,
-      committed: Promise.all(removals).then(
-        () => undefined,
-        () => undefined,
-      ),
-    };
+    return removeAfter(snapshot, keys);
   }
 
   /**
@@ -1068,6 +1054,25 @@ function bigintSafe(_key: string, value: unknown): unknown {
  * Runs inside the snapshot's write transaction (reads see this transaction's writes).
  * Throwing aborts the child transaction, so nothing of it is committed.
  */
+/**
+ * Removes `keys` (collected before: never delete under a live cursor) in the next
+ * transaction; `committed` settles when it commits and never rejects (a failure fails
+ * that transaction, whose own writes report it).
+ */
+function removeAfter(
+  db: BinaryDb,
+  keys: readonly BinaryKey[],
+): { readonly removed: number; readonly committed: Promise<void> } {
+  const removals = keys.map((key) => db.remove(key));
+  return {
+    removed: keys.length,
+    committed: Promise.all(removals).then(
+      () => undefined,
+      () => undefined,
+    ),
+  };
+}
+
 function replaceSnapshot(
   journal: BinaryDb,
   snapshot: BinaryDb,

@@ -103,7 +103,10 @@ export const BINARY_DB_OPTIONS = {
   keyEncoding: 'ordered-binary',
 } as const;
 
-export type BinaryDb = Database<Buffer, number | string | (string | number)[]>;
+/** A key of a Tally table: a number, a string or an array of them (ordered-binary). */
+export type BinaryKey = number | string | (string | number)[];
+
+export type BinaryDb = Database<Buffer, BinaryKey>;
 
 export interface DurableEnv<Name extends string> {
   readonly root: RootDatabase;
