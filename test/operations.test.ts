@@ -325,6 +325,10 @@ describe('a start that fails', () => {
       'TALLY_IDEMPOTENCY_ERA_GROUPS must be from 16 to 64, got 8',
     ],
     [
+      { TALLY_GC_CONCURRENT_MARKING: 'yes' },
+      'TALLY_GC_CONCURRENT_MARKING must be on or off, got "yes"',
+    ],
+    [
       { TALLY_LOG_LEVEL: 'loud' },
       'TALLY_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "loud"',
     ],
