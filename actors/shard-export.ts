@@ -88,7 +88,7 @@ export class ShardCopy {
   private readonly lane: CopyLane;
   private readonly number: number;
   private readonly cutTotal: number;
-  /** The first part that may still have customers of the cut to yield. */
+  /** The part yielding next; every part has customers of the cut left until passed. */
   private part = 0;
   private chunk: CustomerSnapshot[] = [];
   private copiedCount = 0;
@@ -110,7 +110,9 @@ export class ShardCopy {
   ) {
     this.lane = lane;
     this.number = ++latestCopy[lane];
-    this.parts = customers.map((map) => ({ values: map.values(), left: map.size }));
+    this.parts = customers
+      .filter((map) => map.size > 0)
+      .map((map) => ({ values: map.values(), left: map.size }));
     this.cutTotal = this.parts.reduce((sum, part) => sum + part.left, 0);
   }
 
@@ -169,7 +171,6 @@ export class ShardCopy {
       copiedOne = true;
     }
     this.flush();
-    while ((this.parts[this.part] as CutPart | undefined)?.left === 0) this.part++;
     if (this.part < this.parts.length) return false;
     const keys = this.keys;
     if (keys === undefined) return true;
@@ -192,15 +193,12 @@ export class ShardCopy {
 
   /** The next customer of the cut in copy order, or undefined once every one was yielded. */
   private nextOfCut(): CustomerState | undefined {
-    for (; this.part < this.parts.length; this.part++) {
-      const part = this.parts[this.part] as CutPart;
-      if (part.left === 0) continue;
-      const next = part.values.next();
-      assert(next.done !== true, 'a map of customers lost a customer after the cut');
-      part.left--;
-      return next.value;
-    }
-    return undefined;
+    const part = this.parts[this.part];
+    if (part === undefined) return undefined;
+    const next = part.values.next();
+    assert(next.done !== true, 'a map of customers lost a customer after the cut');
+    if (--part.left === 0) this.part++;
+    return next.value;
   }
 
   private flushKeys(): void {
