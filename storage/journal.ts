@@ -1051,10 +1051,6 @@ function bigintSafe(_key: string, value: unknown): unknown {
 }
 
 /**
- * Runs inside the snapshot's write transaction (reads see this transaction's writes).
- * Throwing aborts the child transaction, so nothing of it is committed.
- */
-/**
  * Removes `keys` (collected before: never delete under a live cursor) in the next
  * transaction; `committed` settles when it commits and never rejects (a failure fails
  * that transaction, whose own writes report it).
@@ -1073,6 +1069,10 @@ function removeAfter(
   };
 }
 
+/**
+ * Runs inside the snapshot's write transaction (reads see this transaction's writes).
+ * Throwing aborts the child transaction, so nothing of it is committed.
+ */
 function replaceSnapshot(
   journal: BinaryDb,
   snapshot: BinaryDb,
